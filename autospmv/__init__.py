@@ -1,0 +1,19 @@
+"""autospmv: sparse matrix-vector multiplication with the storage format chosen for you.
+
+>>> import autospmv, scipy.sparse as sp, numpy as np
+>>> A = sp.random(1000, 800, density=0.01, format="csr", random_state=0)
+>>> op = autospmv.prepare(A, device="cpu")
+>>> y = op @ np.ones(800)
+
+See :func:`prepare`, :data:`KERNELS` and ``op.explain()``.
+"""
+
+from __future__ import annotations
+
+from .operator import SpMVOperator
+from .registry import KERNELS
+from .selector import Decision
+from .session import cuda_available, prepare, select
+
+__all__ = ["KERNELS", "Decision", "SpMVOperator", "cuda_available", "prepare", "select"]
+__version__ = "0.1.0"

@@ -1,0 +1,1 @@
+"""SpMV kernels: ``cpu`` (numba njit, the embedded default) and ``cuda`` (numba-cuda)."""

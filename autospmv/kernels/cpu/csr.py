@@ -1,0 +1,65 @@
+"""CSR kernels on the CPU: ``csr_scalar`` (one task per row) and ``csr_vector``.
+
+``csr_vector`` mirrors the GPU work split: a group of ``threads_per_row`` lanes shares a row, lane
+``l`` sums entries ``l, l+g, l+2g, ...`` and the lanes are combined by the same halving tree as the
+GPU shuffle reduction. On the CPU the lanes become independent accumulators, which lets the compiler
+vectorise long rows; short rows pay for the reduction.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from . import use_parallel
+
+_ROWS_PER_TASK = 256
+
+
+def _scalar(indptr, indices, data, x, y, nchunks):
+    m = y.shape[0]
+    for chunk in numba.prange(nchunks):
+        for i in range(chunk * _ROWS_PER_TASK, min(m, (chunk + 1) * _ROWS_PER_TASK)):
+            acc = data.dtype.type(0)
+            for k in range(indptr[i], indptr[i + 1]):
+                acc += data[k] * x[indices[k]]
+            y[i] = acc
+
+
+def _vector(indptr, indices, data, x, y, group, nchunks):
+    m = y.shape[0]
+    for chunk in numba.prange(nchunks):
+        lanes = np.empty(group, dtype=data.dtype)
+        for i in range(chunk * _ROWS_PER_TASK, min(m, (chunk + 1) * _ROWS_PER_TASK)):
+            start, end = indptr[i], indptr[i + 1]
+            for lane in range(group):
+                acc = data.dtype.type(0)
+                for k in range(start + lane, end, group):
+                    acc += data[k] * x[indices[k]]
+                lanes[lane] = acc
+            offset = group // 2
+            while offset > 0:
+                for lane in range(offset):
+                    lanes[lane] += lanes[lane + offset]
+                offset //= 2
+            y[i] = lanes[0]
+
+
+_scalar_serial = numba.njit(cache=True, nogil=True)(_scalar)
+_scalar_parallel = numba.njit(cache=True, nogil=True, parallel=True)(_scalar)
+_vector_serial = numba.njit(cache=True, nogil=True)(_vector)
+_vector_parallel = numba.njit(cache=True, nogil=True, parallel=True)(_vector)
+
+
+def _nchunks(m: int) -> int:
+    return (m + _ROWS_PER_TASK - 1) // _ROWS_PER_TASK
+
+
+def spmv_scalar(fmt, x, y, params):
+    kernel = _scalar_parallel if use_parallel(fmt.data.shape[0]) else _scalar_serial
+    kernel(fmt.indptr, fmt.indices, fmt.data, x, y, _nchunks(y.shape[0]))
+
+
+def spmv_vector(fmt, x, y, params):
+    kernel = _vector_parallel if use_parallel(fmt.data.shape[0]) else _vector_serial
+    kernel(fmt.indptr, fmt.indices, fmt.data, x, y, params["threads_per_row"], _nchunks(y.shape[0]))

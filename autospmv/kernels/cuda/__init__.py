@@ -1,0 +1,20 @@
+"""CUDA kernels (numba-cuda). Everything that imports ``numba.cuda`` lives in this subpackage.
+
+Importing it is cheap for CPU-only users because nothing outside imports it until a CUDA operator
+is built. One compatibility step runs first: numba-cuda up to 0.30 registers an overload for
+``np.row_stack``, which NumPy 2.5 removed, so compiling any kernel fails with NumPy ≥ 2.5. The
+function was an alias of ``np.vstack``; restoring the alias (only when it is missing) lets the
+unmodified numba-cuda compile with NumPy 2.5 without changing NumPy's behaviour otherwise.
+"""
+
+import numpy as _np
+
+if not hasattr(_np, "row_stack"):
+    _np.row_stack = _np.vstack
+
+from numba import cuda as _cuda  # noqa: E402
+
+if _cuda.config.ENABLE_CUDASIM:
+    from .simulator import install as _install_simulator_shuffles
+
+    _install_simulator_shuffles()

@@ -1,0 +1,74 @@
+"""The CUDA side of an operator: uploads the format once, then launches its program per call.
+
+Host vectors go through two device buffers allocated once per operator; device vectors (anything
+with ``__cuda_array_interface__``: CuPy, PyTorch, numba) are used in place, without a copy, and the
+result is allocated as the same kind of array as x unless ``out`` is given. Launches go to the
+legacy default stream, which orders them after work that CuPy, PyTorch or numba queued there.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import cuda
+
+from .launch import SIMULATOR, DeviceProgram, device_pointer, upload
+
+
+def _check_device_vector(v, length: int, dtype: np.dtype, what: str) -> int:
+    """Validate a CUDA array interface and return its data pointer."""
+    cai = v.__cuda_array_interface__
+    if tuple(cai["shape"]) != (length,):
+        raise ValueError(f"{what} must have shape ({length},); got {tuple(cai['shape'])}")
+    if np.dtype(cai["typestr"]) != dtype:
+        raise TypeError(f"{what} must have dtype {dtype}; got {np.dtype(cai['typestr'])}")
+    strides = cai.get("strides")
+    if strides is not None and length > 1 and tuple(strides) != (dtype.itemsize,):
+        raise ValueError(f"{what} must be contiguous; got strides {tuple(strides)}")
+    return cai["data"][0]
+
+
+def _empty_like_input(x, m: int, dtype: np.dtype):
+    """A device vector of length m of the same kind as x (CuPy, PyTorch, else numba)."""
+    module = type(x).__module__.split(".")[0]
+    if module == "cupy":
+        import cupy
+
+        return cupy.empty(m, dtype=dtype)
+    if module == "torch":
+        import torch
+
+        return torch.empty(m, dtype=getattr(torch, dtype.name), device=x.device)
+    return cuda.device_array(m, dtype=dtype)
+
+
+class CudaBackend:
+    def __init__(self, spec, fmt, params: dict):
+        self.shape = fmt.shape
+        self.dtype = np.dtype(fmt.dtype)
+        arrays = upload(fmt)
+        self.program: DeviceProgram = spec.cuda_builder()(fmt, params, arrays).load()
+        self._x = cuda.device_array(self.shape[1], dtype=self.dtype)
+        self._y = cuda.device_array(self.shape[0], dtype=self.dtype)
+
+    def _run(self, x, y) -> None:
+        """Launch on device vectors (the simulator takes the arrays, a GPU their addresses)."""
+        if SIMULATOR:
+            self.program(x, y)
+        else:
+            self.program(device_pointer(x), device_pointer(y))
+
+    def host_matvec(self, x: np.ndarray, y: np.ndarray) -> None:
+        if not y.shape[0]:
+            return
+        self._x.copy_to_device(x)
+        self._run(self._x, self._y)
+        self._y.copy_to_host(y)
+
+    def device_matvec(self, x, out):
+        m, n = self.shape
+        x_ptr = _check_device_vector(x, n, self.dtype, "x")
+        y = _empty_like_input(x, m, self.dtype) if out is None else out
+        y_ptr = _check_device_vector(y, m, self.dtype, "out")
+        if m:
+            self.program(x, y) if SIMULATOR else self.program(x_ptr, y_ptr)
+        return y

@@ -1,0 +1,64 @@
+"""CSR kernels on the GPU.
+
+csr_scalar — one thread per row. Each thread walks its row sequentially, so neighbouring threads
+read addresses a whole row apart: uncoalesced for rows longer than a few entries, and a warp waits
+for its longest row. Good only for very short, regular rows.
+
+csr_vector — a group of ``g`` = 2/4/8/16/32 consecutive threads per row (``g`` chosen from the
+mean row length). Lane ``l`` reads entries ``l, l+g, ...`` (coalesced within the group) and the
+group reduces with ``shfl_down_sync``. Weak when rows are much shorter than ``g`` (idle lanes) or
+when a few rows are very long (one group does all their work).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import cuda
+
+from .launch import X, Y, DeviceProgram, Launch
+
+BLOCK = 256
+
+
+@cuda.jit(cache=True)
+def csr_scalar_kernel(indptr, indices, data, x, y):
+    row = cuda.grid(1)
+    if row < y.shape[0]:
+        acc = data.dtype.type(0)
+        for k in range(indptr[row], indptr[row + 1]):
+            acc += data[k] * x[indices[k]]
+        y[row] = acc
+
+
+@cuda.jit(cache=True)
+def csr_vector_kernel(indptr, indices, data, x, y, group):
+    thread = cuda.grid(1)
+    row = thread // group
+    lane = thread % group
+    acc = data.dtype.type(0)
+    if row < y.shape[0]:
+        for k in range(indptr[row] + lane, indptr[row + 1], group):
+            acc += data[k] * x[indices[k]]
+    # Every thread of the warp takes part in the reduction, including those without a row.
+    offset = group // 2
+    while offset > 0:
+        acc += cuda.shfl_down_sync(0xFFFFFFFF, acc, offset)
+        offset //= 2
+    if row < y.shape[0] and lane == 0:
+        y[row] = acc
+
+
+def build_scalar(fmt, params, arrays) -> DeviceProgram:
+    m = fmt.shape[0]
+    launch = Launch(csr_scalar_kernel, -(-m // BLOCK), BLOCK,
+                    [arrays["indptr"], arrays["indices"], arrays["data"], X, Y], fmt.dtype)
+    return DeviceProgram(fmt.shape, fmt.dtype, arrays, [launch] if m else [])
+
+
+def build_vector(fmt, params, arrays) -> DeviceProgram:
+    m = fmt.shape[0]
+    group = params["threads_per_row"]
+    launch = Launch(csr_vector_kernel, -(-m * group // BLOCK), BLOCK,
+                    [arrays["indptr"], arrays["indices"], arrays["data"], X, Y, np.int32(group)],
+                    fmt.dtype)
+    return DeviceProgram(fmt.shape, fmt.dtype, arrays, [launch] if m else [])

@@ -1,0 +1,216 @@
+"""Low-overhead kernel launches and the per-operator device program.
+
+Why this module exists: a plain numba-cuda launch (``kernel[grid, block](*args)``) re-examines
+every argument on every call (type checks, device-array wrapping, argument flattening) and costs
+tens of microseconds of host time, while an SpMV on a million nonzeros is a few microseconds of GPU
+work. A matrix's arrays never change between calls, so :class:`Launch` flattens the kernel's
+arguments *once*, into the exact parameter buffer the driver expects, and each call only writes the
+two pointers that change (``x`` and ``y``) before calling ``cuLaunchKernel`` through ctypes.
+
+numba passes a 1-D array to a kernel as seven parameters (meminfo, parent, nitems, itemsize, data
+pointer, shape, stride); scalars are passed by value with their own width. The buffer below
+reproduces that layout from the compiled kernel's argument types.
+
+Under the CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``) there is no driver: :class:`Launch` then
+calls the dispatcher normally with the same arguments, so the kernels' semantics are checked by
+the same code path up to the launch itself.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+from numba import cuda, types
+from numba.np.numpy_support import from_dtype
+
+SIMULATOR = bool(cuda.config.ENABLE_CUDASIM)
+
+
+class Slot:
+    """Placeholder for a vector that changes on every call (``X`` or ``Y``)."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self):
+        return self.name
+
+
+X = Slot("X")
+Y = Slot("Y")
+
+
+def _libcuda():
+    lib = ctypes.CDLL("libcuda.so.1")
+    launch = lib.cuLaunchKernel
+    launch.restype = ctypes.c_int
+    launch.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
+    memset = lib.cuMemsetD32Async
+    memset.restype = ctypes.c_int
+    memset.argtypes = [ctypes.c_uint64, ctypes.c_uint, ctypes.c_size_t, ctypes.c_void_p]
+    return launch, memset
+
+
+_DRIVER = None
+
+
+def _driver():
+    global _DRIVER
+    if _DRIVER is None:
+        _DRIVER = _libcuda()
+    return _DRIVER
+
+
+def device_pointer(array) -> int:
+    """Device address of anything exposing ``__cuda_array_interface__``."""
+    return array.__cuda_array_interface__["data"][0]
+
+
+_SCALAR_CTYPES = {
+    types.int32: ctypes.c_int32, types.int64: ctypes.c_int64,
+    types.uint32: ctypes.c_uint32, types.uint64: ctypes.c_uint64,
+    types.float32: ctypes.c_float, types.float64: ctypes.c_double,
+}
+
+
+def numba_type(value) -> types.Type:
+    """The numba type a kernel argument is compiled for."""
+    if isinstance(value, Slot):
+        raise TypeError("slots are typed by the program's value dtype")
+    if isinstance(value, (np.integer, np.floating)):
+        return from_dtype(value.dtype)
+    return types.Array(from_dtype(value.dtype), 1, "C")
+
+
+class Launch:
+    """One kernel launch with its grid, block and arguments fixed in advance.
+
+    ``args`` mixes arrays, numpy scalars (typed: ``np.int32(n)``) and the slots ``X``/``Y``.
+    ``dispatcher`` is a ``cuda.jit`` function. Nothing is compiled until :meth:`load` (for the GPU)
+    or :meth:`ptx` (for inspection, no GPU needed, so host arrays may stand in for device arrays).
+    """
+
+    def __init__(self, dispatcher, grid: int, block: int, args: list, vector_dtype):
+        self.dispatcher = dispatcher
+        self.grid = max(1, int(grid))
+        self.block = int(block)
+        self.args = list(args)
+        slot_type = vector_type(vector_dtype)
+        self.argtypes = tuple(slot_type if isinstance(a, Slot) else numba_type(a) for a in self.args)
+        self._function = None
+
+    def ptx(self, cc=(9, 0)) -> str:
+        """PTX for this launch's argument types (compiles without a GPU)."""
+        ptx, _ = cuda.compile_ptx(self.dispatcher.py_func, self.argtypes, cc=cc)
+        return ptx
+
+    def load(self, x_len: int, y_len: int) -> None:
+        """Compile for the argument types and build the driver's parameter buffer (GPU only)."""
+        if SIMULATOR:
+            return
+        kernel = self.dispatcher.compile(self.argtypes)
+        self._function = ctypes.c_void_p(int(kernel._codelibrary.get_cufunc().handle))
+        lengths = {"X": x_len, "Y": y_len}
+        self._storage = []  # the ctypes values the parameter array points into
+        self._slots = {}  # slot name -> ctypes value holding that vector's data pointer
+        for value, ty in zip(self.args, self.argtypes):
+            if isinstance(ty, types.Array):
+                is_slot = isinstance(value, Slot)
+                length = lengths[value.name] if is_slot else value.shape[0]
+                itemsize = ty.dtype.bitwidth // 8
+                data = ctypes.c_uint64(0 if is_slot else device_pointer(value))
+                if is_slot:
+                    self._slots[value.name] = data
+                self._storage += [ctypes.c_uint64(0), ctypes.c_uint64(0), ctypes.c_int64(length),
+                                  ctypes.c_int64(itemsize), data, ctypes.c_int64(length),
+                                  ctypes.c_int64(itemsize)]
+            else:
+                self._storage.append(_SCALAR_CTYPES[ty](value.item()))
+        self._params = (ctypes.c_void_p * len(self._storage))(
+            *[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in self._storage]
+        )
+        self._x = self._slots.get("X", ctypes.c_uint64(0))
+        self._y = self._slots.get("Y", ctypes.c_uint64(0))
+
+    def __call__(self, x, y) -> None:
+        """Launch with device vectors x and y (pointers on a GPU, arrays under the simulator)."""
+        if SIMULATOR:
+            values = [x if a is X else y if a is Y else a for a in self.args]
+            self.dispatcher[self.grid, self.block](*values)
+            return
+        self._x.value = x
+        self._y.value = y
+        status = _driver()[0](self._function, self.grid, 1, 1, self.block, 1, 1, 0, None,
+                              self._params, None)
+        if status:
+            raise RuntimeError(f"CUDA driver error {status} in cuLaunchKernel")
+
+
+class ZeroY:
+    """Set ``y`` to zero before a kernel that accumulates into it with atomics."""
+
+    def __init__(self, m: int, itemsize: int):
+        self.words = m * itemsize // 4
+
+    def load(self, x_len: int, y_len: int) -> None:
+        pass
+
+    def ptx(self, cc=(9, 0)) -> str:
+        return ""
+
+    def __call__(self, x, y) -> None:
+        if SIMULATOR:
+            y[:] = 0
+            return
+        if self.words:
+            status = _driver()[1](y, 0, self.words, None)
+            if status:
+                raise RuntimeError(f"CUDA driver error {status} in cuMemsetD32Async")
+
+
+class DeviceProgram:
+    """A converted matrix on the GPU plus the launches that multiply it by a vector.
+
+    ``arrays`` keeps the device arrays alive for as long as the launches reference them.
+    """
+
+    def __init__(self, shape: tuple[int, int], dtype: np.dtype, arrays: dict, steps: list):
+        self.shape = shape
+        self.dtype = np.dtype(dtype)
+        self.arrays = arrays
+        self.steps = steps
+
+    def load(self) -> "DeviceProgram":
+        """Compile every launch and fix its parameters; returns self."""
+        for step in self.steps:
+            step.load(self.shape[1], self.shape[0])
+        return self
+
+    def __call__(self, x, y) -> None:
+        """y = A @ x for device vectors (pointers on a GPU, arrays under the simulator)."""
+        for step in self.steps:
+            step(x, y)
+
+
+def vector_type(dtype) -> types.Array:
+    return types.Array(from_dtype(np.dtype(dtype)), 1, "C")
+
+
+def upload(fmt) -> dict:
+    """Copy a format's arrays to the GPU (one device array per field).
+
+    Raises MemoryError, naming the bytes needed and free, before allocating anything when the
+    arrays cannot fit; if an allocation still fails midway, the arrays already copied are freed
+    with the dictionary that held them.
+    """
+    arrays = fmt.arrays()
+    if not SIMULATOR:
+        needed = sum(a.nbytes for a in arrays.values())
+        free, total = cuda.current_context().get_memory_info()
+        if needed > free:
+            raise MemoryError(
+                f"the {fmt.name} format needs {needed:,} bytes on the GPU; "
+                f"{free:,} of {total:,} bytes are free"
+            )
+    return {name: cuda.to_device(np.ascontiguousarray(a)) for name, a in arrays.items()}

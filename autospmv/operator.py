@@ -1,0 +1,142 @@
+"""SpMVOperator: a converted matrix bound to one kernel on one device.
+
+All checking of vectors happens here, once per call, before a kernel sees them; kernels only know
+their arrays. Everything that can be done once (conversion, upload, launch parameters) is done when
+the operator is built, so a call only validates, launches and (for host vectors) copies.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.sparse.linalg import LinearOperator
+
+from . import registry
+from .selector import Decision, forced_decision
+from .validation import canonicalize, check_out, check_vector
+
+
+class SpMVOperator(LinearOperator):
+    """``y = A @ x`` with a fixed kernel; a ``scipy.sparse.linalg.LinearOperator``.
+
+    Attributes: ``kernel``, ``params``, ``device``, ``decision``, ``format`` (the converted
+    storage), ``nbytes`` (bytes of that storage), ``shape``, ``dtype``.
+    """
+
+    def __init__(self, csr: sp.csr_matrix, decision: Decision, device: str):
+        super().__init__(dtype=csr.dtype, shape=csr.shape)
+        self.decision = decision
+        self.device = device
+        self._csr = csr
+        spec = registry.get(decision.kernel)
+        started = time.perf_counter()
+        self.format = spec.convert(csr, decision.params)
+        if device == "cuda":
+            from .kernels.cuda.backend import CudaBackend
+
+            self._backend = CudaBackend(spec, self.format, decision.params)
+        else:
+            self._backend = CpuBackend(spec, self.format, decision.params)
+        decision.notes.append(
+            f"conversion to {self.format.name} and set-up took "
+            f"{(time.perf_counter() - started) * 1e3:.2f} ms"
+        )
+        self._transposed = None
+
+    @property
+    def kernel(self) -> str:
+        return self.decision.kernel
+
+    @property
+    def params(self) -> dict:
+        return dict(self.decision.params)
+
+    @property
+    def nbytes(self) -> int:
+        return self.format.nbytes
+
+    def explain(self) -> str:
+        """Human-readable account of the decision (see :class:`Decision`)."""
+        return self.decision.explain()
+
+    def __repr__(self):
+        m, n = self.shape
+        return (f"<SpMVOperator {m}x{n} {self.dtype} nnz={self._csr.nnz} kernel={self.kernel} "
+                f"device={self.device}>")
+
+    def matvec(self, x, out=None):
+        """``A @ x``. Host (numpy) x gives a numpy result; a CUDA array gives a device result.
+
+        ``out`` (optional) receives the result: same kind as x, shape (m,), the operator's dtype.
+        x is converted to the operator's dtype. An (n, 1) column gives an (m, 1) result.
+        """
+        if hasattr(x, "__cuda_array_interface__"):
+            return self._backend.device_matvec(x, out)
+        column = np.ndim(x) == 2
+        x = check_vector(x, self.shape[1], self.dtype)
+        if out is None:
+            y = np.empty(self.shape[0], dtype=self.dtype)
+        else:
+            check_out(out, self.shape[0], self.dtype)
+            y = out
+        self._backend.host_matvec(x, y)
+        return y.reshape(-1, 1) if column and out is None else y
+
+    def _matvec(self, x):
+        return self.matvec(x)
+
+    def __matmul__(self, x):
+        if hasattr(x, "__cuda_array_interface__"):
+            return self.matvec(x)
+        return super().__matmul__(x)
+
+    def dot(self, x):
+        if hasattr(x, "__cuda_array_interface__"):
+            return self.matvec(x)
+        return super().dot(x)
+
+    def _matmat(self, X):
+        X = np.asarray(X)
+        if X.ndim != 2 or X.shape[0] != self.shape[1]:
+            raise ValueError(f"X must have shape ({self.shape[1]}, k); got {X.shape}")
+        Y = np.empty((self.shape[0], X.shape[1]), dtype=self.dtype)
+        for j in range(X.shape[1]):
+            Y[:, j] = self.matvec(np.ascontiguousarray(X[:, j]))
+        return Y
+
+    def transpose_operator(self) -> "SpMVOperator":
+        """The operator for Aᵀ with the same kernel and device (built on first use)."""
+        if self._transposed is None:
+            csr_t = canonicalize(self._csr.T)
+            self._transposed = SpMVOperator(csr_t, forced_decision(csr_t, self.kernel), self.device)
+        return self._transposed
+
+    def _rmatvec(self, x):
+        return self.transpose_operator().matvec(x)
+
+    def _adjoint(self):  # real matrices only, so the adjoint is the transpose
+        return self.transpose_operator()
+
+    def _transpose(self):
+        return self.transpose_operator()
+
+
+class CpuBackend:
+    """Runs the registry's numba CPU kernel on host arrays."""
+
+    def __init__(self, spec: registry.KernelSpec, fmt, params: dict):
+        self._kernel = spec.cpu_kernel()
+        self._format = fmt
+        self._params = params
+
+    def host_matvec(self, x: np.ndarray, y: np.ndarray) -> None:
+        if y.shape[0]:
+            self._kernel(self._format, x, y, self._params)
+
+    def device_matvec(self, x, out):
+        raise TypeError(
+            "this operator runs on the CPU and takes numpy arrays; got a CUDA device array "
+            f"({type(x).__name__}); build the operator with device='cuda' to use device arrays"
+        )
