@@ -63,6 +63,7 @@ def rule_decision(csr: sp.csr_matrix) -> Decision:
     )
 
 
-def forced_decision(csr: sp.csr_matrix, kernel: str) -> Decision:
-    return Decision(kernel, registry.choose_params(kernel, csr), "forced",
+def forced_decision(csr: sp.csr_matrix, kernel: str, params: dict | None = None) -> Decision:
+    """The decision for an explicit ``kernel=`` (parameters tuned unless given in ``params``)."""
+    return Decision(kernel, registry.choose_params(kernel, csr, params), "forced",
                     [f"kernel={kernel!r} requested"])

@@ -39,22 +39,26 @@ def select(A, *, kernel: str | None = None, model=None) -> Decision:
     return _decide(canonicalize(A), kernel, model)
 
 
-def _decide(csr, kernel, model) -> Decision:
+def _decide(csr, kernel, model, params=None) -> Decision:
     if kernel is not None:
         registry.get(kernel)  # validates the name
-        return forced_decision(csr, kernel)
+        return forced_decision(csr, kernel, params)
+    if params:
+        raise ValueError("params= needs kernel= (parameters belong to one kernel)")
     if model is not None:
         raise NotImplementedError("trained models are not supported yet; omit model=")
     return rule_decision(csr)
 
 
-def prepare(A, *, kernel: str | None = None, device: str | None = None, model=None) -> SpMVOperator:
+def prepare(A, *, kernel: str | None = None, device: str | None = None, model=None,
+            params: dict | None = None) -> SpMVOperator:
     """Canonicalise A, choose a kernel (or use ``kernel=``), convert once, return the operator.
 
     ``device``: ``"cuda"``, ``"cpu"`` or None (CUDA when a usable GPU is present).
+    ``params``: with ``kernel=``, overrides the tuned parameters (e.g. ``{"width": 8}`` for hyb).
     """
     if kernel is not None:
         registry.get(kernel)
     device = _resolve_device(device)
     csr = canonicalize(A)
-    return SpMVOperator(csr, _decide(csr, kernel, model), device)
+    return SpMVOperator(csr, _decide(csr, kernel, model, params), device)
