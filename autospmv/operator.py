@@ -72,8 +72,9 @@ class SpMVOperator(LinearOperator):
         ``out`` (optional) receives the result: same kind as x, shape (m,), the operator's dtype.
         x is converted to the operator's dtype. An (n, 1) column gives an (m, 1) result.
         """
-        if hasattr(x, "__cuda_array_interface__"):
-            return self._backend.device_matvec(x, out)
+        cai = getattr(x, "__cuda_array_interface__", None)
+        if cai is not None:
+            return self._backend.device_matvec(x, cai, out)
         column = np.ndim(x) == 2
         x = check_vector(x, self.shape[1], self.dtype)
         if out is None:
@@ -135,7 +136,7 @@ class CpuBackend:
         if y.shape[0]:
             self._kernel(self._format, x, y, self._params)
 
-    def device_matvec(self, x, out):
+    def device_matvec(self, x, x_cai, out):
         raise TypeError(
             "this operator runs on the CPU and takes numpy arrays; got a CUDA device array "
             f"({type(x).__name__}); build the operator with device='cuda' to use device arrays"

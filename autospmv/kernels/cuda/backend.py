@@ -14,15 +14,19 @@ from numba import cuda
 from .launch import SIMULATOR, DeviceProgram, device_pointer, upload
 
 
-def _check_device_vector(v, length: int, dtype: np.dtype, what: str) -> int:
-    """Validate a CUDA array interface and return its data pointer."""
-    cai = v.__cuda_array_interface__
-    if tuple(cai["shape"]) != (length,):
-        raise ValueError(f"{what} must have shape ({length},); got {tuple(cai['shape'])}")
-    if np.dtype(cai["typestr"]) != dtype:
+def _check_device_vector(cai: dict, length: int, dtype: np.dtype, what: str) -> int:
+    """Validate a ``__cuda_array_interface__`` dict and return its data pointer.
+
+    Runs on every call, so the common case costs a few dictionary look-ups: the type string is
+    compared as a string (``dtype.str``) before anything is parsed.
+    """
+    shape = cai["shape"]
+    if len(shape) != 1 or shape[0] != length:
+        raise ValueError(f"{what} must have shape ({length},); got {tuple(shape)}")
+    if cai["typestr"] != dtype.str and np.dtype(cai["typestr"]) != dtype:
         raise TypeError(f"{what} must have dtype {dtype}; got {np.dtype(cai['typestr'])}")
     strides = cai.get("strides")
-    if strides is not None and length > 1 and tuple(strides) != (dtype.itemsize,):
+    if strides is not None and length > 1 and strides[0] != dtype.itemsize:
         raise ValueError(f"{what} must be contiguous; got strides {tuple(strides)}")
     return cai["data"][0]
 
@@ -41,14 +45,22 @@ def _empty_like_input(x, m: int, dtype: np.dtype):
     return cuda.device_array(m, dtype=dtype)
 
 
+_FIXED_POINTER_MODULES = ("numba", "cupy")
+"""Array kinds whose data pointer never changes during the array's life (unlike torch tensors,
+which ``resize_``/``set_`` can move), so a checked ``out`` of these kinds can be remembered."""
+
+
 class CudaBackend:
     def __init__(self, spec, fmt, params: dict):
         self.shape = fmt.shape
         self.dtype = np.dtype(fmt.dtype)
         arrays = upload(fmt)
         self.program: DeviceProgram = spec.cuda_builder()(fmt, params, arrays).load()
+        self._launch = self.program.single_step()
         self._x = cuda.device_array(self.shape[1], dtype=self.dtype)
         self._y = cuda.device_array(self.shape[0], dtype=self.dtype)
+        # The last checked ``out`` and its pointer: solvers pass the same buffer on every call.
+        self._out = self._out_ptr = None
 
     def _run(self, x, y) -> None:
         """Launch on device vectors (the simulator takes the arrays, a GPU their addresses)."""
@@ -64,11 +76,19 @@ class CudaBackend:
         self._run(self._x, self._y)
         self._y.copy_to_host(y)
 
-    def device_matvec(self, x, out):
+    def device_matvec(self, x, x_cai: dict, out):
         m, n = self.shape
-        x_ptr = _check_device_vector(x, n, self.dtype, "x")
-        y = _empty_like_input(x, m, self.dtype) if out is None else out
-        y_ptr = _check_device_vector(y, m, self.dtype, "out")
+        x_ptr = _check_device_vector(x_cai, n, self.dtype, "x")
+        if out is not None and out is self._out:
+            y, y_ptr = out, self._out_ptr
+        else:
+            y = _empty_like_input(x, m, self.dtype) if out is None else out
+            y_cai = getattr(y, "__cuda_array_interface__", None)
+            if y_cai is None:
+                raise TypeError(f"out must be a CUDA device array like x; got {type(y).__name__}")
+            y_ptr = _check_device_vector(y_cai, m, self.dtype, "out")
+            if out is not None and type(out).__module__.split(".")[0] in _FIXED_POINTER_MODULES:
+                self._out, self._out_ptr = out, y_ptr
         if m:
-            self.program(x, y) if SIMULATOR else self.program(x_ptr, y_ptr)
+            self.program(x, y) if SIMULATOR else self._launch(x_ptr, y_ptr)
         return y

@@ -5,7 +5,8 @@ every argument on every call (type checks, device-array wrapping, argument flatt
 tens of microseconds of host time, while an SpMV on a million nonzeros is a few microseconds of GPU
 work. A matrix's arrays never change between calls, so :class:`Launch` flattens the kernel's
 arguments *once*, into the exact parameter buffer the driver expects, and each call only writes the
-two pointers that change (``x`` and ``y``) before calling ``cuLaunchKernel`` through ctypes.
+two pointers that change (``x`` and ``y``) before calling the driver's ``cuLaunchKernel`` (through
+``cuda.bindings``, the thinnest wrapper available: about a microsecond above the driver itself).
 
 numba passes a 1-D array to a kernel as seven parameters (meminfo, parent, nitems, itemsize, data
 pointer, shape, stride); scalars are passed by value with their own width. The buffer below
@@ -26,6 +27,9 @@ from numba.np.numpy_support import from_dtype
 
 SIMULATOR = bool(cuda.config.ENABLE_CUDASIM)
 
+if not SIMULATOR:
+    from cuda.bindings import driver
+
 
 class Slot:
     """Placeholder for a vector that changes on every call (``X`` or ``Y``)."""
@@ -41,25 +45,8 @@ X = Slot("X")
 Y = Slot("Y")
 
 
-def _libcuda():
-    lib = ctypes.CDLL("libcuda.so.1")
-    launch = lib.cuLaunchKernel
-    launch.restype = ctypes.c_int
-    launch.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
-    memset = lib.cuMemsetD32Async
-    memset.restype = ctypes.c_int
-    memset.argtypes = [ctypes.c_uint64, ctypes.c_uint, ctypes.c_size_t, ctypes.c_void_p]
-    return launch, memset
-
-
-_DRIVER = None
-
-
-def _driver():
-    global _DRIVER
-    if _DRIVER is None:
-        _DRIVER = _libcuda()
-    return _DRIVER
+def _driver_error(status, what: str) -> RuntimeError:
+    return RuntimeError(f"CUDA driver error {status!r} in {what}")
 
 
 def device_pointer(array) -> int:
@@ -110,7 +97,7 @@ class Launch:
         if SIMULATOR:
             return
         kernel = self.dispatcher.compile(self.argtypes)
-        self._function = ctypes.c_void_p(int(kernel._codelibrary.get_cufunc().handle))
+        self._function = driver.CUkernel(int(kernel._codelibrary.get_cufunc().handle))
         lengths = {"X": x_len, "Y": y_len}
         self._storage = []  # the ctypes values the parameter array points into
         self._slots = {}  # slot name -> ctypes value holding that vector's data pointer
@@ -132,6 +119,8 @@ class Launch:
         )
         self._x = self._slots.get("X", ctypes.c_uint64(0))
         self._y = self._slots.get("Y", ctypes.c_uint64(0))
+        self._launch_args = (self._function, self.grid, 1, 1, self.block, 1, 1, 0, 0,
+                             ctypes.addressof(self._params), 0)
 
     def __call__(self, x, y) -> None:
         """Launch with device vectors x and y (pointers on a GPU, arrays under the simulator)."""
@@ -141,10 +130,9 @@ class Launch:
             return
         self._x.value = x
         self._y.value = y
-        status = _driver()[0](self._function, self.grid, 1, 1, self.block, 1, 1, 0, None,
-                              self._params, None)
+        status, = driver.cuLaunchKernel(*self._launch_args)
         if status:
-            raise RuntimeError(f"CUDA driver error {status} in cuLaunchKernel")
+            raise _driver_error(status, "cuLaunchKernel")
 
 
 class ZeroY:
@@ -164,9 +152,9 @@ class ZeroY:
             y[:] = 0
             return
         if self.words:
-            status = _driver()[1](y, 0, self.words, None)
+            status, = driver.cuMemsetD32Async(y, 0, self.words, 0)
             if status:
-                raise RuntimeError(f"CUDA driver error {status} in cuMemsetD32Async")
+                raise _driver_error(status, "cuMemsetD32Async")
 
 
 class DeviceProgram:
@@ -191,6 +179,10 @@ class DeviceProgram:
         """y = A @ x for device vectors (pointers on a GPU, arrays under the simulator)."""
         for step in self.steps:
             step(x, y)
+
+    def single_step(self):
+        """The program's only step when it has exactly one (callable directly, saving a loop)."""
+        return self.steps[0] if len(self.steps) == 1 else self
 
 
 def vector_type(dtype) -> types.Array:

@@ -7,6 +7,9 @@ instead of returning early). Under that discipline a shuffle is a block barrier 
 of values, which is what :func:`install` adds to the simulator's fake ``cuda`` module. Lanes outside
 the warp, or lanes whose thread has already exited, read back the caller's own value, as
 ``__shfl_*_sync`` does for out-of-range source lanes.
+
+The simulator's device arrays also lack ``__cuda_array_interface__``, which autospmv uses to tell
+device vectors from host vectors; :func:`install` adds it.
 """
 
 from __future__ import annotations
@@ -56,9 +59,20 @@ def syncwarp(self, mask=0xFFFFFFFF):
     threading.current_thread().syncthreads()
 
 
+def _array_interface(self) -> dict:
+    """``__cuda_array_interface__`` of a simulated device array (its host buffer's address)."""
+    host = self._ary
+    return {"shape": host.shape, "typestr": host.dtype.str, "strides": None if
+            host.flags.c_contiguous else host.strides, "data": (host.ctypes.data, False),
+            "version": 3}
+
+
 def install() -> None:
-    """Add the shuffles above to the simulator's fake ``cuda`` module (idempotent)."""
+    """Add the shuffles above to the simulator's fake ``cuda`` module, and the CUDA array
+    interface to its device arrays so that they are recognised like real ones (idempotent)."""
+    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
     from numba.cuda.simulator.kernelapi import FakeCUDAModule
 
     for function in (shfl_down_sync, shfl_up_sync, shfl_xor_sync, shfl_sync, syncwarp):
         setattr(FakeCUDAModule, function.__name__, function)
+    FakeCUDAArray.__cuda_array_interface__ = property(_array_interface)
