@@ -1,0 +1,213 @@
+"""Command line: ``python -m autospmv {demo,explain,bench,info}`` (also installed as ``autospmv``).
+
+User mistakes (a missing or unreadable file, an unknown kernel) end with a one-line error and exit
+status 2, not a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from . import KERNELS, cuda_available, prepare, select
+from .formats.base import FormatTooLargeError
+from .validation import canonicalize
+
+
+class UserError(Exception):
+    """A mistake in the command line or its input files: reported without a traceback."""
+
+
+def load_matrix(path: str) -> sp.csr_matrix:
+    """Read a ``.npz`` (scipy.sparse.save_npz) or ``.mtx`` (Matrix Market) file."""
+    file = Path(path)
+    if not file.is_file():
+        raise UserError(f"no such file: {path}")
+    try:
+        if file.suffix == ".npz":
+            A = sp.load_npz(file)
+        elif file.suffix == ".mtx":
+            import scipy.io
+
+            A = scipy.io.mmread(file)
+        else:
+            raise UserError(f"{path}: unsupported file type {file.suffix!r}; use .npz or .mtx")
+        return canonicalize(A)
+    except UserError:
+        raise
+    except Exception as error:  # any parse failure is the file's fault, reported in one line
+        raise UserError(f"cannot read a sparse matrix from {path}: {error}") from None
+
+
+def time_per_call(fn, budget: float = 0.2) -> float:
+    """Median seconds per call of ``fn`` (a few batches after a warm-up call)."""
+    fn()
+    samples = []
+    deadline = time.perf_counter() + budget
+    while len(samples) < 5 or time.perf_counter() < deadline:
+        t0 = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - t0)
+    return float(np.median(samples))
+
+
+def _device_timer(device: str):
+    """A callable measuring seconds per call on ``device`` (synchronising after GPU calls)."""
+    if device == "cpu":
+        return time_per_call
+    from numba import cuda
+
+    def timed(fn, budget: float = 0.2) -> float:
+        def synced():
+            fn()
+            cuda.synchronize()
+
+        return time_per_call(synced, budget)
+
+    return timed
+
+
+def demo_matrices() -> dict[str, sp.csr_matrix]:
+    """A handful of representative structures, generated in well under a second."""
+    rng = np.random.default_rng(0)
+    n = 300
+    lap1 = sp.diags([-1.0, 2.0, -1.0], [-1, 0, 1], shape=(n, n))
+    poisson = sp.kronsum(lap1, lap1, format="csr")
+    lengths = np.minimum((rng.pareto(1.5, 50_000) * 3 + 1).astype(int), 5_000)
+    rows = np.repeat(np.arange(lengths.size), lengths)
+    powerlaw = sp.csr_matrix((rng.standard_normal(rows.size), (rows, rng.integers(0, 50_000, rows.size))),
+                             shape=(50_000, 50_000))
+    fem = sp.kron(sp.random(20_000, 20_000, density=4e-4, random_state=1, format="csr")
+                  + sp.identity(20_000), np.ones((3, 3)), format="csr")
+    dense_rows = sp.random(60_000, 60_000, density=5e-5, random_state=2, format="lil")
+    dense_rows[:3, :] = rng.standard_normal((3, 60_000))
+    return {"2-D Poisson 300×300 grid": poisson, "power-law rows": powerlaw,
+            "3×3-block FEM-like": fem, "3 dense rows among short ones": sp.csr_matrix(dense_rows)}
+
+
+def cmd_demo(args) -> None:
+    device = "cuda" if cuda_available() else "cpu"
+    baseline = "cuSPARSE (CuPy)" if device == "cuda" else "SciPy"
+    timer = _device_timer(device)
+    print(f"autospmv demo on {device}; baseline: {baseline}\n")
+    for name, A in demo_matrices().items():
+        A = canonicalize(A)
+        op = prepare(A, device=device)
+        x = np.random.default_rng(0).standard_normal(A.shape[1])
+        error = np.linalg.norm(op @ x - A @ x) / np.linalg.norm(A @ x)
+        ours, theirs = _demo_timings(op, A, x, device, timer)
+        print(f"{name}: {A.shape[0]}×{A.shape[1]}, {A.nnz:,} nonzeros")
+        print("  " + op.explain().replace("\n", "\n  "))
+        print(f"  {ours * 1e6:9.1f} µs per call vs {baseline} {theirs * 1e6:9.1f} µs "
+              f"({theirs / ours:.2f}×), relative error {error:.1e}\n")
+
+
+def _demo_timings(op, A, x, device, timer):
+    if device == "cpu":
+        y = np.empty(A.shape[0])
+        return timer(lambda: op.matvec(x, out=y)), timer(lambda: A @ x)
+    from numba import cuda
+
+    xd, yd = cuda.to_device(x), cuda.device_array(A.shape[0])
+    ours = timer(lambda: op.matvec(xd, out=yd))
+    try:
+        import cupy
+        import cupyx.scipy.sparse as csp
+    except ImportError:
+        return ours, float("nan")
+    M, xc = csp.csr_matrix(A), cupy.asarray(x)
+    return ours, timer(lambda: M @ xc)
+
+
+def cmd_explain(args) -> None:
+    A = load_matrix(args.file)
+    print(f"{args.file}: {A.shape[0]}×{A.shape[1]}, {A.nnz:,} nonzeros")
+    print(select(A).explain())
+
+
+def cmd_bench(args) -> None:
+    A = load_matrix(args.file)
+    if args.device == "cuda" and not cuda_available():
+        raise UserError("--device cuda was given but no usable CUDA GPU was found")
+    device = args.device or ("cuda" if cuda_available() else "cpu")
+    timer = _device_timer(device)
+    x = np.random.default_rng(0).standard_normal(A.shape[1]).astype(A.dtype)
+    t0 = time.perf_counter()
+    picked = prepare(A, device=device)
+    prepare_s = time.perf_counter() - t0
+    print(f"{args.file}: {A.shape[0]}×{A.shape[1]}, {A.nnz:,} nonzeros, on {device}")
+    times = {}
+    for kernel in KERNELS:
+        try:
+            op = prepare(A, kernel=kernel, device=device)
+        except FormatTooLargeError as error:
+            print(f"  {kernel:11s}  not feasible: {error}")
+            continue
+        if device == "cuda":
+            from numba import cuda
+
+            xd, yd = cuda.to_device(x), cuda.device_array(A.shape[0], dtype=A.dtype)
+            times[kernel] = timer(lambda: op.matvec(xd, out=yd))
+        else:
+            y = np.empty(A.shape[0], dtype=A.dtype)
+            times[kernel] = timer(lambda: op.matvec(x, out=y))
+        print(f"  {kernel:11s} {times[kernel] * 1e6:10.1f} µs per call")
+    best = min(times, key=times.get)
+    print(f"picked {picked.kernel} ({times[picked.kernel] * 1e6:.1f} µs), best {best} "
+          f"({times[best] * 1e6:.1f} µs): quality {times[best] / times[picked.kernel]:.3f}")
+    print(f"prepare() took {prepare_s * 1e3:.2f} ms = "
+          f"{prepare_s / times[picked.kernel]:.0f} SpMV-equivalents")
+
+
+def cmd_info(args) -> None:
+    import numba
+
+    import autospmv
+
+    print(f"autospmv {autospmv.__version__}, numba {numba.__version__}, numpy {np.__version__}")
+    if cuda_available():
+        from numba import cuda
+
+        if cuda.config.ENABLE_CUDASIM:
+            print("device: CUDA simulator (NUMBA_ENABLE_CUDASIM=1)")
+        else:
+            dev = cuda.get_current_device()
+            print(f"device: cuda, {dev.name}, compute capability {dev.compute_capability}")
+    else:
+        print("device: cpu (no usable CUDA GPU found)")
+    print(f"kernels: {', '.join(KERNELS)}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="autospmv", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("demo", help="prepare representative matrices, show decisions and speed")
+    p = sub.add_parser("explain", help="show the decision for a matrix file (.npz or .mtx)")
+    p.add_argument("file")
+    p = sub.add_parser("bench", help="time every kernel on a matrix file on this device")
+    p.add_argument("file")
+    p.add_argument("--device", choices=["cuda", "cpu"])
+    sub.add_parser("info", help="device, versions and kernels")
+    return parser
+
+
+COMMANDS = {"demo": cmd_demo, "explain": cmd_explain, "bench": cmd_bench, "info": cmd_info}
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        COMMANDS[args.command](args)
+    except (UserError, MemoryError) as error:
+        print(f"autospmv {args.command}: error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
