@@ -1,0 +1,109 @@
+"""ELL (ELLPACK): every row padded to the same width K, stored column-major.
+
+Entry ``k`` of row ``r`` lives at slot ``k * m + r`` of ``col``/``data`` (``m`` rows), so the GPU
+threads of consecutive rows read consecutive words at every step ``k``. A row's entries fill its
+slots ``0 .. len-1`` in column order; the remaining slots are padding with ``col = -1`` and
+``data = 0``. Kernels stop at the first padding slot of a row and never multiply padding by ``x``,
+so NaN and Inf in ``x`` propagate exactly as in SciPy.
+
+Fill limit. ELL stores ``m * K`` slots for ``nnz`` entries, which explodes when a few rows are much
+longer than the rest. Like CUSP (``max_fill = 3``), :meth:`ELLFormat.from_csr` refuses with
+:class:`~autospmv.formats.base.FormatTooLargeError` when the padded size exceeds
+``ELL_MAX_FILL * nnz`` *and* ``ELL_SMALL`` slots; the absolute allowance lets small matrices
+convert whatever their shape (their padding costs nothing that matters). The same rule bounds the
+idle GPU thread slots of JDS (see :mod:`autospmv.formats.jds`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import scipy.sparse as sp
+
+from .base import FormatTooLargeError, SparseFormat, row_lengths
+from .coo import COOFormat
+
+ELL_MAX_FILL = 3.0
+"""Largest accepted ratio of padded slots to nonzeros (CUSP's default ``max_fill``)."""
+
+ELL_SMALL = 1 << 16
+"""Padded sizes up to this many slots are always accepted, whatever the ratio."""
+
+
+def fill_exceeded(padded: int, nnz: int, max_fill: float) -> bool:
+    """True when ``padded`` slots exceed both ``max_fill * nnz`` and :data:`ELL_SMALL`."""
+    return padded > max_fill * nnz and padded > ELL_SMALL
+
+
+def too_large(format_name: str, padded: int, nnz: int, max_fill: float, what: str,
+              advice: str) -> FormatTooLargeError:
+    """The error for a conversion over the fill limit: sizes, the limit, and ``advice``."""
+    ratio = padded / nnz if nnz else float("inf")
+    return FormatTooLargeError(
+        f"{format_name} would need {padded:,} {what} for {nnz:,} nonzeros ({ratio:.1f}x), "
+        f"above the fill limit of {max_fill:g}x nnz (max_fill; at most {ELL_SMALL:,} slots "
+        f"are always accepted); {advice}"
+    )
+
+
+def entry_positions(csr: sp.csr_matrix) -> tuple[np.ndarray, np.ndarray]:
+    """Row and position within its row of every stored entry of a CSR matrix (both int64)."""
+    row = np.repeat(np.arange(csr.shape[0], dtype=np.int64), row_lengths(csr))
+    position = np.arange(csr.nnz, dtype=np.int64) - csr.indptr[:-1].astype(np.int64)[row]
+    return row, position
+
+
+def split_at_width(csr: sp.csr_matrix, width: int) -> tuple["ELLFormat", COOFormat]:
+    """ELL holding the first ``width`` entries of every row, and COO holding the rest.
+
+    The COO part keeps CSR order (sorted by row, then column); it is empty when ``width`` is at
+    least the longest row. HYB is exactly this pair.
+    """
+    m = csr.shape[0]
+    itype = csr.indices.dtype
+    row, position = entry_positions(csr)
+    kept = position < width
+    slot = position[kept] * m + row[kept]
+    col = np.full(m * width, -1, dtype=itype)
+    data = np.zeros(m * width, dtype=csr.data.dtype)
+    col[slot] = csr.indices[kept]
+    data[slot] = csr.data[kept]
+    rest = ~kept
+    overflow = COOFormat(csr.shape, row[rest].astype(itype), csr.indices[rest], csr.data[rest])
+    return ELLFormat(csr.shape, int(width), col, data), overflow
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ELLFormat(SparseFormat):
+    width: int
+    """K, the number of slots per row."""
+    col: np.ndarray
+    """Column of slot ``k * m + r`` (entry k of row r), or -1 for padding; length ``m * K``."""
+    data: np.ndarray
+    """Value of each slot (0 for padding)."""
+
+    name = "ell"
+
+    @classmethod
+    def from_csr(cls, csr: sp.csr_matrix, max_fill: float = ELL_MAX_FILL) -> "ELLFormat":
+        """ELL with K = the longest row; FormatTooLargeError beyond the fill limit."""
+        m = csr.shape[0]
+        width = int(row_lengths(csr).max()) if m else 0
+        if fill_exceeded(m * width, csr.nnz, max_fill):
+            raise too_large(
+                "ELL", m * width, csr.nnz, max_fill,
+                f"padded slots ({m:,} rows x width {width:,})",
+                "rows are too uneven for ELL; use kernel 'hyb' (ELL for the typical row length "
+                "plus COO for the rest) or 'csr5'",
+            )
+        return split_at_width(csr, width)[0]
+
+    def to_csr(self) -> sp.csr_matrix:
+        m = self.shape[0]
+        col = self.col.reshape(self.width, m).T  # (m, K) view: row r's slots in order
+        data = self.data.reshape(self.width, m).T
+        stored = col >= 0
+        indptr = np.zeros(m + 1, dtype=self.col.dtype)
+        np.cumsum(stored.sum(axis=1), out=indptr[1:])
+        return sp.csr_matrix((data[stored], col[stored], indptr), shape=self.shape)

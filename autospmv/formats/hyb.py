@@ -1,0 +1,132 @@
+"""HYB: an ELL part of width K (the first K entries of every row) plus a COO part with the rest.
+
+ELL is fast for the typical row and COO costs the same per entry whatever the row length, so HYB
+takes the bulk of a matrix with uneven rows through ELL without padding every row to the longest.
+The COO part keeps CSR order (sorted by row, then column), which the COO kernels rely on.
+
+The width is a strategy: a pure function of the row-length array, so it can be tested, compared
+and reused by the feature extractor without building anything (after Ginkgo's ``hybrid.hpp``):
+
+* :func:`width_quantile` — the smallest K that holds a fraction ``q`` of the rows entirely;
+* :func:`width_cusp` — CUSP's rule: the largest K that at least ``max(4096, m/3)`` rows reach;
+* :func:`width_cost` — the K minimising ``m*K + coo_cost * overflow(K)``, a time model in which a
+  COO entry costs ``coo_cost`` ELL slots (CUSP's relative speed of 3: a row index read per entry,
+  the warp reduction and the atomics).
+
+:data:`default_hyb_width` is the one the registry uses. With ``coo_cost <= ELL_MAX_FILL`` the cost
+model never exceeds ELL's fill limit: ``m*K <= cost(K) <= cost(0) = coo_cost * nnz``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+
+import numpy as np
+import scipy.sparse as sp
+
+from .base import SparseFormat, row_lengths
+from .coo import COOFormat
+from .ell import ELL_MAX_FILL, ELLFormat, fill_exceeded, split_at_width, too_large
+
+
+def _histogram(lengths) -> tuple[int, np.ndarray]:
+    """Number of rows and ``count[k]`` = rows of length exactly k, for k = 0..max (int64)."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    if lengths.size and lengths.min() < 0:
+        raise ValueError("row lengths must be non-negative")
+    return lengths.size, np.bincount(lengths, minlength=1)
+
+
+def _rows_reaching(count: np.ndarray) -> np.ndarray:
+    """``reach[k]`` = rows of length >= k, for k = 0..max."""
+    return np.cumsum(count[::-1])[::-1]
+
+
+def width_quantile(row_lengths, q: float = 2 / 3) -> int:
+    """The smallest K such that at least a fraction ``q`` of the rows have length <= K."""
+    if not 0 <= q <= 1:
+        raise ValueError(f"q must lie in [0, 1]; got {q}")
+    m, count = _histogram(row_lengths)
+    if m == 0:
+        return 0
+    return int(np.searchsorted(np.cumsum(count), q * m, side="left"))
+
+
+def width_cusp(row_lengths) -> int:
+    """CUSP's ELL width for HYB: the largest K that at least ``max(4096, m/3)`` rows reach.
+
+    "Reach" means length >= K. 0 when no K > 0 qualifies (in particular below 4096 rows: CUSP
+    then leaves everything to COO).
+    """
+    m, count = _histogram(row_lengths)
+    reach = _rows_reaching(count)
+    ok = (3 * reach >= m) & (reach >= 4096)
+    ok[0] = True
+    return int(np.flatnonzero(ok)[-1])
+
+
+def width_cost(row_lengths, coo_cost: float = 3.0) -> int:
+    """The K in 0..max minimising ``m*K + coo_cost * overflow(K)``; ties go to the smallest K.
+
+    ``overflow(K) = sum(max(0, len - K))`` is the number of entries left to COO. Computed in
+    O(m + max) from the histogram: ``overflow(K) = sum over j > K of rows reaching j``.
+    """
+    m, count = _histogram(row_lengths)
+    reach = _rows_reaching(count)
+    overflow = np.append(np.cumsum(reach[:0:-1])[::-1], 0)  # overflow[K], K = 0..max
+    cost = m * np.arange(reach.size, dtype=np.float64) + coo_cost * overflow
+    return int(np.argmin(cost))
+
+
+default_hyb_width = width_cost
+"""The width strategy the registry's parameter chooser and the feature extractor use."""
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class HYBFormat(SparseFormat):
+    width: int
+    """K, the ELL part's width (at most the longest row)."""
+    ell: ELLFormat
+    """The first K entries of every row."""
+    coo: COOFormat
+    """The entries beyond the first K of their row, sorted by row, then column."""
+
+    name = "hyb"
+
+    @classmethod
+    def from_csr(cls, csr: sp.csr_matrix, width: int,
+                 max_fill: float = ELL_MAX_FILL) -> "HYBFormat":
+        """Split at ``width`` (clamped to the longest row: wider slots would be all padding).
+
+        FormatTooLargeError when the ELL part exceeds the fill limit (see
+        :mod:`autospmv.formats.ell`); :func:`default_hyb_width` never does.
+        """
+        width = operator.index(width)
+        if width < 0:
+            raise ValueError(f"the HYB width must be >= 0; got {width}")
+        m = csr.shape[0]
+        lengths = row_lengths(csr)
+        width = min(width, int(lengths.max()) if m else 0)
+        if fill_exceeded(m * width, csr.nnz, max_fill):
+            raise too_large(
+                "HYB", m * width, csr.nnz, max_fill, f"ELL slots ({m:,} rows x width {width:,})",
+                f"choose a smaller width (the cost model suggests {default_hyb_width(lengths)}) "
+                "or use kernel 'csr5'",
+            )
+        ell, coo = split_at_width(csr, width)
+        return cls(csr.shape, width, ell, coo)
+
+    def to_csr(self) -> sp.csr_matrix:
+        ell = self.ell.to_csr()
+        ell_row = np.repeat(np.arange(self.shape[0]), np.diff(ell.indptr))
+        # Within a row the ELL entries precede the overflow, so a stable sort by row restores CSR.
+        row = np.concatenate([ell_row, self.coo.row])
+        order = np.argsort(row, kind="stable")
+        indptr = np.zeros(self.shape[0] + 1, dtype=self.ell.col.dtype)
+        np.cumsum(np.bincount(row, minlength=self.shape[0]), out=indptr[1:])
+        return sp.csr_matrix(
+            (np.concatenate([ell.data, self.coo.data])[order],
+             np.concatenate([ell.indices, self.coo.col])[order], indptr),
+            shape=self.shape,
+        )

@@ -1,0 +1,52 @@
+"""ELL kernel on the CPU: tasks of consecutive rows, each walking its slots column by column.
+
+The column-major layout stores slot ``k`` of rows ``r, r+1, ...`` contiguously, so a task of
+``_ROWS_PER_TASK`` rows streams through ``col``/``data`` one column at a time and keeps its part of
+``y`` in L1. A row's padding is trailing, so padding slots are skipped without touching ``x``, and a
+task stops at the first column where all its rows are exhausted (ELL accepted under the fill limit
+can still hold up to 3x padding in tasks of short rows).
+"""
+
+from __future__ import annotations
+
+import numba
+
+from . import use_parallel
+
+_ROWS_PER_TASK = 256
+
+
+def _ell(col, data, width, x, y, accumulate, nchunks):
+    m = y.shape[0]
+    for chunk in numba.prange(nchunks):
+        start = chunk * _ROWS_PER_TASK
+        end = min(m, start + _ROWS_PER_TASK)
+        if not accumulate:
+            for r in range(start, end):
+                y[r] = 0
+        for k in range(width):
+            base = k * m
+            live = False
+            for r in range(start, end):
+                c = col[base + r]
+                if c >= 0:
+                    y[r] += data[base + r] * x[c]
+                    live = True
+            if not live:
+                break
+
+
+_ell_serial = numba.njit(cache=True, nogil=True)(_ell)
+_ell_parallel = numba.njit(cache=True, nogil=True, parallel=True)(_ell)
+
+
+def ell_spmv(fmt, x, y, accumulate: bool) -> None:
+    """``y = A @ x``, or ``y += A @ x`` when ``accumulate`` (HYB adds its ELL part this way)."""
+    m = y.shape[0]
+    kernel = _ell_parallel if use_parallel(fmt.col.shape[0]) else _ell_serial
+    kernel(fmt.col, fmt.data, fmt.width, x, y, accumulate,
+           (m + _ROWS_PER_TASK - 1) // _ROWS_PER_TASK)
+
+
+def spmv(fmt, x, y, params):
+    ell_spmv(fmt, x, y, False)

@@ -1,0 +1,44 @@
+"""JDS kernel on the CPU: tasks of consecutive sorted rows, walking the jagged diagonals.
+
+A task owns ``_ROWS_PER_TASK`` consecutive sorted positions. Diagonal ``d`` stores those rows'
+entries contiguously (at ``jd_ptr[d] + i``), so the task streams through each diagonal into a small
+accumulator and stops at the first diagonal shorter than its first row. Every row's sum runs over
+its entries in column order, as in CSR; the sums are then scattered to ``y`` through ``perm``.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from . import use_parallel
+
+_ROWS_PER_TASK = 256
+
+
+def _jds(perm, jd_ptr, col, data, x, y, nchunks):
+    m = y.shape[0]
+    ndiag = jd_ptr.shape[0] - 1
+    for chunk in numba.prange(nchunks):
+        start = chunk * _ROWS_PER_TASK
+        end = min(m, start + _ROWS_PER_TASK)
+        acc = np.zeros(end - start, dtype=data.dtype)
+        for d in range(ndiag):
+            base = jd_ptr[d]
+            stop = min(end, jd_ptr[d + 1] - base)  # the diagonal holds sorted rows 0..stop-1
+            if stop <= start:
+                break
+            for i in range(start, stop):
+                acc[i - start] += data[base + i] * x[col[base + i]]
+        for i in range(start, end):
+            y[perm[i]] = acc[i - start]
+
+
+_jds_serial = numba.njit(cache=True, nogil=True)(_jds)
+_jds_parallel = numba.njit(cache=True, nogil=True, parallel=True)(_jds)
+
+
+def spmv(fmt, x, y, params):
+    kernel = _jds_parallel if use_parallel(fmt.data.shape[0]) else _jds_serial
+    kernel(fmt.perm, fmt.jd_ptr, fmt.col, fmt.data, x, y,
+           (y.shape[0] + _ROWS_PER_TASK - 1) // _ROWS_PER_TASK)
