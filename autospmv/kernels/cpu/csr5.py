@@ -1,0 +1,115 @@
+"""CSR5 kernel on the CPU: the GPU's per-tile segmented sum, with lanes run one after another.
+
+Tasks own contiguous runs of tiles (about 16k nonzeros each), so the work per task is the same
+whatever the row lengths. Inside a tile, lane ``l`` walks its σ nonzeros (stride ω in the
+transposed layout; the tile is a few KiB and stays in L1), closing a segment at every set bit of
+its ``bit_flag`` word; ``y_offset`` numbers the lane's segments. A lane's *head* (the entries
+before its first flag) belongs to the last segment opened in an earlier lane. One backward pass
+over the lanes adds the heads to the segment that owns them; it is the serial form of the GPU's
+segmented scan and finds the end of each run of heads itself, so it needs no ``seg_offset``.
+Dirty tiles map segment numbers to rows through ``empty_offset``.
+
+Rows crossing tiles: a row's only segment that is not segment 0 of its tile is the one where the
+row starts, so every row receives at most one store. Segment 0 of each tile (which may continue a
+row of an earlier tile) goes to a per-tile carry instead, and the carries are added serially after
+the parallel loop, in tile order: the result is deterministic and does not depend on the
+threading. ``y`` is cleared first, which also gives empty rows their zeros.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from ...formats.csr5 import OMEGA
+from . import use_parallel
+
+_NNZ_PER_TASK = 16384
+
+
+def _csr5(tile_ptr, bit_flag, y_offset, empty_ptr, empty_offset, indices, data, x, y, sigma,
+          tiles_per_task):
+    y[:] = 0
+    ntiles = tile_ptr.shape[0] - 1
+    nnz = data.shape[0]
+    size = OMEGA * sigma
+    zero = data.dtype.type(0)
+    carry = np.zeros(ntiles, dtype=data.dtype)
+    ntasks = (ntiles + tiles_per_task - 1) // tiles_per_task
+    for task in numba.prange(ntasks):
+        heads = np.empty(OMEGA, dtype=data.dtype)
+        tails = np.empty(OMEGA, dtype=data.dtype)
+        last_segment = np.empty(OMEGA, dtype=np.int64)  # -1: the lane starts no segment
+        for tile in range(task * tiles_per_task, min(ntiles, (task + 1) * tiles_per_task)):
+            base = tile * size
+            row0 = tile_ptr[tile]
+            dirty = row0 < 0
+            if dirty:
+                row0 = ~row0
+            empty_base = empty_ptr[tile]
+            transposed = base + size <= nnz  # the incomplete last tile is in CSR order
+            for lane in range(OMEGA):
+                bits = bit_flag[tile * OMEGA + lane]
+                segment = np.int64(y_offset[tile * OMEGA + lane])
+                if transposed:
+                    start, stride, count = base + lane, OMEGA, sigma
+                else:
+                    start, stride = base + lane * sigma, 1
+                    count = min(sigma, max(0, nnz - start))
+                acc = zero
+                head = zero
+                opened = False
+                for j in range(count):
+                    if (bits >> j) & 1:
+                        if not opened:
+                            head = acc
+                            opened = True
+                        else:  # a segment that starts and ends in this lane
+                            if segment == 0:
+                                carry[tile] = acc
+                            else:
+                                row = row0 + (empty_offset[empty_base + segment] if dirty
+                                              else segment)
+                                y[row] = acc
+                            segment += 1
+                        acc = zero
+                    k = start + j * stride
+                    acc += data[k] * x[indices[k]]
+                if opened:
+                    heads[lane] = head
+                    tails[lane] = acc
+                    last_segment[lane] = segment
+                else:
+                    heads[lane] = acc
+                    last_segment[lane] = -1
+            # Backward over the lanes: `following` holds the heads that continue the segment
+            # left open by the next lane to the left that starts one.
+            following = zero
+            for lane in range(OMEGA - 1, -1, -1):
+                segment = last_segment[lane]
+                if segment < 0:
+                    following += heads[lane]
+                    continue
+                total = tails[lane] + following
+                if segment == 0:
+                    carry[tile] = total
+                else:
+                    row = row0 + (empty_offset[empty_base + segment] if dirty else segment)
+                    y[row] = total
+                following = heads[lane]
+    for tile in range(ntiles):
+        row0 = tile_ptr[tile]
+        y[~row0 if row0 < 0 else row0] += carry[tile]
+
+
+_csr5_serial = numba.njit(cache=True, nogil=True)(_csr5)
+_csr5_parallel = numba.njit(cache=True, nogil=True, parallel=True)(_csr5)
+
+
+def spmv(fmt, x, y, params):
+    """y = A @ x from the CSR5 arrays of ``fmt`` (σ is ``fmt.sigma``)."""
+    nnz = fmt.data.shape[0]
+    kernel = _csr5_parallel if use_parallel(nnz) else _csr5_serial
+    tiles_per_task = max(1, _NNZ_PER_TASK // fmt.tile_size)
+    kernel(fmt.tile_ptr, fmt.bit_flag, fmt.y_offset, fmt.empty_ptr, fmt.empty_offset,
+           fmt.indices, fmt.data, x, y, fmt.sigma, tiles_per_task)

@@ -1,0 +1,313 @@
+"""CSR5: the format (round trip, descriptors), the CPU kernel against SciPy, the CUDA kernel.
+
+Descriptors are checked twice: exactly on a small example worked out by hand, and against a
+deliberately naive builder (one Python step per nonzero, straight from the definitions in
+``autospmv/formats/csr5.py``) on every matrix of the family and several awkward ones. The CUDA
+kernel is compiled to PTX everywhere (no GPU needed) and run against SciPy only on a real GPU
+(marker ``gpu``); simulator runs belong to the simulator harness, not to this file.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import autospmv
+from autospmv.formats.csr5 import OMEGA, CSR5Format, choose_sigma
+from autospmv.kernels.cpu import csr5 as cpu_csr5
+from autospmv.validation import canonicalize
+from matrices import FAMILY, TOLERANCE, from_row_lengths, random_matrix, reference, relative_error
+
+SIGMAS = [2, 4, 7, 16, 32]
+DTYPES = [np.float32, np.float64]
+DTYPE_IDS = ["float32", "float64"]
+
+
+def _nnz_near_tiles(sigma: int, tiles: int, delta: int) -> sp.csr_matrix:
+    """Rows of 3 entries (the last absorbs the remainder) and nnz = tiles·ω·σ + delta."""
+    nnz = tiles * OMEGA * sigma + delta
+    lengths = np.full(nnz // 3, 3)
+    lengths[-1] += nnz - lengths.sum()
+    return from_row_lengths(lengths, 40, seed=tiles * 10 + delta + 1)
+
+
+def _gaps(m: int, every: int, length: int, seed: int) -> sp.csr_matrix:
+    """Only every ``every``-th row holds ``length`` entries: most tiles contain empty rows."""
+    lengths = np.zeros(m, dtype=np.int64)
+    lengths[::every] = length
+    return from_row_lengths(lengths, max(length, 20), seed)
+
+
+AWKWARD = {
+    "empty_rows_between_short_rows": lambda: _gaps(900, 7, 3, 41),
+    "single_entries_every_third_row": lambda: _gaps(1500, 3, 1, 42),
+    "huge_row_alone_3x5000": lambda: from_row_lengths([0, 5000, 0], 6000, 43),
+    "long_rows_mid_tile_and_gaps": lambda: from_row_lengths(
+        [3, 0, 0, 7, 0, 1500, 0, 2, 0, 0, 1, 600, 0, 4], 1600, 44),
+    "rect_37x61": lambda: random_matrix(37, 61, 0.15, 45),
+    "power_law_2000": lambda: _power_law(2000, 46),
+    "trailing_empty_rows": lambda: from_row_lengths([0, 0, 40, 0, 9] + [0] * 50, 60, 47),
+    **{f"nnz_128x{k}{d:+d}": (lambda k=k, d=d: _nnz_near_tiles(4, k, d))
+       for k in (1, 3) for d in (-1, 0, 1)},
+    **{f"nnz_1024x2{d:+d}": (lambda d=d: _nnz_near_tiles(32, 2, d)) for d in (-1, 0, 1)},
+}
+"""Matrices aimed at CSR5's corner cases, added to the shared family."""
+
+
+def _power_law(m: int, seed: int) -> sp.csr_matrix:
+    rng = np.random.default_rng(seed)
+    lengths = np.minimum(np.floor(rng.pareto(1.1, m) * 2).astype(np.int64), m)
+    return from_row_lengths(lengths, m, seed + 1)
+
+
+MATRICES = {**FAMILY, **AWKWARD}
+
+
+def canonical(name: str, dtype=np.float64) -> sp.csr_matrix:
+    return canonicalize(MATRICES[name]().astype(dtype))
+
+
+def naive_descriptors(csr: sp.csr_matrix, sigma: int) -> dict:
+    """The descriptors built one nonzero at a time, straight from their definitions."""
+    m = csr.shape[0]
+    size = OMEGA * sigma
+    lengths = np.diff(csr.indptr)
+    nnz = int(csr.indptr[-1])
+    row_of = np.repeat(np.arange(m), lengths)
+    row_start = set(int(p) for p in csr.indptr[:-1][lengths > 0])
+    out = {key: [] for key in ("tile_ptr", "bit_flag", "y_offset", "seg_offset", "empty_offset")}
+    empty_ptr = [0]
+    for first in range(0, nnz, size):
+        last = min(nnz, first + size) - 1
+        row0, row_last = int(row_of[first]), int(row_of[last])
+        dirty = bool(np.any(lengths[row0:row_last + 1] == 0))
+        bits = [0] * OMEGA
+        segment_rows = []
+        for position in range(first, last + 1):
+            local = position - first
+            if local == 0 or position in row_start:
+                bits[local // sigma] |= 1 << (local % sigma)
+                segment_rows.append(int(row_of[position]))
+        counts = [bin(b).count("1") for b in bits]
+        for lane in range(OMEGA):
+            out["bit_flag"].append(bits[lane])
+            out["y_offset"].append(sum(counts[:lane]))
+            later = [k for k in range(lane + 1, OMEGA) if bits[k]]
+            out["seg_offset"].append((later[0] if later else OMEGA) - lane)
+        out["tile_ptr"].append(~row0 if dirty else row0)
+        if dirty:
+            out["empty_offset"] += [row - row0 for row in segment_rows]
+        else:
+            assert segment_rows == list(range(row0, row0 + len(segment_rows)))
+        empty_ptr.append(len(out["empty_offset"]))
+    out["tile_ptr"].append(m)
+    out["empty_ptr"] = empty_ptr
+    return out
+
+
+# --- the format -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", sorted(MATRICES))
+def test_round_trip_is_exact(name):
+    csr = canonical(name)
+    for sigma in SIGMAS:
+        fmt = CSR5Format.from_csr(csr, sigma)
+        back = fmt.to_csr()
+        assert back.shape == csr.shape
+        assert np.array_equal(back.indptr, csr.indptr)
+        assert np.array_equal(back.indices, csr.indices)
+        assert np.array_equal(back.data, csr.data)
+        assert fmt.indices.dtype == csr.indices.dtype and fmt.tile_ptr.dtype == csr.indptr.dtype
+        assert fmt.dtype == csr.dtype
+        assert fmt.ntiles == -(-csr.nnz // (OMEGA * sigma))
+
+
+@pytest.mark.parametrize("name", sorted(n for n in MATRICES if MATRICES[n]().nnz <= 20_000))
+def test_descriptors_match_their_definitions(name):
+    csr = canonical(name)
+    for sigma in SIGMAS:
+        fmt = CSR5Format.from_csr(csr, sigma)
+        expected = naive_descriptors(csr, sigma)
+        for key, values in expected.items():
+            assert np.array_equal(getattr(fmt, key), np.asarray(values, dtype=np.int64)), key
+        assert fmt.bit_flag.dtype == np.uint32
+        assert fmt.y_offset.dtype == fmt.seg_offset.dtype == np.int32
+
+
+def test_descriptors_of_a_hand_checked_example():
+    # σ = 2 (64 nonzeros per tile); rows of 3, 0, 70, 0, 0, 1, 2 entries: 76 nonzeros.
+    # Tile 0 (nonzeros 0..63): row 0 at 0, row 2 from 3 on; empty row 1 between -> dirty.
+    # Tile 1 (64..75, incomplete, CSR order): row 2 continues to 72, rows 3-4 empty, row 5 at 73,
+    # row 6 at 74..75 -> dirty; its segments are rows 2, 5, 6.
+    csr = canonicalize(from_row_lengths([3, 0, 70, 0, 0, 1, 2], 80, seed=3))
+    fmt = CSR5Format.from_csr(csr, 2)
+    lanes = np.arange(OMEGA)
+    assert fmt.tile_ptr.tolist() == [~0, ~2, 7]
+    assert fmt.empty_ptr.tolist() == [0, 2, 5]
+    assert fmt.empty_offset.tolist() == [0, 2, 0, 3, 4]
+    tile0, tile1 = fmt.bit_flag[:OMEGA], fmt.bit_flag[OMEGA:]
+    assert tile0[:2].tolist() == [0b01, 0b10] and not tile0[2:].any()  # nonzeros 0 and 3
+    assert tile1[[0, 4, 5]].tolist() == [0b01, 0b10, 0b01]  # local 0, 9, 10
+    assert np.count_nonzero(tile1) == 3
+    assert fmt.y_offset[:OMEGA].tolist() == [0, 1] + [2] * 30
+    assert fmt.y_offset[OMEGA:].tolist() == [0, 1, 1, 1, 1, 2] + [3] * 26
+    assert fmt.seg_offset[:OMEGA].tolist() == [1, 31] + (OMEGA - lanes[2:]).tolist()
+    assert fmt.seg_offset[OMEGA:].tolist() == [4, 3, 2, 1, 1, 27] + (OMEGA - lanes[6:]).tolist()
+    # Tile 0 is transposed (nonzero 2l + j at j·32 + l); tile 1 stays in CSR order.
+    assert fmt.data[0] == csr.data[0] and fmt.data[1] == csr.data[2]
+    assert fmt.data[OMEGA] == csr.data[1] and fmt.data[2 * OMEGA - 1] == csr.data[63]
+    assert np.array_equal(fmt.data[64:], csr.data[64:])
+    assert np.array_equal(fmt.indices[64:], csr.indices[64:])
+
+
+def test_empty_matrices_have_no_tiles():
+    for shape in [(0, 0), (3, 0), (0, 4), (6, 5)]:
+        fmt = CSR5Format.from_csr(canonicalize(sp.csr_matrix(shape)), 4)
+        assert fmt.ntiles == 0
+        assert fmt.tile_ptr.tolist() == [shape[0]]
+        assert fmt.to_csr().shape == shape
+
+
+@pytest.mark.parametrize("sigma", [1, 33, 4.0, True, "8", None])
+def test_invalid_sigma_is_refused(sigma):
+    with pytest.raises(ValueError, match=r"sigma must be an integer in \[2, 32\]"):
+        CSR5Format.from_csr(canonical("rect_37x61"), sigma)
+
+
+def test_choose_sigma_follows_the_mean_row_length():
+    def with_mean(mean_length: int) -> sp.csr_matrix:
+        return from_row_lengths(np.full(64, mean_length), 200, seed=5)
+
+    assert choose_sigma(canonicalize(sp.csr_matrix((0, 0)))) == 4
+    assert choose_sigma(canonicalize(sp.csr_matrix((5, 5)))) == 4
+    assert [choose_sigma(with_mean(k)) for k in (1, 3, 4, 9, 17, 32, 100)] == [
+        4, 4, 4, 9, 17, 32, 32]
+    assert autospmv.select(with_mean(9), kernel="csr5").params == {"sigma": 9}
+
+
+# --- the CPU kernel ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", sorted(MATRICES))
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_cpu_kernel_matches_scipy(name, dtype, rng):
+    A = MATRICES[name]().astype(dtype)
+    x = rng.uniform(-1, 1, A.shape[1]).astype(dtype)
+    y_ref = reference(A, x)
+    for sigma in SIGMAS:
+        op = autospmv.prepare(A, kernel="csr5", device="cpu", params={"sigma": sigma})
+        y = op @ x
+        assert y.dtype == np.dtype(dtype)
+        error = relative_error(y, y_ref)
+        assert error <= TOLERANCE[np.dtype(dtype)], f"sigma={sigma}: relative error {error:.3g}"
+
+
+def test_cpu_kernel_with_int64_indices(rng):
+    csr = canonical("long_rows_mid_tile_and_gaps")
+    csr.indptr = csr.indptr.astype(np.int64)
+    csr.indices = csr.indices.astype(np.int64)
+    x = rng.uniform(-1, 1, csr.shape[1])
+    for sigma in (2, 32):
+        fmt = CSR5Format.from_csr(csr, sigma)
+        assert fmt.tile_ptr.dtype == fmt.indices.dtype == np.int64
+        y = np.full(csr.shape[0], np.nan)
+        cpu_csr5.spmv(fmt, x, y, {"sigma": sigma})
+        assert relative_error(y, reference(csr, x)) <= 1e-12
+
+
+def test_cpu_parallel_and_serial_agree_bitwise(rng):
+    """Rows crossing tiles are combined in a fixed order, whatever the threading."""
+    csr = canonical("parallel_long_rows_24x40000")
+    fmt = CSR5Format.from_csr(csr, 4)
+    x = rng.uniform(-1, 1, csr.shape[1])
+    tiles_per_task = max(1, 16384 // fmt.tile_size)
+    results = []
+    for kernel in (cpu_csr5._csr5_serial, cpu_csr5._csr5_parallel, cpu_csr5._csr5_parallel):
+        y = np.empty(csr.shape[0])
+        kernel(fmt.tile_ptr, fmt.bit_flag, fmt.y_offset, fmt.empty_ptr, fmt.empty_offset,
+               fmt.indices, fmt.data, x, y, fmt.sigma, tiles_per_task)
+        results.append(y)
+    assert np.array_equal(results[0], results[1]) and np.array_equal(results[1], results[2])
+    assert relative_error(results[0], reference(csr, x)) <= 1e-12
+
+
+# --- the CUDA kernel (compiled, not run) ------------------------------------------------------
+
+@pytest.mark.parametrize("dtype, itype", [(np.float32, np.int32), (np.float64, np.int32),
+                                          (np.float64, np.int64)],
+                         ids=["float32", "float64", "float64-int64"])
+def test_cuda_program_compiles_to_ptx(dtype, itype):
+    cuda_csr5 = pytest.importorskip("autospmv.kernels.cuda.csr5")
+    from autospmv.kernels.cuda.launch import Launch, ZeroY
+
+    csr = canonical("long_rows_mid_tile_and_gaps", dtype)
+    csr.indptr = csr.indptr.astype(itype)
+    csr.indices = csr.indices.astype(itype)
+    fmt = CSR5Format.from_csr(csr, 7)
+    program = cuda_csr5.build(fmt, {"sigma": 7}, fmt.arrays())
+    zero, launch = program.steps
+    assert isinstance(zero, ZeroY) and isinstance(launch, Launch)
+    assert launch.grid * launch.block >= fmt.ntiles * OMEGA and launch.block % OMEGA == 0
+    for step in program.steps:
+        step.ptx((9, 0))
+    ptx = launch.ptx((9, 0))
+    suffix = "f32" if dtype == np.float32 else "f64"
+    assert "shfl.sync.down" in ptx
+    assert f"atom.global.add.{suffix}" in ptx  # a native atomic, not a compare-and-swap loop
+
+
+def test_cuda_program_steps_for_empty_matrices():
+    cuda_csr5 = pytest.importorskip("autospmv.kernels.cuda.csr5")
+    from autospmv.kernels.cuda.launch import ZeroY
+
+    for shape, expected in [((0, 0), []), ((0, 4), []), ((3, 0), [ZeroY]), ((5, 6), [ZeroY])]:
+        fmt = CSR5Format.from_csr(canonicalize(sp.csr_matrix(shape)), 4)
+        program = cuda_csr5.build(fmt, {"sigma": 4}, fmt.arrays())
+        assert [type(step) for step in program.steps] == expected
+
+
+# --- the CUDA kernel on a real GPU --------------------------------------------------------------
+
+def _gpu_available() -> bool:
+    try:
+        from numba import cuda
+    except ImportError:
+        return False
+    return not cuda.config.ENABLE_CUDASIM and cuda.is_available()
+
+
+gpu = pytest.mark.skipif(not _gpu_available(), reason="needs a real CUDA GPU")
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("name", sorted(MATRICES))
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_cuda_kernel_matches_scipy(name, dtype, rng):
+    A = MATRICES[name]().astype(dtype)
+    x = rng.uniform(-1, 1, A.shape[1]).astype(dtype)
+    y_ref = reference(A, x)
+    for sigma in SIGMAS:
+        op = autospmv.prepare(A, kernel="csr5", device="cuda", params={"sigma": sigma})
+        for _ in range(2):  # the second call must not accumulate onto the first
+            error = relative_error(op @ x, y_ref)
+            assert error <= TOLERANCE[np.dtype(dtype)], f"sigma={sigma}: relative error {error:.3g}"
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_cuda_kernel_on_a_large_power_law_matrix(dtype, rng):
+    """Millions of nonzeros: many blocks of tiles, rows crossing many tiles, dirty tiles."""
+    m = 400_000
+    lengths = np.minimum(np.floor(rng.pareto(1.1, m) * 3).astype(np.int64), m)
+    indptr = np.concatenate(([0], np.cumsum(lengths)))
+    columns = rng.integers(0, m, indptr[-1])
+    A = sp.csr_matrix((rng.uniform(0.5, 1.5, indptr[-1]), columns, indptr), shape=(m, m))
+    A = canonicalize(A).astype(dtype)  # sorts and sums repeated columns
+    x = rng.uniform(-1, 1, A.shape[1]).astype(dtype)
+    y_ref = reference(A, x)
+    for sigma in (4, choose_sigma(canonicalize(A)), 32):
+        op = autospmv.prepare(A, kernel="csr5", device="cuda", params={"sigma": sigma})
+        error = relative_error(op @ x, y_ref)
+        assert error <= TOLERANCE[np.dtype(dtype)], f"sigma={sigma}: relative error {error:.3g}"
