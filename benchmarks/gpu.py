@@ -125,12 +125,28 @@ def host_overhead_us(op, xs, ys, calls: int = 2000) -> float:
     return best
 
 
-def bench_autospmv(A, kernel, timer, xs_host, ref):
+def variants(kernel: str, A) -> list[dict]:
+    """Parameter settings that the choosers pick between, timed with ``--variants``."""
+    if kernel == "csr_vector":
+        return [{"threads_per_row": g} for g in (2, 4, 8, 16, 32)]
+    if kernel == "csr5":
+        return [{"sigma": s} for s in (4, 8, 16, 32)]
+    if kernel == "hyb":
+        from autospmv.formats import hyb
+        from autospmv.formats.base import row_lengths
+
+        lengths = row_lengths(A)
+        widths = {int(f(lengths)) for f in (hyb.width_quantile, hyb.width_cusp, hyb.width_cost)}
+        return [{"width": w} for w in sorted(widths)]
+    return []
+
+
+def bench_autospmv(A, kernel, timer, xs_host, ref, params=None):
     from numba import cuda
 
     t0 = time.perf_counter()
     try:
-        op = autospmv.prepare(A, kernel=kernel, device="cuda")
+        op = autospmv.prepare(A, kernel=kernel, device="cuda", params=params)
     except FormatTooLargeError as error:
         return {"feasible": False, "reason": str(error)}
     prepare_s = time.perf_counter() - t0
@@ -169,6 +185,20 @@ def bench_torch(A, timer, xs_host, ref):
     return result
 
 
+def large_matrices(nnz: float):
+    """The generated large matrices (≥ 10M nonzeros each) from the training corpus generators."""
+    from training import corpus
+
+    n = int(nnz)
+    yield "stencil2d_5pt", corpus.stencil("bench/stencil2d", n, points=5)
+    yield "stencil3d_7pt", corpus.stencil("bench/stencil3d", n, points=7)
+    yield "stencil3d_27pt", corpus.stencil("bench/stencil3d27", n, points=27)
+    yield "block_fem_3x3", corpus.block_fem("bench/fem3", n, block=3, mesh_points=7)
+    yield "uniform_random_16", corpus.uniform_random("bench/uniform", n, mean=16.0)
+    yield "power_law_2.0", corpus.power_law("bench/powerlaw", n, alpha=2.0)
+    yield "dense_rows", corpus.dense_rows("bench/dense", n, dense=8, fraction=0.5)
+
+
 def matrices(args):
     folder = Path(args.matrices) if args.matrices else None
     real = sorted(folder.glob("*.npz")) if folder and folder.is_dir() else []
@@ -180,8 +210,6 @@ def matrices(args):
             k = max(1, round(args.grown_nnz / max(A.nnz, 1)))
             yield f"{path.stem}_x{k}", "grown", sp.kron(sp.identity(k, format="csr"), A, "csr")
     if args.large:
-        from training.corpus import large_matrices
-
         for name, A in large_matrices(args.large_nnz):
             yield name, "large", A
 
@@ -208,6 +236,7 @@ def device_info() -> dict:
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--matrices", help="folder of .npz matrices (the real set)")
+    parser.add_argument("--only", help="comma-separated matrix names to run (default: all)")
     parser.add_argument("--kernels", default=",".join(autospmv.KERNELS))
     parser.add_argument("--dtype", default="float64", choices=["float32", "float64"])
     parser.add_argument("--grown", action="store_true", help="also grow each real matrix by kron")
@@ -217,6 +246,8 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=50)
     parser.add_argument("--b2b", type=int, default=50)
     parser.add_argument("--no-baselines", action="store_true")
+    parser.add_argument("--variants", action="store_true",
+                        help="also time the parameter settings the choosers pick between")
     parser.add_argument("--out", help="JSON output path (default benchmarks/results/...)")
     args = parser.parse_args(argv)
     kernels = args.kernels.split(",")
@@ -229,7 +260,10 @@ def main(argv=None):
     overhead = None
     header = f"{'matrix':28s} {'nnz':>9s} " + " ".join(f"{k:>10s}" for k in kernels)
     print(header + f" {'cusparse':>10s} {'torch':>10s}  (per-call µs / b2b µs)", flush=True)
+    only = set(args.only.split(",")) if args.only else None
     for name, group, A in matrices(args):
+        if only and name not in only:
+            continue
         A = canonicalize(A.astype(args.dtype))
         xs_host = [rng.standard_normal(A.shape[1]).astype(A.dtype) for _ in range(VECTORS)]
         ref = A.astype(np.float64) @ xs_host[0].astype(np.float64)
@@ -237,6 +271,10 @@ def main(argv=None):
                   "min_bytes": min_bytes(A), "kernels": {}}
         for kernel in kernels:
             record["kernels"][kernel] = bench_autospmv(A, kernel, timer, xs_host, ref)
+            if args.variants and variants(kernel, A):
+                record.setdefault("variants", {})[kernel] = [
+                    bench_autospmv(A, kernel, timer, xs_host, ref, params)
+                    for params in variants(kernel, A)]
         if not args.no_baselines:
             for base, fn in (("cusparse", bench_cusparse), ("torch", bench_torch)):
                 try:
@@ -264,6 +302,9 @@ def main(argv=None):
             r = record.get(base, {})
             cells.append(f"{r['per_call_us']:.0f}/{r['b2b_us']:.0f}" if "per_call_us" in r else "-")
         print(f"{name:28s} {A.nnz:9d} " + " ".join(f"{c:>10s}" for c in cells), flush=True)
+        for kernel, runs in record.get("variants", {}).items():
+            print(f"    {kernel} variants (b2b µs): " + ", ".join(
+                f"{r['params']}: {r['b2b_us']:.0f}" for r in runs if r.get("feasible")), flush=True)
     result = {"device": info, "date": datetime.date.today().isoformat(), "dtype": args.dtype,
               "repeats": args.repeats, "b2b_calls": args.b2b, "host_overhead": overhead,
               "records": records}

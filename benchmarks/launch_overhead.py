@@ -53,7 +53,7 @@ def main(kernels):
         program = op._backend.program
         xp, yp = x.__cuda_array_interface__["data"][0], y.__cuda_array_interface__["data"][0]
         print(f"{kernel + ': device program (' + str(len(program.steps)) + ' steps)':44s} "
-              f"{per_call_us(lambda: program(xp, yp)):8.2f}")
+              f"{per_call_us(lambda: program.run(xp, yp)):8.2f}")
         step = program.steps[-1]
         args = step._launch_args
         print(f"{kernel + ': one launch, ctypes cuLaunchKernel':44s} "

@@ -56,7 +56,6 @@ class CudaBackend:
         self.dtype = np.dtype(fmt.dtype)
         arrays = upload(fmt)
         self.program: DeviceProgram = spec.cuda_builder()(fmt, params, arrays).load()
-        self._launch = self.program.single_step()
         self._x = cuda.device_array(self.shape[1], dtype=self.dtype)
         self._y = cuda.device_array(self.shape[0], dtype=self.dtype)
         # The last checked ``out`` and its pointer: solvers pass the same buffer on every call.
@@ -65,9 +64,9 @@ class CudaBackend:
     def _run(self, x, y) -> None:
         """Launch on device vectors (the simulator takes the arrays, a GPU their addresses)."""
         if SIMULATOR:
-            self.program(x, y)
+            self.program.run(x, y)
         else:
-            self.program(device_pointer(x), device_pointer(y))
+            self.program.run(device_pointer(x), device_pointer(y))
 
     def host_matvec(self, x: np.ndarray, y: np.ndarray) -> None:
         if not y.shape[0]:
@@ -90,5 +89,5 @@ class CudaBackend:
             if out is not None and type(out).__module__.split(".")[0] in _FIXED_POINTER_MODULES:
                 self._out, self._out_ptr = out, y_ptr
         if m:
-            self.program(x, y) if SIMULATOR else self._launch(x_ptr, y_ptr)
+            self.program.run(x, y) if SIMULATOR else self.program.run(x_ptr, y_ptr)
         return y

@@ -31,19 +31,25 @@ def csr_scalar_kernel(indptr, indices, data, x, y):
 
 
 @cuda.jit(cache=True)
-def csr_vector_kernel(indptr, indices, data, x, y, group):
+def csr_vector_kernel(indptr, indices, data, x, y, log_group):
+    # The group size is a power of two, passed as its logarithm: shifts and masks instead of
+    # 64-bit integer division, which the GPU emulates in dozens of instructions.
+    group = 1 << log_group
     thread = cuda.grid(1)
-    row = thread // group
-    lane = thread % group
+    row = thread >> log_group
+    lane = thread & (group - 1)
     acc = data.dtype.type(0)
     if row < y.shape[0]:
-        for k in range(indptr[row] + lane, indptr[row + 1], group):
+        k = indptr[row] + lane
+        end = indptr[row + 1]
+        while k < end:
             acc += data[k] * x[indices[k]]
+            k += group
     # Every thread of the warp takes part in the reduction, including those without a row.
-    offset = group // 2
+    offset = group >> 1
     while offset > 0:
         acc += cuda.shfl_down_sync(0xFFFFFFFF, acc, offset)
-        offset //= 2
+        offset >>= 1
     if row < y.shape[0] and lane == 0:
         y[row] = acc
 
@@ -59,6 +65,7 @@ def build_vector(fmt, params, arrays) -> DeviceProgram:
     m = fmt.shape[0]
     group = params["threads_per_row"]
     launch = Launch(csr_vector_kernel, -(-m * group // BLOCK), BLOCK,
-                    [arrays["indptr"], arrays["indices"], arrays["data"], X, Y, np.int32(group)],
+                    [arrays["indptr"], arrays["indices"], arrays["data"], X, Y,
+                     np.int32(group.bit_length() - 1)],
                     fmt.dtype)
     return DeviceProgram(fmt.shape, fmt.dtype, arrays, [launch] if m else [])

@@ -122,17 +122,24 @@ class Launch:
         self._launch_args = (self._function, self.grid, 1, 1, self.block, 1, 1, 0, 0,
                              ctypes.addressof(self._params), 0)
 
-    def __call__(self, x, y) -> None:
-        """Launch with device vectors x and y (pointers on a GPU, arrays under the simulator)."""
-        if SIMULATOR:
-            values = [x if a is X else y if a is Y else a for a in self.args]
-            self.dispatcher[self.grid, self.block](*values)
-            return
-        self._x.value = x
-        self._y.value = y
-        status, = driver.cuLaunchKernel(*self._launch_args)
-        if status:
-            raise _driver_error(status, "cuLaunchKernel")
+    def fire(self):
+        """A closure ``f(x_ptr, y_ptr)`` doing exactly what a call does on a GPU, with every
+        attribute look-up done in advance (the per-call path of an operator)."""
+        x_slot, y_slot, args, launch = self._x, self._y, self._launch_args, driver.cuLaunchKernel
+
+        def launch_kernel(x, y):
+            x_slot.value = x
+            y_slot.value = y
+            status, = launch(*args)
+            if status:
+                raise _driver_error(status, "cuLaunchKernel")
+
+        return launch_kernel
+
+    def simulate(self, x, y) -> None:
+        """Run under the CUDA simulator, through the dispatcher, with device arrays x and y."""
+        values = [x if a is X else y if a is Y else a for a in self.args]
+        self.dispatcher[self.grid, self.block](*values)
 
 
 class ZeroY:
@@ -147,14 +154,20 @@ class ZeroY:
     def ptx(self, cc=(9, 0)) -> str:
         return ""
 
-    def __call__(self, x, y) -> None:
-        if SIMULATOR:
-            y[:] = 0
-            return
-        if self.words:
-            status, = driver.cuMemsetD32Async(y, 0, self.words, 0)
-            if status:
-                raise _driver_error(status, "cuMemsetD32Async")
+    def fire(self):
+        """See :meth:`Launch.fire`."""
+        words, memset = self.words, driver.cuMemsetD32Async
+
+        def zero(x, y):
+            if words:
+                status, = memset(y, 0, words, 0)
+                if status:
+                    raise _driver_error(status, "cuMemsetD32Async")
+
+        return zero
+
+    def simulate(self, x, y) -> None:
+        y[:] = 0
 
 
 class DeviceProgram:
@@ -170,19 +183,24 @@ class DeviceProgram:
         self.steps = steps
 
     def load(self) -> "DeviceProgram":
-        """Compile every launch and fix its parameters; returns self."""
+        """Compile every launch and fix its parameters; returns self.
+
+        Sets :attr:`run`, the per-call entry point ``run(x, y)``: on a GPU x and y are device
+        addresses and ``run`` is the single step's closure itself when there is one step, else a
+        loop over the steps' closures; under the simulator x and y are device arrays.
+        """
         for step in self.steps:
             step.load(self.shape[1], self.shape[0])
+        fires = [step.simulate if SIMULATOR else step.fire() for step in self.steps]
+        if len(fires) == 1:
+            self.run = fires[0]
+        else:
+            def run(x, y):
+                for fire in fires:
+                    fire(x, y)
+
+            self.run = run
         return self
-
-    def __call__(self, x, y) -> None:
-        """y = A @ x for device vectors (pointers on a GPU, arrays under the simulator)."""
-        for step in self.steps:
-            step(x, y)
-
-    def single_step(self):
-        """The program's only step when it has exactly one (callable directly, saving a loop)."""
-        return self.steps[0] if len(self.steps) == 1 else self
 
 
 def vector_type(dtype) -> types.Array:

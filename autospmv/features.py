@@ -1,0 +1,697 @@
+"""Structural features of a sparse matrix: the fingerprint the kernel selector reads.
+
+:func:`features` returns a dict whose keys are exactly :data:`FEATURE_NAMES`, in that order,
+and whose values are finite Python floats for every input, including empty matrices. It runs
+inside every ``prepare()``, so on large matrices it costs at most a few SciPy ``A @ x``: one
+numba pass over all rows (row lengths, diagonals) and one over a sample of them (blocks, x
+locality), parallel over numba's threads from ``PARALLEL_MIN_NNZ`` nonzeros on.
+
+Notation: m rows, n columns, ``len_i`` the number of stored entries of row i (explicit zeros
+count: the structure is what a kernel sees), "warp" a group of 32 consecutive rows (the last
+one may be shorter), "sector" 32 bytes of x, i.e. ``32 / itemsize`` consecutive columns
+(4 for float64, 8 for float32).
+
+======================== ========================================================== ==========
+name                     meaning                                                    empty case
+======================== ========================================================== ==========
+rows, cols, nnz          m, n, number of stored entries                             0
+density                  nnz / (m n)                                                0
+log10_rows, _cols, _nnz  log10(1 + x) of the sizes                                  0
+row_mean                 mean of len_i (entries per row)                            0
+row_std                  population standard deviation of len_i                     0
+row_cv                   row_std / row_mean (coefficient of variation)              0
+row_min, row_max         smallest / largest len_i                                   0
+row_median, row_p90,     50th, 90th, 99th percentile of len_i (linear               0
+row_p99                  interpolation, as ``numpy.percentile``)
+row_max_over_mean        row_max / row_mean                                         1
+row_gini                 Gini coefficient of len_i (0 = equal rows, → 1 = one row)  0
+row_skew                 Fisher-Pearson skewness of len_i (biased, as SciPy)        0
+empty_row_share          share of rows with len_i = 0                               0
+top1pct_nnz_share        share of nnz in the ceil(1 % of m) longest rows (≥ 1 row)  0
+ell_fill                 m·row_max / nnz: ELL storage per nonzero (1 = no padding)  1
+hyb_width                HYB ELL width K that the HYB conversion picks (entries)    0
+hyb_coo_share            share of nnz left to the COO part of HYB at that width     0
+warp_imbalance           mean over warps of max(len_i) / mean(len_i); a warp of      1
+                         empty rows counts as 1 (CSR scalar/vector divergence)
+warp_imbalance_sorted    the same after sorting rows by length, descending (JDS)    1
+block{b}_share *         share of nnz inside fully populated aligned b×b blocks,    0
+                         b in 2, 3, 4, 8; a block cut by the matrix border is full
+                         when all of its cells inside the matrix are stored
+block{b}_fill *          BSR fill: (aligned b×b blocks touched)·b² / nnz            1
+bandwidth                max |i − j| over stored entries (entries)                  0
+bandwidth_rel            bandwidth / max(m, n)                                      0
+narrow_band_share        share of nnz with |i − j| ≤ max(1, 0.01·max(m, n))         0
+diagonals                number of distinct occupied diagonals j − i                0
+diagonals_per_row        diagonals / m (DIA storage per row; ≤ (m + n − 1) / m)     0
+x_sectors_per_nnz_row *  Σ_i (distinct x sectors read by row i) / nnz: one row at a 0
+                         time (CSR scalar); 1 = no reuse, 1/(sector width) = best
+x_sectors_per_nnz_warp * Σ_warps (distinct x sectors read by the warp) / nnz:        0
+                         coalescing when 32 rows run together
+======================== ========================================================== ==========
+
+HYB width: the rule of ``autospmv.formats.hyb.default_hyb_width`` (the K in 0..row_max
+minimising ``m·K + 3·overflow(K)``, ``overflow(K) = Σ_i max(0, len_i − K)``, ties to the
+smallest K), evaluated on the row-length histogram this module builds anyway, so the feature
+and the HYB conversion always agree.
+
+Sampling: the features marked * are ratios over nonzeros. When ``nnz > SAMPLE_THRESHOLD``
+(and ``sample_rows`` is not given) they are estimated from a deterministic sample of rows
+holding about ``max(SAMPLE_TARGET_NNZ, SAMPLE_SHARE·nnz)`` nonzeros (and at least
+``SAMPLE_MIN_WINDOWS`` windows where that is at most 1/8 of them): the rows are cut into
+windows of ``WINDOW_ROWS`` = 96 consecutive rows (whole 3-, 8- and 32-row groups, so no
+block or warp is split), the windows into as many equal strata of consecutive windows as
+windows are wanted, and one window per stratum is drawn by a fixed hash of
+(``SAMPLE_SEED``, stratum); each feature is then the ratio of its sums over the drawn
+windows. On matrices whose structure is spread over many windows the estimates stay within
+``SAMPLE_TOLERANCE`` (absolute, for shares and sector ratios; relative, for fills) of the
+exact values; structure confined to a few rows can be missed. All other features are
+always exact.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+import scipy.sparse as sp
+from numba import njit, prange
+
+from .validation import SUPPORTED_DTYPES, canonicalize, index_dtype
+
+BLOCK_SIZES = (2, 3, 4, 8)
+
+FEATURE_NAMES = (
+    "rows", "cols", "nnz", "density", "log10_rows", "log10_cols", "log10_nnz",
+    "row_mean", "row_std", "row_cv", "row_min", "row_max", "row_median", "row_p90", "row_p99",
+    "row_max_over_mean", "row_gini", "row_skew", "empty_row_share", "top1pct_nnz_share",
+    "ell_fill", "hyb_width", "hyb_coo_share",
+    "warp_imbalance", "warp_imbalance_sorted",
+    *(f"block{b}_{kind}" for b in BLOCK_SIZES for kind in ("share", "fill")),
+    "bandwidth", "bandwidth_rel", "narrow_band_share", "diagonals", "diagonals_per_row",
+    "x_sectors_per_nnz_row", "x_sectors_per_nnz_warp",
+)  # fmt: skip
+"""Feature names in the fixed order of the dicts :func:`features` returns."""
+
+SAMPLED_FEATURES = (
+    *(f"block{b}_{kind}" for b in BLOCK_SIZES for kind in ("share", "fill")),
+    "x_sectors_per_nnz_row", "x_sectors_per_nnz_warp",
+)  # fmt: skip
+"""The features estimated from a sample of rows on large matrices (see the module doc)."""
+
+WARP = 32
+WINDOW_ROWS = 96
+"""Rows per sampling window, the unit of work: lcm(3, 8, 32)."""
+SAMPLE_THRESHOLD = 1 << 17
+"""Above this many nonzeros the sampled features are sampled by default."""
+SAMPLE_TARGET_NNZ = 1 << 16
+"""Default sample size in nonzeros, unless ``SAMPLE_SHARE * nnz`` is larger."""
+SAMPLE_SHARE = 1 / 16
+SAMPLE_MIN_WINDOWS = 32
+SAMPLE_SEED = 0
+SAMPLE_TOLERANCE = 0.02
+"""Stated accuracy of sampled features (see the module docstring)."""
+PARALLEL_MIN_NNZ = 1 << 20
+"""From this many nonzeros on the scan runs on all numba threads (below, one thread is
+faster than starting them)."""
+DETAIL_COST = 8
+"""Work split between threads: a nonzero of a sampled window costs about this many others."""
+HYB_COO_COST = 3
+"""COO entry cost in ELL slots; the same as ``autospmv.formats.hyb.default_hyb_width``'s."""
+
+# Entries of the counters the scan returns.
+_T2, _T3, _T4, _T8, _F2, _F3, _F4, _F8 = range(8)  # touched blocks, nonzeros in full blocks
+_TOUCHED = dict(zip(BLOCK_SIZES, (_T2, _T3, _T4, _T8)))
+_FULL = dict(zip(BLOCK_SIZES, (_F2, _F3, _F4, _F8)))
+_NARROW, _BAND, _ROW_SECTORS, _WARP_SECTORS, _SAMPLED_NNZ = range(8, 13)
+_N_SUMS = 13
+
+_LENGTH_NAMES = (
+    "row_mean", "row_std", "row_cv", "row_min", "row_max", "row_median", "row_p90", "row_p99",
+    "row_max_over_mean", "row_gini", "row_skew", "empty_row_share", "top1pct_nnz_share",
+    "ell_fill", "hyb_width", "hyb_coo_share", "warp_imbalance_sorted",
+)  # fmt: skip
+"""The order of the tuple :func:`_length_features` returns."""
+
+# 8×8 blocks are bit masks, bit 8·r + c for row r and column c inside the block.
+_U1 = np.uint64(1)
+_ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
+_ANCHOR2 = np.uint64(0x0055005500550055)  # top-left cells of the 2×2 sub-blocks
+_ANCHOR4 = np.uint64(0x0000001100000011)
+_BLOCK2 = np.uint64(0x0303)  # cells of the 2×2 sub-block at the origin
+_BLOCK4 = np.uint64(0x0F0F0F0F)
+_LOW_HALF = np.uint64(0x0F0F0F0F0F0F0F0F)  # columns 0-3 of every row
+# 3×3 blocks: bit 3·r + c.
+_FULL3 = 0x1FF
+
+
+def features(A, sample_rows: int | None = None) -> dict[str, float]:
+    """Return the structural features of A, keyed by :data:`FEATURE_NAMES` (see module doc).
+
+    A: anything :func:`autospmv.validation.canonicalize` accepts; a canonical float32/float64
+    ``scipy.sparse.csr_matrix`` is used as is. sample_rows: ``None`` samples the features in
+    :data:`SAMPLED_FEATURES` only when ``nnz > SAMPLE_THRESHOLD``; an integer samples about
+    that many rows (whole windows of ``WINDOW_ROWS``); a value ≥ the number of rows computes
+    everything exactly.
+    """
+    if sample_rows is not None and sample_rows < 1:
+        raise ValueError(f"sample_rows must be a positive number of rows or None; got {sample_rows}")
+    csr = A if _is_canonical(A) else canonicalize(A)
+    m, n = csr.shape
+    nnz = int(csr.nnz)
+    windows = _sampled_windows(m, nnz, sample_rows)
+    shift = 2 if csr.dtype.itemsize == 8 else 3  # log2(columns per 32-byte sector)
+    narrow = max(1, int(0.01 * max(m, n)))
+    workers = numba.get_num_threads()
+    args = (csr.indptr, csr.indices, m, n, shift, narrow, windows)
+    if nnz >= PARALLEL_MIN_NNZ and workers > 1:
+        sums, warp_sum, diagonals, lengths = _scan_parallel(*args, workers)
+    else:
+        sums, warp_sum, diagonals, lengths = _scan_serial(*args)
+
+    out = dict(zip(_LENGTH_NAMES, lengths))
+    out.update(
+        rows=m, cols=n, nnz=nnz, density=_ratio(nnz, m * n, 0.0),
+        log10_rows=math.log10(1 + m), log10_cols=math.log10(1 + n), log10_nnz=math.log10(1 + nnz),
+        warp_imbalance=_ratio(warp_sum, -(-m // WARP), 1.0),
+        bandwidth=sums[_BAND], bandwidth_rel=_ratio(sums[_BAND], max(m, n), 0.0),
+        diagonals=diagonals, diagonals_per_row=_ratio(diagonals, m, 0.0),
+        narrow_band_share=_ratio(sums[_NARROW], nnz, 0.0),
+    )  # fmt: skip
+    out.update(_sampled_features(sums))
+    return {name: float(out[name]) for name in FEATURE_NAMES}
+
+
+def _is_canonical(A) -> bool:
+    """True for a CSR matrix that :func:`canonicalize` would return unchanged."""
+    return (
+        isinstance(A, sp.csr_matrix)
+        and A.dtype in SUPPORTED_DTYPES
+        and A.indptr.dtype == A.indices.dtype == index_dtype(A.nnz, A.shape)
+        and A.has_canonical_format
+    )
+
+
+def _ratio(num, den, empty: float) -> float:
+    """num / den, or ``empty`` when den is zero."""
+    return num / den if den else empty
+
+
+def _sampled_features(sums) -> dict[str, float]:
+    """The features of :data:`SAMPLED_FEATURES` from the counters of the scanned rows."""
+    nnz = sums[_SAMPLED_NNZ]
+    out = {
+        "x_sectors_per_nnz_row": _ratio(sums[_ROW_SECTORS], nnz, 0.0),
+        "x_sectors_per_nnz_warp": _ratio(sums[_WARP_SECTORS], nnz, 0.0),
+    }
+    for b in BLOCK_SIZES:
+        out[f"block{b}_share"] = _ratio(sums[_FULL[b]], nnz, 0.0)
+        out[f"block{b}_fill"] = _ratio(sums[_TOUCHED[b]] * b * b, nnz, 1.0)
+    return out
+
+
+def _sampled_windows(m: int, nnz: int, sample_rows: int | None) -> int:
+    """How many windows of WINDOW_ROWS rows to scan in detail (all of them: exact)."""
+    windows = -(-m // WINDOW_ROWS)
+    if sample_rows is None:
+        if nnz <= SAMPLE_THRESHOLD:
+            return windows
+        sample_rows = math.ceil(max(SAMPLE_TARGET_NNZ, SAMPLE_SHARE * nnz) * m / nnz)
+        sample_rows = max(sample_rows, min(SAMPLE_MIN_WINDOWS, windows // 8) * WINDOW_ROWS)
+    return min(windows, -(-sample_rows // WINDOW_ROWS))
+
+
+# ---------------------------------------------------------------------------------------------
+# Row-length statistics from the histogram: distinct lengths ``values`` (ascending) and how
+# many rows have each (``counts``); O(number of distinct lengths + m / 32).
+
+
+@njit(cache=True)
+def _length_features(values, counts, m, nnz):
+    """The features of :data:`_LENGTH_NAMES`, in that order."""
+    if m == 0:
+        return (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0,
+                1.0)  # fmt: skip
+    mean = nnz / m
+    var = third = gini = 0.0
+    below = 0  # rows shorter than the current value
+    for k in range(values.size):
+        v, c = values[k], counts[k]
+        dev = v - mean
+        var += c * dev * dev
+        third += c * dev * dev * dev
+        gini += float(v) * c * (2 * below + c - m)
+        below += c
+    std = math.sqrt(var / m)
+    skew = third / m / std**3 if std > 0 else 0.0
+    row_max = values[-1]
+    width, overflow = _hyb_width(values, counts, m, nnz)
+    return (
+        mean, std, std / mean if mean else 0.0, float(values[0]), float(row_max),
+        _percentile(values, counts, m, 0.5), _percentile(values, counts, m, 0.9),
+        _percentile(values, counts, m, 0.99), row_max / mean if mean else 1.0,
+        gini / (m * nnz) if nnz else 0.0, skew, counts[0] / m if values[0] == 0 else 0.0,
+        _top_rows(values, counts, max(1, -(-m // 100))) / nnz if nnz else 0.0,
+        m * row_max / nnz if nnz else 1.0, float(width), overflow / nnz if nnz else 0.0,
+        _sorted_warp_imbalance(values, counts, m),
+    )  # fmt: skip
+
+
+@njit(cache=True)
+def _percentile(values, counts, m, q):
+    """q-quantile of the row lengths, with numpy's default linear interpolation."""
+    pos = q * (m - 1)
+    lo = int(pos)
+    low = _value_at(values, counts, lo)
+    high = _value_at(values, counts, min(lo + 1, m - 1))
+    return low + (pos - lo) * (high - low)
+
+
+@njit(cache=True)
+def _value_at(values, counts, rank):
+    """The row length at 0-based ``rank`` in ascending order."""
+    seen = 0
+    for k in range(values.size):
+        seen += counts[k]
+        if seen > rank:
+            return float(values[k])
+    return float(values[-1])
+
+
+@njit(cache=True)
+def _top_rows(values, counts, rows):
+    """Entries in the ``rows`` longest rows."""
+    total = 0
+    for k in range(values.size - 1, -1, -1):
+        take = min(rows, counts[k])
+        total += take * values[k]
+        rows -= take
+    return total
+
+
+@njit(cache=True)
+def _sorted_warp_imbalance(values, counts, m):
+    """Mean over warps of max/mean row length once rows are sorted by length, descending."""
+    k = values.size - 1
+    left = counts[k]  # rows of length values[k] not yet in a warp
+    total = 0.0
+    for first in range(0, m, WARP):
+        size = min(WARP, m - first)
+        longest = values[k]
+        entries = 0
+        need = size
+        while need > 0:
+            take = min(need, left)
+            entries += take * values[k]
+            need -= take
+            left -= take
+            if left == 0 and k > 0:
+                k -= 1
+                left = counts[k]
+        total += longest * size / entries if entries else 1.0
+    return total / -(-m // WARP)
+
+
+@njit(cache=True)
+def _hyb_width(values, counts, m, nnz):
+    """(K, overflow(K)) of the HYB width rule (module docstring). Must equal
+    ``autospmv.formats.hyb.default_hyb_width``: the cost is convex and piecewise linear in K
+    with breaks at the row lengths, so its smallest minimiser is 0 or one of them."""
+    best_k, best_overflow = 0, nnz
+    best_cost = HYB_COO_COST * nnz
+    shorter = entries = 0  # rows of length ≤ values[k] and their entries
+    for k in range(values.size):
+        shorter += counts[k]
+        entries += counts[k] * values[k]
+        overflow = (nnz - entries) - values[k] * (m - shorter)
+        cost = m * values[k] + HYB_COO_COST * overflow
+        if cost < best_cost:
+            best_k, best_overflow, best_cost = values[k], overflow, cost
+    return best_k, best_overflow
+
+
+# ---------------------------------------------------------------------------------------------
+# Block masks: each b×b block of the current block row is a bit mask, filled row by row and
+# counted when the block row ends.
+
+
+@njit(cache=True)
+def _popcount(x):
+    x = x - ((x >> np.uint64(1)) & np.uint64(0x5555555555555555))
+    x = (x & np.uint64(0x3333333333333333)) + ((x >> np.uint64(2)) & np.uint64(0x3333333333333333))
+    x = (x + (x >> np.uint64(4))) & np.uint64(0x0F0F0F0F0F0F0F0F)
+    return np.int64((x * np.uint64(0x0101010101010101)) >> np.uint64(56))
+
+
+@njit(cache=True)
+def _touched(mask, s, anchor):
+    """Number of aligned s×s sub-blocks (s = 2, 4) of an 8×8 block mask with a cell set: ORing
+    the mask with itself shifted left by up to s − 1 columns and rows gathers each sub-block
+    at its top-left cell (``anchor`` marks those cells)."""
+    k = 1
+    while k < s:
+        mask |= mask >> np.uint64(k)
+        k *= 2
+    k = 8
+    while k < 8 * s:
+        mask |= mask >> np.uint64(k)
+        k *= 2
+    return _popcount(mask & anchor)
+
+
+@njit(cache=True)
+def _in_full(mask, padded, s, anchor, pattern):
+    """Stored cells of ``mask`` inside aligned s×s sub-blocks (s = 2, 4) that are full in
+    ``padded`` (the mask plus the cells outside the matrix, so a block cut by the border is
+    full when all of its cells inside are stored). ANDing as in :func:`_touched` leaves the
+    full sub-blocks' top-left cells; multiplying by the sub-block's cell ``pattern`` spreads
+    them back over the sub-blocks (no carries: the copies do not overlap)."""
+    k = 1
+    while k < s:
+        padded &= padded >> np.uint64(k)
+        k *= 2
+    k = 8
+    while k < 8 * s:
+        padded &= padded >> np.uint64(k)
+        k *= 2
+    return _popcount(mask & ((padded & anchor) * pattern))
+
+
+@njit(cache=True)
+def _edge_pads(m, n, first_row, b):
+    """Bit masks of the cells outside the matrix in the b×b blocks of the block row starting
+    at ``first_row`` (row pad) and of the last, cut block column (column pad); that column's
+    index, or -1 when n is a multiple of b."""
+    row_bits = np.uint64((1 << b) - 1)
+    cols_in = n % b
+    cut = row_bits ^ np.uint64((1 << cols_in) - 1) if cols_in else np.uint64(0)
+    row_pad = col_pad = np.uint64(0)
+    for r in range(b):
+        at = np.uint64(r * b)
+        if first_row + r >= m:
+            row_pad |= row_bits << at
+        col_pad |= cut << at
+    return row_pad, col_pad, n // b if cols_in else -1
+
+
+@njit(cache=True, inline="always")
+def _merge(masks, touched, count, c, bits):
+    """OR one row's cells of block column c into its block mask, listing c when new (the
+    list slot after the last is always written, so lists need one spare slot)."""
+    old = masks[c]
+    touched[count] = c
+    masks[c] = old | bits
+    return count + (old == 0)
+
+
+@njit(cache=True)
+def _flush8(masks, touched, count, row_pad, last_col, col_pad, stamp, warp_id, shift, sums):
+    """Count the 2×2, 4×4 and 8×8 blocks of one finished 8-row block row, and the x sectors
+    its warp reads for the first time, then reset its masks."""
+    t2 = t4 = f2 = f4 = f8 = sectors = 0
+    for k in range(count):
+        c = touched[k]
+        mask = masks[c]
+        masks[c] = np.uint64(0)
+        if shift == 3:  # float32: the 8 columns are one sector
+            sectors += _stamp(stamp, c, warp_id)
+        else:  # float64: columns 0-3 and 4-7 are two
+            if mask & _LOW_HALF:
+                sectors += _stamp(stamp, 2 * c, warp_id)
+            if mask & ~_LOW_HALF:
+                sectors += _stamp(stamp, 2 * c + 1, warp_id)
+        padded = mask | row_pad
+        if c == last_col:
+            padded |= col_pad
+        t2 += _touched(mask, 2, _ANCHOR2)
+        t4 += _touched(mask, 4, _ANCHOR4)
+        if _popcount(padded) >= 4:  # fewer cells fill no block
+            f2 += _in_full(mask, padded, 2, _ANCHOR2, _BLOCK2)
+            f4 += _in_full(mask, padded, 4, _ANCHOR4, _BLOCK4)
+            if padded == _ALL:
+                f8 += _popcount(mask)
+    sums[_T2] += t2
+    sums[_T4] += t4
+    sums[_T8] += count
+    sums[_F2] += f2
+    sums[_F4] += f4
+    sums[_F8] += f8
+    sums[_WARP_SECTORS] += sectors
+
+
+@njit(cache=True, inline="always")
+def _stamp(stamp, sector, warp_id):
+    """1 if warp ``warp_id`` reads x sector ``sector`` for the first time, else 0."""
+    new = stamp[sector] != warp_id
+    stamp[sector] = warp_id
+    return new
+
+
+@njit(cache=True)
+def _flush3(masks, touched, count, row_pad, last_col, col_pad, sums):
+    """Count the 3×3 blocks of one finished 3-row block row and reset it."""
+    f3 = 0
+    for k in range(count):
+        c = touched[k]
+        mask = np.int64(masks[c])
+        masks[c] = 0
+        padded = mask | row_pad
+        if c == last_col:
+            padded |= col_pad
+        if padded == _FULL3:
+            f3 += _popcount(np.uint64(mask))
+    sums[_T3] += count
+    sums[_F3] += f3
+
+
+# ---------------------------------------------------------------------------------------------
+# The scan: windows of WINDOW_ROWS rows, every row for lengths and diagonals, sampled windows
+# also for blocks and x locality.
+
+
+@njit(cache=True)
+def _row_window(indptr, indices, m, narrow, lo, hi, flags, hist, sums):
+    """Row-length histogram, bandwidth, narrow-band entries and occupied diagonals of rows
+    lo..hi-1 (lo a multiple of WARP); returns the sum of the warp imbalance ratios of its
+    warps."""
+    warp_sum = 0.0
+    band = sums[_BAND]
+    near = 0
+    for first in range(lo, hi, WARP):
+        last = min(first + WARP, hi)
+        longest = entries = 0
+        for i in range(first, last):
+            a, b = indptr[i], indptr[i + 1]
+            length = np.int64(b - a)
+            entries += length
+            longest = max(longest, length)
+            if length < hist.size:
+                hist[length] += 1
+            if length:
+                band = max(band, i - np.int64(indices[a]), np.int64(indices[b - 1]) - i)
+                near += _entries_between(indices, a, b, i - narrow, i + narrow)
+            base = np.uint64(m - 1 - i)  # diagonal j - i is flag j - i + m - 1
+            for p in range(a, b):
+                flags[np.uint64(indices[p]) + base] = 1
+        warp_sum += longest * (last - first) / entries if entries else 1.0
+    sums[_BAND] = band
+    sums[_NARROW] += near
+    return warp_sum
+
+
+@njit(cache=True)
+def _entries_between(indices, a, b, lo, hi):
+    """Entries of the sorted ``indices[a:b]`` (not empty) in lo..hi."""
+    if indices[a] >= lo and indices[b - 1] <= hi:
+        return b - a
+    if indices[a] > hi or indices[b - 1] < lo:
+        return 0
+    return _lower_bound(indices, a, b, hi + 1) - _lower_bound(indices, a, b, lo)
+
+
+@njit(cache=True)
+def _lower_bound(indices, a, b, value):
+    """First p in a..b with ``indices[p] >= value`` (b if none); ``indices[a:b]`` sorted."""
+    while a < b:
+        mid = (a + b) >> 1
+        if indices[mid] < value:
+            a = mid + 1
+        else:
+            b = mid
+    return a
+
+
+@njit(cache=True)
+def _detail_window(indptr, indices, m, n, shift, lo, hi, stamp, masks8, list8, masks3, list3,
+                   sums):  # fmt: skip
+    """Block and x-sector counters of rows lo..hi-1 (lo a multiple of WINDOW_ROWS; hi too,
+    or m). A row's cells in one block column are gathered in registers (indices are sorted),
+    then ORed into the block row's mask, counted when the block row ends. A sector (4 or 8
+    columns) lies inside one 8-column block, so sectors are counted per block, not per entry.
+    """
+    col_pad8, last8 = _edge_pads(m, n, lo, 8)[1:]
+    col_pad3, last3 = _edge_pads(m, n, lo, 3)[1:]
+    row_sectors = n8 = n3 = 0
+    for i in range(lo, hi):
+        a, b = indptr[i], indptr[i + 1]
+        at8 = np.uint64(8 * (i & 7))
+        at3 = 3 * (i % 3)
+        c8 = c3 = -1
+        bits8 = np.uint64(0)
+        bits3 = 0
+        for p in range(a, b):
+            j = np.int64(indices[p])
+            if j >> 3 != c8:
+                if c8 >= 0:
+                    n8 = _merge(masks8, list8, n8, c8, bits8 << at8)
+                    row_sectors += _sectors(bits8, shift)
+                c8 = j >> 3
+                bits8 = np.uint64(0)
+            bits8 |= _U1 << np.uint64(j & 7)
+            q = np.int64(np.uint64(j) // np.uint64(3))
+            if q != c3:
+                if c3 >= 0:
+                    n3 = _merge(masks3, list3, n3, c3, bits3 << at3)
+                c3 = q
+                bits3 = 0
+            bits3 |= 1 << (j - 3 * q)
+        if b > a:
+            n8 = _merge(masks8, list8, n8, c8, bits8 << at8)
+            row_sectors += _sectors(bits8, shift)
+            n3 = _merge(masks3, list3, n3, c3, bits3 << at3)
+        sums[_SAMPLED_NNZ] += b - a
+        if (i & 7) == 7 or i == m - 1:
+            first = i & ~7
+            row_pad = _edge_pads(m, n, first, 8)[0] if first + 8 > m else np.uint64(0)
+            _flush8(masks8, list8, n8, row_pad, last8, col_pad8, stamp, (i >> 5) + 1, shift,
+                    sums)  # fmt: skip
+            n8 = 0
+        if i % 3 == 2 or i == m - 1:
+            first = i - i % 3
+            row_pad = _edge_pads(m, n, first, 3)[0] if first + 3 > m else np.uint64(0)
+            _flush3(masks3, list3, n3, np.int64(row_pad), last3, np.int64(col_pad3), sums)
+            n3 = 0
+    sums[_ROW_SECTORS] += row_sectors
+
+
+@njit(cache=True, inline="always")
+def _sectors(bits, shift):
+    """x sectors covered by one row's cells ``bits`` (8 bits) of an 8-column block."""
+    if shift == 3:
+        return 1
+    return (bits & np.uint64(0x0F) != 0) + (bits & np.uint64(0xF0) != 0)
+
+
+@njit(cache=True)
+def _scan_windows(indptr, indices, m, n, shift, narrow, selected, first, last, flags, hist,
+                  stamp, masks8, list8, masks3, list3, sums):  # fmt: skip
+    """One worker's share: windows first..last-1; returns its warp imbalance ratio sum."""
+    warp_sum = 0.0
+    for w in range(first, last):
+        lo = w * WINDOW_ROWS
+        hi = min(lo + WINDOW_ROWS, m)
+        warp_sum += _row_window(indptr, indices, m, narrow, lo, hi, flags, hist, sums)
+        if selected[w]:
+            _detail_window(indptr, indices, m, n, shift, lo, hi, stamp, masks8, list8, masks3,
+                           list3, sums)  # fmt: skip
+    return warp_sum
+
+
+@njit(cache=True)
+def _select_windows(m, count):
+    """Flags of the windows scanned in detail: ``count`` of them, one per stratum of
+    consecutive windows, drawn by a splitmix64 hash of (SAMPLE_SEED, stratum)."""
+    total = -(-m // WINDOW_ROWS)
+    selected = np.zeros(total, np.uint8)
+    for k in range(count):
+        lo, hi = k * total // count, (k + 1) * total // count
+        z = np.uint64(SAMPLE_SEED) + np.uint64(k + 1) * np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z ^= z >> np.uint64(31)
+        selected[lo + np.int64(z % np.uint64(hi - lo))] = 1
+    return selected
+
+
+@njit(cache=True)
+def _split_windows(indptr, m, selected, workers):
+    """Cut the windows into ``workers`` runs of consecutive windows of about equal work."""
+    work = np.zeros(selected.size + 1)
+    for w in range(selected.size):
+        entries = indptr[min((w + 1) * WINDOW_ROWS, m)] - indptr[w * WINDOW_ROWS]
+        work[w + 1] = work[w] + (1 + DETAIL_COST * selected[w]) * entries + WINDOW_ROWS
+    return np.searchsorted(work, work[-1] * np.arange(workers + 1) / workers)
+
+
+@njit(cache=True)
+def _scratch(workers, m, n, shift, indptr):
+    """Per-worker counters and work arrays. The row-length histogram has no columns when the
+    longest row is much longer than m (then :func:`_length_histogram` sorts instead)."""
+    longest = 0
+    for i in range(m):
+        longest = max(longest, np.int64(indptr[i + 1] - indptr[i]))
+    hist_len = longest + 1 if longest <= 8 * m + 64 else 0
+    return (
+        np.zeros((workers, _N_SUMS), np.int64),
+        np.zeros((workers, hist_len), np.int64),
+        np.zeros((workers, max(m + n - 1, 0)), np.uint8),  # occupied diagonals
+        np.zeros((workers, (n + 7) // 8 * 2), np.int32),  # last warp that read each sector
+        np.zeros((workers, (n + 7) // 8), np.uint64),
+        np.empty((workers, (n + 7) // 8 + 1), np.int64),
+        np.zeros((workers, (n + 2) // 3), np.uint16),
+        np.empty((workers, (n + 2) // 3 + 1), np.int64),
+    )
+
+
+@njit(cache=True)
+def _length_histogram(hist, indptr, m):
+    """Distinct row lengths (ascending) and their counts."""
+    if hist.shape[1] == 0:
+        lengths = np.sort(indptr[1:] - indptr[:-1])
+        starts = np.flatnonzero(np.diff(lengths)) + 1
+        edges = np.concatenate((np.zeros(1, np.int64), starts, np.full(1, m, np.int64)))
+        return lengths[edges[:-1]].astype(np.int64), np.diff(edges)
+    total = hist.sum(axis=0)
+    values = np.flatnonzero(total)
+    return values, total[values]
+
+
+@njit(cache=True)
+def _combine(indptr, m, nnz, sums, hist, flags):
+    """Merge the workers' results: counters (bandwidth: maximum), occupied diagonals and
+    the row-length features."""
+    total = sums.sum(axis=0)
+    total[_BAND] = sums[:, _BAND].max()
+    for t in range(1, flags.shape[0]):
+        flags[0] |= flags[t]
+    values, counts = _length_histogram(hist, indptr, m)
+    return total, np.count_nonzero(flags[0]), _length_features(values, counts, m, nnz)
+
+
+@njit(cache=True)
+def _scan_serial(indptr, indices, m, n, shift, narrow, windows):
+    """The scan on the calling thread; returns (counters, warp ratio sum, occupied
+    diagonals, row-length features)."""
+    selected = _select_windows(m, windows)
+    sums, hist, flags, stamp, masks8, list8, masks3, list3 = _scratch(1, m, n, shift, indptr)
+    warp_sum = _scan_windows(indptr, indices, m, n, shift, narrow, selected, 0, selected.size,
+                             flags[0], hist[0], stamp[0], masks8[0], list8[0], masks3[0],
+                             list3[0], sums[0])  # fmt: skip
+    total, diagonals, lengths = _combine(indptr, m, indptr[m], sums, hist, flags)
+    return total, warp_sum, diagonals, lengths
+
+
+@njit(parallel=True, cache=True)
+def _scan_parallel(indptr, indices, m, n, shift, narrow, windows, workers):
+    """:func:`_scan_serial` split over ``workers`` threads, each with its own work arrays."""
+    selected = _select_windows(m, windows)
+    bounds = _split_windows(indptr, m, selected, workers)
+    sums, hist, flags, stamp, masks8, list8, masks3, list3 = _scratch(workers, m, n, shift,
+                                                                      indptr)  # fmt: skip
+    warp = np.zeros(workers)
+    for t in prange(workers):
+        warp[t] = _scan_windows(indptr, indices, m, n, shift, narrow, selected, bounds[t],
+                                bounds[t + 1], flags[t], hist[t], stamp[t], masks8[t],
+                                list8[t], masks3[t], list3[t], sums[t])  # fmt: skip
+    total, diagonals, lengths = _combine(indptr, m, indptr[m], sums, hist, flags)
+    return total, warp.sum(), diagonals, lengths
