@@ -128,13 +128,11 @@ class CpuBackend:
     """Runs the registry's numba CPU kernel on host arrays."""
 
     def __init__(self, spec: registry.KernelSpec, fmt, params: dict):
-        self._kernel = spec.cpu_kernel()
-        self._format = fmt
-        self._params = params
+        self._run = spec.cpu_kernel()(fmt, params)
 
     def host_matvec(self, x: np.ndarray, y: np.ndarray) -> None:
         if y.shape[0]:
-            self._kernel(self._format, x, y, self._params)
+            self._run(x, y)
 
     def device_matvec(self, x, x_cai, out):
         raise TypeError(

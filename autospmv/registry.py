@@ -26,7 +26,8 @@ class KernelSpec:
     format: str
     """``module:class`` of the storage format (a :class:`SparseFormat` subclass)."""
     cpu: str
-    """``module:function`` ``spmv(fmt, x, y, params)`` that overwrites ``y`` with ``A @ x``."""
+    """``module:function`` ``bind(fmt, params) -> run`` where ``run(x, y)`` overwrites ``y``
+    with ``A @ x`` (see ``kernels.cpu``)."""
     cuda: str
     """``module:function`` ``build(fmt, params) -> DeviceProgram`` (see ``kernels.cuda``)."""
     choose_params: Callable[[sp.csr_matrix], dict]
@@ -82,31 +83,31 @@ def choose_csr5_sigma(csr: sp.csr_matrix) -> dict:
 
 _REGISTRY = (
     KernelSpec(
-        "coo", "autospmv.formats.coo:COOFormat", "autospmv.kernels.cpu.coo:spmv",
+        "coo", "autospmv.formats.coo:COOFormat", "autospmv.kernels.cpu.coo:bind",
         "autospmv.kernels.cuda.coo:build", no_params,
     ),
     KernelSpec(
-        "csr_scalar", "autospmv.formats.csr:CSRFormat", "autospmv.kernels.cpu.csr:spmv_scalar",
+        "csr_scalar", "autospmv.formats.csr:CSRFormat", "autospmv.kernels.cpu.csr:bind_scalar",
         "autospmv.kernels.cuda.csr:build_scalar", no_params,
     ),
     KernelSpec(
-        "csr_vector", "autospmv.formats.csr:CSRFormat", "autospmv.kernels.cpu.csr:spmv_vector",
+        "csr_vector", "autospmv.formats.csr:CSRFormat", "autospmv.kernels.cpu.csr:bind_vector",
         "autospmv.kernels.cuda.csr:build_vector", choose_threads_per_row,
     ),
     KernelSpec(
-        "ell", "autospmv.formats.ell:ELLFormat", "autospmv.kernels.cpu.ell:spmv",
+        "ell", "autospmv.formats.ell:ELLFormat", "autospmv.kernels.cpu.ell:bind",
         "autospmv.kernels.cuda.ell:build", no_params,
     ),
     KernelSpec(
-        "hyb", "autospmv.formats.hyb:HYBFormat", "autospmv.kernels.cpu.hyb:spmv",
+        "hyb", "autospmv.formats.hyb:HYBFormat", "autospmv.kernels.cpu.hyb:bind",
         "autospmv.kernels.cuda.hyb:build", choose_hyb_width, ("width",),
     ),
     KernelSpec(
-        "jds", "autospmv.formats.jds:JDSFormat", "autospmv.kernels.cpu.jds:spmv",
+        "jds", "autospmv.formats.jds:JDSFormat", "autospmv.kernels.cpu.jds:bind",
         "autospmv.kernels.cuda.jds:build", no_params,
     ),
     KernelSpec(
-        "csr5", "autospmv.formats.csr5:CSR5Format", "autospmv.kernels.cpu.csr5:spmv",
+        "csr5", "autospmv.formats.csr5:CSR5Format", "autospmv.kernels.cpu.csr5:bind",
         "autospmv.kernels.cuda.csr5:build", choose_csr5_sigma, ("sigma",),
     ),
 )

@@ -211,7 +211,7 @@ def test_cpu_kernel_with_int64_indices(rng):
         fmt = CSR5Format.from_csr(csr, sigma)
         assert fmt.tile_ptr.dtype == fmt.indices.dtype == np.int64
         y = np.full(csr.shape[0], np.nan)
-        cpu_csr5.spmv(fmt, x, y, {"sigma": sigma})
+        cpu_csr5.bind(fmt, {"sigma": sigma})(x, y)
         assert relative_error(y, reference(csr, x)) <= 1e-12
 
 

@@ -255,12 +255,12 @@ def parallel(request, monkeypatch):
 
 
 CPU_CASES = [
-    ("ell", ELLFormat.from_csr, cpu_ell.spmv),
-    ("jds", JDSFormat.from_csr, cpu_jds.spmv),
+    ("ell", ELLFormat.from_csr, cpu_ell.bind),
+    ("jds", JDSFormat.from_csr, cpu_jds.bind),
     ("hyb-default", lambda c: HYBFormat.from_csr(c, default_hyb_width(row_lengths(c))),
-     cpu_hyb.spmv),
-    ("hyb-0", lambda c: HYBFormat.from_csr(c, 0), cpu_hyb.spmv),
-    ("hyb-2", lambda c: HYBFormat.from_csr(c, 2), cpu_hyb.spmv),
+     cpu_hyb.bind),
+    ("hyb-0", lambda c: HYBFormat.from_csr(c, 0), cpu_hyb.bind),
+    ("hyb-2", lambda c: HYBFormat.from_csr(c, 2), cpu_hyb.bind),
 ]
 
 
@@ -270,9 +270,9 @@ def test_cpu_kernels_match_scipy(name, dtype, parallel):
     csr = _canonical(name, dtype)
     x = np.random.default_rng(1).standard_normal(csr.shape[1]).astype(dtype)
     reference = csr.astype(np.float64) @ x.astype(np.float64)
-    for case, convert, spmv in CPU_CASES:
+    for case, convert, bind in CPU_CASES:
         y = np.full(csr.shape[0], 7.0, dtype=dtype)  # the kernel must overwrite, not add
-        spmv(convert(csr), x, y, {})
+        bind(convert(csr), {})(x, y)
         error = np.linalg.norm(y - reference) / max(np.linalg.norm(reference), np.finfo(float).tiny)
         assert error <= TOLERANCE[dtype], (case, error)
 
@@ -284,9 +284,9 @@ def test_cpu_kernels_propagate_nan_and_inf_like_scipy(dtype, parallel):
     x[[0, 5]] = np.nan
     x[-1] = np.inf  # padding (col = -1) must never read it
     reference = csr @ x
-    for case, convert, spmv in CPU_CASES:
+    for case, convert, bind in CPU_CASES:
         y = np.empty(csr.shape[0], dtype=dtype)
-        spmv(convert(csr), x, y, {})
+        bind(convert(csr), {})(x, y)
         np.testing.assert_array_equal(np.isnan(y), np.isnan(reference), err_msg=case)
         np.testing.assert_array_equal(np.isinf(y), np.isinf(reference), err_msg=case)
 

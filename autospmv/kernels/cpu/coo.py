@@ -10,7 +10,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from . import use_parallel
+from . import unsigned, use_parallel
 
 _NNZ_PER_TASK = 16384
 
@@ -50,8 +50,9 @@ _coo_serial = numba.njit(cache=True, nogil=True)(_coo)
 _coo_parallel = numba.njit(cache=True, nogil=True, parallel=True)(_coo)
 
 
-def spmv(fmt, x, y, params):
+def bind(fmt, params):
     nnz = fmt.data.shape[0]
     ntasks = (nnz + _NNZ_PER_TASK - 1) // _NNZ_PER_TASK
     kernel = _coo_parallel if use_parallel(nnz) else _coo_serial
-    kernel(fmt.row, fmt.col, fmt.data, x, y, ntasks)
+    row, col, data = unsigned(fmt.row), unsigned(fmt.col), fmt.data
+    return lambda x, y: kernel(row, col, data, x, y, ntasks)

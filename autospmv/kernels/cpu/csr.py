@@ -11,7 +11,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from . import use_parallel
+from . import unsigned, use_parallel
 
 _ROWS_PER_TASK = 256
 
@@ -55,11 +55,15 @@ def _nchunks(m: int) -> int:
     return (m + _ROWS_PER_TASK - 1) // _ROWS_PER_TASK
 
 
-def spmv_scalar(fmt, x, y, params):
+def bind_scalar(fmt, params):
     kernel = _scalar_parallel if use_parallel(fmt.data.shape[0]) else _scalar_serial
-    kernel(fmt.indptr, fmt.indices, fmt.data, x, y, _nchunks(y.shape[0]))
+    indptr, indices, data = unsigned(fmt.indptr), unsigned(fmt.indices), fmt.data
+    nchunks = _nchunks(fmt.shape[0])
+    return lambda x, y: kernel(indptr, indices, data, x, y, nchunks)
 
 
-def spmv_vector(fmt, x, y, params):
+def bind_vector(fmt, params):
     kernel = _vector_parallel if use_parallel(fmt.data.shape[0]) else _vector_serial
-    kernel(fmt.indptr, fmt.indices, fmt.data, x, y, params["threads_per_row"], _nchunks(y.shape[0]))
+    indptr, indices, data = unsigned(fmt.indptr), unsigned(fmt.indices), fmt.data
+    group, nchunks = params["threads_per_row"], _nchunks(fmt.shape[0])
+    return lambda x, y: kernel(indptr, indices, data, x, y, group, nchunks)

@@ -22,7 +22,7 @@ import numba
 import numpy as np
 
 from ...formats.csr5 import OMEGA
-from . import use_parallel
+from . import unsigned, use_parallel
 
 _NNZ_PER_TASK = 16384
 
@@ -106,10 +106,12 @@ _csr5_serial = numba.njit(cache=True, nogil=True)(_csr5)
 _csr5_parallel = numba.njit(cache=True, nogil=True, parallel=True)(_csr5)
 
 
-def spmv(fmt, x, y, params):
-    """y = A @ x from the CSR5 arrays of ``fmt`` (σ is ``fmt.sigma``)."""
+def bind(fmt, params):
+    """``run(x, y)``: y = A @ x from the CSR5 arrays of ``fmt`` (σ is ``fmt.sigma``)."""
     nnz = fmt.data.shape[0]
     kernel = _csr5_parallel if use_parallel(nnz) else _csr5_serial
     tiles_per_task = max(1, _NNZ_PER_TASK // fmt.tile_size)
-    kernel(fmt.tile_ptr, fmt.bit_flag, fmt.y_offset, fmt.empty_ptr, fmt.empty_offset,
-           fmt.indices, fmt.data, x, y, fmt.sigma, tiles_per_task)
+    arrays = (fmt.tile_ptr, fmt.bit_flag, fmt.y_offset, fmt.empty_ptr, fmt.empty_offset,
+              unsigned(fmt.indices), fmt.data)
+    sigma = fmt.sigma
+    return lambda x, y: kernel(*arrays, x, y, sigma, tiles_per_task)

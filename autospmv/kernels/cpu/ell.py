@@ -10,6 +10,7 @@ can still hold up to 3x padding in tasks of short rows).
 from __future__ import annotations
 
 import numba
+import numpy as np
 
 from . import use_parallel
 
@@ -30,7 +31,7 @@ def _ell(col, data, width, x, y, accumulate, nchunks):
             for r in range(start, end):
                 c = col[base + r]
                 if c >= 0:
-                    y[r] += data[base + r] * x[c]
+                    y[r] += data[base + r] * x[np.uintp(c)]  # unsigned: no wrap-around test
                     live = True
             if not live:
                 break
@@ -40,13 +41,14 @@ _ell_serial = numba.njit(cache=True, nogil=True)(_ell)
 _ell_parallel = numba.njit(cache=True, nogil=True, parallel=True)(_ell)
 
 
-def ell_spmv(fmt, x, y, accumulate: bool) -> None:
-    """``y = A @ x``, or ``y += A @ x`` when ``accumulate`` (HYB adds its ELL part this way)."""
-    m = y.shape[0]
+def bind_ell(fmt, accumulate: bool):
+    """``run(x, y)`` computing ``y = A @ x``, or ``y += A @ x`` when ``accumulate`` (HYB adds its
+    ELL part this way). Columns stay signed: padding is marked by -1."""
     kernel = _ell_parallel if use_parallel(fmt.col.shape[0]) else _ell_serial
-    kernel(fmt.col, fmt.data, fmt.width, x, y, accumulate,
-           (m + _ROWS_PER_TASK - 1) // _ROWS_PER_TASK)
+    col, data, width = fmt.col, fmt.data, fmt.width
+    nchunks = (fmt.shape[0] + _ROWS_PER_TASK - 1) // _ROWS_PER_TASK
+    return lambda x, y: kernel(col, data, width, x, y, accumulate, nchunks)
 
 
-def spmv(fmt, x, y, params):
-    ell_spmv(fmt, x, y, False)
+def bind(fmt, params):
+    return bind_ell(fmt, False)

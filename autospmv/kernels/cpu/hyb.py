@@ -7,10 +7,15 @@ work by nonzeros, so a few very long rows do not serialise on one task; the ELL 
 
 from __future__ import annotations
 
-from .coo import spmv as coo_spmv
-from .ell import ell_spmv
+from . import coo, ell
 
 
-def spmv(fmt, x, y, params):
-    coo_spmv(fmt.coo, x, y, params)
-    ell_spmv(fmt.ell, x, y, True)
+def bind(fmt, params):
+    overflow = coo.bind(fmt.coo, params)
+    add_ell = ell.bind_ell(fmt.ell, True)
+
+    def run(x, y):
+        overflow(x, y)
+        add_ell(x, y)
+
+    return run

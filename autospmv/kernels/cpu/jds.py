@@ -11,7 +11,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from . import use_parallel
+from . import unsigned, use_parallel
 
 _ROWS_PER_TASK = 256
 
@@ -38,7 +38,8 @@ _jds_serial = numba.njit(cache=True, nogil=True)(_jds)
 _jds_parallel = numba.njit(cache=True, nogil=True, parallel=True)(_jds)
 
 
-def spmv(fmt, x, y, params):
+def bind(fmt, params):
     kernel = _jds_parallel if use_parallel(fmt.data.shape[0]) else _jds_serial
-    kernel(fmt.perm, fmt.jd_ptr, fmt.col, fmt.data, x, y,
-           (y.shape[0] + _ROWS_PER_TASK - 1) // _ROWS_PER_TASK)
+    perm, jd_ptr, col, data = unsigned(fmt.perm), fmt.jd_ptr, unsigned(fmt.col), fmt.data
+    nchunks = (fmt.shape[0] + _ROWS_PER_TASK - 1) // _ROWS_PER_TASK
+    return lambda x, y: kernel(perm, jd_ptr, col, data, x, y, nchunks)
