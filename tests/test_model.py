@@ -1,0 +1,284 @@
+"""TreeModel: exact agreement with scikit-learn, JSON round trips, and every validation error."""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+
+import numpy as np
+import pytest
+from sklearn.tree import DecisionTreeClassifier, export_text
+
+from autospmv import KERNELS
+from autospmv.model import TreeModel, device_slug, find_model, slugify, user_model_path
+
+NAMES = ["row_max", "row_cv", "nnz", "density", "ell_fill", "block2_share"]
+KNOWN = {"known_features": NAMES + ["unused_feature"]}
+
+
+def _data(seed: int, n: int = 400):
+    rng = np.random.default_rng(seed)
+    X = np.column_stack([
+        rng.integers(1, 2000, n).astype(float),  # integer-valued: many exact ties
+        rng.gamma(2.0, 0.5, n),
+        10 ** rng.uniform(3, 8, n),
+        10 ** rng.uniform(-7, -1, n),
+        1 + rng.exponential(3.0, n),
+        rng.uniform(0, 1, n).round(2),
+    ])  # fmt: skip
+    score = np.log10(X[:, 0]) + X[:, 1] - X[:, 4] / 4 + rng.normal(0, 0.3, n)
+    y = np.array(KERNELS)[np.digitize(score, [0.0, 1.0, 2.0, 3.0])]
+    return X, y
+
+
+@pytest.fixture(scope="module", params=[False, True], ids=["unweighted", "weighted"])
+def fitted(request):
+    X, y = _data(0)
+    weights = np.random.default_rng(1).uniform(0.5, 20, len(y)) if request.param else None
+    clf = DecisionTreeClassifier(max_depth=7, random_state=0).fit(X, y, sample_weight=weights)
+    return clf, TreeModel.from_sklearn(clf, NAMES, {"device": "test"}, **KNOWN)
+
+
+def _probes(model: TreeModel, seed: int) -> np.ndarray:
+    """Random rows, with every threshold and its float32/float64 neighbours planted in them."""
+    X, _ = _data(seed, 300)
+    rows = []
+    for node in np.flatnonzero(model.children_left != -1):
+        t32 = model.threshold[node]
+        up, down = np.float32(np.inf), np.float32(-np.inf)
+        for v in (t32, np.nextafter(t32, up), np.nextafter(t32, down),
+                  np.nextafter(np.float64(t32), np.inf), np.nextafter(np.float64(t32), -np.inf),
+                  np.float64(t32) + 0.49 * float(np.spacing(t32)),
+                  np.float64(t32) + 0.51 * float(np.spacing(t32))):
+            row = X[len(rows) % len(X)].copy()
+            row[model.feature[node]] = float(v)
+            rows.append(row)
+    return np.vstack([X, np.array(rows)])
+
+
+def _as_dicts(X):
+    return [dict(zip(NAMES, row.tolist())) for row in X]
+
+
+def test_predictions_equal_sklearn_including_values_at_thresholds(fitted):
+    clf, model = fitted
+    X = _probes(model, 5)
+    np.testing.assert_array_equal(model.apply(X), clf.apply(X.astype(np.float32)))
+    expected = clf.predict(X)
+    assert [model.predict(f) for f in _as_dicts(X)] == expected.tolist()
+    proba = np.array([list(model.predict_proba(f).values()) for f in _as_dicts(X[:50])])
+    np.testing.assert_allclose(proba, clf.predict_proba(X[:50]), rtol=1e-15, atol=0)
+
+
+def test_json_round_trip_is_exact(fitted, tmp_path):
+    clf, model = fitted
+    path = tmp_path / "model.json"
+    model.to_json(path)
+    doc = json.loads(path.read_text())
+    internal = np.array(doc["tree"]["children_left"]) != -1
+    thresholds = np.array(doc["tree"]["threshold"])[internal]
+    np.testing.assert_array_equal(thresholds.astype(np.float32).astype(np.float64), thresholds)
+    X = _probes(model, 6)
+    for source in (path, str(path), io.StringIO(path.read_text()), io.BytesIO(path.read_bytes())):
+        loaded = TreeModel.load(source, **KNOWN)
+        assert [loaded.predict(f) for f in _as_dicts(X)] == clf.predict(X).tolist()
+        assert loaded.provenance == {"device": "test"}
+    assert TreeModel.load(path, **KNOWN).to_json() == model.to_json()
+
+
+def _with_stored_thresholds(clf, model):
+    """A copy of clf whose thresholds are the model's float32 ones (printed by export_text)."""
+    clone = copy.deepcopy(clf)
+    internal = model.children_left != -1
+    clone.tree_.threshold[internal] = model.threshold[internal]
+    return clone
+
+
+def test_float32_thresholds_change_no_prediction(fitted):
+    clf, model = fitted
+    X = _probes(model, 8)
+    np.testing.assert_array_equal(_with_stored_thresholds(clf, model).predict(X), clf.predict(X))
+
+
+def test_export_text_matches_sklearn(fitted):
+    clf, model = fitted
+    clone = _with_stored_thresholds(clf, model)
+    assert model.export_text() == export_text(clone, feature_names=NAMES)
+    assert model.export_text(max_depth=2, decimals=3) == export_text(
+        clone, feature_names=NAMES, max_depth=2, decimals=3)
+    assert model.export_text(show_weights=True) == export_text(
+        clone, feature_names=NAMES, show_weights=True)
+
+
+def test_decision_path_leaf_and_ranking(fitted):
+    clf, model = fitted
+    X = _probes(model, 7)[::7]
+    paths = clf.decision_path(X.astype(np.float32))
+    for i, features in enumerate(_as_dicts(X)):
+        nodes = paths.indices[paths.indptr[i]:paths.indptr[i + 1]]
+        steps = model.decision_path(features)
+        assert len(steps) == len(nodes) - 1
+        for node, child, step in zip(nodes, nodes[1:], steps):
+            assert step.feature == NAMES[clf.tree_.feature[node]]
+            assert step.went_left == (child == clf.tree_.children_left[node])
+            assert step.went_left == (np.float32(step.value) <= np.float32(step.threshold))
+        leaf = model.leaf(features)
+        assert leaf.node == nodes[-1]
+        assert leaf.samples == clf.tree_.n_node_samples[nodes[-1]]
+        ranked = model.ranked(features)
+        assert ranked[0] == model.predict(features) and sorted(ranked) == sorted(model.classes)
+        assert [leaf.proba[c] for c in ranked] == sorted(leaf.proba.values(), reverse=True)
+
+
+def test_extra_feature_keys_are_ignored(fitted):
+    _, model = fitted
+    features = dict(_as_dicts(_data(3, 1)[0])[0], unused_feature=1.0)
+    assert model.predict(features) in model.classes
+
+
+def test_export_text_truncates_like_sklearn():
+    X, y = _data(2)
+    clf = DecisionTreeClassifier(random_state=0).fit(X, y)
+    model = TreeModel.from_sklearn(clf, NAMES, **KNOWN)
+    text = model.export_text(max_depth=1)
+    assert "truncated branch" in text
+    assert text == export_text(_with_stored_thresholds(clf, model), feature_names=NAMES,
+                               max_depth=1)
+
+
+# -- validation -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def doc():
+    X, y = _data(0)
+    clf = DecisionTreeClassifier(max_depth=2, random_state=0).fit(X, y)
+    return TreeModel.from_sklearn(clf, NAMES, **KNOWN).to_dict()
+
+
+def _damaged(doc, change):
+    bad = copy.deepcopy(doc)
+    change(bad)
+    return bad
+
+
+def _set_tree(key, value):
+    return lambda d: d["tree"].__setitem__(key, value)
+
+
+def _set_node(key, node, value):
+    return lambda d: d["tree"][key].__setitem__(node, value)
+
+
+def _leaf_value_len(d):
+    d["tree"]["value"][1] = d["tree"]["value"][1][:-1]
+
+
+INVALID = [
+    (lambda d: d.__setitem__("format", "sklearn-pickle"), "not an autospmv tree model"),
+    (lambda d: d.__setitem__("schema_version", 2), "unsupported schema_version 2"),
+    (lambda d: d.pop("classes"), "the model has no 'classes' entry"),
+    (lambda d: d.__setitem__("feature_names", "row_max"), "feature_names must be a non-empty"),
+    (lambda d: d.__setitem__("feature_names", []), "feature_names must be a non-empty"),
+    (lambda d: d["feature_names"].__setitem__(1, "row_max"), "feature_names contains duplicates"),
+    (lambda d: d["feature_names"].__setitem__(1, "bogus"), "unknown feature names: bogus"),
+    (lambda d: d["classes"].__setitem__(0, "bsr"), "unknown kernel names in classes: bsr"),
+    (lambda d: d.__setitem__("provenance", [1]), "provenance must be a JSON object"),
+    (lambda d: d.__setitem__("tree", [1, 2]), "'tree' must be a JSON object"),
+    (lambda d: d["tree"].pop("threshold"), "the tree has no threshold array"),
+    (_set_tree("feature", ["a", "b"]), "feature must be an array of numbers"),
+    (_set_tree("threshold", 3.0), "threshold must be an array of finite numbers"),
+    (lambda d: d.__setitem__("tree", {k: [] for k in d["tree"]}), "the tree has no nodes"),
+    (lambda d: d["tree"]["n_node_samples"].pop(), "inconsistent lengths: children_left has 7 "
+     "nodes, n_node_samples has 6"),
+    (_leaf_value_len, "value must hold"),
+    (_set_node("value", 2, [-1.0] * 5), "value must not be negative"),
+    (_set_node("children_left", 0, 1.5), "children_left must be a list of integers"),
+    (_set_node("n_node_samples", 3, 0), "node sample counts must be positive"),
+    (_set_node("children_right", 2, 5), "node 2: a leaf must have both children -1"),
+    (_set_node("children_left", 0, 9), "node 0: child index 9 out of range"),
+    (_set_node("children_left", 1, 0), "node 1: child index 0 out of range"),
+    (_set_node("feature", 0, 6), r"node 0: feature index 6 out of range \(the model has 6"),
+    (_set_node("threshold", 0, 0.1), "node 0: threshold 0.1 is not a float32 value"),
+    (_set_node("children_right", 0, 2), "node 2 is reached from 2 parents"),
+]
+
+
+@pytest.mark.parametrize("change, message", INVALID)
+def test_damaged_documents_raise(doc, change, message):
+    bad = _damaged(doc, change)
+    with pytest.raises(ValueError, match=message):
+        TreeModel.from_dict(bad, **KNOWN)
+    with pytest.raises(ValueError, match=message):
+        TreeModel.load(io.StringIO(json.dumps(bad)), **KNOWN)
+
+
+def test_non_finite_numbers_are_refused(doc):
+    bad = _damaged(doc, _set_node("threshold", 0, float("nan")))
+    with pytest.raises(ValueError, match="threshold must be an array of finite numbers"):
+        TreeModel.from_dict(bad, **KNOWN)
+
+
+def test_document_must_be_object_and_json():
+    with pytest.raises(ValueError, match="must hold a JSON object; found list"):
+        TreeModel.load(io.StringIO("[]"))
+    with pytest.raises(ValueError, match="is not a valid JSON model file"):
+        TreeModel.load(io.StringIO('{"format": "autospmv-tree",'))
+    with pytest.raises(ValueError, match="NaN is not allowed in a model file"):
+        TreeModel.load(io.StringIO('{"x": NaN}'))
+    with pytest.raises(ValueError, match="is not a valid JSON model file"):
+        TreeModel.load(io.BytesIO(b"\x80\x04\x95 pickled"))
+
+
+def test_known_names_default_to_the_library(doc):
+    with pytest.raises(ValueError, match="unknown kernel names in classes: bsr"):
+        TreeModel.from_dict(_damaged(doc, lambda d: d["classes"].__setitem__(0, "bsr")),
+                            known_features=NAMES)
+    model = TreeModel.from_dict(doc, known_features=NAMES, known_kernels=KERNELS + ("bsr",))
+    assert model.classes == tuple(doc["classes"])
+
+
+def test_prediction_inputs_are_checked(doc):
+    model = TreeModel.from_dict(doc, **KNOWN)
+    features = dict.fromkeys(NAMES, 1.0)
+    with pytest.raises(ValueError, match="features missing for the model: density"):
+        model.predict({k: v for k, v in features.items() if k != "density"})
+    with pytest.raises(ValueError, match="feature values must be finite; not finite: nnz"):
+        model.predict(dict(features, nnz=float("inf")))
+    with pytest.raises(ValueError, match=r"X must have shape \(k, 6\)"):
+        model.apply(np.zeros((2, 5)))
+
+
+def test_from_sklearn_checks_its_input():
+    X, y = _data(0, 100)
+    clf = DecisionTreeClassifier(max_depth=2).fit(X, y)
+    with pytest.raises(ValueError, match="fitted on 6 features but 2 feature names"):
+        TreeModel.from_sklearn(clf, NAMES[:2], **KNOWN)
+    multi = DecisionTreeClassifier(max_depth=2).fit(X, np.column_stack([y, y]))
+    with pytest.raises(ValueError, match="only single-output classifiers"):
+        TreeModel.from_sklearn(multi, NAMES, **KNOWN)
+
+
+# -- locations ------------------------------------------------------------------------------
+
+
+def test_user_model_path_and_find_model(tmp_path, monkeypatch, doc):
+    monkeypatch.delenv("AUTOSPMV_HOME", raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    assert user_model_path("cpu-x") == tmp_path / "xdg" / "autospmv" / "models" / "cpu-x.json"
+    monkeypatch.setenv("AUTOSPMV_HOME", str(tmp_path / "home"))
+    path = user_model_path("cuda-nvidia-h100")
+    assert path == tmp_path / "home" / "models" / "cuda-nvidia-h100.json"
+    assert find_model("cuda-nvidia-h100") is None
+    path.parent.mkdir(parents=True)
+    TreeModel.from_dict(doc, **KNOWN).to_json(path)
+    assert find_model("cuda-nvidia-h100") == path
+
+
+def test_slugs():
+    assert slugify("NVIDIA H100 80GB HBM3") == "nvidia-h100-80gb-hbm3"
+    assert slugify("Intel(R) Xeon(R) Processor @ 2.10GHz") == "intel-r-xeon-r-processor-2-10ghz"
+    assert device_slug("cpu").startswith("cpu-")
+    with pytest.raises(ValueError, match="unknown device 'gpu'"):
+        device_slug("gpu")

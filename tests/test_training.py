@@ -1,0 +1,400 @@
+"""The training pipeline: corpus, CPU labelling end to end, metrics by hand, training, CLI."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+
+import numpy as np
+import pytest
+import scipy.io
+import scipy.sparse as sp
+
+import autospmv
+from autospmv.features import FEATURE_NAMES, features
+from autospmv.model import TreeModel
+from training import corpus, label, train
+from training.__main__ import main
+from training.timing import QUICK, Bench, relative_error, require_real_gpu, summary
+
+INF = math.inf
+
+# -- corpus ---------------------------------------------------------------------------------
+
+
+def test_presets():
+    tiny, small, default = (corpus.corpus(p) for p in ("tiny", "small", "default"))
+    assert len(tiny) >= 8 and all(e.nnz <= 5_000 for e in tiny)
+    assert max(e.nnz for e in small) <= 1_000_000
+    assert 60 <= len(default) <= 120 and max(e.nnz for e in default) >= 10_000_000
+    families = {v[0] for v in corpus.VARIANTS}
+    assert {e.family for e in default} == families and len(families) >= 12
+    for entries in (tiny, small, default):
+        assert len({e.name for e in entries}) == len(entries)
+        assert [e.nnz for e in entries] == sorted(e.nnz for e in entries) or entries == tiny
+    with pytest.raises(ValueError, match="unknown corpus preset 'huge'; presets: tiny"):
+        corpus.corpus("huge")
+
+
+@pytest.mark.parametrize("variant", corpus.VARIANTS, ids=lambda v: v[1])
+def test_generators_are_deterministic_and_sized(variant):
+    family, stem, generator, params = variant
+    make = corpus.GENERATORS[generator]
+    A, B = make(stem, 4000, **params), make(stem, 4000, **params)
+    assert (A != B).nnz == 0 and A.shape == B.shape
+    assert 0.5 * 4000 <= A.nnz <= 1.6 * 4000
+    assert A.has_canonical_format and np.all(A.data != 0)
+
+
+def test_size_tag():
+    assert [corpus.size_tag(v) for v in (0, 7, 290378, 960_000, 1e6, 1.04e7)] == \
+        ["0", "7e0", "3e5", "1e6", "1e6", "1e7"]
+
+
+def test_folder_entries(tmp_path):
+    A = sp.random(30, 20, density=0.2, format="csr", random_state=0)
+    sp.save_npz(tmp_path / "alpha.npz", A)
+    scipy.io.mmwrite(tmp_path / "beta.mtx", A.T)
+    (tmp_path / "notes.txt").write_text("ignored")
+    (tmp_path / "MANIFEST.tsv").write_text("name\tfamily\nalpha\tfem\n")
+    entries = corpus.folder_entries(tmp_path)
+    assert [(e.name, e.family, e.nnz, e.source) for e in entries] == [
+        ("alpha", "fem", A.nnz, str(tmp_path / "alpha.npz")),
+        ("beta", "unknown", A.nnz, str(tmp_path / "beta.mtx")),
+    ]
+    assert (entries[1].load() != A.T).nnz == 0
+    assert corpus.folder_entries(tmp_path, max_nnz=A.nnz - 1) == []
+    assert {e.name for e in corpus.corpus("tiny", [tmp_path])} >= {"alpha", "beta"}
+    with pytest.raises(ValueError, match="two corpus matrices are named 'alpha'"):
+        corpus.corpus("tiny", [tmp_path, tmp_path])
+    with pytest.raises(ValueError, match="matrix folder .* does not exist"):
+        corpus.folder_entries(tmp_path / "missing")
+
+
+# -- timing ---------------------------------------------------------------------------------
+
+
+def test_timing_helpers():
+    assert relative_error([3.0, 4.0], [3.0, 4.0]) == 0.0
+    assert relative_error([3.0, 4.0], [0.0, 4.0]) == pytest.approx(3 / 4)
+    assert relative_error([1e-3], [0.0]) == pytest.approx(1e-3)
+    assert summary([3, 1, 2, 10]) == {"median": 2.5, "min": 1.0,
+                                      "p90": pytest.approx(7.9), "n": 4}
+
+
+def test_cpu_bench_times_an_operator():
+    A = corpus.stencil("bench", 5000, 5)
+    op = autospmv.prepare(A, kernel="csr_scalar", device="cpu")
+    x = np.linspace(-1, 1, A.shape[1])
+    bench = Bench("cpu", x, A.shape[0], QUICK)
+    np.testing.assert_allclose(bench.result(op), A @ x)
+    timing = bench.time(op)
+    assert timing["per_call"]["n"] >= QUICK.min_repeats
+    assert timing["b2b"]["n"] == QUICK.b2b_repeats
+    per_call = timing["per_call"]
+    assert 0 < per_call["min"] <= per_call["median"] <= per_call["p90"]
+
+
+def test_gpu_timing_refuses_the_simulator(monkeypatch):
+    from numba import cuda
+
+    monkeypatch.setattr(cuda.config, "ENABLE_CUDASIM", True)
+    with pytest.raises(RuntimeError, match="simulator .* would time a Python interpreter"):
+        require_real_gpu()
+
+
+# -- labelling ------------------------------------------------------------------------------
+
+
+def test_measure_statuses():
+    A = autospmv.validation.canonicalize(corpus.dense_rows("one-dense-row", 4000, 1, 1.0))
+    x = np.linspace(-1, 1, A.shape[1])
+    y_ref = A @ x
+    bench = Bench("cpu", x, A.shape[0], QUICK)
+    ok = label.measure(A, label.Config("csr_scalar", {}, "chooser"), bench, y_ref)
+    assert ok["status"] == "ok" and ok["feasible"] and ok["error"] < 1e-12
+    assert ok["time_per_call_us"] == ok["spread"]["per_call"]["median"] > 0
+    assert ok["time_b2b_us"] == ok["spread"]["b2b"]["median"] > 0
+    wrong = label.measure(A, label.Config("csr_scalar", {}, "chooser"), bench, 2 * y_ref)
+    assert wrong["status"] == "incorrect" and wrong["time_per_call_us"] is None
+    assert wrong["reason"].startswith("relative error 0.5 > 1e-12")
+    too_wide = label.measure(A, label.Config("ell", {}, "chooser"), bench, y_ref)
+    assert too_wide["status"] == "infeasible" and not too_wide["feasible"]
+    assert "FormatTooLargeError" in too_wide["reason"]
+    bogus = label.measure(A, label.Config("ell", {"bogus": 1}, "chooser"), bench, y_ref)
+    assert bogus["status"] == "failed" and "has no parameter 'bogus'" in bogus["reason"]
+
+
+def test_configurations_cover_every_kernel_and_strategy():
+    A = autospmv.validation.canonicalize(corpus.power_law("configs", 4000, 2.2))
+    chosen, variants = label.configurations(A)
+    assert [c.kernel for c in chosen] == list(autospmv.KERNELS)
+    assert all(c.strategy == "chooser" and c.error is None for c in chosen)
+    strategies = [(c.kernel, c.strategy) for c in variants]
+    assert strategies == [("csr_vector", f"threads_per_row={t}") for t in (2, 4, 8, 16, 32)] + [
+        ("hyb", s) for s in label.HYB_STRATEGIES] + [("csr5", "sigma/2"), ("csr5", "sigma*2")]
+    assert label.configurations(A, variants=False)[1] == []
+
+
+@pytest.fixture(scope="module")
+def tiny_labels(tmp_path_factory):
+    out = tmp_path_factory.mktemp("labels") / "tiny.jsonl"
+    summary = label.label(corpus.corpus("tiny"), out, "cpu", options=QUICK, progress=False)
+    return out, summary
+
+
+def test_label_tiny_corpus_on_cpu(tiny_labels):
+    out, summary = tiny_labels
+    entries = corpus.corpus("tiny")
+    assert summary["labelled"] == len(entries) and summary["remaining"] == 0
+    records = label.read_records(out)
+    assert [r["name"] for r in records] == [e.name for e in entries]
+    for record in records:
+        assert record["schema"] == label.SCHEMA and record["dtype"] == "float64"
+        assert list(record["features"]) == list(FEATURE_NAMES)
+        assert set(record["kernels"]) == set(autospmv.KERNELS)
+        assert len(record["variants"]) == 10
+        assert record["device"]["device"] == "cpu" and record["versions"]["numba"]
+        assert record["features_ms"] > 0 and record["date"]
+        ok = {k: r for k, r in record["kernels"].items() if r["status"] == "ok"}
+        assert {"coo", "csr_scalar", "csr_vector"} <= set(ok)
+        for mode in label.TIMING_MODES:
+            best = record["best"][mode]
+            assert ok[best][f"time_{mode}_us"] == min(r[f"time_{mode}_us"] for r in ok.values())
+        for result in list(record["kernels"].values()) + record["variants"]:
+            assert result["status"] in ("ok", "infeasible", "incorrect", "failed")
+            assert (result["time_per_call_us"] is not None) == (result["status"] == "ok")
+
+
+def test_labelling_resumes(tiny_labels, tmp_path):
+    source, _ = tiny_labels
+    out = tmp_path / "labels.jsonl"
+    lines = source.read_text().splitlines(keepends=True)
+    out.write_text("".join(lines[:-1]) + lines[-1][: len(lines[-1]) // 2])  # a cut last line
+    entries = corpus.corpus("tiny")
+    summary = label.label(entries, out, "cpu", options=QUICK, progress=False)
+    assert (summary["labelled"], summary["skipped"]) == (1, len(entries) - 1)
+    assert [r["name"] for r in label.read_records(out)] == [e.name for e in entries]
+    again = label.label(entries, out, "cpu", options=QUICK, progress=False)
+    assert (again["labelled"], again["skipped"]) == (0, len(entries))
+    with pytest.raises(ValueError, match="holds float64 labels from device 'cpu'"):
+        label.label(entries, out, "cpu", dtype="float32", options=QUICK, progress=False)
+
+
+def test_budget_stops_cleanly(tmp_path):
+    out = tmp_path / "labels.jsonl"
+    summary = label.label(corpus.corpus("tiny"), out, "cpu", budget_seconds=0.0,
+                          options=QUICK, progress=False)
+    assert summary["labelled"] == 0 and summary["remaining"] == len(corpus.corpus("tiny"))
+    assert label.read_records(out) == []
+
+
+@pytest.mark.gpu
+def test_label_on_a_real_gpu(tmp_path):
+    cuda = pytest.importorskip("numba.cuda")
+    if cuda.config.ENABLE_CUDASIM or not autospmv.cuda_available():
+        pytest.skip("needs a CUDA GPU (none found, or the simulator is on)")
+    out = tmp_path / "gpu.jsonl"
+    entries = corpus.corpus("tiny")[:3]
+    assert label.label(entries, out, "cuda", options=QUICK, progress=False)["labelled"] == 3
+    for record in label.read_records(out):
+        assert record["device"]["device"] == "cuda" and record["device"]["compute_capability"]
+        ok = [r for r in record["kernels"].values() if r["status"] == "ok"]
+        assert len(ok) >= 5 and all(r["time_b2b_us"] > 0 for r in ok)
+        assert record["best"]["per_call"] in record["kernels"]
+
+
+def test_read_records_rejects_foreign_lines(tmp_path):
+    path = tmp_path / "x.jsonl"
+    path.write_text('{"schema": "other"}\n')
+    with pytest.raises(ValueError, match="line 1 of .* is not an autospmv label record"):
+        label.read_records(path)
+    path.write_text("{not json\n")
+    with pytest.raises(ValueError, match="line 1 of .* is not valid JSON"):
+        label.read_records(path)
+
+
+def test_tiny_end_to_end_through_the_cli(tiny_labels, tmp_path, capsys):
+    labels, _ = tiny_labels
+    model_path, report = tmp_path / "model.json", tmp_path / "report.md"
+    assert main(["train", str(labels), "--out", str(model_path), "--report", str(report),
+                 "--folds", "3"]) == 0
+    model = TreeModel.load(model_path)
+    sha = hashlib.sha256(labels.read_bytes()).hexdigest()
+    assert model.provenance["labels"] == [{"file": labels.name, "sha256": sha, "records": 9}]
+    assert model.provenance["device"]["device"] == "cpu"
+    A = corpus.uniform_random("unseen", 3000, 6)
+    assert model.predict(features(A)) in autospmv.KERNELS
+    assert "## All policies" in report.read_text()
+    assert main(["corpus", "--corpus", "tiny", "--matrices"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == len(corpus.corpus("tiny"))
+    assert main(["train", str(tmp_path / "missing.jsonl"), "--out", str(model_path)]) == 2
+    assert "error:" in capsys.readouterr().err
+
+
+# -- metrics by hand --------------------------------------------------------------------------
+
+
+def test_selection_metrics_by_hand():
+    times = np.array([[1.0, 2.0, INF], [4.0, 2.0, 3.0], [5.0, 5.0, 10.0]])
+    m = train.selection_metrics(times, np.array([1, 2, 0]))  # q = 1/2, 2/3, 1
+    assert m == {"n": 3, "geomean": pytest.approx((1 / 3) ** (1 / 3)),
+                 "geomean_feasible": pytest.approx((1 / 3) ** (1 / 3)),
+                 "within_10pct": pytest.approx(1 / 3), "worst": 0.5,
+                 "top1": pytest.approx(1 / 3), "top1_tie5": pytest.approx(1 / 3), "misses": 0}
+    m = train.selection_metrics(times, np.array([2, 1, -1]))  # a miss and no choice
+    assert (m["geomean"], m["geomean_feasible"], m["misses"], m["worst"]) == (0.0, 1.0, 2, 0.0)
+    assert m["top1"] == pytest.approx(1 / 3)
+    near = train.selection_metrics(np.array([[1.0, 1.04, 1.08]]), np.array([1]))
+    assert (near["top1"], near["top1_tie5"], near["within_10pct"]) == (0.0, 1.0, 1.0)
+    far = train.selection_metrics(np.array([[1.0, 1.04, 1.2]]), np.array([2]))
+    assert (far["top1_tie5"], far["within_10pct"]) == (0.0, 0.0)
+
+
+def test_scores_weights_and_fallback_by_hand():
+    times = np.array([[1.0, 4.0, INF], [2.0, 2.0, 8.0]])
+    assert train.selection_score(times, np.array([2, 1])) == pytest.approx(np.log(1 / 4) / 2)
+    np.testing.assert_allclose(train.sample_weights(times, "ratio"), [4.0, 4.0])
+    np.testing.assert_allclose(train.sample_weights(times, "log_ratio"), 1 + np.log([4, 4]))
+    np.testing.assert_allclose(train.sample_weights(times, "none"), [1, 1])
+    with pytest.raises(ValueError, match="unknown weighting 'cubic'"):
+        train.sample_weights(times, "cubic")
+    ranking = np.array([[2, 1, 0], [2, 1, 0]])
+    np.testing.assert_array_equal(train.first_feasible(times, ranking), [1, 2])
+    np.testing.assert_array_equal(
+        train.first_feasible(np.array([[INF, INF]]), np.array([[1, 0]])), [-1])
+
+
+# -- training on fabricated labels ------------------------------------------------------------
+
+
+def _record(name, family, source, times: dict, **feats):
+    """A label record whose per-call and back-to-back times are ``times`` (None: infeasible)."""
+    kernels = {}
+    for k in autospmv.KERNELS:
+        t = times.get(k, 1000.0)
+        status = "ok" if t is not None else "infeasible"
+        kernels[k] = {"params": {}, "status": status, "feasible": t is not None,
+                      "reason": None, "error": 0.0, "prepare_ms": 1.0,
+                      "time_per_call_us": t, "time_b2b_us": None if t is None else t / 2,
+                      "spread": None}
+    return {"schema": label.SCHEMA, "name": name, "family": family, "source": source,
+            "size": "1e5", "shape": [10, 10], "nnz": feats.get("nnz", 1e5), "dtype": "float64",
+            "features": {f: float(feats.get(f, 0.0)) for f in FEATURE_NAMES},
+            "kernels": kernels, "variants": [], "best": {}}
+
+
+def _fabricated(n_per_family: int = 6, seed: int = 0) -> list[dict]:
+    """Families where the best kernel follows row_max: ≤ 16 → ell, ≤ 1000 → csr_vector,
+    else csr5 (ell infeasible there); three synthetic families and two real ones."""
+    rng = np.random.default_rng(seed)
+    records = []
+    families = [("stencil", "synthetic"), ("graph", "synthetic"), ("lp", "synthetic"),
+                ("fem", "/data/fem"), ("web", "/data/web")]
+    for family, source in families:
+        for i in range(n_per_family):
+            row_max = float(rng.choice([4, 8, 12, 64, 300, 900, 5000, 20000]))
+            best = "ell" if row_max <= 16 else "csr_vector" if row_max <= 1000 else "csr5"
+            times = {"ell": 10.0 if best == "ell" else (30.0 if row_max <= 1000 else None),
+                     "csr_vector": 10.0 if best == "csr_vector" else 25.0,
+                     "csr5": 10.0 if best == "csr5" else 14.0}
+            records.append(_record(f"{family}-{i}", family, source, times, row_max=row_max,
+                                   nnz=float(rng.integers(1e4, 1e7)),
+                                   row_cv=float(rng.uniform(0, 3))))
+    return records
+
+
+def test_training_learns_a_clean_rule():
+    result = train.train(_fabricated(), n_splits=3)
+    cv = result.scores["cv"]
+    assert cv["tree"]["geomean"] == pytest.approx(1.0) and cv["tree"]["misses"] == 0
+    assert cv["always ell"]["misses"] > 0
+    assert all(cv["tree"]["geomean"] > m["geomean"] for k, m in cv.items() if k != "tree")
+    model = result.model
+    for record in _fabricated(seed=1):
+        best = min((r["time_per_call_us"], k) for k, r in record["kernels"].items()
+                   if r["status"] == "ok")[1]
+        assert model.predict(record["features"]) == best
+    assert set(result.scores["lofo"]) == {"fem", "web"}
+    assert all(r["tree"]["geomean"] == pytest.approx(1.0) for r in result.scores["lofo"].values())
+    for section in ("## Nested cross-validation", "## All policies", "## Real matrices",
+                    "## Tree", "hand rule", "always csr5"):
+        assert section in result.report
+    assert model.provenance["hyperparameters"] == {
+        "max_depth": result.scores["hyper"].max_depth,
+        "min_samples_leaf": result.scores["hyper"].min_samples_leaf,
+        "weighting": result.scores["hyper"].weighting}
+
+
+def test_one_group_cannot_be_cross_validated():
+    records = [r for r in _fabricated() if r["family"] == "stencil"]
+    result = train.train(records, n_splits=3)
+    assert result.scores["hyper"] == train.FALLBACK_HYPER and result.scores["folds"] == []
+    assert result.scores["cv"]["tree"] is None
+    assert result.model.provenance["cv_selection_score"] is None
+    assert "## Nested cross-validation" not in result.report
+    TreeModel.from_dict(json.loads(result.model.to_json()))
+
+
+def test_labels_from_two_devices_are_refused():
+    a, b = _fabricated()[:2]
+    a["device"], b["device"] = {"name": "GPU A"}, {"name": "GPU B"}
+    with pytest.raises(ValueError, match="the labels come from different devices"):
+        train.train([a, b])
+
+
+def test_b2b_mode_and_dataset_checks():
+    records = _fabricated()
+    ds, dropped = train.dataset(records + [_record("broken", "x", "synthetic",
+                                                   dict.fromkeys(autospmv.KERNELS))], "b2b")
+    assert dropped == ["broken"] and len(ds) == len(records)
+    assert ds.times[0].min() == 5.0 and set(ds.groups) >= {"fem/real", "lp/synthetic"}
+    with pytest.raises(ValueError, match="appears in more than one label record"):
+        train.dataset(records + records[:1])
+    with pytest.raises(ValueError, match="unknown timing mode 'wall'"):
+        train.dataset(records, "wall")
+    odd = dict(records[0], name="odd", features={"row_max": 1.0})
+    with pytest.raises(ValueError, match="has different feature names"):
+        train.dataset(records + [odd])
+
+
+def test_hand_rule_and_tree_fallback():
+    records = [_record("small", "a", "synthetic", {}, nnz=1e5, row_max=10),
+               _record("many", "a", "synthetic", {}, nnz=2e6, row_max=10),
+               _record("long", "a", "synthetic", {}, nnz=1e5, row_max=2000)]
+    ds, _ = train.dataset(records)
+    names = np.array(ds.kernels)[train.rule_policy(ds)]
+    assert names.tolist() == ["csr_vector", "csr5", "csr5"]
+    # A tree that always predicts ell falls back to its next class where ell is infeasible.
+    rows = [_record(f"r{i}", "a", "synthetic", {"ell": 1.0 if i % 3 else None, "coo": 2.0})
+            for i in range(9)]
+    ds, _ = train.dataset(rows)
+    clf = train.fit(ds, np.arange(len(ds)), train.Hyper(1, 1, "none"))
+    chosen = np.array(ds.kernels)[train.tree_policy(clf, ds, np.arange(len(ds)))]
+    assert chosen.tolist() == ["coo" if i % 3 == 0 else "ell" for i in range(9)]
+
+
+def test_chooser_quality_by_hand():
+    record = _record("v", "a", "synthetic", {"csr_vector": 10.0})
+    record["variants"] = [
+        {"kernel": "csr_vector", "strategy": "threads_per_row=2", "status": "ok",
+         "time_per_call_us": 5.0},
+        {"kernel": "csr_vector", "strategy": "threads_per_row=4", "status": "ok",
+         "time_per_call_us": 10.0},
+    ]
+    quality = train.chooser_quality([record])["csr_vector"]
+    assert {s: q["geomean"] for s, q in quality.items()} == {
+        "threads_per_row=2": 1.0, "threads_per_row=4": 0.5, "chooser": 0.5}
+    assert quality["chooser"]["within_10pct"] == 0.0
+
+
+def test_train_files_records_hashes(tmp_path):
+    path = tmp_path / "fab.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in _fabricated()))
+    result = train.train_files([path], tmp_path / "m" / "model.json", tmp_path / "r.md",
+                               n_splits=3)
+    loaded = TreeModel.load(tmp_path / "m" / "model.json")
+    assert loaded.to_dict() == result.model.to_dict()
+    assert loaded.provenance["labels"][0]["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert (tmp_path / "r.md").read_text() == result.report

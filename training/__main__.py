@@ -1,0 +1,159 @@
+"""Command line of the training pipeline.
+
+::
+
+    python -m training corpus  [--corpus default] [--matrices DIR ...]
+    python -m training label   --corpus default --device cuda --out labels.jsonl
+                               [--budget-minutes 15] [--matrices DIR ...] [--dtype float64]
+    python -m training train   labels.jsonl [...] --out model.json [--report report.md]
+                               [--timing per_call|b2b]
+    python -m training retrain [--device cuda|cpu] [--budget-minutes N]
+
+``retrain`` labels a corpus sized for this machine's device within the time budget (default
+15 minutes on a GPU with the ``default`` corpus, 30 minutes on the CPU with ``small``), trains,
+prints the report and installs the model where autospmv looks for it
+(:func:`autospmv.model.user_model_path`). The labels are kept in the same per-user folder
+(``labels/<device>-<dtype>.jsonl``), so an interrupted retrain continues where it stopped.
+``--matrices`` defaults to the folders in ``$AUTOSPMV_MATRICES`` (separated by ``os.pathsep``).
+Data goes to files or stdout, progress to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+RETRAIN = {"cuda": ("default", 15.0), "cpu": ("small", 30.0)}
+"""Corpus preset and default labelling budget (minutes) of ``retrain`` per device."""
+
+
+def _default_folders() -> list[str]:
+    return [p for p in os.environ.get("AUTOSPMV_MATRICES", "").split(os.pathsep) if p]
+
+
+def _default_device() -> str:
+    from autospmv import cuda_available
+    from numba import config
+
+    return "cuda" if cuda_available() and not config.ENABLE_CUDASIM else "cpu"
+
+
+def _parser() -> argparse.ArgumentParser:
+    from training.corpus import PRESETS
+    from training.label import TIMING_MODES
+
+    parser = argparse.ArgumentParser(prog="python -m training", description=(
+        "Label matrices with every kernel's time, train the kernel-selection tree, export it."))
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    def corpus_options(p):
+        p.add_argument("--corpus", choices=tuple(PRESETS), default="default",
+                       help="synthetic corpus preset (default: %(default)s)")
+        p.add_argument("--matrices", nargs="*", default=_default_folders(), metavar="DIR",
+                       help="folders of .npz/.mtx files to add (default: $AUTOSPMV_MATRICES)")
+
+    def label_options(p):
+        p.add_argument("--dtype", choices=("float64", "float32"), default="float64")
+        p.add_argument("--jobs", type=int, default=min(8, os.cpu_count() or 1),
+                       help="processes generating matrices (never while timing)")
+        p.add_argument("--no-variants", dest="variants", action="store_false",
+                       help="time only the choosers' parameters")
+        p.add_argument("--quick", action="store_true",
+                       help="short, noisy timings (smoke tests)")
+
+    p = commands.add_parser("corpus", help="list the corpus (TSV on stdout)")
+    corpus_options(p)
+
+    p = commands.add_parser("label", help="time every kernel on every corpus matrix")
+    corpus_options(p)
+    label_options(p)
+    p.add_argument("--device", choices=("cuda", "cpu"), default=None,
+                   help="default: cuda when a GPU is usable")
+    p.add_argument("--out", required=True, help="JSON-lines file (resumed if it exists)")
+    p.add_argument("--budget-minutes", type=float, default=None)
+
+    p = commands.add_parser("train", help="fit, cross-validate and export the tree")
+    p.add_argument("labels", nargs="+", help="JSON-lines label files")
+    p.add_argument("--out", required=True, help="model JSON file to write")
+    p.add_argument("--report", help="write the Markdown report here (default: stdout)")
+    p.add_argument("--timing", choices=TIMING_MODES, default="per_call",
+                   help="timing mode that defines the fastest kernel (default: %(default)s)")
+    p.add_argument("--folds", type=int, default=5)
+
+    p = commands.add_parser("retrain", help="label, train and install a model for this machine")
+    p.add_argument("--matrices", nargs="*", default=_default_folders(), metavar="DIR")
+    label_options(p)
+    p.add_argument("--device", choices=("cuda", "cpu"), default=None)
+    p.add_argument("--budget-minutes", type=float, default=None,
+                   help="labelling budget (default: 15 on cuda, 30 on cpu)")
+    p.add_argument("--timing", choices=TIMING_MODES, default="per_call")
+    p.add_argument("--labels", help="label file (default: next to the installed model)")
+    return parser
+
+
+def _entries(preset: str, folders):
+    from training.corpus import corpus
+
+    return corpus(preset, folders)
+
+
+def _label(args, preset: str, out, budget_minutes) -> dict:
+    from training.label import label
+    from training.timing import QUICK, TimingOptions
+
+    summary = label(
+        _entries(preset, args.matrices), out, args.device, dtype=args.dtype,
+        budget_seconds=None if budget_minutes is None else 60 * budget_minutes,
+        jobs=args.jobs, variants=args.variants, options=QUICK if args.quick else TimingOptions(),
+    )
+    print(f"labelled {summary['labelled']} matrices in {summary['seconds']:.0f} s "
+          f"({summary['skipped']} were already in {out}; {summary['remaining']} left for lack "
+          "of time)", file=sys.stderr)
+    for reason, where in summary["failures"].items():
+        print(f"failure ({where}): {reason}", file=sys.stderr)
+    return summary
+
+
+def _retrain(args) -> None:
+    from autospmv.model import device_slug, user_data_dir, user_model_path
+    from training.train import train_files
+
+    args.device = args.device or _default_device()
+    preset, budget = RETRAIN[args.device]
+    slug = device_slug(args.device)
+    model_path = user_model_path(slug)
+    labels = args.labels or user_data_dir() / "labels" / f"{slug}-{args.dtype}.jsonl"
+    _label(args, preset, labels, args.budget_minutes or budget)
+    result = train_files([labels], model_path, model_path.with_suffix(".md"), mode=args.timing)
+    print(result.report)
+    print(f"installed {model_path} (report: {model_path.with_suffix('.md')})", file=sys.stderr)
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "corpus":
+            for e in _entries(args.corpus, args.matrices):
+                print(f"{e.name}\t{e.family}\t{e.size}\t{e.nnz}\t{e.source}")
+        elif args.command == "label":
+            args.device = args.device or _default_device()
+            _label(args, args.corpus, args.out, args.budget_minutes)
+        elif args.command == "train":
+            from training.train import train_files
+
+            result = train_files(args.labels, args.out, args.report, mode=args.timing,
+                                 n_splits=args.folds)
+            if args.report is None:
+                print(result.report)
+            print(f"wrote {args.out}: {result.model!r}", file=sys.stderr)
+        else:
+            _retrain(args)
+    except (ValueError, RuntimeError, OSError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

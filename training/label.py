@@ -1,0 +1,370 @@
+"""Labelling: time every kernel on every corpus matrix and write one JSON line per matrix.
+
+For each matrix the labeller canonicalises it, computes :func:`autospmv.features.features`
+(timed), and measures every kernel of :data:`autospmv.KERNELS` with its chooser's parameters,
+plus parameter variants that show whether the choosers choose well: ``csr_vector`` with every
+group size, ``hyb`` with every width strategy of :mod:`autospmv.formats.hyb`, ``csr5`` with half
+and twice the chosen tile height (strategies ``sigma/2``, ``sigma*2``, clamped to the allowed
+range). A configuration whose parameters equal one already measured is not timed again; its
+record repeats the measurement.
+
+Each configuration gets a status:
+
+=========== ========================================================================
+ok          correct (relative error within :data:`training.timing.TOLERANCE`), timed
+infeasible  the format refused the matrix (``FormatTooLargeError``) or memory ran out
+incorrect   the result differs from SciPy's float64 product beyond the tolerance
+failed      anything else raised (a bug, a missing module); the reason says what
+=========== ========================================================================
+
+Only ``ok`` kernels can be the label; the trainer treats the others as infinitely slow.
+
+Record layout (one JSON object per line; ``schema`` = :data:`SCHEMA`)::
+
+    name, family, source, size, shape [m, n], nnz, dtype,
+    features {name: value}, features_ms, load_ms, canonicalize_ms,
+    kernels {kernel: result},           # with the chooser's parameters
+    variants [{kernel, strategy, ...result}],
+    best {"per_call": kernel|null, "b2b": kernel|null},
+    device {...}, versions {...}, date
+
+    result = {params, status, feasible, reason, error, prepare_ms,
+              time_per_call_us, time_b2b_us,           # medians, µs (null unless ok)
+              spread {per_call: {median, min, p90, n}, b2b: {...}, b2b_calls}}
+
+Runs are resumable: matrices already in the output file are skipped, and a line cut short by
+a crash is dropped. Matrix generation runs in parallel (joblib) one chunk at a time, and never
+while anything is being timed; features are computed in the timing process so that their time
+is not distorted by other work. A time budget stops the run between matrices.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import math
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import joblib
+import numpy as np
+
+import autospmv
+from autospmv import registry
+from autospmv.features import features
+from autospmv.formats import hyb
+from autospmv.formats.base import FormatTooLargeError, row_lengths
+from autospmv.formats.csr5 import SIGMA_RANGE
+from autospmv.validation import canonicalize
+from training import corpus as corpus_module
+from training.timing import (TOLERANCE, Bench, TimingOptions, device_info, relative_error,
+                             release_device_memory, require_real_gpu)
+
+SCHEMA = "autospmv-labels/1"
+THREADS_PER_ROW = (2, 4, 8, 16, 32)
+HYB_STRATEGIES = ("width_quantile", "width_cusp", "width_cost")
+TIMING_MODES = ("per_call", "b2b")
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """One kernel with one parameter set; ``error`` when its parameters could not be chosen."""
+
+    kernel: str
+    params: dict | None
+    strategy: str
+    error: str | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.kernel} {json.dumps(self.params, sort_keys=True)}"
+
+
+def _describe(err: BaseException) -> str:
+    return f"{type(err).__name__}: {err}"
+
+
+def _chooser_config(kernel: str, csr) -> Config:
+    try:
+        return Config(kernel, registry.choose_params(kernel, csr), "chooser")
+    except Exception as err:  # recorded as a failed configuration
+        return Config(kernel, None, "chooser", _describe(err))
+
+
+def _hyb_config(strategy: str, lengths: np.ndarray) -> Config:
+    try:
+        return Config("hyb", {"width": int(getattr(hyb, strategy)(lengths))}, strategy)
+    except Exception as err:
+        return Config("hyb", None, strategy, _describe(err))
+
+
+def configurations(csr, variants: bool = True) -> tuple[list[Config], list[Config]]:
+    """(one chooser configuration per kernel, the parameter variants) for canonical ``csr``."""
+    chosen = [_chooser_config(kernel, csr) for kernel in autospmv.KERNELS]
+    if not variants:
+        return chosen, []
+    extra = [Config("csr_vector", {"threads_per_row": t}, f"threads_per_row={t}")
+             for t in THREADS_PER_ROW]
+    lengths = row_lengths(csr)
+    extra += [_hyb_config(strategy, lengths) for strategy in HYB_STRATEGIES]
+    csr5 = next(c.params for c in chosen if c.kernel == "csr5")
+    if csr5 is not None:
+        low, high = SIGMA_RANGE
+        extra.append(Config("csr5", {"sigma": max(low, csr5["sigma"] // 2)}, "sigma/2"))
+        extra.append(Config("csr5", {"sigma": min(high, 2 * csr5["sigma"])}, "sigma*2"))
+    return chosen, extra
+
+
+def _result(config: Config, status: str, reason: str | None = None, **values) -> dict:
+    """A configuration's result; ``feasible`` means the operator could be built."""
+    out = {"params": config.params, "status": status, "feasible": status in ("ok", "incorrect"),
+           "reason": reason, "error": None, "prepare_ms": None, "time_per_call_us": None,
+           "time_b2b_us": None, "spread": None}
+    out.update(values)
+    return out
+
+
+def measure(csr, config: Config, bench: Bench, y_ref: np.ndarray) -> dict:
+    """Build, check and time one configuration (see the module docstring for the statuses)."""
+    if config.error:
+        return _result(config, "failed", f"choosing parameters: {config.error}")
+    started = time.perf_counter()
+    try:
+        op = autospmv.prepare(csr, kernel=config.kernel, device=bench.device,
+                              params=config.params)
+    except (FormatTooLargeError, MemoryError) as err:
+        return _result(config, "infeasible", _describe(err))
+    except Exception as err:
+        return _result(config, "failed", f"prepare: {_describe(err)}")
+    prepare_ms = (time.perf_counter() - started) * 1e3
+    try:
+        error = relative_error(bench.result(op), y_ref)
+        tolerance = TOLERANCE[np.dtype(csr.dtype)]
+        if not error <= tolerance:
+            return _result(config, "incorrect", f"relative error {error:.3g} > {tolerance:g}",
+                           error=error, prepare_ms=prepare_ms)
+        timing = bench.time(op)
+    except MemoryError as err:
+        return _result(config, "infeasible", _describe(err), prepare_ms=prepare_ms)
+    except Exception as err:
+        return _result(config, "failed", f"matvec: {_describe(err)}", feasible=True,
+                       prepare_ms=prepare_ms)
+    finally:
+        del op
+        release_device_memory(bench.device)
+    return _result(config, "ok", error=error, prepare_ms=prepare_ms,
+                   time_per_call_us=timing["per_call"]["median"],
+                   time_b2b_us=timing["b2b"]["median"], spread=timing)
+
+
+def best_kernels(kernels: dict) -> dict:
+    """The fastest ``ok`` kernel by each timing mode (None when no kernel is ok)."""
+    out = {}
+    for mode in TIMING_MODES:
+        times = {k: r[f"time_{mode}_us"] for k, r in kernels.items() if r["status"] == "ok"}
+        out[mode] = min(times, key=times.get) if times else None
+    return out
+
+
+def label_matrix(entry: corpus_module.Entry, csr, device: str, options: TimingOptions,
+                 variants: bool = True) -> dict:
+    """The label record of one canonical matrix (without the run-wide keys)."""
+    started = time.perf_counter()
+    feats = features(csr)
+    features_ms = (time.perf_counter() - started) * 1e3
+    m, n = csr.shape
+    x = np.random.default_rng(0).uniform(-1.0, 1.0, n).astype(csr.dtype)
+    y_ref = csr.astype(np.float64) @ x.astype(np.float64)
+    bench = Bench(device, x, m, options)
+    chosen, extra = configurations(csr, variants)
+    done: dict[str, dict] = {}
+
+    def run(config: Config) -> dict:
+        if config.error or config.key not in done:
+            done[config.key] = measure(csr, config, bench, y_ref)
+        return done[config.key]
+
+    kernels = {c.kernel: run(c) for c in chosen}
+    variant_records = [{"kernel": c.kernel, "strategy": c.strategy, **run(c)} for c in extra]
+    del bench
+    release_device_memory(device)
+    return {
+        "schema": SCHEMA, "name": entry.name, "family": entry.family, "source": entry.source,
+        "size": entry.size, "shape": [m, n], "nnz": int(csr.nnz), "dtype": str(csr.dtype),
+        "features": feats, "features_ms": features_ms,
+        "kernels": kernels, "variants": variant_records, "best": best_kernels(kernels),
+    }  # fmt: skip
+
+
+def load_canonical(entry: corpus_module.Entry, dtype: str):
+    """(canonical matrix of ``dtype``, load ms, canonicalise ms); runs in joblib workers."""
+    started = time.perf_counter()
+    A = entry.load()
+    loaded = time.perf_counter()
+    csr = canonicalize(A.astype(dtype, copy=False))
+    return csr, (loaded - started) * 1e3, (time.perf_counter() - loaded) * 1e3
+
+
+def library_versions() -> dict:
+    from importlib import metadata
+
+    out = {"python": platform.python_version(), "autospmv": autospmv.__version__}
+    for dist in ("numpy", "scipy", "numba", "numba-cuda", "scikit-learn"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = None
+    return out
+
+
+# -- the output file ------------------------------------------------------------------------
+
+
+def read_records(path) -> list[dict]:
+    """All records of a labels file (JSON lines); a final line without newline is ignored."""
+    text = Path(path).read_text(encoding="utf-8")
+    lines = text.split("\n")
+    records = []
+    for number, line in enumerate(lines[:-1], start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError as err:
+            raise ValueError(f"line {number} of {path} is not valid JSON ({err}); remove it "
+                             "to continue") from None
+        if not isinstance(record, dict) or record.get("schema") != SCHEMA:
+            raise ValueError(f"line {number} of {path} is not an autospmv label record "
+                             f"(expected schema {SCHEMA!r})")
+        records.append(record)
+    return records
+
+
+def _resume(path: Path, device: str, dtype: str) -> set[str]:
+    """Names already labelled in ``path`` (created empty if missing), after dropping an
+    unfinished last line."""
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()
+        return set()
+    records = read_records(path)
+    with open(path, "rb+") as handle:  # cut a line a crash left without its newline
+        data = handle.read()
+        handle.truncate(data.rfind(b"\n") + 1)
+    for record in records:
+        if record["dtype"] != dtype or record["device"]["device"] != device:
+            raise ValueError(
+                f"{path} holds {record['dtype']} labels from device "
+                f"{record['device']['device']!r}; write {dtype} labels for {device!r} to "
+                "another file"
+            )
+    return {record["name"] for record in records}
+
+
+def _append(path: Path, record: dict) -> None:
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(record, allow_nan=False) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def _predicted_seconds(history: list[tuple[int, float]], nnz: int) -> float:
+    """Time for a matrix of ``nnz``: that of the nearest size labelled so far, scaled up
+    linearly if this one is larger."""
+    if not history:
+        return 0.0
+    near_nnz, seconds = min(history, key=lambda h: abs(math.log((h[0] + 1) / (nnz + 1))))
+    return seconds * max(1.0, nnz / max(near_nnz, 1))
+
+
+def _warm_up(device: str, dtype: str, options: TimingOptions, variants: bool) -> None:
+    """Compile every kernel configuration (serial and parallel CPU variants) before timing, so
+    that no recorded prepare time or first call includes compilation."""
+    for nnz in (3_000, 60_000):
+        entry = corpus_module.Entry(f"warm-up-{nnz}", "warm-up", corpus_module.SYNTHETIC,
+                                    corpus_module.size_tag(nnz), nnz,
+                                    lambda nnz=nnz: corpus_module.power_law("warm-up", nnz, 2.2))
+        csr = load_canonical(entry, dtype)[0]
+        label_matrix(entry, csr, device, dataclasses.replace(options, max_seconds=0.0),
+                     variants)
+
+
+def label(entries, out, device: str = "cpu", *, dtype: str = "float64",
+          budget_seconds: float | None = None, jobs: int = 1, variants: bool = True,
+          options: TimingOptions = TimingOptions(), progress: bool = True) -> dict:
+    """Label ``entries`` on ``device`` ("cuda" or "cpu") into the JSON-lines file ``out``.
+
+    Returns a summary: ``labelled`` (this run), ``skipped`` (already in the file),
+    ``remaining`` (left for lack of time), ``seconds``, ``failures`` (distinct failure reasons).
+    """
+    from tqdm import tqdm
+
+    if device not in ("cuda", "cpu"):
+        raise ValueError(f"unknown device {device!r}; label on 'cuda' or 'cpu'")
+    if np.dtype(dtype) not in TOLERANCE:
+        raise ValueError(f"unsupported dtype {dtype!r}; label float32 or float64")
+    dtype = np.dtype(dtype).name
+    if device == "cuda":
+        require_real_gpu()
+    started = time.perf_counter()
+    deadline = math.inf if budget_seconds is None else started + budget_seconds
+    out = Path(out)
+    done = _resume(out, device, dtype)
+    pending = [e for e in entries if e.name not in done]
+    summary = {"labelled": 0, "skipped": len(entries) - len(pending), "remaining": 0,
+               "failures": {}}
+    run_info = {"device": device_info(device), "versions": library_versions()}
+    bar = tqdm(total=len(entries), initial=summary["skipped"], unit="matrix", file=sys.stderr,
+               **({} if progress else {"disable": True}))
+    history: list[tuple[int, float]] = []
+    if pending and time.perf_counter() < deadline:
+        _warm_up(device, dtype, options, variants)
+
+    def in_time(entry) -> bool:
+        return time.perf_counter() + _predicted_seconds(history, entry.nnz) <= deadline
+
+    with joblib.Parallel(n_jobs=jobs) as parallel:
+        for entry, loaded in _loaded(pending, dtype, jobs, parallel, in_time):
+            if not in_time(entry):
+                break
+            csr, load_ms, canonicalize_ms = loaded
+            bar.set_postfix_str(entry.name)
+            entry_started = time.perf_counter()
+            record = label_matrix(entry, csr, device, options, variants)
+            record.update(load_ms=load_ms, canonicalize_ms=canonicalize_ms, **run_info,
+                          date=datetime.datetime.now(datetime.timezone.utc).isoformat())
+            _append(out, record)
+            history.append((entry.nnz, time.perf_counter() - entry_started))
+            summary["labelled"] += 1
+            bar.update()
+            _report_failures(record, summary["failures"], bar)
+    bar.close()
+    summary["remaining"] = len(pending) - summary["labelled"]
+    summary["seconds"] = time.perf_counter() - started
+    return summary
+
+
+def _loaded(entries, dtype: str, jobs: int, parallel, in_time):
+    """Yield (entry, load_canonical(entry)) with up to ``jobs`` matrices built in parallel at a
+    time; the next chunk is built only after the previous one has been consumed (timed), and
+    only if ``in_time(its first entry)``."""
+    step = max(1, jobs)
+    for start in range(0, len(entries), step):
+        chunk = entries[start:start + step]
+        if not in_time(chunk[0]):
+            return
+        yield from zip(chunk, parallel(joblib.delayed(load_canonical)(e, dtype) for e in chunk))
+
+
+def _report_failures(record: dict, seen: dict, bar) -> None:
+    """Print each distinct failure reason once (a failure usually means a bug)."""
+    results = [(k, r) for k, r in record["kernels"].items()]
+    results += [(f"{v['kernel']} {v['strategy']}", v) for v in record["variants"]]
+    for what, result in results:
+        if result["status"] == "failed" and result["reason"] not in seen:
+            seen[result["reason"]] = what
+            bar.write(f"{record['name']}: {what} failed: {result['reason']}", file=sys.stderr)

@@ -1,0 +1,193 @@
+"""Timing one SpMV operator on one device, and checking its result first.
+
+Two figures per operator, as the project's measurement method prescribes:
+
+* **per call**: one user-facing ``op.matvec(x, out=y)`` between two clock readings, synchronised
+  each time, so host-side work (argument checks, the launch) counts: what a solver loop with host
+  logic between products sees. The median of ``repeats`` samples is reported.
+* **back-to-back**: ``b2b_calls`` calls between two clock readings, divided by the count. On a
+  GPU the host runs ahead of the device, so this approaches the kernel's own time. Repeated
+  ``b2b_repeats`` times; the median batch is reported.
+
+On CUDA the clock is a pair of CUDA events (resolution about half a microsecond); on the CPU it is
+``time.perf_counter``. Every timing starts with ``warmup`` calls, which also estimate the cost of
+one call: when ``repeats`` calls would take longer than ``max_seconds``, fewer samples are taken
+(never fewer than ``min_repeats``), so a hopelessly slow kernel cannot stall a labelling run;
+the sample count is recorded next to the figures. Calls rotate over ``vectors`` pairs of x and y
+so that a small matrix's x is not always read from cache.
+
+GPU timing refuses to run under numba-cuda's simulator: it would time a Python interpreter.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import platform
+import time
+
+import numpy as np
+
+TOLERANCE = {np.dtype(np.float32): 1e-5, np.dtype(np.float64): 1e-12}
+"""Largest accepted ‖y − y_ref‖ / ‖y_ref‖ against SciPy in float64, per value dtype."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TimingOptions:
+    warmup: int = 3
+    repeats: int = 50
+    min_repeats: int = 5
+    max_seconds: float = 1.0
+    """Time allowed for each of the two measurements of one operator (beyond the warm-up)."""
+    b2b_calls: int = 50
+    b2b_repeats: int = 5
+    vectors: int = 4
+
+
+QUICK = TimingOptions(warmup=1, repeats=10, min_repeats=3, max_seconds=0.02, b2b_calls=10,
+                      b2b_repeats=3, vectors=2)
+"""Short timings for tests and smoke runs (the figures are noisy)."""
+
+
+def summary(samples_us) -> dict:
+    """median, min, p90 (µs) and the sample count."""
+    samples = np.asarray(samples_us, dtype=np.float64)
+    return {
+        "median": float(np.median(samples)),
+        "min": float(samples.min()),
+        "p90": float(np.percentile(samples, 90)),
+        "n": int(samples.size),
+    }
+
+
+def relative_error(y, y_ref) -> float:
+    """‖y − y_ref‖₂ / ‖y_ref‖₂ in float64 (the absolute error when y_ref is zero)."""
+    y = np.asarray(y, dtype=np.float64)
+    y_ref = np.asarray(y_ref, dtype=np.float64)
+    diff = float(np.linalg.norm(y - y_ref))
+    scale = float(np.linalg.norm(y_ref))
+    return diff / scale if scale else diff
+
+
+class _CpuClock:
+    def start(self) -> None:
+        self._t0 = time.perf_counter()
+
+    def stop(self) -> float:
+        """Microseconds since :meth:`start`."""
+        return (time.perf_counter() - self._t0) * 1e6
+
+
+class _CudaClock:
+    def __init__(self):
+        from numba import cuda
+
+        self._cuda = cuda
+        self._start, self._end = cuda.event(timing=True), cuda.event(timing=True)
+
+    def start(self) -> None:
+        self._start.record()
+
+    def stop(self) -> float:
+        self._end.record()
+        self._end.synchronize()
+        return self._cuda.event_elapsed_time(self._start, self._end) * 1e3
+
+
+def require_real_gpu() -> None:
+    """Raise unless numba-cuda drives a real GPU (not its simulator, not absent)."""
+    from numba import cuda
+
+    if cuda.config.ENABLE_CUDASIM:
+        raise RuntimeError(
+            "GPU timing under numba-cuda's simulator (NUMBA_ENABLE_CUDASIM=1) would time a "
+            "Python interpreter, not a GPU; unset NUMBA_ENABLE_CUDASIM or label with device='cpu'"
+        )
+    if not cuda.is_available():
+        raise RuntimeError("no usable CUDA GPU was found; label with device='cpu' instead")
+
+
+class Bench:
+    """Vectors and clock for timing operators of one matrix on one device.
+
+    ``x`` is the host input vector; on CUDA it and ``vectors - 1`` perturbed copies are
+    uploaded once and reused by every operator of the matrix.
+    """
+
+    def __init__(self, device: str, x: np.ndarray, m: int, options: TimingOptions):
+        self.device = device
+        self.options = options
+        rng = np.random.default_rng(1)
+        xs = [x] + [rng.permutation(x) for _ in range(options.vectors - 1)]
+        if device == "cuda":
+            require_real_gpu()
+            from numba import cuda
+
+            self.clock = _CudaClock()
+            self.xs = [cuda.to_device(v) for v in xs]
+            self.ys = [cuda.device_array(m, dtype=x.dtype) for _ in xs]
+        else:
+            self.clock = _CpuClock()
+            self.xs = xs
+            self.ys = [np.empty(m, dtype=x.dtype) for _ in xs]
+
+    def result(self, op) -> np.ndarray:
+        """``op @ xs[0]`` as a host array (for the correctness check; also compiles)."""
+        y = op.matvec(self.xs[0], out=self.ys[0])
+        return y.copy_to_host() if self.device == "cuda" else y.copy()
+
+    def _run(self, op, calls: int, offset: int = 0) -> float:
+        """Microseconds for ``calls`` back-to-back calls."""
+        xs, ys, k = self.xs, self.ys, len(self.xs)
+        matvec = op.matvec
+        self.clock.start()
+        for i in range(offset, offset + calls):
+            matvec(xs[i % k], out=ys[i % k])
+        return self.clock.stop()
+
+    def time(self, op) -> dict:
+        """``{"per_call": summary, "b2b": summary}`` in microseconds (see the module doc)."""
+        opt = self.options
+        estimate = self._run(op, max(1, opt.warmup)) / max(1, opt.warmup)
+        budget = opt.max_seconds * 1e6
+        repeats = int(np.clip(budget // max(estimate, 1e-3), opt.min_repeats, opt.repeats))
+        per_call = [self._run(op, 1, i) for i in range(repeats)]
+        batches = max(1, opt.b2b_repeats)
+        calls = int(np.clip(budget // (batches * max(estimate, 1e-3)), 1, opt.b2b_calls))
+        b2b = [self._run(op, calls, i) / calls for i in range(batches)]
+        return {"per_call": summary(per_call), "b2b": summary(b2b), "b2b_calls": calls}
+
+
+def release_device_memory(device: str) -> None:
+    """Free device buffers of dropped operators now rather than at numba's next threshold."""
+    if device == "cuda":
+        from numba import cuda
+
+        cuda.current_context().deallocations.clear()
+
+
+def device_info(device: str) -> dict:
+    """What the timings were taken on: GPU name, compute capability and driver, or CPU model."""
+    from autospmv.model import cpu_model
+
+    info = {"device": device, "cpu": cpu_model(), "cpu_count": os.cpu_count(),
+            "platform": platform.platform()}
+    if device == "cuda":
+        from numba import cuda
+        from numba.cuda.cudadrv import driver
+
+        gpu = cuda.get_current_device()
+        name = gpu.name.decode() if isinstance(gpu.name, bytes) else str(gpu.name)
+        total = cuda.current_context().get_memory_info()[1]
+        info.update({
+            "name": name,
+            "compute_capability": ".".join(map(str, gpu.compute_capability)),
+            "driver_version": ".".join(map(str, driver.get_version())),
+            "runtime_version": ".".join(map(str, cuda.runtime.get_version())),
+            "memory_bytes": int(total),
+        })  # fmt: skip
+    else:
+        import numba
+
+        info.update({"name": info["cpu"], "threads": numba.get_num_threads()})
+    return info

@@ -1,0 +1,487 @@
+"""Training: fit the kernel-selection tree on label records, cross-validate it, export it.
+
+The label of a matrix is its fastest kernel (name only: parameters come from the choosers when
+the model is used), by the chosen timing mode, ``per_call`` (default: what a user's solver loop
+sees) or ``b2b`` (back-to-back, the kernel's own time). A kernel whose status is not ``ok`` counts
+as infinitely slow.
+
+Selection quality of a policy on a matrix is ``q = t(best kernel) / t(chosen kernel)`` (1 is
+perfect, 0 when the policy chose an infinitely slow kernel). Over a set of matrices:
+
+================ ===========================================================================
+geomean          geometric mean of q; 0 as soon as one choice is infeasible (a *miss*)
+geomean_feasible geometric mean of q over the matrices the policy did not miss
+within_10pct     share of matrices with t(chosen) ≤ 1.1 · t(best)
+worst            smallest q
+top1             share with t(chosen) = t(best) (the label itself, or an exact tie)
+top1_tie5        share with t(chosen) ≤ 1.05 · t(best): top-1 accuracy counting 5 % ties
+misses           matrices where the policy's kernel was infeasible, incorrect or failed
+================ ===========================================================================
+
+Policies compared: the tree, every fixed kernel ("always csr_vector", no fallback), and a
+Ginkgo-style hand rule (``nnz > 10⁶ or longest row > 1024 → csr5, else csr_vector``). The tree
+falls back: when its predicted kernel is infeasible for a matrix, the next class by predicted
+probability is used (ties in class order), as ``TreeModel.ranked`` orders them; it misses only
+when every class it knows is infeasible.
+
+Model selection: cross-validation grouped by (family, synthetic or real), so no family is in
+both the training and the test part, chooses ``max_depth``, ``min_samples_leaf`` and the
+sample weighting (``none``; ``ratio`` = t(worst ok kernel)/t(best); ``log_ratio`` =
+1 + ln of that ratio: how much is at stake on a matrix) by the mean log q of the out-of-fold
+choices (a miss scores as the worst ok kernel); ties go to the simpler tree. The reported
+per-fold scores come from nested cross-validation (the hyperparameters of each outer fold are
+chosen on its training part alone), so they are not biased by that choice. The exported model
+uses the hyperparameters chosen by cross-validation on all matrices and is fitted on all of
+them. Real matrices are also evaluated family by family, each family left out of training.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import hashlib
+import math
+from pathlib import Path
+
+import numpy as np
+from sklearn.model_selection import GroupKFold
+from sklearn.tree import DecisionTreeClassifier
+
+import autospmv
+from autospmv.model import TreeModel
+from training.label import TIMING_MODES, read_records
+
+WEIGHTINGS = ("none", "log_ratio", "ratio")
+RULE_NNZ, RULE_ROW = 1_000_000, 1024
+"""The hand rule's thresholds (Ginkgo-style default)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Hyper:
+    """Tree hyperparameters chosen by cross-validation."""
+
+    max_depth: int | None
+    min_samples_leaf: int
+    weighting: str
+
+
+GRID = tuple(
+    Hyper(depth, leaf, weighting)
+    for depth in (1, 2, 3, 4, 5, 6, 8, None)
+    for leaf in (8, 4, 2, 1)
+    for weighting in WEIGHTINGS
+)
+"""Simplest first (shallow, large leaves, unweighted): the first of equal scores wins."""
+FALLBACK_HYPER = Hyper(4, 2, "log_ratio")
+"""Used when the data has fewer than two groups, so that nothing can be cross-validated."""
+
+
+@dataclasses.dataclass
+class Dataset:
+    """Label records as arrays: one row per matrix, one time column per kernel."""
+
+    names: list[str]
+    families: np.ndarray
+    real: np.ndarray
+    feature_names: tuple[str, ...]
+    X: np.ndarray
+    times: np.ndarray
+    """Microseconds by the timing mode; inf where the kernel is not ``ok``."""
+    nnz: np.ndarray
+    row_max: np.ndarray
+    kernels: tuple[str, ...] = autospmv.KERNELS
+
+    def __post_init__(self):
+        self.groups = np.array([f"{f}/{'real' if r else 'synthetic'}"
+                                for f, r in zip(self.families, self.real)])
+        """CV groups: family and whether the matrix is real or synthetic."""
+        self.labels = np.array(self.kernels)[np.argmin(self.times, axis=1)]
+        """The fastest kernel of each matrix."""
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+
+def dataset(records, mode: str = "per_call") -> tuple[Dataset, list[str]]:
+    """(the usable records as a Dataset, names of records dropped because no kernel was ok)."""
+    if mode not in TIMING_MODES:
+        raise ValueError(f"unknown timing mode {mode!r}; choose one of {', '.join(TIMING_MODES)}")
+    records = list(records)
+    if not records:
+        raise ValueError("no label records to train on")
+    seen, feature_names = set(), tuple(records[0]["features"])
+    kept, dropped = [], []
+    for record in records:
+        if record["name"] in seen:
+            raise ValueError(f"matrix {record['name']!r} appears in more than one label record")
+        seen.add(record["name"])
+        if tuple(record["features"]) != feature_names:
+            raise ValueError(f"record {record['name']!r} has different feature names than "
+                             f"{records[0]['name']!r}; label all matrices with one autospmv")
+        times = [_time(record["kernels"].get(k), mode) for k in autospmv.KERNELS]
+        (kept if np.isfinite(times).any() else dropped).append((record, times))
+    if not kept:
+        raise ValueError("no record has a kernel that ran correctly; nothing to train on")
+    recs = [r for r, _ in kept]
+    return Dataset(
+        names=[r["name"] for r in recs],
+        families=np.array([r["family"] for r in recs]),
+        real=np.array([r["source"] != "synthetic" for r in recs]),
+        feature_names=feature_names,
+        X=np.array([[r["features"][f] for f in feature_names] for r in recs], dtype=np.float64),
+        times=np.array([t for _, t in kept], dtype=np.float64),
+        nnz=np.array([r["nnz"] for r in recs], dtype=np.float64),
+        row_max=np.array([r["features"].get("row_max", np.inf) for r in recs], np.float64),
+    ), [r["name"] for r, _ in dropped]
+
+
+def _time(result: dict | None, mode: str) -> float:
+    if not result or result["status"] != "ok":
+        return math.inf
+    return float(result[f"time_{mode}_us"])
+
+
+# -- metrics --------------------------------------------------------------------------------
+
+
+def selection_metrics(times: np.ndarray, chosen: np.ndarray) -> dict:
+    """The metrics of the module docstring; ``chosen`` is a kernel column per row, -1 for none."""
+    times = np.asarray(times, dtype=np.float64)
+    chosen = np.asarray(chosen)
+    n = len(chosen)
+    if n == 0:
+        return {"n": 0}
+    best = times.min(axis=1)
+    t = np.where(chosen >= 0, times[np.arange(n), np.maximum(chosen, 0)], np.inf)
+    miss = ~np.isfinite(t)
+    q = np.where(miss, 0.0, best / np.where(miss, 1.0, t))
+    hit = q[~miss]
+    return {
+        "n": int(n),
+        "geomean": float(np.exp(np.log(hit).mean())) if not miss.any() else 0.0,
+        "geomean_feasible": float(np.exp(np.log(hit).mean())) if hit.size else None,
+        "within_10pct": float(np.mean(t <= 1.1 * best)),
+        "worst": float(q.min()),
+        "top1": float(np.mean(t == best)),
+        "top1_tie5": float(np.mean(t <= 1.05 * best)),
+        "misses": int(miss.sum()),
+    }
+
+
+def selection_score(times: np.ndarray, chosen: np.ndarray) -> float:
+    """Mean log q, a miss scoring as the slowest ok kernel (the model-selection criterion)."""
+    n = len(chosen)
+    best = times.min(axis=1)
+    worst = np.where(np.isfinite(times), times, -np.inf).max(axis=1)
+    t = np.where(chosen >= 0, times[np.arange(n), np.maximum(chosen, 0)], np.inf)
+    return float(np.mean(np.log(best / np.where(np.isfinite(t), t, worst))))
+
+
+def fixed_policy(ds: Dataset, kernel: str) -> np.ndarray:
+    return np.full(len(ds), ds.kernels.index(kernel))
+
+
+def rule_policy(ds: Dataset) -> np.ndarray:
+    """The Ginkgo-style hand rule of the module docstring."""
+    long = (ds.nnz > RULE_NNZ) | (ds.row_max > RULE_ROW)
+    return np.where(long, ds.kernels.index("csr5"), ds.kernels.index("csr_vector"))
+
+
+def first_feasible(times: np.ndarray, ranking: np.ndarray) -> np.ndarray:
+    """Per row, the first kernel column of ``ranking`` with a finite time, else -1."""
+    finite = np.isfinite(np.take_along_axis(times, ranking, axis=1))
+    first = np.argmax(finite, axis=1)
+    return np.where(finite.any(axis=1), ranking[np.arange(len(ranking)), first], -1)
+
+
+def tree_policy(clf: DecisionTreeClassifier, ds: Dataset, rows) -> np.ndarray:
+    """The tree's choices with fallback (see the module docstring) for ``ds`` rows ``rows``."""
+    proba = clf.predict_proba(ds.X[rows])
+    order = np.argsort(-proba, axis=1, kind="stable")
+    columns = np.array([ds.kernels.index(c) for c in clf.classes_])
+    return first_feasible(ds.times[rows], columns[order])
+
+
+# -- fitting and cross-validation -----------------------------------------------------------
+
+
+def sample_weights(times: np.ndarray, weighting: str) -> np.ndarray:
+    best = times.min(axis=1)
+    worst = np.where(np.isfinite(times), times, -np.inf).max(axis=1)
+    if weighting == "none":
+        return np.ones(len(times))
+    if weighting == "ratio":
+        return worst / best
+    if weighting == "log_ratio":
+        return 1.0 + np.log(worst / best)
+    raise ValueError(f"unknown weighting {weighting!r}; choose one of {', '.join(WEIGHTINGS)}")
+
+
+def fit(ds: Dataset, rows, hyper: Hyper) -> DecisionTreeClassifier:
+    clf = DecisionTreeClassifier(max_depth=hyper.max_depth,
+                                 min_samples_leaf=hyper.min_samples_leaf, random_state=0)
+    return clf.fit(ds.X[rows], ds.labels[rows],
+                   sample_weight=sample_weights(ds.times[rows], hyper.weighting))
+
+
+def group_splits(groups: np.ndarray, n_splits: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """GroupKFold splits (positions into ``groups``); none when there are fewer than 2 groups."""
+    k = min(n_splits, len(np.unique(groups)))
+    if k < 2:
+        return []
+    return list(GroupKFold(n_splits=k).split(np.zeros(len(groups)), groups=groups))
+
+
+def select_hyper(ds: Dataset, rows: np.ndarray, n_splits: int, grid=GRID) -> tuple[Hyper, float]:
+    """The grid point with the best pooled out-of-fold selection score on ``rows``."""
+    splits = group_splits(ds.groups[rows], n_splits)
+    if not splits:
+        return FALLBACK_HYPER, math.nan
+    chosen = {hyper: np.empty(len(rows), dtype=np.int64) for hyper in grid}
+    for train, test in splits:
+        for hyper in grid:
+            chosen[hyper][test] = tree_policy(fit(ds, rows[train], hyper), ds, rows[test])
+    scores = {hyper: selection_score(ds.times[rows], chosen[hyper]) for hyper in grid}
+    best = grid[0]
+    for hyper in grid[1:]:
+        if scores[hyper] > scores[best] + 1e-12:
+            best = hyper
+    return best, scores[best]
+
+
+@dataclasses.dataclass
+class Fold:
+    test: np.ndarray
+    hyper: Hyper
+    chosen: np.ndarray
+    """The tree's choices for the test rows."""
+
+
+def nested_cv(ds: Dataset, n_splits: int, grid=GRID) -> list[Fold]:
+    """Outer grouped folds; each fold's hyperparameters are chosen on its training rows."""
+    folds = []
+    for train, test in group_splits(ds.groups, n_splits):
+        hyper, _ = select_hyper(ds, train, n_splits, grid)
+        folds.append(Fold(test, hyper, tree_policy(fit(ds, train, hyper), ds, test)))
+    return folds
+
+
+# -- the whole job --------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class TrainResult:
+    model: TreeModel
+    report: str
+    """Markdown."""
+    scores: dict
+
+
+def policies(ds: Dataset) -> dict[str, np.ndarray]:
+    """The baseline policies' choices on every row."""
+    out = {"hand rule": rule_policy(ds)}
+    out.update({f"always {k}": fixed_policy(ds, k) for k in ds.kernels})
+    return out
+
+
+def train(records, *, mode: str = "per_call", n_splits: int = 5, grid=GRID,
+          label_files: list[dict] | None = None) -> TrainResult:
+    """Cross-validate, fit the final tree and build the report (see the module docstring).
+
+    ``label_files``: ``[{"file", "sha256", "records"}]`` for the provenance.
+    """
+    records = list(records)
+    devices = {(r.get("device") or {}).get("name") for r in records}
+    if len(devices) > 1:
+        raise ValueError(f"the labels come from different devices ({', '.join(map(str, devices))});"
+                         " train one model per device")
+    ds, dropped = dataset(records, mode)
+    folds = nested_cv(ds, n_splits, grid)
+    oof = np.full(len(ds), -1)
+    for fold in folds:
+        oof[fold.test] = fold.chosen
+    hyper, score = select_hyper(ds, np.arange(len(ds)), n_splits, grid)
+    clf = fit(ds, np.arange(len(ds)), hyper)
+    baselines = policies(ds)
+    cv = {"tree": selection_metrics(ds.times, oof) if folds else None}
+    cv.update({name: selection_metrics(ds.times, chosen) for name, chosen in baselines.items()})
+    lofo = leave_one_family_out(ds, hyper)
+    provenance = {
+        "trained": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        "timing_mode": mode,
+        "device": records[0].get("device"),
+        "label_versions": records[0].get("versions"),
+        "training_versions": _versions(),
+        "labels": label_files or [],
+        "matrices": len(ds),
+        "families": sorted(set(ds.groups.tolist())),
+        "hyperparameters": dataclasses.asdict(hyper),
+        "cv_selection_score": None if math.isnan(score) else score,
+        "cv": {name: cv[name] for name in ("tree", "hand rule")},
+        "in_sample": selection_metrics(ds.times, tree_policy(clf, ds, np.arange(len(ds)))),
+    }
+    model = TreeModel.from_sklearn(clf, ds.feature_names, provenance)
+    scores = {"hyper": hyper, "cv": cv, "folds": folds, "lofo": lofo, "dropped": dropped}
+    report = _report(ds, model, scores, records, mode)
+    return TrainResult(model, report, scores)
+
+
+def leave_one_family_out(ds: Dataset, hyper: Hyper) -> dict[str, dict]:
+    """Per real family: the tree trained without that family, evaluated on it, next to the
+    hand rule and the best fixed kernel on the same matrices."""
+    out = {}
+    for family in sorted(set(ds.families[ds.real].tolist())):
+        test = np.flatnonzero(ds.real & (ds.families == family))
+        train = np.flatnonzero(~(ds.real & (ds.families == family)))
+        if train.size == 0:
+            continue
+        sub = ds.times[test]
+        fixed = {k: selection_metrics(sub, fixed_policy(ds, k)[test]) for k in ds.kernels}
+        best_fixed = max(fixed, key=lambda k: (fixed[k]["geomean"], fixed[k]["within_10pct"]))
+        out[family] = {
+            "tree": selection_metrics(sub, tree_policy(fit(ds, train, hyper), ds, test)),
+            "hand rule": selection_metrics(sub, rule_policy(ds)[test]),
+            "best fixed": dict(fixed[best_fixed], kernel=best_fixed),
+        }
+    return out
+
+
+def chooser_quality(records, mode: str = "per_call") -> dict[str, dict]:
+    """For kernels with parameter variants: how close each strategy (the chooser, each
+    variant's strategy) comes to the best variant timed on the same matrix.
+
+    Returns ``{kernel: {strategy: {"n", "geomean", "within_10pct"}}}`` with q = t(best variant)
+    / t(strategy), over the matrices where every strategy of the kernel ran ``ok``.
+    """
+    per_kernel: dict[str, dict[str, list]] = {}
+    for record in records:
+        by_kernel: dict[str, dict[str, float]] = {}
+        for variant in record.get("variants", []):
+            by_kernel.setdefault(variant["kernel"], {})[variant["strategy"]] = \
+                _time(variant, mode)
+        for kernel, strategies in by_kernel.items():
+            strategies["chooser"] = _time(record["kernels"].get(kernel), mode)
+            times = np.array(list(strategies.values()))
+            if not np.isfinite(times).all():
+                continue
+            for strategy, t in strategies.items():
+                per_kernel.setdefault(kernel, {}).setdefault(strategy, []).append(
+                    times.min() / t)
+    return {
+        kernel: {s: {"n": len(q), "geomean": float(np.exp(np.mean(np.log(q)))),
+                     "within_10pct": float(np.mean(np.array(q) >= 1 / 1.1))}
+                 for s, q in strategies.items()}
+        for kernel, strategies in per_kernel.items()
+    }
+
+
+def _versions() -> dict:
+    import sklearn
+
+    return {"autospmv": autospmv.__version__, "scikit-learn": sklearn.__version__,
+            "numpy": np.__version__}
+
+
+def file_digest(path) -> dict:
+    data = Path(path).read_bytes()
+    return {"file": Path(path).name, "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def train_files(paths, out, report=None, *, mode: str = "per_call",
+                n_splits: int = 5) -> TrainResult:
+    """Train on label files, write the model JSON to ``out`` and the report to ``report``."""
+    records, files = [], []
+    for path in paths:
+        recs = read_records(path)
+        records += recs
+        files.append(dict(file_digest(path), records=len(recs)))
+    result = train(records, mode=mode, n_splits=n_splits, label_files=files)
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    result.model.to_json(out)
+    if report is not None:
+        Path(report).write_text(result.report, encoding="utf-8")
+    return result
+
+
+# -- the report -----------------------------------------------------------------------------
+
+
+def _table(headers, rows) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _fmt(value, digits: int = 3) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    return f"{value:.{digits}f}"
+
+
+def _pct(value) -> str:
+    return "–" if value is None else f"{100 * value:.1f} %"
+
+
+def _metric_cells(m: dict) -> list[str]:
+    return [str(m["n"]), _fmt(m["geomean"]), _fmt(m["geomean_feasible"]),
+            _pct(m["within_10pct"]), _fmt(m["worst"]), _pct(m["top1"]), _pct(m["top1_tie5"]),
+            str(m["misses"])]
+
+
+METRIC_HEADERS = ["n", "geomean q", "geomean q (not missed)", "within 10 %", "worst q",
+                  "top-1", "top-1 (5 % ties)", "misses"]
+
+
+def _report(ds: Dataset, model: TreeModel, scores: dict, records, mode: str) -> str:
+    hyper, cv, folds = scores["hyper"], scores["cv"], scores["folds"]
+    device = (records[0].get("device") or {}).get("name", "unknown device")
+    labels, counts = np.unique(ds.labels, return_counts=True)
+    parts = [
+        "# autospmv selection tree: training report",
+        f"{len(ds)} matrices ({int(ds.real.sum())} real) in {len(set(ds.groups))} groups "
+        f"(family × synthetic/real), labelled on {device}; target: fastest kernel by "
+        f"{'per-call' if mode == 'per_call' else 'back-to-back'} time. "
+        f"q = t(best)/t(chosen); misses count as q = 0.",
+    ]
+    if scores["dropped"]:
+        parts.append(f"Dropped (no kernel ran correctly): {', '.join(scores['dropped'])}.")
+    parts.append("Labels: " + ", ".join(f"{k} {c}" for k, c in zip(labels, counts)) + ".")
+    parts.append(f"Chosen hyperparameters (grouped CV on all matrices): max_depth="
+                 f"{hyper.max_depth}, min_samples_leaf={hyper.min_samples_leaf}, "
+                 f"weighting={hyper.weighting}; tree: {model.n_nodes} nodes, depth "
+                 f"{model.depth}.")
+    if folds:
+        parts.append("## Nested cross-validation, per outer fold")
+        rows = []
+        for i, fold in enumerate(folds, start=1):
+            m = selection_metrics(ds.times[fold.test], fold.chosen)
+            rule = selection_metrics(ds.times[fold.test], rule_policy(ds)[fold.test])
+            rows.append([i, ", ".join(sorted(set(ds.groups[fold.test]))), m["n"],
+                         _fmt(m["geomean"]), _pct(m["within_10pct"]), _fmt(m["worst"]),
+                         _pct(m["top1_tie5"]), _fmt(rule["geomean"]),
+                         f"{fold.hyper.max_depth}/{fold.hyper.min_samples_leaf}/"
+                         f"{fold.hyper.weighting}"])
+        parts.append(_table(["fold", "test groups", "n", "tree geomean q", "within 10 %",
+                             "worst q", "top-1 (5 % ties)", "hand rule geomean q",
+                             "depth/leaf/weighting"], rows))
+    parts.append("## All policies (tree: out-of-fold choices of the nested CV)")
+    parts.append(_table(["policy"] + METRIC_HEADERS,
+                        [[name] + _metric_cells(m) for name, m in cv.items() if m]))
+    if scores["lofo"]:
+        parts.append("## Real matrices, each family left out of training")
+        rows = [[family, r["tree"]["n"], _fmt(r["tree"]["geomean"]),
+                 _pct(r["tree"]["within_10pct"]), _fmt(r["tree"]["worst"]),
+                 _fmt(r["hand rule"]["geomean"]),
+                 f"{r['best fixed']['kernel']} {_fmt(r['best fixed']['geomean'])}"]
+                for family, r in scores["lofo"].items()]
+        parts.append(_table(["family", "n", "tree geomean q", "within 10 %", "worst q",
+                             "hand rule geomean q", "best fixed kernel, geomean q"], rows))
+    quality = chooser_quality(records, mode)
+    if quality:
+        parts.append("## Parameter choosers against the best timed variant")
+        rows = [[kernel, strategy, m["n"], _fmt(m["geomean"]), _pct(m["within_10pct"])]
+                for kernel, strategies in quality.items()
+                for strategy, m in sorted(strategies.items())]
+        parts.append(_table(["kernel", "strategy", "n", "geomean q", "within 10 %"], rows))
+    parts.append("## Tree\n\n```\n" + model.export_text() + "```")
+    return "\n\n".join(parts) + "\n"
