@@ -10,10 +10,12 @@ See :func:`prepare`, :data:`KERNELS` and ``op.explain()``.
 
 from __future__ import annotations
 
+from .features import features
 from .operator import SpMVOperator
 from .registry import KERNELS
 from .selector import Decision
 from .session import cuda_available, prepare, select
 
-__all__ = ["KERNELS", "Decision", "SpMVOperator", "cuda_available", "prepare", "select"]
+__all__ = ["KERNELS", "Decision", "SpMVOperator", "cuda_available", "features", "prepare",
+           "select"]
 __version__ = "0.1.0"

@@ -1,23 +1,36 @@
 """Kernel selection and its explanation.
 
-:class:`Decision` records which kernel runs, with which parameters, and why: the steps taken (a
-rule's comparisons, or a forced choice), the feature values they read, and any guardrail that
-changed the outcome. ``str(decision)`` and ``op.explain()`` print it.
+:class:`Decision` records which kernel runs, with which parameters, and why: the model used and
+why it was chosen, the comparisons on the tree's path with the feature values they read, the
+leaf's training support, and any guardrail that changed the outcome. ``str(decision)`` and
+``op.explain()`` print it.
 
-Until a trained model is installed, automatic selection uses :func:`rule_decision`, a documented
-rule in the style of Ginkgo's default: a matrix with a very long row (more than
-:data:`LONG_ROW` nonzeros) goes to ``csr5``, whose load balance does not depend on row lengths;
-everything else goes to ``csr_vector``.
+Automatic selection (:func:`model_decision`) asks a trained :class:`~autospmv.model.TreeModel`,
+found by :func:`find_model` in this order:
+
+1. the ``model=`` argument (a path or a loaded model);
+2. the ``AUTOSPMV_MODEL`` environment variable (a path);
+3. a model retrained on this machine for this device (``python -m training retrain``);
+4. the shipped model for this device (by GPU or CPU name), else the nearest shipped model of the
+   same kind of device (another GPU's for a GPU, another CPU's for a CPU).
+
+When no model exists at all, :func:`rule_decision` applies a documented rule in the style of
+Ginkgo's default: a matrix with a very long row (more than :data:`LONG_ROW` nonzeros) goes to
+``csr5``, whose load balance does not depend on row lengths; everything else to ``csr_vector``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import os
+from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
 
 from . import registry
+from .model import TreeModel, device_slug, user_model_path
 
 LONG_ROW = 1024
 """Rows longer than this make the rule choose csr5."""
@@ -30,12 +43,14 @@ class Decision:
     kernel: str
     params: dict
     source: str
-    """Who decided: ``"forced"`` (``kernel=`` argument) or ``"rule"``."""
+    """Who decided: ``"forced"`` (``kernel=`` argument), ``"model <name>"`` or ``"rule"``."""
     path: list[str] = dataclasses.field(default_factory=list)
     """The comparisons made, in order, e.g. ``"max_row_length = 2048 > 1024"``."""
     features: dict[str, float] = dataclasses.field(default_factory=dict)
     notes: list[str] = dataclasses.field(default_factory=list)
     """Guardrails and conversion facts (e.g. conversion time)."""
+    candidates: list[str] = dataclasses.field(default_factory=list)
+    """Kernels to fall back to, in order, when the chosen one cannot be built."""
 
     def explain(self) -> str:
         params = ", ".join(f"{k}={v}" for k, v in self.params.items()) or "no parameters"
@@ -61,6 +76,89 @@ def rule_decision(csr: sp.csr_matrix) -> Decision:
         {"max_row_length": float(longest)},
         ["no trained model is installed yet; the built-in rule decided"],
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelChoice:
+    """A loaded model and the reason it was picked."""
+
+    model: TreeModel
+    name: str
+    reason: str
+
+
+@functools.lru_cache(maxsize=16)
+def _load_cached(path: str, mtime: float) -> TreeModel:
+    return TreeModel.load(path)
+
+
+def load_model(path) -> TreeModel:
+    """Load (and cache, until the file changes) a model file; ValueError if it is invalid."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"model file {str(path)!r} does not exist")
+    try:
+        return _load_cached(str(path), path.stat().st_mtime)
+    except ValueError as error:
+        raise ValueError(f"{path}: {error}") from None
+
+
+def shipped_models() -> dict[str, Path]:
+    """The models shipped with autospmv, by device slug (``cuda-…`` or ``cpu-…``)."""
+    from importlib import resources
+
+    try:
+        folder = resources.files("autospmv.models")
+    except ModuleNotFoundError:  # running from a source tree: models/ beside the package
+        folder = Path(__file__).resolve().parent.parent / "models"
+    if not folder.is_dir():
+        return {}
+    return {Path(item.name).stem: Path(str(item)) for item in folder.iterdir()
+            if item.name.endswith(".json") and item.name.startswith(("cuda-", "cpu-"))}
+
+
+def find_model(device: str, model=None) -> ModelChoice | None:
+    """The model to decide with on ``device`` (see the module docstring for the order)."""
+    if isinstance(model, TreeModel):
+        return ModelChoice(model, "given", "passed as model=")
+    if model is not None:
+        return ModelChoice(load_model(model), Path(model).name, "passed as model=")
+    env = os.environ.get("AUTOSPMV_MODEL")
+    if env:
+        return ModelChoice(load_model(env), Path(env).name, "from AUTOSPMV_MODEL")
+    slug = device_slug(device)
+    user = user_model_path(slug)
+    if user.is_file():
+        return ModelChoice(load_model(user), user.name, "retrained on this machine")
+    shipped = shipped_models()
+    if slug in shipped:
+        return ModelChoice(load_model(shipped[slug]), shipped[slug].name,
+                           "shipped for this device")
+    kind = slug.split("-")[0] + "-"
+    same_kind = sorted(name for name in shipped if name.startswith(kind))
+    if same_kind:
+        path = shipped[same_kind[0]]
+        return ModelChoice(load_model(path), path.name,
+                           f"shipped for {same_kind[0]}, the nearest to this device ({slug})")
+    return None
+
+
+def model_decision(csr: sp.csr_matrix, choice: ModelChoice, features: dict) -> Decision:
+    """The tree's kernel for ``csr``, with its path, leaf support and fall-back order."""
+    model = choice.model
+    ranked = model.ranked(features)
+    path = [f"{step.feature} = {step.value:.4g} {'≤' if step.went_left else '>'} "
+            f"{step.threshold:.4g}" for step in model.decision_path(features)]
+    leaf = model.leaf(features)
+    provenance = model.provenance
+    trained = ", ".join(str(provenance[key]) for key in ("device", "date") if key in provenance)
+    notes = [f"model {choice.name} ({choice.reason}" + (f"; trained on {trained})" if trained else ")"),
+             f"leaf {leaf.node}: {leaf.samples} training matrices, "
+             f"p({ranked[0]}) = {leaf.proba[ranked[0]]:.2f}"]
+    used = {step.split(" = ")[0] for step in path}
+    return Decision(ranked[0], registry.choose_params(ranked[0], csr), f"model {choice.name}",
+                    path, {name: features[name] for name in features if name in used}, notes,
+                    ranked[1:])
 
 
 def forced_decision(csr: sp.csr_matrix, kernel: str, params: dict | None = None) -> Decision:

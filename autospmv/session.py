@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
+import time
+
 from . import registry
+from .features import features
+from .formats.base import FormatTooLargeError
 from .operator import SpMVOperator
-from .selector import Decision, forced_decision, rule_decision
+from .selector import Decision, find_model, forced_decision, model_decision, rule_decision
 from .validation import canonicalize, check_device
 
 
@@ -34,20 +39,29 @@ def _resolve_device(device) -> str:
     return device
 
 
-def select(A, *, kernel: str | None = None, model=None) -> Decision:
-    """The Decision that :func:`prepare` would act on, without converting A."""
-    return _decide(canonicalize(A), kernel, model)
+def select(A, *, kernel: str | None = None, device: str | None = None, model=None) -> Decision:
+    """The Decision that :func:`prepare` would start from, without converting A.
+
+    Guardrails act only on conversion: :func:`prepare` falls back down
+    ``decision.candidates`` when a format refuses the matrix, and records it.
+    """
+    return _decide(canonicalize(A), kernel, _resolve_device(device), model)
 
 
-def _decide(csr, kernel, model, params=None) -> Decision:
+def _decide(csr, kernel, device, model, params=None) -> Decision:
     if kernel is not None:
         registry.get(kernel)  # validates the name
         return forced_decision(csr, kernel, params)
     if params:
         raise ValueError("params= needs kernel= (parameters belong to one kernel)")
-    if model is not None:
-        raise NotImplementedError("trained models are not supported yet; omit model=")
-    return rule_decision(csr)
+    choice = find_model(device, model)
+    if choice is None:
+        return rule_decision(csr)
+    started = time.perf_counter()
+    values = features(csr)
+    decision = model_decision(csr, choice, values)
+    decision.notes.append(f"features and prediction took {(time.perf_counter() - started) * 1e3:.2f} ms")
+    return decision
 
 
 def prepare(A, *, kernel: str | None = None, device: str | None = None, model=None,
@@ -61,4 +75,16 @@ def prepare(A, *, kernel: str | None = None, device: str | None = None, model=No
         registry.get(kernel)
     device = _resolve_device(device)
     csr = canonicalize(A)
-    return SpMVOperator(csr, _decide(csr, kernel, model, params), device)
+    decision = _decide(csr, kernel, device, model, params)
+    while True:
+        try:
+            return SpMVOperator(csr, decision, device)
+        except (FormatTooLargeError, MemoryError) as error:
+            if kernel is not None or not decision.candidates:
+                raise
+            refused, fallback = decision.kernel, decision.candidates[0]
+            decision = dataclasses.replace(
+                decision, kernel=fallback, params=registry.choose_params(fallback, csr),
+                candidates=decision.candidates[1:],
+                notes=decision.notes + [f"guardrail: {refused} could not be built ({error}); "
+                                        f"fell back to {fallback}, the tree's next choice"])

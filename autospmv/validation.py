@@ -46,19 +46,19 @@ def index_dtype(nnz: int, shape: tuple[int, int]) -> np.dtype:
 def canonicalize(A) -> sp.csr_matrix:
     """Return A as canonical CSR (see the module docstring); never modifies A.
 
-    Accepts any ``scipy.sparse`` matrix or array, or a 2-D numpy array.
+    Accepts any ``scipy.sparse`` matrix or array, or anything ``numpy.asarray`` turns into a
+    2-D numeric array (numpy arrays, nested lists).
     """
     if sp.issparse(A):
         if A.ndim != 2:
             raise ValueError(f"autospmv needs a 2-D matrix; got a {A.ndim}-D sparse array")
-        dtype = value_dtype(A.dtype)
-        csr = sp.csr_matrix(A, dtype=dtype, copy=True)
-    elif isinstance(A, np.ndarray) or hasattr(A, "__array__") and not isinstance(A, (str, bytes)):
+        csr = sp.csr_matrix(A, dtype=value_dtype(A.dtype), copy=True)
+    elif isinstance(A, (list, tuple)) or hasattr(A, "__array__"):
         dense = np.asarray(A)
-        if dense.dtype == object:
+        if dense.dtype.kind not in "biufc":  # complex is refused, with its own message, below
             raise TypeError(
-                f"autospmv cannot build a matrix from {type(A).__name__} with object dtype; "
-                "pass a scipy.sparse matrix or a 2-D numeric numpy array"
+                f"autospmv cannot build a matrix from {type(A).__name__} with {dense.dtype} dtype; "
+                "pass a scipy.sparse matrix or a 2-D numeric array"
             )
         if dense.ndim != 2:
             raise ValueError(f"autospmv needs a 2-D matrix; got an array with shape {dense.shape}")
