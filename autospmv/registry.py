@@ -60,11 +60,18 @@ def no_params(csr: sp.csr_matrix) -> dict:
 
 
 def choose_threads_per_row(csr: sp.csr_matrix) -> dict:
-    """CSR-vector group size: the smallest power of two ≥ the mean row length, within [2, 32]."""
+    """CSR-vector group size: the largest power of two ≤ a quarter of the mean row length,
+    within [2, 32].
+
+    Each lane then handles about four entries of an average row, which amortises the group's
+    shuffle reduction; measured on an H200 (float64, 10–12M nonzeros), this was the fastest
+    size or within 10 % of it on stencils, block FEM and uniform random rows, while one lane per
+    entry (the group covering the whole row) was up to 2.6× slower.
+    """
     m = csr.shape[0]
-    mean = csr.nnz / m if m else 0.0
+    quarter = csr.nnz / m / 4 if m else 0.0
     group = 2
-    while group < 32 and group < mean:
+    while group < 32 and 2 * group <= quarter:
         group *= 2
     return {"threads_per_row": group}
 

@@ -10,7 +10,6 @@ so these numbers are what bounds the call rate.
 
 from __future__ import annotations
 
-import ctypes
 import sys
 import time
 from pathlib import Path
@@ -54,17 +53,11 @@ def main(kernels):
         xp, yp = x.__cuda_array_interface__["data"][0], y.__cuda_array_interface__["data"][0]
         print(f"{kernel + ': device program (' + str(len(program.steps)) + ' steps)':44s} "
               f"{per_call_us(lambda: program.run(xp, yp)):8.2f}")
-        step = program.steps[-1]
-        args = step._launch_args
-        print(f"{kernel + ': one launch, ctypes cuLaunchKernel':44s} "
-              f"{per_call_us(lambda: step._launch(*args)):8.2f}")
         from cuda.bindings import driver
 
-        fn = driver.CUkernel(args[0].value)
-        params = ctypes.addressof(args[9])
-        grid, block = args[1], args[4]
-        print(f"{kernel + ': one launch, cuda.bindings cuLaunchKernel':44s} "
-              f"{per_call_us(lambda: driver.cuLaunchKernel(fn, grid, 1, 1, block, 1, 1, 0, 0, params, 0)):8.2f}")
+        args = program.steps[-1]._launch_args
+        print(f"{kernel + ': bare cuLaunchKernel (cuda.bindings)':44s} "
+              f"{per_call_us(lambda: driver.cuLaunchKernel(*args)):8.2f}")
         print(f"{kernel + ': op.matvec(x, out=y)':44s} "
               f"{per_call_us(lambda: op.matvec(x, out=y)):8.2f}")
 

@@ -179,10 +179,10 @@ def test_choose_sigma_follows_the_mean_row_length():
     def with_mean(mean_length: int) -> sp.csr_matrix:
         return from_row_lengths(np.full(64, mean_length), 200, seed=5)
 
-    assert choose_sigma(canonicalize(sp.csr_matrix((0, 0)))) == 4
-    assert choose_sigma(canonicalize(sp.csr_matrix((5, 5)))) == 4
-    assert [choose_sigma(with_mean(k)) for k in (1, 3, 4, 9, 17, 32, 100)] == [
-        4, 4, 4, 9, 17, 32, 32]
+    assert choose_sigma(canonicalize(sp.csr_matrix((0, 0)))) == 8
+    assert choose_sigma(canonicalize(sp.csr_matrix((5, 5)))) == 8
+    assert [choose_sigma(with_mean(k)) for k in (1, 3, 4, 9, 12, 17, 32, 100)] == [
+        8, 8, 8, 9, 12, 16, 16, 16]
     assert autospmv.select(with_mean(9), kernel="csr5").params == {"sigma": 9}
 
 
