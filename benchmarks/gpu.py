@@ -80,7 +80,7 @@ class Timer:
             for i in range(self.b2b):
                 call(i)
 
-        b2b = [self._elapsed_us(burst) / self.b2b for _ in range(7)]
+        b2b = [self._elapsed_us(burst) / self.b2b for _ in range(5)]
         return {
             "per_call_us": float(np.median(per_call)),
             "per_call_p10_us": float(np.percentile(per_call, 10)),
@@ -204,14 +204,14 @@ def matrices(args):
     real = sorted(folder.glob("*.npz")) if folder and folder.is_dir() else []
     for path in real:
         yield path.stem, "real", sp.load_npz(path)
+    if args.large:
+        for name, A in large_matrices(args.large_nnz):
+            yield name, "large", A
     if args.grown:
         for path in real:
             A = sp.load_npz(path)
             k = max(1, round(args.grown_nnz / max(A.nnz, 1)))
             yield f"{path.stem}_x{k}", "grown", sp.kron(sp.identity(k, format="csr"), A, "csr")
-    if args.large:
-        for name, A in large_matrices(args.large_nnz):
-            yield name, "large", A
 
 
 def device_info() -> dict:
@@ -258,6 +258,17 @@ def main(argv=None):
     rng = np.random.default_rng(0)
     records = []
     overhead = None
+    date = datetime.date.today().isoformat()
+    slug = info["gpu"].replace("NVIDIA ", "").replace(" ", "-").lower()
+    out = Path(args.out) if args.out else (
+        Path(__file__).parent / "results" / f"gpu-{slug}-{date}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+
+    def save():  # after every matrix, so an interrupted run keeps what it measured
+        out.write_text(json.dumps({
+            "device": info, "date": date, "dtype": args.dtype, "repeats": args.repeats,
+            "b2b_calls": args.b2b, "host_overhead": overhead, "records": records}, indent=1))
+
     header = f"{'matrix':28s} {'nnz':>9s} " + " ".join(f"{k:>10s}" for k in kernels)
     print(header + f" {'cusparse':>10s} {'torch':>10s}  (per-call µs / b2b µs)", flush=True)
     only = set(args.only.split(",")) if args.only else None
@@ -292,6 +303,7 @@ def main(argv=None):
             print(f"host overhead per op.matvec(x, out=y): {overhead['host_us_per_matvec']:.2f} µs "
                   f"({name})", flush=True)
         records.append(record)
+        save()
         cells = []
         for kernel in kernels:
             r = record["kernels"][kernel]
@@ -305,14 +317,6 @@ def main(argv=None):
         for kernel, runs in record.get("variants", {}).items():
             print(f"    {kernel} variants (b2b µs): " + ", ".join(
                 f"{r['params']}: {r['b2b_us']:.0f}" for r in runs if r.get("feasible")), flush=True)
-    result = {"device": info, "date": datetime.date.today().isoformat(), "dtype": args.dtype,
-              "repeats": args.repeats, "b2b_calls": args.b2b, "host_overhead": overhead,
-              "records": records}
-    slug = info["gpu"].replace("NVIDIA ", "").replace(" ", "-").lower()
-    out = Path(args.out) if args.out else (
-        Path(__file__).parent / "results" / f"gpu-{slug}-{result['date']}.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1))
     print(f"wrote {out}")
 
 
