@@ -2,7 +2,7 @@
 
 ``features`` runs inside every ``prepare()``, so it must stay within a small multiple of one
 matrix-vector product. This script times both on the largest matrix of a folder of ``.npz``
-matrices and on a generated 5-point Laplacian with at least 10M nonzeros, prints a table and
+matrices and on a generated 5-point Laplacian (default 11.2M nonzeros), prints a table and
 writes ``benchmarks/results/features-cpu-<date>.json``.
 
 Method: the matrix is made canonical first (as ``prepare()`` does), ``features`` is called
@@ -32,8 +32,13 @@ import scipy.sparse as sp
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from autospmv.features import SAMPLE_THRESHOLD, features  # noqa: E402
-from autospmv.validation import canonicalize  # noqa: E402
+from autospmv.features import (
+    PARALLEL_MIN_NNZ,
+    PARALLEL_MIN_THREADS,
+    SAMPLE_THRESHOLD,
+    features,
+)
+from autospmv.validation import canonicalize
 
 
 def default_matrix_dir() -> pathlib.Path:
@@ -96,11 +101,25 @@ def measure(name: str, A: sp.csr_matrix, repeat: int) -> dict:
         "cols": A.shape[1],
         "nnz": int(A.nnz),
         "sampled": bool(A.nnz > SAMPLE_THRESHOLD),
+        "threads": threads_used(A.nnz),
         "spmv_ms": median_ms(spmv),
         "features_ms": median_ms(feat),
         "features_first_call_ms": first * 1e3,
         "ratio": median_ms(feat) / median_ms(spmv),
     }
+
+
+def threads_used(nnz: int) -> int:
+    """Threads the feature scan runs on (see ``autospmv.features.PARALLEL_MIN_THREADS``)."""
+    threads = numba.get_num_threads()
+    return threads if nnz >= PARALLEL_MIN_NNZ and threads >= PARALLEL_MIN_THREADS else 1
+
+
+def threading_layer() -> str:
+    try:
+        return numba.threading_layer()
+    except ValueError:  # no parallel region has run in this process
+        return "none started"
 
 
 def machine() -> dict:
@@ -109,7 +128,7 @@ def machine() -> dict:
         "processor": platform.processor() or platform.machine(),
         "cpu_count": os.cpu_count(),
         "numba_threads": numba.get_num_threads(),
-        "numba_threading_layer": numba.threading_layer(),
+        "numba_threading_layer": threading_layer(),
         "python": platform.python_version(),
         "numpy": np.__version__,
         "scipy": scipy.__version__,
@@ -120,10 +139,14 @@ def machine() -> dict:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--matrices", type=pathlib.Path, default=default_matrix_dir(),
-                        help="folder of .npz matrices; its largest one is timed")  # fmt: skip
-    parser.add_argument("--grid", type=int, default=1500,
-                        help="side of the generated 5-point grid (default 1500: 11.2M entries)")  # fmt: skip
+    parser.add_argument(
+        "--matrices", type=pathlib.Path, default=default_matrix_dir(),
+        help="folder of .npz matrices; the largest is timed",
+    )  # fmt: skip
+    parser.add_argument(
+        "--grid", type=int, default=1500,
+        help="side of the generated 5-point grid (1500: 11.2M entries)",
+    )  # fmt: skip
     parser.add_argument("--repeat", type=int, default=21, help="timed calls of each")
     parser.add_argument("--out", type=pathlib.Path, default=None, help="JSON file to write")
     args = parser.parse_args(argv)
@@ -132,12 +155,12 @@ def main(argv=None) -> int:
     rows = [measure(name, A, args.repeat) for name, A in cases]
     info = machine()  # after the runs: numba's threading layer is known only then
 
-    print(f"{'matrix':<18} {'rows':>10} {'nnz':>11} {'sampled':>8} {'A@x ms':>9} "
-          f"{'features ms':>12} {'ratio':>6} {'first call ms':>14}")  # fmt: skip
+    print(f"{'matrix':<18} {'rows':>10} {'nnz':>11} {'sampled':>8} {'threads':>8} "
+          f"{'A@x ms':>9} {'features ms':>12} {'ratio':>6} {'first call ms':>14}")  # fmt: skip
     for r in rows:
-        print(f"{r['matrix']:<18} {r['rows']:>10,} {r['nnz']:>11,} {str(r['sampled']):>8} "
-              f"{r['spmv_ms']:>9.3f} {r['features_ms']:>12.3f} {r['ratio']:>6.2f} "
-              f"{r['features_first_call_ms']:>14.1f}")  # fmt: skip
+        print(f"{r['matrix']:<18} {r['rows']:>10,} {r['nnz']:>11,} {r['sampled']!s:>8} "
+              f"{r['threads']:>8} {r['spmv_ms']:>9.3f} {r['features_ms']:>12.3f} "
+              f"{r['ratio']:>6.2f} {r['features_first_call_ms']:>14.1f}")  # fmt: skip
     print(f"{info['cpu_count']} CPUs, numba {info['numba_threads']} threads "
           f"({info['numba_threading_layer']}), load average {info['load_average']}")  # fmt: skip
 
