@@ -42,6 +42,12 @@ def csr_vector_kernel(indptr, indices, data, x, y, log_group):
     if row < y.shape[0]:
         k = indptr[row] + lane
         end = indptr[row + 1]
+        # Four entries per step while a lane has that many left: four loads in flight at once.
+        while k + 3 * group < end:
+            acc += (data[k] * x[indices[k]] + data[k + group] * x[indices[k + group]]) + (
+                data[k + 2 * group] * x[indices[k + 2 * group]]
+                + data[k + 3 * group] * x[indices[k + 3 * group]])
+            k += 4 * group
         while k < end:
             acc += data[k] * x[indices[k]]
             k += group
