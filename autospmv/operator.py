@@ -89,7 +89,9 @@ class SpMVOperator(LinearOperator):
         return self.matvec(x)
 
     def __matmul__(self, x):
-        if hasattr(x, "__cuda_array_interface__"):
+        # Vectors go straight to matvec (LinearOperator's generic dispatch costs microseconds);
+        # device arrays must, since LinearOperator would turn them into numpy arrays.
+        if hasattr(x, "__cuda_array_interface__") or (isinstance(x, np.ndarray) and x.ndim == 1):
             return self.matvec(x)
         return super().__matmul__(x)
 
