@@ -1,0 +1,74 @@
+"""Every CUDA kernel, run in numba-cuda's CUDA simulator, against SciPy (no GPU needed).
+
+The simulator cannot share a process with real compilation (``test_cuda_ptx.py``), so
+``cuda_simulator_worker.py`` runs every kernel x dtype x tiny matrix once, in a subprocess, and each
+of its results is asserted here by its own test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+pytest.importorskip("numba.cuda")
+
+import autospmv  # noqa: E402
+from matrices import (  # noqa: E402
+    TINY, TINY_EXTRA_CASES, TINY_PARAMETER_CASES, TOLERANCE, conversion_refused,
+    parameter_case_name,
+)
+
+WORKER = pathlib.Path(__file__).with_name("cuda_simulator_worker.py")
+REPO_ROOT = WORKER.parent.parent
+TIMEOUT_S = 480
+"""The worker takes one to two minutes on two cores; the limit only stops a hang."""
+
+CASES = [*TINY, *TINY_EXTRA_CASES]
+
+
+@pytest.fixture(scope="module")
+def simulated():
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    try:
+        done = subprocess.run([sys.executable, str(WORKER)], capture_output=True, text=True,
+                              env=env, cwd=REPO_ROOT, timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"the simulator worker ran past {TIMEOUT_S} s; its stderr:\n{exc.stderr}")
+    if done.returncode:
+        pytest.fail(f"the simulator worker failed (exit {done.returncode}); its stderr:\n"
+                    f"{done.stderr}")
+    return json.loads(done.stdout)
+
+
+def check(result: dict, dtype: str, refused: bool):
+    if refused:
+        assert result["exception"] is not None
+        assert result["exception"].startswith("FormatTooLargeError:")
+        return
+    assert result["exception"] is None, result["exception"]
+    assert result["error"] <= TOLERANCE[np.dtype(dtype)], f"relative error {result['error']:.3g}"
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("kernel", autospmv.KERNELS)
+def test_simulated_kernel_matches_scipy(simulated, kernel, dtype, case):
+    A = TINY[TINY_EXTRA_CASES.get(case, case)]()
+    check(simulated[f"{kernel}/{dtype}/{case}"], dtype, conversion_refused(kernel, A))
+
+
+PARAMETER_IDS = [f"{k}-{parameter_case_name(m, p)}" for k, m, p in TINY_PARAMETER_CASES]
+
+
+@pytest.mark.parametrize("kernel, matrix, params", TINY_PARAMETER_CASES, ids=PARAMETER_IDS)
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_simulated_kernel_with_parameters(simulated, dtype, kernel, matrix, params):
+    result = simulated[f"{kernel}/{dtype}/{parameter_case_name(matrix, params)}"]
+    check(result, dtype, conversion_refused(kernel, TINY[matrix](), params))

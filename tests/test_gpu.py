@@ -1,0 +1,187 @@
+"""Every CUDA kernel on a real GPU against SciPy: host vectors, numba, CuPy and torch arrays.
+
+Marked ``gpu``; skipped without a usable GPU (and under the CUDA simulator, which
+``test_cuda_simulator.py`` covers with tiny matrices). Device arrays go in and come out without a
+copy: the result is the same kind of array as x, and ``out=`` is filled in place.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import autospmv
+from matrices import (
+    ALL, DTYPE_IDS, DTYPES, assert_close, prepare_or_refuse, random_matrix, random_vector,
+    reference,
+)
+
+cuda = pytest.importorskip("numba.cuda")
+ON_GPU = not cuda.config.ENABLE_CUDASIM and autospmv.cuda_available()
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU (none found, or the simulator is on)"),
+]
+
+KERNELS = autospmv.KERNELS
+MATRICES = sorted(ALL)
+WITH_COLUMNS = [name for name in MATRICES if min(ALL[name]().shape) > 0]
+
+
+def matrix(name: str, dtype):
+    return ALL[name]().astype(dtype)
+
+
+def prepare_gpu(A, kernel: str):
+    return prepare_or_refuse(A, kernel, "cuda")
+
+
+@pytest.mark.parametrize("name", MATRICES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_host_vectors(kernel, dtype, name, rng):
+    A = matrix(name, dtype)
+    op = prepare_gpu(A, kernel)
+    if op is None:
+        return
+    out = np.full(A.shape[0], np.nan, dtype=dtype)
+    for _ in range(2):
+        x = random_vector(rng, A.shape[1], dtype)
+        y = op @ x
+        assert isinstance(y, np.ndarray) and y.dtype == dtype and y.shape == (A.shape[0],)
+        assert_close(y, reference(A, x), dtype)
+        assert op.matvec(x, out=out) is out
+        assert_close(out, reference(A, x), dtype)
+
+
+@pytest.mark.parametrize("name", WITH_COLUMNS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_nan_and_inf_propagate_like_scipy(kernel, dtype, name, rng):
+    A = matrix(name, dtype)
+    op = prepare_gpu(A, kernel)
+    if op is None:
+        return
+    n = A.shape[1]
+    x = random_vector(rng, n, dtype)
+    x[0], x[n // 2], x[n - 1] = np.nan, np.inf, -np.inf
+    with np.errstate(invalid="ignore"):
+        y_ref = reference(A, x)
+    y = op @ x
+    np.testing.assert_array_equal(np.isnan(y), np.isnan(y_ref))
+    np.testing.assert_array_equal(np.isposinf(y), np.isposinf(y_ref))
+    np.testing.assert_array_equal(np.isneginf(y), np.isneginf(y_ref))
+    finite = np.isfinite(y_ref)
+    assert_close(y[finite], y_ref[finite], dtype)
+
+
+# --- device arrays: numba, CuPy, torch ----------------------------------------------------------
+
+# Each returns (to_device, full_of_nan(m, dtype), to_host, array type).
+
+def numba_arrays():
+    return (cuda.to_device, lambda m, dtype: cuda.to_device(np.full(m, np.nan, dtype)),
+            lambda a: a.copy_to_host(), cuda.devicearray.DeviceNDArray)
+
+
+def cupy_arrays():
+    cupy = pytest.importorskip("cupy")
+    return cupy.asarray, lambda m, dtype: cupy.full(m, np.nan, dtype), cupy.asnumpy, cupy.ndarray
+
+
+def torch_arrays():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA")
+    def full_of_nan(m, dtype):
+        return torch.full((m,), float("nan"), dtype=getattr(torch, np.dtype(dtype).name),
+                          device="cuda")
+
+    def to_device(a):
+        return torch.from_numpy(a).cuda()
+
+    return to_device, full_of_nan, lambda t: t.cpu().numpy(), torch.Tensor
+
+
+LIBRARIES = {"numba": numba_arrays, "cupy": cupy_arrays, "torch": torch_arrays}
+
+
+@pytest.mark.parametrize("library", list(LIBRARIES))
+@pytest.mark.parametrize("name", MATRICES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_device_vectors(kernel, dtype, name, library, rng):
+    to_device, full_of_nan, to_host, array_type = LIBRARIES[library]()
+    A = matrix(name, dtype)
+    op = prepare_gpu(A, kernel)
+    if op is None:
+        return
+    x = random_vector(rng, A.shape[1], dtype)
+    y = op @ to_device(x)
+    assert isinstance(y, array_type), f"{library} in, {type(y).__name__} out"
+    assert_close(to_host(y), reference(A, x), dtype)
+    out = full_of_nan(A.shape[0], dtype)
+    for _ in range(2):
+        x = random_vector(rng, A.shape[1], dtype)
+        assert op.matvec(to_device(x), out=out) is out
+        cuda.synchronize()
+        assert_close(to_host(out), reference(A, x), dtype)
+
+
+LARGE_NNZ = 200_000
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_large_random_matrix(kernel, dtype, rng):
+    A = random_matrix(40_000, 30_000, LARGE_NNZ / (40_000 * 30_000), 99).astype(dtype)
+    op = prepare_gpu(A, kernel)
+    if op is None:
+        return
+    x = random_vector(rng, A.shape[1], dtype)
+    assert_close(op @ x, reference(A, x), dtype)
+    x_device = cuda.to_device(x)
+    assert_close((op @ x_device).copy_to_host(), reference(A, x), dtype)
+
+
+def test_automatic_device_is_cuda():
+    op = autospmv.prepare(random_matrix(30, 20, 0.2, 1))
+    assert op.device == "cuda"
+
+
+# --- device-vector errors -----------------------------------------------------------------------
+
+@pytest.fixture
+def op():
+    return autospmv.prepare(random_matrix(6, 4, 0.5, 1), kernel="csr_scalar", device="cuda")
+
+
+def test_rejects_device_x_of_wrong_shape(op):
+    with pytest.raises(ValueError, match=r"x must have shape \(4,\); got \(5,\)"):
+        op @ cuda.to_device(np.ones(5))
+    with pytest.raises(ValueError, match=r"x must have shape \(4,\); got \(4, 1\)"):
+        op.matvec(cuda.to_device(np.ones((4, 1))))
+
+
+def test_rejects_device_x_of_wrong_dtype(op):
+    with pytest.raises(TypeError, match="x must have dtype float64; got float32"):
+        op @ cuda.to_device(np.ones(4, dtype=np.float32))
+
+
+def test_rejects_non_contiguous_device_x(op):
+    with pytest.raises(ValueError, match="x must be contiguous"):
+        op @ cuda.to_device(np.ones(8))[::2]
+
+
+def test_rejects_device_out_of_wrong_shape_or_dtype(op):
+    x = cuda.to_device(np.ones(4))
+    with pytest.raises(ValueError, match=r"out must have shape \(6,\); got \(5,\)"):
+        op.matvec(x, out=cuda.device_array(5))
+    with pytest.raises(TypeError, match="out must have dtype float64; got float32"):
+        op.matvec(x, out=cuda.device_array(6, dtype=np.float32))
+
+
+def test_rejects_host_out_for_device_x(op):
+    with pytest.raises(TypeError, match="out must be a CUDA device array like x; got ndarray"):
+        op.matvec(cuda.to_device(np.ones(4)), out=np.empty(6))

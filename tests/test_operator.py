@@ -1,0 +1,175 @@
+"""SpMVOperator as a scipy LinearOperator, its attributes, and the decision it records."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import scipy.sparse.linalg as spla
+
+import autospmv
+from autospmv import registry
+from matrices import (
+    FAMILY, assert_close, one_long_row, poisson2d, random_matrix, random_vector, reference,
+    relative_error,
+)
+
+KERNELS = autospmv.KERNELS
+
+
+@pytest.fixture
+def A():
+    """Small enough that every padded format converts (below the fill limit's allowance)."""
+    return FAMILY["odd_65x47"]()
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_products_agree_with_scipy(kernel, A, rng):
+    op = autospmv.prepare(A, kernel=kernel, device="cpu")
+    assert isinstance(op, spla.LinearOperator)
+    x = random_vector(rng, A.shape[1], np.float64)
+    y_ref = reference(A, x)
+    for y in (op @ x, op.matvec(x), op.dot(x), op(x)):
+        assert y.shape == (A.shape[0],)
+        assert_close(y, y_ref, np.float64)
+    out = np.empty(A.shape[0])
+    assert op.matvec(x, out=out) is out
+    assert_close(out, y_ref, np.float64)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_column_vector_gives_column(kernel, A, rng):
+    op = autospmv.prepare(A, kernel=kernel, device="cpu")
+    x = random_vector(rng, A.shape[1], np.float64).reshape(-1, 1)
+    for y in (op @ x, op.matvec(x)):
+        assert y.shape == (A.shape[0], 1)
+        assert_close(y.ravel(), reference(A, x.ravel()), np.float64)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_matmat(kernel, A, rng):
+    op = autospmv.prepare(A, kernel=kernel, device="cpu")
+    X = rng.random((A.shape[1], 3))
+    Y_ref = A @ X
+    for Y in (op.matmat(X), op @ X, op.matmat(np.asfortranarray(X))):
+        assert Y.shape == (A.shape[0], 3) and Y.dtype == np.float64
+        assert_close(Y, Y_ref, np.float64)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_transpose_and_adjoint(kernel, A, rng):
+    op = autospmv.prepare(A, kernel=kernel, device="cpu")
+    x = random_vector(rng, A.shape[0], np.float64)
+    y_ref = A.T @ x
+    assert op.T.shape == op.H.shape == (A.shape[1], A.shape[0])
+    assert op.T.kernel == kernel and op.T.device == "cpu"
+    for y in (op.rmatvec(x), op.T @ x, op.H @ x, op.T.matvec(x)):
+        assert y.shape == (A.shape[1],)
+        assert_close(y, y_ref, np.float64)
+    X = rng.random((A.shape[0], 2))
+    assert_close(op.rmatmat(X), A.T @ X, np.float64)
+    assert op.T is op.T  # built once
+    z = random_vector(rng, A.shape[1], np.float64)
+    assert_close(op.T.T @ z, A @ z, np.float64)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_conjugate_gradient_reaches_scipy_solution(kernel, rng):
+    A = poisson2d(13)
+    b = rng.random(A.shape[0])
+    op = autospmv.prepare(A, kernel=kernel, device="cpu")
+    x, info = spla.cg(op, b, rtol=1e-12, maxiter=1000)
+    assert info == 0
+    x_ref = spla.spsolve(A.tocsc(), b)
+    assert relative_error(x, x_ref) <= 1e-9
+    x_scipy, _ = spla.cg(A, b, rtol=1e-12, maxiter=1000)
+    assert relative_error(x, x_scipy) <= 1e-9
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
+def test_attributes(dtype):
+    A = random_matrix(40, 30, 0.2, 3).astype(dtype)
+    op = autospmv.prepare(A, kernel="csr_vector", device="cpu", params={"threads_per_row": 4})
+    assert op.kernel == "csr_vector"
+    assert op.params == {"threads_per_row": 4}
+    assert op.device == "cpu"
+    assert op.shape == (40, 30)
+    assert op.dtype == np.dtype(dtype)
+    assert isinstance(op.decision, autospmv.Decision)
+    assert op.decision.kernel == "csr_vector" and op.decision.source == "forced"
+    assert op.nbytes == sum(a.nbytes for a in op.format.arrays().values())
+    itemsize = np.dtype(dtype).itemsize
+    assert op.nbytes == A.nnz * (itemsize + 4) + 41 * 4  # CSR with int32 indices
+    op.params["threads_per_row"] = 32  # a copy: the operator keeps its own
+    assert op.params == {"threads_per_row": 4}
+    assert "csr_vector" in repr(op) and "40x30" in repr(op)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_explain_names_the_kernel(kernel, A):
+    op = autospmv.prepare(A, kernel=kernel, device="cpu")
+    text = op.explain()
+    assert text.startswith(f"kernel {kernel} (")
+    assert "chosen by forced" in text
+    assert f"kernel={kernel!r} requested" in text
+    assert str(op.decision) == text
+
+
+def test_operator_keeps_its_own_copy_of_the_matrix(A, rng):
+    x = random_vector(rng, A.shape[1], np.float64)
+    op = autospmv.prepare(A, kernel="csr_scalar", device="cpu")
+    y_before = op @ x
+    A.data *= 2
+    np.testing.assert_array_equal(op @ x, y_before)
+
+
+def test_select_decides_without_converting(A, monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("select() must not convert the matrix")
+
+    monkeypatch.setattr(registry.KernelSpec, "convert", refuse)
+    decision = autospmv.select(A)
+    assert isinstance(decision, autospmv.Decision)
+    assert decision.kernel in KERNELS
+    forced = autospmv.select(A, kernel="hyb")
+    assert forced.kernel == "hyb" and forced.source == "forced"
+    assert forced.params == registry.choose_params("hyb", A.tocsr())
+
+
+@pytest.mark.parametrize("name", ["odd_65x47", "poisson2d_169", "huge_row_among_short_300x3000",
+                                  "empty_0x0"])
+def test_automatic_choice_on_cpu_uses_the_rule(name):
+    A = FAMILY[name]()
+    op = autospmv.prepare(A, device="cpu")
+    decision = op.decision
+    assert decision.source == "rule"
+    assert decision.kernel in KERNELS and op.kernel == decision.kernel
+    assert decision.path, "the rule records the comparisons it made"
+    assert "chosen by rule" in op.explain()
+    assert "built-in rule decided" in op.explain()
+    selected = autospmv.select(A)
+    assert (selected.kernel, selected.params) == (decision.kernel, decision.params)
+
+
+def test_rule_sends_a_very_long_row_to_csr5():
+    """selector.rule_decision: longest row > LONG_ROW nonzeros -> csr5, otherwise csr_vector."""
+    from autospmv.selector import LONG_ROW
+
+    long_row = one_long_row(50, LONG_ROW + 1, 3, 2, 1)
+    short = one_long_row(50, LONG_ROW, 3, 2, 1)
+    assert autospmv.select(long_row).kernel == "csr5"
+    assert autospmv.select(short).kernel == "csr_vector"
+    assert f"max_row_length = {LONG_ROW + 1} > {LONG_ROW}" in autospmv.select(long_row).explain()
+
+
+def test_decision_notes_conversion_time(A):
+    op = autospmv.prepare(A, kernel="ell", device="cpu")
+    assert any(note.startswith("conversion to ell and set-up took") for note in op.decision.notes)
+
+
+def test_empty_operator():
+    for shape in [(0, 0), (5, 0), (0, 7)]:
+        op = autospmv.prepare(sp.csr_matrix(shape), device="cpu")
+        y = op @ np.zeros(shape[1])
+        assert y.shape == (shape[0],)
+        np.testing.assert_array_equal(y, 0)
