@@ -8,6 +8,9 @@ Work is split over threads with ``prange`` when the matrix is large enough for t
 (:data:`PARALLEL_MIN_NNZ`); below that a serial specialisation avoids the thread-pool wake-up.
 """
 
+import types
+
+import numba
 import numpy as np
 
 PARALLEL_MIN_NNZ = 50_000
@@ -27,3 +30,18 @@ def unsigned(indices: np.ndarray) -> np.ndarray:
     mixes safely with int64 arithmetic.
     """
     return indices.view(np.uint32) if indices.dtype == np.int32 else indices
+
+
+def specialisations(kernel):
+    """The serial and the parallel ``njit`` compilation of a kernel, each cached on disk.
+
+    numba names a function's cache files after its qualified name and line, not after the
+    compilation flags, so two dispatchers over one Python function share (and overwrite) one cache
+    entry: a process could load the serial machine code for the parallel dispatcher. The parallel
+    one therefore compiles a twin of the function under its own name.
+    """
+    twin = types.FunctionType(kernel.__code__, kernel.__globals__, kernel.__name__ + "_parallel",
+                              kernel.__defaults__, kernel.__closure__)
+    twin.__qualname__ = kernel.__qualname__ + "_parallel"
+    return (numba.njit(cache=True, nogil=True)(kernel),
+            numba.njit(cache=True, nogil=True, parallel=True)(twin))

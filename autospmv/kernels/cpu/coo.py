@@ -10,7 +10,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from . import unsigned, use_parallel
+from . import specialisations, unsigned, use_parallel
 
 _NNZ_PER_TASK = 16384
 
@@ -46,8 +46,7 @@ def _coo(row, col, data, x, y, ntasks):
         y[first_row[t]] += first_sum[t]
 
 
-_coo_serial = numba.njit(cache=True, nogil=True)(_coo)
-_coo_parallel = numba.njit(cache=True, nogil=True, parallel=True)(_coo)
+_coo_serial, _coo_parallel = specialisations(_coo)
 
 
 def bind(fmt, params):

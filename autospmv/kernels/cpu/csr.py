@@ -11,7 +11,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from . import unsigned, use_parallel
+from . import specialisations, unsigned, use_parallel
 
 _ROWS_PER_TASK = 256
 
@@ -45,10 +45,8 @@ def _vector(indptr, indices, data, x, y, group, nchunks):
             y[i] = lanes[0]
 
 
-_scalar_serial = numba.njit(cache=True, nogil=True)(_scalar)
-_scalar_parallel = numba.njit(cache=True, nogil=True, parallel=True)(_scalar)
-_vector_serial = numba.njit(cache=True, nogil=True)(_vector)
-_vector_parallel = numba.njit(cache=True, nogil=True, parallel=True)(_vector)
+_scalar_serial, _scalar_parallel = specialisations(_scalar)
+_vector_serial, _vector_parallel = specialisations(_vector)
 
 
 def _nchunks(m: int) -> int:

@@ -22,7 +22,7 @@ import numba
 import numpy as np
 
 from ...formats.csr5 import OMEGA
-from . import unsigned, use_parallel
+from . import specialisations, unsigned, use_parallel
 
 _NNZ_PER_TASK = 16384
 
@@ -102,8 +102,7 @@ def _csr5(tile_ptr, bit_flag, y_offset, empty_ptr, empty_offset, indices, data, 
         y[~row0 if row0 < 0 else row0] += carry[tile]
 
 
-_csr5_serial = numba.njit(cache=True, nogil=True)(_csr5)
-_csr5_parallel = numba.njit(cache=True, nogil=True, parallel=True)(_csr5)
+_csr5_serial, _csr5_parallel = specialisations(_csr5)
 
 
 def bind(fmt, params):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from . import use_parallel
+from . import specialisations, use_parallel
 
 _ROWS_PER_TASK = 256
 
@@ -37,8 +37,7 @@ def _ell(col, data, width, x, y, accumulate, nchunks):
                 break
 
 
-_ell_serial = numba.njit(cache=True, nogil=True)(_ell)
-_ell_parallel = numba.njit(cache=True, nogil=True, parallel=True)(_ell)
+_ell_serial, _ell_parallel = specialisations(_ell)
 
 
 def bind_ell(fmt, accumulate: bool):

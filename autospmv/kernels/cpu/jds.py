@@ -11,7 +11,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from . import unsigned, use_parallel
+from . import specialisations, unsigned, use_parallel
 
 _ROWS_PER_TASK = 256
 
@@ -34,8 +34,7 @@ def _jds(perm, jd_ptr, col, data, x, y, nchunks):
             y[perm[i]] = acc[i - start]
 
 
-_jds_serial = numba.njit(cache=True, nogil=True)(_jds)
-_jds_parallel = numba.njit(cache=True, nogil=True, parallel=True)(_jds)
+_jds_serial, _jds_parallel = specialisations(_jds)
 
 
 def bind(fmt, params):
