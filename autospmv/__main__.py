@@ -1,12 +1,19 @@
-"""Command line: ``python -m autospmv {demo,explain,bench,info}`` (also installed as ``autospmv``).
+"""autospmv's command line: demo, explain, bench, info and retrain.
 
-User mistakes (a missing or unreadable file, an unknown kernel) end with a one-line error and exit
-status 2, not a traceback.
+Run as ``python -m autospmv`` or ``autospmv`` (the installed entry point).
+
+``explain`` and ``bench`` take ``--model FILE`` to decide with a model file instead of the one
+found for the device (see :func:`autospmv.selector.find_model`); ``info`` says which model that
+is and why. ``retrain`` runs ``python -m training retrain`` with the same options.
+
+User mistakes (a missing or unreadable file, an unknown kernel, a damaged model) end with a
+one-line error and exit status 2, not a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -14,8 +21,9 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from . import KERNELS, cuda_available, prepare, select
+from . import KERNELS, cuda_available, prepare, select, selector
 from .formats.base import FormatTooLargeError
+from .model import device_slug, user_model_path
 from .validation import canonicalize
 
 
@@ -42,6 +50,51 @@ def load_matrix(path: str) -> sp.csr_matrix:
         raise
     except Exception as error:  # any parse failure is the file's fault, reported in one line
         raise UserError(f"cannot read a sparse matrix from {path}: {error}") from None
+
+
+def resolve_device(requested: str | None) -> str:
+    """The device a command runs on: ``requested``, else CUDA when a usable GPU is present."""
+    if requested == "cuda" and not cuda_available():
+        raise UserError("--device cuda was given but no usable CUDA GPU was found")
+    return requested or ("cuda" if cuda_available() else "cpu")
+
+
+def resolve_model(device: str, model: str | None = None) -> selector.ModelChoice | None:
+    """:func:`find_model` for ``device``, a damaged or missing model file being a user error."""
+    try:
+        return selector.find_model(device, model)
+    except ValueError as error:
+        raise UserError(f"bad model: {error}") from None
+
+
+def model_file(choice: selector.ModelChoice, device: str, model: str | None = None) -> Path | None:
+    """The file ``choice`` was loaded from: the first candidate of the lookup order (the
+    ``model`` argument, ``$AUTOSPMV_MODEL``, the retrained model, the shipped ones) with its
+    name."""
+    candidates = [model, os.environ.get("AUTOSPMV_MODEL"), user_model_path(device_slug(device)),
+                  *selector.shipped_models().values()]
+    for candidate in candidates:
+        if candidate and Path(candidate).name == choice.name and Path(candidate).is_file():
+            return Path(candidate)
+    return None
+
+
+def describe_model(device: str, model: str | None = None) -> str:
+    """One line: the model that decides on ``device`` (file, why, where it was trained), or
+    that the built-in rule decides."""
+    choice = resolve_model(device, model)
+    if choice is None:
+        shipped = ", ".join(sorted(selector.shipped_models())) or "none"
+        return (f"model: none for {device_slug(device)} (shipped: {shipped}), so the built-in "
+                f"rule decides: csr5 when a row has more than {selector.LONG_ROW} nonzeros, else "
+                "csr_vector; `autospmv retrain` trains a model for this machine")
+    where = model_file(choice, device, model)
+    device_info = choice.model.provenance.get("device")
+    trained = device_info.get("name") if isinstance(device_info, dict) else device_info
+    when = str(choice.model.provenance.get("trained", ""))[:10]
+    details = ", ".join(str(part) for part in (trained, when) if part)
+    return (f"model: {where or choice.name} ({choice.reason}"
+            + (f"; trained on {details})" if details else ")"))
 
 
 def time_per_call(fn, budget: float = 0.2) -> float:
@@ -92,6 +145,7 @@ def demo_matrices() -> dict[str, sp.csr_matrix]:
 
 def cmd_demo(args) -> None:
     device = "cuda" if cuda_available() else "cpu"
+    resolve_model(device)
     baseline = "cuSPARSE (CuPy)" if device == "cuda" else "SciPy"
     timer = _device_timer(device)
     print(f"autospmv demo on {device}; baseline: {baseline}\n")
@@ -126,19 +180,22 @@ def _demo_timings(op, A, x, device, timer):
 
 def cmd_explain(args) -> None:
     A = load_matrix(args.file)
-    print(f"{args.file}: {A.shape[0]}×{A.shape[1]}, {A.nnz:,} nonzeros")
-    print(select(A).explain())
+    device = resolve_device(args.device)
+    line = describe_model(device, args.model)
+    decision = select(A, device=device, model=args.model)
+    print(f"{args.file}: {A.shape[0]}×{A.shape[1]}, {A.nnz:,} nonzeros, on {device}")
+    print(line)
+    print(decision.explain())
 
 
 def cmd_bench(args) -> None:
     A = load_matrix(args.file)
-    if args.device == "cuda" and not cuda_available():
-        raise UserError("--device cuda was given but no usable CUDA GPU was found")
-    device = args.device or ("cuda" if cuda_available() else "cpu")
+    device = resolve_device(args.device)
+    resolve_model(device, args.model)
     timer = _device_timer(device)
     x = np.random.default_rng(0).standard_normal(A.shape[1]).astype(A.dtype)
     t0 = time.perf_counter()
-    picked = prepare(A, device=device)
+    picked = prepare(A, device=device, model=args.model)
     prepare_s = time.perf_counter() - t0
     print(f"{args.file}: {A.shape[0]}×{A.shape[1]}, {A.nnz:,} nonzeros, on {device}")
     times = {}
@@ -180,19 +237,41 @@ def cmd_info(args) -> None:
             print(f"device: cuda, {dev.name}, compute capability {dev.compute_capability}")
     else:
         print("device: cpu (no usable CUDA GPU found)")
+    print(describe_model("cuda" if cuda_available() else "cpu"))
     print(f"kernels: {', '.join(KERNELS)}")
+
+
+def cmd_retrain(options: list[str]) -> int:
+    """Run ``python -m training retrain`` with ``options``."""
+    try:
+        from training.__main__ import main as training_main
+    except ImportError as error:
+        raise UserError(f"the training pipeline is not installed ({error}); install it with "
+                        "pip install 'autospmv[training]'") from None
+    try:
+        return training_main(["retrain", *options], prog="autospmv")
+    except ImportError as error:
+        raise UserError(f"the training pipeline needs a missing package ({error}); install "
+                        "it with pip install 'autospmv[training]'") from None
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="autospmv", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("demo", help="prepare representative matrices, show decisions and speed")
-    p = sub.add_parser("explain", help="show the decision for a matrix file (.npz or .mtx)")
+    p = sub.add_parser("explain", help="show the decision for a matrix file (.npz or .mtx): "
+                                       "the model, the path through the tree, feature values")
     p.add_argument("file")
+    p.add_argument("--device", choices=["cuda", "cpu"], help="default: cuda when usable")
+    p.add_argument("--model", metavar="FILE", help="decide with this model file")
     p = sub.add_parser("bench", help="time every kernel on a matrix file on this device")
     p.add_argument("file")
-    p.add_argument("--device", choices=["cuda", "cpu"])
-    sub.add_parser("info", help="device, versions and kernels")
+    p.add_argument("--device", choices=["cuda", "cpu"], help="default: cuda when usable")
+    p.add_argument("--model", metavar="FILE", help="decide with this model file")
+    sub.add_parser("info", help="device, versions, the model in use and kernels")
+    sub.add_parser("retrain", add_help=False,
+                   help="label this machine's device, train and install a model (python -m "
+                        "training retrain; `autospmv retrain --help` lists its options)")
     return parser
 
 
@@ -200,13 +279,17 @@ COMMANDS = {"demo": cmd_demo, "explain": cmd_explain, "bench": cmd_bench, "info"
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["retrain"]:  # every option belongs to the training pipeline's parser
+        command, run = "retrain", lambda: cmd_retrain(argv[1:])
+    else:
+        args = build_parser().parse_args(argv)
+        command, run = args.command, lambda: COMMANDS[args.command](args)
     try:
-        COMMANDS[args.command](args)
+        return run() or 0
     except (UserError, MemoryError) as error:
-        print(f"autospmv {args.command}: error: {error}", file=sys.stderr)
+        print(f"autospmv {command}: error: {error}", file=sys.stderr)
         return 2
-    return 0
 
 
 if __name__ == "__main__":

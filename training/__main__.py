@@ -3,9 +3,9 @@
 ::
 
     python -m training corpus  [--corpus default] [--matrices DIR ...]
-    python -m training label   --corpus default --device cuda --out labels.jsonl
+    python -m training label   --corpus default --device cuda --out labels.jsonl[.gz]
                                [--budget-minutes 15] [--matrices DIR ...] [--dtype float64]
-    python -m training train   labels.jsonl [...] --out model.json [--report report.md]
+    python -m training train   labels.jsonl[.gz] [...] --out model.json [--report report.md]
                                [--timing per_call|b2b]
     python -m training retrain [--device cuda|cpu] [--budget-minutes N]
 
@@ -15,6 +15,7 @@ prints the report and installs the model where autospmv looks for it
 (:func:`autospmv.model.user_model_path`). The labels are kept in the same per-user folder
 (``labels/<device>-<dtype>.jsonl``), so an interrupted retrain continues where it stopped.
 ``--matrices`` defaults to the folders in ``$AUTOSPMV_MATRICES`` (separated by ``os.pathsep``).
+Label files are JSON lines, gzip-compressed when their name ends in ``.gz``.
 Data goes to files or stdout, progress to stderr.
 """
 
@@ -39,11 +40,11 @@ def _default_device() -> str:
     return "cuda" if cuda_available() and not config.ENABLE_CUDASIM else "cpu"
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(prog: str = "python -m training") -> argparse.ArgumentParser:
     from training.corpus import PRESETS
     from training.label import TIMING_MODES
 
-    parser = argparse.ArgumentParser(prog="python -m training", description=(
+    parser = argparse.ArgumentParser(prog=prog, description=(
         "Label matrices with every kernel's time, train the kernel-selection tree, export it."))
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -70,11 +71,12 @@ def _parser() -> argparse.ArgumentParser:
     label_options(p)
     p.add_argument("--device", choices=("cuda", "cpu"), default=None,
                    help="default: cuda when a GPU is usable")
-    p.add_argument("--out", required=True, help="JSON-lines file (resumed if it exists)")
+    p.add_argument("--out", required=True,
+                   help="JSON-lines file, gzip-compressed if named *.gz (resumed if it exists)")
     p.add_argument("--budget-minutes", type=float, default=None)
 
     p = commands.add_parser("train", help="fit, cross-validate and export the tree")
-    p.add_argument("labels", nargs="+", help="JSON-lines label files")
+    p.add_argument("labels", nargs="+", help="JSON-lines label files (.jsonl or .jsonl.gz)")
     p.add_argument("--out", required=True, help="model JSON file to write")
     p.add_argument("--report", help="write the Markdown report here (default: stdout)")
     p.add_argument("--timing", choices=TIMING_MODES, default="per_call",
@@ -130,8 +132,10 @@ def _retrain(args) -> None:
     print(f"installed {model_path} (report: {model_path.with_suffix('.md')})", file=sys.stderr)
 
 
-def main(argv=None) -> int:
-    args = _parser().parse_args(argv)
+def main(argv=None, prog: str = "python -m training") -> int:
+    """Run a command; ``prog`` names the program in help and usage messages (``autospmv``
+    delegates ``autospmv retrain`` here)."""
+    args = _parser(prog).parse_args(argv)
     try:
         if args.command == "corpus":
             for e in _entries(args.corpus, args.matrices):

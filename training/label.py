@@ -32,8 +32,10 @@ Record layout (one JSON object per line; ``schema`` = :data:`SCHEMA`)::
               time_per_call_us, time_b2b_us,           # medians, µs (null unless ok)
               spread {per_call: {median, min, p90, n}, b2b: {...}, b2b_calls}}
 
-Runs are resumable: matrices already in the output file are skipped, and a line cut short by
-a crash is dropped. Matrix generation runs in parallel (joblib) one chunk at a time, and never
+The output file is plain JSON lines, or gzip-compressed when its name ends in ``.gz``
+(``labels.jsonl.gz``, one gzip member per record); readers accept either. Runs are resumable:
+matrices already in the output file are skipped, and a line (or gzip member) cut short by a
+crash is dropped. Matrix generation runs in parallel (joblib) one chunk at a time, and never
 while anything is being timed; features are computed in the timing process so that their time
 is not distorted by other work. A time budget stops the run between matrices.
 """
@@ -42,12 +44,14 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import gzip
 import json
 import math
 import os
 import platform
 import sys
 import time
+import zlib
 from pathlib import Path
 
 import joblib
@@ -224,12 +228,48 @@ def library_versions() -> dict:
 # -- the output file ------------------------------------------------------------------------
 
 
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def _decode(path) -> tuple[str, bool]:
+    """(the text of a labels file, whether its bytes were complete).
+
+    gzip files (recognised by their magic bytes, whatever their name) are decompressed member
+    by member, because :func:`_append` adds one gzip member per record; a member cut short by
+    a crash yields what it holds and makes the result incomplete. Plain files are complete by
+    definition: a cut line is recognised by its missing newline.
+    """
+    data = Path(path).read_bytes()
+    if not data.startswith(GZIP_MAGIC):
+        return data.decode("utf-8"), True
+    parts = []
+    while data:
+        member = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)  # gzip header and trailer
+        try:
+            parts.append(member.decompress(data))
+        except zlib.error as err:
+            raise ValueError(f"{path} is a damaged gzip file ({err})") from None
+        if not member.eof:
+            return b"".join(parts).decode("utf-8", errors="ignore"), False
+        data = member.unused_data
+    return b"".join(parts).decode("utf-8"), True
+
+
+def _compressed(path) -> bool:
+    """Whether records appended to ``path`` are gzip-compressed (a ``.gz`` name)."""
+    return Path(path).suffix == ".gz"
+
+
 def read_records(path) -> list[dict]:
-    """All records of a labels file (JSON lines); a final line without newline is ignored."""
-    text = Path(path).read_text(encoding="utf-8")
-    lines = text.split("\n")
+    """All records of a labels file (JSON lines, plain or gzip-compressed such as
+    ``labels.jsonl.gz``); a final line without newline is ignored."""
+    return _parse(_decode(path)[0], path)
+
+
+def _parse(text: str, path) -> list[dict]:
+    """The records of the complete lines of ``text``, read from ``path``."""
     records = []
-    for number, line in enumerate(lines[:-1], start=1):
+    for number, line in enumerate(text.split("\n")[:-1], start=1):
         if not line.strip():
             continue
         try:
@@ -246,15 +286,21 @@ def read_records(path) -> list[dict]:
 
 def _resume(path: Path, device: str, dtype: str) -> set[str]:
     """Names already labelled in ``path`` (created empty if missing), after dropping an
-    unfinished last line."""
+    unfinished last line (or, in a gzip file, an unfinished last member)."""
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.touch()
         return set()
-    records = read_records(path)
-    with open(path, "rb+") as handle:  # cut a line a crash left without its newline
-        data = handle.read()
-        handle.truncate(data.rfind(b"\n") + 1)
+    with open(path, "rb") as handle:
+        packed = handle.read(len(GZIP_MAGIC)) == GZIP_MAGIC
+    if path.stat().st_size and packed != _compressed(path):
+        raise ValueError(f"{path} is {'' if packed else 'not '}gzip-compressed but its name "
+                         "says otherwise; name compressed label files *.gz and plain ones "
+                         "anything else")
+    text, intact = _decode(path)
+    records = _parse(text, path)
+    if not intact or (text and not text.endswith("\n")):
+        _rewrite(path, text[:text.rfind("\n") + 1])
     for record in records:
         if record["dtype"] != dtype or record["device"]["device"] != device:
             raise ValueError(
@@ -265,9 +311,27 @@ def _resume(path: Path, device: str, dtype: str) -> set[str]:
     return {record["name"] for record in records}
 
 
+def _rewrite(path: Path, text: str) -> None:
+    """Replace ``path`` by ``text`` (compressed if the file is), atomically."""
+    data = text.encode("utf-8")
+    if _compressed(path):
+        data = gzip.compress(data, mtime=0)
+    partial = path.with_name(path.name + ".partial")
+    with open(partial, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(partial, path)
+
+
 def _append(path: Path, record: dict) -> None:
-    with open(path, "a", encoding="utf-8") as handle:
-        handle.write(json.dumps(record, allow_nan=False) + "\n")
+    """Append one record as a line, durably; to a gzip file as a gzip member of its own, so
+    that a crash can only damage the last record."""
+    data = (json.dumps(record, allow_nan=False) + "\n").encode("utf-8")
+    if _compressed(path):
+        data = gzip.compress(data, mtime=0)
+    with open(path, "ab") as handle:
+        handle.write(data)
         handle.flush()
         os.fsync(handle.fileno())
 

@@ -1,9 +1,9 @@
 """Training: fit the kernel-selection tree on label records, cross-validate it, export it.
 
-The label of a matrix is its fastest kernel (name only: parameters come from the choosers when
-the model is used), by the chosen timing mode, ``per_call`` (default: what a user's solver loop
-sees) or ``b2b`` (back-to-back, the kernel's own time). A kernel whose status is not ``ok`` counts
-as infinitely slow.
+Times come from the chosen timing mode, ``per_call`` (default: what a user's solver loop sees,
+launch overhead included) or ``b2b`` (back-to-back, the kernel's own time). A kernel whose
+status is not ``ok`` counts as infinitely slow. The tree names a kernel only: its parameters
+come from the registry's choosers when the model is used.
 
 Selection quality of a policy on a matrix is ``q = t(best kernel) / t(chosen kernel)`` (1 is
 perfect, 0 when the policy chose an infinitely slow kernel). Over a set of matrices:
@@ -21,18 +21,37 @@ misses           matrices where the policy's kernel was infeasible, incorrect or
 Policies compared: the tree, every fixed kernel ("always csr_vector", no fallback), and a
 Ginkgo-style hand rule (``nnz > 10⁶ or longest row > 1024 → csr5, else csr_vector``). The tree
 falls back: when its predicted kernel is infeasible for a matrix, the next class by predicted
-probability is used (ties in class order), as ``TreeModel.ranked`` orders them; it misses only
-when every class it knows is infeasible.
+value is used (ties in class order), as ``TreeModel.ranked`` orders them; it misses only when
+every class it knows is infeasible.
+
+Objectives (what a tree is fitted to):
+
+``fastest``
+    a classification tree whose label is the fastest kernel. Near-ties are decided by timing
+    noise (two kernels within 2 % get different labels on similar matrices), and a wrong label
+    costs the same whether the kernel chosen instead is 3 % or 3× slower.
+``quality``
+    a multi-output regression tree predicting, for every kernel, ``log max(q, QUALITY_FLOOR)``;
+    a leaf picks the kernel with the highest mean, i.e. the best geometric-mean quality over its
+    training matrices. This fits the selection criterion itself: near-ties have nearly equal
+    targets, and the cost of a mistake is its slowdown. The floor (½) says that a kernel at
+    half the best speed is a wrong choice however slow it is, so that the 100–1000× slowdowns
+    of one-thread-per-row kernels on long rows do not dominate the squared error.
+    It is exported in the classifier layout of :class:`autospmv.model.TreeModel`: a node's
+    value for kernel k is ``Σ w_i · log(max(q_ik, floor) / floor)`` over its training
+    matrices (w_i their sample weight), normalised to sum to 1, a non-negative score whose
+    argmax is the leaf's choice and whose order is the fallback order.
 
 Model selection: cross-validation grouped by (family, synthetic or real), so no family is in
-both the training and the test part, chooses ``max_depth``, ``min_samples_leaf`` and the
-sample weighting (``none``; ``ratio`` = t(worst ok kernel)/t(best); ``log_ratio`` =
-1 + ln of that ratio: how much is at stake on a matrix) by the mean log q of the out-of-fold
-choices (a miss scores as the worst ok kernel); ties go to the simpler tree. The reported
-per-fold scores come from nested cross-validation (the hyperparameters of each outer fold are
-chosen on its training part alone), so they are not biased by that choice. The exported model
-uses the hyperparameters chosen by cross-validation on all matrices and is fitted on all of
-them. Real matrices are also evaluated family by family, each family left out of training.
+both the training and the test part, chooses the objective, ``max_depth``,
+``min_samples_leaf`` and the sample weighting (``none``; ``ratio`` = t(worst ok kernel)/t(best);
+``log_ratio`` = 1 + ln of that ratio: how much is at stake on a matrix) by the mean log q of
+the out-of-fold choices (a miss scores as the worst ok kernel); ties go to the simpler tree.
+The reported per-fold scores come from nested cross-validation (the hyperparameters of each
+outer fold are chosen on its training part alone), so they are not biased by that choice. The
+exported model uses the hyperparameters chosen by cross-validation on all matrices and is
+fitted on all of them. Real matrices are also evaluated family by family, each family left
+out of training and of the hyperparameter choice for its model.
 """
 
 from __future__ import annotations
@@ -41,17 +60,21 @@ import dataclasses
 import datetime
 import hashlib
 import math
+import types
 from pathlib import Path
 
 import numpy as np
 from sklearn.model_selection import GroupKFold
-from sklearn.tree import DecisionTreeClassifier
+from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
 
 import autospmv
 from autospmv.model import TreeModel
 from training.label import TIMING_MODES, read_records
 
 WEIGHTINGS = ("none", "log_ratio", "ratio")
+OBJECTIVES = ("fastest", "quality")
+QUALITY_FLOOR = 0.5
+"""The ``quality`` objective's floor on q (see the module docstring)."""
 RULE_NNZ, RULE_ROW = 1_000_000, 1024
 """The hand rule's thresholds (Ginkgo-style default)."""
 
@@ -63,15 +86,18 @@ class Hyper:
     max_depth: int | None
     min_samples_leaf: int
     weighting: str
+    objective: str = "quality"
 
 
 GRID = tuple(
-    Hyper(depth, leaf, weighting)
+    Hyper(depth, leaf, weighting, objective)
+    for objective in OBJECTIVES
     for depth in (1, 2, 3, 4, 5, 6, 8, None)
     for leaf in (8, 4, 2, 1)
     for weighting in WEIGHTINGS
 )
-"""Simplest first (shallow, large leaves, unweighted): the first of equal scores wins."""
+"""Simplest first (the plain classifier, shallow, large leaves, unweighted): the first of equal
+scores wins."""
 FALLBACK_HYPER = Hyper(4, 2, "log_ratio")
 """Used when the data has fewer than two groups, so that nothing can be cross-validated."""
 
@@ -194,8 +220,9 @@ def first_feasible(times: np.ndarray, ranking: np.ndarray) -> np.ndarray:
     return np.where(finite.any(axis=1), ranking[np.arange(len(ranking)), first], -1)
 
 
-def tree_policy(clf: DecisionTreeClassifier, ds: Dataset, rows) -> np.ndarray:
-    """The tree's choices with fallback (see the module docstring) for ``ds`` rows ``rows``."""
+def tree_policy(clf, ds: Dataset, rows) -> np.ndarray:
+    """The choices of a fitted tree (see :func:`fit`), with fallback (see the module
+    docstring), for ``ds`` rows ``rows``."""
     proba = clf.predict_proba(ds.X[rows])
     order = np.argsort(-proba, axis=1, kind="stable")
     columns = np.array([ds.kernels.index(c) for c in clf.classes_])
@@ -217,11 +244,58 @@ def sample_weights(times: np.ndarray, weighting: str) -> np.ndarray:
     raise ValueError(f"unknown weighting {weighting!r}; choose one of {', '.join(WEIGHTINGS)}")
 
 
-def fit(ds: Dataset, rows, hyper: Hyper) -> DecisionTreeClassifier:
-    clf = DecisionTreeClassifier(max_depth=hyper.max_depth,
-                                 min_samples_leaf=hyper.min_samples_leaf, random_state=0)
-    return clf.fit(ds.X[rows], ds.labels[rows],
-                   sample_weight=sample_weights(ds.times[rows], hyper.weighting))
+class QualityTree:
+    """A fitted ``quality`` tree (see the module docstring) read as a classifier.
+
+    ``predict_proba`` returns each sample's leaf value (the normalised kernel scores) and
+    ``tree_`` is the classifier view of the regression tree that
+    :meth:`autospmv.model.TreeModel.from_sklearn` exports: the same nodes and thresholds, one
+    output whose values are the kernel scores, ``n_node_samples`` the training matrices.
+    """
+
+    def __init__(self, regressor: DecisionTreeRegressor, classes, X, gains, weights):
+        self.regressor = regressor
+        self.classes_ = np.asarray(classes)
+        nodes = regressor.decision_path(X.astype(np.float32))  # rows × nodes indicator
+        score = np.asarray(nodes.T @ (weights[:, None] * gains))
+        self.value = score / score.sum(axis=1, keepdims=True)
+        tree = regressor.tree_
+        self.tree_ = types.SimpleNamespace(
+            n_outputs=1, n_features=tree.n_features, children_left=tree.children_left,
+            children_right=tree.children_right, feature=tree.feature,
+            threshold=tree.threshold, value=self.value[:, None, :],
+            n_node_samples=tree.n_node_samples,
+            weighted_n_node_samples=tree.weighted_n_node_samples)
+
+    def predict_proba(self, X) -> np.ndarray:
+        return self.value[self.regressor.apply(np.asarray(X, dtype=np.float32))]
+
+
+def quality_gains(times: np.ndarray) -> np.ndarray:
+    """``log(max(q, QUALITY_FLOOR) / QUALITY_FLOOR)`` per matrix and kernel: ≥ 0, ln 2 for
+    the best kernel, 0 from half the best speed down (infeasible kernels included)."""
+    q = times.min(axis=1, keepdims=True) / times
+    return np.log(np.maximum(q, QUALITY_FLOOR) / QUALITY_FLOOR)
+
+
+def fit(ds: Dataset, rows, hyper: Hyper):
+    """A tree fitted on ``ds`` rows ``rows`` for ``hyper``: a ``DecisionTreeClassifier``
+    (objective ``fastest``) or a :class:`QualityTree`; both have ``classes_``,
+    ``predict_proba`` and the ``tree_`` that :meth:`TreeModel.from_sklearn` exports."""
+    rows = np.asarray(rows)
+    weights = sample_weights(ds.times[rows], hyper.weighting)
+    if hyper.objective == "fastest":
+        clf = DecisionTreeClassifier(max_depth=hyper.max_depth,
+                                     min_samples_leaf=hyper.min_samples_leaf, random_state=0)
+        return clf.fit(ds.X[rows], ds.labels[rows], sample_weight=weights)
+    if hyper.objective != "quality":
+        raise ValueError(f"unknown objective {hyper.objective!r}; choose one of "
+                         f"{', '.join(OBJECTIVES)}")
+    gains = quality_gains(ds.times[rows])
+    regressor = DecisionTreeRegressor(max_depth=hyper.max_depth,
+                                      min_samples_leaf=hyper.min_samples_leaf, random_state=0)
+    regressor.fit(ds.X[rows], gains, sample_weight=weights)
+    return QualityTree(regressor, ds.kernels, ds.X[rows], gains, weights)
 
 
 def group_splits(groups: np.ndarray, n_splits: int) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -305,7 +379,9 @@ def train(records, *, mode: str = "per_call", n_splits: int = 5, grid=GRID,
     baselines = policies(ds)
     cv = {"tree": selection_metrics(ds.times, oof) if folds else None}
     cv.update({name: selection_metrics(ds.times, chosen) for name, chosen in baselines.items()})
-    lofo = leave_one_family_out(ds, hyper)
+    lofo, lofo_chosen = leave_one_family_out(ds, n_splits, grid)
+    real = np.flatnonzero(ds.real)
+    lofo_all = selection_metrics(ds.times[real], lofo_chosen[real]) if lofo else None
     provenance = {
         "trained": datetime.datetime.now(datetime.timezone.utc).isoformat(),
         "timing_mode": mode,
@@ -315,35 +391,49 @@ def train(records, *, mode: str = "per_call", n_splits: int = 5, grid=GRID,
         "labels": label_files or [],
         "matrices": len(ds),
         "families": sorted(set(ds.groups.tolist())),
-        "hyperparameters": dataclasses.asdict(hyper),
+        "objective": hyper.objective,
+        "quality_floor": QUALITY_FLOOR if hyper.objective == "quality" else None,
+        "hyperparameters": {"max_depth": hyper.max_depth,
+                            "min_samples_leaf": hyper.min_samples_leaf,
+                            "weighting": hyper.weighting},
         "cv_selection_score": None if math.isnan(score) else score,
         "cv": {name: cv[name] for name in ("tree", "hand rule")},
+        "real_leave_one_family_out": lofo_all,
         "in_sample": selection_metrics(ds.times, tree_policy(clf, ds, np.arange(len(ds)))),
     }
     model = TreeModel.from_sklearn(clf, ds.feature_names, provenance)
-    scores = {"hyper": hyper, "cv": cv, "folds": folds, "lofo": lofo, "dropped": dropped}
+    scores = {"hyper": hyper, "cv": cv, "folds": folds, "lofo": lofo, "lofo_all": lofo_all,
+              "lofo_chosen": lofo_chosen, "dropped": dropped}
     report = _report(ds, model, scores, records, mode)
     return TrainResult(model, report, scores)
 
 
-def leave_one_family_out(ds: Dataset, hyper: Hyper) -> dict[str, dict]:
-    """Per real family: the tree trained without that family, evaluated on it, next to the
-    hand rule and the best fixed kernel on the same matrices."""
-    out = {}
+def leave_one_family_out(ds: Dataset, n_splits: int,
+                         grid=GRID) -> tuple[dict[str, dict], np.ndarray]:
+    """Per real family: a tree whose hyperparameters are chosen (grouped CV) and which is fitted
+    on everything but that family, evaluated on it, next to the hand rule and the best fixed
+    kernel on the same matrices.
+
+    Returns (``{family: {"tree", "hand rule", "best fixed"}}``, the tree's choice per row of
+    ``ds``: a kernel column on the real matrices, -1 elsewhere).
+    """
+    out, chosen = {}, np.full(len(ds), -1)
     for family in sorted(set(ds.families[ds.real].tolist())):
         test = np.flatnonzero(ds.real & (ds.families == family))
         train = np.flatnonzero(~(ds.real & (ds.families == family)))
         if train.size == 0:
             continue
+        hyper, _ = select_hyper(ds, train, n_splits, grid)
+        chosen[test] = tree_policy(fit(ds, train, hyper), ds, test)
         sub = ds.times[test]
         fixed = {k: selection_metrics(sub, fixed_policy(ds, k)[test]) for k in ds.kernels}
         best_fixed = max(fixed, key=lambda k: (fixed[k]["geomean"], fixed[k]["within_10pct"]))
         out[family] = {
-            "tree": selection_metrics(sub, tree_policy(fit(ds, train, hyper), ds, test)),
+            "tree": selection_metrics(sub, chosen[test]),
             "hand rule": selection_metrics(sub, rule_policy(ds)[test]),
             "best fixed": dict(fixed[best_fixed], kernel=best_fixed),
         }
-    return out
+    return out, chosen
 
 
 def chooser_quality(records, mode: str = "per_call") -> dict[str, dict]:
@@ -432,6 +522,36 @@ METRIC_HEADERS = ["n", "geomean q", "geomean q (not missed)", "within 10 %", "wo
                   "top-1", "top-1 (5 % ties)", "misses"]
 
 
+def _describe(hyper: Hyper) -> str:
+    return (f"{hyper.objective}/{hyper.max_depth}/{hyper.min_samples_leaf}/"
+            f"{hyper.weighting}")
+
+
+def _all_real_row(ds: Dataset, tree: dict) -> list:
+    """The pooled row of the leave-one-family-out table."""
+    real = np.flatnonzero(ds.real)
+    sub = ds.times[real]
+    fixed = {k: selection_metrics(sub, fixed_policy(ds, k)[real]) for k in ds.kernels}
+    best = max(fixed, key=lambda k: (fixed[k]["geomean"], fixed[k]["within_10pct"]))
+    rule = selection_metrics(sub, rule_policy(ds)[real])
+    return ["**all real**", tree["n"], f"**{_fmt(tree['geomean'])}**",
+            _pct(tree["within_10pct"]), _fmt(tree["worst"]), _fmt(rule["geomean"]),
+            f"{best} {_fmt(fixed[best]['geomean'])}"]
+
+
+def _real_matrix_table(ds: Dataset, chosen: np.ndarray) -> str:
+    """One row per real matrix: the tree's choice (trained without its family) and the best."""
+    rows = []
+    for i in np.flatnonzero(ds.real):
+        best, pick = int(np.argmin(ds.times[i])), int(chosen[i])
+        q = ds.times[i, best] / ds.times[i, pick] if pick >= 0 else 0.0
+        rows.append([ds.names[i], ds.families[i], int(ds.nnz[i]),
+                     ds.kernels[pick] if pick >= 0 else "none", ds.kernels[best],
+                     f"{ds.times[i, best]:.1f}", _fmt(q)])
+    return _table(["matrix", "family", "nnz", "tree's kernel", "fastest kernel",
+                   "fastest µs", "q"], rows)
+
+
 def _report(ds: Dataset, model: TreeModel, scores: dict, records, mode: str) -> str:
     hyper, cv, folds = scores["hyper"], scores["cv"], scores["folds"]
     device = (records[0].get("device") or {}).get("name", "unknown device")
@@ -439,15 +559,17 @@ def _report(ds: Dataset, model: TreeModel, scores: dict, records, mode: str) -> 
     parts = [
         "# autospmv selection tree: training report",
         f"{len(ds)} matrices ({int(ds.real.sum())} real) in {len(set(ds.groups))} groups "
-        f"(family × synthetic/real), labelled on {device}; target: fastest kernel by "
-        f"{'per-call' if mode == 'per_call' else 'back-to-back'} time. "
+        f"(family × synthetic/real), labelled on {device}; times: "
+        f"{'per call' if mode == 'per_call' else 'back-to-back'}. "
         f"q = t(best)/t(chosen); misses count as q = 0.",
     ]
     if scores["dropped"]:
         parts.append(f"Dropped (no kernel ran correctly): {', '.join(scores['dropped'])}.")
-    parts.append("Labels: " + ", ".join(f"{k} {c}" for k, c in zip(labels, counts)) + ".")
-    parts.append(f"Chosen hyperparameters (grouped CV on all matrices): max_depth="
-                 f"{hyper.max_depth}, min_samples_leaf={hyper.min_samples_leaf}, "
+    parts.append("Fastest kernel: " + ", ".join(f"{k} {c}" for k, c in zip(labels, counts))
+                 + " matrices.")
+    parts.append(f"Chosen by grouped CV on all matrices: objective={hyper.objective}"
+                 + (f" (floor {QUALITY_FLOOR})" if hyper.objective == "quality" else "")
+                 + f", max_depth={hyper.max_depth}, min_samples_leaf={hyper.min_samples_leaf}, "
                  f"weighting={hyper.weighting}; tree: {model.n_nodes} nodes, depth "
                  f"{model.depth}.")
     if folds:
@@ -459,23 +581,26 @@ def _report(ds: Dataset, model: TreeModel, scores: dict, records, mode: str) -> 
             rows.append([i, ", ".join(sorted(set(ds.groups[fold.test]))), m["n"],
                          _fmt(m["geomean"]), _pct(m["within_10pct"]), _fmt(m["worst"]),
                          _pct(m["top1_tie5"]), _fmt(rule["geomean"]),
-                         f"{fold.hyper.max_depth}/{fold.hyper.min_samples_leaf}/"
-                         f"{fold.hyper.weighting}"])
+                         _describe(fold.hyper)])
         parts.append(_table(["fold", "test groups", "n", "tree geomean q", "within 10 %",
                              "worst q", "top-1 (5 % ties)", "hand rule geomean q",
-                             "depth/leaf/weighting"], rows))
+                             "objective/depth/leaf/weighting"], rows))
     parts.append("## All policies (tree: out-of-fold choices of the nested CV)")
     parts.append(_table(["policy"] + METRIC_HEADERS,
                         [[name] + _metric_cells(m) for name, m in cv.items() if m]))
     if scores["lofo"]:
-        parts.append("## Real matrices, each family left out of training")
+        parts.append("## Real matrices, each family left out of training\n\n"
+                     "Each family's tree has its hyperparameters chosen and is fitted without "
+                     "that family.")
         rows = [[family, r["tree"]["n"], _fmt(r["tree"]["geomean"]),
                  _pct(r["tree"]["within_10pct"]), _fmt(r["tree"]["worst"]),
                  _fmt(r["hand rule"]["geomean"]),
                  f"{r['best fixed']['kernel']} {_fmt(r['best fixed']['geomean'])}"]
                 for family, r in scores["lofo"].items()]
+        rows.append(_all_real_row(ds, scores["lofo_all"]))
         parts.append(_table(["family", "n", "tree geomean q", "within 10 %", "worst q",
                              "hand rule geomean q", "best fixed kernel, geomean q"], rows))
+        parts.append(_real_matrix_table(ds, scores["lofo_chosen"]))
     quality = chooser_quality(records, mode)
     if quality:
         parts.append("## Parameter choosers against the best timed variant")

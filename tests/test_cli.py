@@ -1,0 +1,202 @@
+"""The command lines: ``python -m autospmv`` and the label files ``python -m training`` reads.
+
+Commands run in-process through ``main([...])``; output is captured with ``capsys``. User mistakes
+must end with exit status 2 and a one-line message on stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import scipy.sparse as sp
+
+import autospmv
+from autospmv import __main__ as cli
+from matrices import poisson2d
+from training import label
+from training.__main__ import main as training_main
+
+REPO = Path(__file__).resolve().parent.parent
+GPU_MODEL = REPO / "models" / "cuda-nvidia-h200.json"
+GPU_LABELS = REPO / "models" / "labels" / "cuda-nvidia-h200-float64.jsonl.gz"
+
+
+@pytest.fixture(autouse=True)
+def isolated_lookup(monkeypatch, tmp_path):
+    """No AUTOSPMV_MODEL, an empty per-user folder and the GPU model as the only shipped one,
+    so that the CPU has no model (whatever CPU models are shipped later)."""
+    monkeypatch.delenv("AUTOSPMV_MODEL", raising=False)
+    monkeypatch.setenv("AUTOSPMV_HOME", str(tmp_path / "autospmv-home"))
+    monkeypatch.setattr(autospmv.selector, "shipped_models",
+                        lambda: {"cuda-nvidia-h200": GPU_MODEL})
+
+
+@pytest.fixture
+def matrix_file(tmp_path) -> Path:
+    path = tmp_path / "poisson.npz"
+    sp.save_npz(path, poisson2d(12))
+    return path
+
+
+def run(capsys, *argv) -> tuple[int, str, str]:
+    status = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def assert_user_error(status: int, err: str, command: str, message: str) -> None:
+    assert status == 2
+    assert err.startswith(f"autospmv {command}: error: ") and message in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_help_lists_every_command(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    for command in ("demo", "explain", "bench", "info", "retrain"):
+        assert command in out
+
+
+def test_explain_without_a_model_for_the_cpu(capsys, matrix_file):
+    status, out, _ = run(capsys, "explain", str(matrix_file), "--device", "cpu")
+    assert status == 0
+    lines = out.splitlines()
+    assert lines[0] == f"{matrix_file}: 144×144, 672 nonzeros, on cpu"
+    assert lines[1].startswith("model: none for cpu-") and "the built-in rule decides" in lines[1]
+    assert lines[2] == "kernel csr_vector (threads_per_row=2), chosen by rule"
+    assert lines[3] == "  max_row_length = 5 ≤ 1024 → csr_vector"
+
+
+def test_explain_with_a_model_file_shows_it_and_the_path(capsys, matrix_file):
+    status, out, _ = run(capsys, "explain", str(matrix_file), "--device", "cpu",
+                         "--model", str(GPU_MODEL))
+    assert status == 0
+    lines = out.splitlines()
+    assert lines[1] == (f"model: {GPU_MODEL} (passed as model=; trained on NVIDIA H200, "
+                        f"{autospmv.selector.load_model(GPU_MODEL).provenance['trained'][:10]})")
+    assert lines[2].endswith("chosen by model cuda-nvidia-h200.json")
+    assert lines[3].startswith("  row_max = 5 ≤ ")  # the path, with the feature values read
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda tmp: tmp / "missing.npz", "no such file: "),
+    (lambda tmp: _write(tmp / "garbage.npz", b"not a zip archive"),
+     "cannot read a sparse matrix from "),
+    (lambda tmp: _write(tmp / "matrix.csv", b"1,2\n"), "unsupported file type '.csv'"),
+], ids=["missing", "unreadable", "wrong-type"])
+def test_explain_reports_bad_files_in_one_line(capsys, tmp_path, make, message):
+    status, _, err = run(capsys, "explain", str(make(tmp_path)))
+    assert_user_error(status, err, "explain", message)
+
+
+def _write(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
+
+
+def test_bad_model_is_a_user_error(capsys, tmp_path, matrix_file, monkeypatch):
+    broken = _write(tmp_path / "broken.json", b"{")
+    status, _, err = run(capsys, "explain", str(matrix_file), "--model", str(broken))
+    assert_user_error(status, err, "explain", "bad model: ")
+    assert "broken.json is not a valid JSON model file" in err
+    monkeypatch.setenv("AUTOSPMV_MODEL", str(tmp_path / "gone.json"))
+    status, _, err = run(capsys, "info")
+    assert_user_error(status, err, "info", "gone.json' does not exist")
+
+
+def test_bench_a_tiny_matrix_on_the_cpu(capsys, matrix_file):
+    status, out, _ = run(capsys, "bench", str(matrix_file), "--device", "cpu")
+    assert status == 0
+    for kernel in autospmv.KERNELS:
+        assert f"  {kernel:11s}" in out
+    assert "picked csr_vector" in out and "quality " in out and "prepare() took" in out
+
+
+def test_info_names_the_model_and_why(capsys, monkeypatch):
+    status, out, _ = run(capsys, "info")
+    assert status == 0
+    assert out.startswith(f"autospmv {autospmv.__version__}, numba ")
+    model_line = next(line for line in out.splitlines() if line.startswith("model: "))
+    assert "none for cpu-" in model_line and "cuda-nvidia-h200" in model_line
+    monkeypatch.setenv("AUTOSPMV_MODEL", str(GPU_MODEL))
+    status, out, _ = run(capsys, "info")
+    assert f"model: {GPU_MODEL} (from AUTOSPMV_MODEL; trained on NVIDIA H200" in out
+
+
+def test_demo_on_a_small_set(capsys, monkeypatch):
+    monkeypatch.setattr(cli, "demo_matrices", lambda: {"Poisson 8×8": poisson2d(8)})
+    status, out, _ = run(capsys, "demo")
+    assert status == 0
+    assert "Poisson 8×8: 64×64, 288 nonzeros" in out and "relative error" in out
+
+
+def test_retrain_delegates_to_the_training_pipeline(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["retrain", "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: autospmv retrain") and "--budget-minutes" in out
+
+
+def test_retrain_without_the_training_package(capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "training.__main__", None)  # makes the import fail
+    status, _, err = run(capsys, "retrain")
+    assert_user_error(status, err, "retrain", "pip install 'autospmv[training]'")
+
+
+# -- gzip-compressed label files ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def some_labels() -> list[dict]:
+    """The GPU label records of two synthetic and two real families (21 matrices)."""
+    families = {"stencil2d", "dense-rows", "fem", "circuit"}
+    return [r for r in label.read_records(GPU_LABELS) if r["family"] in families]
+
+
+def test_training_reads_gzip_labels(tmp_path, some_labels, capsys):
+    plain, packed = tmp_path / "labels.jsonl", tmp_path / "labels.jsonl.gz"
+    text = "".join(json.dumps(r) + "\n" for r in some_labels)
+    plain.write_text(text)
+    packed.write_bytes(gzip.compress(text.encode()))
+    assert label.read_records(packed) == label.read_records(plain) == some_labels
+    model = tmp_path / "model.json"
+    assert training_main(["train", str(packed), "--out", str(model), "--folds", "3"]) == 0
+    assert "## All policies" in capsys.readouterr().out
+    provenance = autospmv.model.TreeModel.load(model).provenance
+    assert provenance["labels"][0]["file"] == "labels.jsonl.gz"
+    assert provenance["labels"][0]["records"] == len(some_labels)
+
+
+def _as_cpu_labels(records: list[dict]) -> list[dict]:
+    """The records as if labelled on the CPU, so that a CPU labelling run may resume them."""
+    return [dict(r, device=dict(r["device"], device="cpu")) for r in records]
+
+
+def test_gzip_labels_resume_after_a_cut(tmp_path, some_labels):
+    records = _as_cpu_labels(some_labels[:3])
+    path = tmp_path / "labels.jsonl.gz"
+    for record in records:
+        label._append(path, record)
+    path.write_bytes(path.read_bytes()[:-20])  # the last record's gzip member cut short
+    assert label.read_records(path) == records[:2]
+    summary = label.label([], path, "cpu", progress=False)  # resumes: nothing left to label
+    assert (summary["labelled"], summary["skipped"]) == (0, 0)
+    assert gzip.decompress(path.read_bytes()).decode().count("\n") == 2  # cut member dropped
+    label._append(path, records[2])
+    assert label.read_records(path) == records
+
+
+def test_gzip_label_file_must_be_named_gz(tmp_path, some_labels):
+    records = _as_cpu_labels(some_labels[:1])
+    path = tmp_path / "labels.jsonl"
+    path.write_bytes(gzip.compress((json.dumps(records[0]) + "\n").encode()))
+    assert label.read_records(path) == records  # reading recognises gzip by its content
+    with pytest.raises(ValueError, match="is gzip-compressed but its name says otherwise"):
+        label.label([], path, "cpu", progress=False)

@@ -1,0 +1,245 @@
+"""Kernel decisions: snapshots of the shipped GPU tree, user models, model lookup, guardrails.
+
+The snapshots are plain text files in ``tests/golden/``: the shipped tree's ``export_text()``
+and, for a handful of representative matrices, the decision line and the path through the tree
+that ``explain()`` prints. A retrained model changes them on purpose; regenerate them with::
+
+    AUTOSPMV_UPDATE_GOLDEN=1 python -m pytest tests/test_decisions.py
+
+and review the diff like any other change. No test here needs a GPU: the GPU model's decisions
+are computed from features on the CPU (``device="cpu", model=<file>``).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from sklearn.tree import DecisionTreeClassifier
+
+import autospmv
+from autospmv import selector
+from autospmv.model import TreeModel, user_model_path
+from matrices import FAMILY, diagonal, one_long_row, poisson2d, random_matrix
+from training import corpus
+
+REPO = Path(__file__).resolve().parent.parent
+GPU_MODEL = REPO / "models" / "cuda-nvidia-h200.json"
+GOLDEN = Path(__file__).resolve().parent / "golden"
+UPDATE_GOLDEN = os.environ.get("AUTOSPMV_UPDATE_GOLDEN") == "1"
+
+
+@pytest.fixture(autouse=True)
+def isolated_lookup(monkeypatch, tmp_path):
+    """No AUTOSPMV_MODEL and an empty per-user folder: only what a test sets up is found."""
+    monkeypatch.delenv("AUTOSPMV_MODEL", raising=False)
+    monkeypatch.setenv("AUTOSPMV_HOME", str(tmp_path / "autospmv-home"))
+
+
+def check_golden(name: str, actual: str) -> None:
+    """Compare ``actual`` with ``tests/golden/<name>`` (rewrite it under AUTOSPMV_UPDATE_GOLDEN)."""
+    path = GOLDEN / name
+    if UPDATE_GOLDEN:
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(actual, encoding="utf-8")
+        return
+    expected = path.read_text(encoding="utf-8")
+    if actual != expected:
+        diff = "".join(difflib.unified_diff(expected.splitlines(True), actual.splitlines(True),
+                                            f"golden/{name}", "now"))
+        pytest.fail(f"{name} no longer matches the snapshot. If the change is intended (the "
+                    "model was retrained), regenerate with AUTOSPMV_UPDATE_GOLDEN=1 python -m "
+                    f"pytest tests/test_decisions.py and commit the new file.\n{diff}")
+
+
+# -- the shipped GPU model ------------------------------------------------------------------
+
+REPRESENTATIVE = {
+    "2-D Poisson, 60×60 grid": lambda: poisson2d(60),
+    "power-law rows (α = 1.8)": lambda: corpus.power_law("power-law", 40_000, 1.8),
+    "block FEM, 3×3 blocks": lambda: corpus.block_fem("block-fem", 40_000, 3, 9),
+    "one dense row among rows of 4": lambda: one_long_row(3000, 3000, 7, 4, 1),
+    "diagonal": lambda: diagonal(5000, 1),
+    "LP-like, 4× wider than tall": lambda: corpus.lp("lp", 40_000, 4.0),
+    "uniform random rows, 40k rows of ~30": lambda: random_matrix(40_000, 40_000, 30 / 40_000, 3),
+    "matrices.block3x3_120": FAMILY["block3x3_120"],
+    "matrices.parallel_long_rows_24x40000": FAMILY["parallel_long_rows_24x40000"],
+}
+"""Representative structures, built in well under a second each."""
+
+
+def test_gpu_model_is_shipped_and_valid():
+    assert selector.shipped_models()["cuda-nvidia-h200"].resolve() == GPU_MODEL
+    model = TreeModel.load(GPU_MODEL)
+    assert set(model.classes) == set(autospmv.KERNELS)
+    provenance = model.provenance
+    assert provenance["device"]["name"] == "NVIDIA H200"
+    assert provenance["labels"][0]["file"] == "cuda-nvidia-h200-float64.jsonl.gz"
+    assert provenance["timing_mode"] in ("per_call", "b2b")
+
+
+def test_gpu_tree_snapshot():
+    check_golden("cuda-nvidia-h200.txt", TreeModel.load(GPU_MODEL).export_text())
+
+
+def test_gpu_model_decisions_snapshot():
+    blocks = []
+    for name, make in REPRESENTATIVE.items():
+        A = make()
+        decision = autospmv.select(A, device="cpu", model=GPU_MODEL)
+        kernel_line, path_line = decision.explain().splitlines()[:2]
+        blocks.append(f"{name}: {A.shape[0]}×{A.shape[1]}, {A.nnz:,} nonzeros\n"
+                      f"{kernel_line}\n{path_line}\n")
+    decisions = "\n".join(blocks)
+    check_golden("cuda-nvidia-h200-decisions.txt", decisions)
+    kernels = {line.split()[1] for line in decisions.splitlines() if line.startswith("kernel ")}
+    assert len(kernels) >= 4, "the representative matrices should exercise several kernels"
+
+
+def test_gpu_decision_explains_itself():
+    decision = autospmv.select(poisson2d(60), device="cpu", model=GPU_MODEL)
+    assert decision.source == "model cuda-nvidia-h200.json"
+    assert decision.notes[0].startswith("model cuda-nvidia-h200.json (passed as model=")
+    assert decision.notes[1].startswith("leaf ") and "training matrices" in decision.notes[1]
+    used = [step.split(" = ")[0] for step in decision.path]
+    assert set(decision.features) == set(used)
+    assert sorted([decision.kernel] + decision.candidates) == sorted(autospmv.KERNELS)
+
+
+# -- a user's own model ---------------------------------------------------------------------
+
+
+def tiny_model(classes=("ell", "ell", "ell", "csr_vector", "csr_vector", "csr5"),
+               row_max=(4, 8, 12, 500, 900, 5000)) -> TreeModel:
+    """A tree over ``row_max`` alone, trained on fabricated features."""
+    clf = DecisionTreeClassifier(random_state=0).fit(np.array(row_max, float)[:, None], classes)
+    return TreeModel.from_sklearn(clf, ["row_max"], {"device": "test bench", "date": "2000-01-01"})
+
+
+@pytest.fixture
+def tiny_path(tmp_path) -> Path:
+    path = tmp_path / "tiny.json"
+    tiny_model().to_json(path)
+    return path
+
+
+def test_user_model_given_as_a_path(tiny_path):
+    op = autospmv.prepare(poisson2d(20), device="cpu", model=tiny_path)
+    assert op.kernel == "ell"
+    assert op.decision.source == "model tiny.json"
+    assert op.decision.path == ["row_max = 5 ≤ 256"]
+    assert op.decision.notes[0] == ("model tiny.json (passed as model=; trained on test bench, "
+                                    "2000-01-01)")
+    explained = op.explain()
+    assert "chosen by model tiny.json" in explained
+    assert "  row_max = 5 ≤ 256 → ell" in explained.splitlines()
+
+
+def test_model_from_the_environment_wins_over_every_other(tiny_path, monkeypatch):
+    slug = "cpu-test-machine"
+    monkeypatch.setattr(selector, "device_slug", lambda device: slug)
+    monkeypatch.setattr(selector, "shipped_models", lambda: {slug: GPU_MODEL})
+    user = user_model_path(slug)
+    user.parent.mkdir(parents=True)
+    tiny_model(classes=("coo",) * 6).to_json(user)
+    monkeypatch.setenv("AUTOSPMV_MODEL", str(tiny_path))
+    decision = autospmv.select(poisson2d(20), device="cpu")
+    assert (decision.kernel, decision.source) == ("ell", "model tiny.json")
+    assert decision.notes[0].startswith("model tiny.json (from AUTOSPMV_MODEL;")
+    monkeypatch.delenv("AUTOSPMV_MODEL")
+    decision = autospmv.select(poisson2d(20), device="cpu")
+    assert (decision.kernel, decision.source) == ("coo", f"model {slug}.json")
+    assert "retrained on this machine" in decision.notes[0]
+
+
+def test_lookup_order(monkeypatch):
+    """user model → shipped for this device → nearest shipped of the same kind → rule."""
+    slugs = {"cuda": "cuda-nvidia-a100", "cpu": "cpu-test-machine"}
+    monkeypatch.setattr(selector, "device_slug", lambda device: slugs[device])
+    monkeypatch.setattr(selector, "shipped_models", lambda: {"cuda-nvidia-h200": GPU_MODEL})
+    nearest = selector.find_model("cuda")
+    assert nearest.name == "cuda-nvidia-h200.json"
+    assert nearest.reason == ("shipped for cuda-nvidia-h200, the nearest to this device "
+                              "(cuda-nvidia-a100)")
+    slugs["cuda"] = "cuda-nvidia-h200"
+    assert selector.find_model("cuda").reason == "shipped for this device"
+    assert selector.find_model("cpu") is None, "a CPU must never use a GPU's model"
+
+
+def test_cpu_never_uses_the_shipped_gpu_model():
+    choice = selector.find_model("cpu")
+    assert choice is None or choice.name.startswith("cpu-")
+    op = autospmv.prepare(poisson2d(10), device="cpu")
+    assert "cuda-" not in op.decision.source
+
+
+def test_without_any_model_the_rule_decides_and_says_so(monkeypatch):
+    monkeypatch.setattr(selector, "shipped_models", lambda: {})
+    decision = autospmv.select(poisson2d(20), device="cpu")
+    assert (decision.kernel, decision.source) == ("csr_vector", "rule")
+    assert decision.path == ["max_row_length = 5 ≤ 1024"]
+    assert decision.notes == ["no trained model is installed yet; the built-in rule decided"]
+    long_row = autospmv.select(one_long_row(50, 2000, 3, 2, 0), device="cpu")
+    assert (long_row.kernel, long_row.path) == ("csr5", ["max_row_length = 2000 > 1024"])
+
+
+# -- damaged models -------------------------------------------------------------------------
+
+
+def _document(**changes) -> str:
+    doc = tiny_model().to_dict()
+    doc.update(changes)
+    return json.dumps(doc)
+
+
+@pytest.mark.parametrize("content, message", [
+    ("{not json", r"tiny\.json is not a valid JSON model file"),
+    ('["a list"]', "a model file must hold a JSON object; found list"),
+    (_document(format="pickle"), "not an autospmv tree model: 'format' is 'pickle'"),
+    (_document(schema_version=99), "unsupported schema_version 99"),
+    (_document(classes=["ell", "warp_magic", "csr5"]),
+     "unknown kernel names in classes: warp_magic; valid kernels: coo"),
+    (_document(feature_names=["row_max_typo"]), "unknown feature names: row_max_typo"),
+], ids=["not-json", "not-an-object", "foreign-format", "future-schema", "unknown-kernel",
+        "unknown-feature"])
+def test_damaged_model_raises_a_clear_error(tmp_path, content, message):
+    path = tmp_path / "tiny.json"
+    path.write_text(content)
+    with pytest.raises(ValueError, match=message):
+        autospmv.select(poisson2d(5), device="cpu", model=path)
+
+
+def test_missing_or_damaged_model_in_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("AUTOSPMV_MODEL", str(tmp_path / "nowhere.json"))
+    with pytest.raises(ValueError, match=r"model file '.*nowhere\.json' does not exist"):
+        autospmv.prepare(poisson2d(5), device="cpu")
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"format": "autospmv-tree", "schema_version": 1}')
+    monkeypatch.setenv("AUTOSPMV_MODEL", str(broken))
+    with pytest.raises(ValueError, match=r"broken\.json: the model has no 'feature_names'"):
+        autospmv.prepare(poisson2d(5), device="cpu")
+
+
+# -- guardrails -----------------------------------------------------------------------------
+
+
+def test_refused_ell_falls_back_to_the_trees_next_choice():
+    model = tiny_model(classes=("ell", "ell", "ell", "csr_vector", "csr_vector", "coo"),
+                       row_max=(1, 1, 1, 1, 1, 1))  # one leaf: ell, then csr_vector, then coo
+    A = FAMILY["huge_row_among_short_300x3000"]()
+    decision = autospmv.select(A, device="cpu", model=model)
+    assert (decision.kernel, decision.candidates[:2]) == ("ell", ["csr_vector", "coo"])
+    op = autospmv.prepare(A, device="cpu", model=model)
+    assert op.kernel == "csr_vector" and op.decision.candidates[0] == "coo"
+    guardrail = [note for note in op.decision.notes if note.startswith("guardrail:")]
+    assert len(guardrail) == 1
+    assert guardrail[0].startswith("guardrail: ell could not be built (")
+    assert guardrail[0].endswith("fell back to csr_vector, the tree's next choice")
+    assert "guardrail: ell could not be built" in op.explain()
+    x = np.linspace(0.5, 1.5, A.shape[1])
+    np.testing.assert_allclose(op @ x, sp.csr_matrix(A) @ x, rtol=1e-12)
