@@ -13,7 +13,6 @@ one-line error and exit status 2, not a traceback.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -23,7 +22,7 @@ import scipy.sparse as sp
 
 from . import KERNELS, cuda_available, prepare, select, selector
 from .formats.base import FormatTooLargeError
-from .model import device_slug, user_model_path
+from .model import device_slug
 from .validation import canonicalize
 
 
@@ -67,18 +66,6 @@ def resolve_model(device: str, model: str | None = None) -> selector.ModelChoice
         raise UserError(f"bad model: {error}") from None
 
 
-def model_file(choice: selector.ModelChoice, device: str, model: str | None = None) -> Path | None:
-    """The file ``choice`` was loaded from: the first candidate of the lookup order (the
-    ``model`` argument, ``$AUTOSPMV_MODEL``, the retrained model, the shipped ones) with its
-    name."""
-    candidates = [model, os.environ.get("AUTOSPMV_MODEL"), user_model_path(device_slug(device)),
-                  *selector.shipped_models().values()]
-    for candidate in candidates:
-        if candidate and Path(candidate).name == choice.name and Path(candidate).is_file():
-            return Path(candidate)
-    return None
-
-
 def describe_model(device: str, model: str | None = None) -> str:
     """One line: the model that decides on ``device`` (file, why, where it was trained), or
     that the built-in rule decides."""
@@ -88,13 +75,8 @@ def describe_model(device: str, model: str | None = None) -> str:
         return (f"model: none for {device_slug(device)} (shipped: {shipped}), so the built-in "
                 f"rule decides: csr5 when a row has more than {selector.LONG_ROW} nonzeros, else "
                 "csr_vector; `autospmv retrain` trains a model for this machine")
-    where = model_file(choice, device, model)
-    device_info = choice.model.provenance.get("device")
-    trained = device_info.get("name") if isinstance(device_info, dict) else device_info
-    when = str(choice.model.provenance.get("trained", ""))[:10]
-    details = ", ".join(str(part) for part in (trained, when) if part)
-    return (f"model: {where or choice.name} ({choice.reason}"
-            + (f"; trained on {details})" if details else ")"))
+    return (f"model: {choice.path or choice.name} ({choice.reason}"
+            f"{selector.trained_on(choice.model.provenance)})")
 
 
 def time_per_call(fn, budget: float = 0.2) -> float:

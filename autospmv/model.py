@@ -203,7 +203,10 @@ class TreeModel:
             doc = json.loads(text, parse_constant=_reject_constant)
         except ValueError as err:
             raise ValueError(f"{where} is not a valid JSON model file: {err}") from None
-        return cls.from_dict(doc, known_features=known_features, known_kernels=known_kernels)
+        try:
+            return cls.from_dict(doc, known_features=known_features, known_kernels=known_kernels)
+        except ValueError as err:
+            raise ValueError(f"{where}: {err}") from None
 
     # -- prediction -------------------------------------------------------------------------
 

@@ -80,11 +80,15 @@ def rule_decision(csr: sp.csr_matrix) -> Decision:
 
 @dataclasses.dataclass(frozen=True)
 class ModelChoice:
-    """A loaded model and the reason it was picked."""
+    """A loaded model, where it came from (None for an object passed in) and why it was picked."""
 
     model: TreeModel
-    name: str
+    path: Path | None
     reason: str
+
+    @property
+    def name(self) -> str:
+        return self.path.name if self.path else "given"
 
 
 @functools.lru_cache(maxsize=16)
@@ -97,10 +101,7 @@ def load_model(path) -> TreeModel:
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"model file {str(path)!r} does not exist")
-    try:
-        return _load_cached(str(path), path.stat().st_mtime)
-    except ValueError as error:
-        raise ValueError(f"{path}: {error}") from None
+    return _load_cached(str(path), path.stat().st_mtime)
 
 
 def shipped_models() -> dict[str, Path]:
@@ -120,27 +121,35 @@ def shipped_models() -> dict[str, Path]:
 def find_model(device: str, model=None) -> ModelChoice | None:
     """The model to decide with on ``device`` (see the module docstring for the order)."""
     if isinstance(model, TreeModel):
-        return ModelChoice(model, "given", "passed as model=")
+        return ModelChoice(model, None, "passed as model=")
     if model is not None:
-        return ModelChoice(load_model(model), Path(model).name, "passed as model=")
+        return ModelChoice(load_model(model), Path(model), "passed as model=")
     env = os.environ.get("AUTOSPMV_MODEL")
     if env:
-        return ModelChoice(load_model(env), Path(env).name, "from AUTOSPMV_MODEL")
+        return ModelChoice(load_model(env), Path(env), "from AUTOSPMV_MODEL")
     slug = device_slug(device)
     user = user_model_path(slug)
     if user.is_file():
-        return ModelChoice(load_model(user), user.name, "retrained on this machine")
+        return ModelChoice(load_model(user), user, "retrained on this machine")
     shipped = shipped_models()
     if slug in shipped:
-        return ModelChoice(load_model(shipped[slug]), shipped[slug].name,
-                           "shipped for this device")
+        return ModelChoice(load_model(shipped[slug]), shipped[slug], "shipped for this device")
     kind = slug.split("-")[0] + "-"
     same_kind = sorted(name for name in shipped if name.startswith(kind))
     if same_kind:
         path = shipped[same_kind[0]]
-        return ModelChoice(load_model(path), path.name,
+        return ModelChoice(load_model(path), path,
                            f"shipped for {same_kind[0]}, the nearest to this device ({slug})")
     return None
+
+
+def trained_on(provenance: dict) -> str:
+    """``"; trained on NVIDIA H200, 2026-11-22"`` from a model's provenance (empty if unknown)."""
+    device = provenance.get("device")
+    name = device.get("name") if isinstance(device, dict) else device
+    date = str(provenance.get("trained", ""))[:10]
+    facts = ", ".join(str(fact) for fact in (name, date) if fact)
+    return f"; trained on {facts}" if facts else ""
 
 
 def model_decision(csr: sp.csr_matrix, choice: ModelChoice, features: dict) -> Decision:
@@ -150,11 +159,9 @@ def model_decision(csr: sp.csr_matrix, choice: ModelChoice, features: dict) -> D
     path = [f"{step.feature} = {step.value:.4g} {'≤' if step.went_left else '>'} "
             f"{step.threshold:.4g}" for step in model.decision_path(features)]
     leaf = model.leaf(features)
-    provenance = model.provenance
-    trained = ", ".join(str(provenance[key]) for key in ("device", "date") if key in provenance)
-    notes = [f"model {choice.name} ({choice.reason}" + (f"; trained on {trained})" if trained else ")"),
+    notes = [f"model {choice.name} ({choice.reason}{trained_on(model.provenance)})",
              f"leaf {leaf.node}: {leaf.samples} training matrices, "
-             f"p({ranked[0]}) = {leaf.proba[ranked[0]]:.2f}"]
+             f"score({ranked[0]}) = {leaf.proba[ranked[0]]:.2f} (the leaf's normalised class value)"]
     used = {step.split(" = ")[0] for step in path}
     return Decision(ranked[0], registry.choose_params(ranked[0], csr), f"model {choice.name}",
                     path, {name: features[name] for name in features if name in used}, notes,

@@ -118,7 +118,7 @@ def tiny_model(classes=("ell", "ell", "ell", "csr_vector", "csr_vector", "csr5")
                row_max=(4, 8, 12, 500, 900, 5000)) -> TreeModel:
     """A tree over ``row_max`` alone, trained on fabricated features."""
     clf = DecisionTreeClassifier(random_state=0).fit(np.array(row_max, float)[:, None], classes)
-    return TreeModel.from_sklearn(clf, ["row_max"], {"device": "test bench", "date": "2000-01-01"})
+    return TreeModel.from_sklearn(clf, ["row_max"], {"device": "test bench", "trained": "2000-01-01T00:00:00+00:00"})
 
 
 @pytest.fixture
