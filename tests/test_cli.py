@@ -115,7 +115,7 @@ def test_bench_a_tiny_matrix_on_the_cpu(capsys, matrix_file):
     assert status == 0
     for kernel in autospmv.KERNELS:
         assert f"  {kernel:11s}" in out
-    assert "picked csr_vector" in out and "quality " in out and "prepare() took" in out
+    assert "picked csr_vector" in out and "quality " in out and "prepare() (features" in out
 
 
 def test_info_names_the_model_and_why(capsys, monkeypatch):

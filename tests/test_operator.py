@@ -136,9 +136,17 @@ def test_select_decides_without_converting(A, monkeypatch):
     assert forced.params == registry.choose_params("hyb", A.tocsr())
 
 
+@pytest.fixture
+def no_models(monkeypatch, tmp_path):
+    """No model anywhere: none given, none in the environment, retrained or shipped."""
+    monkeypatch.delenv("AUTOSPMV_MODEL", raising=False)
+    monkeypatch.setenv("AUTOSPMV_HOME", str(tmp_path))
+    monkeypatch.setattr("autospmv.selector.shipped_models", lambda: {})
+
+
 @pytest.mark.parametrize("name", ["odd_65x47", "poisson2d_169", "huge_row_among_short_300x3000",
                                   "empty_0x0"])
-def test_automatic_choice_on_cpu_uses_the_rule(name):
+def test_automatic_choice_without_a_model_uses_the_rule(name, no_models):
     A = FAMILY[name]()
     op = autospmv.prepare(A, device="cpu")
     decision = op.decision
@@ -147,11 +155,22 @@ def test_automatic_choice_on_cpu_uses_the_rule(name):
     assert decision.path, "the rule records the comparisons it made"
     assert "chosen by rule" in op.explain()
     assert "built-in rule decided" in op.explain()
-    selected = autospmv.select(A)
+    selected = autospmv.select(A, device="cpu")
     assert (selected.kernel, selected.params) == (decision.kernel, decision.params)
 
 
-def test_rule_sends_a_very_long_row_to_csr5():
+@pytest.mark.parametrize("name", ["odd_65x47", "poisson2d_169", "huge_row_among_short_300x3000",
+                                  "empty_0x0"])
+def test_automatic_choice_on_cpu_uses_the_shipped_cpu_model(name):
+    A = FAMILY[name]()
+    op = autospmv.prepare(A, device="cpu")
+    assert op.decision.source == "model cpu-intel-r-xeon-r-processor-2-10ghz.json"
+    assert op.kernel in KERNELS
+    assert "shipped for " in op.explain()
+    assert autospmv.select(A, device="cpu").kernel == op.kernel
+
+
+def test_rule_sends_a_very_long_row_to_csr5(no_models):
     """selector.rule_decision: longest row > LONG_ROW nonzeros -> csr5, otherwise csr_vector."""
     from autospmv.selector import LONG_ROW
 
