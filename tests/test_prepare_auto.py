@@ -1,0 +1,39 @@
+"""prepare(A) without kernel=: on every shared real matrix and every family matrix, with each
+shipped model, the operator uses a registered kernel, matches SciPy, and its explanation names
+every feature and threshold on the tree's path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import autospmv
+from autospmv.model import TreeModel
+from matrices import FAMILY, REAL_MATRIX_DIR, TOLERANCE, random_vector, reference, relative_error
+
+MODELS = sorted((Path(__file__).resolve().parent.parent / "models").glob("*.json"))
+SHARED = {f"shared_{p.stem}": p for p in sorted(REAL_MATRIX_DIR.glob("*.npz"))}
+
+
+def load(name: str) -> sp.csr_matrix:
+    return sp.load_npz(SHARED[name]).tocsr() if name in SHARED else sp.csr_matrix(FAMILY[name]())
+
+
+@pytest.mark.parametrize("model", MODELS, ids=[path.stem for path in MODELS])
+@pytest.mark.parametrize("name", sorted(FAMILY) + sorted(SHARED))
+def test_automatic_choice_is_valid_correct_and_explained(name, model, rng):
+    A = load(name)
+    op = autospmv.prepare(A, device="cpu", model=model)
+    assert op.kernel in autospmv.KERNELS
+    assert op.decision.source == f"model {model.name}"
+    x = random_vector(rng, A.shape[1], np.float64)
+    assert relative_error(op @ x, reference(A, x)) <= TOLERANCE[np.dtype(np.float64)]
+    steps = TreeModel.load(model).decision_path(autospmv.features(A))
+    explanation = op.explain()
+    assert steps, "every shipped tree has at least one split"
+    for step in steps:
+        assert f"{step.feature} = {step.value:.4g} {'≤' if step.went_left else '>'} " \
+               f"{step.threshold:.4g}" in explanation
