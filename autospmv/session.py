@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-
 import time
 
 from . import registry
@@ -60,7 +59,8 @@ def _decide(csr, kernel, device, model, params=None) -> Decision:
     started = time.perf_counter()
     values = features(csr)
     decision = model_decision(csr, choice, values)
-    decision.notes.append(f"features and prediction took {(time.perf_counter() - started) * 1e3:.2f} ms")
+    elapsed_ms = (time.perf_counter() - started) * 1e3
+    decision.notes.append(f"features and prediction took {elapsed_ms:.2f} ms")
     return decision
 
 
@@ -69,10 +69,14 @@ def prepare(A, *, kernel: str | None = None, device: str | None = None, model=No
     """Canonicalise A, choose a kernel (or use ``kernel=``), convert once, return the operator.
 
     ``device``: ``"cuda"``, ``"cpu"`` or None (CUDA when a usable GPU is present).
+    ``model``: a model file path or a loaded :class:`~autospmv.model.TreeModel` to decide with
+    (default: the lookup of :func:`autospmv.selector.find_model`).
     ``params``: with ``kernel=``, overrides the tuned parameters (e.g. ``{"width": 8}`` for hyb).
+
+    When the chosen kernel's format refuses A (padding beyond the fill limit) or does not fit in
+    memory, the tree's next choice is tried, and ``op.decision`` records it; a forced kernel
+    raises instead.
     """
-    if kernel is not None:
-        registry.get(kernel)
     device = _resolve_device(device)
     csr = canonicalize(A)
     decision = _decide(csr, kernel, device, model, params)
