@@ -1,4 +1,4 @@
-"""Kernel decisions: snapshots of the shipped GPU tree, user models, model lookup, guardrails.
+"""Kernel decisions: snapshots of the shipped trees, user models, model lookup, guardrails.
 
 The snapshots are plain text files in ``tests/golden/``: the shipped tree's ``export_text()``
 and, for a handful of representative matrices, the decision line and the path through the tree
@@ -30,6 +30,7 @@ from training import corpus
 
 REPO = Path(__file__).resolve().parent.parent
 GPU_MODEL = REPO / "models" / "cuda-nvidia-h200.json"
+SHIPPED = sorted((REPO / "models").glob("*.json"))
 GOLDEN = Path(__file__).resolve().parent / "golden"
 UPDATE_GOLDEN = os.environ.get("AUTOSPMV_UPDATE_GOLDEN") == "1"
 
@@ -83,22 +84,26 @@ def test_gpu_model_is_shipped_and_valid():
     assert provenance["timing_mode"] in ("per_call", "b2b")
 
 
-def test_gpu_tree_snapshot():
-    check_golden("cuda-nvidia-h200.txt", TreeModel.load(GPU_MODEL).export_text())
+@pytest.mark.parametrize("model", SHIPPED, ids=[path.stem for path in SHIPPED])
+def test_tree_snapshot(model):
+    check_golden(f"{model.stem}.txt", TreeModel.load(model).export_text())
 
 
-def test_gpu_model_decisions_snapshot():
+@pytest.mark.parametrize("model", SHIPPED, ids=[path.stem for path in SHIPPED])
+def test_decisions_snapshot(model):
     blocks = []
     for name, make in REPRESENTATIVE.items():
         A = make()
-        decision = autospmv.select(A, device="cpu", model=GPU_MODEL)
+        decision = autospmv.select(A, device="cpu", model=model)
         kernel_line, path_line = decision.explain().splitlines()[:2]
         blocks.append(f"{name}: {A.shape[0]}×{A.shape[1]}, {A.nnz:,} nonzeros\n"
                       f"{kernel_line}\n{path_line}\n")
     decisions = "\n".join(blocks)
-    check_golden("cuda-nvidia-h200-decisions.txt", decisions)
+    check_golden(f"{model.stem}-decisions.txt", decisions)
     kernels = {line.split()[1] for line in decisions.splitlines() if line.startswith("kernel ")}
-    assert len(kernels) >= 4, "the representative matrices should exercise several kernels"
+    # On two CPU cores csr_scalar wins almost everywhere (models/README.md); on the GPU the
+    # representative matrices must exercise several kernels.
+    assert len(kernels) >= (4 if model.stem.startswith("cuda-") else 2), kernels
 
 
 def test_gpu_decision_explains_itself():
