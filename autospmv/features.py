@@ -81,6 +81,7 @@ import numpy as np
 import scipy.sparse as sp
 from numba import njit, prange
 
+from .kernels.cpu import specialisations
 from .validation import SUPPORTED_DTYPES, canonicalize, index_dtype
 
 BLOCK_SIZES = (2, 3, 4, 8)
@@ -671,27 +672,18 @@ def _longest_row(indptr, m):
     return longest
 
 
-@njit(cache=True)
-def _scan_serial(indptr, indices, m, n, shift, narrow, selected, bounds, sums, hist, flags,
-                 stamp, masks8, list8, masks3, list3):  # fmt: skip
-    """Run worker t's share of the windows, ``bounds[t]..bounds[t+1]-1``, for every t, on the
-    calling thread; each worker has its own row of every work array. Returns the workers'
-    warp imbalance ratio sums."""
-    warp = np.zeros(bounds.size - 1)
-    for t in range(bounds.size - 1):
-        warp[t] = _scan_windows(indptr, indices, m, n, shift, narrow, selected, bounds[t],
-                                bounds[t + 1], flags[t], hist[t], stamp[t], masks8[t],
-                                list8[t], masks3[t], list3[t], sums[t])  # fmt: skip
-    return warp
-
-
-@njit(parallel=True, cache=True)
-def _scan_parallel(indptr, indices, m, n, shift, narrow, selected, bounds, sums, hist, flags,
-                   stamp, masks8, list8, masks3, list3):  # fmt: skip
-    """:func:`_scan_serial` with the workers on numba's threads."""
+def _scan_workers(indptr, indices, m, n, shift, narrow, selected, bounds, sums, hist, flags,
+                  stamp, masks8, list8, masks3, list3):  # fmt: skip
+    """Run worker t's share of the windows, ``bounds[t]..bounds[t+1]-1``, for every t; each
+    worker has its own row of every work array. Returns the workers' warp imbalance ratio sums.
+    The serial compilation runs the workers in turn on the calling thread, the parallel one on
+    numba's threads."""
     warp = np.zeros(bounds.size - 1)
     for t in prange(bounds.size - 1):
         warp[t] = _scan_windows(indptr, indices, m, n, shift, narrow, selected, bounds[t],
                                 bounds[t + 1], flags[t], hist[t], stamp[t], masks8[t],
                                 list8[t], masks3[t], list3[t], sums[t])  # fmt: skip
     return warp
+
+
+_scan_serial, _scan_parallel = specialisations(_scan_workers)
