@@ -58,21 +58,18 @@ class CudaBackend:
         self.program: DeviceProgram = spec.cuda_builder()(fmt, params, arrays).load()
         self._x = cuda.device_array(self.shape[1], dtype=self.dtype)
         self._y = cuda.device_array(self.shape[0], dtype=self.dtype)
+        # What the program takes for these buffers: the arrays under the simulator, their
+        # addresses (fixed for the buffers' life) on a GPU.
+        self._x_arg, self._y_arg = ((self._x, self._y) if SIMULATOR
+                                    else (device_pointer(self._x), device_pointer(self._y)))
         # The last checked ``out`` and its pointer: solvers pass the same buffer on every call.
         self._out = self._out_ptr = None
-
-    def _run(self, x, y) -> None:
-        """Launch on device vectors (the simulator takes the arrays, a GPU their addresses)."""
-        if SIMULATOR:
-            self.program.run(x, y)
-        else:
-            self.program.run(device_pointer(x), device_pointer(y))
 
     def host_matvec(self, x: np.ndarray, y: np.ndarray) -> None:
         if not y.shape[0]:
             return
         self._x.copy_to_device(x)
-        self._run(self._x, self._y)
+        self.program.run(self._x_arg, self._y_arg)
         self._y.copy_to_host(y)
 
     def device_matvec(self, x, x_cai: dict, out):

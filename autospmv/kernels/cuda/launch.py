@@ -62,9 +62,7 @@ _SCALAR_CTYPES = {
 
 
 def numba_type(value) -> types.Type:
-    """The numba type a kernel argument is compiled for."""
-    if isinstance(value, Slot):
-        raise TypeError("slots are typed by the program's value dtype")
+    """The numba type a kernel argument (an array or a numpy scalar) is compiled for."""
     if isinstance(value, (np.integer, np.floating)):
         return from_dtype(value.dtype)
     return types.Array(from_dtype(value.dtype), 1, "C")
