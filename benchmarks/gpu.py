@@ -130,7 +130,7 @@ def variants(kernel: str, A) -> list[dict]:
     if kernel == "csr_vector":
         return [{"threads_per_row": g} for g in (2, 4, 8, 16, 32)]
     if kernel == "csr5":
-        return [{"sigma": s} for s in (4, 8, 16, 32)]
+        return [{"sigma": s} for s in (4, 8, 12, 16)]
     if kernel == "hyb":
         from autospmv.formats import hyb
         from autospmv.formats.base import row_lengths

@@ -84,21 +84,29 @@ def _permute_tiles(src, out, sigma, to_tiles):
     out[full:] = src[full:]
 
 
+LONG_ROWS = 1024
+"""Mean row length from which most tiles lie inside one row (:func:`choose_sigma`)."""
+
+
 def choose_sigma(csr: sp.csr_matrix) -> int:
-    """Tile height σ from the mean row length μ: ``clamp(round(μ), 8, 16)``.
+    """Tile height σ from the mean row length μ: the multiple of 4 nearest μ, clamped to [8, 16];
+    8 when μ ≥ :data:`LONG_ROWS`.
 
     Following the paper's GPU guidance, σ tracks the mean row length within fixed bounds: a lane
     then meets about one row start, which keeps its in-lane bookkeeping short. At least 8,
     because the per-tile work (12 bytes of descriptors per lane, the cross-lane scan, up to two
     atomics) is paid once per σ multiply-adds per lane; at most 16, beyond which long in-lane
-    loops cost more than the tile overhead they save. On an H200 (float64, 10–12M nonzeros:
-    stencils, block FEM, uniform random, power-law and dense-row matrices,
-    ``benchmarks/results``), σ = 8 or 16 was within 3 % of the fastest of 4, 8, 16 and 32 on
-    every matrix, while σ = 4 was up to 20 % slower and σ = 32 up to 18 % slower.
+    loops cost more than the tile overhead they save. A multiple of 4, because the GPU kernel
+    loads four entries per step and a partial last step wastes loads. When rows are much longer
+    than a tile, tiles are summed by the kernel's one-row path and smaller tiles give more warps.
+    On an H200 (float64, 10–20M nonzeros, ``benchmarks/results/gpu-h200-*``), this rule was
+    within 4 % of the fastest σ of 4, 8, 12 and 16 on the large matrices.
     """
     m = csr.shape[0]
     mean = csr.nnz / m if m else 0.0
-    return int(min(16, max(8, round(mean))))
+    if mean >= LONG_ROWS:
+        return 8
+    return int(min(16, max(8, 4 * round(mean / 4))))
 
 
 def _check_sigma(sigma) -> int:
