@@ -72,9 +72,10 @@ class SpMVOperator(LinearOperator):
         ``out`` (optional) receives the result: same kind as x, shape (m,), the operator's dtype.
         x is converted to the operator's dtype. An (n, 1) column gives an (m, 1) result.
         """
-        cai = getattr(x, "__cuda_array_interface__", None)
-        if cai is not None:
-            return self._backend.device_matvec(x, cai, out)
+        if type(x) is not np.ndarray:
+            y = self._backend.device_matvec(x, out)
+            if y is not None:
+                return y
         column = np.ndim(x) == 2
         x = check_vector(x, self.shape[1], self.dtype)
         if out is None:
@@ -91,13 +92,19 @@ class SpMVOperator(LinearOperator):
     def __matmul__(self, x):
         # Vectors go straight to matvec (LinearOperator's generic dispatch costs microseconds);
         # device arrays must, since LinearOperator would turn them into numpy arrays.
-        if hasattr(x, "__cuda_array_interface__") or (isinstance(x, np.ndarray) and x.ndim == 1):
+        if isinstance(x, np.ndarray) and x.ndim == 1:
             return self.matvec(x)
+        if type(x) is not np.ndarray:
+            y = self._backend.device_matvec(x, None)
+            if y is not None:
+                return y
         return super().__matmul__(x)
 
     def dot(self, x):
-        if hasattr(x, "__cuda_array_interface__"):
-            return self.matvec(x)
+        if type(x) is not np.ndarray:
+            y = self._backend.device_matvec(x, None)
+            if y is not None:
+                return y
         return super().dot(x)
 
     def _matmat(self, X):
@@ -136,7 +143,10 @@ class CpuBackend:
         if y.shape[0]:
             self._run(x, y)
 
-    def device_matvec(self, x, x_cai, out):
+    def device_matvec(self, x, out):
+        """Refuses CUDA arrays; None for anything else (the caller takes the host path)."""
+        if getattr(x, "__cuda_array_interface__", None) is None:
+            return None
         raise TypeError(
             "this operator runs on the CPU and takes numpy arrays; got a CUDA device array "
             f"({type(x).__name__}); build the operator with device='cuda' to use device arrays"

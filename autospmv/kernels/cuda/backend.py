@@ -8,6 +8,8 @@ legacy default stream, which orders them after work that CuPy, PyTorch or numba 
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 from numba import cuda
 
@@ -47,7 +49,43 @@ def _empty_like_input(x, m: int, dtype: np.dtype):
 
 _FIXED_POINTER_MODULES = ("numba", "cupy")
 """Array kinds whose data pointer never changes during the array's life (unlike torch tensors,
-which ``resize_``/``set_`` can move), so a checked ``out`` of these kinds can be remembered."""
+which ``resize_``/``set_`` can move)."""
+
+
+class CheckedVectors:
+    """Device vectors already validated for this operator, recognised by identity.
+
+    numba and CuPy arrays build their ``__cuda_array_interface__`` dictionary on every access,
+    about a microsecond each, a large part of a launch's host time. Solvers pass the same few
+    vectors again and again, so the pointers of arrays whose pointer is fixed for life are kept,
+    through weak references (an operator never keeps a vector alive), at most :attr:`SIZE` of them.
+    """
+
+    SIZE = 16
+
+    def __init__(self, dtype: np.dtype):
+        self.dtype = dtype
+        self._entries = {}  # id(vector) -> (weak reference, length checked, data pointer)
+
+    def pointer(self, vector, length: int, what: str) -> int | None:
+        """The data pointer of a valid device vector of ``length``; None if ``vector`` is not a
+        CUDA array. Raises like :func:`_check_device_vector` for a CUDA array that does not fit."""
+        entry = self._entries.get(id(vector))
+        if entry is not None and entry[0]() is vector and entry[1] == length:
+            return entry[2]
+        cai = getattr(vector, "__cuda_array_interface__", None)
+        if cai is None:
+            return None
+        pointer = _check_device_vector(cai, length, self.dtype, what)
+        if type(vector).__module__.split(".")[0] in _FIXED_POINTER_MODULES:
+            try:
+                reference = weakref.ref(vector)
+            except TypeError:  # a kind without weak references is checked on every call
+                return pointer
+            if len(self._entries) >= self.SIZE:
+                self._entries.pop(next(iter(self._entries)))  # the oldest
+            self._entries[id(vector)] = (reference, length, pointer)
+        return pointer
 
 
 class CudaBackend:
@@ -62,8 +100,7 @@ class CudaBackend:
         # addresses (fixed for the buffers' life) on a GPU.
         self._x_arg, self._y_arg = ((self._x, self._y) if SIMULATOR
                                     else (device_pointer(self._x), device_pointer(self._y)))
-        # The last checked ``out`` and its pointer: solvers pass the same buffer on every call.
-        self._out = self._out_ptr = None
+        self._vectors = CheckedVectors(self.dtype)
 
     def host_matvec(self, x: np.ndarray, y: np.ndarray) -> None:
         if not y.shape[0]:
@@ -72,19 +109,16 @@ class CudaBackend:
         self.program.run(self._x_arg, self._y_arg)
         self._y.copy_to_host(y)
 
-    def device_matvec(self, x, x_cai: dict, out):
+    def device_matvec(self, x, out):
+        """``y = A @ x`` for a CUDA array x, on the device; None if x is not a CUDA array."""
         m, n = self.shape
-        x_ptr = _check_device_vector(x_cai, n, self.dtype, "x")
-        if out is not None and out is self._out:
-            y, y_ptr = out, self._out_ptr
-        else:
-            y = _empty_like_input(x, m, self.dtype) if out is None else out
-            y_cai = getattr(y, "__cuda_array_interface__", None)
-            if y_cai is None:
-                raise TypeError(f"out must be a CUDA device array like x; got {type(y).__name__}")
-            y_ptr = _check_device_vector(y_cai, m, self.dtype, "out")
-            if out is not None and type(out).__module__.split(".")[0] in _FIXED_POINTER_MODULES:
-                self._out, self._out_ptr = out, y_ptr
+        x_ptr = self._vectors.pointer(x, n, "x")
+        if x_ptr is None:
+            return None
+        y = _empty_like_input(x, m, self.dtype) if out is None else out
+        y_ptr = self._vectors.pointer(y, m, "out")
+        if y_ptr is None:
+            raise TypeError(f"out must be a CUDA device array like x; got {type(y).__name__}")
         if m:
             self.program.run(x, y) if SIMULATOR else self.program.run(x_ptr, y_ptr)
         return y

@@ -1,0 +1,92 @@
+"""The CUDA backend's cache of validated device vectors (no GPU needed: fake CUDA arrays)."""
+
+import gc
+
+import numpy as np
+import pytest
+
+from autospmv.kernels.cuda.backend import CheckedVectors
+
+
+def fake_cuda_vector_class(module: str):
+    """A class exposing ``__cuda_array_interface__`` as numba/CuPy/torch do: a property."""
+
+    class FakeVector:
+        reads = 0
+
+        def __init__(self, length, typestr="<f8", pointer=4096):
+            self.length, self.typestr, self.address = length, typestr, pointer
+
+        @property
+        def __cuda_array_interface__(self):
+            type(self).reads += 1
+            return {"shape": (self.length,), "typestr": self.typestr, "strides": None,
+                    "data": (self.address, False), "version": 3}
+
+    FakeVector.__module__ = module
+    return FakeVector
+
+
+@pytest.mark.parametrize("module", ["numba.cuda.cudadrv.devicearray", "cupy._core.core"])
+def test_fixed_pointer_kinds_are_read_once(module):
+    Vector = fake_cuda_vector_class(module)
+    vectors = CheckedVectors(np.dtype(np.float64))
+    v = Vector(10, pointer=1234)
+    assert [vectors.pointer(v, 10, "x") for _ in range(5)] == [1234] * 5
+    assert Vector.reads == 1
+
+
+def test_movable_kinds_are_read_on_every_call():
+    Vector = fake_cuda_vector_class("torch")
+    vectors = CheckedVectors(np.dtype(np.float64))
+    v = Vector(10)
+    for _ in range(3):
+        vectors.pointer(v, 10, "x")
+    assert Vector.reads == 3
+
+
+def test_a_cached_vector_is_checked_again_for_another_length():
+    vectors = CheckedVectors(np.dtype(np.float64))
+    v = fake_cuda_vector_class("numba")(10)
+    vectors.pointer(v, 10, "x")
+    with pytest.raises(ValueError, match=r"out must have shape \(11,\); got \(10,\)"):
+        vectors.pointer(v, 11, "out")
+
+
+def test_wrong_dtype_is_refused_and_not_cached():
+    Vector = fake_cuda_vector_class("numba")
+    vectors = CheckedVectors(np.dtype(np.float64))
+    v = Vector(10, typestr="<f4")
+    for _ in range(2):
+        with pytest.raises(TypeError, match="x must have dtype float64; got float32"):
+            vectors.pointer(v, 10, "x")
+    assert Vector.reads == 2
+
+
+def test_non_cuda_objects_give_none():
+    vectors = CheckedVectors(np.dtype(np.float64))
+    assert vectors.pointer(np.zeros(3), 3, "x") is None
+    assert vectors.pointer([1.0, 2.0], 2, "x") is None
+
+
+def test_vectors_are_not_kept_alive_and_a_reused_id_is_not_trusted():
+    Vector = fake_cuda_vector_class("numba")
+    vectors = CheckedVectors(np.dtype(np.float64))
+    v = Vector(10, pointer=1)
+    vectors.pointer(v, 10, "x")
+    del v
+    gc.collect()
+    assert Vector.reads == 1
+    survivors = [Vector(10, pointer=p) for p in range(2, 200)]  # some may reuse the old id
+    assert [vectors.pointer(w, 10, "x") for w in survivors] == list(range(2, 200))
+
+
+def test_at_most_size_vectors_are_remembered():
+    Vector = fake_cuda_vector_class("numba")
+    vectors = CheckedVectors(np.dtype(np.float64))
+    kept = [Vector(4, pointer=p) for p in range(CheckedVectors.SIZE + 1)]
+    for v in kept:
+        vectors.pointer(v, 4, "x")
+    assert len(vectors._entries) == CheckedVectors.SIZE
+    vectors.pointer(kept[0], 4, "x")  # evicted first, read again
+    assert Vector.reads == CheckedVectors.SIZE + 2
