@@ -202,8 +202,9 @@ def large_matrices(nnz: float):
 def matrices(args):
     folder = Path(args.matrices) if args.matrices else None
     real = sorted(folder.glob("*.npz")) if folder and folder.is_dir() else []
-    for path in real:
-        yield path.stem, "real", sp.load_npz(path)
+    if not args.no_real:
+        for path in real:
+            yield path.stem, "real", sp.load_npz(path)
     if args.large:
         for name, A in large_matrices(args.large_nnz):
             yield name, "large", A
@@ -239,6 +240,8 @@ def main(argv=None):
     parser.add_argument("--only", help="comma-separated matrix names to run (default: all)")
     parser.add_argument("--kernels", default=",".join(autospmv.KERNELS))
     parser.add_argument("--dtype", default="float64", choices=["float32", "float64"])
+    parser.add_argument("--no-real", action="store_true",
+                        help="skip the real matrices as given (still grown with --grown)")
     parser.add_argument("--grown", action="store_true", help="also grow each real matrix by kron")
     parser.add_argument("--grown-nnz", type=float, default=20e6)
     parser.add_argument("--large", action="store_true", help="also generated ≥10M-nnz matrices")
