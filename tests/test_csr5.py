@@ -14,7 +14,7 @@ import pytest
 import scipy.sparse as sp
 
 import autospmv
-from autospmv.formats.csr5 import LONG_ROWS, OMEGA, CSR5Format, choose_sigma
+from autospmv.formats.csr5 import LONG_ROWS, OMEGA, SHORT_ROWS, CSR5Format, choose_sigma
 from autospmv.kernels.cpu import csr5 as cpu_csr5
 from autospmv.validation import canonicalize
 from matrices import FAMILY, TOLERANCE, from_row_lengths, random_matrix, reference, relative_error
@@ -179,13 +179,13 @@ def test_choose_sigma_follows_the_mean_row_length():
     def with_mean(mean_length: int) -> sp.csr_matrix:
         return from_row_lengths(np.full(64, mean_length), 200, seed=5)
 
-    assert choose_sigma(canonicalize(sp.csr_matrix((0, 0)))) == 8
-    assert choose_sigma(canonicalize(sp.csr_matrix((5, 5)))) == 8
-    assert [choose_sigma(with_mean(k)) for k in (1, 3, 4, 9, 11, 13, 15, 17, 32, 100)] == [
-        8, 8, 8, 8, 12, 12, 16, 16, 16, 16]
+    assert choose_sigma(canonicalize(sp.csr_matrix((0, 0)))) == 12
+    assert choose_sigma(canonicalize(sp.csr_matrix((5, 5)))) == 12
+    assert [choose_sigma(with_mean(k)) for k in (1, 7, SHORT_ROWS, 9, 17, 100)] == [
+        12, 12, 16, 16, 16, 16]
     long_rows = from_row_lengths(np.full(4, LONG_ROWS), 2 * LONG_ROWS, seed=5)
     assert choose_sigma(canonicalize(long_rows)) == 8
-    assert autospmv.select(with_mean(11), kernel="csr5").params == {"sigma": 12}
+    assert autospmv.select(with_mean(5), kernel="csr5").params == {"sigma": 12}
 
 
 # --- the CPU kernel ---------------------------------------------------------------------------
