@@ -70,6 +70,9 @@ REPRESENTATIVE = {
     "uniform random rows, 40k rows of ~30": lambda: random_matrix(40_000, 40_000, 30 / 40_000, 3),
     "matrices.block3x3_120": FAMILY["block3x3_120"],
     "matrices.parallel_long_rows_24x40000": FAMILY["parallel_long_rows_24x40000"],
+    "3-D 7-point stencil, ~10⁶ nonzeros": lambda: corpus.stencil("stencil3d", 1_000_000, 7),
+    "rows of ~4000 (wide LP block), ~10⁶ nonzeros":
+        lambda: corpus.long_rows("long-rows", 1_000_000, 4000),
 }
 """Representative structures, built in well under a second each."""
 

@@ -72,6 +72,24 @@ def test_folder_entries(tmp_path):
         corpus.folder_entries(tmp_path / "missing")
 
 
+def test_grown_entries(tmp_path):
+    A = sp.random(30, 20, density=0.2, format="csr", random_state=0)
+    path = tmp_path / "alpha.npz"
+    sp.save_npz(path, A)
+    files = corpus.folder_entries(tmp_path)
+    grown = corpus.grown_entries(files, 10 * A.nnz)
+    assert [(e.name, e.family, e.source, e.grown, e.nnz) for e in grown] == [
+        ("alpha-x10", "unknown", str(path), 10, 10 * A.nnz)]
+    B = grown[0].load()
+    assert B.shape == (300, 200) and B.nnz == 10 * A.nnz
+    assert (B[60:90, 40:60] != A).nnz == 0 and B[60:90, :40].nnz == 0
+    assert corpus.grown_entries(files, A.nnz) == []  # fewer than two copies: not grown
+    default = {e.name: e for e in corpus.corpus("default", [tmp_path])}
+    copies = round(corpus.PRESETS["default"]["grow_to"] / A.nnz)
+    assert default[f"alpha-x{copies}"].grown == copies and default["alpha"].grown == 1
+    assert all(e.grown == 1 for e in corpus.corpus("small", [tmp_path]))
+
+
 # -- timing ---------------------------------------------------------------------------------
 
 
@@ -325,6 +343,16 @@ def test_training_learns_a_clean_rule():
         "max_depth": result.scores["hyper"].max_depth,
         "min_samples_leaf": result.scores["hyper"].min_samples_leaf,
         "weighting": result.scores["hyper"].weighting}
+
+
+def test_grown_copies_leave_with_their_family_and_are_not_scored_as_real():
+    records = _fabricated()
+    grown = [dict(r, name=r["name"] + "-x4", grown=4) for r in records if r["family"] == "fem"]
+    ds, _ = train.dataset(records + grown)
+    assert ds.real.sum() == 18 and ds.as_given.sum() == 12
+    result = train.train(records + grown, n_splits=3)
+    assert result.scores["lofo_all"]["n"] == 12  # the real files as given only
+    assert "-x4" not in result.report.split("## Real matrices")[1].split("## Tree")[0]
 
 
 def test_one_group_cannot_be_cross_validated():

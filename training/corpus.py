@@ -17,6 +17,7 @@ power-law        Pareto row lengths of exponent α, skewed column popularity (gr
 dense-rows       short rows plus a few (nearly) dense rows
 road             1–4 entries per row, mostly near the diagonal (road networks, power grids)
 lp               rectangular LP constraint matrices: log-normal rows, a few linking rows
+long-rows        few rows of hundreds to thousands of entries (wide LP blocks)
 diagonal         the diagonal only
 block-diagonal   dense diagonal blocks of varying size
 permuted         stencil, block-FEM and banded matrices under a random symmetric permutation
@@ -24,7 +25,7 @@ permuted         stencil, block-FEM and banded matrices under a random symmetric
 
 Presets (:data:`PRESETS`) sweep these over sizes: ``tiny`` (unit tests, ~3·10³ nonzeros),
 ``small`` (10⁴–10⁶, CPU labelling), ``default`` (10⁴–10⁷, sized for a ~15 minute GPU
-labelling run). :func:`folder_entries` adds ``.npz`` (``scipy.sparse.save_npz``) and ``.mtx``
+labelling run; it also grows each real file to ~2·10⁶ nonzeros). :func:`folder_entries` adds ``.npz`` (``scipy.sparse.save_npz``) and ``.mtx``
 (Matrix Market) files; a ``MANIFEST.tsv`` beside them (columns ``name``, ``family``, optionally
 ``nnz``) supplies each file's family.
 """
@@ -61,6 +62,8 @@ class Entry:
     nnz: int
     """Target (synthetic) or stored (file) number of nonzeros."""
     loader: Callable[[], sp.spmatrix] = dataclasses.field(repr=False, compare=False)
+    grown: int = 1
+    """Block-diagonal copies of the file's matrix (1: as given, and for synthetic entries)."""
 
     def load(self) -> sp.spmatrix:
         return self.loader()
@@ -209,6 +212,16 @@ def lp(name: str, nnz: int, aspect: float) -> sp.csr_matrix:
     return _from_rows(lengths, rng.integers(0, n, lengths.sum()), n, rng)
 
 
+def long_rows(name: str, nnz: int, mean: int) -> sp.csr_matrix:
+    """Few rows of about ``mean`` entries each (uniform in [mean/2, 3·mean/2]) over 2·mean
+    columns: the shape of wide LP blocks (FIT2D-like), where each row spans many GPU tiles."""
+    rng = _rng(name)
+    m = max(1, round(nnz / mean))
+    n = 2 * mean
+    lengths = rng.integers(mean // 2, 3 * mean // 2 + 1, m)
+    return _from_rows(lengths, rng.integers(0, n, lengths.sum()), n, rng)
+
+
 def diagonal(name: str, nnz: int) -> sp.csr_matrix:
     return _with_values(sp.identity(max(1, nnz), format="csr"), _rng(name))
 
@@ -239,7 +252,7 @@ def permuted(name: str, nnz: int, base: str, **params) -> sp.csr_matrix:
 GENERATORS: dict[str, Callable[..., sp.csr_matrix]] = {
     "stencil": stencil, "banded": banded, "block_fem": block_fem,
     "uniform_random": uniform_random, "power_law": power_law, "dense_rows": dense_rows,
-    "road": road, "lp": lp, "diagonal": diagonal, "block_diagonal": block_diagonal,
+    "road": road, "lp": lp, "long_rows": long_rows, "diagonal": diagonal, "block_diagonal": block_diagonal,
     "permuted": permuted,
 }  # fmt: skip
 
@@ -265,6 +278,8 @@ VARIANTS: tuple[tuple[str, str, str, dict], ...] = (
     ("road", "road", "road", {}),
     ("lp", "lp-wide", "lp", {"aspect": 4.0}),
     ("lp", "lp-tall", "lp", {"aspect": 0.3}),
+    ("long-rows", "longrows-500", "long_rows", {"mean": 500}),
+    ("long-rows", "longrows-4000", "long_rows", {"mean": 4000}),
     ("diagonal", "diagonal", "diagonal", {}),
     ("block-diagonal", "blockdiag-16", "block_diagonal", {"block": 16}),
     ("block-diagonal", "blockdiag-256", "block_diagonal", {"block": 256}),
@@ -279,9 +294,11 @@ PRESETS: dict[str, dict] = {
         "stencil2d-5pt", "fem2d-b2", "random-mean8", "powerlaw-a2.2", "denserows-1full",
         "road", "lp-wide", "diagonal", "blockdiag-16")},
     "small": {"sizes": (10_000, 100_000, 1_000_000), "max_nnz": 2_000_000},
-    "default": {"sizes": (10_000, 100_000, 1_000_000, 10_000_000), "max_nnz": 20_000_000},
+    "default": {"sizes": (10_000, 100_000, 1_000_000, 10_000_000), "max_nnz": 20_000_000,
+                "grow_to": 2_000_000},
 }
-"""Synthetic sizes (target nnz) and variants of each preset, and the largest file it takes."""
+"""Synthetic sizes (target nnz) and variants of each preset, the largest file it takes, and the
+size to which smaller files are also grown (block-diagonal copies, :func:`grown_entries`)."""
 
 
 def synthetic(preset: str = "default") -> list[Entry]:
@@ -356,13 +373,35 @@ def folder_entries(folder, max_nnz: int | None = None) -> list[Entry]:
     return entries
 
 
+def load_grown(path: str, copies: int) -> sp.csr_matrix:
+    """``kron(I_copies, A)`` for the file's matrix A: the real structure at a larger size."""
+    return sp.kron(sp.identity(copies, format="csr"), load_file(path), format="csr")
+
+
+def grown_entries(entries: list[Entry], target: int) -> list[Entry]:
+    """For each file entry of at most half ``target`` nonzeros, the same matrix grown to about
+    ``target`` as block-diagonal copies, named ``<name>-x<copies>``, in the file's family."""
+    grown = []
+    for entry in entries:
+        copies = round(target / max(entry.nnz, 1))
+        if copies >= 2:
+            nnz = copies * entry.nnz
+            grown.append(Entry(f"{entry.name}-x{copies}", entry.family, entry.source,
+                               size_tag(nnz), nnz,
+                               functools.partial(load_grown, entry.source, copies), copies))
+    return grown
+
+
 def corpus(preset: str = "default", folders=()) -> list[Entry]:
     """A preset's synthetic entries plus the files in ``folders`` that fit its size limit,
     ordered by size (so a time-limited run covers every family before the largest sizes)."""
     spec = _preset(preset)
     entries = synthetic(preset)
     for folder in folders:
-        entries += folder_entries(folder, spec.get("max_nnz", max(spec["sizes"])))
+        files = folder_entries(folder, spec.get("max_nnz", max(spec["sizes"])))
+        entries += files
+        if "grow_to" in spec:
+            entries += grown_entries(files, spec["grow_to"])
     seen: dict[str, str] = {}
     for entry in entries:
         if entry.name in seen:

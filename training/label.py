@@ -198,6 +198,7 @@ def label_matrix(entry: corpus_module.Entry, csr, device: str, options: TimingOp
     release_device_memory(device)
     return {
         "schema": SCHEMA, "name": entry.name, "family": entry.family, "source": entry.source,
+        "grown": entry.grown,
         "size": entry.size, "shape": [m, n], "nnz": int(csr.nnz), "dtype": str(csr.dtype),
         "features": feats, "features_ms": features_ms,
         "kernels": kernels, "variants": variant_records, "best": best_kernels(kernels),
