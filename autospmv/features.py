@@ -30,7 +30,7 @@ row_skew                 Fisher-Pearson skewness of len_i (biased, as SciPy)    
 empty_row_share          share of rows with len_i = 0                               0
 top1pct_nnz_share        share of nnz in the ceil(1 % of m) longest rows (≥ 1 row)  0
 ell_fill                 m·row_max / nnz: ELL storage per nonzero (1 = no padding)  1
-hyb_width                HYB ELL width K that the HYB conversion picks (entries)    0
+hyb_width                HYB ELL width K of the cost model (entries, see below)     0
 hyb_coo_share            share of nnz left to the COO part of HYB at that width     0
 warp_imbalance           mean over warps of max(len_i) / mean(len_i); a warp of      1
                          empty rows counts as 1 (CSR scalar/vector divergence)
@@ -50,10 +50,11 @@ x_sectors_per_nnz_warp * Σ_warps (distinct x sectors read by the warp) / nnz:  
                          coalescing when 32 rows run together
 ======================== ========================================================== ==========
 
-HYB width: the rule of ``autospmv.formats.hyb.default_hyb_width`` (the K in 0..row_max
+HYB width: the cost model ``autospmv.formats.hyb.width_cost`` (the K in 0..row_max
 minimising ``m·K + 3·overflow(K)``, ``overflow(K) = Σ_i max(0, len_i − K)``, ties to the
-smallest K), evaluated on the row-length histogram this module builds anyway, so the feature
-and the HYB conversion always agree.
+smallest K), evaluated on the row-length histogram this module builds anyway: where the
+typical row ends and the tail begins. (HYB's chooser uses CUSP's width, which is 0 below 4096
+rows and so says little about small matrices.)
 
 Sampling: the features marked * are ratios over nonzeros. When ``nnz > SAMPLE_THRESHOLD``
 (and ``sample_rows`` is not given) they are estimated from a deterministic sample of rows
@@ -123,7 +124,7 @@ waiting for the second thread made the scan 1.3–15× slower than on one thread
 DETAIL_COST = 8
 """Work split between threads: a nonzero of a sampled window costs about this many others."""
 HYB_COO_COST = 3
-"""COO entry cost in ELL slots; the same as ``autospmv.formats.hyb.default_hyb_width``'s."""
+"""COO entry cost in ELL slots; the same as ``autospmv.formats.hyb.width_cost``'s."""
 
 # Entries of the counters the scan returns.
 _T2, _T3, _T4, _T8, _F2, _F3, _F4, _F8 = range(8)  # touched blocks, nonzeros in full blocks
@@ -391,7 +392,7 @@ def _sorted_warp_imbalance(values, counts, m):
 @njit(cache=True)
 def _hyb_width(values, counts, m, nnz):
     """(K, overflow(K)) of the HYB width rule (module docstring). Must equal
-    ``autospmv.formats.hyb.default_hyb_width``: the cost is convex and piecewise linear in K
+    ``autospmv.formats.hyb.width_cost``: the cost is convex and piecewise linear in K
     with breaks at the row lengths, so its smallest minimiser is 0 or one of them."""
     best_k, best_overflow = 0, nnz
     best_cost = HYB_COO_COST * nnz

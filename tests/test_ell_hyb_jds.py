@@ -126,11 +126,16 @@ def test_width_strategies_on_empty_matrices(strategy):
     assert strategy(np.zeros(7, dtype=np.int64)) == 0
 
 
-def test_default_width_is_the_cost_model_and_within_the_fill_limit():
-    assert default_hyb_width is width_cost
-    csr = _canonical("power_law")
+def test_default_width_is_cusps_and_within_the_fill_limit():
+    assert default_hyb_width is width_cusp
+    rng = np.random.default_rng(3)
+    lengths = np.minimum(1 + rng.zipf(1.8, 20_000), 2_000)  # skewed rows, enough for CUSP's K > 0
+    indptr = np.concatenate(([0], np.cumsum(lengths)))
+    csr = sp.csr_matrix((np.ones(indptr[-1]), rng.integers(0, 5_000, indptr[-1]), indptr),
+                        shape=(20_000, 5_000))
+    csr.sum_duplicates()
     width = default_hyb_width(row_lengths(csr))
-    assert csr.shape[0] * width <= 3 * csr.nnz
+    assert width > 0 and csr.shape[0] * width <= 3 * csr.nnz
     HYBFormat.from_csr(csr, width, max_fill=3.0)
 
 
@@ -230,7 +235,7 @@ def test_hyb_refuses_a_width_beyond_the_fill_limit():
     csr = _one_long_row(70_000, 10)
     with pytest.raises(FormatTooLargeError, match=(
             r"HYB would need 700,000 ELL slots .* choose a smaller width "
-            r"\(the cost model suggests 1\) or use kernel 'csr5'")):
+            r"\(the default is 1\) or use kernel 'csr5'")):
         HYBFormat.from_csr(csr, 10)
 
 

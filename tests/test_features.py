@@ -23,7 +23,7 @@ from autospmv.features import (
     WINDOW_ROWS,
     features,
 )
-from autospmv.formats.hyb import default_hyb_width
+from autospmv.formats.hyb import width_cost
 from autospmv.validation import canonicalize
 
 F = importlib.import_module("autospmv.features")  # the module (the package exports the function)
@@ -72,7 +72,7 @@ def _reference_rows(lengths, m: int, nnz: int) -> dict[str, float]:
     std = lengths.std()
     pairs = np.abs(lengths[:, None] - lengths[None, :]).sum()
     top = np.sort(lengths)[::-1][: max(1, math.ceil(0.01 * m))].sum()
-    width = default_hyb_width(lengths if m else np.zeros(0, np.int64))
+    width = width_cost(lengths if m else np.zeros(0, np.int64))
     return {
         "row_mean": mean,
         "row_std": std,
@@ -251,7 +251,7 @@ def test_hyb_width_equals_the_hyb_format_rule(seed):
         lengths = np.minimum(rng.pareto(1.0, m) * rng.integers(1, 20), 10_000).astype(np.int64)
     values, counts = np.unique(lengths, return_counts=True)
     width, overflow = F._hyb_width(values, counts, m, int(lengths.sum()))
-    assert width == default_hyb_width(lengths)
+    assert width == width_cost(lengths)
     assert overflow == np.maximum(lengths - width, 0).sum()
 
 

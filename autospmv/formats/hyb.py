@@ -13,8 +13,13 @@ and reused by the feature extractor without building anything (after Ginkgo's ``
   COO entry costs ``coo_cost`` ELL slots (CUSP's relative speed of 3: a row index read per entry,
   the warp reduction and the atomics).
 
-:data:`default_hyb_width` is the one the registry uses. With ``coo_cost <= ELL_MAX_FILL`` the cost
-model never exceeds ELL's fill limit: ``m*K <= cost(K) <= cost(0) = coo_cost * nnz``.
+:data:`default_hyb_width` (CUSP's rule) is the one the registry's chooser uses: labelled on an H200
+and on a 2-core CPU (``models/labels``), it gave 0.96–0.98 of the fastest of the three widths per
+call (geometric mean; 1.00 on every GPU matrix of 10⁶ nonzeros or more), the cost model 0.76–0.85,
+because on few, long rows the cost model pads one thread per row to thousands of slots. CUSP's
+width never exceeds ELL's fill limit of 3: at least m/3 rows reach K and put K entries each in
+the ELL part, so ``m*K <= 3 * nnz``. The feature extractor reports the cost model's width as a
+structural feature (``hyb_width``).
 """
 
 from __future__ import annotations
@@ -79,8 +84,8 @@ def width_cost(row_lengths, coo_cost: float = 3.0) -> int:
     return int(np.argmin(cost))
 
 
-default_hyb_width = width_cost
-"""The width strategy the registry's parameter chooser and the feature extractor use."""
+default_hyb_width = width_cusp
+"""The width strategy the registry's parameter chooser uses."""
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -111,7 +116,7 @@ class HYBFormat(SparseFormat):
         if fill_exceeded(m * width, csr.nnz, max_fill):
             raise too_large(
                 "HYB", m * width, csr.nnz, max_fill, f"ELL slots ({m:,} rows x width {width:,})",
-                f"choose a smaller width (the cost model suggests {default_hyb_width(lengths)}) "
+                f"choose a smaller width (the default is {default_hyb_width(lengths)}) "
                 "or use kernel 'csr5'",
             )
         ell, coo = split_at_width(csr, width)

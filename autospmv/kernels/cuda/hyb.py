@@ -5,8 +5,9 @@ Two launches of the kernels in :mod:`.ell` (one thread per row, coalesced column
 ELL launch writes every row, so ``y`` needs no zeroing; with width 0 a memset takes its place.
 
 Weak where the width is poorly chosen: too small and most entries go through the slower COO path,
-too large and the ELL part pads. The default cost model (:func:`autospmv.formats.hyb.width_cost`)
-balances the two.
+too large and the ELL part pads. The default width (:func:`autospmv.formats.hyb.width_cusp`) is
+reached by at least a third of the rows (and 4096 of them), so padding stays within 3× the ELL
+part's entries and small matrices go to COO entirely.
 """
 
 from __future__ import annotations
