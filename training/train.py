@@ -557,14 +557,20 @@ def _real_matrix_table(ds: Dataset, chosen: np.ndarray) -> str:
                    "fastest µs", "q"], rows)
 
 
+def _real_counts(ds: Dataset) -> str:
+    real, grown = int(ds.real.sum()), int((ds.real & ~ds.as_given).sum())
+    if not grown:
+        return f"{real} real"
+    return f"{real} real: {real - grown} as given, {grown} grown as block-diagonal copies"
+
+
 def _report(ds: Dataset, model: TreeModel, scores: dict, records, mode: str) -> str:
     hyper, cv, folds = scores["hyper"], scores["cv"], scores["folds"]
     device = (records[0].get("device") or {}).get("name", "unknown device")
     labels, counts = np.unique(ds.labels, return_counts=True)
     parts = [
         "# autospmv selection tree: training report",
-        f"{len(ds)} matrices ({int(ds.real.sum())} real, {int(ds.as_given.sum())} of them as "
-        f"given, the rest grown as block-diagonal copies) in {len(set(ds.groups))} groups "
+        f"{len(ds)} matrices ({_real_counts(ds)}) in {len(set(ds.groups))} groups "
         f"(family × synthetic/real), labelled on {device}; times: "
         f"{'per call' if mode == 'per_call' else 'back-to-back'}. "
         f"q = t(best)/t(chosen); misses count as q = 0.",
