@@ -78,10 +78,14 @@ def test_explain_with_a_model_file_shows_it_and_the_path(capsys, matrix_file):
                          "--model", str(GPU_MODEL))
     assert status == 0
     lines = out.splitlines()
+    model = autospmv.selector.load_model(GPU_MODEL)
     assert lines[1] == (f"model: {GPU_MODEL} (passed as model=; trained on NVIDIA H200, "
-                        f"{autospmv.selector.load_model(GPU_MODEL).provenance['trained'][:10]})")
+                        f"{model.provenance['trained'][:10]})")
     assert lines[2].endswith("chosen by model cuda-nvidia-h200.json")
-    assert lines[3].startswith("  row_max = 5 ≤ ")  # the path, with the feature values read
+    # The path from the root, with the feature values read.
+    root = model.feature_names[model.feature[0]]
+    root_value = autospmv.features(sp.load_npz(matrix_file))[root]
+    assert lines[3].startswith(f"  {root} = {root_value:.4g} ")
 
 
 @pytest.mark.parametrize("make, message", [
