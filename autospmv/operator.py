@@ -72,10 +72,9 @@ class SpMVOperator(LinearOperator):
         ``out`` (optional) receives the result: same kind as x, shape (m,), the operator's dtype.
         x is converted to the operator's dtype. An (n, 1) column gives an (m, 1) result.
         """
-        if type(x) is not np.ndarray:
-            y = self._backend.device_matvec(x, out)
-            if y is not None:
-                return y
+        y = self._device_matvec(x, out)
+        if y is not None:
+            return y
         column = np.ndim(x) == 2
         x = check_vector(x, self.shape[1], self.dtype)
         if out is None:
@@ -94,18 +93,17 @@ class SpMVOperator(LinearOperator):
         # device arrays must, since LinearOperator would turn them into numpy arrays.
         if isinstance(x, np.ndarray) and x.ndim == 1:
             return self.matvec(x)
-        if type(x) is not np.ndarray:
-            y = self._backend.device_matvec(x, None)
-            if y is not None:
-                return y
-        return super().__matmul__(x)
+        y = self._device_matvec(x, None)
+        return y if y is not None else super().__matmul__(x)
 
     def dot(self, x):
-        if type(x) is not np.ndarray:
-            y = self._backend.device_matvec(x, None)
-            if y is not None:
-                return y
-        return super().dot(x)
+        y = self._device_matvec(x, None)
+        return y if y is not None else super().dot(x)
+
+    def _device_matvec(self, x, out):
+        """``A @ x`` when x is a CUDA array (the backend's result); None for anything else.
+        A numpy array is never one, and is let through without asking for the interface."""
+        return None if type(x) is np.ndarray else self._backend.device_matvec(x, out)
 
     def _matmat(self, X):
         X = np.asarray(X)

@@ -209,10 +209,12 @@ def matrices(args):
         for name, A in large_matrices(args.large_nnz):
             yield name, "large", A
     if args.grown:
+        from training import corpus
+
         for path in real:
             A = sp.load_npz(path)
             k = max(1, round(args.grown_nnz / max(A.nnz, 1)))
-            yield f"{path.stem}_x{k}", "grown", sp.kron(sp.identity(k, format="csr"), A, "csr")
+            yield f"{path.stem}_x{k}", "grown", corpus.grow(A, k)
 
 
 def device_info() -> dict:

@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import autospmv  # noqa: E402
 from autospmv.validation import canonicalize  # noqa: E402
 from benchmarks.gpu import large_matrices  # noqa: E402
+from training.corpus import grow  # noqa: E402
 
 
 def per_call_seconds(op, A, device: str, repeats: int = 50) -> float:
@@ -63,7 +64,7 @@ def main(argv=None):
     for path in sorted(args.matrices.glob("*.npz")) if args.matrices else []:
         A = sp.load_npz(path)
         k = max(1, round(args.grown_nnz / max(A.nnz, 1)))
-        named.append((f"{path.stem}_x{k}", sp.kron(sp.identity(k, format="csr"), A, "csr")))
+        named.append((f"{path.stem}_x{k}", grow(A, k)))
     for kernel in autospmv.KERNELS:  # compile every kernel once, outside the timings
         try:
             autospmv.prepare(sp.identity(64, format="csr"), kernel=kernel, device=device) @ np.ones(64)

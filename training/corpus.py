@@ -25,9 +25,9 @@ permuted         stencil, block-FEM and banded matrices under a random symmetric
 
 Presets (:data:`PRESETS`) sweep these over sizes: ``tiny`` (unit tests, ~3·10³ nonzeros),
 ``small`` (10⁴–10⁶, CPU labelling), ``default`` (10⁴–10⁷, sized for a ~15 minute GPU
-labelling run; it also grows each real file to ~2·10⁶ nonzeros). :func:`folder_entries` adds ``.npz`` (``scipy.sparse.save_npz``) and ``.mtx``
-(Matrix Market) files; a ``MANIFEST.tsv`` beside them (columns ``name``, ``family``, optionally
-``nnz``) supplies each file's family.
+labelling run; it also grows each real file to ~2·10⁶ nonzeros). :func:`folder_entries` adds
+``.npz`` (``scipy.sparse.save_npz``) and ``.mtx`` (Matrix Market) files; a ``MANIFEST.tsv``
+beside them (columns ``name``, ``family``, optionally ``nnz``) supplies each file's family.
 """
 
 from __future__ import annotations
@@ -252,8 +252,8 @@ def permuted(name: str, nnz: int, base: str, **params) -> sp.csr_matrix:
 GENERATORS: dict[str, Callable[..., sp.csr_matrix]] = {
     "stencil": stencil, "banded": banded, "block_fem": block_fem,
     "uniform_random": uniform_random, "power_law": power_law, "dense_rows": dense_rows,
-    "road": road, "lp": lp, "long_rows": long_rows, "diagonal": diagonal, "block_diagonal": block_diagonal,
-    "permuted": permuted,
+    "road": road, "lp": lp, "long_rows": long_rows, "diagonal": diagonal,
+    "block_diagonal": block_diagonal, "permuted": permuted,
 }  # fmt: skip
 
 # (family, name stem, generator, parameters)
@@ -373,9 +373,15 @@ def folder_entries(folder, max_nnz: int | None = None) -> list[Entry]:
     return entries
 
 
+def grow(A: sp.spmatrix, copies: int) -> sp.csr_matrix:
+    """``kron(I_copies, A)``: A's structure repeated down the diagonal, a larger matrix with the
+    same row lengths and the same column locality."""
+    return sp.kron(sp.identity(copies, format="csr"), A, format="csr")
+
+
 def load_grown(path: str, copies: int) -> sp.csr_matrix:
-    """``kron(I_copies, A)`` for the file's matrix A: the real structure at a larger size."""
-    return sp.kron(sp.identity(copies, format="csr"), load_file(path), format="csr")
+    """The file's matrix grown to ``copies`` block-diagonal copies (:func:`grow`)."""
+    return grow(load_file(path), copies)
 
 
 def grown_entries(entries: list[Entry], target: int) -> list[Entry]:
