@@ -13,13 +13,13 @@ and reused by the feature extractor without building anything (after Ginkgo's ``
   COO entry costs ``coo_cost`` ELL slots (CUSP's relative speed of 3: a row index read per entry,
   the warp reduction and the atomics).
 
-:data:`default_hyb_width` (CUSP's rule) is the one the registry's chooser uses: labelled on an H200
-and on a 2-core CPU (``models/labels``), it gave 0.96–0.98 of the fastest of the three widths per
-call (geometric mean; 1.00 on every GPU matrix of 10⁶ nonzeros or more), the cost model 0.76–0.85,
-because on few, long rows the cost model pads one thread per row to thousands of slots. CUSP's
-width never exceeds ELL's fill limit of 3: at least m/3 rows reach K and put K entries each in
-the ELL part, so ``m*K <= 3 * nnz``. The feature extractor reports the cost model's width as a
-structural feature (``hyb_width``).
+:data:`default_hyb_width` (CUSP's rule) is the one the registry's chooser uses: in the label files
+of an H200 and a 2-core CPU (``models/labels``) it reaches 0.981 and 0.973 of the fastest of the
+three widths per call (geometric mean), the cost model 0.785 and 0.828, because on few, long rows
+the cost model pads one thread per row to thousands of slots. CUSP's width never exceeds ELL's
+fill limit of 3: at least m/3 rows reach K and put K entries each in the ELL part, so
+``m*K <= 3 * nnz``. The feature extractor reports the cost model's width as a structural
+feature (``hyb_width``).
 """
 
 from __future__ import annotations
