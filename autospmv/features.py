@@ -48,6 +48,9 @@ x_sectors_per_nnz_row *  Σ_i (distinct x sectors read by row i) / nnz: one row 
                          time (CSR scalar); 1 = no reuse, 1/(sector width) = best
 x_sectors_per_nnz_warp * Σ_warps (distinct x sectors read by the warp) / nnz:        0
                          coalescing when 32 rows run together
+<kernel>_bytes, _work,   each kernel's cost quantities (:mod:`autospmv.cost`):      0
+_span, _atomics          memory traffic, thread steps, longest thread loop, atomic
+                         adds into one entry of y, with the chooser's parameters
 ======================== ========================================================== ==========
 
 HYB width: the cost model ``autospmv.formats.hyb.width_cost`` (the K in 0..row_max
@@ -82,6 +85,7 @@ import numpy as np
 import scipy.sparse as sp
 from numba import njit, prange
 
+from .cost import QUANTITY_NAMES, quantities
 from .kernels.cpu import specialisations
 from .validation import SUPPORTED_DTYPES, canonicalize, index_dtype
 
@@ -96,6 +100,7 @@ FEATURE_NAMES = (
     *(f"block{b}_{kind}" for b in BLOCK_SIZES for kind in ("share", "fill")),
     "bandwidth", "bandwidth_rel", "narrow_band_share", "diagonals", "diagonals_per_row",
     "x_sectors_per_nnz_row", "x_sectors_per_nnz_warp",
+    *QUANTITY_NAMES,
 )  # fmt: skip
 """Feature names in the fixed order of the dicts :func:`features` returns."""
 
@@ -179,6 +184,7 @@ def features(A, sample_rows: int | None = None) -> dict[str, float]:
         diagonals=diagonals, diagonals_per_row=_ratio(diagonals, m, 0.0),
     )  # fmt: skip
     out.update(_sampled_features(sums))
+    out.update(quantities(csr, values, counts))
     return {name: float(out[name]) for name in FEATURE_NAMES}
 
 

@@ -23,8 +23,19 @@ File layout (``schema_version`` 1)::
         "n_node_samples": [40, 25, ...],      # training matrices reaching the node (support)
         "weighted_n_node_samples": [40.0, ...]
       },
+      "cost_model": {                         # optional (see CostModel)
+        "regressors": ["1", "rows", "nnz", "bytes", "work", "span", "atomics"],
+        "coefficients": {"coo": [11.5, 0.0, ...], ...}  # µs per unit, one list per kernel
+      },
       "provenance": {...}                     # free-form: device, versions, date, data hash, scores
     }
+
+With a cost model, the tree may also compare the *estimates* ``est_<kernel>`` it derives from
+the features (:meth:`CostModel.derived`); they are computed before the tree is walked. An
+optional ``"ranking"`` says how a leaf orders the kernels: ``"value"`` (the default; the
+classifier's largest value first) or ``"correction"`` (the leaf holds, per kernel, a
+correction ``c_k`` to the cost model in log2 units, and kernels rank by ``log2 t̂_k + c_k``,
+smallest first: the cost model's estimate as the tree's training matrices corrected it).
 
 Prediction follows scikit-learn exactly: a sample goes left when
 ``float32(feature value) <= threshold``. scikit-learn casts inputs to float32 and compares
@@ -60,6 +71,7 @@ _TREE_KEYS = (
     "children_left", "children_right", "feature", "threshold", "value",
     "n_node_samples", "weighted_n_node_samples",
 )  # fmt: skip
+RANKINGS = ("value", "correction")
 
 
 class Step(NamedTuple):
@@ -79,6 +91,95 @@ class Leaf(NamedTuple):
     samples: int
     """Training matrices that reached this leaf (its support)."""
     proba: dict[str, float]
+    """The leaf's value per class: normalised class values, or log2 corrections for a
+    ``"correction"`` ranking."""
+
+
+class CostModel:
+    """A per-kernel linear model of a kernel's time on one device, over the cost quantities of
+    :mod:`autospmv.cost`.
+
+    The estimate for kernel k is ``t̂_k = Σ_r c_kr · x_r`` over :data:`REGRESSORS`: a constant
+    (``"1"``: launches and fixed latency), the matrix's ``rows`` and ``nnz``, and the kernel's own
+    ``<kernel>_bytes``, ``_work``, ``_span`` and ``_atomics``. The coefficients are fitted on a
+    device's labels (non-negative least squares on relative error, ``training/train.py``), so
+    ``t̂_k`` is in the labels' unit, microseconds. The tree reads the estimates relative to the
+    fastest one: ``est_<kernel> = log2(t̂_k / min_j t̂_j)``, 0 for the kernel the cost model
+    expects to be fastest; a tree splitting on them can follow the cost model where it is right
+    and overrule it where the labels showed it wrong.
+    """
+
+    REGRESSORS = ("1", "rows", "nnz", "bytes", "work", "span", "atomics")
+    FLOOR_US = 1e-3
+    """Smallest estimate, so that a kernel whose coefficients are all 0 still has a logarithm."""
+
+    def __init__(self, coefficients: Mapping[str, list], known_kernels=None):
+        known_kernels = KERNELS if known_kernels is None else tuple(known_kernels)
+        if not isinstance(coefficients, Mapping) or not coefficients:
+            raise ValueError("cost_model coefficients must be a non-empty object of kernel names")
+        unknown = [k for k in coefficients if k not in known_kernels]
+        if unknown:
+            raise ValueError(f"unknown kernel names in the cost model: {', '.join(unknown)}")
+        table = {}
+        for kernel, row in coefficients.items():
+            row = _array(row, f"cost_model coefficients of {kernel}")
+            if row.shape != (len(self.REGRESSORS),) or (row < 0).any():
+                raise ValueError(f"cost_model coefficients of {kernel} must be "
+                                 f"{len(self.REGRESSORS)} non-negative numbers")
+            table[kernel] = row
+        self.kernels: tuple[str, ...] = tuple(table)
+        self.coefficients = np.array([table[k] for k in self.kernels])
+        self.derived_names: tuple[str, ...] = tuple(f"est_{k}" for k in self.kernels)
+
+    def regressor_names(self, kernel: str) -> list[str]:
+        """The feature names a kernel's regressors are read from (``"1"`` is the constant)."""
+        return ["1", "rows", "nnz"] + [f"{kernel}_{q}" for q in self.REGRESSORS[3:]]
+
+    def times(self, X, feature_names) -> np.ndarray:
+        """Estimated µs per row of X (columns in ``feature_names`` order) and kernel."""
+        X = np.asarray(X, dtype=np.float64)
+        column = {name: i for i, name in enumerate(feature_names)}
+        out = np.empty((X.shape[0], len(self.kernels)))
+        for j, kernel in enumerate(self.kernels):
+            names = self.regressor_names(kernel)[1:]
+            missing = [n for n in names if n not in column]
+            if missing:
+                raise ValueError(f"features missing for the cost model: {', '.join(missing)}")
+            regressors = X[:, [column[n] for n in names]]
+            out[:, j] = self.coefficients[j, 0] + regressors @ self.coefficients[j, 1:]
+        return np.maximum(out, self.FLOOR_US)
+
+    def relative(self, times: np.ndarray) -> np.ndarray:
+        """``log2(t̂_k / min_j t̂_j)`` per row: the ``est_<kernel>`` columns."""
+        return np.log2(times / times.min(axis=1, keepdims=True))
+
+    def estimates(self, features: Mapping) -> dict[str, float]:
+        """Estimated µs per kernel for one feature dict."""
+        names = sorted({n for k in self.kernels for n in self.regressor_names(k)[1:]})
+        missing = [n for n in names if n not in features]
+        if missing:
+            raise ValueError(f"features missing for the cost model: {', '.join(missing)}")
+        row = np.array([[float(features[n]) for n in names]])
+        return dict(zip(self.kernels, self.times(row, names)[0].tolist()))
+
+    def derived(self, features: Mapping) -> dict[str, float]:
+        """The ``est_<kernel>`` values for one feature dict."""
+        times = np.array([list(self.estimates(features).values())])
+        return dict(zip(self.derived_names, self.relative(times)[0].tolist()))
+
+    def to_dict(self) -> dict:
+        return {"regressors": list(self.REGRESSORS),
+                "coefficients": {k: self.coefficients[j].tolist()
+                                 for j, k in enumerate(self.kernels)}}
+
+    @classmethod
+    def from_dict(cls, doc, known_kernels=None) -> "CostModel":
+        if not isinstance(doc, Mapping):
+            raise ValueError("cost_model must be a JSON object")
+        if list(doc.get("regressors", ())) != list(cls.REGRESSORS):
+            raise ValueError(f"cost_model regressors must be {list(cls.REGRESSORS)}; "
+                             f"found {doc.get('regressors')!r}")
+        return cls(doc.get("coefficients"), known_kernels)
 
 
 class TreeModel:
@@ -89,8 +190,24 @@ class TreeModel:
     """
 
     def __init__(self, feature_names, classes, tree: Mapping, provenance: Mapping | None = None,
-                 *, known_features=None, known_kernels=None):
-        _check(feature_names, classes, tree, provenance, known_features, known_kernels)
+                 *, cost_model: CostModel | None = None, ranking: str = "value",
+                 known_features=None, known_kernels=None):
+        if ranking not in RANKINGS:
+            raise ValueError(f"unknown ranking {ranking!r}; expected one of {', '.join(RANKINGS)}")
+        if ranking == "correction":
+            if cost_model is None:
+                raise ValueError("a correction ranking needs a cost_model")
+            missing = [c for c in classes if c not in cost_model.kernels]
+            if missing:
+                raise ValueError(f"the cost model has no coefficients for {', '.join(missing)}")
+        if known_features is None:
+            known_features = _default_features()
+        if known_features is not None and cost_model is not None:
+            known_features = (*known_features, *cost_model.derived_names)
+        _check(feature_names, classes, tree, provenance, known_features, known_kernels,
+               negative_values=ranking == "correction")
+        self.cost_model = cost_model
+        self.ranking = ranking
         self.feature_names: tuple[str, ...] = tuple(feature_names)
         self.classes: tuple[str, ...] = tuple(classes)
         self.provenance: dict = dict(provenance or {})
@@ -106,9 +223,12 @@ class TreeModel:
 
     @classmethod
     def from_sklearn(cls, clf, feature_names, provenance: Mapping | None = None, *,
+                     cost_model: CostModel | None = None, ranking: str = "value",
                      known_features=None, known_kernels=None) -> "TreeModel":
         """Export a fitted single-output ``DecisionTreeClassifier`` trained on features in the
-        order of ``feature_names``, with kernel names as class labels."""
+        order of ``feature_names``, with kernel names as class labels (``est_<kernel>`` names
+        when ``cost_model`` derives them). ``ranking="correction"``: a regression tree whose
+        outputs are the log2 corrections of :attr:`ranking`, one per class."""
         tree_ = clf.tree_
         if tree_.n_outputs != 1:
             raise ValueError("only single-output classifiers can be exported")
@@ -129,13 +249,14 @@ class TreeModel:
             "weighted_n_node_samples": tree_.weighted_n_node_samples.tolist(),
         }
         classes = [str(c) for c in clf.classes_]
-        return cls(list(feature_names), classes, arrays, provenance,
-                   known_features=known_features, known_kernels=known_kernels)
+        return cls(list(feature_names), classes, arrays, provenance, cost_model=cost_model,
+                   ranking=ranking, known_features=known_features,
+                   known_kernels=known_kernels)
 
     def to_dict(self) -> dict:
         """The JSON document as Python objects (floats keep their exact values)."""
         leaf = self.children_left == LEAF
-        return {
+        doc = {
             "format": FORMAT,
             "schema_version": SCHEMA_VERSION,
             "feature_names": list(self.feature_names),
@@ -149,8 +270,13 @@ class TreeModel:
                 "n_node_samples": self.n_node_samples.tolist(),
                 "weighted_n_node_samples": self.weighted_n_node_samples.tolist(),
             },
-            "provenance": self.provenance,
         }
+        if self.cost_model is not None:
+            doc["cost_model"] = self.cost_model.to_dict()
+        if self.ranking != "value":
+            doc["ranking"] = self.ranking
+        doc["provenance"] = self.provenance
+        return doc
 
     def to_json(self, path=None) -> str:
         """Serialise; also write to ``path`` (str, PathLike or text file object) when given."""
@@ -180,7 +306,11 @@ class TreeModel:
         for key in ("feature_names", "classes", "tree"):
             if key not in doc:
                 raise ValueError(f"the model has no {key!r} entry")
+        cost_model = doc.get("cost_model")
+        if cost_model is not None:
+            cost_model = CostModel.from_dict(cost_model, known_kernels)
         return cls(doc["feature_names"], doc["classes"], doc["tree"], doc.get("provenance"),
+                   cost_model=cost_model, ranking=doc.get("ranking", "value"),
                    known_features=known_features, known_kernels=known_kernels)
 
     @classmethod
@@ -210,7 +340,15 @@ class TreeModel:
 
     # -- prediction -------------------------------------------------------------------------
 
+    def inputs(self, features: Mapping) -> dict[str, float]:
+        """The feature dict with the cost model's ``est_<kernel>`` values added: everything
+        the tree may compare."""
+        if self.cost_model is None:
+            return dict(features)
+        return {**features, **self.cost_model.derived(features)}
+
     def _row(self, features: Mapping) -> np.ndarray:
+        features = self.inputs(features)
         missing = [name for name in self.feature_names if name not in features]
         if missing:
             raise ValueError(f"features missing for the model: {', '.join(missing)}")
@@ -242,14 +380,17 @@ class TreeModel:
 
     def predict(self, features: Mapping) -> str:
         """The kernel name the tree picks for a feature dict (extra keys are ignored)."""
-        return self.classes[int(np.argmax(self.value[self._leaf(features)]))]
+        return self.ranked(features)[0]
 
     def predict_proba(self, features: Mapping) -> dict[str, float]:
-        """Class probabilities at the sample's leaf, as scikit-learn's ``predict_proba``."""
+        """Class probabilities at the sample's leaf, as scikit-learn's ``predict_proba``
+        (for a ``"correction"`` ranking: the leaf's corrections)."""
         return self._proba(self._leaf(features))
 
     def _proba(self, node: int) -> dict[str, float]:
         value = self.value[node]
+        if self.ranking == "correction":
+            return dict(zip(self.classes, value.tolist()))
         total = value.sum()
         proba = value / total if total else value
         return dict(zip(self.classes, proba.tolist()))
@@ -257,8 +398,17 @@ class TreeModel:
     def ranked(self, features: Mapping) -> list[str]:
         """All classes, most probable first; ties keep class order, so ``ranked()[0]`` equals
         :meth:`predict`. A caller whose first choice cannot be built falls back down this list."""
+        if self.ranking == "correction":
+            order = np.argsort(self.corrected(features), kind="stable")
+        else:
+            order = np.argsort(-self.value[self._leaf(features)], kind="stable")
+        return [self.classes[i] for i in order]
+
+    def corrected(self, features: Mapping) -> np.ndarray:
+        """For a ``"correction"`` ranking: ``log2 t̂_k + c_k`` per class, in class order."""
+        estimates = self.cost_model.estimates(features)
         value = self.value[self._leaf(features)]
-        return [self.classes[i] for i in np.argsort(-value, kind="stable")]
+        return np.log2([estimates[c] for c in self.classes]) + value
 
     def decision_path(self, features: Mapping) -> list[Step]:
         """The comparisons made from the root to the leaf, in order."""
@@ -369,7 +519,8 @@ def _names(value, what: str) -> list[str]:
     return list(value)
 
 
-def _check(feature_names, classes, tree, provenance, known_features, known_kernels) -> None:
+def _check(feature_names, classes, tree, provenance, known_features, known_kernels,
+           negative_values: bool = False) -> None:
     """Raise ValueError naming the first inconsistency a prediction could trip over."""
     features = _names(feature_names, "feature_names")
     classes = _names(classes, "classes")
@@ -404,7 +555,7 @@ def _check(feature_names, classes, tree, provenance, known_features, known_kerne
         if arrays[key].shape[0] != n:
             raise ValueError(f"tree arrays have inconsistent lengths: children_left has {n} "
                              f"nodes, {key} has {arrays[key].shape[0]}")
-    if (value < 0).any():
+    if not negative_values and (value < 0).any():
         raise ValueError("value must not be negative")
     for key in ("children_left", "children_right", "feature", "n_node_samples"):
         if arrays[key].ndim != 1 or (arrays[key] != np.round(arrays[key])).any():

@@ -159,12 +159,24 @@ def model_decision(csr: sp.csr_matrix, choice: ModelChoice, features: dict) -> D
     path = [f"{step.feature} = {step.value:.4g} {'≤' if step.went_left else '>'} "
             f"{step.threshold:.4g}" for step in model.decision_path(features)]
     leaf = model.leaf(features)
-    notes = [f"model {choice.name} ({choice.reason}{trained_on(model.provenance)})",
-             f"leaf {leaf.node}: {leaf.samples} training matrices, "
-             f"score({ranked[0]}) = {leaf.proba[ranked[0]]:.2f} (the leaf's normalised class value)"]
+    notes = [f"model {choice.name} ({choice.reason}{trained_on(model.provenance)})"]
+    if model.ranking == "correction":
+        corrected = dict(zip(model.classes, np.exp2(model.corrected(features)).tolist()))
+        notes += [f"leaf {leaf.node}: {leaf.samples} training matrices; its corrections turn "
+                  "the cost model's estimates into",
+                  "estimated µs: " + ", ".join(f"{kernel} {corrected[kernel]:.3g}"
+                                               for kernel in ranked)]
+    else:
+        notes.append(f"leaf {leaf.node}: {leaf.samples} training matrices, score({ranked[0]}) "
+                     f"= {leaf.proba[ranked[0]]:.2f} (the leaf's normalised class value)")
+    if model.cost_model is not None:
+        estimates = model.cost_model.estimates(features)
+        notes.append("cost model estimates (µs): " + ", ".join(
+            f"{kernel} {t:.3g}" for kernel, t in sorted(estimates.items(), key=lambda e: e[1])))
     used = {step.split(" = ")[0] for step in path}
+    inputs = model.inputs(features)
     return Decision(ranked[0], registry.choose_params(ranked[0], csr), f"model {choice.name}",
-                    path, {name: features[name] for name in features if name in used}, notes,
+                    path, {name: inputs[name] for name in inputs if name in used}, notes,
                     ranked[1:])
 
 

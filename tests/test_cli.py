@@ -84,7 +84,7 @@ def test_explain_with_a_model_file_shows_it_and_the_path(capsys, matrix_file):
     assert lines[2].endswith("chosen by model cuda-nvidia-h200.json")
     # The path from the root, with the feature values read.
     root = model.feature_names[model.feature[0]]
-    root_value = autospmv.features(sp.load_npz(matrix_file))[root]
+    root_value = model.inputs(autospmv.features(sp.load_npz(matrix_file)))[root]
     assert lines[3].startswith(f"  {root} = {root_value:.4g} ")
 
 

@@ -13,7 +13,9 @@ import pytest
 import scipy.sparse as sp
 import scipy.stats
 from matrices import ALL, random_matrix
+from test_cost import cost_reference
 
+import autospmv
 from autospmv.features import (
     BLOCK_SIZES,
     FEATURE_NAMES,
@@ -51,6 +53,7 @@ def reference(A) -> dict[str, float]:
         "log10_nnz": math.log10(1 + nnz),
     }  # fmt: skip
     out.update(_reference_rows(lengths, m, nnz))
+    out.update(cost_reference(csr))
     out.update(_reference_diagonals(rows, cols, m, n, nnz))
     out.update(_reference_blocks(rows, cols, m, n, nnz))
     out.update(_reference_sectors(csr, rows, cols, m, nnz))
@@ -194,7 +197,8 @@ def test_sector_width_follows_dtype():
     assert f32["x_sectors_per_nnz_row"] < f64["x_sectors_per_nnz_row"]
     assert f32["x_sectors_per_nnz_warp"] < f64["x_sectors_per_nnz_warp"]
     different = {k for k in FEATURE_NAMES if f32[k] != f64[k]}
-    assert different == {"x_sectors_per_nnz_row", "x_sectors_per_nnz_warp"}
+    assert different == {"x_sectors_per_nnz_row", "x_sectors_per_nnz_warp"} | {
+        f"{kernel}_bytes" for kernel in autospmv.KERNELS}  # values of 4 bytes instead of 8
 
 
 def test_kron_of_dense_4x4_blocks():

@@ -282,3 +282,67 @@ def test_slugs():
     assert device_slug("cpu").startswith("cpu-")
     with pytest.raises(ValueError, match="unknown device 'gpu'"):
         device_slug("gpu")
+
+
+# -- cost models ------------------------------------------------------------------------------
+
+
+def _cost_model(**coefficients):
+    from autospmv.model import CostModel
+
+    return CostModel(coefficients)
+
+
+def test_cost_model_estimates_and_relative_values_by_hand():
+    # coo: 10 µs + 0.5 µs per span step; csr5: 12 µs + 1 µs per 1000 bytes.
+    cost = _cost_model(coo=[10, 0, 0, 0, 0, 0.5, 0], csr5=[12, 0, 0, 1e-3, 0, 0, 0])
+    features = {"rows": 5.0, "nnz": 9.0, "coo_bytes": 0.0, "coo_work": 0.0, "coo_span": 4.0,
+                "coo_atomics": 0.0, "csr5_bytes": 4000.0, "csr5_work": 0.0, "csr5_span": 0.0,
+                "csr5_atomics": 0.0}
+    assert cost.estimates(features) == {"coo": 12.0, "csr5": 16.0}
+    assert cost.derived(features) == {"est_coo": 0.0, "est_csr5": pytest.approx(np.log2(16 / 12))}
+    assert cost.regressor_names("coo") == ["1", "rows", "nnz", "coo_bytes", "coo_work",
+                                           "coo_span", "coo_atomics"]
+    with pytest.raises(ValueError, match="features missing for the cost model: coo_atomics"):
+        cost.estimates({k: v for k, v in features.items() if k != "coo_atomics"})
+    # All-zero coefficients still give a finite logarithm.
+    assert _cost_model(coo=[0] * 7).estimates(features)["coo"] == pytest.approx(1e-3)
+
+
+@pytest.mark.parametrize("coefficients, message", [
+    ({}, "non-empty object"),
+    ({"gemm": [1] * 7}, "unknown kernel names in the cost model: gemm"),
+    ({"coo": [1] * 6}, "must be 7 non-negative numbers"),
+    ({"coo": [1, -1, 0, 0, 0, 0, 0]}, "must be 7 non-negative numbers"),
+    ({"coo": [1, float("nan"), 0, 0, 0, 0, 0]}, "finite numbers"),
+])
+def test_cost_model_rejects_bad_coefficients(coefficients, message):
+    with pytest.raises(ValueError, match=message):
+        _cost_model(**coefficients)
+
+
+def test_correction_ranking_needs_a_cost_model_and_round_trips():
+    from autospmv.model import CostModel
+
+    tree = {"children_left": [-1], "children_right": [-1], "feature": [-2], "threshold": [-2.0],
+            "value": [[0.0, -1.0]], "n_node_samples": [3], "weighted_n_node_samples": [3.0]}
+    with pytest.raises(ValueError, match="a correction ranking needs a cost_model"):
+        TreeModel(["rows"], ["coo", "csr5"], tree, ranking="correction")
+    with pytest.raises(ValueError, match="value must not be negative"):
+        TreeModel(["rows"], ["coo", "csr5"], tree)
+    with pytest.raises(ValueError, match="unknown ranking 'best'"):
+        TreeModel(["rows"], ["coo", "csr5"], tree, ranking="best")
+    cost = CostModel({"coo": [12, 0, 0, 0, 0, 0, 0], "csr5": [16, 0, 0, 0, 0, 0, 0]})
+    model = TreeModel(["rows", "est_csr5"], ["coo", "csr5"], tree, cost_model=cost,
+                      ranking="correction")
+    features = {name: 0.0 for k in ("coo", "csr5") for name in cost.regressor_names(k)[1:]}
+    # log2 16 − 1 = 3 < log2 12: the leaf's correction halves csr5's estimate and it wins.
+    assert model.ranked(features) == ["csr5", "coo"]
+    assert model.predict(features) == "csr5"
+    doc = json.loads(model.to_json())
+    assert doc["ranking"] == "correction" and doc["cost_model"]["coefficients"]["coo"][0] == 12
+    again = TreeModel.from_dict(doc)
+    assert again.ranked(features) == ["csr5", "coo"] and again.to_dict() == model.to_dict()
+    doc["cost_model"]["regressors"] = ["1"]
+    with pytest.raises(ValueError, match="cost_model regressors must be"):
+        TreeModel.from_dict(doc)

@@ -403,6 +403,80 @@ def test_hand_rule_and_tree_fallback():
     assert chosen.tolist() == ["coo" if i % 3 == 0 else "ell" for i in range(9)]
 
 
+def _costed(n: int = 48, seed: int = 0, noise: float = 0.0) -> list[dict]:
+    """Records whose times follow a known linear cost model of random cost quantities:
+    t_k = fixed_k + bytes_k / rate_k + span_k / 4, times exp(noise · N(0, 1))."""
+    rng = np.random.default_rng(seed)
+    fixed = dict(zip(autospmv.KERNELS, (11.0, 8.0, 8.0, 8.0, 10.0, 8.0, 13.0)))
+    rate = dict(zip(autospmv.KERNELS, (2e5, 1e5, 3e5, 3.5e5, 3e5, 2.5e5, 3.5e5)))
+    records = []
+    for i in range(n):
+        feats = {"rows": float(rng.integers(1e3, 1e6)), "nnz": float(rng.integers(1e4, 1e7)),
+                 "row_max": float(rng.integers(1, 5000))}
+        times = {}
+        for k in autospmv.KERNELS:
+            feats[f"{k}_bytes"] = float(feats["nnz"] * rng.uniform(8, 40))
+            feats[f"{k}_span"] = float(rng.integers(1, 200))
+            times[k] = (fixed[k] + feats[f"{k}_bytes"] / rate[k] + feats[f"{k}_span"] / 4) * \
+                math.exp(noise * rng.standard_normal())
+        records.append(_record(f"m{i}", f"family{i % 4}", "synthetic", times, **feats))
+    return records
+
+
+def test_cost_model_recovers_known_coefficients():
+    ds, _ = train.dataset(_costed())
+    cost_model = train.fit_cost_model(ds, np.arange(len(ds)))
+    assert cost_model.kernels == autospmv.KERNELS
+    coefficients = dict(zip(cost_model.kernels, cost_model.coefficients))
+    np.testing.assert_allclose(coefficients["coo"], [11.0, 0, 0, 1 / 2e5, 0, 0.25, 0],
+                               rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(coefficients["csr5"], [13.0, 0, 0, 1 / 3.5e5, 0, 0.25, 0],
+                               rtol=1e-6, atol=1e-9)
+    # Exact estimates: the cost model alone picks the fastest kernel everywhere.
+    chosen = train.cost_policy(cost_model, ds, np.arange(len(ds)))
+    assert train.selection_metrics(ds.times, chosen)["geomean"] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("objective", train.OBJECTIVES)
+def test_exported_model_ranks_like_the_fitted_one(objective):
+    records = _costed(noise=0.3)
+    ds, _ = train.dataset(records)
+    fitted = train.fit(ds, np.arange(len(ds)), train.Hyper(3, 2, "log_ratio", objective))
+    model = TreeModel.from_dict(json.loads(fitted.export({"test": True}).to_json()))
+    assert model.ranking == ("correction" if objective == "correction" else "value")
+    assert set(model.feature_names) >= {f"est_{k}" for k in autospmv.KERNELS}
+    expected = fitted.ranking(ds, np.arange(len(ds)))
+    for record, order in zip(records, expected):
+        assert model.ranked(record["features"]) == [ds.kernels[c] for c in order]
+
+
+def test_a_kernel_that_never_ran_is_estimated_as_the_slowest():
+    records = _costed()
+    for record in records:
+        record["kernels"]["ell"].update(status="infeasible", time_per_call_us=None)
+    ds, _ = train.dataset(records)
+    cost_model = train.fit_cost_model(ds, np.arange(len(ds)))
+    assert cost_model.kernels == autospmv.KERNELS
+    row = dict(zip(cost_model.kernels, cost_model.coefficients))["ell"]
+    assert row[0] == np.max(ds.times[np.isfinite(ds.times)]) and not row[1:].any()
+
+
+def test_depth_zero_is_the_cost_model_with_one_correction_per_kernel():
+    ds, _ = train.dataset(_costed(noise=0.3))
+    fitted = train.fit(ds, np.arange(len(ds)), train.Hyper(0, 1, "none", "correction"))
+    model = fitted.export()
+    assert model.n_nodes == 1
+    with pytest.raises(ValueError, match="max_depth 0 is only meaningful"):
+        train.fit(ds, np.arange(len(ds)), train.Hyper(0, 1, "none", "fastest"))
+
+
+def test_labels_without_cost_quantities_are_refused():
+    record = _record("old", "a", "synthetic", {})
+    record["features"] = {f: v for f, v in record["features"].items() if "_work" not in f}
+    with pytest.raises(ValueError, match="lack features this trainer needs.*relabel"):
+        train.dataset([record])
+
+
 def test_chooser_quality_by_hand():
     record = _record("v", "a", "synthetic", {"csr_vector": 10.0})
     record["variants"] = [

@@ -24,8 +24,25 @@ falls back: when its predicted kernel is infeasible for a matrix, the next class
 value is used (ties in class order), as ``TreeModel.ranked`` orders them; it misses only when
 every class it knows is infeasible.
 
+The cost model: before any tree, :func:`fit_cost_model` fits, per kernel, a linear model of
+its time over the matrix's cost quantities (:mod:`autospmv.cost`: bytes moved, thread steps,
+the longest thread's loop, atomics into one entry, plus a constant, rows and nnz) by
+non-negative least squares on relative error. The quantities are the same counts on every
+device; the coefficients are this device's (µs per byte, per step, per launch…). Its estimates
+reach the tree as ``est_<kernel> = log2(t̂_k / min_j t̂_j)`` (0 for the kernel it expects
+fastest). The tree reads them next to the sizes (``fastest``, ``quality``) or next to every
+structural feature (``correction``), and can so follow the cost model where it is right and
+overrule it where the labels showed it wrong. The cost model is fitted on each training part
+of the cross-validation like the tree, and its own out-of-fold choices are reported as the
+policy "cost model alone".
+
 Objectives (what a tree is fitted to):
 
+``correction``
+    a multi-output regression tree predicting, for every kernel, how far its time lies from
+    the cost model's estimate: ``log2(t / t̂)``, clipped to ±:data:`CORRECTION_CLIP`. A
+    matrix's kernels rank by the corrected estimate ``log2 t̂ + correction``, smallest first.
+    Depth 0 (a single leaf) is the cost model with one correction per kernel.
 ``fastest``
     a classification tree whose label is the fastest kernel. Near-ties are decided by timing
     noise (two kernels within 2 % get different labels on similar matrices), and a wrong label
@@ -64,19 +81,32 @@ import types
 from pathlib import Path
 
 import numpy as np
+from scipy.optimize import nnls
 from sklearn.model_selection import GroupKFold
 from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
 
 import autospmv
-from autospmv.model import TreeModel
+from autospmv.cost import QUANTITY_NAMES
+from autospmv.features import FEATURE_NAMES
+from autospmv.model import CostModel, TreeModel
 from training.label import TIMING_MODES, read_records
 
 WEIGHTINGS = ("none", "log_ratio", "ratio")
-OBJECTIVES = ("fastest", "quality")
+OBJECTIVES = ("fastest", "quality", "correction")
 QUALITY_FLOOR = 0.5
 """The ``quality`` objective's floor on q (see the module docstring)."""
 RULE_NNZ, RULE_ROW = 1_000_000, 1024
 """The hand rule's thresholds (Ginkgo-style default)."""
+TREE_BASE_FEATURES = ("rows", "nnz")
+"""What a ``fastest`` or ``quality`` tree reads next to the cost model's ``est_<kernel>``
+values: the sizes, which say how full the device is. (A tree is invariant to monotone
+transforms: log sizes add nothing.)"""
+CORRECTION_FEATURES = tuple(f for f in FEATURE_NAMES if f not in QUANTITY_NAMES)
+"""What a ``correction`` tree reads next to the ``est_<kernel>`` values: the structural
+features (the cost quantities enter through the estimates)."""
+CORRECTION_CLIP = 3.0
+"""The ``correction`` objective's targets, log2(t / t̂), are clipped to ±3: a kernel 8× off
+its estimate is wrong there, however far; a kernel that did not run counts as +3."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,7 +122,7 @@ class Hyper:
 GRID = tuple(
     Hyper(depth, leaf, weighting, objective)
     for objective in OBJECTIVES
-    for depth in (1, 2, 3, 4, 5, 6, 8, None)
+    for depth in ((0,) if objective == "correction" else ()) + (1, 2, 3, 4, 5, 6, 8, None)
     for leaf in (8, 4, 2, 1)
     for weighting in WEIGHTINGS
 )
@@ -152,6 +182,11 @@ def dataset(records, mode: str = "per_call") -> tuple[Dataset, list[str]]:
         (kept if np.isfinite(times).any() else dropped).append((record, times))
     if not kept:
         raise ValueError("no record has a kernel that ran correctly; nothing to train on")
+    missing = [f for f in (*CORRECTION_FEATURES, *QUANTITY_NAMES) if f not in feature_names]
+    if missing:
+        shown = ", ".join(missing[:4]) + (", …" if len(missing) > 4 else "")
+        raise ValueError(f"the label records lack features this trainer needs ({shown}); "
+                         "relabel with this autospmv")
     recs = [r for r, _ in kept]
     return Dataset(
         names=[r["name"] for r in recs],
@@ -225,13 +260,43 @@ def first_feasible(times: np.ndarray, ranking: np.ndarray) -> np.ndarray:
     return np.where(finite.any(axis=1), ranking[np.arange(len(ranking)), first], -1)
 
 
-def tree_policy(clf, ds: Dataset, rows) -> np.ndarray:
-    """The choices of a fitted tree (see :func:`fit`), with fallback (see the module
+def tree_policy(fitted: "Fitted", ds: Dataset, rows) -> np.ndarray:
+    """The choices of a fitted model (see :func:`fit`), with fallback (see the module
     docstring), for ``ds`` rows ``rows``."""
-    proba = clf.predict_proba(ds.X[rows])
-    order = np.argsort(-proba, axis=1, kind="stable")
-    columns = np.array([ds.kernels.index(c) for c in clf.classes_])
-    return first_feasible(ds.times[rows], columns[order])
+    return first_feasible(ds.times[rows], fitted.ranking(ds, rows))
+
+
+def cost_policy(cost_model: CostModel, ds: Dataset, rows) -> np.ndarray:
+    """The cost model alone: the kernel with the smallest estimate that ran, per row."""
+    estimates = cost_model.times(ds.X[rows], ds.feature_names)
+    columns = np.array([ds.kernels.index(k) for k in cost_model.kernels])
+    return first_feasible(ds.times[rows], columns[np.argsort(estimates, axis=1, kind="stable")])
+
+
+def fit_cost_model(ds: Dataset, rows) -> CostModel:
+    """Per kernel, the non-negative coefficients minimising Σ (t̂/t − 1)² over the rows where
+    the kernel ran: relative error, so that a 10 µs matrix counts as much as a 10 ms one.
+    Regressor columns are scaled to a maximum of 1 for the solver and the scale undone. A
+    kernel that ran on none of the rows is estimated at a constant, the slowest time of any
+    kernel on them: a last resort."""
+    times = ds.times[rows]
+    slowest = float(np.max(times[np.isfinite(times)]))
+    coefficients = {}
+    probe = CostModel({k: [0.0] * len(CostModel.REGRESSORS) for k in ds.kernels})
+    for j, kernel in enumerate(ds.kernels):
+        ran = np.asarray(rows)[np.isfinite(ds.times[rows, j])]
+        if ran.size == 0:
+            coefficients[kernel] = [slowest] + [0.0] * (len(CostModel.REGRESSORS) - 1)
+            continue
+        names = probe.regressor_names(kernel)
+        design = np.column_stack([np.ones(ran.size)] +
+                                 [ds.X[ran, ds.feature_names.index(n)] for n in names[1:]])
+        design /= ds.times[ran, j][:, None]
+        scale = design.max(axis=0)
+        scale[scale == 0] = 1.0
+        solution, _ = nnls(design / scale, np.ones(ran.size))
+        coefficients[kernel] = (solution / scale).tolist()
+    return CostModel(coefficients)
 
 
 # -- fitting and cross-validation -----------------------------------------------------------
@@ -247,6 +312,47 @@ def sample_weights(times: np.ndarray, weighting: str) -> np.ndarray:
     if weighting == "log_ratio":
         return 1.0 + np.log(worst / best)
     raise ValueError(f"unknown weighting {weighting!r}; choose one of {', '.join(WEIGHTINGS)}")
+
+
+@dataclasses.dataclass
+class Fitted:
+    """A cost model and the tree over its estimates."""
+
+    cost_model: CostModel
+    objective: str
+    tree: object = None
+    """A ``DecisionTreeClassifier``, a :class:`QualityTree` or a :class:`CorrectionTree`."""
+
+    @property
+    def feature_names(self) -> tuple[str, ...]:
+        """The tree's input columns."""
+        base = CORRECTION_FEATURES if self.objective == "correction" else TREE_BASE_FEATURES
+        return base + self.cost_model.derived_names
+
+    def log_estimates(self, ds: Dataset, rows) -> np.ndarray:
+        return np.log2(self.cost_model.times(ds.X[rows], ds.feature_names))
+
+    def inputs(self, ds: Dataset, rows) -> np.ndarray:
+        """The tree's input matrix for ``ds`` rows ``rows``."""
+        base = CORRECTION_FEATURES if self.objective == "correction" else TREE_BASE_FEATURES
+        columns = ds.X[rows][:, [ds.feature_names.index(f) for f in base]]
+        log_times = self.log_estimates(ds, rows)
+        return np.hstack([columns, log_times - log_times.min(axis=1, keepdims=True)])
+
+    def export(self, provenance: dict | None = None) -> TreeModel:
+        """The model file's content: the tree, its cost model and how its leaves rank."""
+        return TreeModel.from_sklearn(
+            self.tree, self.feature_names, provenance, cost_model=self.cost_model,
+            ranking="correction" if self.objective == "correction" else "value")
+
+    def ranking(self, ds: Dataset, rows) -> np.ndarray:
+        """Kernel columns of ``ds`` per row, best first, as :meth:`TreeModel.ranked` orders
+        them: by falling leaf value, or for a correction tree by rising corrected estimate."""
+        values = self.tree.predict_proba(self.inputs(ds, rows))
+        if self.objective == "correction":
+            values = -(self.log_estimates(ds, rows) + values)
+        order = np.argsort(-values, axis=1, kind="stable")
+        return np.array([ds.kernels.index(c) for c in self.tree.classes_])[order]
 
 
 class QualityTree:
@@ -276,6 +382,37 @@ class QualityTree:
         return self.value[self.regressor.apply(np.asarray(X, dtype=np.float32))]
 
 
+class CorrectionTree:
+    """A fitted ``correction`` tree (see the module docstring): a multi-output regression
+    tree whose leaf holds, per kernel, the weighted mean of ``log2(t / t̂)`` over its training
+    matrices. ``predict_proba`` returns those corrections (not probabilities: a matrix's
+    kernels rank by log2 t̂ + correction, rising) and ``tree_`` is the view that
+    :meth:`autospmv.model.TreeModel.from_sklearn` exports."""
+
+    def __init__(self, regressor: DecisionTreeRegressor, classes):
+        self.regressor = regressor
+        self.classes_ = np.asarray(classes)
+        tree = regressor.tree_
+        self.tree_ = types.SimpleNamespace(
+            n_outputs=1, n_features=tree.n_features, children_left=tree.children_left,
+            children_right=tree.children_right, feature=tree.feature,
+            threshold=tree.threshold, value=tree.value[:, :, 0][:, None, :],
+            n_node_samples=tree.n_node_samples,
+            weighted_n_node_samples=tree.weighted_n_node_samples)
+
+    def predict_proba(self, X) -> np.ndarray:
+        return self.regressor.predict(np.asarray(X, dtype=np.float32))
+
+
+def correction_targets(times: np.ndarray, log_estimates: np.ndarray) -> np.ndarray:
+    """``log2(t / t̂)`` clipped to ±:data:`CORRECTION_CLIP`; +clip where the kernel did not
+    run."""
+    with np.errstate(invalid="ignore"):
+        target = np.log2(times) - log_estimates
+    return np.clip(np.where(np.isfinite(times), target, CORRECTION_CLIP),
+                   -CORRECTION_CLIP, CORRECTION_CLIP)
+
+
 def quality_gains(times: np.ndarray) -> np.ndarray:
     """``log(max(q, QUALITY_FLOOR) / QUALITY_FLOOR)`` per matrix and kernel: ≥ 0, ln 2 for
     the best kernel, 0 from half the best speed down (infeasible kernels included)."""
@@ -283,24 +420,40 @@ def quality_gains(times: np.ndarray) -> np.ndarray:
     return np.log(np.maximum(q, QUALITY_FLOOR) / QUALITY_FLOOR)
 
 
-def fit(ds: Dataset, rows, hyper: Hyper):
-    """A tree fitted on ``ds`` rows ``rows`` for ``hyper``: a ``DecisionTreeClassifier``
-    (objective ``fastest``) or a :class:`QualityTree`; both have ``classes_``,
-    ``predict_proba`` and the ``tree_`` that :meth:`TreeModel.from_sklearn` exports."""
+def fit(ds: Dataset, rows, hyper: Hyper, cost_model: CostModel | None = None) -> Fitted:
+    """The cost model fitted on ``ds`` rows ``rows`` (unless given: it depends on the rows
+    only) and, on its estimates, a tree for ``hyper``: a ``DecisionTreeClassifier`` (objective
+    ``fastest``) or a :class:`QualityTree`; both have ``classes_``, ``predict_proba`` and the
+    ``tree_`` that :meth:`TreeModel.from_sklearn` exports."""
     rows = np.asarray(rows)
+    if hyper.objective not in OBJECTIVES:
+        raise ValueError(f"unknown objective {hyper.objective!r}; choose one of "
+                         f"{', '.join(OBJECTIVES)}")
+    fitted = Fitted(cost_model or fit_cost_model(ds, rows), hyper.objective)
+    X = fitted.inputs(ds, rows)
     weights = sample_weights(ds.times[rows], hyper.weighting)
+    if hyper.max_depth == 0:  # a single leaf: the cost model with one correction per kernel
+        if hyper.objective != "correction":
+            raise ValueError("max_depth 0 is only meaningful for the correction objective")
+        regressor = DecisionTreeRegressor(min_samples_split=rows.size + 1, random_state=0)
+    else:
+        regressor = DecisionTreeRegressor(max_depth=hyper.max_depth,
+                                          min_samples_leaf=hyper.min_samples_leaf,
+                                          random_state=0)
+    if hyper.objective == "correction":
+        targets = correction_targets(ds.times[rows], fitted.log_estimates(ds, rows))
+        fitted.tree = CorrectionTree(regressor.fit(X, targets, sample_weight=weights),
+                                     ds.kernels)
+        return fitted
     if hyper.objective == "fastest":
         clf = DecisionTreeClassifier(max_depth=hyper.max_depth,
                                      min_samples_leaf=hyper.min_samples_leaf, random_state=0)
-        return clf.fit(ds.X[rows], ds.labels[rows], sample_weight=weights)
-    if hyper.objective != "quality":
-        raise ValueError(f"unknown objective {hyper.objective!r}; choose one of "
-                         f"{', '.join(OBJECTIVES)}")
+        fitted.tree = clf.fit(X, ds.labels[rows], sample_weight=weights)
+        return fitted
     gains = quality_gains(ds.times[rows])
-    regressor = DecisionTreeRegressor(max_depth=hyper.max_depth,
-                                      min_samples_leaf=hyper.min_samples_leaf, random_state=0)
-    regressor.fit(ds.X[rows], gains, sample_weight=weights)
-    return QualityTree(regressor, ds.kernels, ds.X[rows], gains, weights)
+    regressor.fit(X, gains, sample_weight=weights)
+    fitted.tree = QualityTree(regressor, ds.kernels, X, gains, weights)
+    return fitted
 
 
 def group_splits(groups: np.ndarray, n_splits: int) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -318,8 +471,10 @@ def select_hyper(ds: Dataset, rows: np.ndarray, n_splits: int, grid=GRID) -> tup
         return FALLBACK_HYPER, math.nan
     chosen = {hyper: np.empty(len(rows), dtype=np.int64) for hyper in grid}
     for train, test in splits:
+        cost_model = fit_cost_model(ds, rows[train])
         for hyper in grid:
-            chosen[hyper][test] = tree_policy(fit(ds, rows[train], hyper), ds, rows[test])
+            fitted = fit(ds, rows[train], hyper, cost_model)
+            chosen[hyper][test] = tree_policy(fitted, ds, rows[test])
     scores = {hyper: selection_score(ds.times[rows], chosen[hyper]) for hyper in grid}
     best = grid[0]
     for hyper in grid[1:]:
@@ -334,6 +489,8 @@ class Fold:
     hyper: Hyper
     chosen: np.ndarray
     """The tree's choices for the test rows."""
+    cost_chosen: np.ndarray
+    """The choices of the fold's cost model alone."""
 
 
 def nested_cv(ds: Dataset, n_splits: int, grid=GRID) -> list[Fold]:
@@ -341,7 +498,9 @@ def nested_cv(ds: Dataset, n_splits: int, grid=GRID) -> list[Fold]:
     folds = []
     for train, test in group_splits(ds.groups, n_splits):
         hyper, _ = select_hyper(ds, train, n_splits, grid)
-        folds.append(Fold(test, hyper, tree_policy(fit(ds, train, hyper), ds, test)))
+        fitted = fit(ds, train, hyper)
+        folds.append(Fold(test, hyper, tree_policy(fitted, ds, test),
+                          cost_policy(fitted.cost_model, ds, test)))
     return folds
 
 
@@ -376,13 +535,15 @@ def train(records, *, mode: str = "per_call", n_splits: int = 5, grid=GRID,
                          " train one model per device")
     ds, dropped = dataset(records, mode)
     folds = nested_cv(ds, n_splits, grid)
-    oof = np.full(len(ds), -1)
+    oof, cost_oof = np.full(len(ds), -1), np.full(len(ds), -1)
     for fold in folds:
         oof[fold.test] = fold.chosen
+        cost_oof[fold.test] = fold.cost_chosen
     hyper, score = select_hyper(ds, np.arange(len(ds)), n_splits, grid)
-    clf = fit(ds, np.arange(len(ds)), hyper)
+    fitted = fit(ds, np.arange(len(ds)), hyper)
     baselines = policies(ds)
-    cv = {"tree": selection_metrics(ds.times, oof) if folds else None}
+    cv = {"tree": selection_metrics(ds.times, oof) if folds else None,
+          "cost model alone": selection_metrics(ds.times, cost_oof) if folds else None}
     cv.update({name: selection_metrics(ds.times, chosen) for name, chosen in baselines.items()})
     lofo, lofo_chosen = leave_one_family_out(ds, n_splits, grid)
     real = np.flatnonzero(ds.as_given)
@@ -402,11 +563,11 @@ def train(records, *, mode: str = "per_call", n_splits: int = 5, grid=GRID,
                             "min_samples_leaf": hyper.min_samples_leaf,
                             "weighting": hyper.weighting},
         "cv_selection_score": None if math.isnan(score) else score,
-        "cv": {name: cv[name] for name in ("tree", "hand rule")},
+        "cv": {name: cv[name] for name in ("tree", "cost model alone", "hand rule")},
         "real_leave_one_family_out": lofo_all,
-        "in_sample": selection_metrics(ds.times, tree_policy(clf, ds, np.arange(len(ds)))),
+        "in_sample": selection_metrics(ds.times, tree_policy(fitted, ds, np.arange(len(ds)))),
     }
-    model = TreeModel.from_sklearn(clf, ds.feature_names, provenance)
+    model = fitted.export(provenance)
     scores = {"hyper": hyper, "cv": cv, "folds": folds, "lofo": lofo, "lofo_all": lofo_all,
               "lofo_chosen": lofo_chosen, "dropped": dropped}
     report = _report(ds, model, scores, records, mode)
@@ -564,6 +725,20 @@ def _real_counts(ds: Dataset) -> str:
     return f"{real} real: {real - grown} as given, {grown} grown as block-diagonal copies"
 
 
+def _cost_model_table(cost_model: CostModel) -> str:
+    """The exported cost model's coefficients, one row per kernel."""
+    rows = []
+    for kernel, (constant, per_row, per_nnz, per_byte, per_step, per_span, per_atomic) in zip(
+            cost_model.kernels, cost_model.coefficients):
+        rows.append([kernel, _fmt(constant, 2), _fmt(per_row * 1e3), _fmt(per_nnz * 1e3),
+                     _fmt(1e-3 / per_byte, 0) if per_byte else "–", _fmt(per_step * 1e6),
+                     _fmt(per_span * 1e3), _fmt(per_atomic * 1e3)])
+    return ("## Cost model (fitted on all matrices)\n\nt̂ = constant + Σ coefficient × quantity "
+            "(`autospmv/cost.py`); \"bytes\" as the bandwidth it implies.\n\n"
+            + _table(["kernel", "constant µs", "ns per row", "ns per nonzero", "bytes: GB/s",
+                      "ps per thread step", "ns per span step", "ns per atomic"], rows))
+
+
 def _report(ds: Dataset, model: TreeModel, scores: dict, records, mode: str) -> str:
     hyper, cv, folds = scores["hyper"], scores["cv"], scores["folds"]
     device = (records[0].get("device") or {}).get("name", "unknown device")
@@ -613,6 +788,8 @@ def _report(ds: Dataset, model: TreeModel, scores: dict, records, mode: str) -> 
         parts.append(_table(["family", "n", "tree geomean q", "within 10 %", "worst q",
                              "hand rule geomean q", "best fixed kernel, geomean q"], rows))
         parts.append(_real_matrix_table(ds, scores["lofo_chosen"]))
+    if model.cost_model is not None:
+        parts.append(_cost_model_table(model.cost_model))
     quality = chooser_quality(records, mode)
     if quality:
         parts.append("## Parameter choosers against the best timed variant")

@@ -1,0 +1,104 @@
+"""Tests of :mod:`autospmv.cost`: a direct reference from the definitions in its docstring on
+the whole matrix family, values worked out by hand, and empty matrices."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from matrices import ALL
+
+from autospmv.cost import QUANTITY_NAMES, quantities
+from autospmv.formats.csr5 import choose_sigma
+from autospmv.formats.hyb import width_cusp
+from autospmv.registry import KERNELS, choose_threads_per_row
+from autospmv.validation import canonicalize
+
+
+def _warp_loops(lengths, rows_per_warp: int, lanes: int) -> int:
+    """Σ over consecutive groups of rows of the group's longest ⌈len/lanes⌉, row by row."""
+    total = 0
+    for start in range(0, len(lengths), rows_per_warp):
+        group = lengths[start:start + rows_per_warp]
+        total += max(math.ceil(int(length) / lanes) for length in group)
+    return total
+
+
+def cost_reference(csr) -> dict[str, float]:
+    """The quantities from the tables of the module docstring, one kernel at a time."""
+    m, n = csr.shape
+    nnz = csr.nnz
+    if m == 0 or nnz == 0:
+        return dict.fromkeys(QUANTITY_NAMES, 0.0)
+    lengths = np.diff(csr.indptr).astype(np.int64)
+    v = csr.dtype.itemsize
+    vectors = v * (m + n)
+    longest = int(lengths.max())
+    g = choose_threads_per_row(csr)["threads_per_row"]
+    w = width_cusp(lengths)
+    sigma = choose_sigma(csr)
+    tiles = math.ceil(nnz / (32 * sigma))
+    overflow = np.maximum(lengths - w, 0)
+    csr_bytes = nnz * (v + 4) + 4 * (m + 1) + vectors
+    vector_warps = math.ceil(m / (32 // g))
+    table = {
+        "coo": (nnz * (v + 8) + vectors, nnz, 1, math.ceil(longest / 32)),
+        "csr_scalar": (csr_bytes, 32 * _warp_loops(lengths, 32, 1), longest, 0),
+        "csr_vector": (csr_bytes,
+                       32 * (_warp_loops(lengths, 32 // g, g) + math.log2(g) * vector_warps),
+                       math.ceil(longest / g) + math.log2(g), 0),
+        "ell": (m * longest * (v + 4) + vectors, 32 * math.ceil(m / 32) * longest, longest, 0),
+        "hyb": (m * w * (v + 4) + overflow.sum() * (v + 8) + vectors,
+                32 * math.ceil(m / 32) * w + overflow.sum(), w + (overflow.sum() > 0),
+                math.ceil(overflow.max() / 32)),
+        "jds": (nnz * (v + 4) + 4 * (m + longest + 1) + vectors,
+                32 * _warp_loops(np.sort(lengths)[::-1], 32, 1), longest, 0),
+        "csr5": (nnz * (v + 4) + tiles * (32 * 12 + 4) + vectors, 32 * sigma * tiles, sigma,
+                 math.ceil(longest / (32 * sigma)) + 1),
+    }
+    return {f"{kernel}_{q}": float(value) for kernel in KERNELS
+            for q, value in zip(("bytes", "work", "span", "atomics"), table[kernel])}
+
+
+@pytest.mark.parametrize("name", sorted(ALL))
+def test_matches_reference_on_family(name):
+    csr = canonicalize(ALL[name]())
+    got = quantities(csr)
+    assert list(got) == list(QUANTITY_NAMES)
+    assert got == pytest.approx(cost_reference(csr), rel=1e-12)
+
+
+def test_values_by_hand():
+    # Row lengths 3, 0, 1, 40 in a 4×50 float64 matrix: one warp, CSR-vector group 2
+    # (a quarter of the mean 11 is 2.75), HYB width 0 (fewer than 4096 rows), CSR5 σ = 16.
+    lengths = [3, 0, 1, 40]
+    rows = np.repeat(np.arange(4), lengths)
+    cols = np.concatenate([np.arange(k) for k in lengths])
+    A = sp.csr_matrix((np.ones(rows.size), (rows, cols)), shape=(4, 50))
+    q = quantities(canonicalize(A))
+    vectors = 8 * (4 + 50)
+    assert q["coo_bytes"] == 44 * 16 + vectors and q["coo_atomics"] == 2
+    assert (q["csr_scalar_work"], q["csr_scalar_span"]) == (32 * 40, 40)
+    assert q["csr_scalar_bytes"] == 44 * 12 + 4 * 5 + vectors
+    # Group 2: 16 rows a warp, all four in one; loop ⌈40/2⌉ = 20 plus a 1-step reduction.
+    assert (q["csr_vector_work"], q["csr_vector_span"]) == (32 * 21, 21)
+    assert q["ell_bytes"] == 4 * 40 * 12 + vectors and q["ell_work"] == 32 * 40
+    assert (q["hyb_work"], q["hyb_span"], q["hyb_atomics"]) == (44, 1, 2)
+    assert q["jds_work"] == 32 * 40 and q["jds_bytes"] == 44 * 12 + 4 * (4 + 41) + vectors
+    assert (q["csr5_span"], q["csr5_work"], q["csr5_atomics"]) == (16, 32 * 16, 2)
+
+
+def test_sorted_warps_span_several_lengths():
+    # 70 rows: 40 of length 5 then 30 of length 9; sorted, the warps start with 9, 5 and 5.
+    lengths = [5] * 40 + [9] * 30
+    rows = np.repeat(np.arange(70), lengths)
+    cols = np.concatenate([np.arange(k) for k in lengths])
+    A = canonicalize(sp.csr_matrix((np.ones(rows.size), (rows, cols)), shape=(70, 10)))
+    assert quantities(A)["jds_work"] == 32 * (9 + 5 + 5)
+
+
+@pytest.mark.parametrize("shape", [(0, 0), (5, 0), (0, 5), (7, 3)])
+def test_empty(shape):
+    assert quantities(canonicalize(sp.csr_matrix(shape))) == dict.fromkeys(QUANTITY_NAMES, 0.0)
