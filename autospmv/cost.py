@@ -49,7 +49,8 @@ import scipy.sparse as sp
 from numba import njit
 
 from .formats.csr5 import OMEGA
-from .registry import KERNELS, choose_csr5_sigma, choose_hyb_width, choose_threads_per_row
+from .formats.hyb import default_hyb_width_of_histogram
+from .registry import KERNELS, choose_csr5_sigma, choose_threads_per_row
 
 QUANTITIES = ("bytes", "work", "span", "atomics")
 QUANTITY_NAMES = tuple(f"{kernel}_{q}" for kernel in KERNELS for q in QUANTITIES)
@@ -96,7 +97,7 @@ def quantities(csr: sp.csr_matrix, values=None, counts=None) -> dict[str, float]
         -(-longest // group) + reduction)
     padded_rows = WARP * -(-m // WARP)
     put("ell", m * longest * (v + INDEX_BYTES) + vectors, padded_rows * longest, longest)
-    width = choose_hyb_width(csr)["width"]
+    width = default_hyb_width_of_histogram(values, counts)  # = the registry's chooser
     overflow = _overflow(values, counts, width)
     put("hyb", m * width * (v + INDEX_BYTES) + overflow * (v + 2 * INDEX_BYTES) + vectors,
         padded_rows * width + overflow, width + (1 if overflow else 0),

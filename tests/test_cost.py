@@ -12,8 +12,7 @@ from matrices import ALL
 
 from autospmv.cost import QUANTITY_NAMES, quantities
 from autospmv.formats.csr5 import choose_sigma
-from autospmv.formats.hyb import width_cusp
-from autospmv.registry import KERNELS, choose_threads_per_row
+from autospmv.registry import KERNELS, choose_hyb_width, choose_threads_per_row
 from autospmv.validation import canonicalize
 
 
@@ -37,7 +36,7 @@ def cost_reference(csr) -> dict[str, float]:
     vectors = v * (m + n)
     longest = int(lengths.max())
     g = choose_threads_per_row(csr)["threads_per_row"]
-    w = width_cusp(lengths)
+    w = choose_hyb_width(csr)["width"]
     sigma = choose_sigma(csr)
     tiles = math.ceil(nnz / (32 * sigma))
     overflow = np.maximum(lengths - w, 0)

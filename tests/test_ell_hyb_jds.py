@@ -14,7 +14,7 @@ import autospmv
 from autospmv.formats.base import FormatTooLargeError, row_lengths
 from autospmv.formats.ell import ELL_SMALL, ELLFormat
 from autospmv.formats.hyb import (
-    HYBFormat, default_hyb_width, width_cost, width_cusp, width_quantile,
+    HYBFormat, default_hyb_width, width_cost, width_cusp, width_cusp_of_histogram, width_quantile,
 )
 from autospmv.formats.jds import JDSFormat
 from autospmv.kernels.cpu import coo as cpu_coo
@@ -98,6 +98,16 @@ def test_width_quantile_rejects_bad_q():
 def test_width_cusp(counts, expected):
     lengths = np.repeat(list(counts), list(counts.values()))
     assert width_cusp(lengths) == expected
+    values, histogram = np.unique(lengths, return_counts=True)
+    assert width_cusp_of_histogram(values, histogram) == expected
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_width_cusp_of_histogram_equals_width_cusp(seed):
+    rng = np.random.default_rng(seed)
+    lengths = rng.geometric(rng.uniform(0.02, 0.5), size=int(rng.integers(3000, 30000))) - 1
+    values, histogram = np.unique(lengths, return_counts=True)
+    assert width_cusp_of_histogram(values, histogram) == width_cusp(lengths)
 
 
 @pytest.mark.parametrize("lengths, coo_cost, expected", [

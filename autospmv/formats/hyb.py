@@ -84,8 +84,21 @@ def width_cost(row_lengths, coo_cost: float = 3.0) -> int:
     return int(np.argmin(cost))
 
 
+def width_cusp_of_histogram(values, counts) -> int:
+    """:func:`width_cusp` from the distinct row lengths (ascending) and their counts, the
+    histogram the feature extractor builds anyway. Between two distinct lengths the number of
+    rows reaching K does not change, so the largest qualifying K is one of the lengths."""
+    values = np.asarray(values, dtype=np.int64)
+    counts = np.asarray(counts, dtype=np.int64)
+    reach = np.cumsum(counts[::-1])[::-1]  # rows of length >= values[j]
+    ok = (3 * reach >= counts.sum()) & (reach >= 4096) & (values > 0)
+    return int(values[ok][-1]) if ok.any() else 0
+
+
 default_hyb_width = width_cusp
 """The width strategy the registry's parameter chooser uses."""
+default_hyb_width_of_histogram = width_cusp_of_histogram
+"""The same strategy from a row-length histogram (:mod:`autospmv.cost`)."""
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
