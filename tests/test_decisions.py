@@ -73,6 +73,8 @@ REPRESENTATIVE = {
     "3-D 7-point stencil, ~10⁶ nonzeros": lambda: corpus.stencil("stencil3d", 1_000_000, 7),
     "rows of ~4000 (wide LP block), ~10⁶ nonzeros":
         lambda: corpus.long_rows("long-rows", 1_000_000, 4000),
+    "one row of 200 000 among rows of 4, ~10⁶ nonzeros":
+        lambda: corpus.dense_rows("dense-rows", 1_000_000, 1, 1.0),
 }
 """Representative structures, built in well under a second each."""
 

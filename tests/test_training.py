@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -112,6 +113,38 @@ def test_cpu_bench_times_an_operator():
     assert timing["b2b"]["n"] == QUICK.b2b_repeats
     per_call = timing["per_call"]
     assert 0 < per_call["min"] <= per_call["median"] <= per_call["p90"]
+
+
+class _Recorded:
+    """An operator that logs its name on every call; ``fail_after`` calls, it raises."""
+
+    def __init__(self, name, op, log, fail_after=None):
+        self.name, self.op, self.log, self.fail_after = name, op, log, fail_after
+
+    def matvec(self, x, out):
+        self.log.append(self.name)
+        if self.fail_after is not None and self.log.count(self.name) > self.fail_after:
+            raise RuntimeError("launch failed")
+        return self.op.matvec(x, out=out)
+
+
+def test_time_all_interleaves_rounds_and_isolates_a_failing_operator():
+    A = corpus.stencil("bench", 5000, 5)
+    op = autospmv.prepare(A, kernel="csr_scalar", device="cpu")
+    x = np.linspace(-1, 1, A.shape[1])
+    options = dataclasses.replace(QUICK, repeats=9, min_repeats=9, b2b_repeats=3, rounds=3,
+                                  max_seconds=1.0)
+    bench = Bench("cpu", x, A.shape[0], options)
+    log = []
+    ops = {"a": _Recorded("a", op, log), "b": _Recorded("b", op, log),
+           "broken": _Recorded("broken", op, log, fail_after=5)}
+    timings = bench.time_all(ops)
+    assert isinstance(timings["broken"], RuntimeError)
+    for key in "ab":
+        assert timings[key]["per_call"]["n"] == 9 and timings[key]["b2b"]["n"] == 3
+    # After the warm-ups, a and b alternate: one run of calls per operator and round.
+    runs = [name for i, name in enumerate(log) if i == 0 or log[i - 1] != name]
+    assert runs[3:] == ["a", "b", "broken", "a", "b", "a", "b"]
 
 
 def test_gpu_timing_refuses_the_simulator(monkeypatch):

@@ -6,7 +6,8 @@ plus parameter variants that show whether the choosers choose well: ``csr_vector
 group size, ``hyb`` with every width strategy of :mod:`autospmv.formats.hyb`, ``csr5`` with half
 and twice the chosen tile height (strategies ``sigma/2``, ``sigma*2``, clamped to the allowed
 range). A configuration whose parameters equal one already measured is not timed again; its
-record repeats the measurement.
+record repeats the measurement. All configurations of a matrix are built and checked first and
+then timed together, interleaved (:meth:`training.timing.Bench.time_all`).
 
 Each configuration gets a status:
 
@@ -132,37 +133,56 @@ def _result(config: Config, status: str, reason: str | None = None, **values) ->
     return out
 
 
-def measure(csr, config: Config, bench: Bench, y_ref: np.ndarray) -> dict:
-    """Build, check and time one configuration (see the module docstring for the statuses)."""
+def build(csr, config: Config, bench: Bench, y_ref: np.ndarray) -> tuple[dict, object]:
+    """Build and check one configuration: (its result, the operator to time, or None when the
+    result is final: infeasible, incorrect or failed)."""
     if config.error:
-        return _result(config, "failed", f"choosing parameters: {config.error}")
+        return _result(config, "failed", f"choosing parameters: {config.error}"), None
     started = time.perf_counter()
     try:
         op = autospmv.prepare(csr, kernel=config.kernel, device=bench.device,
                               params=config.params)
     except (FormatTooLargeError, MemoryError) as err:
-        return _result(config, "infeasible", _describe(err))
+        return _result(config, "infeasible", _describe(err)), None
     except Exception as err:
-        return _result(config, "failed", f"prepare: {_describe(err)}")
+        return _result(config, "failed", f"prepare: {_describe(err)}"), None
     prepare_ms = (time.perf_counter() - started) * 1e3
     try:
         error = relative_error(bench.result(op), y_ref)
-        tolerance = TOLERANCE[np.dtype(csr.dtype)]
-        if not error <= tolerance:
-            return _result(config, "incorrect", f"relative error {error:.3g} > {tolerance:g}",
-                           error=error, prepare_ms=prepare_ms)
-        timing = bench.time(op)
     except MemoryError as err:
-        return _result(config, "infeasible", _describe(err), prepare_ms=prepare_ms)
+        return _result(config, "infeasible", _describe(err), prepare_ms=prepare_ms), None
     except Exception as err:
         return _result(config, "failed", f"matvec: {_describe(err)}", feasible=True,
-                       prepare_ms=prepare_ms)
+                       prepare_ms=prepare_ms), None
+    tolerance = TOLERANCE[np.dtype(csr.dtype)]
+    if not error <= tolerance:
+        return _result(config, "incorrect", f"relative error {error:.3g} > {tolerance:g}",
+                       error=error, prepare_ms=prepare_ms), None
+    return _result(config, "ok", error=error, prepare_ms=prepare_ms), op
+
+
+def timed(config: Config, result: dict, timing) -> dict:
+    """The result of a built configuration once timed (``timing`` from :meth:`Bench.time_all`:
+    a dict, or the exception its operator raised)."""
+    if isinstance(timing, MemoryError):
+        return _result(config, "infeasible", _describe(timing), prepare_ms=result["prepare_ms"])
+    if isinstance(timing, Exception):
+        return _result(config, "failed", f"matvec: {_describe(timing)}", feasible=True,
+                       prepare_ms=result["prepare_ms"])
+    return dict(result, time_per_call_us=timing["per_call"]["median"],
+                time_b2b_us=timing["b2b"]["median"], spread=timing)
+
+
+def measure(csr, config: Config, bench: Bench, y_ref: np.ndarray) -> dict:
+    """Build, check and time one configuration (see the module docstring for the statuses)."""
+    result, op = build(csr, config, bench, y_ref)
+    if op is None:
+        return result
+    try:
+        return timed(config, result, bench.time_all({0: op})[0])
     finally:
         del op
         release_device_memory(bench.device)
-    return _result(config, "ok", error=error, prepare_ms=prepare_ms,
-                   time_per_call_us=timing["per_call"]["median"],
-                   time_b2b_us=timing["b2b"]["median"], spread=timing)
 
 
 def best_kernels(kernels: dict) -> dict:
@@ -185,17 +205,26 @@ def label_matrix(entry: corpus_module.Entry, csr, device: str, options: TimingOp
     y_ref = csr.astype(np.float64) @ x.astype(np.float64)
     bench = Bench(device, x, m, options)
     chosen, extra = configurations(csr, variants)
-    done: dict[str, dict] = {}
+    done: dict[str, dict] = {}  # config key -> result (failed choosers apart)
+    ops: dict[str, object] = {}
+    for config in chosen + extra:
+        if not config.error and config.key not in done:
+            done[config.key], op = build(csr, config, bench, y_ref)
+            if op is not None:
+                ops[config.key] = op
+    unique = {c.key: c for c in chosen + extra if not c.error}
+    for key, timing in bench.time_all(ops).items():
+        done[key] = timed(unique[key], done[key], timing)
+    del ops, bench
+    release_device_memory(device)
 
-    def run(config: Config) -> dict:
-        if config.error or config.key not in done:
-            done[config.key] = measure(csr, config, bench, y_ref)
+    def result(config: Config) -> dict:
+        if config.error:
+            return _result(config, "failed", f"choosing parameters: {config.error}")
         return done[config.key]
 
-    kernels = {c.kernel: run(c) for c in chosen}
-    variant_records = [{"kernel": c.kernel, "strategy": c.strategy, **run(c)} for c in extra]
-    del bench
-    release_device_memory(device)
+    kernels = {c.kernel: result(c) for c in chosen}
+    variant_records = [{"kernel": c.kernel, "strategy": c.strategy, **result(c)} for c in extra]
     return {
         "schema": SCHEMA, "name": entry.name, "family": entry.family, "source": entry.source,
         "grown": entry.grown,

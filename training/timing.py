@@ -1,4 +1,4 @@
-"""Timing one SpMV operator on one device, and checking its result first.
+"""Timing the SpMV operators of one matrix on one device.
 
 Two figures per operator, as the project's measurement method prescribes:
 
@@ -15,6 +15,10 @@ one call: when ``repeats`` calls would take longer than ``max_seconds``, fewer s
 (never fewer than ``min_repeats``), so a hopelessly slow kernel cannot stall a labelling run;
 the sample count is recorded next to the figures. Calls rotate over ``vectors`` pairs of x and y
 so that a small matrix's x is not always read from cache.
+
+The operators of one matrix are timed together (:meth:`Bench.time_all`): after each one's
+warm-up, ``rounds`` rounds each take an equal share of every operator's samples in turn, so that
+a slow phase of the machine affects all kernels of the matrix alike.
 
 GPU timing refuses to run under numba-cuda's simulator: it would time a Python interpreter.
 """
@@ -45,10 +49,15 @@ class TimingOptions:
     b2b_calls: int = 50
     b2b_repeats: int = 5
     vectors: int = 4
+    rounds: int = 5
+    """The operators of one matrix are timed in turn, this many times over, each round taking
+    an equal share of every operator's samples: a slow phase of the machine (another process,
+    a clock change) then weighs on all kernels of the matrix alike instead of on whichever was
+    being timed."""
 
 
 QUICK = TimingOptions(warmup=1, repeats=10, min_repeats=3, max_seconds=0.02, b2b_calls=10,
-                      b2b_repeats=3, vectors=2)
+                      b2b_repeats=3, vectors=2, rounds=1)
 """Short timings for tests and smoke runs (the figures are noisy)."""
 
 
@@ -150,15 +159,50 @@ class Bench:
 
     def time(self, op) -> dict:
         """``{"per_call": summary, "b2b": summary}`` in microseconds (see the module doc)."""
+        timing = self.time_all({0: op})[0]
+        if isinstance(timing, Exception):
+            raise timing
+        return timing
+
+    def time_all(self, ops: dict) -> dict:
+        """:meth:`time` for every operator of ``ops`` (``{key: op}``), interleaved in
+        ``options.rounds`` rounds. Returns ``{key: timing}``, where the timing of an operator
+        that raised is the exception instead (it takes no further part)."""
         opt = self.options
-        estimate = self._run(op, max(1, opt.warmup)) / max(1, opt.warmup)
         budget = opt.max_seconds * 1e6
-        repeats = int(np.clip(budget // max(estimate, 1e-3), opt.min_repeats, opt.repeats))
-        per_call = [self._run(op, 1, i) for i in range(repeats)]
-        batches = max(1, opt.b2b_repeats)
-        calls = int(np.clip(budget // (batches * max(estimate, 1e-3)), 1, opt.b2b_calls))
-        b2b = [self._run(op, calls, i) / calls for i in range(batches)]
-        return {"per_call": summary(per_call), "b2b": summary(b2b), "b2b_calls": calls}
+        rounds = max(1, opt.rounds)
+        plans, samples, out = {}, {}, {}
+        for key, op in ops.items():
+            try:
+                estimate = max(self._run(op, max(1, opt.warmup)) / max(1, opt.warmup), 1e-3)
+            except Exception as err:
+                out[key] = err
+                continue
+            repeats = int(np.clip(budget // estimate, opt.min_repeats, opt.repeats))
+            batches = max(rounds, opt.b2b_repeats)
+            calls = int(np.clip(budget // (batches * estimate), 1, opt.b2b_calls))
+            plans[key] = (_shares(repeats, rounds), _shares(batches, rounds), calls)
+            samples[key] = ([], [])
+        for r in range(rounds):
+            for key, (per_call_shares, batch_shares, calls) in list(plans.items()):
+                per_call, b2b = samples[key]
+                try:
+                    per_call += [self._run(ops[key], 1, len(per_call) + i)
+                                 for i in range(per_call_shares[r])]
+                    b2b += [self._run(ops[key], calls, len(b2b) + i) / calls
+                            for i in range(batch_shares[r])]
+                except Exception as err:
+                    out[key] = err
+                    del plans[key]
+        for key, (_, _, calls) in plans.items():
+            per_call, b2b = samples[key]
+            out[key] = {"per_call": summary(per_call), "b2b": summary(b2b), "b2b_calls": calls}
+        return out
+
+
+def _shares(total: int, rounds: int) -> list[int]:
+    """``total`` split into ``rounds`` nearly equal parts, larger ones first."""
+    return [total // rounds + (r < total % rounds) for r in range(rounds)]
 
 
 def release_device_memory(device: str) -> None:
