@@ -444,11 +444,17 @@ class TreeModel:
 
     def export_text(self, *, max_depth: int = 10, spacing: int = 3, decimals: int = 2,
                     show_weights: bool = False) -> str:
-        """The tree as indented text, in the layout of ``sklearn.tree.export_text``."""
+        """The tree as indented text, in the layout of ``sklearn.tree.export_text``. A
+        ``"correction"`` tree's leaves show their corrections (log2 of measured over estimated
+        time, per kernel) instead of a class: the choice also depends on the estimates."""
         out = io.StringIO()
 
         def leaf(node: int, indent: str) -> None:
             value = self.value[node]
+            if self.ranking == "correction":
+                out.write(f"{indent} corrections: " + ", ".join(
+                    f"{c} {v:+.{decimals}f}" for c, v in zip(self.classes, value)) + "\n")
+                return
             text = f" class: {self.classes[int(np.argmax(value))]}"
             if show_weights:
                 weights = value * self.weighted_n_node_samples[node] / (value.sum() or 1.0)

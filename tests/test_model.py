@@ -343,6 +343,7 @@ def test_correction_ranking_needs_a_cost_model_and_round_trips():
     assert doc["ranking"] == "correction" and doc["cost_model"]["coefficients"]["coo"][0] == 12
     again = TreeModel.from_dict(doc)
     assert again.ranked(features) == ["csr5", "coo"] and again.to_dict() == model.to_dict()
+    assert model.export_text() == "|--- corrections: coo +0.00, csr5 -1.00\n"
     doc["cost_model"]["regressors"] = ["1"]
     with pytest.raises(ValueError, match="cost_model regressors must be"):
         TreeModel.from_dict(doc)
