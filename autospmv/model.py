@@ -131,22 +131,27 @@ class CostModel:
         self.coefficients = np.array([table[k] for k in self.kernels])
         self.derived_names: tuple[str, ...] = tuple(f"est_{k}" for k in self.kernels)
 
-    def regressor_names(self, kernel: str) -> list[str]:
+    @classmethod
+    def regressor_names(cls, kernel: str) -> list[str]:
         """The feature names a kernel's regressors are read from (``"1"`` is the constant)."""
-        return ["1", "rows", "nnz"] + [f"{kernel}_{q}" for q in self.REGRESSORS[3:]]
+        return ["1", "rows", "nnz"] + [f"{kernel}_{q}" for q in cls.REGRESSORS[3:]]
+
+    @classmethod
+    def design(cls, X, feature_names, kernel: str) -> np.ndarray:
+        """A kernel's regressors but the constant, for each row of X (columns in
+        ``feature_names`` order): what its coefficients after the first multiply."""
+        X = np.asarray(X, dtype=np.float64)
+        column = {name: i for i, name in enumerate(feature_names)}
+        names = cls.regressor_names(kernel)[1:]
+        missing = [n for n in names if n not in column]
+        if missing:
+            raise ValueError(f"features missing for the cost model: {', '.join(missing)}")
+        return X[:, [column[n] for n in names]]
 
     def times(self, X, feature_names) -> np.ndarray:
         """Estimated µs per row of X (columns in ``feature_names`` order) and kernel."""
-        X = np.asarray(X, dtype=np.float64)
-        column = {name: i for i, name in enumerate(feature_names)}
-        out = np.empty((X.shape[0], len(self.kernels)))
-        for j, kernel in enumerate(self.kernels):
-            names = self.regressor_names(kernel)[1:]
-            missing = [n for n in names if n not in column]
-            if missing:
-                raise ValueError(f"features missing for the cost model: {', '.join(missing)}")
-            regressors = X[:, [column[n] for n in names]]
-            out[:, j] = self.coefficients[j, 0] + regressors @ self.coefficients[j, 1:]
+        out = np.column_stack([row[0] + self.design(X, feature_names, kernel) @ row[1:]
+                               for kernel, row in zip(self.kernels, self.coefficients)])
         return np.maximum(out, self.FLOOR_US)
 
     def relative(self, times: np.ndarray) -> np.ndarray:

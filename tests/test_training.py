@@ -108,7 +108,7 @@ def test_cpu_bench_times_an_operator():
     x = np.linspace(-1, 1, A.shape[1])
     bench = Bench("cpu", x, A.shape[0], QUICK)
     np.testing.assert_allclose(bench.result(op), A @ x)
-    timing = bench.time(op)
+    timing = bench.time_all({"op": op})["op"]
     assert timing["per_call"]["n"] >= QUICK.min_repeats
     assert timing["b2b"]["n"] == QUICK.b2b_repeats
     per_call = timing["per_call"]

@@ -157,17 +157,11 @@ class Bench:
             matvec(xs[i % k], out=ys[i % k])
         return self.clock.stop()
 
-    def time(self, op) -> dict:
-        """``{"per_call": summary, "b2b": summary}`` in microseconds (see the module doc)."""
-        timing = self.time_all({0: op})[0]
-        if isinstance(timing, Exception):
-            raise timing
-        return timing
-
     def time_all(self, ops: dict) -> dict:
-        """:meth:`time` for every operator of ``ops`` (``{key: op}``), interleaved in
-        ``options.rounds`` rounds. Returns ``{key: timing}``, where the timing of an operator
-        that raised is the exception instead (it takes no further part)."""
+        """Time every operator of ``ops`` (``{key: op}``), interleaved in ``options.rounds``
+        rounds. Returns ``{key: timing}`` with ``timing = {"per_call": summary, "b2b":
+        summary, "b2b_calls": n}`` in microseconds (see the module doc), or the exception the
+        operator raised (it then takes no further part)."""
         opt = self.options
         budget = opt.max_seconds * 1e6
         rounds = max(1, opt.rounds)

@@ -182,7 +182,7 @@ def dataset(records, mode: str = "per_call") -> tuple[Dataset, list[str]]:
         (kept if np.isfinite(times).any() else dropped).append((record, times))
     if not kept:
         raise ValueError("no record has a kernel that ran correctly; nothing to train on")
-    missing = [f for f in (*CORRECTION_FEATURES, *QUANTITY_NAMES) if f not in feature_names]
+    missing = [f for f in FEATURE_NAMES if f not in feature_names]
     if missing:
         shown = ", ".join(missing[:4]) + (", …" if len(missing) > 4 else "")
         raise ValueError(f"the label records lack features this trainer needs ({shown}); "
@@ -282,15 +282,13 @@ def fit_cost_model(ds: Dataset, rows) -> CostModel:
     times = ds.times[rows]
     slowest = float(np.max(times[np.isfinite(times)]))
     coefficients = {}
-    probe = CostModel({k: [0.0] * len(CostModel.REGRESSORS) for k in ds.kernels})
     for j, kernel in enumerate(ds.kernels):
         ran = np.asarray(rows)[np.isfinite(ds.times[rows, j])]
         if ran.size == 0:
             coefficients[kernel] = [slowest] + [0.0] * (len(CostModel.REGRESSORS) - 1)
             continue
-        names = probe.regressor_names(kernel)
-        design = np.column_stack([np.ones(ran.size)] +
-                                 [ds.X[ran, ds.feature_names.index(n)] for n in names[1:]])
+        design = np.column_stack([np.ones(ran.size),
+                                  CostModel.design(ds.X[ran], ds.feature_names, kernel)])
         design /= ds.times[ran, j][:, None]
         scale = design.max(axis=0)
         scale[scale == 0] = 1.0
@@ -324,20 +322,25 @@ class Fitted:
     """A ``DecisionTreeClassifier``, a :class:`QualityTree` or a :class:`CorrectionTree`."""
 
     @property
+    def _base_features(self) -> tuple[str, ...]:
+        return CORRECTION_FEATURES if self.objective == "correction" else TREE_BASE_FEATURES
+
+    @property
     def feature_names(self) -> tuple[str, ...]:
         """The tree's input columns."""
-        base = CORRECTION_FEATURES if self.objective == "correction" else TREE_BASE_FEATURES
-        return base + self.cost_model.derived_names
+        return self._base_features + self.cost_model.derived_names
 
-    def log_estimates(self, ds: Dataset, rows) -> np.ndarray:
-        return np.log2(self.cost_model.times(ds.X[rows], ds.feature_names))
+    def estimates(self, ds: Dataset, rows) -> np.ndarray:
+        """The cost model's µs for ``ds`` rows ``rows``, one column per kernel."""
+        return self.cost_model.times(ds.X[rows], ds.feature_names)
 
-    def inputs(self, ds: Dataset, rows) -> np.ndarray:
-        """The tree's input matrix for ``ds`` rows ``rows``."""
-        base = CORRECTION_FEATURES if self.objective == "correction" else TREE_BASE_FEATURES
-        columns = ds.X[rows][:, [ds.feature_names.index(f) for f in base]]
-        log_times = self.log_estimates(ds, rows)
-        return np.hstack([columns, log_times - log_times.min(axis=1, keepdims=True)])
+    def inputs(self, ds: Dataset, rows, estimates: np.ndarray | None = None) -> np.ndarray:
+        """The tree's input matrix for ``ds`` rows ``rows`` (``estimates``: theirs, when the
+        caller has them)."""
+        if estimates is None:
+            estimates = self.estimates(ds, rows)
+        columns = ds.X[rows][:, [ds.feature_names.index(f) for f in self._base_features]]
+        return np.hstack([columns, self.cost_model.relative(estimates)])
 
     def export(self, provenance: dict | None = None) -> TreeModel:
         """The model file's content: the tree, its cost model and how its leaves rank."""
@@ -348,9 +351,10 @@ class Fitted:
     def ranking(self, ds: Dataset, rows) -> np.ndarray:
         """Kernel columns of ``ds`` per row, best first, as :meth:`TreeModel.ranked` orders
         them: by falling leaf value, or for a correction tree by rising corrected estimate."""
-        values = self.tree.predict_proba(self.inputs(ds, rows))
+        estimates = self.estimates(ds, rows)
+        values = self.tree.predict_proba(self.inputs(ds, rows, estimates))
         if self.objective == "correction":
-            values = -(self.log_estimates(ds, rows) + values)
+            values = -(np.log2(estimates) + values)
         order = np.argsort(-values, axis=1, kind="stable")
         return np.array([ds.kernels.index(c) for c in self.tree.classes_])[order]
 
@@ -430,7 +434,8 @@ def fit(ds: Dataset, rows, hyper: Hyper, cost_model: CostModel | None = None) ->
         raise ValueError(f"unknown objective {hyper.objective!r}; choose one of "
                          f"{', '.join(OBJECTIVES)}")
     fitted = Fitted(cost_model or fit_cost_model(ds, rows), hyper.objective)
-    X = fitted.inputs(ds, rows)
+    estimates = fitted.estimates(ds, rows)
+    X = fitted.inputs(ds, rows, estimates)
     weights = sample_weights(ds.times[rows], hyper.weighting)
     if hyper.max_depth == 0:  # a single leaf: the cost model with one correction per kernel
         if hyper.objective != "correction":
@@ -441,7 +446,7 @@ def fit(ds: Dataset, rows, hyper: Hyper, cost_model: CostModel | None = None) ->
                                           min_samples_leaf=hyper.min_samples_leaf,
                                           random_state=0)
     if hyper.objective == "correction":
-        targets = correction_targets(ds.times[rows], fitted.log_estimates(ds, rows))
+        targets = correction_targets(ds.times[rows], np.log2(estimates))
         fitted.tree = CorrectionTree(regressor.fit(X, targets, sample_weight=weights),
                                      ds.kernels)
         return fitted
