@@ -1,9 +1,10 @@
 """Cost quantities: what each kernel's time depends on, counted for one matrix.
 
-For every kernel, run with the parameters its chooser picks (:mod:`autospmv.registry`), four
-numbers describe the work its GPU mapping does on the matrix. They are structural counts, the
-same on every device; a trained model turns them into a time estimate per kernel with a linear
-cost model fitted on its device's labels (``training/train.py``, :class:`autospmv.model.CostModel`),
+For every kernel, run with the parameters its chooser picks for the device
+(:mod:`autospmv.registry`), four numbers describe the work its GPU mapping does on the matrix.
+They are structural counts, which depend on the device only through those parameters; a
+trained model turns them into a time estimate per kernel with a linear cost model fitted on its
+device's labels (``training/train.py``, :class:`autospmv.model.CostModel`),
 and its tree reads the estimates. They are features like the others (:mod:`autospmv.features`),
 named ``<kernel>_<quantity>``:
 
@@ -19,8 +20,8 @@ atomics   the most atomic additions into one entry of y (serialised by the memor
 
 Per kernel (m rows, n columns, ``len_i`` the row lengths, K the longest, v the value size;
 g is CSR-vector's group size, w HYB's ELL width and σ CSR5's tile height, all from the
-choosers; o = Σ max(0, len_i − w) the entries HYB leaves to COO; tiles = ⌈nnz/(32σ)⌉; every
-kernel's bytes also count v·(m + n) for x and y; kernels not listed with atomics have 0):
+device's choosers; o = Σ max(0, len_i − w) the entries HYB leaves to COO; tiles = ⌈nnz/(32σ)⌉;
+every kernel's bytes also count v·(m + n) for x and y; kernels not listed with atomics have 0):
 
 ============ ==============================================================================
 coo          bytes nnz·(v+8); work nnz; span 1; atomics ⌈K/32⌉
@@ -62,8 +63,9 @@ CSR5_DESCRIPTOR_BYTES = 12
 """Per lane and tile: its ``bit_flag``, ``y_offset`` and ``seg_offset`` words."""
 
 
-def quantities(csr: sp.csr_matrix, values=None, counts=None) -> dict[str, float]:
-    """The cost quantities of a canonical CSR matrix, keyed by :data:`QUANTITY_NAMES`.
+def quantities(csr: sp.csr_matrix, device: str, values=None, counts=None) -> dict[str, float]:
+    """The cost quantities of a canonical CSR matrix on ``device`` ("cpu" or "cuda"), keyed by
+    :data:`QUANTITY_NAMES`.
 
     ``values``/``counts``: the distinct row lengths (ascending) and their counts, when the
     caller has them (the feature scan does); computed otherwise.
@@ -89,7 +91,7 @@ def quantities(csr: sp.csr_matrix, values=None, counts=None) -> dict[str, float]
 
     put("coo", nnz * (v + 2 * INDEX_BYTES) + vectors, nnz, 1, -(-longest // WARP))
     put("csr_scalar", csr_bytes, WARP * _group_max_sum(indptr, m, WARP, 1), longest)
-    group = choose_threads_per_row(csr)["threads_per_row"]
+    group = choose_threads_per_row(csr, device)["threads_per_row"]
     reduction = math.log2(group)
     warps = -(-m // (WARP // group))
     put("csr_vector", csr_bytes,
@@ -104,7 +106,7 @@ def quantities(csr: sp.csr_matrix, values=None, counts=None) -> dict[str, float]
         -(-max(longest - width, 0) // WARP))
     put("jds", nnz * (v + INDEX_BYTES) + INDEX_BYTES * (m + longest + 1) + vectors,
         WARP * _sorted_warp_max_sum(values, counts), longest)
-    sigma = choose_csr5_sigma(csr)["sigma"]
+    sigma = choose_csr5_sigma(csr, device)["sigma"]
     tiles = -(-nnz // (OMEGA * sigma))
     put("csr5", nnz * (v + INDEX_BYTES) + tiles * (OMEGA * CSR5_DESCRIPTOR_BYTES + INDEX_BYTES)
         + vectors, OMEGA * sigma * tiles, sigma, -(-longest // (OMEGA * sigma)) + 1)

@@ -50,7 +50,7 @@ x_sectors_per_nnz_warp * Σ_warps (distinct x sectors read by the warp) / nnz:  
                          coalescing when 32 rows run together
 <kernel>_bytes, _work,   each kernel's cost quantities (:mod:`autospmv.cost`):      0
 _span, _atomics          memory traffic, thread steps, longest thread loop, atomic
-                         adds into one entry of y, with the chooser's parameters
+                         adds into one entry of y, with the device's chooser parameters
 ======================== ========================================================== ==========
 
 HYB width: the cost model ``autospmv.formats.hyb.width_cost`` (the K in 0..row_max
@@ -158,11 +158,13 @@ _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _FULL3 = 0x1FF
 
 
-def features(A, sample_rows: int | None = None) -> dict[str, float]:
+def features(A, sample_rows: int | None = None, device: str | None = None) -> dict[str, float]:
     """Return the structural features of A, keyed by :data:`FEATURE_NAMES` (see module doc).
 
     A: anything :func:`autospmv.validation.canonicalize` accepts; a canonical float32/float64
-    ``scipy.sparse.csr_matrix`` is used as is. sample_rows: ``None`` samples the features in
+    ``scipy.sparse.csr_matrix`` is used as is. device: ``"cuda"`` or ``"cpu"``, whose parameter
+    choosers the cost quantities count with; None means the device :func:`autospmv.prepare`
+    would use. sample_rows: ``None`` samples the features in
     :data:`SAMPLED_FEATURES` only when ``nnz > SAMPLE_THRESHOLD``; an integer samples about
     that many rows (whole windows of ``WINDOW_ROWS``); a value ≥ the number of rows computes
     everything exactly.
@@ -171,6 +173,9 @@ def features(A, sample_rows: int | None = None) -> dict[str, float]:
         raise ValueError(
             f"sample_rows must be a positive number of rows or None; got {sample_rows}"
         )
+    from .session import target_device
+
+    device = target_device(device)
     csr = A if _is_canonical(A) else canonicalize(A)
     m, n = csr.shape
     nnz = int(csr.nnz)
@@ -184,7 +189,7 @@ def features(A, sample_rows: int | None = None) -> dict[str, float]:
         diagonals=diagonals, diagonals_per_row=_ratio(diagonals, m, 0.0),
     )  # fmt: skip
     out.update(_sampled_features(sums))
-    out.update(quantities(csr, values, counts))
+    out.update(quantities(csr, device, values, counts))
     return {name: float(out[name]) for name in FEATURE_NAMES}
 
 

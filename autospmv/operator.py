@@ -118,7 +118,8 @@ class SpMVOperator(LinearOperator):
         """The operator for Aᵀ with the same kernel and device (built on first use)."""
         if self._transposed is None:
             csr_t = canonicalize(self._csr.T)
-            self._transposed = SpMVOperator(csr_t, forced_decision(csr_t, self.kernel), self.device)
+            self._transposed = SpMVOperator(csr_t, forced_decision(csr_t, self.kernel, self.device),
+                                             self.device)
         return self._transposed
 
     def _rmatvec(self, x):

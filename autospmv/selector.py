@@ -63,7 +63,7 @@ class Decision:
     __str__ = explain
 
 
-def rule_decision(csr: sp.csr_matrix) -> Decision:
+def rule_decision(csr: sp.csr_matrix, device: str) -> Decision:
     """The built-in rule used while no trained model is available (see the module docstring)."""
     lengths = np.diff(csr.indptr)
     longest = int(lengths.max()) if lengths.size else 0
@@ -72,7 +72,7 @@ def rule_decision(csr: sp.csr_matrix) -> Decision:
     else:
         kernel, step = "csr_vector", f"max_row_length = {longest} ≤ {LONG_ROW}"
     return Decision(
-        kernel, registry.choose_params(kernel, csr), "rule", [step],
+        kernel, registry.choose_params(kernel, csr, device), "rule", [step],
         {"max_row_length": float(longest)},
         ["no trained model is installed yet; the built-in rule decided"],
     )
@@ -152,7 +152,8 @@ def trained_on(provenance: dict) -> str:
     return f"; trained on {facts}" if facts else ""
 
 
-def model_decision(csr: sp.csr_matrix, choice: ModelChoice, features: dict) -> Decision:
+def model_decision(csr: sp.csr_matrix, choice: ModelChoice, features: dict,
+                   device: str) -> Decision:
     """The tree's kernel for ``csr``, with its path, leaf support and fall-back order."""
     model = choice.model
     ranked = model.ranked(features)
@@ -175,12 +176,14 @@ def model_decision(csr: sp.csr_matrix, choice: ModelChoice, features: dict) -> D
             f"{kernel} {t:.3g}" for kernel, t in sorted(estimates.items(), key=lambda e: e[1])))
     used = {step.split(" = ")[0] for step in path}
     inputs = model.inputs(features)
-    return Decision(ranked[0], registry.choose_params(ranked[0], csr), f"model {choice.name}",
-                    path, {name: inputs[name] for name in inputs if name in used}, notes,
+    return Decision(ranked[0], registry.choose_params(ranked[0], csr, device),
+                    f"model {choice.name}", path, {name: inputs[name] for name in inputs if name in used}, notes,
                     ranked[1:])
 
 
-def forced_decision(csr: sp.csr_matrix, kernel: str, params: dict | None = None) -> Decision:
-    """The decision for an explicit ``kernel=`` (parameters tuned unless given in ``params``)."""
-    return Decision(kernel, registry.choose_params(kernel, csr, params), "forced",
+def forced_decision(csr: sp.csr_matrix, kernel: str, device: str,
+                    params: dict | None = None) -> Decision:
+    """The decision for an explicit ``kernel=`` (parameters tuned for ``device`` unless given in
+    ``params``)."""
+    return Decision(kernel, registry.choose_params(kernel, csr, device, params), "forced",
                     [f"kernel={kernel!r} requested"])

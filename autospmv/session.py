@@ -26,7 +26,8 @@ def cuda_available() -> bool:
     return bool(cuda.config.ENABLE_CUDASIM) or cuda.is_available()
 
 
-def _resolve_device(device) -> str:
+def resolve_device(device) -> str:
+    """A device name, or for None the one used automatically (CUDA when a GPU is usable)."""
     device = check_device(device)
     if device is None:
         return "cuda" if cuda_available() else "cpu"
@@ -38,27 +39,34 @@ def _resolve_device(device) -> str:
     return device
 
 
+def target_device(device) -> str:
+    """The device to decide for: ``device`` as given (a GPU need not be present), or for None
+    the one :func:`prepare` would use."""
+    return check_device(device) or resolve_device(None)
+
+
 def select(A, *, kernel: str | None = None, device: str | None = None, model=None) -> Decision:
     """The Decision that :func:`prepare` would start from, without converting A.
 
+    ``device="cuda"`` decides for a GPU even where none is present (nothing runs here).
     Guardrails act only on conversion: :func:`prepare` falls back down
     ``decision.candidates`` when a format refuses the matrix, and records it.
     """
-    return _decide(canonicalize(A), kernel, _resolve_device(device), model)
+    return _decide(canonicalize(A), kernel, target_device(device), model)
 
 
 def _decide(csr, kernel, device, model, params=None) -> Decision:
     if kernel is not None:
         registry.get(kernel)  # validates the name
-        return forced_decision(csr, kernel, params)
+        return forced_decision(csr, kernel, device, params)
     if params:
         raise ValueError("params= needs kernel= (parameters belong to one kernel)")
     choice = find_model(device, model)
     if choice is None:
-        return rule_decision(csr)
+        return rule_decision(csr, device)
     started = time.perf_counter()
-    values = features(csr)
-    decision = model_decision(csr, choice, values)
+    values = features(csr, device=device)
+    decision = model_decision(csr, choice, values, device)
     elapsed_ms = (time.perf_counter() - started) * 1e3
     decision.notes.append(f"features and prediction took {elapsed_ms:.2f} ms")
     return decision
@@ -77,7 +85,7 @@ def prepare(A, *, kernel: str | None = None, device: str | None = None, model=No
     memory, the tree's next choice is tried, and ``op.decision`` records it; a forced kernel
     raises instead.
     """
-    device = _resolve_device(device)
+    device = resolve_device(device)
     csr = canonicalize(A)
     decision = _decide(csr, kernel, device, model, params)
     while True:
@@ -88,7 +96,7 @@ def prepare(A, *, kernel: str | None = None, device: str | None = None, model=No
                 raise
             refused, fallback = decision.kernel, decision.candidates[0]
             decision = dataclasses.replace(
-                decision, kernel=fallback, params=registry.choose_params(fallback, csr),
+                decision, kernel=fallback, params=registry.choose_params(fallback, csr, device),
                 candidates=decision.candidates[1:],
                 notes=decision.notes + [f"guardrail: {refused} could not be built ({error}); "
                                         f"fell back to {fallback}, the tree's next choice"])

@@ -11,8 +11,7 @@ import scipy.sparse as sp
 from matrices import ALL
 
 from autospmv.cost import QUANTITY_NAMES, quantities
-from autospmv.formats.csr5 import choose_sigma
-from autospmv.registry import KERNELS, choose_hyb_width, choose_threads_per_row
+from autospmv.registry import KERNELS, choose_csr5_sigma, choose_hyb_width, choose_threads_per_row
 from autospmv.validation import canonicalize
 
 
@@ -25,7 +24,7 @@ def _warp_loops(lengths, rows_per_warp: int, lanes: int) -> int:
     return total
 
 
-def cost_reference(csr) -> dict[str, float]:
+def cost_reference(csr, device: str) -> dict[str, float]:
     """The quantities from the tables of the module docstring, one kernel at a time."""
     m, n = csr.shape
     nnz = csr.nnz
@@ -35,9 +34,9 @@ def cost_reference(csr) -> dict[str, float]:
     v = csr.dtype.itemsize
     vectors = v * (m + n)
     longest = int(lengths.max())
-    g = choose_threads_per_row(csr)["threads_per_row"]
-    w = choose_hyb_width(csr)["width"]
-    sigma = choose_sigma(csr)
+    g = choose_threads_per_row(csr, device)["threads_per_row"]
+    w = choose_hyb_width(csr, device)["width"]
+    sigma = choose_csr5_sigma(csr, device)["sigma"]
     tiles = math.ceil(nnz / (32 * sigma))
     overflow = np.maximum(lengths - w, 0)
     csr_bytes = nnz * (v + 4) + 4 * (m + 1) + vectors
@@ -61,22 +60,26 @@ def cost_reference(csr) -> dict[str, float]:
             for q, value in zip(("bytes", "work", "span", "atomics"), table[kernel])}
 
 
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
 @pytest.mark.parametrize("name", sorted(ALL))
-def test_matches_reference_on_family(name):
+def test_matches_reference_on_family(name, device):
     csr = canonicalize(ALL[name]())
-    got = quantities(csr)
+    got = quantities(csr, device)
     assert list(got) == list(QUANTITY_NAMES)
-    assert got == pytest.approx(cost_reference(csr), rel=1e-12)
+    assert got == pytest.approx(cost_reference(csr, device), rel=1e-12)
 
 
-def test_values_by_hand():
-    # Row lengths 3, 0, 1, 40 in a 4×50 float64 matrix: one warp, CSR-vector group 2
-    # (a quarter of the mean 11 is 2.75), HYB width 0 (fewer than 4096 rows), CSR5 σ = 16.
+def _rows_3_0_1_40() -> sp.csr_matrix:
     lengths = [3, 0, 1, 40]
     rows = np.repeat(np.arange(4), lengths)
     cols = np.concatenate([np.arange(k) for k in lengths])
-    A = sp.csr_matrix((np.ones(rows.size), (rows, cols)), shape=(4, 50))
-    q = quantities(canonicalize(A))
+    return canonicalize(sp.csr_matrix((np.ones(rows.size), (rows, cols)), shape=(4, 50)))
+
+
+def test_values_by_hand():
+    # Row lengths 3, 0, 1, 40 in a 4×50 float64 matrix on the CPU: one warp, CSR-vector group 2,
+    # HYB width 0 (fewer than 4096 rows), CSR5 σ = 2 × 16.
+    q = quantities(_rows_3_0_1_40(), "cpu")
     vectors = 8 * (4 + 50)
     assert q["coo_bytes"] == 44 * 16 + vectors and q["coo_atomics"] == 2
     assert (q["csr_scalar_work"], q["csr_scalar_span"]) == (32 * 40, 40)
@@ -86,7 +89,16 @@ def test_values_by_hand():
     assert q["ell_bytes"] == 4 * 40 * 12 + vectors and q["ell_work"] == 32 * 40
     assert (q["hyb_work"], q["hyb_span"], q["hyb_atomics"]) == (44, 1, 2)
     assert q["jds_work"] == 32 * 40 and q["jds_bytes"] == 44 * 12 + 4 * (4 + 41) + vectors
-    assert (q["csr5_span"], q["csr5_work"], q["csr5_atomics"]) == (16, 32 * 16, 2)
+    assert (q["csr5_span"], q["csr5_work"], q["csr5_atomics"]) == (32, 32 * 32, 2)
+
+
+def test_values_by_hand_on_cuda():
+    # The same matrix with the CUDA choosers: group 32 (the 40-long row's loop dominates in so
+    # small a matrix), one row a warp: loops 1, 0, 1 and 2 plus 5 reduction steps each; CSR5
+    # σ = 16 / 2 = 8 (one tile), atomics ⌈40/256⌉ + 1.
+    q = quantities(_rows_3_0_1_40(), "cuda")
+    assert (q["csr_vector_work"], q["csr_vector_span"]) == (32 * (4 + 4 * 5), 2 + 5)
+    assert (q["csr5_span"], q["csr5_work"], q["csr5_atomics"]) == (8, 32 * 8, 2)
 
 
 def test_sorted_warps_span_several_lengths():
@@ -95,9 +107,11 @@ def test_sorted_warps_span_several_lengths():
     rows = np.repeat(np.arange(70), lengths)
     cols = np.concatenate([np.arange(k) for k in lengths])
     A = canonicalize(sp.csr_matrix((np.ones(rows.size), (rows, cols)), shape=(70, 10)))
-    assert quantities(A)["jds_work"] == 32 * (9 + 5 + 5)
+    assert quantities(A, "cpu")["jds_work"] == 32 * (9 + 5 + 5)
 
 
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
 @pytest.mark.parametrize("shape", [(0, 0), (5, 0), (0, 5), (7, 3)])
-def test_empty(shape):
-    assert quantities(canonicalize(sp.csr_matrix(shape))) == dict.fromkeys(QUANTITY_NAMES, 0.0)
+def test_empty(shape, device):
+    assert quantities(canonicalize(sp.csr_matrix(shape)), device) == dict.fromkeys(
+        QUANTITY_NAMES, 0.0)

@@ -14,7 +14,7 @@ import pytest
 import scipy.sparse as sp
 
 import autospmv
-from autospmv.formats.csr5 import LONG_ROWS, OMEGA, SHORT_ROWS, CSR5Format, choose_sigma
+from autospmv.formats.csr5 import LONG_ROWS, OMEGA, SHORT_ROWS, CSR5Format, structural_sigma
 from autospmv.kernels.cpu import csr5 as cpu_csr5
 from autospmv.validation import canonicalize
 from matrices import FAMILY, TOLERANCE, from_row_lengths, random_matrix, reference, relative_error
@@ -175,17 +175,17 @@ def test_invalid_sigma_is_refused(sigma):
         CSR5Format.from_csr(canonical("rect_37x61"), sigma)
 
 
-def test_choose_sigma_follows_the_mean_row_length():
+def test_structural_sigma_follows_the_mean_row_length():
     def with_mean(mean_length: int) -> sp.csr_matrix:
         return from_row_lengths(np.full(64, mean_length), 200, seed=5)
 
-    assert choose_sigma(canonicalize(sp.csr_matrix((0, 0)))) == 12
-    assert choose_sigma(canonicalize(sp.csr_matrix((5, 5)))) == 12
-    assert [choose_sigma(with_mean(k)) for k in (1, 7, SHORT_ROWS, 9, 17, 100)] == [
+    assert structural_sigma(canonicalize(sp.csr_matrix((0, 0)))) == 12
+    assert structural_sigma(canonicalize(sp.csr_matrix((5, 5)))) == 12
+    assert [structural_sigma(with_mean(k)) for k in (1, 7, SHORT_ROWS, 9, 17, 100)] == [
         12, 12, 16, 16, 16, 16]
     long_rows = from_row_lengths(np.full(4, LONG_ROWS), 2 * LONG_ROWS, seed=5)
-    assert choose_sigma(canonicalize(long_rows)) == 8
-    assert autospmv.select(with_mean(5), kernel="csr5").params == {"sigma": 12}
+    assert structural_sigma(canonicalize(long_rows)) == 8
+    assert autospmv.select(with_mean(5), kernel="csr5", device="cpu").params == {"sigma": 24}
 
 
 # --- the CPU kernel ---------------------------------------------------------------------------
@@ -309,7 +309,7 @@ def test_cuda_kernel_on_a_large_power_law_matrix(dtype, rng):
     A = canonicalize(A).astype(dtype)  # sorts and sums repeated columns
     x = rng.uniform(-1, 1, A.shape[1]).astype(dtype)
     y_ref = reference(A, x)
-    for sigma in (4, choose_sigma(canonicalize(A)), 32):
+    for sigma in (4, structural_sigma(canonicalize(A)), 32):
         op = autospmv.prepare(A, kernel="csr5", device="cuda", params={"sigma": sigma})
         error = relative_error(op @ x, y_ref)
         assert error <= TOLERANCE[np.dtype(dtype)], f"sigma={sigma}: relative error {error:.3g}"

@@ -43,7 +43,7 @@ def compiled_ptx(launch) -> str:
 
 def build_program(kernel: str, csr):
     spec = registry.get(kernel)
-    params = registry.choose_params(kernel, csr)
+    params = registry.choose_params(kernel, csr, "cuda")
     fmt = spec.convert(csr, params)
     return spec.cuda_builder()(fmt, params, fmt.arrays())
 

@@ -6,8 +6,8 @@ that ``explain()`` prints. A retrained model changes them on purpose; regenerate
 
     AUTOSPMV_UPDATE_GOLDEN=1 python -m pytest tests/test_decisions.py
 
-and review the diff like any other change. No test here needs a GPU: the GPU model's decisions
-are computed from features on the CPU (``device="cpu", model=<file>``).
+and review the diff like any other change. No test here needs a GPU: ``select(device="cuda")``
+decides for a GPU without one.
 """
 
 from __future__ import annotations
@@ -99,7 +99,8 @@ def test_decisions_snapshot(model):
     blocks = []
     for name, make in REPRESENTATIVE.items():
         A = make()
-        decision = autospmv.select(A, device="cpu", model=model)
+        device = "cuda" if model.stem.startswith("cuda-") else "cpu"
+        decision = autospmv.select(A, device=device, model=model)
         kernel_line, path_line = decision.explain().splitlines()[:2]
         blocks.append(f"{name}: {A.shape[0]}×{A.shape[1]}, {A.nnz:,} nonzeros\n"
                       f"{kernel_line}\n{path_line}\n")
@@ -112,7 +113,7 @@ def test_decisions_snapshot(model):
 
 
 def test_gpu_decision_explains_itself():
-    decision = autospmv.select(poisson2d(60), device="cpu", model=GPU_MODEL)
+    decision = autospmv.select(poisson2d(60), device="cuda", model=GPU_MODEL)
     assert decision.source == "model cuda-nvidia-h200.json"
     assert decision.notes[0].startswith("model cuda-nvidia-h200.json (passed as model=")
     assert decision.notes[1].startswith("leaf ") and "training matrices" in decision.notes[1]

@@ -26,21 +26,22 @@ from autospmv.features import (
     features,
 )
 from autospmv.formats.hyb import width_cost
+from autospmv.session import target_device
 from autospmv.validation import canonicalize
 
 F = importlib.import_module("autospmv.features")  # the module (the package exports the function)
 
 
-def exact(A) -> dict[str, float]:
+def exact(A, device: str | None = None) -> dict[str, float]:
     """Features with every row scanned (no sampling)."""
-    return features(A, sample_rows=max(1, A.shape[0]))
+    return features(A, sample_rows=max(1, A.shape[0]), device=device)
 
 
 # ---------------------------------------------------------------------------------------------
 # A slow, direct reference: every feature from its definition in the module docstring.
 
 
-def reference(A) -> dict[str, float]:
+def reference(A, device: str | None = None) -> dict[str, float]:
     csr = canonicalize(A)
     m, n = csr.shape
     nnz = csr.nnz
@@ -53,7 +54,7 @@ def reference(A) -> dict[str, float]:
         "log10_nnz": math.log10(1 + nnz),
     }  # fmt: skip
     out.update(_reference_rows(lengths, m, nnz))
-    out.update(cost_reference(csr))
+    out.update(cost_reference(csr, target_device(device)))
     out.update(_reference_diagonals(rows, cols, m, n, nnz))
     out.update(_reference_blocks(rows, cols, m, n, nnz))
     out.update(_reference_sectors(csr, rows, cols, m, nnz))
@@ -146,12 +147,13 @@ def assert_features_close(got: dict, want: dict, rtol: float = 1e-9) -> None:
         assert got[name] == pytest.approx(float(want[name]), rel=rtol, abs=1e-12), name
 
 
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
 @pytest.mark.parametrize("name", sorted(ALL))
-def test_matches_reference_on_family(name):
+def test_matches_reference_on_family(name, device):
     A = ALL[name]()
-    got = exact(A)
+    got = exact(A, device)
     assert all(type(v) is float and math.isfinite(v) for v in got.values())
-    assert_features_close(got, reference(A))
+    assert_features_close(got, reference(A, device))
 
 
 @pytest.mark.parametrize("seed", range(4))

@@ -26,7 +26,7 @@ KERNELS = autospmv.KERNELS
 
 def convert(kernel: str, csr: sp.csr_matrix) -> SparseFormat:
     spec = registry.get(kernel)
-    return spec.convert(csr, registry.choose_params(kernel, csr))
+    return spec.convert(csr, registry.choose_params(kernel, csr, "cuda"))
 
 
 def assert_same_csr(actual: sp.csr_matrix, expected: sp.csr_matrix):

@@ -9,6 +9,7 @@ import scipy.sparse.linalg as spla
 
 import autospmv
 from autospmv import registry
+from autospmv.session import resolve_device
 from matrices import (
     FAMILY, assert_close, one_long_row, poisson2d, random_matrix, random_vector, reference,
     relative_error,
@@ -133,7 +134,8 @@ def test_select_decides_without_converting(A, monkeypatch):
     assert decision.kernel in KERNELS
     forced = autospmv.select(A, kernel="hyb")
     assert forced.kernel == "hyb" and forced.source == "forced"
-    assert forced.params == registry.choose_params("hyb", A.tocsr())
+    assert forced.params == registry.choose_params("hyb", A.tocsr(),
+                                                   resolve_device(None))
 
 
 @pytest.fixture

@@ -179,13 +179,19 @@ def test_measure_statuses():
 
 def test_configurations_cover_every_kernel_and_strategy():
     A = autospmv.validation.canonicalize(corpus.power_law("configs", 4000, 2.2))
-    chosen, variants = label.configurations(A)
+    chosen, variants = label.configurations(A, "cuda")
     assert [c.kernel for c in chosen] == list(autospmv.KERNELS)
     assert all(c.strategy == "chooser" and c.error is None for c in chosen)
     strategies = [(c.kernel, c.strategy) for c in variants]
     assert strategies == [("csr_vector", f"threads_per_row={t}") for t in (2, 4, 8, 16, 32)] + [
-        ("hyb", s) for s in label.HYB_STRATEGIES] + [("csr5", "sigma/2"), ("csr5", "sigma*2")]
-    assert label.configurations(A, variants=False)[1] == []
+        ("hyb", s) for s in label.HYB_STRATEGIES] + [
+        ("csr5", f"sigma={s}") for s in (4, 6, 8, 12, 16, 24, 32)]
+    assert label.configurations(A, "cuda", variants=False)[1] == []
+    for device in ("cpu", "cuda"):  # the choosers' parameters are among the variants
+        chosen, variants = label.configurations(A, device)
+        for config in chosen:
+            if config.params:
+                assert config.params in [v.params for v in variants if v.kernel == config.kernel]
 
 
 @pytest.fixture(scope="module")
@@ -205,7 +211,8 @@ def test_label_tiny_corpus_on_cpu(tiny_labels):
         assert record["schema"] == label.SCHEMA and record["dtype"] == "float64"
         assert list(record["features"]) == list(FEATURE_NAMES)
         assert set(record["kernels"]) == set(autospmv.KERNELS)
-        assert len(record["variants"]) == 10
+        assert len(record["variants"]) == len(label.THREADS_PER_ROW) + len(
+            label.HYB_STRATEGIES) + len(label.CSR5_SIGMAS)
         assert record["device"]["device"] == "cpu" and record["versions"]["numba"]
         assert record["features_ms"] > 0 and record["date"]
         ok = {k: r for k, r in record["kernels"].items() if r["status"] == "ok"}

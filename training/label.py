@@ -1,11 +1,10 @@
 """Labelling: time every kernel on every corpus matrix and write one JSON line per matrix.
 
 For each matrix the labeller canonicalises it, computes :func:`autospmv.features.features`
-(timed), and measures every kernel of :data:`autospmv.KERNELS` with its chooser's parameters,
-plus parameter variants that show whether the choosers choose well: ``csr_vector`` with every
-group size, ``hyb`` with every width strategy of :mod:`autospmv.formats.hyb`, ``csr5`` with half
-and twice the chosen tile height (strategies ``sigma/2``, ``sigma*2``, clamped to the allowed
-range). A configuration whose parameters equal one already measured is not timed again; its
+(timed), and measures every kernel of :data:`autospmv.KERNELS` with its chooser's parameters for
+the device, plus parameter variants that show whether the choosers choose well: ``csr_vector``
+with every group size, ``hyb`` with every width strategy of :mod:`autospmv.formats.hyb`,
+``csr5`` with every tile height of :data:`CSR5_SIGMAS`. A configuration whose parameters equal one already measured is not timed again; its
 record repeats the measurement. All configurations of a matrix are built and checked first and
 then timed together, interleaved (:meth:`training.timing.Bench.time_all`).
 
@@ -63,7 +62,6 @@ from autospmv import registry
 from autospmv.features import features
 from autospmv.formats import hyb
 from autospmv.formats.base import FormatTooLargeError, row_lengths
-from autospmv.formats.csr5 import SIGMA_RANGE
 from autospmv.validation import canonicalize
 from training import corpus as corpus_module
 from training.timing import (TOLERANCE, Bench, TimingOptions, device_info, relative_error,
@@ -72,6 +70,7 @@ from training.timing import (TOLERANCE, Bench, TimingOptions, device_info, relat
 SCHEMA = "autospmv-labels/1"
 THREADS_PER_ROW = (2, 4, 8, 16, 32)
 HYB_STRATEGIES = ("width_quantile", "width_cusp", "width_cost")
+CSR5_SIGMAS = (4, 6, 8, 12, 16, 24, 32)
 TIMING_MODES = ("per_call", "b2b")
 
 
@@ -93,9 +92,9 @@ def _describe(err: BaseException) -> str:
     return f"{type(err).__name__}: {err}"
 
 
-def _chooser_config(kernel: str, csr) -> Config:
+def _chooser_config(kernel: str, csr, device: str) -> Config:
     try:
-        return Config(kernel, registry.choose_params(kernel, csr), "chooser")
+        return Config(kernel, registry.choose_params(kernel, csr, device), "chooser")
     except Exception as err:  # recorded as a failed configuration
         return Config(kernel, None, "chooser", _describe(err))
 
@@ -107,20 +106,17 @@ def _hyb_config(strategy: str, lengths: np.ndarray) -> Config:
         return Config("hyb", None, strategy, _describe(err))
 
 
-def configurations(csr, variants: bool = True) -> tuple[list[Config], list[Config]]:
-    """(one chooser configuration per kernel, the parameter variants) for canonical ``csr``."""
-    chosen = [_chooser_config(kernel, csr) for kernel in autospmv.KERNELS]
+def configurations(csr, device: str, variants: bool = True) -> tuple[list[Config], list[Config]]:
+    """(one chooser configuration per kernel for ``device``, the parameter variants) for
+    canonical ``csr``."""
+    chosen = [_chooser_config(kernel, csr, device) for kernel in autospmv.KERNELS]
     if not variants:
         return chosen, []
     extra = [Config("csr_vector", {"threads_per_row": t}, f"threads_per_row={t}")
              for t in THREADS_PER_ROW]
     lengths = row_lengths(csr)
     extra += [_hyb_config(strategy, lengths) for strategy in HYB_STRATEGIES]
-    csr5 = next(c.params for c in chosen if c.kernel == "csr5")
-    if csr5 is not None:
-        low, high = SIGMA_RANGE
-        extra.append(Config("csr5", {"sigma": max(low, csr5["sigma"] // 2)}, "sigma/2"))
-        extra.append(Config("csr5", {"sigma": min(high, 2 * csr5["sigma"])}, "sigma*2"))
+    extra += [Config("csr5", {"sigma": sigma}, f"sigma={sigma}") for sigma in CSR5_SIGMAS]
     return chosen, extra
 
 
@@ -198,13 +194,13 @@ def label_matrix(entry: corpus_module.Entry, csr, device: str, options: TimingOp
                  variants: bool = True) -> dict:
     """The label record of one canonical matrix (without the run-wide keys)."""
     started = time.perf_counter()
-    feats = features(csr)
+    feats = features(csr, device=device)
     features_ms = (time.perf_counter() - started) * 1e3
     m, n = csr.shape
     x = np.random.default_rng(0).uniform(-1.0, 1.0, n).astype(csr.dtype)
     y_ref = csr.astype(np.float64) @ x.astype(np.float64)
     bench = Bench(device, x, m, options)
-    chosen, extra = configurations(csr, variants)
+    chosen, extra = configurations(csr, device, variants)
     done: dict[str, dict] = {}  # config key -> result (failed choosers apart)
     ops: dict[str, object] = {}
     for config in chosen + extra:

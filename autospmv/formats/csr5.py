@@ -54,6 +54,7 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 
+from ..registry import CUDA_WARPS_IN_FLIGHT
 from .base import SparseFormat
 
 OMEGA = 32
@@ -91,19 +92,48 @@ LONG_ROWS = 1024
 SHORT_ROWS = 8
 """Mean row length below which σ = 12 beats σ = 16 (:func:`choose_sigma`)."""
 
+VERY_SHORT_ROWS = 2
+"""Mean row length below which the CUDA kernel runs faster with half the tile height."""
 
-def choose_sigma(csr: sp.csr_matrix) -> int:
+
+def choose_sigma(csr: sp.csr_matrix, device: str) -> int:
+    """Tile height σ for ``device`` ("cpu" or "cuda"), from the structural rule of
+    :func:`structural_sigma`.
+
+    CUDA: the structural σ, halved when the matrix has fewer tiles than
+    :data:`~autospmv.registry.CUDA_WARPS_IN_FLIGHT` (each tile is one warp's work, so the lanes'
+    σ-long loops then set the time, not the bandwidth) or rows shorter than
+    :data:`VERY_SHORT_ROWS` on average (a lane then stores about σ row results, one per step).
+    CPU: twice the structural σ, since a CPU thread walks a tile's lanes in turn and longer tiles
+    amortise the per-tile descriptors and carries.
+
+    Measured per call against σ/2, σ and 2σ of the structural rule (174 matrices of
+    10⁴–10⁷ nonzeros on an H200, 115 on a 2-core Xeon; ``models/labels``): on the H200 the
+    structural rule reached 0.937 of the fastest on geometric mean, this one 0.993 (within 10 %
+    on 98.9 % of the matrices, worst 0.88); on the CPU, 2σ reached 0.968 against 0.943.
+    """
+    sigma = structural_sigma(csr)
+    if device == "cpu":
+        return 2 * sigma
+    m = csr.shape[0]
+    few_tiles = csr.nnz < OMEGA * sigma * CUDA_WARPS_IN_FLIGHT
+    very_short = m > 0 and csr.nnz < VERY_SHORT_ROWS * m
+    return sigma // 2 if few_tiles or very_short else sigma
+
+
+def structural_sigma(csr: sp.csr_matrix) -> int:
     """Tile height σ from the mean row length μ: 16; 12 when μ < :data:`SHORT_ROWS`; 8 when
     μ ≥ :data:`LONG_ROWS`.
 
     σ trades the per-tile work (12 bytes of descriptors per lane, the cross-lane scan, up to two
     atomics), paid once per σ multiply-adds per lane, against the length of the lanes' loops.
     With the GPU kernel loading four entries per step, long loops cost little, so 16 wins on most
-    matrices. Very short rows make every step branch at row starts and store rows, and there 12
-    is faster. When rows are much longer than a tile, tiles are summed by the kernel's one-row
-    path and smaller tiles give more warps in flight. Multiples of 4 only: a partial last step
-    wastes loads. Measured on an H200 (float64, 38 matrices of 10–20M nonzeros, σ in 4, 8, 12,
-    16: ``benchmarks/results/csr5-sigma-h200-2026-11-22.json``): within 6 % of the fastest σ
+    large matrices. Very short rows make every step branch at row starts and store rows, and
+    there 12 is faster. When rows are much longer than a tile, tiles are summed by the kernel's
+    one-row path and smaller tiles give more warps in flight. Multiples of 4, since a partial last
+    step wastes loads (the halved σ = 6 of :func:`choose_sigma` serves where the lanes' loop
+    latency, not their loads, sets the time). Measured on an H200 (float64, 38 matrices of 10–20M nonzeros, σ in 4, 8,
+    12, 16: ``benchmarks/results/csr5-sigma-h200-2026-11-22.json``): within 6 % of the fastest σ
     everywhere, 0.9 % on geometric mean.
     """
     m = csr.shape[0]

@@ -1,0 +1,82 @@
+"""Tests of the device-specific parameter choosers (CSR-vector group size, CSR5 tile height):
+the formulas of their docstrings on matrices whose answer is worked out by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from matrices import ALL, from_row_lengths
+
+import autospmv
+from autospmv import registry
+from autospmv.formats import csr5
+from autospmv.validation import canonicalize
+
+
+def rows_of(lengths, n: int = 400) -> sp.csr_matrix:
+    return canonicalize(from_row_lengths(np.asarray(lengths), n, seed=3))
+
+
+def group(csr, device: str) -> int:
+    return registry.choose_threads_per_row(csr, device)["threads_per_row"]
+
+
+@pytest.mark.parametrize("name", sorted(ALL))
+def test_cpu_group_is_two_and_every_choice_is_valid(name):
+    csr = canonicalize(ALL[name]())
+    assert group(csr, "cpu") == 2
+    assert group(csr, "cuda") in (2, 4, 8, 16, 32)
+    assert registry.choose_csr5_sigma(csr, "cuda")["sigma"] in (4, 6, 8, 12, 16)
+    assert registry.choose_csr5_sigma(csr, "cpu")["sigma"] in (16, 24, 32)
+
+
+def test_cuda_group_on_regular_rows(monkeypatch):
+    # 200 rows of 64: L = 64, g₀ = 16. Few warps: rows·g/(8W) is tiny and the shorter loop of
+    # g = 32 (2 steps against 4) wins; on a saturated GPU (W = 1) the throughput term keeps 16.
+    csr = rows_of([64] * 200)
+    assert group(csr, "cuda") == 32
+    monkeypatch.setattr(registry, "CUDA_WARPS_IN_FLIGHT", 1)
+    assert group(csr, "cuda") == 16
+
+
+def test_cuda_group_for_one_long_row_among_short_ones(monkeypatch):
+    # 100 000 rows of 1 and one of 300: L = (10⁵ + 300²)/100 300 ≈ 1.9, so g₀ = 2; the costs
+    # 10⁵·g/32768 + ⌈300/g⌉ are 156.1, 87.2, 62.4, 67.8 and 107.7 for g = 2…32.
+    csr = rows_of([1] * 100_000 + [300], n=1000)
+    assert group(csr, "cuda") == 8
+    monkeypatch.setattr(registry, "CUDA_WARPS_IN_FLIGHT", 10**9)  # the long row alone counts
+    assert group(csr, "cuda") == 32
+    monkeypatch.setattr(registry, "CUDA_WARPS_IN_FLIGHT", 1)  # the warps alone count
+    assert group(csr, "cuda") == 2
+
+
+def test_empty_matrices_get_the_smallest_group():
+    for shape in [(0, 0), (5, 0), (7, 3)]:
+        assert group(canonicalize(sp.csr_matrix(shape)), "cuda") == 2
+
+
+def test_cuda_sigma_halves_for_few_tiles_or_very_short_rows(monkeypatch):
+    nine = rows_of([9] * 300)  # structural σ 16, one tile's worth of warps: halved
+    assert csr5.structural_sigma(nine) == 16
+    assert registry.choose_csr5_sigma(nine, "cuda") == {"sigma": 8}
+    assert registry.choose_csr5_sigma(nine, "cpu") == {"sigma": 32}
+    monkeypatch.setattr(csr5, "CUDA_WARPS_IN_FLIGHT", 1)  # as many tiles as warps in flight
+    assert registry.choose_csr5_sigma(nine, "cuda") == {"sigma": 16}
+    short = rows_of([1] * 300 + [2] * 100)  # mean 1.25 < 2: halved even with many tiles
+    assert csr5.structural_sigma(short) == 12
+    assert registry.choose_csr5_sigma(short, "cuda") == {"sigma": 6}
+
+
+def test_choosers_refuse_an_unknown_device():
+    csr = rows_of([3] * 10)
+    for kernel in ("csr_vector", "csr5"):
+        with pytest.raises(ValueError, match="parameters are chosen for a device"):
+            registry.choose_params(kernel, csr, None)
+
+
+def test_select_tunes_for_the_requested_device():
+    # select() decides for a GPU even where none is present.
+    nine = rows_of([9] * 300)
+    assert autospmv.select(nine, kernel="csr5", device="cuda").params == {"sigma": 8}
+    assert autospmv.select(nine, kernel="csr5", device="cpu").params == {"sigma": 32}
