@@ -285,6 +285,11 @@ def test_tiny_end_to_end_through_the_cli(tiny_labels, tmp_path, capsys):
     A = corpus.uniform_random("unseen", 3000, 6)
     assert model.predict(features(A)) in autospmv.KERNELS
     assert "## All policies" in report.read_text()
+    assert "(objectives: correction)" in report.read_text()
+    assert main(["train", str(labels), "--out", str(model_path), "--report", str(report),
+                 "--folds", "3", "--objectives", "fastest", "quality"]) == 0
+    assert "(objectives: fastest, quality)" in report.read_text()
+    assert TreeModel.load(model_path).ranking == "value"
     assert main(["corpus", "--corpus", "tiny", "--matrices"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == len(corpus.corpus("tiny"))
     assert main(["train", str(tmp_path / "missing.jsonl"), "--out", str(model_path)]) == 2
@@ -475,6 +480,19 @@ def test_cost_model_recovers_known_coefficients():
     # Exact estimates: the cost model alone picks the fastest kernel everywhere.
     chosen = train.cost_policy(cost_model, ds, np.arange(len(ds)))
     assert train.selection_metrics(ds.times, chosen)["geomean"] == pytest.approx(1.0)
+
+
+def test_hyper_grid():
+    assert {h.objective for h in train.GRID} == {"correction"}
+    assert {h.max_depth for h in train.GRID} == {0, 1, 2, 3, 4}
+    assert {h.min_samples_leaf for h in train.GRID} == {4, 8}
+    assert train.GRID[0] == train.Hyper(0, 8, "none", "correction")
+    wide = train.hyper_grid(train.OBJECTIVES)
+    assert {h.objective for h in wide} == set(train.OBJECTIVES)
+    assert not any(h.max_depth == 0 for h in wide if h.objective != "correction")
+    for bad in ((), ("deepest",)):
+        with pytest.raises(ValueError, match="objectives must be among"):
+            train.hyper_grid(bad)
 
 
 @pytest.mark.parametrize("objective", train.OBJECTIVES)

@@ -6,7 +6,7 @@
     python -m training label   --corpus default --device cuda --out labels.jsonl[.gz]
                                [--budget-minutes 15] [--matrices DIR ...] [--dtype float64]
     python -m training train   labels.jsonl[.gz] [...] --out model.json [--report report.md]
-                               [--timing per_call|b2b]
+                               [--timing per_call|b2b] [--objectives correction ...]
     python -m training retrain [--device cuda|cpu] [--budget-minutes N]
 
 ``retrain`` labels a corpus sized for this machine's device within the time budget (default
@@ -43,6 +43,7 @@ def _default_device() -> str:
 def _parser(prog: str = "python -m training") -> argparse.ArgumentParser:
     from training.corpus import PRESETS
     from training.label import TIMING_MODES
+    from training.train import DEFAULT_OBJECTIVES, OBJECTIVES
 
     parser = argparse.ArgumentParser(prog=prog, description=(
         "Label matrices with every kernel's time, train the kernel-selection tree, export it."))
@@ -82,6 +83,9 @@ def _parser(prog: str = "python -m training") -> argparse.ArgumentParser:
     p.add_argument("--timing", choices=TIMING_MODES, default="per_call",
                    help="timing mode that defines the fastest kernel (default: %(default)s)")
     p.add_argument("--folds", type=int, default=5)
+    p.add_argument("--objectives", nargs="+", choices=OBJECTIVES, default=list(DEFAULT_OBJECTIVES),
+                   help="tree objectives cross-validation may choose among (default: "
+                        "%(default)s; see training/train.py)")
 
     p = commands.add_parser("retrain", help="label, train and install a model for this machine")
     p.add_argument("--matrices", nargs="*", default=_default_folders(), metavar="DIR")
@@ -147,7 +151,7 @@ def main(argv=None, prog: str = "python -m training") -> int:
             from training.train import train_files
 
             result = train_files(args.labels, args.out, args.report, mode=args.timing,
-                                 n_splits=args.folds)
+                                 n_splits=args.folds, objectives=args.objectives)
             if args.report is None:
                 print(result.report)
             print(f"wrote {args.out}: {result.model!r}", file=sys.stderr)

@@ -60,15 +60,23 @@ Objectives (what a tree is fitted to):
     argmax is the leaf's choice and whose order is the fallback order.
 
 Model selection: cross-validation grouped by (family, synthetic or real), so no family is in
-both the training and the test part, chooses the objective, ``max_depth``,
-``min_samples_leaf`` and the sample weighting (``none``; ``ratio`` = t(worst ok kernel)/t(best);
-``log_ratio`` = 1 + ln of that ratio: how much is at stake on a matrix) by the mean log q of
+both the training and the test part, chooses among :func:`hyper_grid` the objective,
+``max_depth``, ``min_samples_leaf`` and the sample weighting (``none``; ``ratio`` = t(worst ok
+kernel)/t(best); ``log_ratio`` = 1 + ln of that ratio: how much is at stake on a matrix) by
+the mean log q of
 the out-of-fold choices (a miss scores as the worst ok kernel); ties go to the simpler tree.
 The reported per-fold scores come from nested cross-validation (the hyperparameters of each
 outer fold are chosen on its training part alone), so they are not biased by that choice. The
 exported model uses the hyperparameters chosen by cross-validation on all matrices and is
 fitted on all of them. Real matrices are also evaluated family by family, each family left
 out of training and of the hyperparameter choice for its model.
+
+The grid is small on purpose. With about 20 groups, choosing among many objectives, depths and
+leaf sizes fits the inner folds' noise (the outer folds each picked a different objective and
+depth). On three H200 labellings of one corpus, searching only ``correction`` trees of depth
+≤ 4 with leaves of ≥ 4 matrices, instead of all three objectives at any depth and leaf size,
+raised the nested-CV geometric mean on all three and the share within 10 % of the best on
+two (``models/README.md`` has the figures). ``--objectives`` widens the search.
 """
 
 from __future__ import annotations
@@ -119,15 +127,28 @@ class Hyper:
     objective: str = "quality"
 
 
-GRID = tuple(
-    Hyper(depth, leaf, weighting, objective)
-    for objective in OBJECTIVES
-    for depth in ((0,) if objective == "correction" else ()) + (1, 2, 3, 4, 5, 6, 8, None)
-    for leaf in (8, 4, 2, 1)
-    for weighting in WEIGHTINGS
-)
-"""Simplest first (the plain classifier, shallow, large leaves, unweighted): the first of equal
-scores wins."""
+DEFAULT_OBJECTIVES = ("correction",)
+"""The objectives cross-validation searches unless told otherwise (see "Model selection")."""
+
+
+def hyper_grid(objectives=DEFAULT_OBJECTIVES) -> tuple[Hyper, ...]:
+    """The hyperparameters cross-validation chooses among for ``objectives``: depth up to 4
+    (0 too for ``correction``), leaves of at least 4 matrices, every weighting. Simplest first
+    (shallow, large leaves, unweighted): the first of equal scores wins."""
+    unknown = [o for o in objectives if o not in OBJECTIVES]
+    if unknown or not objectives:
+        raise ValueError(f"objectives must be among {', '.join(OBJECTIVES)}; got "
+                         f"{', '.join(map(str, objectives)) or 'none'}")
+    return tuple(
+        Hyper(depth, leaf, weighting, objective)
+        for objective in objectives
+        for depth in ((0,) if objective == "correction" else ()) + (1, 2, 3, 4)
+        for leaf in (8, 4)
+        for weighting in WEIGHTINGS
+    )
+
+
+GRID = hyper_grid()
 FALLBACK_HYPER = Hyper(4, 2, "log_ratio")
 """Used when the data has fewer than two groups, so that nothing can be cross-validated."""
 
@@ -573,8 +594,8 @@ def train(records, *, mode: str = "per_call", n_splits: int = 5, grid=GRID,
         "in_sample": selection_metrics(ds.times, tree_policy(fitted, ds, np.arange(len(ds)))),
     }
     model = fitted.export(provenance)
-    scores = {"hyper": hyper, "cv": cv, "folds": folds, "lofo": lofo, "lofo_all": lofo_all,
-              "lofo_chosen": lofo_chosen, "dropped": dropped}
+    scores = {"hyper": hyper, "grid": grid, "cv": cv, "folds": folds, "lofo": lofo,
+              "lofo_all": lofo_all, "lofo_chosen": lofo_chosen, "dropped": dropped}
     report = _report(ds, model, scores, records, mode)
     return TrainResult(model, report, scores)
 
@@ -648,15 +669,17 @@ def file_digest(path) -> dict:
     return {"file": Path(path).name, "sha256": hashlib.sha256(data).hexdigest()}
 
 
-def train_files(paths, out, report=None, *, mode: str = "per_call",
-                n_splits: int = 5) -> TrainResult:
-    """Train on label files, write the model JSON to ``out`` and the report to ``report``."""
+def train_files(paths, out, report=None, *, mode: str = "per_call", n_splits: int = 5,
+                objectives=DEFAULT_OBJECTIVES) -> TrainResult:
+    """Train on label files, write the model JSON to ``out`` and the report to ``report``;
+    cross-validation searches :func:`hyper_grid` of ``objectives``."""
     records, files = [], []
     for path in paths:
         recs = read_records(path)
         records += recs
         files.append(dict(file_digest(path), records=len(recs)))
-    result = train(records, mode=mode, n_splits=n_splits, label_files=files)
+    result = train(records, mode=mode, n_splits=n_splits, grid=hyper_grid(objectives),
+                   label_files=files)
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     result.model.to_json(out)
     if report is not None:
@@ -759,7 +782,9 @@ def _report(ds: Dataset, model: TreeModel, scores: dict, records, mode: str) -> 
         parts.append(f"Dropped (no kernel ran correctly): {', '.join(scores['dropped'])}.")
     parts.append("Fastest kernel: " + ", ".join(f"{k} {c}" for k, c in zip(labels, counts))
                  + " matrices.")
-    parts.append(f"Chosen by grouped CV on all matrices: objective={hyper.objective}"
+    searched = ", ".join(dict.fromkeys(h.objective for h in scores["grid"]))
+    parts.append(f"Chosen by grouped CV on all matrices among {len(scores['grid'])} settings "
+                 f"(objectives: {searched}): objective={hyper.objective}"
                  + (f" (floor {QUALITY_FLOOR})" if hyper.objective == "quality" else "")
                  + f", max_depth={hyper.max_depth}, min_samples_leaf={hyper.min_samples_leaf}, "
                  f"weighting={hyper.weighting}; tree: {model.n_nodes} nodes, depth "
