@@ -60,8 +60,8 @@ def _resolve(reference: str):
 
 CUDA_WARPS_IN_FLIGHT = 4096
 """Warps a large GPU runs at once, as the CUDA choosers count them: an H100/H200 holds 132 SMs ×
-64 = 8448, and the choices below are the same within 1 % (geometric mean over 174 matrices of the
-H200 labels) for any value from 3000 to 8448."""
+64 = 8448, and the choosers' quality (geometric mean over the 174 H200-labelled matrices they
+were designed on) moves by less than 1 % for any value from 3000 to 8448."""
 
 
 def no_params(csr: sp.csr_matrix, device: str) -> dict:
@@ -88,10 +88,11 @@ def choose_threads_per_row(csr: sp.csr_matrix, device: str) -> dict:
     such a row, which amortises the group's shuffle reduction: the fastest g on regular matrices.
     Larger groups cost warps, rows·g/32 of about four steps each, shared among W warps in flight
     (the first term), and shorten the longest row's loop (the second term), which bounds the
-    time when the matrix is small or has a few long rows. Measured on an H200 (per-call times of
-    g = 2…32 on 174 matrices of 10⁴–10⁷ nonzeros, ``models/labels``): 0.986 of the fastest g
-    on geometric mean and within 10 % of it on 96.6 % of the matrices, worst 0.70; the mean row
-    length alone (g ≈ mean/4) reached 0.70, 57.5 % and 0.09.
+    time when the matrix is small or has a few long rows. Designed on per-call times of
+    g = 2…32 for 174 matrices of 10⁴–10⁷ nonzeros on an H200, where the mean row length alone
+    (g ≈ mean/4) reached 0.70 of the fastest g on geometric mean (57.5 % of the matrices within
+    10 %, worst 0.09); on a fresh labelling of them (``models/labels``) this rule reaches 0.984
+    (96.0 %, worst 0.70).
     """
     device = check_device_name(device)
     if device == "cpu":
