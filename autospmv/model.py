@@ -642,13 +642,17 @@ def device_slug(device: str | None = None) -> str:
     """A file-name-safe identifier of the device models are trained for.
 
     ``"cuda-<gpu name>"`` for the current CUDA GPU, ``"cpu-<cpu model>"`` for the CPU;
-    ``device=None`` means CUDA when a usable GPU is present.
+    ``device=None`` means CUDA when a usable GPU is present. ``"cuda"`` without a usable GPU
+    (deciding for a GPU elsewhere) gives ``"cuda-no-gpu"``, which names no model, so that the
+    nearest shipped GPU model decides.
     """
     from .session import cuda_available
 
     if device is None:
         device = "cuda" if cuda_available() else "cpu"
     if device == "cuda":
+        if not cuda_available():
+            return "cuda-no-gpu"
         from numba import cuda
 
         if cuda.config.ENABLE_CUDASIM:

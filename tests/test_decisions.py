@@ -112,6 +112,16 @@ def test_decisions_snapshot(model):
     assert len(kernels) >= (4 if model.stem.startswith("cuda-") else 2), kernels
 
 
+def test_deciding_for_a_gpu_without_one_uses_the_nearest_gpu_model(monkeypatch):
+    monkeypatch.setattr(autospmv.session, "cuda_available", lambda: False)
+    decision = autospmv.select(poisson2d(20), device="cuda")
+    assert decision.source == "model cuda-nvidia-h200.json"
+    assert "the nearest to this device (cuda-no-gpu)" in decision.notes[0]
+    explicit = autospmv.select(poisson2d(20), device="cuda", model=GPU_MODEL)
+    assert (decision.kernel, decision.params, decision.path) == (
+        explicit.kernel, explicit.params, explicit.path)
+
+
 def test_gpu_decision_explains_itself():
     decision = autospmv.select(poisson2d(60), device="cuda", model=GPU_MODEL)
     assert decision.source == "model cuda-nvidia-h200.json"

@@ -284,6 +284,13 @@ def test_slugs():
         device_slug("gpu")
 
 
+def test_cuda_slug_without_a_gpu(monkeypatch):
+    import autospmv.session
+
+    monkeypatch.setattr(autospmv.session, "cuda_available", lambda: False)
+    assert device_slug("cuda") == "cuda-no-gpu"
+
+
 # -- cost models ------------------------------------------------------------------------------
 
 
