@@ -17,7 +17,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .formats.base import SparseFormat, row_lengths
-from .validation import DEVICES
+from .validation import DEVICES, check_device
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,8 +80,8 @@ def choose_threads_per_row(csr: sp.csr_matrix, device: str) -> dict:
     """CSR-vector group size g (threads per row, a power of two in [2, 32]).
 
     CPU: 2. There a group's lanes are accumulators of one thread, and the reduction over more
-    of them costs more than it saves (on the CPU labels in ``models/labels``, g = 2 reaches 0.990 of the best
-    g on geometric mean and is within 10 % of it on 94.8 % of the matrices).
+    of them costs more than it saves (on the CPU labels in ``models/labels``, g = 2 reaches
+    0.990 of the best g on geometric mean and is within 10 % of it on 94.8 % of the matrices).
 
     CUDA: the g ≥ g₀ that minimises ``rows·g / (8·W) + ⌈max row / g⌉`` (W:
     :data:`CUDA_WARPS_IN_FLIGHT`). g₀, the largest power of two ≤ L/4 with L = Σ len² / Σ len
@@ -99,7 +99,7 @@ def choose_threads_per_row(csr: sp.csr_matrix, device: str) -> dict:
     if device == "cpu":
         return {"threads_per_row": 2}
     m = csr.shape[0]
-    lengths = np.diff(csr.indptr)
+    lengths = row_lengths(csr)
     if m == 0 or csr.nnz == 0:
         return {"threads_per_row": 2}
     weighted = float(np.dot(lengths, lengths.astype(np.float64))) / csr.nnz
@@ -123,9 +123,10 @@ def choose_csr5_sigma(csr: sp.csr_matrix, device: str) -> dict:
 
 
 def check_device_name(device) -> str:
-    """``device`` if it names a device (not None: choosers tune for one), else a ValueError."""
-    if device not in DEVICES:
-        raise ValueError(f"parameters are chosen for a device in {DEVICES}; got {device!r}")
+    """``device`` if it names a device, else a ValueError: :func:`validation.check_device`,
+    without its None (automatic), since choosers tune for one device."""
+    if check_device(device) is None:
+        raise ValueError(f"parameters are chosen for a device in {DEVICES}; got None")
     return device
 
 

@@ -177,8 +177,8 @@ def model_decision(csr: sp.csr_matrix, choice: ModelChoice, features: dict,
     used = {step.split(" = ")[0] for step in path}
     inputs = model.inputs(features)
     return Decision(ranked[0], registry.choose_params(ranked[0], csr, device),
-                    f"model {choice.name}", path, {name: inputs[name] for name in inputs if name in used}, notes,
-                    ranked[1:])
+                    f"model {choice.name}", path,
+                    {name: inputs[name] for name in inputs if name in used}, notes, ranked[1:])
 
 
 def forced_decision(csr: sp.csr_matrix, kernel: str, device: str,

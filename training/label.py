@@ -4,9 +4,10 @@ For each matrix the labeller canonicalises it, computes :func:`autospmv.features
 (timed), and measures every kernel of :data:`autospmv.KERNELS` with its chooser's parameters for
 the device, plus parameter variants that show whether the choosers choose well: ``csr_vector``
 with every group size, ``hyb`` with every width strategy of :mod:`autospmv.formats.hyb`,
-``csr5`` with every tile height of :data:`CSR5_SIGMAS`. A configuration whose parameters equal one already measured is not timed again; its
-record repeats the measurement. All configurations of a matrix are built and checked first and
-then timed together, interleaved (:meth:`training.timing.Bench.time_all`).
+``csr5`` with every tile height of :data:`CSR5_SIGMAS`. A configuration whose parameters equal
+one already measured is not timed again; its record repeats the measurement. All
+configurations of a matrix are built and checked first and then timed together, interleaved
+(:meth:`training.timing.Bench.time_all`).
 
 Each configuration gets a status:
 
@@ -129,11 +130,16 @@ def _result(config: Config, status: str, reason: str | None = None, **values) ->
     return out
 
 
+def _chooser_failed(config: Config) -> dict:
+    """The result of a configuration whose parameters could not be chosen."""
+    return _result(config, "failed", f"choosing parameters: {config.error}")
+
+
 def build(csr, config: Config, bench: Bench, y_ref: np.ndarray) -> tuple[dict, object]:
     """Build and check one configuration: (its result, the operator to time, or None when the
     result is final: infeasible, incorrect or failed)."""
     if config.error:
-        return _result(config, "failed", f"choosing parameters: {config.error}"), None
+        return _chooser_failed(config), None
     started = time.perf_counter()
     try:
         op = autospmv.prepare(csr, kernel=config.kernel, device=bench.device,
@@ -215,9 +221,7 @@ def label_matrix(entry: corpus_module.Entry, csr, device: str, options: TimingOp
     release_device_memory(device)
 
     def result(config: Config) -> dict:
-        if config.error:
-            return _result(config, "failed", f"choosing parameters: {config.error}")
-        return done[config.key]
+        return _chooser_failed(config) if config.error else done[config.key]
 
     kernels = {c.kernel: result(c) for c in chosen}
     variant_records = [{"kernel": c.kernel, "strategy": c.strategy, **result(c)} for c in extra]

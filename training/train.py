@@ -29,9 +29,8 @@ its time over the matrix's cost quantities (:mod:`autospmv.cost`: bytes moved, t
 the longest thread's loop, atomics into one entry, plus a constant, rows and nnz) by
 non-negative least squares on relative error. The quantities are structural counts (for the
 parameters the device's choosers pick); the coefficients are this device's (µs per byte, per
-step, per launch…). Its estimates
-reach the tree as ``est_<kernel> = log2(t̂_k / min_j t̂_j)`` (0 for the kernel it expects
-fastest). The tree reads them next to the sizes (``fastest``, ``quality``) or next to every
+step, per launch…). Its estimates reach the tree as ``est_<kernel> = log2(t̂_k / min_j t̂_j)``
+(0 for the kernel it expects fastest). The tree reads them next to the sizes (``fastest``, ``quality``) or next to every
 structural feature (``correction``), and can so follow the cost model where it is right and
 overrule it where the labels showed it wrong. The cost model is fitted on each training part
 of the cross-validation like the tree, and its own out-of-fold choices are reported as the
@@ -64,8 +63,8 @@ Model selection: cross-validation grouped by (family, synthetic or real), so no 
 both the training and the test part, chooses among :func:`hyper_grid` the objective,
 ``max_depth``, ``min_samples_leaf`` and the sample weighting (``none``; ``ratio`` = t(worst ok
 kernel)/t(best); ``log_ratio`` = 1 + ln of that ratio: how much is at stake on a matrix) by
-the mean log q of
-the out-of-fold choices (a miss scores as the worst ok kernel); ties go to the simpler tree.
+the mean log q of the out-of-fold choices (a miss scores as the worst ok kernel); ties go to
+the simpler tree.
 The reported per-fold scores come from nested cross-validation (the hyperparameters of each
 outer fold are chosen on its training part alone), so they are not biased by that choice. The
 exported model uses the hyperparameters chosen by cross-validation on all matrices and is
@@ -448,9 +447,10 @@ def quality_gains(times: np.ndarray) -> np.ndarray:
 
 def fit(ds: Dataset, rows, hyper: Hyper, cost_model: CostModel | None = None) -> Fitted:
     """The cost model fitted on ``ds`` rows ``rows`` (unless given: it depends on the rows
-    only) and, on its estimates, a tree for ``hyper``: a ``DecisionTreeClassifier`` (objective
-    ``fastest``) or a :class:`QualityTree`; both have ``classes_``, ``predict_proba`` and the
-    ``tree_`` that :meth:`TreeModel.from_sklearn` exports."""
+    only) and, on its estimates, a tree for ``hyper``: a :class:`CorrectionTree` (objective
+    ``correction``), a ``DecisionTreeClassifier`` (``fastest``) or a :class:`QualityTree`
+    (``quality``); each has ``classes_``, ``predict_proba`` and the ``tree_`` that
+    :meth:`TreeModel.from_sklearn` exports."""
     rows = np.asarray(rows)
     if hyper.objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {hyper.objective!r}; choose one of "

@@ -132,11 +132,11 @@ def structural_sigma(csr: sp.csr_matrix) -> int:
     With the GPU kernel loading four entries per step, long loops cost little, so 16 wins on most
     large matrices. Very short rows make every step branch at row starts and store rows, and
     there 12 is faster. When rows are much longer than a tile, tiles are summed by the kernel's
-    one-row path and smaller tiles give more warps in flight. Multiples of 4, since a partial last
-    step wastes loads (the halved σ = 6 of :func:`choose_sigma` serves where the lanes' loop
-    latency, not their loads, sets the time). Measured on an H200 (float64, 38 matrices of 10–20M nonzeros, σ in 4, 8,
-    12, 16: ``benchmarks/results/csr5-sigma-h200-2026-11-22.json``): within 6 % of the fastest σ
-    everywhere, 0.9 % on geometric mean.
+    one-row path and smaller tiles give more warps in flight. Multiples of 4, since a partial
+    last step wastes loads (the halved σ = 6 of :func:`choose_sigma` serves where the lanes'
+    loop latency, not their loads, sets the time). Measured on an H200 (float64, 38 matrices of
+    10–20M nonzeros, σ in 4, 8, 12, 16: ``benchmarks/results/csr5-sigma-h200-2026-11-22.json``):
+    within 6 % of the fastest σ everywhere, 0.9 % on geometric mean.
     """
     m = csr.shape[0]
     mean = csr.nnz / m if m else 0.0
