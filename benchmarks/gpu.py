@@ -218,14 +218,18 @@ def matrices(args):
 
 
 def device_info() -> dict:
+    """The GPU and library versions (under numba-cuda's simulator, which has neither name nor
+    driver, the GPU is called "CUDA simulator")."""
     from numba import cuda
     import numba
 
     dev = cuda.get_current_device()
+    name = getattr(dev, "name", "CUDA simulator")
+    driver = getattr(getattr(cuda, "driver", None), "driver", None)
     info = {
-        "gpu": dev.name.decode() if isinstance(dev.name, bytes) else dev.name,
+        "gpu": name.decode() if isinstance(name, bytes) else name,
         "compute_capability": list(dev.compute_capability),
-        "driver": cuda.driver.driver.get_version() if hasattr(cuda.driver.driver, "get_version") else None,
+        "driver": driver.get_version() if hasattr(driver, "get_version") else None,
         "numba": numba.__version__, "numpy": np.__version__, "python": platform.python_version(),
     }
     for module in ("numba_cuda", "cupy", "torch", "scipy"):

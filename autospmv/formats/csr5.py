@@ -96,27 +96,36 @@ VERY_SHORT_ROWS = 2
 """Mean row length below which the CUDA kernel runs faster with half the tile height."""
 
 
+CUDA_STEP = 8
+"""The CUDA kernel walks a lane's entries in steps of this many; its fast path needs σ to be a
+multiple of it (see ``autospmv.kernels.cuda.csr5``)."""
+
+
 def choose_sigma(csr: sp.csr_matrix, device: str) -> int:
     """Tile height σ for ``device`` ("cpu" or "cuda"), from the structural rule of
     :func:`structural_sigma`.
 
-    CUDA: the structural σ, halved when the matrix has fewer tiles than
-    :data:`~autospmv.registry.CUDA_WARPS_IN_FLIGHT` (each tile is one warp's work, so the lanes'
-    σ-long loops then set the time, not the bandwidth) or rows shorter than
+    CUDA: the structural σ rounded up to a multiple of :data:`CUDA_STEP` (12 becomes 16: the
+    kernel's fast path takes whole steps of eight entries), halved when the matrix has fewer
+    tiles than :data:`~autospmv.registry.CUDA_WARPS_IN_FLIGHT` (each tile is one warp's work, so
+    the lanes' σ-long loops then set the time, not the bandwidth) or rows shorter than
     :data:`VERY_SHORT_ROWS` on average (a lane then stores about σ row results, one per step).
     CPU: twice the structural σ, since a CPU thread walks a tile's lanes in turn and longer tiles
     amortise the per-tile descriptors and carries.
 
-    Designed on per-call times of σ/2, σ and 2σ of the structural rule (174 matrices of
-    10⁴–10⁷ nonzeros on an H200, 115 on a 2-core Xeon): on the H200 the structural rule reached
-    0.937 of the fastest of those on geometric mean, this one 0.993; on the CPU 2σ reached 0.968
-    against 0.943. Against every σ of 4–32 on a fresh labelling (``models/labels``): 0.956 on
-    the H200 (within 10 % on 93.1 % of the matrices, worst 0.86), 0.933 on the CPU (70.4 %,
-    worst 0.69).
+    Measured with the eight-entry kernel on an H100 (back-to-back, 15 matrices of 10–20M
+    nonzeros whose structural σ is 12 or 16, ``benchmarks/results/csr5-ab-h100-2026-11-23.json``):
+    σ = 16 ran at 1.78–2.55 TB/s effective in float32 and 1.76–2.64 in float64 where σ = 12, on
+    the clamped path, ran at 1.33–2.18 and 1.50–2.41; σ = 24 was within ±6 % of 16 either way.
+    The halving rules were designed on per-call times of σ/2, σ and 2σ of the structural rule
+    (174 matrices of 10⁴–10⁷ nonzeros on an H200, 115 on a 2-core Xeon, four-entry kernel): on
+    the H200 they raised the structural rule's 0.937 of the fastest of those (geometric mean) to
+    0.993; on the CPU 2σ reached 0.968 against 0.943.
     """
     sigma = structural_sigma(csr)
     if device == "cpu":
         return 2 * sigma
+    sigma = -(-sigma // CUDA_STEP) * CUDA_STEP
     m = csr.shape[0]
     few_tiles = csr.nnz < OMEGA * sigma * CUDA_WARPS_IN_FLIGHT
     very_short = m > 0 and csr.nnz < VERY_SHORT_ROWS * m
