@@ -13,9 +13,10 @@ tree of adds without testing bits one by one.
 
 With eight loads in flight, instructions per nonzero, not bytes, limited the float32 kernel
 (Nsight Compute on an H100: SM throughput 65–77 %, DRAM 52–57 %; see
-``benchmarks/results/kernel-profile-h100-2026-11-23.md``), so the common path is kept short: complete tiles whose σ is a multiple of 8 load at constant offsets from one unsigned
-position (numba tests every signed index for a negative value; unsigned ones compile to plain
-loads), and column indices are read as uint32 so the gathers of x carry no such test either.
+``benchmarks/results/kernel-profile-h100-2026-11-23.md``), so the common path is kept short:
+complete tiles whose σ is a multiple of 8 load at constant offsets from one unsigned position
+(numba tests every signed index for a negative value; unsigned ones compile to plain loads), and
+column indices are read as uint32 so the gathers of x carry no such test either.
 Other steps (σ not a multiple of 8, the incomplete last tile) clamp their positions to the lane's
 last entry and add zeros past it, so the loads carry no branches.
 
