@@ -13,6 +13,7 @@ one-line error and exit status 2, not a traceback.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -20,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from . import KERNELS, cuda_available, prepare, select, selector
+from . import KERNELS, Decision, cuda_available, glossary, prepare, select, selector
 from .formats.base import FormatTooLargeError
 from .model import device_slug
 from .validation import canonicalize
@@ -63,7 +64,7 @@ def resolve_model(device: str, model: str | None = None) -> selector.ModelChoice
     try:
         return selector.find_model(device, model)
     except ValueError as error:
-        raise UserError(f"bad model: {error}") from None
+        raise UserError(f"bad model for {device}: {error}") from None
 
 
 def describe_model(device: str, model: str | None = None) -> str:
@@ -165,13 +166,35 @@ def _demo_timings(op, A, x, device, timer):
 
 
 def cmd_explain(args) -> None:
+    """The decision for a matrix file on a device, as :func:`autospmv.select` makes it: deciding
+    needs no GPU, so ``--device cuda`` works on any machine (nothing runs)."""
     A = load_matrix(args.file)
-    device = resolve_device(args.device)
+    device = args.device or ("cuda" if cuda_available() else "cpu")
     line = describe_model(device, args.model)
     decision = select(A, device=device, model=args.model)
-    print(f"{args.file}: {A.shape[0]}×{A.shape[1]}, {A.nnz:,} nonzeros, on {device}")
+    where = f"on {device}"
+    if device == "cuda" and not cuda_available():
+        where += (" (no usable GPU here: decided as autospmv.select(A, device='cuda') does; "
+                  "nothing runs)")
+    print(f"{args.file}: {A.shape[0]}×{A.shape[1]}, {A.nnz:,} nonzeros, {where}")
     print(line)
-    print(decision.explain())
+    print(without_model_note(decision).explain())
+    names = list(dict.fromkeys(step.split(" = ")[0] for step in decision.path))
+    names = [name for name in names if name in decision.features]
+    if names:
+        print("features on the path:")
+        width = max(len(name) for name in names)
+        for name in names:
+            print(f"  {name:<{width}} = {decision.features[name]:<10.4g} "
+                  f"{glossary.describe(name)}")
+
+
+def without_model_note(decision: Decision) -> Decision:
+    """``decision`` without its first note, which names the model (or says that the built-in
+    rule decided): the ``model:`` line printed above it says that already."""
+    if decision.source == "forced":
+        return decision
+    return dataclasses.replace(decision, notes=decision.notes[1:])
 
 
 def cmd_bench(args) -> None:

@@ -88,6 +88,29 @@ def test_explain_with_a_model_file_shows_it_and_the_path(capsys, matrix_file):
     assert lines[3].startswith(f"  {root} = {root_value:.4g} ")
 
 
+def test_explain_for_a_gpu_on_a_machine_without_one(capsys, matrix_file, monkeypatch):
+    """Deciding needs no GPU: the CLI decides as ``autospmv.select(A, device="cuda")`` does,
+    says each fact once and explains every feature on the path in one line."""
+    monkeypatch.setattr(cli, "cuda_available", lambda: False)
+    monkeypatch.setattr(autospmv.session, "cuda_available", lambda: False)
+    status, out, err = run(capsys, "explain", str(matrix_file), "--device", "cuda")
+    assert status == 0, err
+    decision = autospmv.select(sp.load_npz(matrix_file), device="cuda")
+    lines = out.splitlines()
+    assert lines[0].startswith(f"{matrix_file}: 144×144, 672 nonzeros, on cuda (no usable GPU")
+    assert lines[1].startswith(f"model: {GPU_MODEL} (shipped for cuda-nvidia-h200, the nearest")
+    assert lines[2] == decision.explain().splitlines()[0]
+    assert out.count("trained on NVIDIA H200") == 1  # the model is described once
+    leaf_notes = [line for line in lines if "the path ends in leaf" in line]
+    assert len(leaf_notes) == 1
+    assert f"smallest corrected estimate (µs, best first): {decision.kernel} " in leaf_notes[0]
+    glossary_lines = lines[lines.index("features on the path:") + 1:]
+    used = list(dict.fromkeys(step.split(" = ")[0] for step in decision.path))
+    assert [line.split()[0] for line in glossary_lines] == used
+    for name, line in zip(used, glossary_lines):
+        assert line.endswith(autospmv.glossary.FEATURE_DESCRIPTIONS[name])
+
+
 @pytest.mark.parametrize("make, message", [
     (lambda tmp: tmp / "missing.npz", "no such file: "),
     (lambda tmp: _write(tmp / "garbage.npz", b"not a zip archive"),
@@ -107,7 +130,7 @@ def _write(path: Path, data: bytes) -> Path:
 def test_bad_model_is_a_user_error(capsys, tmp_path, matrix_file, monkeypatch):
     broken = _write(tmp_path / "broken.json", b"{")
     status, _, err = run(capsys, "explain", str(matrix_file), "--model", str(broken))
-    assert_user_error(status, err, "explain", "bad model: ")
+    assert_user_error(status, err, "explain", "bad model for cpu: ")
     assert "broken.json is not a valid JSON model file" in err
     monkeypatch.setenv("AUTOSPMV_MODEL", str(tmp_path / "gone.json"))
     status, _, err = run(capsys, "info")
