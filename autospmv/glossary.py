@@ -55,14 +55,14 @@ _BLOCKS = {
 }
 _QUANTITIES = {
     "bytes": "memory traffic in bytes (its arrays, x and y once)",
-    "work": "thread steps (Σ over warps of 32 × the warp's longest loop)",
+    "work": "thread steps (32 × each warp's longest loop, summed)",
     "span": "steps of the longest thread loop",
     "atomics": "most atomic additions into one entry of y",
 }
-_COST = {f"{kernel}_{q}": f"{kernel}'s {_QUANTITIES[q]}, at the parameters it would run with"
+_COST = {f"{kernel}_{q}": f"{kernel}'s {_QUANTITIES[q]}, with its chosen parameters"
          for kernel in KERNELS for q in QUANTITIES}
-_ESTIMATES = {f"est_{kernel}": f"log2 of the cost model's time estimate for {kernel} over the "
-                               "smallest estimate (0 = the cost model expects it fastest)"
+_ESTIMATES = {f"est_{kernel}": f"log2(cost model's time for {kernel} / its fastest kernel's); "
+                               "0 = expected fastest"
               for kernel in KERNELS}
 
 FEATURE_DESCRIPTIONS: dict[str, str] = {**_STRUCTURE, **_BLOCKS, **_COST, **_ESTIMATES, **_RULE}
@@ -80,9 +80,9 @@ def markdown_table() -> str:
     """The glossary as the Markdown table of ``models/README.md``: the structural features one
     per row, the cost quantities and estimates as one row per pattern."""
     rows = [f"| `{name}` | {text} |" for name, text in {**_STRUCTURE, **_BLOCKS}.items()]
-    rows += [f"| `<kernel>_{q}` | the kernel's {text}, at the parameters it would run with |"
+    rows += [f"| `<kernel>_{q}` | the kernel's {text}, with its chosen parameters |"
              for q, text in _QUANTITIES.items()]
-    rows.append("| `est_<kernel>` | log2 of the cost model's time estimate for the kernel over "
-                "the smallest estimate (0 = the cost model expects it fastest) |")
+    rows.append("| `est_<kernel>` | log2(cost model's time for the kernel / its fastest "
+                "kernel's); 0 = expected fastest |")
     rows += [f"| `{name}` | {text} |" for name, text in _RULE.items()]
     return "\n".join(["| feature | meaning |", "|---|---|", *rows])
