@@ -1,10 +1,11 @@
-"""autospmv's command line: demo, explain, bench, info and retrain.
+"""autospmv's command line: demo, explain, bench, info, models and retrain.
 
 Run as ``python -m autospmv`` or ``autospmv`` (the installed entry point).
 
 ``explain`` and ``bench`` take ``--model FILE`` to decide with a model file instead of the one
 found for the device (see :func:`autospmv.selector.find_model`); ``info`` says which model that
-is and why. ``retrain`` runs ``python -m training retrain`` with the same options.
+is and why. ``retrain`` runs ``python -m training retrain`` with the same options; ``models`` lists the
+models it installed beside the shipped ones, and ``models --remove`` deletes them again.
 
 User mistakes (a missing or unreadable file, an unknown kernel, a damaged model) end with a
 one-line error and exit status 2, not a traceback.
@@ -23,8 +24,8 @@ import scipy.sparse as sp
 
 from . import KERNELS, Decision, cuda_available, glossary, prepare, select, selector
 from .formats.base import FormatTooLargeError
-from .model import device_slug
-from .validation import canonicalize
+from .model import device_slug, user_data_dir, user_model_path
+from .validation import DEVICES, SUPPORTED_DTYPES, canonicalize
 
 
 class UserError(Exception):
@@ -253,6 +254,76 @@ def cmd_info(args) -> None:
     print(f"kernels: {', '.join(KERNELS)}")
 
 
+def cmd_models(args) -> None:
+    """List the shipped and installed models and the one used for each device and dtype, or
+    (``--remove``) delete installed models so that the shipped ones decide again."""
+    if args.remove is not None:
+        remove_installed(args.remove, labels=args.labels)
+        print()
+    shipped, installed = selector.shipped_models(), selector.installed_models()
+    folders = sorted({str(path.parent) for path in shipped.values()})
+    print(f"shipped with autospmv ({', '.join(folders) or 'none'}):")
+    for slug, path in sorted(shipped.items()):
+        print(f"  {slug}.json{_trained(path)}")
+    print(f"installed by `autospmv retrain` ({user_model_path('x').parent}):")
+    for slug, path in installed.items():
+        print(f"  {slug}.json{_trained(path)}")
+    if not installed:
+        print("  none")
+    print("used on this machine (the first of: model=, $AUTOSPMV_MODEL, installed, shipped for "
+          "this device, nearest shipped of the same kind):")
+    for device, dtype, choice in models_in_use():
+        used = (f"{choice.path} ({choice.reason})" if choice is not None
+                else "none: the built-in rule decides")
+        print(f"  {device:<4} {dtype:<7} {used}")
+
+
+def models_in_use() -> list[tuple[str, str, selector.ModelChoice | None]]:
+    """(device, dtype, the model that decides there) for every device and dtype. One model
+    serves both dtypes of a device today."""
+    rows = []
+    for device in DEVICES:
+        choice = resolve_model(device)
+        rows += [(device, dtype.name, choice) for dtype in SUPPORTED_DTYPES]
+    return rows
+
+
+def _trained(path) -> str:
+    """``" (trained on …)"`` for a model file, or why it cannot be read."""
+    try:
+        return " (" + selector.trained_on(selector.load_model(path).provenance)[2:] + ")"
+    except ValueError as error:
+        return f" (unreadable: {error})"
+
+
+def remove_installed(slugs: list[str], labels: bool = False) -> None:
+    """Delete the installed models of ``slugs`` (all when empty) with their training reports
+    and, with ``labels``, their label files: undoes ``autospmv retrain``."""
+    installed = selector.installed_models()
+    unknown = [slug.removesuffix(".json") for slug in slugs
+               if slug.removesuffix(".json") not in installed]
+    if unknown:
+        raise UserError(f"no installed model {', '.join(unknown)}; installed: "
+                        f"{', '.join(installed) or 'none'}")
+    chosen = [slug.removesuffix(".json") for slug in slugs] or list(installed)
+    if not chosen:
+        print(f"no installed models in {user_model_path('x').parent}; nothing to remove")
+    for slug in chosen:
+        path = installed[slug]
+        files = [path, path.with_suffix(".md")]
+        if labels:
+            files += sorted((user_data_dir() / "labels").glob(f"{slug}-*.jsonl*"))
+        for file in files:
+            if file.exists():
+                file.unlink()
+                print(f"removed {file}")
+    kept = sorted((user_data_dir() / "labels").glob("*.jsonl*"))
+    if kept:
+        print(f"kept {len(kept)} label file(s) in {kept[0].parent}: a later retrain resumes "
+              "from them (`autospmv retrain --fresh` starts over; `autospmv models --remove "
+              "--labels` deletes them)")
+
+
 def cmd_retrain(options: list[str]) -> int:
     """Run ``python -m training retrain`` with ``options``."""
     try:
@@ -281,13 +352,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", choices=["cuda", "cpu"], help="default: cuda when usable")
     p.add_argument("--model", metavar="FILE", help="decide with this model file")
     sub.add_parser("info", help="device, versions, the model in use and kernels")
+    p = sub.add_parser("models", help="list the shipped and installed models and which one "
+                                      "decides for each device and dtype")
+    p.add_argument("--remove", nargs="*", metavar="DEVICE",
+                   help="undo `autospmv retrain`: delete the installed models of these devices "
+                        "(e.g. cpu-amd-epyc; all when none is named) with their reports, so "
+                        "that the shipped models decide again")
+    p.add_argument("--labels", action="store_true",
+                   help="with --remove: also delete those devices' labels (a later retrain "
+                        "then starts over)")
     sub.add_parser("retrain", add_help=False,
                    help="label this machine's device, train and install a model (python -m "
                         "training retrain; `autospmv retrain --help` lists its options)")
     return parser
 
 
-COMMANDS = {"demo": cmd_demo, "explain": cmd_explain, "bench": cmd_bench, "info": cmd_info}
+COMMANDS = {"demo": cmd_demo, "explain": cmd_explain, "bench": cmd_bench, "info": cmd_info,
+            "models": cmd_models}
 
 
 def main(argv=None) -> int:

@@ -118,6 +118,15 @@ def shipped_models() -> dict[str, Path]:
             if item.name.endswith(".json") and item.name.startswith(("cuda-", "cpu-"))}
 
 
+def installed_models() -> dict[str, Path]:
+    """The models ``retrain`` installed on this machine (the user data folder of
+    :func:`autospmv.model.user_data_dir`), by device slug."""
+    folder = user_model_path("x").parent
+    if not folder.is_dir():
+        return {}
+    return {path.stem: path for path in sorted(folder.glob("*.json"))}
+
+
 def find_model(device: str, model=None) -> ModelChoice | None:
     """The model to decide with on ``device`` (see the module docstring for the order)."""
     if isinstance(model, TreeModel):

@@ -27,7 +27,7 @@ Record layout (one JSON object per line; ``schema`` = :data:`SCHEMA`)::
     kernels {kernel: result},           # with the chooser's parameters
     variants [{kernel, strategy, ...result}],
     best {"per_call": kernel|null, "b2b": kernel|null},
-    device {...}, versions {...}, date
+    device {...}, versions {...}, timing {TimingOptions fields}, date
 
     result = {params, status, feasible, reason, error, prepare_ms,
               time_per_call_us, time_b2b_us,           # medians, µs (null unless ok)
@@ -65,8 +65,8 @@ from autospmv.formats import hyb
 from autospmv.formats.base import FormatTooLargeError, row_lengths
 from autospmv.validation import canonicalize
 from training import corpus as corpus_module
-from training.timing import (TOLERANCE, Bench, TimingOptions, device_info, relative_error,
-                             release_device_memory, require_real_gpu)
+from training.timing import (QUICK, TOLERANCE, Bench, TimingOptions, device_info,
+                             relative_error, release_device_memory, require_real_gpu)
 
 SCHEMA = "autospmv-labels/1"
 THREADS_PER_ROW = (2, 4, 8, 16, 32)
@@ -314,9 +314,11 @@ def _parse(text: str, path) -> list[dict]:
     return records
 
 
-def _resume(path: Path, device: str, dtype: str) -> set[str]:
+def _resume(path: Path, device: str, dtype: str, timing: dict | None = None) -> set[str]:
     """Names already labelled in ``path`` (created empty if missing), after dropping an
-    unfinished last line (or, in a gzip file, an unfinished last member)."""
+    unfinished last line (or, in a gzip file, an unfinished last member). Records of another
+    device or dtype, or timed with other ``timing`` options (records without them predate
+    the key and are accepted), are refused: they must not mix."""
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.touch()
@@ -338,7 +340,18 @@ def _resume(path: Path, device: str, dtype: str) -> set[str]:
                 f"{record['device']['device']!r}; write {dtype} labels for {device!r} to "
                 "another file"
             )
+        if timing is not None and record.get("timing", timing) != timing:
+            raise ValueError(
+                f"{path} holds labels timed with other options ({_timing_name(record['timing'])}"
+                f", this run: {_timing_name(timing)}); label with the same options, write to "
+                "another file, or start over (`autospmv retrain --fresh`)"
+            )
     return {record["name"] for record in records}
+
+
+def _timing_name(timing: dict) -> str:
+    """``"--quick"`` or ``"full timing"`` for a record's ``timing`` entry."""
+    return "--quick" if timing == dataclasses.asdict(QUICK) else "full timing"
 
 
 def _rewrite(path: Path, text: str) -> None:
@@ -407,11 +420,12 @@ def label(entries, out, device: str = "cpu", *, dtype: str = "float64",
     started = time.perf_counter()
     deadline = math.inf if budget_seconds is None else started + budget_seconds
     out = Path(out)
-    done = _resume(out, device, dtype)
+    timing = dataclasses.asdict(options)
+    done = _resume(out, device, dtype, timing)
     pending = [e for e in entries if e.name not in done]
     summary = {"labelled": 0, "skipped": len(entries) - len(pending), "remaining": 0,
                "failures": {}}
-    run_info = {"device": device_info(device), "versions": library_versions()}
+    run_info = {"device": device_info(device), "versions": library_versions(), "timing": timing}
     bar = tqdm(total=len(entries), initial=summary["skipped"], unit="matrix", file=sys.stderr,
                **({} if progress else {"disable": True}))
     history: list[tuple[int, float]] = []
