@@ -59,7 +59,7 @@ def test_help_lists_every_command(capsys):
         cli.main(["--help"])
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
-    for command in ("demo", "explain", "bench", "info", "retrain"):
+    for command in ("demo", "explain", "bench", "info", "models", "retrain"):
         assert command in out
 
 
@@ -227,3 +227,38 @@ def test_gzip_label_file_must_be_named_gz(tmp_path, some_labels):
     assert label.read_records(path) == records  # reading recognises gzip by its content
     with pytest.raises(ValueError, match="is gzip-compressed but its name says otherwise"):
         label.label([], path, "cpu", progress=False)
+
+
+def test_retrain_can_be_restarted_and_undone(capsys, monkeypatch):
+    """The documented life cycle: retrain installs a model in the data folder, `models` shows
+    it in use, labels timed differently are not mixed in, `--fresh` starts over and
+    `models --remove` brings the shipped (here: no CPU) model back."""
+    monkeypatch.setenv("TQDM_DISABLE", "1")
+    home = autospmv.model.user_data_dir()
+    slug = autospmv.model.device_slug("cpu")
+    model, labels = home / "models" / f"{slug}.json", home / "labels" / f"{slug}-float64.jsonl"
+    quick = ["retrain", "--device", "cpu", "--corpus", "tiny", "--quick"]
+    assert cli.main(quick) == 0
+    err = capsys.readouterr().err
+    assert "labelling 9 matrices (27,000 nonzeros) on cpu: about " in err
+    assert f"installed {model}" in err and labels.is_file()
+
+    status, out, _ = run(capsys, "models")
+    assert status == 0
+    assert f"installed by `autospmv retrain` ({home / 'models'}):\n  {slug}.json (trained on " in out
+    assert f"  cpu  float64 {model} (retrained on this machine)" in out
+
+    assert cli.main(["retrain", "--device", "cpu", "--corpus", "tiny"]) == 2  # full timing
+    assert "timed with other options (--quick, this run: full timing)" in capsys.readouterr().err
+
+    assert cli.main(quick + ["--fresh"]) == 0
+    err = capsys.readouterr().err
+    assert f"--fresh: deleted the earlier labels {labels}" in err
+    assert "labelled 9 matrices" in err and "0 were already in" in err
+
+    status, out, _ = run(capsys, "models", "--remove")
+    assert status == 0 and not model.exists() and not model.with_suffix(".md").exists()
+    assert f"removed {model}\n" in out and "kept 1 label file(s)" in out and labels.is_file()
+    assert "  cpu  float64 none: the built-in rule decides" in out
+    status, _, err = run(capsys, "models", "--remove", slug)
+    assert_user_error(status, err, "models", f"no installed model {slug}; installed: none")
