@@ -224,14 +224,20 @@ def cmd_bench(args) -> None:
     # Timed after every kernel and the feature extractor have run once, so that it excludes
     # one-off JIT compilation (or loading it from numba's cache).
     select(A, device=device, model=args.model)
+    select_s = time_per_call(lambda: select(A, device=device, model=args.model), 0.5)
     t0 = time.perf_counter()
     picked = prepare(A, device=device, model=args.model)
     prepare_s = time.perf_counter() - t0
+    scipy_s = time_per_call(lambda: A @ x)
     best = min(times, key=times.get)
-    print(f"picked {picked.kernel} ({times[picked.kernel] * 1e6:.1f} µs), best {best} "
-          f"({times[best] * 1e6:.1f} µs): quality {times[best] / times[picked.kernel]:.3f}")
-    print(f"prepare() (features, prediction, conversion) took {prepare_s * 1e3:.2f} ms = "
-          f"{prepare_s / times[picked.kernel]:.0f} SpMV-equivalents")
+    spmv_s = times[picked.kernel]
+    print(f"picked {picked.kernel} ({spmv_s * 1e6:.1f} µs), best {best} "
+          f"({times[best] * 1e6:.1f} µs): quality {times[best] / spmv_s:.3f}")
+    print(f"deciding (features and prediction, select()) took {select_s * 1e3:.2f} ms = "
+          f"{select_s / scipy_s:.1f}× SciPy's A @ x on the CPU ({scipy_s * 1e3:.2f} ms) = "
+          f"{select_s / spmv_s:.0f} SpMVs of {picked.kernel}")
+    print(f"prepare() in all (deciding, conversion to {picked.format.name}, set-up) took "
+          f"{prepare_s * 1e3:.2f} ms = {prepare_s / spmv_s:.0f} SpMVs of {picked.kernel}")
 
 
 def cmd_info(args) -> None:
