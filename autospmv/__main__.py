@@ -4,8 +4,8 @@ Run as ``python -m autospmv`` or ``autospmv`` (the installed entry point).
 
 ``explain`` and ``bench`` take ``--model FILE`` to decide with a model file instead of the one
 found for the device (see :func:`autospmv.selector.find_model`); ``info`` says which model that
-is and why. ``retrain`` runs ``python -m training retrain`` with the same options; ``models`` lists the
-models it installed beside the shipped ones, and ``models --remove`` deletes them again.
+is and why. ``retrain`` runs ``python -m training retrain`` with the same options; ``models``
+lists the models it installed beside the shipped ones, and ``models --remove`` deletes them.
 
 User mistakes (a missing or unreadable file, an unknown kernel, a damaged model) end with a
 one-line error and exit status 2, not a traceback.
@@ -24,7 +24,7 @@ import scipy.sparse as sp
 
 from . import KERNELS, Decision, cuda_available, glossary, prepare, select, selector
 from .formats.base import FormatTooLargeError
-from .model import device_slug, user_data_dir, user_model_path
+from .model import device_slug, user_data_dir
 from .validation import DEVICES, SUPPORTED_DTYPES, canonicalize
 
 
@@ -271,7 +271,7 @@ def cmd_models(args) -> None:
     print(f"shipped with autospmv ({', '.join(folders) or 'none'}):")
     for slug, path in sorted(shipped.items()):
         print(f"  {slug}.json{_trained(path)}")
-    print(f"installed by `autospmv retrain` ({user_model_path('x').parent}):")
+    print(f"installed by `autospmv retrain` ({user_data_dir() / 'models'}):")
     for slug, path in installed.items():
         print(f"  {slug}.json{_trained(path)}")
     if not installed:
@@ -302,31 +302,35 @@ def _trained(path) -> str:
         return f" (unreadable: {error})"
 
 
-def remove_installed(slugs: list[str], labels: bool = False) -> None:
-    """Delete the installed models of ``slugs`` (all when empty) with their training reports
-    and, with ``labels``, their label files: undoes ``autospmv retrain``."""
+def remove_installed(names: list[str], labels: bool = False) -> None:
+    """Undo ``autospmv retrain``: delete the installed models of the devices ``names`` (all
+    when empty) with their training reports and, with ``labels``, those devices' labels."""
+    models, label_dir = user_data_dir() / "models", user_data_dir() / "labels"
+    names = [name.removesuffix(".json") for name in names]
     installed = selector.installed_models()
-    unknown = [slug.removesuffix(".json") for slug in slugs
-               if slug.removesuffix(".json") not in installed]
+    label_files = sorted(label_dir.glob("*.jsonl*"))
+
+    def labels_of(name: str) -> list[Path]:
+        return [f for f in label_files if f.name.startswith(f"{name}-")]
+
+    unknown = [n for n in names if n not in installed and not (labels and labels_of(n))]
     if unknown:
         raise UserError(f"no installed model {', '.join(unknown)}; installed: "
                         f"{', '.join(installed) or 'none'}")
-    chosen = [slug.removesuffix(".json") for slug in slugs] or list(installed)
-    if not chosen:
-        print(f"no installed models in {user_model_path('x').parent}; nothing to remove")
-    for slug in chosen:
-        path = installed[slug]
-        files = [path, path.with_suffix(".md")]
-        if labels:
-            files += sorted((user_data_dir() / "labels").glob(f"{slug}-*.jsonl*"))
-        for file in files:
-            if file.exists():
-                file.unlink()
-                print(f"removed {file}")
-    kept = sorted((user_data_dir() / "labels").glob("*.jsonl*"))
+    files = [models / f"{name}{suffix}" for name in names or installed
+             for suffix in (".json", ".md")]
+    if labels:
+        files += [f for f in label_files if not names or any(f in labels_of(n) for n in names)]
+    removed = [file for file in files if file.exists()]
+    for file in removed:
+        file.unlink()
+        print(f"removed {file}")
+    if not removed:
+        print(f"nothing to remove in {user_data_dir()}")
+    kept = [f for f in label_files if f.exists()]
     if kept:
-        print(f"kept {len(kept)} label file(s) in {kept[0].parent}: a later retrain resumes "
-              "from them (`autospmv retrain --fresh` starts over; `autospmv models --remove "
+        print(f"kept {len(kept)} label file(s) in {label_dir}: a later retrain resumes from "
+              "them (`autospmv retrain --fresh` starts over; `autospmv models --remove "
               "--labels` deletes them)")
 
 

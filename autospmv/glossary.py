@@ -36,7 +36,7 @@ _STRUCTURE = {
     "ell_fill": "ELL storage per entry, m·row_max / nnz (1 = no padding)",
     "hyb_width": "ELL width of HYB that the cost model prefers (entries per row)",
     "hyb_coo_share": "share of the entries HYB would leave to its COO part at that width",
-    "warp_imbalance": "mean over groups of 32 rows of longest / mean row length (thread divergence)",
+    "warp_imbalance": "mean over groups of 32 rows of longest / mean row length (divergence)",
     "warp_imbalance_sorted": "warp_imbalance after sorting the rows by length, as JDS runs them",
     "bandwidth": "largest distance |i − j| of an entry from the diagonal",
     "bandwidth_rel": "bandwidth / max(m, n) (0 = diagonal, near 1 = entries far from it)",

@@ -30,7 +30,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from . import registry
-from .model import TreeModel, device_slug, user_model_path
+from .model import TreeModel, device_slug, user_data_dir, user_model_path
 
 LONG_ROW = 1024
 """Rows longer than this make the rule choose csr5."""
@@ -121,7 +121,7 @@ def shipped_models() -> dict[str, Path]:
 def installed_models() -> dict[str, Path]:
     """The models ``retrain`` installed on this machine (the user data folder of
     :func:`autospmv.model.user_data_dir`), by device slug."""
-    folder = user_model_path("x").parent
+    folder = user_data_dir() / "models"
     if not folder.is_dir():
         return {}
     return {path.stem: path for path in sorted(folder.glob("*.json"))}

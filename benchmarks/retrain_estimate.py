@@ -29,16 +29,14 @@ sys.path.insert(0, str(REPO_ROOT))
 from training.corpus import Entry  # noqa: E402
 from training.label import Forecast, labelling_seconds, read_records  # noqa: E402
 
+CPU_LABELS = "cpu-intel-r-xeon-r-processor-2-10ghz-float64.jsonl.gz"
+GPU_LABELS = "cuda-nvidia-h200-float64.jsonl.gz"
 RUNS = [  # (run replayed, reference run of the same kind of machine)
-    ("benchmarks/results/retrain-cpu-2026-11-22/cpu-intel-r-xeon-r-processor-2-10ghz-float64.jsonl.gz",
-     "models/labels/cpu-intel-r-xeon-r-processor-2-10ghz-float64.jsonl.gz"),
-    ("models/labels/cpu-intel-r-xeon-r-processor-2-10ghz-float64.jsonl.gz",
-     "benchmarks/results/retrain-cpu-2026-11-22/cpu-intel-r-xeon-r-processor-2-10ghz-float64.jsonl.gz"),
-    ("benchmarks/results/retrain-h200-2026-11-22/cuda-nvidia-h200-float64.jsonl.gz",
-     "models/labels/cuda-nvidia-h200-float64.jsonl.gz"),
-    ("benchmarks/results/label-h200-run3-2026-11-22/cuda-nvidia-h200-float64.jsonl.gz",
-     "models/labels/cuda-nvidia-h200-float64.jsonl.gz"),
-]  # fmt: skip
+    (f"benchmarks/results/retrain-cpu-2026-11-22/{CPU_LABELS}", f"models/labels/{CPU_LABELS}"),
+    (f"models/labels/{CPU_LABELS}", f"benchmarks/results/retrain-cpu-2026-11-22/{CPU_LABELS}"),
+    (f"benchmarks/results/retrain-h200-2026-11-22/{GPU_LABELS}", f"models/labels/{GPU_LABELS}"),
+    (f"benchmarks/results/label-h200-run3-2026-11-22/{GPU_LABELS}", f"models/labels/{GPU_LABELS}"),
+]
 CHECKPOINTS = (5, 10, 20, 40, 80)
 
 

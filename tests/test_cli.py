@@ -250,7 +250,8 @@ def test_retrain_can_be_restarted_and_undone(capsys, monkeypatch):
 
     status, out, _ = run(capsys, "models")
     assert status == 0
-    assert f"installed by `autospmv retrain` ({home / 'models'}):\n  {slug}.json (trained on " in out
+    installed = f"installed by `autospmv retrain` ({home / 'models'}):\n  {slug}.json (trained "
+    assert installed in out
     assert f"  cpu  float64 {model} (retrained on this machine)" in out
 
     assert cli.main(["retrain", "--device", "cpu", "--corpus", "tiny"]) == 2  # full timing

@@ -53,7 +53,8 @@ def commands(path: Path) -> list[str]:
 
 
 def environment(home: Path) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ("AUTOSPMV_MODEL", "NUMBA_ENABLE_CUDASIM")}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("AUTOSPMV_MODEL", "NUMBA_ENABLE_CUDASIM")}
     env.update(NUMBA_DISABLE_CUDA="1", AUTOSPMV_HOME=str(home), TQDM_DISABLE="1",
                PYTHONPATH=os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]))
     return env
