@@ -1,10 +1,11 @@
-"""autospmv's command line: demo, explain, bench, info and retrain.
+"""autospmv's command line: demo, explain, bench, info, models and retrain.
 
 Run as ``python -m autospmv`` or ``autospmv`` (the installed entry point).
 
 ``explain`` and ``bench`` take ``--model FILE`` to decide with a model file instead of the one
 found for the device (see :func:`autospmv.selector.find_model`); ``info`` says which model that
-is and why. ``retrain`` runs ``python -m training retrain`` with the same options.
+is and why. ``retrain`` runs ``python -m training retrain`` with the same options; ``models``
+lists the models it installed beside the shipped ones, and ``models --remove`` deletes them.
 
 User mistakes (a missing or unreadable file, an unknown kernel, a damaged model) end with a
 one-line error and exit status 2, not a traceback.
@@ -13,6 +14,7 @@ one-line error and exit status 2, not a traceback.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -20,10 +22,10 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from . import KERNELS, cuda_available, prepare, select, selector
+from . import KERNELS, Decision, cuda_available, glossary, prepare, select, selector
 from .formats.base import FormatTooLargeError
-from .model import device_slug
-from .validation import canonicalize
+from .model import device_slug, user_data_dir
+from .validation import DEVICES, SUPPORTED_DTYPES, canonicalize
 
 
 class UserError(Exception):
@@ -63,7 +65,7 @@ def resolve_model(device: str, model: str | None = None) -> selector.ModelChoice
     try:
         return selector.find_model(device, model)
     except ValueError as error:
-        raise UserError(f"bad model: {error}") from None
+        raise UserError(f"bad model for {device}: {error}") from None
 
 
 def describe_model(device: str, model: str | None = None) -> str:
@@ -165,13 +167,35 @@ def _demo_timings(op, A, x, device, timer):
 
 
 def cmd_explain(args) -> None:
+    """The decision for a matrix file on a device, as :func:`autospmv.select` makes it: deciding
+    needs no GPU, so ``--device cuda`` works on any machine (nothing runs)."""
     A = load_matrix(args.file)
-    device = resolve_device(args.device)
+    device = args.device or ("cuda" if cuda_available() else "cpu")
     line = describe_model(device, args.model)
     decision = select(A, device=device, model=args.model)
-    print(f"{args.file}: {A.shape[0]}×{A.shape[1]}, {A.nnz:,} nonzeros, on {device}")
+    where = f"on {device}"
+    if device == "cuda" and not cuda_available():
+        where += (" (no usable GPU here: decided as autospmv.select(A, device='cuda') does; "
+                  "nothing runs)")
+    print(f"{args.file}: {A.shape[0]}×{A.shape[1]}, {A.nnz:,} nonzeros, {where}")
     print(line)
-    print(decision.explain())
+    print(without_model_note(decision).explain())
+    names = list(dict.fromkeys(step.split(" = ")[0] for step in decision.path))
+    names = [name for name in names if name in decision.features]
+    if names:
+        print("features on the path:")
+        width = max(len(name) for name in names)
+        for name in names:
+            print(f"  {name:<{width}} = {decision.features[name]:<10.4g} "
+                  f"{glossary.describe(name)}")
+
+
+def without_model_note(decision: Decision) -> Decision:
+    """``decision`` without its first note, which names the model (or says that the built-in
+    rule decided): the ``model:`` line printed above it says that already."""
+    if decision.source == "forced":
+        return decision
+    return dataclasses.replace(decision, notes=decision.notes[1:])
 
 
 def cmd_bench(args) -> None:
@@ -200,14 +224,20 @@ def cmd_bench(args) -> None:
     # Timed after every kernel and the feature extractor have run once, so that it excludes
     # one-off JIT compilation (or loading it from numba's cache).
     select(A, device=device, model=args.model)
+    select_s = time_per_call(lambda: select(A, device=device, model=args.model), 0.5)
     t0 = time.perf_counter()
     picked = prepare(A, device=device, model=args.model)
     prepare_s = time.perf_counter() - t0
+    scipy_s = time_per_call(lambda: A @ x)
     best = min(times, key=times.get)
-    print(f"picked {picked.kernel} ({times[picked.kernel] * 1e6:.1f} µs), best {best} "
-          f"({times[best] * 1e6:.1f} µs): quality {times[best] / times[picked.kernel]:.3f}")
-    print(f"prepare() (features, prediction, conversion) took {prepare_s * 1e3:.2f} ms = "
-          f"{prepare_s / times[picked.kernel]:.0f} SpMV-equivalents")
+    spmv_s = times[picked.kernel]
+    print(f"picked {picked.kernel} ({spmv_s * 1e6:.1f} µs), best {best} "
+          f"({times[best] * 1e6:.1f} µs): quality {times[best] / spmv_s:.3f}")
+    print(f"deciding (features and prediction, select()) took {select_s * 1e3:.2f} ms = "
+          f"{select_s / scipy_s:.1f}× SciPy's A @ x on the CPU ({scipy_s * 1e3:.2f} ms) = "
+          f"{select_s / spmv_s:.0f} SpMVs of {picked.kernel}")
+    print(f"prepare() in all (deciding, conversion to {picked.format.name}, set-up) took "
+          f"{prepare_s * 1e3:.2f} ms = {prepare_s / spmv_s:.0f} SpMVs of {picked.kernel}")
 
 
 def cmd_info(args) -> None:
@@ -228,6 +258,80 @@ def cmd_info(args) -> None:
         print("device: cpu (no usable CUDA GPU found)")
     print(describe_model("cuda" if cuda_available() else "cpu"))
     print(f"kernels: {', '.join(KERNELS)}")
+
+
+def cmd_models(args) -> None:
+    """List the shipped and installed models and the one used for each device and dtype, or
+    (``--remove``) delete installed models so that the shipped ones decide again."""
+    if args.remove is not None:
+        remove_installed(args.remove, labels=args.labels)
+        print()
+    shipped, installed = selector.shipped_models(), selector.installed_models()
+    folders = sorted({str(path.parent) for path in shipped.values()})
+    print(f"shipped with autospmv ({', '.join(folders) or 'none'}):")
+    for slug, path in sorted(shipped.items()):
+        print(f"  {slug}.json{_trained(path)}")
+    print(f"installed by `autospmv retrain` ({user_data_dir() / 'models'}):")
+    for slug, path in installed.items():
+        print(f"  {slug}.json{_trained(path)}")
+    if not installed:
+        print("  none")
+    print("used on this machine (the first of: model=, $AUTOSPMV_MODEL, installed, shipped for "
+          "this device, nearest shipped of the same kind):")
+    for device, dtype, choice in models_in_use():
+        used = (f"{choice.path} ({choice.reason})" if choice is not None
+                else "none: the built-in rule decides")
+        print(f"  {device:<4} {dtype:<7} {used}")
+
+
+def models_in_use() -> list[tuple[str, str, selector.ModelChoice | None]]:
+    """(device, dtype, the model that decides there) for every device and dtype. One model
+    serves both dtypes of a device today."""
+    rows = []
+    for device in DEVICES:
+        choice = resolve_model(device)
+        rows += [(device, dtype.name, choice) for dtype in SUPPORTED_DTYPES]
+    return rows
+
+
+def _trained(path) -> str:
+    """``" (trained on …)"`` for a model file, or why it cannot be read."""
+    try:
+        return " (" + selector.trained_on(selector.load_model(path).provenance)[2:] + ")"
+    except ValueError as error:
+        return f" (unreadable: {error})"
+
+
+def remove_installed(names: list[str], labels: bool = False) -> None:
+    """Undo ``autospmv retrain``: delete the installed models of the devices ``names`` (all
+    when empty) with their training reports and, with ``labels``, those devices' labels."""
+    models, label_dir = user_data_dir() / "models", user_data_dir() / "labels"
+    names = [name.removesuffix(".json") for name in names]
+    installed = selector.installed_models()
+    label_files = sorted(label_dir.glob("*.jsonl*"))
+
+    def labels_of(name: str) -> list[Path]:
+        return [f for f in label_files if f.name.startswith(f"{name}-")]
+
+    unknown = [n for n in names if n not in installed and not (labels and labels_of(n))]
+    if unknown:
+        raise UserError(f"no installed model {', '.join(unknown)}; installed: "
+                        f"{', '.join(installed) or 'none'}")
+    files = [models / f"{name}{suffix}" for name in names or installed
+             for suffix in (".json", ".md")]
+    if labels:
+        files += [f for f in label_files if not names or any(f in labels_of(n) for n in names)]
+    removed = [file for file in files if file.exists()]
+    for file in removed:
+        file.unlink()
+        print(f"removed {file}")
+    if not removed:
+        print(f"nothing to remove in {user_data_dir()}")
+    kept = [f for f in label_files if f.exists()]
+    if kept:
+        print(f"kept {len(kept)} label file(s) in {label_dir}: a later retrain resumes from "
+              "them (`autospmv retrain --fresh` starts over; `autospmv models --remove "
+              "--labels` deletes them)")
 
 
 def cmd_retrain(options: list[str]) -> int:
@@ -258,13 +362,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", choices=["cuda", "cpu"], help="default: cuda when usable")
     p.add_argument("--model", metavar="FILE", help="decide with this model file")
     sub.add_parser("info", help="device, versions, the model in use and kernels")
+    p = sub.add_parser("models", help="list the shipped and installed models and which one "
+                                      "decides for each device and dtype")
+    p.add_argument("--remove", nargs="*", metavar="DEVICE",
+                   help="undo `autospmv retrain`: delete the installed models of these devices "
+                        "(e.g. cpu-amd-epyc; all when none is named) with their reports, so "
+                        "that the shipped models decide again")
+    p.add_argument("--labels", action="store_true",
+                   help="with --remove: also delete those devices' labels (a later retrain "
+                        "then starts over)")
     sub.add_parser("retrain", add_help=False,
                    help="label this machine's device, train and install a model (python -m "
                         "training retrain; `autospmv retrain --help` lists its options)")
     return parser
 
 
-COMMANDS = {"demo": cmd_demo, "explain": cmd_explain, "bench": cmd_bench, "info": cmd_info}
+COMMANDS = {"demo": cmd_demo, "explain": cmd_explain, "bench": cmd_bench, "info": cmd_info,
+            "models": cmd_models}
 
 
 def main(argv=None) -> int:

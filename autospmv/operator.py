@@ -32,7 +32,7 @@ class SpMVOperator(LinearOperator):
         self._csr = csr
         spec = registry.get(decision.kernel)
         started = time.perf_counter()
-        self.format = spec.convert(csr, decision.params)
+        self.format = spec.convert(csr, decision.params, device)
         if device == "cuda":
             from .kernels.cuda.backend import CudaBackend
 

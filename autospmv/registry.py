@@ -37,13 +37,19 @@ class KernelSpec:
     function of the matrix's structure and the device kind."""
     format_params: tuple[str, ...] = ()
     """The entries of ``params`` that the format's ``from_csr`` takes."""
+    format_takes_device: bool = False
+    """Whether the format's ``from_csr`` takes ``device=`` (JDS: its fill limit bounds GPU
+    thread slots and does not apply on the CPU)."""
 
     def format_class(self) -> type[SparseFormat]:
         return _resolve(self.format)
 
-    def convert(self, csr: sp.csr_matrix, params: dict) -> SparseFormat:
-        """Build this kernel's storage format from canonical CSR."""
+    def convert(self, csr: sp.csr_matrix, params: dict, device: str = "cuda") -> SparseFormat:
+        """Build this kernel's storage format from canonical CSR, for ``device`` (the GPU's
+        limits by default)."""
         kwargs = {key: params[key] for key in self.format_params}
+        if self.format_takes_device:
+            kwargs["device"] = device
         return self.format_class().from_csr(csr, **kwargs)
 
     def cpu_kernel(self) -> Callable:
@@ -153,7 +159,7 @@ _REGISTRY = (
     ),
     KernelSpec(
         "jds", "autospmv.formats.jds:JDSFormat", "autospmv.kernels.cpu.jds:bind",
-        "autospmv.kernels.cuda.jds:build", no_params,
+        "autospmv.kernels.cuda.jds:build", no_params, format_takes_device=True,
     ),
     KernelSpec(
         "csr5", "autospmv.formats.csr5:CSR5Format", "autospmv.kernels.cpu.csr5:bind",

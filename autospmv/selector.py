@@ -30,7 +30,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from . import registry
-from .model import TreeModel, device_slug, user_model_path
+from .model import TreeModel, device_slug, user_data_dir, user_model_path
 
 LONG_ROW = 1024
 """Rows longer than this make the rule choose csr5."""
@@ -118,6 +118,15 @@ def shipped_models() -> dict[str, Path]:
             if item.name.endswith(".json") and item.name.startswith(("cuda-", "cpu-"))}
 
 
+def installed_models() -> dict[str, Path]:
+    """The models ``retrain`` installed on this machine (the user data folder of
+    :func:`autospmv.model.user_data_dir`), by device slug."""
+    folder = user_data_dir() / "models"
+    if not folder.is_dir():
+        return {}
+    return {path.stem: path for path in sorted(folder.glob("*.json"))}
+
+
 def find_model(device: str, model=None) -> ModelChoice | None:
     """The model to decide with on ``device`` (see the module docstring for the order)."""
     if isinstance(model, TreeModel):
@@ -163,16 +172,18 @@ def model_decision(csr: sp.csr_matrix, choice: ModelChoice, features: dict,
     notes = [f"model {choice.name} ({choice.reason}{trained_on(model.provenance)})"]
     if model.ranking == "correction":
         corrected = dict(zip(model.classes, np.exp2(model.corrected(features)).tolist()))
-        notes += [f"leaf {leaf.node}: {leaf.samples} training matrices; its corrections turn "
-                  "the cost model's estimates into",
-                  "estimated µs: " + ", ".join(f"{kernel} {corrected[kernel]:.3g}"
-                                               for kernel in ranked)]
+        notes.append(
+            f"the path ends in leaf {leaf.node} ({leaf.samples} training matrices), which "
+            "corrects the cost model's estimate of each kernel; the kernel is the one with the "
+            "smallest corrected estimate (µs, best first): "
+            + ", ".join(f"{kernel} {corrected[kernel]:.3g}" for kernel in ranked))
     else:
-        notes.append(f"leaf {leaf.node}: {leaf.samples} training matrices, score({ranked[0]}) "
+        notes.append(f"the path ends in leaf {leaf.node} ({leaf.samples} training matrices); "
+                     f"the kernel is the one with the largest score there: score({ranked[0]}) "
                      f"= {leaf.proba[ranked[0]]:.2f} (the leaf's normalised class value)")
     if model.cost_model is not None:
         estimates = model.cost_model.estimates(features)
-        notes.append("cost model estimates (µs): " + ", ".join(
+        notes.append("cost model estimates before the leaf's corrections (µs): " + ", ".join(
             f"{kernel} {t:.3g}" for kernel, t in sorted(estimates.items(), key=lambda e: e[1])))
     used = {step.split(" = ")[0] for step in path}
     inputs = model.inputs(features)

@@ -59,7 +59,7 @@ def test_help_lists_every_command(capsys):
         cli.main(["--help"])
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
-    for command in ("demo", "explain", "bench", "info", "retrain"):
+    for command in ("demo", "explain", "bench", "info", "models", "retrain"):
         assert command in out
 
 
@@ -88,6 +88,29 @@ def test_explain_with_a_model_file_shows_it_and_the_path(capsys, matrix_file):
     assert lines[3].startswith(f"  {root} = {root_value:.4g} ")
 
 
+def test_explain_for_a_gpu_on_a_machine_without_one(capsys, matrix_file, monkeypatch):
+    """Deciding needs no GPU: the CLI decides as ``autospmv.select(A, device="cuda")`` does,
+    says each fact once and explains every feature on the path in one line."""
+    monkeypatch.setattr(cli, "cuda_available", lambda: False)
+    monkeypatch.setattr(autospmv.session, "cuda_available", lambda: False)
+    status, out, err = run(capsys, "explain", str(matrix_file), "--device", "cuda")
+    assert status == 0, err
+    decision = autospmv.select(sp.load_npz(matrix_file), device="cuda")
+    lines = out.splitlines()
+    assert lines[0].startswith(f"{matrix_file}: 144×144, 672 nonzeros, on cuda (no usable GPU")
+    assert lines[1].startswith(f"model: {GPU_MODEL} (shipped for cuda-nvidia-h200, the nearest")
+    assert lines[2] == decision.explain().splitlines()[0]
+    assert out.count("trained on NVIDIA H200") == 1  # the model is described once
+    leaf_notes = [line for line in lines if "the path ends in leaf" in line]
+    assert len(leaf_notes) == 1
+    assert f"smallest corrected estimate (µs, best first): {decision.kernel} " in leaf_notes[0]
+    glossary_lines = lines[lines.index("features on the path:") + 1:]
+    used = list(dict.fromkeys(step.split(" = ")[0] for step in decision.path))
+    assert [line.split()[0] for line in glossary_lines] == used
+    for name, line in zip(used, glossary_lines):
+        assert line.endswith(autospmv.glossary.FEATURE_DESCRIPTIONS[name])
+
+
 @pytest.mark.parametrize("make, message", [
     (lambda tmp: tmp / "missing.npz", "no such file: "),
     (lambda tmp: _write(tmp / "garbage.npz", b"not a zip archive"),
@@ -107,7 +130,7 @@ def _write(path: Path, data: bytes) -> Path:
 def test_bad_model_is_a_user_error(capsys, tmp_path, matrix_file, monkeypatch):
     broken = _write(tmp_path / "broken.json", b"{")
     status, _, err = run(capsys, "explain", str(matrix_file), "--model", str(broken))
-    assert_user_error(status, err, "explain", "bad model: ")
+    assert_user_error(status, err, "explain", "bad model for cpu: ")
     assert "broken.json is not a valid JSON model file" in err
     monkeypatch.setenv("AUTOSPMV_MODEL", str(tmp_path / "gone.json"))
     status, _, err = run(capsys, "info")
@@ -119,7 +142,12 @@ def test_bench_a_tiny_matrix_on_the_cpu(capsys, matrix_file):
     assert status == 0
     for kernel in autospmv.KERNELS:
         assert f"  {kernel:11s}" in out
-    assert "picked csr_vector" in out and "quality " in out and "prepare() (features" in out
+    assert "picked csr_vector" in out and "quality " in out
+    # Deciding is reported against SciPy's product (the README's figure) and prepare() in all,
+    # conversion included, against the picked kernel's SpMV: two different numbers, each named.
+    assert "deciding (features and prediction, select()) took " in out
+    assert "× SciPy's A @ x on the CPU (" in out
+    assert "prepare() in all (deciding, conversion to csr, set-up) took " in out
 
 
 def test_info_names_the_model_and_why(capsys, monkeypatch):
@@ -204,3 +232,39 @@ def test_gzip_label_file_must_be_named_gz(tmp_path, some_labels):
     assert label.read_records(path) == records  # reading recognises gzip by its content
     with pytest.raises(ValueError, match="is gzip-compressed but its name says otherwise"):
         label.label([], path, "cpu", progress=False)
+
+
+def test_retrain_can_be_restarted_and_undone(capsys, monkeypatch):
+    """The documented life cycle: retrain installs a model in the data folder, `models` shows
+    it in use, labels timed differently are not mixed in, `--fresh` starts over and
+    `models --remove` brings the shipped (here: no CPU) model back."""
+    monkeypatch.setenv("TQDM_DISABLE", "1")
+    home = autospmv.model.user_data_dir()
+    slug = autospmv.model.device_slug("cpu")
+    model, labels = home / "models" / f"{slug}.json", home / "labels" / f"{slug}-float64.jsonl"
+    quick = ["retrain", "--device", "cpu", "--corpus", "tiny", "--quick"]
+    assert cli.main(quick) == 0
+    err = capsys.readouterr().err
+    assert "labelling 9 matrices (27,000 nonzeros) on cpu: about " in err
+    assert f"installed {model}" in err and labels.is_file()
+
+    status, out, _ = run(capsys, "models")
+    assert status == 0
+    installed = f"installed by `autospmv retrain` ({home / 'models'}):\n  {slug}.json (trained "
+    assert installed in out
+    assert f"  cpu  float64 {model} (retrained on this machine)" in out
+
+    assert cli.main(["retrain", "--device", "cpu", "--corpus", "tiny"]) == 2  # full timing
+    assert "timed with other options (--quick, this run: full timing)" in capsys.readouterr().err
+
+    assert cli.main(quick + ["--fresh"]) == 0
+    err = capsys.readouterr().err
+    assert f"--fresh: deleted the earlier labels {labels}" in err
+    assert "labelled 9 matrices" in err and "0 were already in" in err
+
+    status, out, _ = run(capsys, "models", "--remove")
+    assert status == 0 and not model.exists() and not model.with_suffix(".md").exists()
+    assert f"removed {model}\n" in out and "kept 1 label file(s)" in out and labels.is_file()
+    assert "  cpu  float64 none: the built-in rule decides" in out
+    status, _, err = run(capsys, "models", "--remove", slug)
+    assert_user_error(status, err, "models", f"no installed model {slug}; installed: none")

@@ -126,7 +126,9 @@ def test_gpu_decision_explains_itself():
     decision = autospmv.select(poisson2d(60), device="cuda", model=GPU_MODEL)
     assert decision.source == "model cuda-nvidia-h200.json"
     assert decision.notes[0].startswith("model cuda-nvidia-h200.json (passed as model=")
-    assert decision.notes[1].startswith("leaf ") and "training matrices" in decision.notes[1]
+    leaf_note = decision.notes[1]
+    assert leaf_note.startswith("the path ends in leaf ") and "training matrices" in leaf_note
+    assert f"smallest corrected estimate (µs, best first): {decision.kernel} " in leaf_note
     used = [step.split(" = ")[0] for step in decision.path]
     assert set(decision.features) == set(used)
     assert sorted([decision.kernel] + decision.candidates) == sorted(autospmv.KERNELS)

@@ -259,6 +259,17 @@ def test_jds_refuses_idle_warp_slots():
     JDSFormat.from_csr(_one_long_row(100_000, 3000))
 
 
+def test_jds_on_the_cpu_has_no_thread_slot_limit():
+    """The limit counts GPU thread slots; the CPU kernel stops each row at its end."""
+    csr = _one_long_row(64, 3000)
+    assert _same_csr(JDSFormat.from_csr(csr, device="cpu").to_csr(), csr)
+    op = autospmv.prepare(csr, kernel="jds", device="cpu")
+    x = np.arange(csr.shape[1], dtype=np.float64)
+    np.testing.assert_allclose(op @ x, csr @ x, rtol=1e-12)
+    with pytest.raises(FormatTooLargeError, match="JDS would need 96,032 GPU thread slots"):
+        autospmv.registry.get("jds").convert(csr, {}, "cuda")
+
+
 # ---------------------------------------------------------------- CPU kernels
 
 @pytest.fixture(params=[False, True], ids=["serial", "parallel"])

@@ -39,7 +39,7 @@ def test_automatic_choice_is_valid_correct_and_explained(name, model, rng):
     if tree.n_nodes > 1:
         assert steps, "a tree with splits compares at least one feature"
     if tree.ranking == "correction":  # the corrected estimates decide and are listed, best first
-        assert f"estimated µs: {tree.ranked(features)[0]} " in explanation
+        assert f"corrected estimate (µs, best first): {tree.ranked(features)[0]} " in explanation
     for step in steps:
         assert f"{step.feature} = {step.value:.4g} {'≤' if step.went_left else '>'} " \
                f"{step.threshold:.4g}" in explanation

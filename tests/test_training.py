@@ -248,6 +248,53 @@ def test_budget_stops_cleanly(tmp_path):
     assert label.read_records(out) == []
 
 
+def test_labels_timed_with_other_options_are_not_mixed_in(tiny_labels, tmp_path):
+    source, _ = tiny_labels
+    out = tmp_path / "labels.jsonl"
+    out.write_text(source.read_text())
+    entries = corpus.corpus("tiny")
+    with pytest.raises(ValueError, match=r"timed with other options \(--quick, this run: full"):
+        label.label(entries, out, "cpu", options=label.TimingOptions(), progress=False)
+
+
+def _entry(name: str, nnz: int) -> corpus.Entry:
+    return corpus.Entry(name, "test", corpus.SYNTHETIC, corpus.size_tag(nnz), nnz, None)
+
+
+def test_forecast_weighs_matrices_by_their_reference_time():
+    """Small matrices first must not make the estimate small: each pending matrix counts with
+    its reference time, scaled by the pace measured here."""
+    reference = {"small": (10_000, 0.3), "large": (1_000_000, 12.0)}
+    forecast = label.Forecast(reference)
+    pending = [_entry("large", 1_000_000), _entry("large-unknown", 2_000_000)]
+    # Before any measurement: the reference's own times; an unknown matrix takes the nearest
+    # size's time, scaled up by nonzeros.
+    assert forecast.remaining(pending) == pytest.approx(12.0 + 24.0)
+    forecast.record(_entry("small", 10_000), 0.6)  # this machine runs at half the pace
+    assert forecast.speed == pytest.approx(2.0)
+    assert forecast.remaining(pending) == pytest.approx(2 * 36.0)
+    # Counting matrices would have said 2 x 0.6 s.
+
+
+def test_forecast_without_reference_uses_size():
+    forecast = label.Forecast()
+    a, b = label.Forecast.FALLBACK
+    assert forecast.remaining([_entry("x", 10**6)]) == pytest.approx(a + b * 10**6)
+
+
+def test_labelling_seconds_are_the_gaps_between_records():
+    records = [{"name": n, "nnz": z, "date": d} for n, z, d in [
+        ("a", 10, "2026-01-01T00:00:00+00:00"), ("b", 20, "2026-01-01T00:00:02+00:00"),
+        ("c", 30, "2026-01-01T00:00:07+00:00")]]
+    assert label.labelling_seconds(records) == {"b": (20, 2.0), "c": (30, 5.0)}
+
+
+def test_label_reports_its_estimate(tmp_path):
+    summary = label.label(corpus.corpus("tiny")[:1], tmp_path / "x.jsonl", "cpu",
+                          budget_seconds=0.0, options=QUICK, progress=False)
+    assert summary["estimated_seconds"] > 0
+
+
 @pytest.mark.gpu
 def test_label_on_a_real_gpu(tmp_path):
     cuda = pytest.importorskip("numba.cuda")

@@ -7,13 +7,15 @@
                                [--budget-minutes 15] [--matrices DIR ...] [--dtype float64]
     python -m training train   labels.jsonl[.gz] [...] --out model.json [--report report.md]
                                [--timing per_call|b2b] [--objectives correction ...]
-    python -m training retrain [--device cuda|cpu] [--budget-minutes N]
+    python -m training retrain [--device cuda|cpu] [--budget-minutes N] [--fresh]
 
 ``retrain`` labels a corpus sized for this machine's device within the time budget (default
 15 minutes on a GPU with the ``default`` corpus, 30 minutes on the CPU with ``small``), trains,
 prints the report and installs the model where autospmv looks for it
 (:func:`autospmv.model.user_model_path`). The labels are kept in the same per-user folder
-(``labels/<device>-<dtype>.jsonl``), so an interrupted retrain continues where it stopped.
+(``labels/<device>-<dtype>.jsonl``), so an interrupted retrain continues where it stopped;
+``--fresh`` deletes them first and starts over. Labels timed with other options (``--quick``)
+are refused rather than mixed in.
 ``--matrices`` defaults to the folders in ``$AUTOSPMV_MATRICES`` (separated by ``os.pathsep``).
 Label files are JSON lines, gzip-compressed when their name ends in ``.gz``.
 Data goes to files or stdout, progress to stderr.
@@ -24,6 +26,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
 RETRAIN = {"cuda": ("default", 15.0), "cpu": ("small", 30.0)}
 """Corpus preset and default labelling budget (minutes) of ``retrain`` per device."""
@@ -87,15 +90,29 @@ def _parser(prog: str = "python -m training") -> argparse.ArgumentParser:
                    help="tree objectives cross-validation may choose among (default: "
                         "%(default)s; see training/train.py)")
 
-    p = commands.add_parser("retrain", help="label, train and install a model for this machine")
+    p = commands.add_parser("retrain", help="label, train and install a model for this machine",
+                            description=RETRAIN_HELP)
     p.add_argument("--matrices", nargs="*", default=_default_folders(), metavar="DIR")
     label_options(p)
     p.add_argument("--device", choices=("cuda", "cpu"), default=None)
+    p.add_argument("--corpus", choices=tuple(PRESETS), default=None,
+                   help="synthetic corpus preset (default: default on cuda, small on cpu)")
     p.add_argument("--budget-minutes", type=float, default=None,
                    help="labelling budget (default: 15 on cuda, 30 on cpu)")
     p.add_argument("--timing", choices=TIMING_MODES, default="per_call")
-    p.add_argument("--labels", help="label file (default: next to the installed model)")
+    p.add_argument("--labels", help="label file (default: <data dir>/labels/<device>-<dtype>"
+                                    ".jsonl, where an interrupted retrain resumes)")
+    p.add_argument("--fresh", action="store_true",
+                   help="start over: delete the earlier labels in the label file first "
+                        "(without it, matrices labelled before are kept and skipped)")
     return parser
+
+
+RETRAIN_HELP = """Label this machine's device, train a model and install it where autospmv finds
+it: <data dir>/models/<device>.json, where <data dir> is $AUTOSPMV_HOME, else
+$XDG_DATA_HOME/autospmv, else ~/.local/share/autospmv. The labels are kept in <data
+dir>/labels/ so that an interrupted retrain resumes; --fresh starts over. `autospmv models`
+lists the installed and shipped models; `autospmv models --remove` undoes a retrain."""
 
 
 def _entries(preset: str, folders):
@@ -114,8 +131,8 @@ def _label(args, preset: str, out, budget_minutes) -> dict:
         jobs=args.jobs, variants=args.variants, options=QUICK if args.quick else TimingOptions(),
     )
     print(f"labelled {summary['labelled']} matrices in {summary['seconds']:.0f} s "
-          f"({summary['skipped']} were already in {out}; {summary['remaining']} left for lack "
-          "of time)", file=sys.stderr)
+          f"({summary['skipped']} were already in {out} and kept; {summary['remaining']} left "
+          "for lack of time)", file=sys.stderr)
     for reason, where in summary["failures"].items():
         print(f"failure ({where}): {reason}", file=sys.stderr)
     return summary
@@ -129,8 +146,11 @@ def _retrain(args) -> None:
     preset, budget = RETRAIN[args.device]
     slug = device_slug(args.device)
     model_path = user_model_path(slug)
-    labels = args.labels or user_data_dir() / "labels" / f"{slug}-{args.dtype}.jsonl"
-    _label(args, preset, labels, args.budget_minutes or budget)
+    labels = Path(args.labels or user_data_dir() / "labels" / f"{slug}-{args.dtype}.jsonl")
+    if args.fresh and labels.exists():
+        labels.unlink()
+        print(f"--fresh: deleted the earlier labels {labels}", file=sys.stderr)
+    _label(args, args.corpus or preset, labels, args.budget_minutes or budget)
     result = train_files([labels], model_path, model_path.with_suffix(".md"), mode=args.timing)
     print(result.report)
     print(f"installed {model_path} (report: {model_path.with_suffix('.md')})", file=sys.stderr)

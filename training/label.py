@@ -27,7 +27,7 @@ Record layout (one JSON object per line; ``schema`` = :data:`SCHEMA`)::
     kernels {kernel: result},           # with the chooser's parameters
     variants [{kernel, strategy, ...result}],
     best {"per_call": kernel|null, "b2b": kernel|null},
-    device {...}, versions {...}, date
+    device {...}, versions {...}, timing {TimingOptions fields}, date
 
     result = {params, status, feasible, reason, error, prepare_ms,
               time_per_call_us, time_b2b_us,           # medians, µs (null unless ok)
@@ -65,8 +65,8 @@ from autospmv.formats import hyb
 from autospmv.formats.base import FormatTooLargeError, row_lengths
 from autospmv.validation import canonicalize
 from training import corpus as corpus_module
-from training.timing import (TOLERANCE, Bench, TimingOptions, device_info, relative_error,
-                             release_device_memory, require_real_gpu)
+from training.timing import (QUICK, TOLERANCE, Bench, TimingOptions, device_info,
+                             relative_error, release_device_memory, require_real_gpu)
 
 SCHEMA = "autospmv-labels/1"
 THREADS_PER_ROW = (2, 4, 8, 16, 32)
@@ -314,9 +314,11 @@ def _parse(text: str, path) -> list[dict]:
     return records
 
 
-def _resume(path: Path, device: str, dtype: str) -> set[str]:
+def _resume(path: Path, device: str, dtype: str, timing: dict | None = None) -> set[str]:
     """Names already labelled in ``path`` (created empty if missing), after dropping an
-    unfinished last line (or, in a gzip file, an unfinished last member)."""
+    unfinished last line (or, in a gzip file, an unfinished last member). Records of another
+    device or dtype, or timed with other ``timing`` options (records without them predate
+    the key and are accepted), are refused: they must not mix."""
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.touch()
@@ -338,7 +340,18 @@ def _resume(path: Path, device: str, dtype: str) -> set[str]:
                 f"{record['device']['device']!r}; write {dtype} labels for {device!r} to "
                 "another file"
             )
+        if timing is not None and record.get("timing", timing) != timing:
+            raise ValueError(
+                f"{path} holds labels timed with other options ({_timing_name(record['timing'])}"
+                f", this run: {_timing_name(timing)}); label with the same options, write to "
+                "another file, or start over (`autospmv retrain --fresh`)"
+            )
     return {record["name"] for record in records}
+
+
+def _timing_name(timing: dict) -> str:
+    """``"--quick"`` or ``"full timing"`` for a record's ``timing`` entry."""
+    return "--quick" if timing == dataclasses.asdict(QUICK) else "full timing"
 
 
 def _rewrite(path: Path, text: str) -> None:
@@ -375,6 +388,88 @@ def _predicted_seconds(history: list[tuple[int, float]], nnz: int) -> float:
     return seconds * max(1.0, nnz / max(near_nnz, 1))
 
 
+def labelling_seconds(records) -> dict[str, tuple[int, float]]:
+    """Seconds each matrix of a labelling run took, by name, with its nonzeros: the gaps
+    between consecutive records' dates (they include generating the matrix; the first record,
+    without a predecessor, is left out)."""
+    dates = [datetime.datetime.fromisoformat(r["date"]) for r in records]
+    return {r["name"]: (int(r["nnz"]), (later - earlier).total_seconds())
+            for r, earlier, later in zip(records[1:], dates, dates[1:])}
+
+
+def reference_labels(device: str) -> Path | None:
+    """A shipped label file of ``device``'s kind ("cuda" or "cpu") to forecast with, or None."""
+    from autospmv.selector import shipped_models
+
+    folders = {path.parent / "labels" for path in shipped_models().values()}
+    files = sorted(f for folder in folders for f in folder.glob(f"{device}-*.jsonl*"))
+    return files[0] if files else None
+
+
+class Forecast:
+    """How long a labelling run has left, from the corpus and the times measured so far.
+
+    Matrices differ in cost by a factor of a hundred (a 10⁶-nonzero matrix takes about 40 times
+    as long as a 10⁴ one on a 2-core CPU), and the corpus runs small ones first, so counting
+    matrices misleads. Each matrix is expected to take what it took in a reference run (a
+    shipped label file of the same kind of device: the same matrix by name, else the nearest
+    size there, scaled by nonzeros when larger; without one, ``FALLBACK`` seconds = a + b·nnz),
+    and those expectations are scaled by how this machine compared on the matrices labelled
+    so far: remaining = Σ expected(pending) × Σ measured / Σ expected(labelled).
+    """
+
+    FALLBACK = (0.2, 1.2e-5)
+    """(seconds per matrix, seconds per nonzero): a + b·nnz fitted to the committed 2-core CPU
+    retrain (``benchmarks/results/retrain-cpu-2026-11-22``)."""
+
+    def __init__(self, reference: dict[str, tuple[int, float]] | None = None,
+                 source: str = "a 2-core CPU (built-in figures)"):
+        self.reference = dict(reference or {})
+        self.source = source
+        """What the expectations come from, for messages."""
+        self._sizes = np.array([nnz for nnz, _ in self.reference.values()], dtype=np.float64)
+        self._seconds = np.array([sec for _, sec in self.reference.values()], dtype=np.float64)
+        self.measured = 0.0
+        self.expected_done = 0.0
+
+    @classmethod
+    def for_device(cls, device: str) -> "Forecast":
+        """The forecast from :func:`reference_labels` of ``device``, else the fallback."""
+        path = reference_labels(device)
+        if path is None:
+            return cls()
+        records = read_records(path)
+        name = records[0]["device"].get("name", device) if records else device
+        return cls(labelling_seconds(records), f"{name} ({path.name})")
+
+    def expected(self, entry) -> float:
+        """Seconds ``entry`` took in the reference run (see the class docstring)."""
+        if entry.name in self.reference:
+            return self.reference[entry.name][1]
+        if not self._sizes.size:
+            return self.FALLBACK[0] + self.FALLBACK[1] * entry.nnz
+        nearest = int(np.argmin(np.abs(np.log((self._sizes + 1) / (entry.nnz + 1)))))
+        return float(self._seconds[nearest] * max(1.0, entry.nnz / max(self._sizes[nearest], 1)))
+
+    def record(self, entry, seconds: float) -> None:
+        """Account for ``entry``, which took ``seconds`` here."""
+        self.measured += seconds
+        self.expected_done += self.expected(entry)
+
+    @property
+    def speed(self) -> float:
+        """Measured over expected seconds so far (1 before any matrix is labelled)."""
+        return self.measured / self.expected_done if self.expected_done > 0 else 1.0
+
+    def remaining(self, entries) -> float:
+        """Estimated seconds to label ``entries``."""
+        return self.speed * sum(self.expected(entry) for entry in entries)
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
+
+
 def _warm_up(device: str, dtype: str, options: TimingOptions, variants: bool) -> None:
     """Compile every kernel configuration (serial and parallel CPU variants) before timing, so
     that no recorded prepare time or first call includes compilation."""
@@ -393,7 +488,8 @@ def label(entries, out, device: str = "cpu", *, dtype: str = "float64",
     """Label ``entries`` on ``device`` ("cuda" or "cpu") into the JSON-lines file ``out``.
 
     Returns a summary: ``labelled`` (this run), ``skipped`` (already in the file),
-    ``remaining`` (left for lack of time), ``seconds``, ``failures`` (distinct failure reasons).
+    ``remaining`` (left for lack of time), ``seconds``, ``failures`` (distinct failure reasons),
+    ``estimated_seconds`` (the :class:`Forecast` for the pending matrices before the start).
     """
     from tqdm import tqdm
 
@@ -407,32 +503,49 @@ def label(entries, out, device: str = "cpu", *, dtype: str = "float64",
     started = time.perf_counter()
     deadline = math.inf if budget_seconds is None else started + budget_seconds
     out = Path(out)
-    done = _resume(out, device, dtype)
+    timing = dataclasses.asdict(options)
+    done = _resume(out, device, dtype, timing)
     pending = [e for e in entries if e.name not in done]
     summary = {"labelled": 0, "skipped": len(entries) - len(pending), "remaining": 0,
                "failures": {}}
-    run_info = {"device": device_info(device), "versions": library_versions()}
+    run_info = {"device": device_info(device), "versions": library_versions(), "timing": timing}
+    # tqdm's own estimate counts matrices; the forecast weighs them by their expected time.
     bar = tqdm(total=len(entries), initial=summary["skipped"], unit="matrix", file=sys.stderr,
+               bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]",
                **({} if progress else {"disable": True}))
     history: list[tuple[int, float]] = []
+    forecast = Forecast.for_device(device)
+    summary["estimated_seconds"] = forecast.remaining(pending)
+    if pending:
+        budget = ("" if budget_seconds is None
+                  else f"; the budget stops it after {_minutes(budget_seconds)}")
+        bar.write(f"labelling {len(pending)} matrices ({sum(e.nnz for e in pending):,} nonzeros) "
+                  f"on {device}: about {_minutes(summary['estimated_seconds'])} at the pace of "
+                  f"{forecast.source}{budget}; the estimate follows this machine's pace as it "
+                  "goes", file=sys.stderr)
     if pending and time.perf_counter() < deadline:
         _warm_up(device, dtype, options, variants)
+    last = None  # the forecast counts from record to record, as in its reference run
 
     def in_time(entry) -> bool:
         return time.perf_counter() + _predicted_seconds(history, entry.nnz) <= deadline
 
     with joblib.Parallel(n_jobs=jobs) as parallel:
-        for entry, loaded in _loaded(pending, dtype, jobs, parallel, in_time):
+        for position, (entry, loaded) in enumerate(
+                _loaded(pending, dtype, jobs, parallel, in_time)):
             if not in_time(entry):
                 break
             csr, load_ms, canonicalize_ms = loaded
-            bar.set_postfix_str(entry.name)
+            left = min(forecast.remaining(pending[position:]), deadline - time.perf_counter())
+            bar.set_postfix_str(f"about {_minutes(left)} left; {entry.name}")
             entry_started = time.perf_counter()
             record = label_matrix(entry, csr, device, options, variants)
             record.update(load_ms=load_ms, canonicalize_ms=canonicalize_ms, **run_info,
                           date=datetime.datetime.now(datetime.timezone.utc).isoformat())
             _append(out, record)
             history.append((entry.nnz, time.perf_counter() - entry_started))
+            forecast.record(entry, time.perf_counter() - (last or entry_started))
+            last = time.perf_counter()
             summary["labelled"] += 1
             bar.update()
             _report_failures(record, summary["failures"], bar)

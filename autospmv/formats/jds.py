@@ -7,12 +7,15 @@ Because lengths decrease, those rows are exactly the sorted positions ``0 .. jd_
 jd_ptr[d] - 1``: entry ``d`` of sorted row ``i`` is at ``jd_ptr[d] + i``. Consecutive sorted rows
 read consecutive words in every diagonal, and no padding is stored.
 
-Fill limit. The GPU kernel runs one thread per sorted row, so each warp of 32 sorted rows is busy
-for as many steps as its longest row: it occupies ``32 * len(sorted row 32w)`` thread slots. JDS
-refuses with :class:`~autospmv.formats.base.FormatTooLargeError` when the sum of those slots over
-all warps exceeds ELL's limit (``ELL_MAX_FILL * nnz``, and :data:`~autospmv.formats.ell.ELL_SMALL`
-slots are always accepted). Sorting makes this rare: it takes rows much longer than their 31
-neighbours in sorted order, i.e. a few very long rows in a small matrix.
+Fill limit (GPU only). The GPU kernel runs one thread per sorted row, so each warp of 32 sorted
+rows is busy for as many steps as its longest row: it occupies ``32 * len(sorted row 32w)`` thread
+slots. For the GPU (``device="cuda"``, the default) JDS refuses with
+:class:`~autospmv.formats.base.FormatTooLargeError` when the sum of those slots over all warps
+exceeds ELL's limit (``ELL_MAX_FILL * nnz``, and :data:`~autospmv.formats.ell.ELL_SMALL` slots are
+always accepted). Sorting makes this rare: it takes rows much longer than their 31 neighbours in
+sorted order, i.e. a few very long rows in a small matrix. JDS stores no padding, and the CPU
+kernel (:mod:`autospmv.kernels.cpu.jds`) stops each row at its last entry, so for the CPU
+(``device="cpu"``) no limit applies.
 """
 
 from __future__ import annotations
@@ -45,14 +48,17 @@ class JDSFormat(SparseFormat):
     name = "jds"
 
     @classmethod
-    def from_csr(cls, csr: sp.csr_matrix, max_fill: float = ELL_MAX_FILL) -> "JDSFormat":
+    def from_csr(cls, csr: sp.csr_matrix, max_fill: float = ELL_MAX_FILL,
+                 device: str = "cuda") -> "JDSFormat":
+        """JDS of canonical ``csr``; for ``device="cuda"`` within the fill limit (see the module
+        docstring), for ``device="cpu"`` always."""
         m = csr.shape[0]
         itype = csr.indices.dtype
         lengths = row_lengths(csr)
         perm = np.argsort(-lengths, kind="stable")
         sorted_lengths = lengths[perm]
         slots = warp_slots(sorted_lengths)
-        if fill_exceeded(slots, csr.nnz, max_fill):
+        if device != "cpu" and fill_exceeded(slots, csr.nnz, max_fill):
             raise too_large(
                 "JDS", slots, csr.nnz, max_fill,
                 "GPU thread slots (32 x the longest row of each warp of sorted rows)",
