@@ -58,25 +58,28 @@ def resolve_device(requested: str | None) -> str:
     return requested or ("cuda" if cuda_available() else "cpu")
 
 
-def resolve_model(device: str, model: str | None = None) -> selector.ModelChoice | None:
-    """:func:`find_model` for ``device``, a damaged or missing model file being a user error."""
+def resolve_model(device: str, model: str | None = None,
+                  dtype: str = "float64") -> selector.ModelChoice | None:
+    """:func:`find_model` for ``device`` and matrices of ``dtype``, a damaged or missing model
+    file being a user error."""
     try:
-        return selector.find_model(device, model)
+        return selector.find_model(device, model, dtype)
     except ValueError as error:
         raise UserError(f"bad model: {error}") from None
 
 
-def describe_model(device: str, model: str | None = None) -> str:
-    """One line: the model that decides on ``device`` (file, why, where it was trained), or
-    that the built-in rule decides."""
-    choice = resolve_model(device, model)
+def describe_model(device: str, model: str | None = None, dtype: str = "float64") -> str:
+    """One line: the model that decides on ``device`` for ``dtype`` matrices (file, why, where
+    it was trained, which dtype it is for), or that the built-in rule decides."""
+    choice = resolve_model(device, model, dtype)
     if choice is None:
         shipped = ", ".join(sorted(selector.shipped_models())) or "none"
         return (f"model: none for {device_slug(device)} (shipped: {shipped}), so the built-in "
                 f"rule decides: csr5 when a row has more than {selector.LONG_ROW} nonzeros, else "
                 "csr_vector; `autospmv retrain` trains a model for this machine")
     return (f"model: {choice.path or choice.name} ({choice.reason}"
-            f"{selector.trained_on(choice.model.provenance)})")
+            f"{selector.trained_on(choice.model.provenance)}); a {choice.dtype} model, "
+            f"deciding for {dtype} matrices")
 
 
 def time_per_call(fn, budget: float = 0.2) -> float:
@@ -167,7 +170,7 @@ def _demo_timings(op, A, x, device, timer):
 def cmd_explain(args) -> None:
     A = load_matrix(args.file)
     device = resolve_device(args.device)
-    line = describe_model(device, args.model)
+    line = describe_model(device, args.model, A.dtype.name)
     decision = select(A, device=device, model=args.model)
     print(f"{args.file}: {A.shape[0]}×{A.shape[1]}, {A.nnz:,} nonzeros, on {device}")
     print(line)
@@ -226,7 +229,8 @@ def cmd_info(args) -> None:
             print(f"device: cuda, {dev.name}, compute capability {dev.compute_capability}")
     else:
         print("device: cpu (no usable CUDA GPU found)")
-    print(describe_model("cuda" if cuda_available() else "cpu"))
+    for dtype in ("float64", "float32"):
+        print(describe_model("cuda" if cuda_available() else "cpu", dtype=dtype))
     print(f"kernels: {', '.join(KERNELS)}")
 
 

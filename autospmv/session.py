@@ -61,7 +61,7 @@ def _decide(csr, kernel, device, model, params=None) -> Decision:
         return forced_decision(csr, kernel, device, params)
     if params:
         raise ValueError("params= needs kernel= (parameters belong to one kernel)")
-    choice = find_model(device, model)
+    choice = find_model(device, model, csr.dtype)
     if choice is None:
         return rule_decision(csr, device)
     started = time.perf_counter()

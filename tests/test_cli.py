@@ -80,7 +80,8 @@ def test_explain_with_a_model_file_shows_it_and_the_path(capsys, matrix_file):
     lines = out.splitlines()
     model = autospmv.selector.load_model(GPU_MODEL)
     assert lines[1] == (f"model: {GPU_MODEL} (passed as model=; trained on NVIDIA H200, "
-                        f"{model.provenance['trained'][:10]})")
+                        f"{model.provenance['trained'][:10]}); a float64 model, deciding for "
+                        "float64 matrices")
     assert lines[2].endswith("chosen by model cuda-nvidia-h200.json")
     # The path from the root, with the feature values read.
     root = model.feature_names[model.feature[0]]
