@@ -835,6 +835,7 @@ def train_files(paths, out=None, report=None, *, mode: str = "auto", n_splits: i
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         result.model.to_json(out)
     if report is not None:
+        Path(report).parent.mkdir(parents=True, exist_ok=True)
         Path(report).write_text(result.report, encoding="utf-8")
     return result
 
