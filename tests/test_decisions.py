@@ -89,6 +89,30 @@ def test_gpu_model_is_shipped_and_valid():
     assert provenance["timing_mode"] in ("per_call", "b2b")
 
 
+GUARD_FAILURES = {
+    "cpu-intel-r-xeon-r-processor-2-10ghz":
+        "on its committed labels, with the 62 of 115 rows whose per-call timings stayed "
+        "disturbed left out, cross-validation gives 0.956 against always csr_scalar's 0.958 "
+        "(models/README.md, CPU model); it needs relabelling on a quiet machine",
+}
+"""Shipped models known to fail the install guard; strict, so a fixed model must leave here."""
+
+
+@pytest.mark.parametrize("model", [
+    pytest.param(path, marks=pytest.mark.xfail(strict=True, reason=GUARD_FAILURES[path.stem]))
+    if path.stem in GUARD_FAILURES else path for path in SHIPPED], ids=[p.stem for p in SHIPPED])
+def test_shipped_model_passes_the_install_guard_on_its_labels(model):
+    """The test `retrain` applies before installing (training.train.guard): cross-validated
+    on the committed labels, in the model's timing mode, the tree beats every fixed kernel."""
+    from training import label, train
+
+    provenance = TreeModel.load(model).provenance
+    labels = REPO / "models" / "labels" / provenance["labels"][0]["file"]
+    result = train.train(label.read_records(labels), mode=provenance["timing_mode"])
+    verdict = result.scores["guard"]
+    assert verdict["passed"], f"{model.name}: {verdict['reason']}"
+
+
 @pytest.mark.parametrize("model", SHIPPED, ids=[path.stem for path in SHIPPED])
 def test_tree_snapshot(model):
     check_golden(f"{model.stem}.txt", TreeModel.load(model).export_text())
