@@ -60,6 +60,9 @@ class Decision:
     """Guardrails and conversion facts (e.g. conversion time)."""
     candidates: list[str] = dataclasses.field(default_factory=list)
     """Kernels to fall back to, in order, when the chosen one cannot be built."""
+    tuning: dict = dataclasses.field(default_factory=dict)
+    """With ``prepare(A, tune="measure")``: the predicted kernel, the measured candidates'
+    times (µs, back-to-back and per call), the kept kernel and the cost of tuning."""
 
     def explain(self) -> str:
         params = ", ".join(f"{k}={v}" for k, v in self.params.items()) or "no parameters"
