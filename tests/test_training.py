@@ -92,6 +92,57 @@ def test_grown_entries(tmp_path):
     assert all(e.grown == 1 for e in corpus.corpus("small", [tmp_path]))
 
 
+def test_grown_in_three_ways(tmp_path):
+    A = sp.random(30, 30, density=0.2, format="csr", random_state=1)
+    A.setdiag(1.0)
+    A = sp.csr_matrix(A)
+    path = tmp_path / "alpha.npz"
+    sp.save_npz(path, A)
+    block, coupled, permuted = (corpus.load_grown(str(path), 4, way) for way in "xcp")
+    assert block.shape == coupled.shape == permuted.shape == (120, 120)
+    # Coupled: the diagonal blocks are A, neighbouring blocks hold a share of A's entries.
+    assert (coupled[30:60, 30:60] != A).nnz == 0
+    off = coupled[30:60, 60:90]
+    mask = off.toarray() != 0
+    assert 0 < off.nnz < A.nnz and np.array_equal(off.toarray()[mask], A.toarray()[mask])
+    assert coupled[0:30, 60:90].nnz == 0 and coupled.nnz > block.nnz
+    # Permuted: the same rows (as a multiset of lengths) and values, wider bandwidth.
+    assert permuted.nnz == block.nnz
+    assert sorted(np.diff(permuted.indptr)) == sorted(np.diff(block.indptr))
+    assert np.isclose(permuted.sum(), block.sum())
+
+    def bandwidth(M):
+        coo = M.tocoo()
+        return int(np.abs(coo.row - coo.col).max())
+
+    assert bandwidth(permuted) > 2 * bandwidth(block)
+    assert (corpus.load_grown(str(path), 4, "p") != permuted).nnz == 0  # deterministic
+    names = [e.name for e in corpus.grown_entries(corpus.folder_entries(tmp_path), 1000,
+                                                  ("x", "c", "p"), at_least=True)]
+    copies = -(-1000 // A.nnz)
+    assert names == [f"alpha-x{copies}", f"alpha-c{copies}", f"alpha-p{copies}"]
+
+
+def test_large_preset_makes_large_matrices_first_class(tmp_path):
+    for i in range(6):  # six small "real" files of 500-1000 nonzeros
+        A = sp.random(100, 100, density=0.05 + 0.01 * i, format="csr", random_state=i)
+        sp.save_npz(tmp_path / f"file{i}.npz", A)
+    entries = corpus.corpus("large", [tmp_path])
+    large = [e for e in entries if e.nnz >= label.LARGE_NNZ]
+    assert len(large) >= 0.4 * len(entries)
+    synthetic = [e for e in entries if e.source == corpus.SYNTHETIC]
+    families = {v[0] for v in corpus.VARIANTS}
+    for nnz in (1_000_000, 5_000_000, 20_000_000):  # every family at every large size
+        at = {e.family for e in synthetic if nnz <= e.nnz < 4 * nnz}
+        assert at == families, nnz
+    grown = [e for e in entries if e.grown > 1]
+    ways = {e.name.rsplit("-", 1)[1][0] for e in grown}
+    assert ways == set(corpus.GROWTHS)
+    for target in (1_000_000, 5_000_000, 20_000_000):
+        assert any(target <= e.nnz < 1.1 * target for e in grown), target
+    assert len({e.name for e in entries}) == len(entries)
+
+
 # -- timing ---------------------------------------------------------------------------------
 
 
