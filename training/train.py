@@ -630,7 +630,7 @@ def split_holdout(records, names) -> tuple[list[dict], list[dict]]:
     train_part, held = [], []
     for record in records:
         source = record.get("source", "synthetic")
-        stem = Path(source).name.split(".")[0] if source != "synthetic" else None
+        stem = Path(source).stem if source != "synthetic" else None
         (held if record["name"] in names or stem in names else train_part).append(record)
     return train_part, held
 
@@ -923,7 +923,7 @@ def _real_counts(ds: Dataset) -> str:
     real, grown = int(ds.real.sum()), int((ds.real & ~ds.as_given).sum())
     if not grown:
         return f"{real} real"
-    return f"{real} real: {real - grown} as given, {grown} grown as block-diagonal copies"
+    return f"{real} real: {real - grown} as given, {grown} grown copies"
 
 
 def _cost_model_table(cost_model: CostModel) -> str:
