@@ -5,8 +5,8 @@ size rule of :func:`training.label.target_mode` (back-to-back from 10⁶ nonzero
 iterative solver sees on a large matrix; per call below, where launch and synchronisation
 dominate); ``per_call`` or ``b2b`` take one mode for every matrix. A kernel whose status is not
 ``ok`` counts as infinitely slow. A label row whose timings stayed disturbed
-(:func:`training.label.is_noisy`) is left out and counted in the report. The tree names a kernel only: its parameters
-come from the registry's choosers when the model is used.
+(:func:`training.label.is_noisy`) is left out and counted in the report. The tree names a
+kernel only: its parameters come from the registry's choosers when the model is used.
 
 Selection quality of a policy on a matrix is ``q = t(best kernel) / t(chosen kernel)`` (1 is
 perfect, 0 when the policy chose an infinitely slow kernel). Over a set of matrices:
@@ -100,7 +100,8 @@ import autospmv
 from autospmv.cost import QUANTITY_NAMES
 from autospmv.features import FEATURE_NAMES
 from autospmv.model import CostModel, TreeModel
-from training.label import LARGE_NNZ, NOISE_LIMIT, TRAINING_MODES, is_noisy, read_records, target_mode
+from training.label import (LARGE_NNZ, NOISE_LIMIT, TRAINING_MODES, is_noisy, read_records,
+                            target_mode)
 
 WEIGHTINGS = ("none", "log_ratio", "ratio")
 OBJECTIVES = ("fastest", "quality", "correction")
@@ -648,8 +649,9 @@ def train(records, *, mode: str = "auto", n_splits: int = 5, grid=GRID,
 
     ``label_files``: ``[{"file", "sha256", "records"}]`` for the provenance. ``repeats``:
     nested cross-validations, the first on scikit-learn's size-balanced grouped folds, the
-    others on grouped folds shuffled by their seed; the tree's figures are their mean. ``holdout``: names of matrices (or real files) kept out of everything
-    (cross-validation, hyperparameters, the final fit) and scored separately at the end.
+    others on grouped folds shuffled by their seed; the tree's figures are their mean.
+    ``holdout``: names of matrices (or real files) kept out of everything (cross-validation,
+    hyperparameters, the final fit) and scored separately at the end.
     """
     records = list(records)
     devices = {(r.get("device") or {}).get("name") for r in records}
