@@ -42,7 +42,8 @@ should take about 13 minutes per dtype there (building the 17 configurations of 
 matrix is most of it: about 25 s on a 2-core 2.1 GHz Xeon).
 
 :func:`folder_entries` adds ``.npz`` (``scipy.sparse.save_npz``) and ``.mtx`` (Matrix Market)
-files; a ``MANIFEST.tsv`` beside them (columns ``name``, ``family``, optionally ``nnz``) supplies each file's family.
+files; a ``MANIFEST.tsv`` beside them (columns ``name``, ``family``, optionally ``nnz``)
+supplies each file's family.
 """
 
 from __future__ import annotations
