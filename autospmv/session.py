@@ -130,7 +130,7 @@ def _measure(csr, decision: Decision, device: str) -> SpMVOperator:
     """``prepare(..., tune="measure")``: build and time the top candidates, keep the fastest."""
     import numpy as np
 
-    from training.timing import Bench, TimingOptions
+    from training.timing import Bench, TimingOptions, release_device_memory
 
     started = time.perf_counter()
     ranking = [decision.kernel] + list(decision.candidates)
@@ -157,6 +157,8 @@ def _measure(csr, decision: Decision, device: str) -> SpMVOperator:
         raise RuntimeError(f"tune='measure': no candidate could be timed ({timings})")
     best = min(times, key=lambda k: times[k]["b2b"]["median"])
     op = ops[best]
+    del ops  # the other candidates' buffers go now, not at the next collection
+    release_device_memory(device)
     seconds = time.perf_counter() - started
     best_us = times[best]["b2b"]["median"]
     op.decision.tuning = {
