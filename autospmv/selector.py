@@ -177,12 +177,19 @@ def _find_for_dtype(slug: str, dtype: str, shipped: dict[str, Path]) -> ModelCho
     for user in users:
         if user.is_file():
             return _choice(user, "retrained on this machine")
-    by_device = {stem: path for stem, path in shipped.items() if split_stem(stem)[1] == dtype}
+    # A name with its dtype (``<slug>-float64``) before an older one without (``<slug>``).
+    by_device = {stem: path for stem, path in sorted(shipped.items(), key=lambda s: s[0] ==
+                                                     split_stem(s[0])[0])
+                 if split_stem(stem)[1] == dtype}
     for stem, path in by_device.items():
         if split_stem(stem)[0] == slug:
             return _choice(path, "shipped for this device")
     kind = slug.split("-")[0] + "-"
-    same_kind = {stem: path for stem, path in by_device.items() if stem.startswith(kind)}
+    same_kind = {}
+    for stem, path in by_device.items():
+        if stem.startswith(kind):
+            same_kind.setdefault(split_stem(stem)[0], (stem, path))
+    same_kind = dict(same_kind.values())
     if not same_kind:
         return None
     stem = nearest_model(slug, same_kind)

@@ -274,6 +274,12 @@ def test_a_float32_matrix_uses_a_float64_model_only_when_no_float32_one_exists(m
                                                           "retrained on this machine")
     assert selector.find_model("cuda", dtype="float64").path == shipped[slug]
     assert autospmv.select(poisson2d(20).astype(np.float32), device="cuda").kernel == "coo"
+    # A shipped file named with its dtype wins over the older name of the same device.
+    shipped.update(_shipped(tmp_path, **{f"{slug}-float64": "2025-01-01"}))
+    assert selector.find_model("cuda", dtype="float64").path.name == f"{slug}-float64.json"
+    monkeypatch.setattr(selector, "device_slug", lambda device: "cuda-nvidia-h100")
+    nearest = selector.find_model("cuda", dtype="float64")  # also as the nearest device's
+    assert nearest.path.name == f"{slug}-float64.json"
 
 
 def test_cpu_never_uses_the_shipped_gpu_model():
