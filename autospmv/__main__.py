@@ -60,25 +60,28 @@ def resolve_device(requested: str | None) -> str:
     return requested or ("cuda" if cuda_available() else "cpu")
 
 
-def resolve_model(device: str, model: str | None = None) -> selector.ModelChoice | None:
-    """:func:`find_model` for ``device``, a damaged or missing model file being a user error."""
+def resolve_model(device: str, model: str | None = None,
+                  dtype: str = "float64") -> selector.ModelChoice | None:
+    """:func:`find_model` for ``device`` and matrices of ``dtype``, a damaged or missing model
+    file being a user error."""
     try:
-        return selector.find_model(device, model)
+        return selector.find_model(device, model, dtype)
     except ValueError as error:
         raise UserError(f"bad model for {device}: {error}") from None
 
 
-def describe_model(device: str, model: str | None = None) -> str:
-    """One line: the model that decides on ``device`` (file, why, where it was trained), or
-    that the built-in rule decides."""
-    choice = resolve_model(device, model)
+def describe_model(device: str, model: str | None = None, dtype: str = "float64") -> str:
+    """One line: the model that decides on ``device`` for ``dtype`` matrices (file, why, where
+    it was trained, which dtype it is for), or that the built-in rule decides."""
+    choice = resolve_model(device, model, dtype)
     if choice is None:
         shipped = ", ".join(sorted(selector.shipped_models())) or "none"
         return (f"model: none for {device_slug(device)} (shipped: {shipped}), so the built-in "
                 f"rule decides: csr5 when a row has more than {selector.LONG_ROW} nonzeros, else "
                 "csr_vector; `autospmv retrain` trains a model for this machine")
     return (f"model: {choice.path or choice.name} ({choice.reason}"
-            f"{selector.trained_on(choice.model.provenance)})")
+            f"{selector.trained_on(choice.model.provenance)}); a {choice.dtype} model, "
+            f"deciding for {dtype} matrices")
 
 
 def time_per_call(fn, budget: float = 0.2) -> float:
@@ -171,7 +174,7 @@ def cmd_explain(args) -> None:
     needs no GPU, so ``--device cuda`` works on any machine (nothing runs)."""
     A = load_matrix(args.file)
     device = args.device or ("cuda" if cuda_available() else "cpu")
-    line = describe_model(device, args.model)
+    line = describe_model(device, args.model, A.dtype.name)
     decision = select(A, device=device, model=args.model)
     where = f"on {device}"
     if device == "cuda" and not cuda_available():
@@ -256,7 +259,8 @@ def cmd_info(args) -> None:
             print(f"device: cuda, {dev.name}, compute capability {dev.compute_capability}")
     else:
         print("device: cpu (no usable CUDA GPU found)")
-    print(describe_model("cuda" if cuda_available() else "cpu"))
+    for dtype in ("float64", "float32"):
+        print(describe_model("cuda" if cuda_available() else "cpu", dtype=dtype))
     print(f"kernels: {', '.join(KERNELS)}")
 
 
@@ -285,13 +289,10 @@ def cmd_models(args) -> None:
 
 
 def models_in_use() -> list[tuple[str, str, selector.ModelChoice | None]]:
-    """(device, dtype, the model that decides there) for every device and dtype. One model
-    serves both dtypes of a device today."""
-    rows = []
-    for device in DEVICES:
-        choice = resolve_model(device)
-        rows += [(device, dtype.name, choice) for dtype in SUPPORTED_DTYPES]
-    return rows
+    """(device, dtype, the model that decides there) for every device and dtype (a device
+    without a model for one dtype uses its other dtype's model: see :func:`find_model`)."""
+    return [(device, dtype.name, resolve_model(device, dtype=dtype.name))
+            for device in DEVICES for dtype in SUPPORTED_DTYPES]
 
 
 def _trained(path) -> str:

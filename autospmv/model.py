@@ -628,9 +628,30 @@ def user_data_dir() -> Path:
     return Path(data).expanduser() / "autospmv"
 
 
-def user_model_path(slug: str) -> Path:
-    """Where a model retrained on this machine for device ``slug`` is installed."""
-    return user_data_dir() / "models" / f"{slug}.json"
+DTYPES = ("float64", "float32")
+"""Value types a model is trained for; models are per (device, dtype)."""
+
+
+def model_stem(slug: str, dtype: str | None = None) -> str:
+    """A model file's name without ``.json``: ``<slug>-<dtype>``, or ``<slug>`` alone (the
+    older name, which means float64) when ``dtype`` is None."""
+    return slug if dtype is None else f"{slug}-{dtype}"
+
+
+def split_stem(stem: str) -> tuple[str, str]:
+    """(device slug, dtype) of a model file name: ``cuda-nvidia-h100-float32`` →
+    ``("cuda-nvidia-h100", "float32")``; a name without a dtype suffix is a float64 model."""
+    for dtype in DTYPES:
+        if stem.endswith("-" + dtype):
+            return stem[: -len(dtype) - 1], dtype
+    return stem, "float64"
+
+
+def user_model_path(slug: str, dtype: str | None = None) -> Path:
+    """Where a model retrained on this machine for device ``slug`` and value type ``dtype``
+    is installed (``<slug>-<dtype>.json``; without ``dtype`` the older ``<slug>.json``, read
+    as float64)."""
+    return user_data_dir() / "models" / f"{model_stem(slug, dtype)}.json"
 
 
 def slugify(text: str) -> str:

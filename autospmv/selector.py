@@ -10,9 +10,18 @@ found by :func:`find_model` in this order:
 
 1. the ``model=`` argument (a path or a loaded model);
 2. the ``AUTOSPMV_MODEL`` environment variable (a path);
-3. a model retrained on this machine for this device (``python -m training retrain``);
-4. the shipped model for this device (by GPU or CPU name), else the nearest shipped model of the
-   same kind of device (another GPU's for a GPU, another CPU's for a CPU).
+3. models are per (device, dtype): first for the matrix's dtype, then, only when no model of
+   that dtype exists for this kind of device, for the other one:
+
+   a. a model retrained on this machine for this device (``python -m training retrain``,
+      ``<slug>-<dtype>.json``; an older ``<slug>.json`` counts as float64);
+   b. the shipped model for this device (by GPU or CPU name);
+   c. the nearest shipped model of the same kind of device (another GPU's for a GPU, another
+      CPU's for a CPU, never across), by :func:`nearest_model`: the longest common start of the
+      device names (the same maker and product family: ``nvidia-h100`` is nearer to
+      ``nvidia-h200`` than to ``nvidia-a100``), ties going to the most recently trained.
+
+Shipped file names are ``<slug>-<dtype>.json``; a name without a dtype is a float64 model.
 
 When no model exists at all, :func:`rule_decision` applies a documented rule in the style of
 Ginkgo's default: a matrix with a very long row (more than :data:`LONG_ROW` nonzeros) goes to
@@ -30,7 +39,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from . import registry
-from .model import TreeModel, device_slug, user_data_dir, user_model_path
+from .model import DTYPES, TreeModel, device_slug, split_stem, user_data_dir, user_model_path
 
 LONG_ROW = 1024
 """Rows longer than this make the rule choose csr5."""
@@ -51,6 +60,9 @@ class Decision:
     """Guardrails and conversion facts (e.g. conversion time)."""
     candidates: list[str] = dataclasses.field(default_factory=list)
     """Kernels to fall back to, in order, when the chosen one cannot be built."""
+    tuning: dict = dataclasses.field(default_factory=dict)
+    """With ``prepare(A, tune="measure")``: the predicted kernel, the measured candidates'
+    times (µs, back-to-back and per call), the kept kernel and the cost of tuning."""
 
     def explain(self) -> str:
         params = ", ".join(f"{k}={v}" for k, v in self.params.items()) or "no parameters"
@@ -85,6 +97,8 @@ class ModelChoice:
     model: TreeModel
     path: Path | None
     reason: str
+    dtype: str = "float64"
+    """The value type the model was trained for."""
 
     @property
     def name(self) -> str:
@@ -120,36 +134,91 @@ def shipped_models() -> dict[str, Path]:
 
 def installed_models() -> dict[str, Path]:
     """The models ``retrain`` installed on this machine (the user data folder of
-    :func:`autospmv.model.user_data_dir`), by device slug."""
+    :func:`autospmv.model.user_data_dir`), by file stem (``<device>-<dtype>``)."""
     folder = user_data_dir() / "models"
     if not folder.is_dir():
         return {}
     return {path.stem: path for path in sorted(folder.glob("*.json"))}
 
 
-def find_model(device: str, model=None) -> ModelChoice | None:
-    """The model to decide with on ``device`` (see the module docstring for the order)."""
+def model_dtype(model: TreeModel, path=None) -> str:
+    """The value type a model was trained for: its provenance's ``dtype``, else its file
+    name's suffix, else float64 (models from before the distinction)."""
+    dtype = model.provenance.get("dtype")
+    if dtype in DTYPES:
+        return dtype
+    return split_stem(Path(path).stem)[1] if path is not None else "float64"
+
+
+def _choice(path: Path, reason: str) -> ModelChoice:
+    model = load_model(path)
+    return ModelChoice(model, path, reason, model_dtype(model, path))
+
+
+def find_model(device: str, model=None, dtype=None) -> ModelChoice | None:
+    """The model to decide with on ``device`` for a matrix of ``dtype`` (None: float64); see
+    the module docstring for the order."""
     if isinstance(model, TreeModel):
-        return ModelChoice(model, None, "passed as model=")
+        return ModelChoice(model, None, "passed as model=", model_dtype(model))
     if model is not None:
-        return ModelChoice(load_model(model), Path(model), "passed as model=")
+        return _choice(Path(model), "passed as model=")
     env = os.environ.get("AUTOSPMV_MODEL")
     if env:
-        return ModelChoice(load_model(env), Path(env), "from AUTOSPMV_MODEL")
+        return _choice(Path(env), "from AUTOSPMV_MODEL")
+    dtype = np.dtype(dtype or "float64").name
     slug = device_slug(device)
-    user = user_model_path(slug)
-    if user.is_file():
-        return ModelChoice(load_model(user), user, "retrained on this machine")
     shipped = shipped_models()
-    if slug in shipped:
-        return ModelChoice(load_model(shipped[slug]), shipped[slug], "shipped for this device")
-    kind = slug.split("-")[0] + "-"
-    same_kind = sorted(name for name in shipped if name.startswith(kind))
-    if same_kind:
-        path = shipped[same_kind[0]]
-        return ModelChoice(load_model(path), path,
-                           f"shipped for {same_kind[0]}, the nearest to this device ({slug})")
+    for wanted in [dtype] + [d for d in DTYPES if d != dtype]:
+        choice = _find_for_dtype(slug, wanted, shipped)
+        if choice is not None:
+            if wanted != dtype:
+                choice = dataclasses.replace(
+                    choice, reason=f"{choice.reason}; no {dtype} model exists for this kind of "
+                                   "device")
+            return choice
     return None
+
+
+def _find_for_dtype(slug: str, dtype: str, shipped: dict[str, Path]) -> ModelChoice | None:
+    """Steps a-c of the module docstring for one dtype."""
+    users = [user_model_path(slug, dtype)] + ([user_model_path(slug)]
+                                              if dtype == "float64" else [])
+    for user in users:
+        if user.is_file():
+            return _choice(user, "retrained on this machine")
+    # A name with its dtype (``<slug>-float64``) before an older one without (``<slug>``).
+    by_device = {stem: path for stem, path in sorted(shipped.items(), key=lambda s: s[0] ==
+                                                     split_stem(s[0])[0])
+                 if split_stem(stem)[1] == dtype}
+    for stem, path in by_device.items():
+        if split_stem(stem)[0] == slug:
+            return _choice(path, "shipped for this device")
+    kind = slug.split("-")[0] + "-"
+    same_kind = {}
+    for stem, path in by_device.items():
+        if stem.startswith(kind):
+            same_kind.setdefault(split_stem(stem)[0], (stem, path))
+    same_kind = dict(same_kind.values())
+    if not same_kind:
+        return None
+    stem = nearest_model(slug, same_kind)
+    return _choice(same_kind[stem], f"shipped for {split_stem(stem)[0]}, the nearest to this "
+                                    f"device ({slug})")
+
+
+def nearest_model(slug: str, candidates: dict[str, Path]) -> str:
+    """The name (stem) among ``candidates`` (shipped models of one dtype and kind of device)
+    whose device is nearest to ``slug``: the longest common start of the device slugs (same
+    maker, then same product family: ``cuda-nvidia-h100`` shares ``cuda-nvidia-h`` with
+    ``cuda-nvidia-h200`` but only ``cuda-nvidia-`` with ``cuda-nvidia-a100``); among equals the
+    most recently trained (provenance ``trained``), then the name."""
+    def closeness(stem: str) -> tuple[int, str, str]:
+        device = split_stem(stem)[0]
+        common = len(os.path.commonprefix([slug, device]))
+        trained = str(load_model(candidates[stem]).provenance.get("trained", ""))
+        return common, trained, stem
+
+    return max(candidates, key=closeness)
 
 
 def trained_on(provenance: dict) -> str:
@@ -170,6 +239,7 @@ def model_decision(csr: sp.csr_matrix, choice: ModelChoice, features: dict,
             f"{step.threshold:.4g}" for step in model.decision_path(features)]
     leaf = model.leaf(features)
     notes = [f"model {choice.name} ({choice.reason}{trained_on(model.provenance)})"]
+    matrix_dtype = np.dtype(csr.dtype).name
     if model.ranking == "correction":
         corrected = dict(zip(model.classes, np.exp2(model.corrected(features)).tolist()))
         notes.append(
@@ -185,6 +255,7 @@ def model_decision(csr: sp.csr_matrix, choice: ModelChoice, features: dict,
         estimates = model.cost_model.estimates(features)
         notes.append("cost model estimates before the leaf's corrections (µs): " + ", ".join(
             f"{kernel} {t:.3g}" for kernel, t in sorted(estimates.items(), key=lambda e: e[1])))
+    notes.append(f"a {choice.dtype} model, deciding for a {matrix_dtype} matrix")
     used = {step.split(" = ")[0] for step in path}
     inputs = model.inputs(features)
     return Decision(ranked[0], registry.choose_params(ranked[0], csr, device),

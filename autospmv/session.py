@@ -61,7 +61,7 @@ def _decide(csr, kernel, device, model, params=None) -> Decision:
         return forced_decision(csr, kernel, device, params)
     if params:
         raise ValueError("params= needs kernel= (parameters belong to one kernel)")
-    choice = find_model(device, model)
+    choice = find_model(device, model, csr.dtype)
     if choice is None:
         return rule_decision(csr, device)
     started = time.perf_counter()
@@ -72,8 +72,12 @@ def _decide(csr, kernel, device, model, params=None) -> Decision:
     return decision
 
 
+TUNE_CANDIDATES = 3
+"""How many of the tree's best-ranked kernels ``tune="measure"`` times."""
+
+
 def prepare(A, *, kernel: str | None = None, device: str | None = None, model=None,
-            params: dict | None = None) -> SpMVOperator:
+            params: dict | None = None, tune: str | None = None) -> SpMVOperator:
     """Canonicalise A, choose a kernel (or use ``kernel=``), convert once, return the operator.
 
     ``device``: ``"cuda"``, ``"cpu"`` or None (CUDA when a usable GPU is present).
@@ -84,10 +88,30 @@ def prepare(A, *, kernel: str | None = None, device: str | None = None, model=No
     When the chosen kernel's format refuses A (padding beyond the fill limit) or does not fit in
     memory, the tree's next choice is tried, and ``op.decision`` records it; a forced kernel
     raises instead.
+
+    ``tune="measure"`` (in the manner of FFTW_MEASURE) builds the tree's
+    :data:`TUNE_CANDIDATES` best-ranked kernels that A's formats accept (without a model: the
+    rule's kernel, then :data:`KERNELS` in order), times each on A back-to-back (the kernel's
+    own time, what an iterative solver's loop of products sees) with the labeller's timer
+    (:class:`training.timing.Bench`: warm-up, then a few batches, all candidates interleaved)
+    and keeps the fastest. ``op.decision.tuning`` records the predicted kernel, every
+    candidate's times, the kept one and the seconds tuning took, also as a count of the kept
+    kernel's products. It pays off when the operator is applied many times (hundreds of
+    products or more, as in an iterative solver) on a large matrix, where the tree's
+    candidates can differ by tens of per cent and one conversion is cheap next to the
+    products saved; for a handful of products, or a small matrix whose time is the launch,
+    the default prediction is the better deal.
     """
+    if tune not in (None, "measure"):
+        raise ValueError(f"unknown tune={tune!r}; valid: None (predict) or 'measure'")
+    if tune and kernel is not None:
+        raise ValueError("tune='measure' chooses among the tree's candidates; it cannot be "
+                         "combined with kernel=")
     device = resolve_device(device)
     csr = canonicalize(A)
     decision = _decide(csr, kernel, device, model, params)
+    if tune == "measure":
+        return _measure(csr, decision, device)
     while True:
         try:
             return SpMVOperator(csr, decision, device)
@@ -100,3 +124,53 @@ def prepare(A, *, kernel: str | None = None, device: str | None = None, model=No
                 candidates=decision.candidates[1:],
                 notes=decision.notes + [f"guardrail: {refused} could not be built ({error}); "
                                         f"fell back to {fallback}, the tree's next choice"])
+
+
+def _measure(csr, decision: Decision, device: str) -> SpMVOperator:
+    """``prepare(..., tune="measure")``: build and time the top candidates, keep the fastest."""
+    import numpy as np
+
+    from training.timing import Bench, TimingOptions, release_device_memory
+
+    started = time.perf_counter()
+    ranking = [decision.kernel] + list(decision.candidates)
+    ranking += [k for k in registry.KERNELS if k not in ranking]
+    ops, refused = {}, []
+    for k in ranking:
+        if len(ops) == TUNE_CANDIDATES:
+            break
+        params = decision.params if k == decision.kernel else registry.choose_params(k, csr,
+                                                                                      device)
+        candidate = dataclasses.replace(
+            decision, kernel=k, params=params, notes=list(decision.notes),
+            candidates=[c for c in ranking if c != k])
+        try:
+            ops[k] = SpMVOperator(csr, candidate, device)
+        except (FormatTooLargeError, MemoryError):
+            refused.append(k)
+    x = np.random.default_rng(0).uniform(-1.0, 1.0, csr.shape[1]).astype(csr.dtype)
+    options = TimingOptions(warmup=2, repeats=5, min_repeats=3, max_seconds=0.05, b2b_calls=20,
+                            b2b_repeats=3, vectors=2, rounds=3, retries=1)
+    timings = Bench(device, x, csr.shape[0], options).time_all(ops)
+    times = {k: t for k, t in timings.items() if isinstance(t, dict)}
+    if not times:
+        raise RuntimeError(f"tune='measure': no candidate could be timed ({timings})")
+    best = min(times, key=lambda k: times[k]["b2b"]["median"])
+    op = ops[best]
+    del ops  # the other candidates' buffers go now, not at the next collection
+    release_device_memory(device)
+    seconds = time.perf_counter() - started
+    best_us = times[best]["b2b"]["median"]
+    op.decision.tuning = {
+        "predicted": decision.kernel, "kept": best, "timing": "b2b",
+        "times_us": {k: {"b2b": t["b2b"]["median"], "per_call": t["per_call"]["median"]}
+                     for k, t in times.items()},
+        "refused": refused, "seconds": seconds, "products": seconds * 1e6 / best_us,
+    }
+    measured = ", ".join(f"{k} {t['b2b']['median']:.3g}" for k, t in
+                         sorted(times.items(), key=lambda kt: kt[1]["b2b"]["median"]))
+    op.decision.notes.append(
+        f"tune='measure': back-to-back µs per product: {measured}; kept {best} (predicted "
+        f"{decision.kernel}); tuning took {seconds * 1e3:.1f} ms, the time of "
+        f"{seconds * 1e6 / best_us:.0f} products")
+    return op

@@ -89,6 +89,30 @@ def test_gpu_model_is_shipped_and_valid():
     assert provenance["timing_mode"] in ("per_call", "b2b")
 
 
+GUARD_FAILURES = {
+    "cpu-intel-r-xeon-r-processor-2-10ghz":
+        "on its committed labels, with the 62 of 115 rows whose per-call timings stayed "
+        "disturbed left out, cross-validation gives 0.956 against always csr_scalar's 0.958 "
+        "(models/README.md, CPU model); it needs relabelling on a quiet machine",
+}
+"""Shipped models known to fail the install guard; strict, so a fixed model must leave here."""
+
+
+@pytest.mark.parametrize("model", [
+    pytest.param(path, marks=pytest.mark.xfail(strict=True, reason=GUARD_FAILURES[path.stem]))
+    if path.stem in GUARD_FAILURES else path for path in SHIPPED], ids=[p.stem for p in SHIPPED])
+def test_shipped_model_passes_the_install_guard_on_its_labels(model):
+    """The test `retrain` applies before installing (training.train.guard): cross-validated
+    on the committed labels, in the model's timing mode, the tree beats every fixed kernel."""
+    from training import label, train
+
+    provenance = TreeModel.load(model).provenance
+    labels = REPO / "models" / "labels" / provenance["labels"][0]["file"]
+    result = train.train(label.read_records(labels), mode=provenance["timing_mode"])
+    verdict = result.scores["guard"]
+    assert verdict["passed"], f"{model.name}: {verdict['reason']}"
+
+
 @pytest.mark.parametrize("model", SHIPPED, ids=[path.stem for path in SHIPPED])
 def test_tree_snapshot(model):
     check_golden(f"{model.stem}.txt", TreeModel.load(model).export_text())
@@ -192,6 +216,72 @@ def test_lookup_order(monkeypatch):
     slugs["cuda"] = "cuda-nvidia-h200"
     assert selector.find_model("cuda").reason == "shipped for this device"
     assert selector.find_model("cpu") is None, "a CPU must never use a GPU's model"
+
+
+def _shipped(tmp_path, **trained) -> dict:
+    """Fake shipped models ``{stem: path}``, each trained on the date given for its stem."""
+    out = {}
+    for stem, date in trained.items():
+        path = tmp_path / f"{stem}.json"
+        model = tiny_model()
+        model.provenance["trained"] = date
+        model.to_json(path)
+        out[stem] = path
+    return out
+
+
+def test_nearest_shipped_model_is_the_closest_device_then_the_most_recent(monkeypatch, tmp_path):
+    shipped = _shipped(tmp_path, **{
+        "cuda-nvidia-a100-float64": "2026-12-01", "cuda-nvidia-h200": "2026-01-01",
+        "cuda-nvidia-h100-float32": "2026-01-01", "cpu-some-cpu-float64": "2026-12-31",
+        "cuda-amd-mi300x-float64": "2025-01-01"})
+    monkeypatch.setattr(selector, "shipped_models", lambda: shipped)
+    slugs = {"cuda": "cuda-nvidia-h100-80gb-hbm3"}
+    monkeypatch.setattr(selector, "device_slug", lambda device: slugs[device])
+    # The same family (H) beats a more recent model of another family (A100); the
+    # unsuffixed name is a float64 model.
+    choice = selector.find_model("cuda", dtype="float64")
+    assert choice.path.name == "cuda-nvidia-h200.json" and choice.dtype == "float64"
+    assert choice.reason == ("shipped for cuda-nvidia-h200, the nearest to this device "
+                             "(cuda-nvidia-h100-80gb-hbm3)")
+    # No common family: the most recently trained of the same kind of device (never a CPU's).
+    slugs["cuda"] = "cuda-tesla-v100"
+    assert selector.find_model("cuda").path.name == "cuda-nvidia-a100-float64.json"
+    # A float32 model exists (for another GPU): a float32 matrix uses it, not a float64 one.
+    choice = selector.find_model("cuda", dtype="float32")
+    assert (choice.path.name, choice.dtype) == ("cuda-nvidia-h100-float32.json", "float32")
+    # Not alphabetical: a shuffled listing gives the same choice.
+    monkeypatch.setattr(selector, "shipped_models", lambda: dict(reversed(shipped.items())))
+    slugs["cuda"] = "cuda-nvidia-h100-80gb-hbm3"
+    assert selector.find_model("cuda").path.name == "cuda-nvidia-h200.json"
+
+
+def test_a_float32_matrix_uses_a_float64_model_only_when_no_float32_one_exists(monkeypatch,
+                                                                              tmp_path):
+    slug = "cuda-nvidia-h200"
+    monkeypatch.setattr(selector, "device_slug", lambda device: slug)
+    shipped = _shipped(tmp_path, **{slug: "2026-01-01"})
+    monkeypatch.setattr(selector, "shipped_models", lambda: shipped)
+    choice = selector.find_model("cuda", dtype="float32")
+    assert choice.dtype == "float64"
+    assert choice.reason == ("shipped for this device; no float32 model exists for this kind "
+                             "of device")
+    decision = autospmv.select(poisson2d(20).astype(np.float32), device="cuda")
+    assert "a float64 model, deciding for a float32 matrix" in decision.notes
+    user32 = user_model_path(slug, "float32")
+    user32.parent.mkdir(parents=True)
+    tiny_model(classes=("coo",) * 6).to_json(user32)
+    choice = selector.find_model("cuda", dtype="float32")
+    assert (choice.path, choice.dtype, choice.reason) == (user32, "float32",
+                                                          "retrained on this machine")
+    assert selector.find_model("cuda", dtype="float64").path == shipped[slug]
+    assert autospmv.select(poisson2d(20).astype(np.float32), device="cuda").kernel == "coo"
+    # A shipped file named with its dtype wins over the older name of the same device.
+    shipped.update(_shipped(tmp_path, **{f"{slug}-float64": "2025-01-01"}))
+    assert selector.find_model("cuda", dtype="float64").path.name == f"{slug}-float64.json"
+    monkeypatch.setattr(selector, "device_slug", lambda device: "cuda-nvidia-h100")
+    nearest = selector.find_model("cuda", dtype="float64")  # also as the nearest device's
+    assert nearest.path.name == f"{slug}-float64.json"
 
 
 def test_cpu_never_uses_the_shipped_gpu_model():

@@ -6,13 +6,17 @@
     python -m training label   --corpus default --device cuda --out labels.jsonl[.gz]
                                [--budget-minutes 15] [--matrices DIR ...] [--dtype float64]
     python -m training train   labels.jsonl[.gz] [...] --out model.json [--report report.md]
-                               [--timing per_call|b2b] [--objectives correction ...]
-    python -m training retrain [--device cuda|cpu] [--budget-minutes N] [--fresh]
+                               [--timing auto|per_call|b2b] [--objectives correction ...]
+                               [--repeats 3] [--holdout FILE]
+    python -m training retrain [--device cuda|cpu] [--budget-minutes N] [--dtype float64] [--fresh]
 
 ``retrain`` labels a corpus sized for this machine's device within the time budget (default
 15 minutes on a GPU with the ``default`` corpus, 30 minutes on the CPU with ``small``), trains,
 prints the report and installs the model where autospmv looks for it
-(:func:`autospmv.model.user_model_path`). The labels are kept in the same per-user folder
+(:func:`autospmv.model.user_model_path`: ``<device>-<dtype>.json``, so a float32 retrain never
+replaces the float64 model), but only if its cross-validated score beats the best fixed kernel
+on the same labels (:func:`training.train.guard`); otherwise the previous model stays and the
+reason is printed. The labels are kept in the same per-user folder
 (``labels/<device>-<dtype>.jsonl``), so an interrupted retrain continues where it stopped;
 ``--fresh`` deletes them first and starts over. Labels timed with other options (``--quick``)
 are refused rather than mixed in.
@@ -45,8 +49,8 @@ def _default_device() -> str:
 
 def _parser(prog: str = "python -m training") -> argparse.ArgumentParser:
     from training.corpus import PRESETS
-    from training.label import TIMING_MODES
-    from training.train import DEFAULT_OBJECTIVES, OBJECTIVES
+    from training.label import TRAINING_MODES
+    from training.train import DEFAULT_OBJECTIVES, OBJECTIVES, REPEATS
 
     parser = argparse.ArgumentParser(prog=prog, description=(
         "Label matrices with every kernel's time, train the kernel-selection tree, export it."))
@@ -83,9 +87,17 @@ def _parser(prog: str = "python -m training") -> argparse.ArgumentParser:
     p.add_argument("labels", nargs="+", help="JSON-lines label files (.jsonl or .jsonl.gz)")
     p.add_argument("--out", required=True, help="model JSON file to write")
     p.add_argument("--report", help="write the Markdown report here (default: stdout)")
-    p.add_argument("--timing", choices=TIMING_MODES, default="per_call",
-                   help="timing mode that defines the fastest kernel (default: %(default)s)")
+    p.add_argument("--timing", choices=TRAINING_MODES, default="auto",
+                   help="timing mode that defines the fastest kernel (default: %(default)s: "
+                        "back-to-back from 10^6 nonzeros, per call below)")
     p.add_argument("--folds", type=int, default=5)
+    p.add_argument("--repeats", type=int, default=REPEATS,
+                   help="nested cross-validations on differently shuffled grouped folds "
+                        "(default: %(default)s)")
+    p.add_argument("--holdout", metavar="FILE",
+                   help="file listing held-out matrices (one name a line; a real file's name "
+                        "holds out its grown copies too): never trained or tuned on, scored "
+                        "separately")
     p.add_argument("--objectives", nargs="+", choices=OBJECTIVES, default=list(DEFAULT_OBJECTIVES),
                    help="tree objectives cross-validation may choose among (default: "
                         "%(default)s; see training/train.py)")
@@ -99,17 +111,18 @@ def _parser(prog: str = "python -m training") -> argparse.ArgumentParser:
                    help="synthetic corpus preset (default: default on cuda, small on cpu)")
     p.add_argument("--budget-minutes", type=float, default=None,
                    help="labelling budget (default: 15 on cuda, 30 on cpu)")
-    p.add_argument("--timing", choices=TIMING_MODES, default="per_call")
+    p.add_argument("--timing", choices=TRAINING_MODES, default="auto")
     p.add_argument("--labels", help="label file (default: <data dir>/labels/<device>-<dtype>"
                                     ".jsonl, where an interrupted retrain resumes)")
     p.add_argument("--fresh", action="store_true",
                    help="start over: delete the earlier labels in the label file first "
                         "(without it, matrices labelled before are kept and skipped)")
+    p.add_argument("--holdout", metavar="FILE", help="as for train")
     return parser
 
 
 RETRAIN_HELP = """Label this machine's device, train a model and install it where autospmv finds
-it: <data dir>/models/<device>.json, where <data dir> is $AUTOSPMV_HOME, else
+it: <data dir>/models/<device>-<dtype>.json, where <data dir> is $AUTOSPMV_HOME, else
 $XDG_DATA_HOME/autospmv, else ~/.local/share/autospmv. The labels are kept in <data
 dir>/labels/ so that an interrupted retrain resumes; --fresh starts over. `autospmv models`
 lists the installed and shipped models; `autospmv models --remove` undoes a retrain."""
@@ -145,15 +158,35 @@ def _retrain(args) -> None:
     args.device = args.device or _default_device()
     preset, budget = RETRAIN[args.device]
     slug = device_slug(args.device)
-    model_path = user_model_path(slug)
+    model_path = user_model_path(slug, args.dtype)
     labels = Path(args.labels or user_data_dir() / "labels" / f"{slug}-{args.dtype}.jsonl")
     if args.fresh and labels.exists():
         labels.unlink()
         print(f"--fresh: deleted the earlier labels {labels}", file=sys.stderr)
     _label(args, args.corpus or preset, labels, args.budget_minutes or budget)
-    result = train_files([labels], model_path, model_path.with_suffix(".md"), mode=args.timing)
+    report_path = model_path.with_suffix(".md")
+    result = train_files([labels], None, report_path, mode=args.timing, holdout=args.holdout)
     print(result.report)
-    print(f"installed {model_path} (report: {model_path.with_suffix('.md')})", file=sys.stderr)
+    install(result, model_path, report_path)
+
+
+def install(result, model_path, report_path) -> bool:
+    """Install ``result``'s model at ``model_path`` if it passes the guard
+    (:func:`training.train.guard`: its cross-validated score beats the best fixed kernel on
+    the same labels); otherwise keep the model there, if any, and say why. The report is
+    written either way."""
+    verdict = result.scores["guard"]
+    if not verdict["passed"]:
+        kept = f"kept {model_path}" if model_path.is_file() else "no model installed"
+        print(f"not installed ({kept}): {verdict['reason']}; the best fixed kernel "
+              f"(always {verdict['best_fixed']}) would do better on these labels "
+              f"(report: {report_path})", file=sys.stderr)
+        return False
+    model_path.parent.mkdir(parents=True, exist_ok=True)
+    result.model.to_json(model_path)
+    print(f"installed {model_path} ({verdict['reason']}; report: {report_path})",
+          file=sys.stderr)
+    return True
 
 
 def main(argv=None, prog: str = "python -m training") -> int:
@@ -171,10 +204,14 @@ def main(argv=None, prog: str = "python -m training") -> int:
             from training.train import train_files
 
             result = train_files(args.labels, args.out, args.report, mode=args.timing,
-                                 n_splits=args.folds, objectives=args.objectives)
+                                 n_splits=args.folds, objectives=args.objectives,
+                                 repeats=args.repeats, holdout=args.holdout)
             if args.report is None:
                 print(result.report)
-            print(f"wrote {args.out}: {result.model!r}", file=sys.stderr)
+            verdict = result.scores["guard"]
+            print(f"wrote {args.out}: {result.model!r}; guard "
+                  f"{'passed' if verdict['passed'] else 'FAILED'}: {verdict['reason']}",
+                  file=sys.stderr)
         else:
             _retrain(args)
     except (ValueError, RuntimeError, OSError) as err:

@@ -25,9 +25,25 @@ permuted         stencil, block-FEM and banded matrices under a random symmetric
 
 Presets (:data:`PRESETS`) sweep these over sizes: ``tiny`` (unit tests, ~3·10³ nonzeros),
 ``small`` (10⁴–10⁶, CPU labelling), ``default`` (10⁴–10⁷, sized for a ~15 minute GPU
-labelling run; it also grows each real file to ~2·10⁶ nonzeros). :func:`folder_entries` adds
-``.npz`` (``scipy.sparse.save_npz``) and ``.mtx`` (Matrix Market) files; a ``MANIFEST.tsv``
-beside them (columns ``name``, ``family``, optionally ``nnz``) supplies each file's family.
+labelling run; it also grows each real file to ~2·10⁶ nonzeros), ``large`` (large matrices
+first-class: synthetic families up to 2·10⁷ nonzeros, real files grown in three ways to 10⁶,
+5·10⁶ and 2·10⁷). Real files are grown (:data:`GROWTHS`) as block-diagonal copies
+(:func:`grow`), copies coupled through off-diagonal blocks (:func:`grow_coupled`) and randomly
+permuted copies (:func:`grow_permuted`), so that a grown matrix's bandwidth and locality are
+not always its file's.
+
+With the 31 files of ``../shared/matrices`` (4·10³–5·10⁵ nonzeros, 3.2·10⁶ in all),
+``--corpus large`` holds 276 matrices, 189 of them (68 %) with at least 10⁶ nonzeros, about
+8.5·10⁸ nonzeros in all: 110 synthetic (28 variants at 10⁴, 10⁵ and 1.6·10⁶, the 13 families
+at 5·10⁶ and 2·10⁷; 3.7·10⁸ nonzeros) and 166 real (31 as given, 93 grown to ≥ 10⁶ in three
+ways, 31 to ≥ 5·10⁶ and 11 to ≥ 2·10⁷ in one way each; 4.8·10⁸ nonzeros). The ``default``
+corpus (174 matrices, 3.8·10⁸ nonzeros) took about 340 s to label on an H200, so ``large``
+should take about 13 minutes per dtype there (building the 17 configurations of a 2·10⁷
+matrix is most of it: about 25 s on a 2-core 2.1 GHz Xeon).
+
+:func:`folder_entries` adds ``.npz`` (``scipy.sparse.save_npz``) and ``.mtx`` (Matrix Market)
+files; a ``MANIFEST.tsv`` beside them (columns ``name``, ``family``, optionally ``nnz``)
+supplies each file's family.
 """
 
 from __future__ import annotations
@@ -296,19 +312,35 @@ PRESETS: dict[str, dict] = {
     "small": {"sizes": (10_000, 100_000, 1_000_000), "max_nnz": 2_000_000},
     "default": {"sizes": (10_000, 100_000, 1_000_000, 10_000_000), "max_nnz": 20_000_000,
                 "grow_to": 2_000_000},
+    "large": {"sizes": (10_000, 100_000, 1_600_000), "family_sizes": (5_000_000, 20_000_000),
+              "max_nnz": 20_000_000, "grow_sizes": (1_000_000, 5_000_000, 20_000_000),
+              "grow_every": (1, 3)},
 }
 """Synthetic sizes (target nnz) and variants of each preset, the largest file it takes, and the
-size to which smaller files are also grown (block-diagonal copies, :func:`grown_entries`)."""
+size to which smaller files are also grown (block-diagonal copies, :func:`grown_entries`).
+
+``large`` makes matrices above 10⁶ nonzeros first-class (see :func:`corpus`): every variant at
+10⁴, 10⁵ and 1.6·10⁶ nonzeros (a target of 1.6·10⁶ so that all of them, the power-law and
+long-rows generators' shortfalls included, land above the 10⁶ threshold of the timing
+rule), the first variant of every family at 5·10⁶ and 2·10⁷ (``family_sizes``), and each real
+file grown (:func:`large_grown_entries`) in all three ways (:data:`GROWTHS`) to ≥ 10⁶,
+in one way (rotating) to ≥ 5·10⁶, and every third file in one way to ≥ 2·10⁷."""
 
 
 def synthetic(preset: str = "default") -> list[Entry]:
-    """The synthetic entries of a preset, smallest sizes first."""
+    """The synthetic entries of a preset, smallest sizes first: every variant (or those named
+    by ``stems``) at ``sizes``, the first variant of each family at ``family_sizes``."""
     spec = _preset(preset)
     stems = spec.get("stems")
+    first_of_family = {}
+    for family, stem, _, _ in VARIANTS:
+        first_of_family.setdefault(family, stem)
+    sizes = [(nnz, stems) for nnz in spec["sizes"]]
+    sizes += [(nnz, tuple(first_of_family.values())) for nnz in spec.get("family_sizes", ())]
     entries = []
-    for nnz in spec["sizes"]:
+    for nnz, chosen in sizes:
         for family, stem, generator, params in VARIANTS:
-            if stems is None or stem in stems:
+            if chosen is None or stem in chosen:
                 name = f"{stem}-{size_tag(nnz)}"
                 loader = functools.partial(GENERATORS[generator], name, nnz, **params)
                 entries.append(Entry(name, family, SYNTHETIC, size_tag(nnz), nnz, loader))
@@ -379,23 +411,83 @@ def grow(A: sp.spmatrix, copies: int) -> sp.csr_matrix:
     return sp.kron(sp.identity(copies, format="csr"), A, format="csr")
 
 
-def load_grown(path: str, copies: int) -> sp.csr_matrix:
-    """The file's matrix grown to ``copies`` block-diagonal copies (:func:`grow`)."""
-    return grow(load_file(path), copies)
+COUPLING = 0.1
+"""Share of A's entries copied into each off-diagonal block by :func:`grow_coupled`."""
 
 
-def grown_entries(entries: list[Entry], target: int) -> list[Entry]:
-    """For each file entry of at most half ``target`` nonzeros, the same matrix grown to about
-    ``target`` as block-diagonal copies, named ``<name>-x<copies>``, in the file's family."""
+def grow_coupled(A: sp.spmatrix, copies: int, seed: str = "") -> sp.csr_matrix:
+    """``copies`` diagonal copies of A coupled to their neighbours: block (i, i±1) holds a
+    random :data:`COUPLING` share of A's entries (at least one), as when subdomains of a
+    discretisation share a boundary. Rows get longer by about a fifth and the bandwidth spans
+    two blocks."""
+    A = sp.csr_matrix(A)
+    rng = _rng(f"coupled/{seed}")
+    coo = A.tocoo()
+    keep = rng.random(coo.nnz) < COUPLING
+    if coo.nnz and not keep.any():
+        keep[0] = True
+    C = sp.coo_matrix((coo.data[keep], (coo.row[keep], coo.col[keep])), shape=A.shape)
+    neighbours = sp.diags_array([np.ones(copies - 1), np.ones(copies - 1)], offsets=[-1, 1],
+                                shape=(copies, copies), format="csr")
+    return sp.csr_matrix(grow(A, copies) + sp.kron(neighbours, C, format="csr"))
+
+
+def grow_permuted(A: sp.spmatrix, copies: int, seed: str = "") -> sp.csr_matrix:
+    """:func:`grow`'s block-diagonal copies under random permutations (symmetric when A is
+    square, else rows and columns independently): the same row lengths, but neighbouring rows
+    no longer read neighbouring parts of x, and the bandwidth is the whole matrix."""
+    B = grow(A, copies).tocoo()
+    rng = _rng(f"permuted/{seed}")
+    rows = rng.permutation(B.shape[0])
+    cols = rows if B.shape[0] == B.shape[1] else rng.permutation(B.shape[1])
+    return sp.csr_matrix((B.data, (rows[B.row], cols[B.col])), shape=B.shape)
+
+
+GROWTHS = {"x": grow, "c": grow_coupled, "p": grow_permuted}
+"""Ways to grow a real matrix, by the letter its entries' names carry: block-diagonal copies
+(``x``), coupled copies (``c``), permuted copies (``p``)."""
+
+
+def load_grown(path: str, copies: int, way: str = "x") -> sp.csr_matrix:
+    """The file's matrix grown to ``copies`` copies in ``way`` (a :data:`GROWTHS` key)."""
+    A = load_file(path)
+    return grow(A, copies) if way == "x" else GROWTHS[way](A, copies, Path(path).stem)
+
+
+def grown_entries(entries: list[Entry], target: int, ways=("x",),
+                  at_least: bool = False) -> list[Entry]:
+    """For each file entry of at most half ``target`` nonzeros and each way in ``ways``
+    (:data:`GROWTHS`), the same matrix grown to about ``target`` nonzeros (at least
+    ``target`` when ``at_least``), named ``<name>-<way><copies>``, in the file's family (so
+    that cross-validation keeps it with its base)."""
     grown = []
     for entry in entries:
-        copies = round(target / max(entry.nnz, 1))
-        if copies >= 2:
+        ratio = target / max(entry.nnz, 1)
+        copies = math.ceil(ratio) if at_least else round(ratio)
+        if copies < 2:
+            continue
+        for way in ways:
             nnz = copies * entry.nnz
-            grown.append(Entry(f"{entry.name}-x{copies}", entry.family, entry.source,
+            grown.append(Entry(f"{entry.name}-{way}{copies}", entry.family, entry.source,
                                size_tag(nnz), nnz,
-                               functools.partial(load_grown, entry.source, copies), copies))
+                               functools.partial(load_grown, entry.source, copies, way),
+                               copies))
     return grown
+
+
+def large_grown_entries(files: list[Entry], spec: dict) -> list[Entry]:
+    """The ``large`` preset's grown copies of real files (see :data:`PRESETS`): every way at
+    the first size; at each further size one way per file, rotating over the files, and only
+    for every ``spec["grow_every"][i]``-th file there."""
+    out = grown_entries(files, spec["grow_sizes"][0], tuple(GROWTHS), at_least=True)
+    ways = tuple(GROWTHS)
+    for step, (target, every) in enumerate(zip(spec["grow_sizes"][1:], spec["grow_every"]),
+                                           start=1):
+        for i, entry in enumerate(files):
+            if i % every == 0:
+                out += grown_entries([entry], target, (ways[(i + step) % len(ways)],),
+                                     at_least=True)
+    return out
 
 
 def corpus(preset: str = "default", folders=()) -> list[Entry]:
@@ -408,6 +500,8 @@ def corpus(preset: str = "default", folders=()) -> list[Entry]:
         entries += files
         if "grow_to" in spec:
             entries += grown_entries(files, spec["grow_to"])
+        if "grow_sizes" in spec:
+            entries += large_grown_entries(files, spec)
     seen: dict[str, str] = {}
     for entry in entries:
         if entry.name in seen:

@@ -27,11 +27,19 @@ Record layout (one JSON object per line; ``schema`` = :data:`SCHEMA`)::
     kernels {kernel: result},           # with the chooser's parameters
     variants [{kernel, strategy, ...result}],
     best {"per_call": kernel|null, "b2b": kernel|null},
+    timing_mode,                        # the mode the row is decided on (target_mode)
+    noise {"per_call": ratio, "b2b": ratio}, noisy,   # contention check (row_noise, is_noisy)
     device {...}, versions {...}, timing {TimingOptions fields}, date
 
     result = {params, status, feasible, reason, error, prepare_ms,
               time_per_call_us, time_b2b_us,           # medians, µs (null unless ok)
-              spread {per_call: {median, min, p90, n}, b2b: {...}, b2b_calls}}
+              spread {per_call: {median, min, p90, n}, b2b: {...}, b2b_calls, retimed}}
+
+Every row records both times of every configuration. Which one decides the row's label is
+:func:`target_mode`'s rule (one constant, :data:`LARGE_NNZ`): back-to-back time from 10⁶
+nonzeros, per-call time below. ``noise`` is, per mode, the largest median/min ratio among the
+row's ``ok`` kernels after the timer's re-timing; a row whose ratio in its own mode stays above
+:data:`NOISE_LIMIT` is marked ``noisy`` and left out of training (:func:`is_noisy`).
 
 The output file is plain JSON lines, or gzip-compressed when its name ends in ``.gz``
 (``labels.jsonl.gz``, one gzip member per record); readers accept either. Runs are resumable:
@@ -73,6 +81,48 @@ THREADS_PER_ROW = (2, 4, 8, 16, 32)
 HYB_STRATEGIES = ("width_quantile", "width_cusp", "width_cost")
 CSR5_SIGMAS = (4, 6, 8, 12, 16, 24, 32)
 TIMING_MODES = ("per_call", "b2b")
+"""The two times every label records (see :mod:`training.timing`)."""
+TRAINING_MODES = ("auto",) + TIMING_MODES
+"""What a model may be trained on: ``auto`` applies :func:`target_mode` per matrix."""
+LARGE_NNZ = 1_000_000
+"""Matrices with at least this many nonzeros are decided on back-to-back time."""
+NOISE_LIMIT = TimingOptions.noise_limit
+"""A label row is noisy when a kernel's median time in the row's timing mode exceeds this many
+times its minimum even after re-timing (:class:`training.timing.Bench`)."""
+
+
+def target_mode(nnz: int, mode: str = "auto") -> str:
+    """The timing mode a matrix of ``nnz`` nonzeros is decided on: for ``auto``, back-to-back
+    from :data:`LARGE_NNZ` nonzeros (what an iterative solver sees: on a large matrix the
+    kernel's own time, not the launch, is what a loop of products costs), per call below (a
+    small matrix's products are dominated by the launch and the synchronisation a user's loop
+    pays). ``per_call`` or ``b2b`` apply to every matrix."""
+    if mode == "auto":
+        return "b2b" if nnz >= LARGE_NNZ else "per_call"
+    if mode not in TIMING_MODES:
+        raise ValueError(f"unknown timing mode {mode!r}; choose one of "
+                         f"{', '.join(TRAINING_MODES)}")
+    return mode
+
+
+def row_noise(kernels: dict) -> dict:
+    """Per timing mode, the largest median / min over the ``ok`` kernels' timings (1 is
+    noise-free; None when no kernel recorded its spread)."""
+    out = {}
+    for mode in TIMING_MODES:
+        ratios = [r["spread"][mode]["median"] / r["spread"][mode]["min"]
+                  for r in kernels.values()
+                  if r.get("status") == "ok" and r.get("spread") and r["spread"][mode]["min"] > 0]
+        out[mode] = max(ratios) if ratios else None
+    return out
+
+
+def is_noisy(record: dict, mode: str = "auto") -> bool:
+    """Whether a label row's kernel timings in the mode it is decided on (:func:`target_mode`)
+    stayed disturbed: a ratio above :data:`NOISE_LIMIT`. Computed from the recorded spreads,
+    so label files written before the check are judged the same way."""
+    ratio = row_noise(record["kernels"])[target_mode(record["nnz"], mode)]
+    return ratio is not None and ratio > NOISE_LIMIT
 
 
 @dataclasses.dataclass(frozen=True)
@@ -225,13 +275,16 @@ def label_matrix(entry: corpus_module.Entry, csr, device: str, options: TimingOp
 
     kernels = {c.kernel: result(c) for c in chosen}
     variant_records = [{"kernel": c.kernel, "strategy": c.strategy, **result(c)} for c in extra]
-    return {
+    record = {
         "schema": SCHEMA, "name": entry.name, "family": entry.family, "source": entry.source,
         "grown": entry.grown,
         "size": entry.size, "shape": [m, n], "nnz": int(csr.nnz), "dtype": str(csr.dtype),
         "features": feats, "features_ms": features_ms,
         "kernels": kernels, "variants": variant_records, "best": best_kernels(kernels),
+        "timing_mode": target_mode(int(csr.nnz)), "noise": row_noise(kernels),
     }  # fmt: skip
+    record["noisy"] = is_noisy(record)
+    return record
 
 
 def load_canonical(entry: corpus_module.Entry, dtype: str):

@@ -1,9 +1,12 @@
 """Training: fit the kernel-selection tree on label records, cross-validate it, export it.
 
-Times come from the chosen timing mode, ``per_call`` (default: what a user's solver loop sees,
-launch overhead included) or ``b2b`` (back-to-back, the kernel's own time). A kernel whose
-status is not ``ok`` counts as infinitely slow. The tree names a kernel only: its parameters
-come from the registry's choosers when the model is used.
+Times come from the chosen timing mode: ``auto`` (default) takes each matrix's time by the
+size rule of :func:`training.label.target_mode` (back-to-back from 10⁶ nonzeros, what an
+iterative solver sees on a large matrix; per call below, where launch and synchronisation
+dominate); ``per_call`` or ``b2b`` take one mode for every matrix. A kernel whose status is not
+``ok`` counts as infinitely slow. A label row whose timings stayed disturbed
+(:func:`training.label.is_noisy`) is left out and counted in the report. The tree names a
+kernel only: its parameters come from the registry's choosers when the model is used.
 
 Selection quality of a policy on a matrix is ``q = t(best kernel) / t(chosen kernel)`` (1 is
 perfect, 0 when the policy chose an infinitely slow kernel). Over a set of matrices:
@@ -97,7 +100,8 @@ import autospmv
 from autospmv.cost import QUANTITY_NAMES
 from autospmv.features import FEATURE_NAMES
 from autospmv.model import CostModel, TreeModel
-from training.label import TIMING_MODES, read_records
+from training.label import (LARGE_NNZ, NOISE_LIMIT, TRAINING_MODES, is_noisy, read_records,
+                            target_mode)
 
 WEIGHTINGS = ("none", "log_ratio", "ratio")
 OBJECTIVES = ("fastest", "quality", "correction")
@@ -167,8 +171,10 @@ class Dataset:
     nnz: np.ndarray
     row_max: np.ndarray
     grown: np.ndarray
-    """Block-diagonal copies of a real file (1: the file as given, or synthetic)."""
+    """Copies of a real file (1: the file as given, or synthetic)."""
     kernels: tuple[str, ...] = autospmv.KERNELS
+    noisy: list[str] = dataclasses.field(default_factory=list)
+    """Names of the records left out because their timings stayed disturbed."""
 
     def __post_init__(self):
         self.groups = np.array([f"{f}/{'real' if r else 'synthetic'}"
@@ -183,15 +189,20 @@ class Dataset:
         return len(self.names)
 
 
-def dataset(records, mode: str = "per_call") -> tuple[Dataset, list[str]]:
-    """(the usable records as a Dataset, names of records dropped because no kernel was ok)."""
-    if mode not in TIMING_MODES:
-        raise ValueError(f"unknown timing mode {mode!r}; choose one of {', '.join(TIMING_MODES)}")
+def dataset(records, mode: str = "auto") -> tuple[Dataset, list[str]]:
+    """(the usable records as a Dataset, names of records dropped because no kernel was ok).
+
+    Each record's times are taken in ``target_mode(nnz, mode)``; records whose timings stayed
+    disturbed in that mode (:func:`training.label.is_noisy`) are left out and listed in
+    ``Dataset.noisy``."""
+    if mode not in TRAINING_MODES:
+        raise ValueError(f"unknown timing mode {mode!r}; choose one of "
+                         f"{', '.join(TRAINING_MODES)}")
     records = list(records)
     if not records:
         raise ValueError("no label records to train on")
     seen, feature_names = set(), tuple(records[0]["features"])
-    kept, dropped = [], []
+    kept, dropped, noisy = [], [], []
     for record in records:
         if record["name"] in seen:
             raise ValueError(f"matrix {record['name']!r} appears in more than one label record")
@@ -199,10 +210,16 @@ def dataset(records, mode: str = "per_call") -> tuple[Dataset, list[str]]:
         if tuple(record["features"]) != feature_names:
             raise ValueError(f"record {record['name']!r} has different feature names than "
                              f"{records[0]['name']!r}; label all matrices with one autospmv")
-        times = [_time(record["kernels"].get(k), mode) for k in autospmv.KERNELS]
+        if is_noisy(record, mode):
+            noisy.append(record["name"])
+            continue
+        row_mode = target_mode(record["nnz"], mode)
+        times = [_time(record["kernels"].get(k), row_mode) for k in autospmv.KERNELS]
         (kept if np.isfinite(times).any() else dropped).append((record, times))
     if not kept:
-        raise ValueError("no record has a kernel that ran correctly; nothing to train on")
+        raise ValueError("no record has a kernel that ran correctly and steady timings; "
+                         f"nothing to train on ({len(noisy)} noisy, {len(dropped)} without an "
+                         "ok kernel)")
     missing = [f for f in FEATURE_NAMES if f not in feature_names]
     if missing:
         shown = ", ".join(missing[:4]) + (", …" if len(missing) > 4 else "")
@@ -219,6 +236,7 @@ def dataset(records, mode: str = "per_call") -> tuple[Dataset, list[str]]:
         nnz=np.array([r["nnz"] for r in recs], dtype=np.float64),
         row_max=np.array([r["features"].get("row_max", np.inf) for r in recs], np.float64),
         grown=np.array([r.get("grown", 1) for r in recs], dtype=np.int64),
+        noisy=noisy,
     ), [r["name"] for r, _ in dropped]
 
 
@@ -483,12 +501,25 @@ def fit(ds: Dataset, rows, hyper: Hyper, cost_model: CostModel | None = None) ->
     return fitted
 
 
-def group_splits(groups: np.ndarray, n_splits: int) -> list[tuple[np.ndarray, np.ndarray]]:
-    """GroupKFold splits (positions into ``groups``); none when there are fewer than 2 groups."""
-    k = min(n_splits, len(np.unique(groups)))
+def group_splits(groups: np.ndarray, n_splits: int,
+                 seed: int | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Grouped k-fold splits (positions into ``groups``); none when there are fewer than 2
+    groups. ``seed`` None: scikit-learn's GroupKFold (deterministic, balanced by size); else
+    the groups in an order shuffled by ``seed``, each put into the fold with the fewest rows so
+    far, so that repeated splits differ while folds stay balanced."""
+    unique = np.unique(groups)
+    k = min(n_splits, len(unique))
     if k < 2:
         return []
-    return list(GroupKFold(n_splits=k).split(np.zeros(len(groups)), groups=groups))
+    if seed is None:
+        return list(GroupKFold(n_splits=k).split(np.zeros(len(groups)), groups=groups))
+    fold_of, sizes = {}, np.zeros(k, dtype=np.int64)
+    for group in np.random.default_rng(seed).permutation(unique):
+        fold = int(np.argmin(sizes))
+        fold_of[group] = fold
+        sizes[fold] += int(np.sum(groups == group))
+    folds = np.array([fold_of[g] for g in groups])
+    return [(np.flatnonzero(folds != f), np.flatnonzero(folds == f)) for f in range(k)]
 
 
 def select_hyper(ds: Dataset, rows: np.ndarray, n_splits: int, grid=GRID) -> tuple[Hyper, float]:
@@ -520,10 +551,11 @@ class Fold:
     """The choices of the fold's cost model alone."""
 
 
-def nested_cv(ds: Dataset, n_splits: int, grid=GRID) -> list[Fold]:
-    """Outer grouped folds; each fold's hyperparameters are chosen on its training rows."""
+def nested_cv(ds: Dataset, n_splits: int, grid=GRID, seed: int | None = None) -> list[Fold]:
+    """Outer grouped folds (shuffled by ``seed``, see :func:`group_splits`); each fold's
+    hyperparameters are chosen on its training rows."""
     folds = []
-    for train, test in group_splits(ds.groups, n_splits):
+    for train, test in group_splits(ds.groups, n_splits, seed):
         hyper, _ = select_hyper(ds, train, n_splits, grid)
         fitted = fit(ds, train, hyper)
         folds.append(Fold(test, hyper, tree_policy(fitted, ds, test),
@@ -549,40 +581,128 @@ def policies(ds: Dataset) -> dict[str, np.ndarray]:
     return out
 
 
-def train(records, *, mode: str = "per_call", n_splits: int = 5, grid=GRID,
-          label_files: list[dict] | None = None) -> TrainResult:
+REPEATS = 3
+"""Repetitions of the nested cross-validation: GroupKFold's folds, then shuffled grouped folds
+(:func:`group_splits`). One split decides which families are left out together; on the H200
+labels the worst case ranged 0.56-0.66 over shuffled splits, so one split says little."""
+BANDS = (("< 100K", 0, 100_000), ("100K-1M", 100_000, 1_000_000), ("≥ 1M", 1_000_000, math.inf))
+"""Size bands (nonzeros) the evaluation is reported in; the last is :data:`LARGE_NNZ` up."""
+
+
+def band_rows(ds: Dataset, band) -> np.ndarray:
+    """Rows of ``ds`` whose nonzeros fall in ``band`` (a :data:`BANDS` entry)."""
+    _, low, high = band
+    return np.flatnonzero((ds.nnz >= low) & (ds.nnz < high))
+
+
+def mean_metrics(runs: list[dict]) -> dict:
+    """The per-key mean of several :func:`selection_metrics` results on the same rows."""
+    out = dict(runs[0])
+    for key, value in runs[0].items():
+        if key != "n" and all(isinstance(r[key], (int, float)) for r in runs):
+            out[key] = float(np.mean([r[key] for r in runs]))
+    return out
+
+
+def guard(cv: dict) -> dict:
+    """Whether the tree's cross-validated geometric mean q beats the best fixed kernel's on the
+    same labels: the condition for installing a model (``retrain``) and for shipping one.
+    Returns ``{"passed", "tree", "best_fixed", "best_fixed_geomean", "reason"}``."""
+    fixed = {name[len("always "):]: m for name, m in cv.items() if name.startswith("always ")}
+    best = max(fixed, key=lambda k: (fixed[k]["geomean"], fixed[k]["within_10pct"]))
+    best_q = fixed[best]["geomean"]
+    tree = cv.get("tree")
+    if tree is None:
+        return {"passed": False, "tree": None, "best_fixed": best, "best_fixed_geomean": best_q,
+                "reason": "the labels have fewer than two groups, so the tree could not be "
+                          "cross-validated"}
+    passed = tree["geomean"] > best_q
+    return {"passed": passed, "tree": tree["geomean"], "best_fixed": best,
+            "best_fixed_geomean": best_q,
+            "reason": f"cross-validated geomean q {tree['geomean']:.4f} "
+                      f"{'>' if passed else '≤'} always {best} {best_q:.4f}"}
+
+
+def split_holdout(records, names) -> tuple[list[dict], list[dict]]:
+    """(records to train on, held-out records). A record is held out when its name, or for a
+    real matrix its file's name (so that grown and permuted copies go with it), is in
+    ``names``."""
+    names = set(names or ())
+    train_part, held = [], []
+    for record in records:
+        source = record.get("source", "synthetic")
+        stem = Path(source).stem if source != "synthetic" else None
+        (held if record["name"] in names or stem in names else train_part).append(record)
+    return train_part, held
+
+
+def read_holdout(path) -> list[str]:
+    """Matrix names from a held-out list: one a line; blank lines and ``#`` comments ignored."""
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    return [line.split("#")[0].strip() for line in lines if line.split("#")[0].strip()]
+
+
+def train(records, *, mode: str = "auto", n_splits: int = 5, grid=GRID,
+          label_files: list[dict] | None = None, repeats: int = REPEATS,
+          holdout=()) -> TrainResult:
     """Cross-validate, fit the final tree and build the report (see the module docstring).
 
-    ``label_files``: ``[{"file", "sha256", "records"}]`` for the provenance.
+    ``label_files``: ``[{"file", "sha256", "records"}]`` for the provenance. ``repeats``:
+    nested cross-validations, the first on scikit-learn's size-balanced grouped folds, the
+    others on grouped folds shuffled by their seed; the tree's figures are their mean.
+    ``holdout``: names of matrices (or real files) kept out of everything (cross-validation,
+    hyperparameters, the final fit) and scored separately at the end.
     """
     records = list(records)
     devices = {(r.get("device") or {}).get("name") for r in records}
     if len(devices) > 1:
         raise ValueError(f"the labels come from different devices ({', '.join(map(str, devices))});"
                          " train one model per device")
+    dtypes = {r.get("dtype", "float64") for r in records}
+    if len(dtypes) > 1:
+        raise ValueError(f"the labels mix value types ({', '.join(sorted(dtypes))}); models "
+                         "are per (device, dtype): train one per dtype")
+    records, held = split_holdout(records, holdout)
     ds, dropped = dataset(records, mode)
-    folds = nested_cv(ds, n_splits, grid)
-    oof, cost_oof = np.full(len(ds), -1), np.full(len(ds), -1)
-    for fold in folds:
-        oof[fold.test] = fold.chosen
-        cost_oof[fold.test] = fold.cost_chosen
+    runs = [nested_cv(ds, n_splits, grid, seed) for seed in [None] + list(range(1, repeats))]
+    folds = runs[0]
+    oofs, cost_oofs = [], []
+    for run in runs:
+        oof, cost_oof = np.full(len(ds), -1), np.full(len(ds), -1)
+        for fold in run:
+            oof[fold.test] = fold.chosen
+            cost_oof[fold.test] = fold.cost_chosen
+        oofs.append(oof)
+        cost_oofs.append(cost_oof)
     hyper, score = select_hyper(ds, np.arange(len(ds)), n_splits, grid)
     fitted = fit(ds, np.arange(len(ds)), hyper)
     baselines = policies(ds)
-    cv = {"tree": selection_metrics(ds.times, oof) if folds else None,
-          "cost model alone": selection_metrics(ds.times, cost_oof) if folds else None}
-    cv.update({name: selection_metrics(ds.times, chosen) for name, chosen in baselines.items()})
+    chosen = {"tree": oofs, "cost model alone": cost_oofs} if folds else {}
+    chosen.update({name: [c] for name, c in baselines.items()})
+    cv = {"tree": None, "cost model alone": None}
+    cv.update({name: mean_metrics([selection_metrics(ds.times, c) for c in cs])
+               for name, cs in chosen.items()})
+    bands = {band[0]: {name: mean_metrics([selection_metrics(ds.times[rows], c[rows])
+                                           for c in cs])
+                       for name, cs in chosen.items()}
+             for band in BANDS if (rows := band_rows(ds, band)).size}
+    verdict = guard(cv)
     lofo, lofo_chosen = leave_one_family_out(ds, n_splits, grid)
     real = np.flatnonzero(ds.as_given)
     lofo_all = selection_metrics(ds.times[real], lofo_chosen[real]) if lofo else None
+    held_out = evaluate_holdout(fitted, held, mode) if held else None
     provenance = {
         "trained": datetime.datetime.now(datetime.timezone.utc).isoformat(),
         "timing_mode": mode,
-        "device": records[0].get("device"),
-        "label_versions": records[0].get("versions"),
+        "large_nnz": LARGE_NNZ if mode == "auto" else None,
+        "dtype": dtypes.pop(),
+        "device": records[0].get("device") if records else None,
+        "label_versions": records[0].get("versions") if records else None,
         "training_versions": _versions(),
         "labels": label_files or [],
         "matrices": len(ds),
+        "noisy_excluded": len(ds.noisy),
+        "held_out": len(held),
         "families": sorted(set(ds.groups.tolist())),
         "objective": hyper.objective,
         "quality_floor": QUALITY_FLOOR if hyper.objective == "quality" else None,
@@ -590,15 +710,41 @@ def train(records, *, mode: str = "per_call", n_splits: int = 5, grid=GRID,
                             "min_samples_leaf": hyper.min_samples_leaf,
                             "weighting": hyper.weighting},
         "cv_selection_score": None if math.isnan(score) else score,
+        "cv_repeats": len(runs) if folds else 0,
         "cv": {name: cv[name] for name in ("tree", "cost model alone", "hand rule")},
+        "cv_by_size": {band: {name: m[name] for name in ("tree", "cost model alone")
+                              if name in m}
+                       for band, m in bands.items()},
+        "guard": verdict,
         "real_leave_one_family_out": lofo_all,
+        "held_out_scores": held_out["all"]["tree"] if held_out else None,
         "in_sample": selection_metrics(ds.times, tree_policy(fitted, ds, np.arange(len(ds)))),
     }
     model = fitted.export(provenance)
     scores = {"hyper": hyper, "grid": grid, "cv": cv, "folds": folds, "lofo": lofo,
-              "lofo_all": lofo_all, "lofo_chosen": lofo_chosen, "dropped": dropped}
+              "lofo_all": lofo_all, "lofo_chosen": lofo_chosen, "dropped": dropped,
+              "noisy": ds.noisy, "repeats": [selection_metrics(ds.times, o) for o in oofs]
+              if folds else [], "bands": bands, "guard": verdict, "held_out": held_out}
     report = _report(ds, model, scores, records, mode)
     return TrainResult(model, report, scores)
+
+
+def evaluate_holdout(fitted: "Fitted", records, mode: str) -> dict:
+    """The fitted tree on held-out records, next to the hand rule and every fixed kernel:
+    ``{"all" | band: {policy: metrics}}`` (noisy held-out records left out as in training)."""
+    ds, _ = dataset(records, mode)
+    choices = {"tree": tree_policy(fitted, ds, np.arange(len(ds))),
+               "cost model alone": cost_policy(fitted.cost_model, ds, np.arange(len(ds)))}
+    choices.update(policies(ds))
+    out = {"all": {name: selection_metrics(ds.times, c) for name, c in choices.items()}}
+    for band in BANDS:
+        rows = band_rows(ds, band)
+        if rows.size:
+            out[band[0]] = {name: selection_metrics(ds.times[rows], c[rows])
+                            for name, c in choices.items()}
+    out["names"] = ds.names
+    out["noisy"] = ds.noisy
+    return out
 
 
 def leave_one_family_out(ds: Dataset, n_splits: int,
@@ -629,7 +775,7 @@ def leave_one_family_out(ds: Dataset, n_splits: int,
     return out, chosen
 
 
-def chooser_quality(records, mode: str = "per_call") -> dict[str, dict]:
+def chooser_quality(records, mode: str = "auto") -> dict[str, dict]:
     """For kernels with parameter variants: how close each strategy (the chooser, each
     variant's strategy) comes to the best variant timed on the same matrix.
 
@@ -639,11 +785,12 @@ def chooser_quality(records, mode: str = "per_call") -> dict[str, dict]:
     per_kernel: dict[str, dict[str, list]] = {}
     for record in records:
         by_kernel: dict[str, dict[str, float]] = {}
+        row_mode = target_mode(record["nnz"], mode)
         for variant in record.get("variants", []):
             by_kernel.setdefault(variant["kernel"], {})[variant["strategy"]] = \
-                _time(variant, mode)
+                _time(variant, row_mode)
         for kernel, strategies in by_kernel.items():
-            strategies["chooser"] = _time(record["kernels"].get(kernel), mode)
+            strategies["chooser"] = _time(record["kernels"].get(kernel), row_mode)
             times = np.array(list(strategies.values()))
             if not np.isfinite(times).all():
                 continue
@@ -670,20 +817,27 @@ def file_digest(path) -> dict:
     return {"file": Path(path).name, "sha256": hashlib.sha256(data).hexdigest()}
 
 
-def train_files(paths, out, report=None, *, mode: str = "per_call", n_splits: int = 5,
-                objectives=DEFAULT_OBJECTIVES) -> TrainResult:
-    """Train on label files, write the model JSON to ``out`` and the report to ``report``;
-    cross-validation searches :func:`hyper_grid` of ``objectives``."""
+def train_files(paths, out=None, report=None, *, mode: str = "auto", n_splits: int = 5,
+                objectives=DEFAULT_OBJECTIVES, repeats: int = REPEATS,
+                holdout=None) -> TrainResult:
+    """Train on label files, write the model JSON to ``out`` (unless None) and the report to
+    ``report``; cross-validation searches :func:`hyper_grid` of ``objectives``. ``holdout``:
+    a file listing held-out matrices (:func:`read_holdout`), or None."""
     records, files = [], []
     for path in paths:
         recs = read_records(path)
         records += recs
         files.append(dict(file_digest(path), records=len(recs)))
+    held = read_holdout(holdout) if holdout else ()
     result = train(records, mode=mode, n_splits=n_splits, grid=hyper_grid(objectives),
-                   label_files=files)
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    result.model.to_json(out)
+                   label_files=files, repeats=repeats, holdout=held)
+    if holdout:
+        result.model.provenance["holdout_file"] = file_digest(holdout)
+    if out is not None:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        result.model.to_json(out)
     if report is not None:
+        Path(report).parent.mkdir(parents=True, exist_ok=True)
         Path(report).write_text(result.report, encoding="utf-8")
     return result
 
@@ -715,6 +869,26 @@ def _metric_cells(m: dict) -> list[str]:
 
 METRIC_HEADERS = ["n", "geomean q", "geomean q (not missed)", "within 10 %", "worst q",
                   "top-1", "top-1 (5 % ties)", "misses"]
+
+
+_MODE_WORDS = {"auto": f"back-to-back from {LARGE_NNZ:,} nonzeros, per call below",
+               "per_call": "per call", "b2b": "back-to-back"}
+
+
+def _band_table(bands: dict) -> str:
+    """One row per (size band, policy): geomean q, within 10 %, worst q; per band the tree,
+    the cost model alone, the hand rule and the fixed kernels by falling geomean."""
+    rows = []
+    for band, by_policy in bands.items():
+        learned = [p for p in ("tree", "cost model alone") if p in by_policy]
+        fixed = sorted((p for p in by_policy if p not in learned),
+                       key=lambda p: -by_policy[p]["geomean"])
+        for policy in learned + fixed:
+            m = by_policy[policy]
+            rows.append([band, policy, m["n"], _fmt(m["geomean"]), _pct(m["within_10pct"]),
+                         _fmt(m["worst"]), int(m["misses"])])
+    return _table(["nonzeros", "policy", "n", "geomean q", "within 10 %", "worst q", "misses"],
+                  rows)
 
 
 def _describe(hyper: Hyper) -> str:
@@ -751,7 +925,7 @@ def _real_counts(ds: Dataset) -> str:
     real, grown = int(ds.real.sum()), int((ds.real & ~ds.as_given).sum())
     if not grown:
         return f"{real} real"
-    return f"{real} real: {real - grown} as given, {grown} grown as block-diagonal copies"
+    return f"{real} real: {real - grown} as given, {grown} grown copies"
 
 
 def _cost_model_table(cost_model: CostModel) -> str:
@@ -775,12 +949,18 @@ def _report(ds: Dataset, model: TreeModel, scores: dict, records, mode: str) -> 
     parts = [
         "# autospmv selection tree: training report",
         f"{len(ds)} matrices ({_real_counts(ds)}) in {len(set(ds.groups))} groups "
-        f"(family × synthetic/real), labelled on {device}; times: "
-        f"{'per call' if mode == 'per_call' else 'back-to-back'}. "
-        f"q = t(best)/t(chosen); misses count as q = 0.",
+        f"(family × synthetic/real), labelled on {device} in "
+        f"{(records[0].get('dtype', 'float64') if records else 'float64')}; times: "
+        f"{_MODE_WORDS[mode]}. q = t(best)/t(chosen); misses count as q = 0.",
     ]
     if scores["dropped"]:
         parts.append(f"Dropped (no kernel ran correctly): {', '.join(scores['dropped'])}.")
+    parts.append(f"Left out as noisy (a kernel's median time above {NOISE_LIMIT} × its minimum "
+                 f"after re-timing): {len(ds.noisy)} matrices"
+                 + (f" ({', '.join(ds.noisy)})." if ds.noisy else "."))
+    verdict = scores["guard"]
+    parts.append(f"Guard (install only if the tree beats the best fixed kernel): "
+                 f"{'passed' if verdict['passed'] else 'FAILED'}: {verdict['reason']}.")
     parts.append("Fastest kernel: " + ", ".join(f"{k} {c}" for k, c in zip(labels, counts))
                  + " matrices.")
     searched = ", ".join(dict.fromkeys(h.objective for h in scores["grid"]))
@@ -803,9 +983,23 @@ def _report(ds: Dataset, model: TreeModel, scores: dict, records, mode: str) -> 
         parts.append(_table(["fold", "test groups", "n", "tree geomean q", "within 10 %",
                              "worst q", "top-1 (5 % ties)", "hand rule geomean q",
                              "objective/depth/leaf/weighting"], rows))
-    parts.append("## All policies (tree: out-of-fold choices of the nested CV)")
+    repeats = scores["repeats"]
+    parts.append(f"## All policies (tree: out-of-fold choices of the nested CV, mean of "
+                 f"{len(repeats)} repeats on shuffled grouped folds)")
     parts.append(_table(["policy"] + METRIC_HEADERS,
                         [[name] + _metric_cells(m) for name, m in cv.items() if m]))
+    if len(repeats) > 1:
+        parts.append("Per repeat, tree: " + "; ".join(
+            f"{_fmt(m['geomean'])} / {_pct(m['within_10pct'])} / worst {_fmt(m['worst'])}"
+            for m in repeats) + " (geomean q / within 10 % / worst q).")
+    parts.append("## By size (nonzeros), out of fold\n\n" + _band_table(scores["bands"]))
+    held = scores["held_out"]
+    if held:
+        parts.append(f"## Held-out matrices ({len(held['names'])}; never used for training "
+                     "or tuning)\n\n" + _band_table(
+                         {k: v for k, v in held.items() if k not in ("names", "noisy")})
+                     + (f"\n\nLeft out as noisy: {', '.join(held['noisy'])}."
+                        if held["noisy"] else ""))
     if scores["lofo"]:
         parts.append("## Real matrices, each family left out of training\n\n"
                      "Each family's tree has its hyperparameters chosen and is fitted without "

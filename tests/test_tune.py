@@ -1,0 +1,81 @@
+"""prepare(A, tune="measure"): the tree's top candidates are timed on A and the fastest kept."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sklearn.tree import DecisionTreeClassifier
+
+import autospmv
+from autospmv import session
+from autospmv.operator import SpMVOperator
+from autospmv.model import TreeModel
+from matrices import FAMILY, poisson2d
+
+CPU_MODEL = next((Path(__file__).resolve().parent.parent / "models").glob("cpu-*.json"))
+
+
+def test_measure_keeps_the_measured_fastest_and_records_it():
+    A = poisson2d(120)
+    predicted = autospmv.select(A, device="cpu", model=CPU_MODEL)
+    op = autospmv.prepare(A, device="cpu", model=CPU_MODEL, tune="measure")
+    tuning = op.decision.tuning
+    expected = [predicted.kernel] + predicted.candidates[:session.TUNE_CANDIDATES - 1]
+    assert list(tuning["times_us"]) == expected
+    assert tuning["predicted"] == predicted.kernel and tuning["timing"] == "b2b"
+    b2b = {k: t["b2b"] for k, t in tuning["times_us"].items()}
+    assert tuning["kept"] == op.kernel == min(b2b, key=b2b.get)
+    assert all(t["b2b"] > 0 and t["per_call"] > 0 for t in tuning["times_us"].values())
+    assert tuning["seconds"] > 0 and tuning["products"] > 0
+    assert any(note.startswith("tune='measure': back-to-back µs per product: ")
+               for note in op.decision.notes)
+    x = np.linspace(-1, 1, A.shape[1])
+    np.testing.assert_allclose(op @ x, A @ x, rtol=1e-12)
+
+
+def test_measure_overrules_a_slow_prediction(monkeypatch):
+    A = poisson2d(60)
+    predicted = autospmv.select(A, device="cpu", model=CPU_MODEL).kernel
+    matvec = SpMVOperator.matvec
+
+    def slowed(self, x, out=None):  # the predicted kernel takes an extra 2 ms per product
+        if self.kernel == predicted:
+            time.sleep(0.002)
+        return matvec(self, x, out=out)
+
+    monkeypatch.setattr(SpMVOperator, "matvec", slowed)
+    op = autospmv.prepare(A, device="cpu", model=CPU_MODEL, tune="measure")
+    assert op.kernel != predicted and op.decision.tuning["predicted"] == predicted
+    assert op.decision.tuning["times_us"][predicted]["b2b"] > 2000
+    assert f"(predicted {predicted})" in op.explain()
+
+
+def test_without_a_model_the_rule_then_the_registry_order(monkeypatch):
+    monkeypatch.setattr("autospmv.selector.shipped_models", lambda: {})
+    monkeypatch.delenv("AUTOSPMV_MODEL", raising=False)
+    monkeypatch.setenv("AUTOSPMV_HOME", "/nonexistent-autospmv-home")
+    op = autospmv.prepare(FAMILY["huge_row_among_short_300x3000"](), device="cpu",
+                          tune="measure")
+    assert op.decision.tuning["predicted"] == "csr5"
+    assert list(op.decision.tuning["times_us"]) == ["csr5", "coo", "csr_scalar"]
+
+
+def test_a_refused_format_is_skipped():
+    # A one-leaf tree ranking ell first, then csr_vector, then coo.
+    clf = DecisionTreeClassifier(random_state=0).fit(
+        np.ones((6, 1)), ["ell", "ell", "ell", "csr_vector", "csr_vector", "coo"])
+    model = TreeModel.from_sklearn(clf, ["row_max"])
+    A = FAMILY["huge_row_among_short_300x3000"]()  # ell refuses its padding
+    tuning = autospmv.prepare(A, device="cpu", model=model, tune="measure").decision.tuning
+    assert tuning["predicted"] == "ell" and tuning["refused"] == ["ell"]
+    assert list(tuning["times_us"]) == ["csr_vector", "coo", "csr_scalar"]
+
+
+def test_tune_arguments_are_checked():
+    with pytest.raises(ValueError, match=r"unknown tune='exhaustive'; valid: None"):
+        autospmv.prepare(poisson2d(5), device="cpu", tune="exhaustive")
+    with pytest.raises(ValueError, match="cannot be combined with kernel="):
+        autospmv.prepare(poisson2d(5), device="cpu", kernel="coo", tune="measure")
