@@ -162,6 +162,10 @@ def main(argv=None):
             ys = [cuda.device_array(A.shape[0], dtype=A.dtype) for _ in range(gpu.VECTORS)]
             record = {"matrix": name, "group": group, "dtype": dtype, "shape": list(A.shape),
                       "nnz": int(A.nnz), "min_bytes": gpu.min_bytes(A), "runs": []}
+            choice = autospmv.select(A, device="cuda")
+            record["selected"] = {"kernel": choice.kernel, "params": choice.params,
+                                  "model": next((n for n in choice.notes if n.startswith("model ")),
+                                                None)}
             for kernel in kernels:
                 for params in [None] + variants.get(kernel, []):
                     try:
@@ -198,7 +202,44 @@ def main(argv=None):
             if timer is not None:
                 print(summary_line(record), flush=True)
     save()
+    if timer is not None:
+        for line in summary(records, info["copy_tbs"]):
+            print(line)
     print(f"wrote {out}")
+
+
+def summary(records, copy_tbs) -> list[str]:
+    """Per dtype: the best kernel against cuSPARSE (back-to-back), its effective bandwidth
+    against the copy bandwidth, and the automatic selection against the best kernel."""
+    lines = []
+    for dtype in sorted({r["dtype"] for r in records}):
+        ratios, rates, quality = [], [], []
+        for r in (r for r in records if r["dtype"] == dtype):
+            ok = [x for x in r["runs"] if x.get("feasible") and x["implementation"] == "registered"
+                  and x["error"] <= (1e-5 if dtype == "float32" else 1e-12)]
+            if not ok:
+                continue
+            best = min(ok, key=lambda x: x["b2b_us"])
+            rates.append(best["eff_tbs"])
+            if "b2b_us" in r.get("cusparse", {}):
+                ratios.append(r["cusparse"]["b2b_us"] / best["b2b_us"])
+            chosen = [x for x in ok if x["kernel"] == r["selected"]["kernel"]
+                      and x["params"] == r["selected"]["params"]]
+            if chosen:
+                quality.append(best["b2b_us"] / chosen[0]["b2b_us"])
+
+        def geomean(v):
+            return float(np.exp(np.mean(np.log(v)))) if v else float("nan")
+
+        lines.append(
+            f"{dtype}: best kernel vs cuSPARSE (b2b) geomean {geomean(ratios):.3f}, "
+            f"min {min(ratios, default=float('nan')):.3f}, "
+            f">= 1.0 on {sum(x >= 1.0 for x in ratios)}/{len(ratios)}; median best "
+            f"{np.median(rates):.2f} TB/s = {np.median(rates) / copy_tbs:.0%} of copy; "
+            f"selection {geomean(quality):.3f} of best, "
+            f"{sum(q >= 1 / 1.1 for q in quality)}/{len(quality)} within 10 %, "
+            f"worst {min(quality, default=float('nan')):.3f}")
+    return lines
 
 
 def summary_line(record) -> str:
