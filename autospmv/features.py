@@ -83,11 +83,12 @@ import math
 import numba
 import numpy as np
 import scipy.sparse as sp
-from numba import njit, prange
+from numba import prange
 
 from .cost import QUANTITY_NAMES, quantities
+from .kernels import njit
 from .kernels.cpu import specialisations
-from .validation import SUPPORTED_DTYPES, canonicalize, index_dtype
+from .validation import canonicalize
 
 BLOCK_SIZES = (2, 3, 4, 8)
 
@@ -176,7 +177,7 @@ def features(A, sample_rows: int | None = None, device: str | None = None) -> di
     from .session import target_device
 
     device = target_device(device)
-    csr = A if _is_canonical(A) else canonicalize(A)
+    csr = canonicalize(A)  # validates A; canonical input is used as is
     m, n = csr.shape
     nnz = int(csr.nnz)
     sums, band, diagonals, warp_sum, values, counts = _scan(csr, sample_rows)
@@ -215,16 +216,6 @@ def _scan(csr: sp.csr_matrix, sample_rows: int | None) -> tuple:
         sums.sum(axis=0).tolist(), int(sums[:, _BAND].max()), int(np.count_nonzero(occupied)),
         float(warp.sum()), *_length_histogram(hist, indptr),
     )  # fmt: skip
-
-
-def _is_canonical(A) -> bool:
-    """True for a CSR matrix that :func:`canonicalize` would return unchanged."""
-    return (
-        isinstance(A, sp.csr_matrix)
-        and A.dtype in SUPPORTED_DTYPES
-        and A.indptr.dtype == A.indices.dtype == index_dtype(A.nnz, A.shape)
-        and A.has_canonical_format
-    )
 
 
 def _ratio(num, den, empty: float) -> float:

@@ -7,6 +7,7 @@ the operator is built, so a call only validates, launches and (for host vectors)
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import numpy as np
@@ -14,6 +15,7 @@ import scipy.sparse as sp
 from scipy.sparse.linalg import LinearOperator
 
 from . import registry
+from .formats.base import SparseFormat
 from .selector import Decision, forced_decision
 from .validation import canonicalize, check_out, check_vector
 
@@ -25,14 +27,22 @@ class SpMVOperator(LinearOperator):
     storage), ``nbytes`` (bytes of that storage), ``shape``, ``dtype``.
     """
 
-    def __init__(self, csr: sp.csr_matrix, decision: Decision, device: str):
+    def __init__(self, csr: sp.csr_matrix, decision: Decision, device: str, *,
+                 borrowed: bool = False):
+        """``borrowed``: csr's arrays belong to the caller, who may change them later. The
+        operator then copies the arrays of its format that share memory with them (a CSR
+        kernel's format is csr's own arrays) and keeps no reference to csr: the operator is a
+        snapshot of the matrix as it was when built."""
         super().__init__(dtype=csr.dtype, shape=csr.shape)
         self.decision = decision
         self.device = device
-        self._csr = csr
+        self._nnz = int(csr.nnz)
+        self._csr = None if borrowed else csr  # rebuilt from the format when needed
         spec = registry.get(decision.kernel)
         started = time.perf_counter()
         self.format = spec.convert(csr, decision.params)
+        if borrowed:
+            self.format = _own_arrays(self.format, (csr.data, csr.indices, csr.indptr))
         if device == "cuda":
             from .kernels.cuda.backend import CudaBackend
 
@@ -63,7 +73,7 @@ class SpMVOperator(LinearOperator):
 
     def __repr__(self):
         m, n = self.shape
-        return (f"<SpMVOperator {m}x{n} {self.dtype} nnz={self._csr.nnz} kernel={self.kernel} "
+        return (f"<SpMVOperator {m}x{n} {self.dtype} nnz={self._nnz} kernel={self.kernel} "
                 f"device={self.device}>")
 
     def matvec(self, x, out=None):
@@ -117,7 +127,8 @@ class SpMVOperator(LinearOperator):
     def transpose_operator(self) -> "SpMVOperator":
         """The operator for Aᵀ with the same kernel and device (built on first use)."""
         if self._transposed is None:
-            csr_t = canonicalize(self._csr.T)
+            csr = self._csr if self._csr is not None else self.format.to_csr()
+            csr_t = canonicalize(csr.T)
             self._transposed = SpMVOperator(csr_t, forced_decision(csr_t, self.kernel, self.device),
                                              self.device)
         return self._transposed
@@ -130,6 +141,21 @@ class SpMVOperator(LinearOperator):
 
     def _transpose(self):
         return self.transpose_operator()
+
+
+def _own_arrays(fmt: SparseFormat, sources: tuple) -> SparseFormat:
+    """``fmt`` with copies of its arrays (also those of nested formats) that may share memory
+    with any of ``sources``."""
+    changes = {}
+    for field in dataclasses.fields(fmt):
+        value = getattr(fmt, field.name)
+        if isinstance(value, np.ndarray) and any(np.may_share_memory(value, s) for s in sources):
+            changes[field.name] = value.copy()
+        elif isinstance(value, SparseFormat):
+            owned = _own_arrays(value, sources)
+            if owned is not value:
+                changes[field.name] = owned
+    return dataclasses.replace(fmt, **changes) if changes else fmt
 
 
 class CpuBackend:

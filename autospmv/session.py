@@ -6,6 +6,9 @@ import dataclasses
 import functools
 import time
 
+import numpy as np
+import scipy.sparse as sp
+
 from . import registry
 from .features import features
 from .formats.base import FormatTooLargeError
@@ -84,13 +87,19 @@ def prepare(A, *, kernel: str | None = None, device: str | None = None, model=No
     When the chosen kernel's format refuses A (padding beyond the fill limit) or does not fit in
     memory, the tree's next choice is tried, and ``op.decision`` records it; a forced kernel
     raises instead.
+
+    The operator is a snapshot: it holds its own copy of A's values and structure, so changing
+    A afterwards (``A.data *= 2``, new indices) does not change ``op``; call ``prepare`` again.
+    A malformed sparse matrix (indices out of range, ``indptr`` not monotone or not ending at
+    nnz, inconsistent lengths) raises ValueError before anything reads it.
     """
     device = resolve_device(device)
     csr = canonicalize(A)
+    borrowed = sp.issparse(A) and A.format == "csr" and np.may_share_memory(csr.data, A.data)
     decision = _decide(csr, kernel, device, model, params)
     while True:
         try:
-            return SpMVOperator(csr, decision, device)
+            return SpMVOperator(csr, decision, device, borrowed=borrowed)
         except (FormatTooLargeError, MemoryError) as error:
             if kernel is not None or not decision.candidates:
                 raise

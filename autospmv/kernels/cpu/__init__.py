@@ -10,8 +10,9 @@ Work is split over threads with ``prange`` when the matrix is large enough for t
 
 import types
 
-import numba
 import numpy as np
+
+from .. import njit
 
 PARALLEL_MIN_NNZ = 50_000
 """Smallest nnz for which the parallel specialisation is used (thread wake-up costs ~10 µs)."""
@@ -43,5 +44,5 @@ def specialisations(kernel):
     twin = types.FunctionType(kernel.__code__, kernel.__globals__, kernel.__name__ + "_parallel",
                               kernel.__defaults__, kernel.__closure__)
     twin.__qualname__ = kernel.__qualname__ + "_parallel"
-    return (numba.njit(cache=True, nogil=True)(kernel),
-            numba.njit(cache=True, nogil=True, parallel=True)(twin))
+    return (njit(kernel, cache=True, nogil=True),
+            njit(twin, cache=True, nogil=True, parallel=True))

@@ -17,13 +17,14 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
+from . import jit
 from .launch import X, Y, DeviceProgram, Launch, ZeroY
 
 BLOCK = 256
 WARP = 32
 
 
-@cuda.jit(cache=True)
+@jit(cache=True)
 def coo_kernel(row, col, data, x, y):
     k = cuda.grid(1)
     lane = cuda.laneid
