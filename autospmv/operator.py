@@ -39,6 +39,7 @@ class SpMVOperator(LinearOperator):
         self._nnz = int(csr.nnz)
         self._csr = None if borrowed else csr  # rebuilt from the format when needed
         spec = registry.get(decision.kernel)
+        spec.check_params(decision.params)
         started = time.perf_counter()
         self.format = spec.convert(csr, decision.params)
         if borrowed:
@@ -79,8 +80,10 @@ class SpMVOperator(LinearOperator):
     def matvec(self, x, out=None):
         """``A @ x``. Host (numpy) x gives a numpy result; a CUDA array gives a device result.
 
-        ``out`` (optional) receives the result: same kind as x, shape (m,), the operator's dtype.
-        x is converted to the operator's dtype. An (n, 1) column gives an (m, 1) result.
+        ``out`` (optional) receives the result: same kind as x, shape (m,), the operator's dtype,
+        writable, not overlapping x (refused with ValueError: the kernels read x while they
+        write out). x is converted to the operator's dtype. An (n, 1) column gives an (m, 1)
+        result. Any number of threads may call one operator at once.
         """
         y = self._device_matvec(x, out)
         if y is not None:
@@ -90,7 +93,7 @@ class SpMVOperator(LinearOperator):
         if out is None:
             y = np.empty(self.shape[0], dtype=self.dtype)
         else:
-            check_out(out, self.shape[0], self.dtype)
+            check_out(out, self.shape[0], self.dtype, x)
             y = out
         self._backend.host_matvec(x, y)
         return y.reshape(-1, 1) if column and out is None else y

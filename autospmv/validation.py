@@ -238,13 +238,25 @@ def check_vector(x, n: int, dtype: np.dtype) -> np.ndarray:
     return np.ascontiguousarray(arr, dtype=dtype)
 
 
-def check_out(out, m: int, dtype: np.dtype) -> None:
-    """Check a user-supplied output buffer: 1-D, length m, exactly ``dtype``, contiguous."""
+OUT_OVERLAPS_X = ("out overlaps x: the kernel would overwrite x while reading it; pass a "
+                  "separate output array")
+
+
+def check_out(out, m: int, dtype: np.dtype, x: np.ndarray) -> None:
+    """Check a user-supplied output buffer for a host x (the array the kernel reads): a
+    writable, contiguous numpy array of length m and exactly ``dtype``, sharing no memory with
+    x (a kernel reads x while it writes out, so an overlap would give wrong results)."""
     shape = getattr(out, "shape", None)
     if shape != (m,):
         raise ValueError(f"out must have shape ({m},); got {shape}")
     out_dtype = np.dtype(getattr(out, "dtype", None))
     if out_dtype != dtype:
         raise TypeError(f"out must have dtype {dtype}; got {out_dtype}")
-    if isinstance(out, np.ndarray) and not out.flags.c_contiguous:
+    if not isinstance(out, np.ndarray):
+        raise TypeError(f"out must be a numpy array like x; got {type(out).__name__}")
+    if not out.flags.c_contiguous:
         raise ValueError("out must be contiguous")
+    if not out.flags.writeable:
+        raise ValueError("out is read-only; pass a writable array")
+    if np.may_share_memory(out, x):
+        raise ValueError(OUT_OVERLAPS_X)
