@@ -14,6 +14,10 @@ found by :func:`find_model` in this order:
 4. the shipped model for this device (by GPU or CPU name), else the nearest shipped model of the
    same kind of device (another GPU's for a GPU, another CPU's for a CPU).
 
+A retrained model that cannot be loaded or cannot decide (a damaged or foreign file) is skipped
+with a warning, so that automatic selection never fails because of it; a model named by
+``model=`` or ``AUTOSPMV_MODEL`` raises instead, as the caller asked for that one.
+
 When no model exists at all, :func:`rule_decision` applies a documented rule in the style of
 Ginkgo's default: a matrix with a very long row (more than :data:`LONG_ROW` nonzeros) goes to
 ``csr5``, whose load balance does not depend on row lengths; everything else to ``csr_vector``.
@@ -24,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -85,6 +90,8 @@ class ModelChoice:
     model: TreeModel
     path: Path | None
     reason: str
+    retrained: bool = False
+    """Found as the model retrained on this machine (skipped, with a warning, when broken)."""
 
     @property
     def name(self) -> str:
@@ -118,8 +125,9 @@ def shipped_models() -> dict[str, Path]:
             if item.name.endswith(".json") and item.name.startswith(("cuda-", "cpu-"))}
 
 
-def find_model(device: str, model=None) -> ModelChoice | None:
-    """The model to decide with on ``device`` (see the module docstring for the order)."""
+def find_model(device: str, model=None, *, retrained: bool = True) -> ModelChoice | None:
+    """The model to decide with on ``device`` (see the module docstring for the order);
+    ``retrained=False`` skips the model retrained on this machine."""
     if isinstance(model, TreeModel):
         return ModelChoice(model, None, "passed as model=")
     if model is not None:
@@ -129,8 +137,11 @@ def find_model(device: str, model=None) -> ModelChoice | None:
         return ModelChoice(load_model(env), Path(env), "from AUTOSPMV_MODEL")
     slug = device_slug(device)
     user = user_model_path(slug)
-    if user.is_file():
-        return ModelChoice(load_model(user), user, "retrained on this machine")
+    if retrained and user.is_file():
+        try:
+            return ModelChoice(load_model(user), user, "retrained on this machine", True)
+        except ValueError as error:
+            warn_skipped(error)
     shipped = shipped_models()
     if slug in shipped:
         return ModelChoice(load_model(shipped[slug]), shipped[slug], "shipped for this device")
@@ -141,6 +152,13 @@ def find_model(device: str, model=None) -> ModelChoice | None:
         return ModelChoice(load_model(path), path,
                            f"shipped for {same_kind[0]}, the nearest to this device ({slug})")
     return None
+
+
+def warn_skipped(error: Exception) -> None:
+    """Warn that the model retrained on this machine is skipped because of ``error``."""
+    warnings.warn(f"autospmv: the model retrained on this machine is skipped: {error}; the "
+                  "shipped model decides instead (retrain to replace the file)", RuntimeWarning,
+                  stacklevel=4)
 
 
 def trained_on(provenance: dict) -> str:

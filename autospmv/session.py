@@ -13,7 +13,9 @@ from . import registry
 from .features import features
 from .formats.base import FormatTooLargeError
 from .operator import SpMVOperator
-from .selector import Decision, find_model, forced_decision, model_decision, rule_decision
+from .selector import (
+    Decision, find_model, forced_decision, model_decision, rule_decision, warn_skipped,
+)
 from .validation import canonicalize, check_device
 
 
@@ -69,7 +71,16 @@ def _decide(csr, kernel, device, model, params=None) -> Decision:
         return rule_decision(csr, device)
     started = time.perf_counter()
     values = features(csr, device=device)
-    decision = model_decision(csr, choice, values, device)
+    try:
+        decision = model_decision(csr, choice, values, device)
+    except ValueError as error:  # a model that loads but cannot decide (see find_model)
+        if not choice.retrained:
+            raise
+        warn_skipped(error)
+        choice = find_model(device, model, retrained=False)
+        if choice is None:
+            return rule_decision(csr, device)
+        decision = model_decision(csr, choice, values, device)
     elapsed_ms = (time.perf_counter() - started) * 1e3
     decision.notes.append(f"features and prediction took {elapsed_ms:.2f} ms")
     return decision
