@@ -68,11 +68,14 @@ def device_ordinal(pointer: int) -> int:
     return int(ordinal)
 
 
-def current_ordinal() -> int:
-    """The ordinal of the calling thread's current CUDA device."""
+def current_ordinal() -> int | None:
+    """The ordinal of the calling thread's current CUDA device; None in a thread that has no
+    current CUDA context yet."""
     status, device = driver.cuCtxGetDevice()
+    if status == driver.CUresult.CUDA_ERROR_INVALID_CONTEXT:
+        return None
     if status:
-        raise RuntimeError(f"no current CUDA context in this thread ({status!r})")
+        raise RuntimeError(f"CUDA driver error {status!r} in cuCtxGetDevice")
     return int(device)
 
 
@@ -166,7 +169,7 @@ class CudaBackend:
     def __init__(self, spec, fmt, params: dict):
         self.shape = fmt.shape
         self.dtype = np.dtype(fmt.dtype)
-        self.device = None if SIMULATOR else current_ordinal()
+        self.device = None if SIMULATOR else cuda.current_context().device.id
         arrays = upload(fmt, extra_bytes=sum(self.shape) * self.dtype.itemsize)  # + staging
         self.program: DeviceProgram = spec.cuda_builder()(fmt, params, arrays).load()
         self._x = cuda.device_array(self.shape[1], dtype=self.dtype)
@@ -179,9 +182,16 @@ class CudaBackend:
         self._lock = threading.Lock()
 
     def _check_current_device(self) -> None:
-        if self.device is not None and current_ordinal() != self.device:
+        """The calling thread's current GPU must be the operator's; a thread that has not used
+        CUDA yet is given the operator's GPU (as numba would give it GPU 0)."""
+        if self.device is None:
+            return
+        current = current_ordinal()
+        if current is None:
+            cuda.select_device(self.device)
+        elif current != self.device:
             raise ValueError(f"this operator's matrix is on GPU {self.device}, but the calling "
-                             f"thread's current GPU is {current_ordinal()}; call it inside "
+                             f"thread's current GPU is {current}; call it inside "
                              f"numba.cuda.gpus[{self.device}] or the equivalent of your library")
 
     def host_matvec(self, x: np.ndarray, y: np.ndarray) -> None:
