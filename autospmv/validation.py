@@ -72,6 +72,7 @@ def canonicalize(A) -> sp.csr_matrix:
             csr.has_sorted_indices = csr.has_canonical_format = True
             return csr
         csr = sp.csr_matrix(A, dtype=value_dtype(A.dtype), copy=True)
+        check_structure(csr)  # what SciPy built from a LIL or DOK matrix, before sum_duplicates
     elif isinstance(A, (list, tuple)) or hasattr(A, "__array__"):
         dense = np.asarray(A)
         if dense.dtype.kind not in "biufc":  # complex is refused, with its own message, below
@@ -114,9 +115,9 @@ def check_structure(A) -> None:
     SciPy checks a matrix's arrays when it is built, but only partly (not index ranges, nor
     that offsets are monotone), and not at all after its arrays are modified in place; its
     compiled routines and autospmv's kernels would then read and write out of bounds. CSR, CSC,
-    COO and BSR matrices are checked here; the other formats (DIA, LIL, DOK) are converted by
-    SciPy's Python code, which checks as it goes. Costs a few vectorised passes over the index
-    arrays: less than one SciPy ``A @ x``.
+    COO, BSR and DIA matrices are checked here; LIL and DOK matrices are converted by SciPy's
+    Python code, and :func:`canonicalize` checks the CSR matrix it gets from them. Costs a few
+    vectorised passes over the index arrays: less than one SciPy ``A @ x``.
     """
     shape = _check_shape(A.shape)
     fmt = A.format
@@ -138,6 +139,17 @@ def check_structure(A) -> None:
         # one value per block stands for the block in the length checks
         _check_compressed("BSR", A.indptr, A.indices, data[:, 0, 0], shape[0] // rows,
                           shape[1] // cols, ("block row", "block column"))
+    elif fmt == "dia":
+        data, offsets = A.data, A.offsets
+        if not isinstance(data, np.ndarray) or data.ndim != 2:
+            raise ValueError(f"malformed DIA matrix: data has shape {np.shape(data)}; expected "
+                             "(diagonals, length)")
+        if _vector_length(offsets, "DIA", "offsets") != data.shape[0]:
+            raise ValueError(f"malformed DIA matrix: {offsets.shape[0]} offsets for "
+                             f"{data.shape[0]} diagonals of data")
+        if offsets.dtype.kind not in "iu":
+            raise ValueError(f"malformed DIA matrix: offsets has dtype {offsets.dtype}; "
+                             "expected integers")
     elif fmt == "coo":
         coords = A.coords if hasattr(A, "coords") else (A.row, A.col)
         if len(coords) != 2:

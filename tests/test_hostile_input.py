@@ -97,6 +97,19 @@ def test_malformed_csc_coo_and_bsr_are_refused():
         autospmv.prepare(bsr, device="cpu")
 
 
+def test_malformed_dia_and_lil_are_refused():
+    dia = sp.dia_matrix(np.eye(4))
+    dia.offsets = np.array([0, 1, 2], np.int32)
+    with pytest.raises(ValueError, match=re.escape("malformed DIA matrix: 3 offsets for 1 "
+                                                   "diagonals of data")):
+        autospmv.prepare(dia, device="cpu")
+    lil = sp.lil_matrix(np.eye(3))
+    lil.rows[1] = [5]
+    with pytest.raises(ValueError, match=re.escape("malformed CSR matrix: column index 5 out of "
+                                                   "range for 3 columns")):
+        autospmv.prepare(lil, device="cpu")
+
+
 def test_every_valid_kind_passes_the_structure_check():
     A = random_matrix(12, 9, 0.3, 5)
     for kind in (sp.csr_matrix, sp.csc_matrix, sp.coo_matrix, sp.csr_array, sp.coo_array,
