@@ -157,7 +157,10 @@ class CheckedVectors:
             except TypeError:  # a kind without weak references is checked on every call
                 return pointer
             if len(self._entries) >= self.SIZE:
-                self._entries.pop(next(iter(self._entries)))  # the oldest
+                try:  # the oldest; other threads may be evicting at the same time
+                    self._entries.pop(next(iter(self._entries)), None)
+                except (StopIteration, RuntimeError):
+                    pass
             self._entries[id(vector)] = (reference, length, pointer, bool(cai["data"][1]))
         return pointer
 
