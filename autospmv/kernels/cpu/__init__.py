@@ -56,7 +56,8 @@ def specialisations(kernel):
     numba names a function's cache files after its qualified name and line, not after the
     compilation flags, so two dispatchers over one Python function share (and overwrite) one cache
     entry: a process could load the serial machine code for the parallel dispatcher. The parallel
-    one therefore compiles a twin of the function under its own name.
+    one therefore compiles a twin of the function under its own name, and is returned wrapped by
+    :func:`guarded` (a plain function taking the same arguments).
     """
     twin = types.FunctionType(kernel.__code__, kernel.__globals__, kernel.__name__ + "_parallel",
                               kernel.__defaults__, kernel.__closure__)
