@@ -47,10 +47,9 @@ import math
 
 import numpy as np
 import scipy.sparse as sp
-from numba import njit
-
 from .formats.csr5 import OMEGA
 from .formats.hyb import default_hyb_width_of_histogram
+from .kernels import njit
 from .registry import KERNELS, choose_csr5_sigma, choose_threads_per_row
 
 QUANTITIES = ("bytes", "work", "span", "atomics")

@@ -83,11 +83,12 @@ import math
 import numba
 import numpy as np
 import scipy.sparse as sp
-from numba import njit, prange
+from numba import prange
 
 from .cost import QUANTITY_NAMES, quantities
+from .kernels import njit
 from .kernels.cpu import specialisations
-from .validation import SUPPORTED_DTYPES, canonicalize, index_dtype
+from .validation import canonicalize
 
 BLOCK_SIZES = (2, 3, 4, 8)
 
@@ -176,7 +177,7 @@ def features(A, sample_rows: int | None = None, device: str | None = None) -> di
     from .session import target_device
 
     device = target_device(device)
-    csr = A if _is_canonical(A) else canonicalize(A)
+    csr = canonicalize(A)  # validates A; canonical input is used as is
     m, n = csr.shape
     nnz = int(csr.nnz)
     sums, band, diagonals, warp_sum, values, counts = _scan(csr, sample_rows)
@@ -202,9 +203,11 @@ def _scan(csr: sp.csr_matrix, sample_rows: int | None) -> tuple:
     selected = _select_windows(m, _sampled_windows(m, csr.nnz, sample_rows))
     threads = numba.get_num_threads()
     parallel = csr.nnz >= PARALLEL_MIN_NNZ and threads >= PARALLEL_MIN_THREADS
-    workers = threads if parallel else 1
+    longest = _longest_row(indptr, m)
+    workers = _workers(threads if parallel else 1, m, n, longest,
+                       indptr.nbytes + csr.indices.nbytes + csr.data.nbytes)
     bounds = _split_windows(indptr, m, selected, workers)
-    sums, hist, flags, *work = _scratch(workers, m, n, _longest_row(indptr, m))
+    sums, hist, flags, *work = _scratch(workers, m, n, longest)
     shift = 2 if csr.dtype.itemsize == 8 else 3  # log2(columns per 32-byte sector)
     narrow = max(1, int(0.01 * max(m, n)))
     scan = _scan_parallel if parallel else _scan_serial
@@ -215,16 +218,6 @@ def _scan(csr: sp.csr_matrix, sample_rows: int | None) -> tuple:
         sums.sum(axis=0).tolist(), int(sums[:, _BAND].max()), int(np.count_nonzero(occupied)),
         float(warp.sum()), *_length_histogram(hist, indptr),
     )  # fmt: skip
-
-
-def _is_canonical(A) -> bool:
-    """True for a CSR matrix that :func:`canonicalize` would return unchanged."""
-    return (
-        isinstance(A, sp.csr_matrix)
-        and A.dtype in SUPPORTED_DTYPES
-        and A.indptr.dtype == A.indices.dtype == index_dtype(A.nnz, A.shape)
-        and A.has_canonical_format
-    )
 
 
 def _ratio(num, den, empty: float) -> float:
@@ -294,20 +287,41 @@ def _split_windows(indptr: np.ndarray, m: int, selected: np.ndarray, workers: in
     return np.concatenate([[0], cuts, [selected.size]])
 
 
+SCRATCH_SHARE = 1.0
+"""The workers' scratch arrays together stay below this share of the CSR arrays' bytes (or
+one worker's, if more): each worker needs its own (about m + 7.3 n bytes), so a machine with
+many threads would otherwise need many times the matrix (4 GB at 128 threads for a 153 MB
+matrix). Fewer workers than threads only coarsens the work split."""
+
+
+def _scratch_shapes(m: int, n: int, longest: int) -> list[tuple[int, type]]:
+    """One worker's row of each scratch array: (length, dtype), in :func:`_scratch` order.
+    The row-length histogram has no columns when the longest row is much longer than m (see
+    :func:`_length_histogram`)."""
+    return [
+        (_N_SUMS, np.int64),
+        (longest + 1 if longest <= 8 * m + 64 else 0, np.int64),
+        (max(m + n - 1, 0), np.uint8),  # occupied diagonals
+        ((n + 7) // 8 * 2, np.int32),  # last warp that read each sector
+        ((n + 7) // 8, np.uint64),  # 8×8 block masks, block columns
+        ((n + 7) // 8 + 1, np.int64),  # touched block columns
+        ((n + 2) // 3, np.uint16),  # 3×3 block masks
+        ((n + 2) // 3 + 1, np.int64),
+    ]
+
+
+def _workers(threads: int, m: int, n: int, longest: int, csr_bytes: int) -> int:
+    """How many workers the scan splits into: ``threads``, but no more than the scratch
+    budget (:data:`SCRATCH_SHARE`) allows, and at least one."""
+    per_worker = sum(length * np.dtype(dtype).itemsize
+                     for length, dtype in _scratch_shapes(m, n, longest))
+    return max(1, min(threads, int(SCRATCH_SHARE * csr_bytes) // max(per_worker, 1)))
+
+
 def _scratch(workers: int, m: int, n: int, longest: int) -> tuple[np.ndarray, ...]:
-    """Per-worker counters and work arrays. The row-length histogram has no columns when the
-    longest row is much longer than m (see :func:`_length_histogram`)."""
-    hist_len = longest + 1 if longest <= 8 * m + 64 else 0
-    return (
-        np.zeros((workers, _N_SUMS), np.int64),
-        np.zeros((workers, hist_len), np.int64),
-        np.zeros((workers, max(m + n - 1, 0)), np.uint8),  # occupied diagonals
-        np.zeros((workers, (n + 7) // 8 * 2), np.int32),  # last warp that read each sector
-        np.zeros((workers, (n + 7) // 8), np.uint64),  # 8×8 block masks, block columns
-        np.empty((workers, (n + 7) // 8 + 1), np.int64),  # touched block columns
-        np.zeros((workers, (n + 2) // 3), np.uint16),  # 3×3 block masks
-        np.empty((workers, (n + 2) // 3 + 1), np.int64),
-    )
+    """Per-worker counters and work arrays (see :func:`_scratch_shapes`)."""
+    return tuple(np.zeros((workers, length), dtype)
+                 for length, dtype in _scratch_shapes(m, n, longest))
 
 
 # ---------------------------------------------------------------------------------------------

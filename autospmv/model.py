@@ -47,11 +47,13 @@ JSON, so float32 comparisons here reproduce scikit-learn's results bit for bit.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import math
 import os
 import re
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import NamedTuple
@@ -110,6 +112,10 @@ class CostModel:
     """
 
     REGRESSORS = ("1", "rows", "nnz", "bytes", "work", "span", "atomics")
+    MAX_COEFFICIENT = 1e9
+    """Largest coefficient a model may hold (µs per unit). Fitted values are below 10⁴ (the
+    constant, microseconds) and far below 1 for the counts; the bound keeps every estimate
+    finite for any matrix (quantities stay below about 10²⁰, so estimates below 10³⁰)."""
     FLOOR_US = 1e-3
     """Smallest estimate, so that a kernel whose coefficients are all 0 still has a logarithm."""
 
@@ -123,9 +129,11 @@ class CostModel:
         table = {}
         for kernel, row in coefficients.items():
             row = _array(row, f"cost_model coefficients of {kernel}")
-            if row.shape != (len(self.REGRESSORS),) or (row < 0).any():
+            if (row.shape != (len(self.REGRESSORS),) or (row < 0).any()
+                    or (row > self.MAX_COEFFICIENT).any()):
                 raise ValueError(f"cost_model coefficients of {kernel} must be "
-                                 f"{len(self.REGRESSORS)} non-negative numbers")
+                                 f"{len(self.REGRESSORS)} non-negative numbers of at most "
+                                 f"{self.MAX_COEFFICIENT:g}")
             table[kernel] = row
         self.kernels: tuple[str, ...] = tuple(table)
         self.coefficients = np.array([table[k] for k in self.kernels])
@@ -284,12 +292,14 @@ class TreeModel:
         return doc
 
     def to_json(self, path=None) -> str:
-        """Serialise; also write to ``path`` (str, PathLike or text file object) when given."""
+        """Serialise; also write to ``path`` (str, PathLike or text file object) when given.
+        A path is written atomically (:func:`write_atomically`): a reader sees the old file or
+        the new one, never a part."""
         text = json.dumps(self.to_dict(), indent=1, allow_nan=False) + "\n"
         if hasattr(path, "write"):
             path.write(text)
         elif path is not None:
-            Path(path).write_text(text, encoding="utf-8")
+            write_atomically(path, text)
         return text
 
     @classmethod
@@ -324,23 +334,28 @@ class TreeModel:
 
         ``known_features`` (default: :data:`autospmv.features.FEATURE_NAMES`) and
         ``known_kernels`` (default: :data:`autospmv.KERNELS`) are the names the file may use.
+        Every failure, from an unreadable file to a document nested too deeply or numbers too
+        large for a float, raises ValueError naming the file.
         """
-        if hasattr(source, "read"):
-            text = source.read()
-            where = getattr(source, "name", "the model file")
-        else:
-            where = os.fspath(source)
-            with open(where, "rb") as handle:
-                text = handle.read()
+        where = getattr(source, "name", "the model file") if hasattr(source, "read") \
+            else os.fspath(source)
+        try:
+            if hasattr(source, "read"):
+                text = source.read()
+            else:
+                with open(where, "rb") as handle:
+                    text = handle.read()
+        except OSError as err:
+            raise ValueError(f"cannot read the model file {where}: {err}") from None
         if isinstance(text, bytes):
             text = text.decode("utf-8", errors="replace")
         try:
             doc = json.loads(text, parse_constant=_reject_constant)
-        except ValueError as err:
+        except (ValueError, RecursionError) as err:
             raise ValueError(f"{where} is not a valid JSON model file: {err}") from None
         try:
             return cls.from_dict(doc, known_features=known_features, known_kernels=known_kernels)
-        except ValueError as err:
+        except _LOADER_ERRORS as err:
             raise ValueError(f"{where}: {err}") from None
 
     # -- prediction -------------------------------------------------------------------------
@@ -499,6 +514,36 @@ class TreeModel:
                 f"{len(self.feature_names)} features, classes {', '.join(self.classes)}>")
 
 
+_LOADER_ERRORS = (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError,
+                  RecursionError)
+"""What validating a parsed document can raise for a malformed one (e.g. OverflowError for an
+integer too large for a float); :meth:`TreeModel.load` reports each as a ValueError."""
+
+
+def write_atomically(path, text: str) -> None:
+    """Write ``text`` to ``path`` so that no reader, and no crash or full disk, can leave a
+    partial file: a temporary file in the same folder is written, flushed to disk and renamed
+    over ``path`` (an atomic replacement); on any failure the old file stays as it was."""
+    path = Path(path)
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+    with contextlib.suppress(OSError):  # make the rename itself durable, where folders sync
+        folder = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(folder)
+        finally:
+            os.close(folder)
+
+
 def _float32_floor(values) -> np.ndarray:
     """For each float64, the largest float32 not above it (as float64)."""
     values = np.asarray(values, dtype=np.float64)
@@ -579,7 +624,7 @@ def _check(feature_names, classes, tree, provenance, known_features, known_kerne
 def _array(values, key: str) -> np.ndarray:
     try:
         arr = np.asarray(values, dtype=np.float64)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an int beyond a float
         raise ValueError(f"{key} must be an array of numbers") from None
     if arr.ndim == 0 or not np.isfinite(arr).all():
         raise ValueError(f"{key} must be an array of finite numbers")

@@ -7,6 +7,7 @@ the operator is built, so a call only validates, launches and (for host vectors)
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import numpy as np
@@ -14,6 +15,7 @@ import scipy.sparse as sp
 from scipy.sparse.linalg import LinearOperator
 
 from . import registry
+from .formats.base import SparseFormat
 from .selector import Decision, forced_decision
 from .validation import canonicalize, check_out, check_vector
 
@@ -25,14 +27,23 @@ class SpMVOperator(LinearOperator):
     storage), ``nbytes`` (bytes of that storage), ``shape``, ``dtype``.
     """
 
-    def __init__(self, csr: sp.csr_matrix, decision: Decision, device: str):
+    def __init__(self, csr: sp.csr_matrix, decision: Decision, device: str, *,
+                 borrowed: bool = False):
+        """``borrowed``: csr's arrays belong to the caller, who may change them later. The
+        operator then copies the arrays of its format that share memory with them (a CSR
+        kernel's format is csr's own arrays) and keeps no reference to csr: the operator is a
+        snapshot of the matrix as it was when built."""
         super().__init__(dtype=csr.dtype, shape=csr.shape)
         self.decision = decision
         self.device = device
-        self._csr = csr
+        self._nnz = int(csr.nnz)
+        self._csr = None if borrowed else csr  # rebuilt from the format when needed
         spec = registry.get(decision.kernel)
+        spec.check_params(decision.params)
         started = time.perf_counter()
         self.format = spec.convert(csr, decision.params, device)
+        if borrowed:
+            self.format = _own_arrays(self.format, (csr.data, csr.indices, csr.indptr))
         if device == "cuda":
             from .kernels.cuda.backend import CudaBackend
 
@@ -63,14 +74,16 @@ class SpMVOperator(LinearOperator):
 
     def __repr__(self):
         m, n = self.shape
-        return (f"<SpMVOperator {m}x{n} {self.dtype} nnz={self._csr.nnz} kernel={self.kernel} "
+        return (f"<SpMVOperator {m}x{n} {self.dtype} nnz={self._nnz} kernel={self.kernel} "
                 f"device={self.device}>")
 
     def matvec(self, x, out=None):
         """``A @ x``. Host (numpy) x gives a numpy result; a CUDA array gives a device result.
 
-        ``out`` (optional) receives the result: same kind as x, shape (m,), the operator's dtype.
-        x is converted to the operator's dtype. An (n, 1) column gives an (m, 1) result.
+        ``out`` (optional) receives the result: same kind as x, shape (m,), the operator's dtype,
+        writable, not overlapping x (refused with ValueError: the kernels read x while they
+        write out). x is converted to the operator's dtype. An (n, 1) column gives an (m, 1)
+        result. Any number of threads may call one operator at once.
         """
         y = self._device_matvec(x, out)
         if y is not None:
@@ -80,7 +93,7 @@ class SpMVOperator(LinearOperator):
         if out is None:
             y = np.empty(self.shape[0], dtype=self.dtype)
         else:
-            check_out(out, self.shape[0], self.dtype)
+            check_out(out, self.shape[0], self.dtype, x)
             y = out
         self._backend.host_matvec(x, y)
         return y.reshape(-1, 1) if column and out is None else y
@@ -117,7 +130,8 @@ class SpMVOperator(LinearOperator):
     def transpose_operator(self) -> "SpMVOperator":
         """The operator for Aᵀ with the same kernel and device (built on first use)."""
         if self._transposed is None:
-            csr_t = canonicalize(self._csr.T)
+            csr = self._csr if self._csr is not None else self.format.to_csr()
+            csr_t = canonicalize(csr.T)
             self._transposed = SpMVOperator(csr_t, forced_decision(csr_t, self.kernel, self.device),
                                              self.device)
         return self._transposed
@@ -130,6 +144,21 @@ class SpMVOperator(LinearOperator):
 
     def _transpose(self):
         return self.transpose_operator()
+
+
+def _own_arrays(fmt: SparseFormat, sources: tuple) -> SparseFormat:
+    """``fmt`` with copies of its arrays (also those of nested formats) that may share memory
+    with any of ``sources``."""
+    changes = {}
+    for field in dataclasses.fields(fmt):
+        value = getattr(fmt, field.name)
+        if isinstance(value, np.ndarray) and any(np.may_share_memory(value, s) for s in sources):
+            changes[field.name] = value.copy()
+        elif isinstance(value, SparseFormat):
+            owned = _own_arrays(value, sources)
+            if owned is not value:
+                changes[field.name] = owned
+    return dataclasses.replace(fmt, **changes) if changes else fmt
 
 
 class CpuBackend:

@@ -21,6 +21,38 @@ from .validation import DEVICES, check_device
 
 
 @dataclasses.dataclass(frozen=True)
+class Param:
+    """A kernel parameter: its name, the integers it may take, and how to say so."""
+
+    name: str
+    low: int
+    high: int | None = None
+    """Largest allowed value (None: unbounded)."""
+    powers_of_two: bool = False
+
+    def allowed(self) -> str:
+        if self.powers_of_two:
+            values = [1 << k for k in range(self.high.bit_length()) if self.low <= 1 << k]
+            return "a power of two from {} to {} ({})".format(
+                self.low, self.high, ", ".join(map(str, values)))
+        if self.high is None:
+            return f"an integer >= {self.low}"
+        return f"an integer from {self.low} to {self.high}"
+
+    def check(self, kernel: str, value) -> int:
+        """``value`` as a Python int, or a ValueError naming the allowed values."""
+        ok = isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+        if ok:
+            value = int(value)
+            ok = (value >= self.low and (self.high is None or value <= self.high)
+                  and (not self.powers_of_two or value & (value - 1) == 0))
+        if not ok:
+            raise ValueError(f"kernel {kernel!r} parameter {self.name} must be {self.allowed()}; "
+                             f"got {value!r}")
+        return value
+
+
+@dataclasses.dataclass(frozen=True)
 class KernelSpec:
     """Everything the rest of autospmv needs to know about one kernel."""
 
@@ -40,6 +72,26 @@ class KernelSpec:
     format_takes_device: bool = False
     """Whether the format's ``from_csr`` takes ``device=`` (JDS: its fill limit bounds GPU
     thread slots and does not apply on the CPU)."""
+    params: tuple[Param, ...] = ()
+    """Every parameter the kernel takes, with its allowed values (:meth:`check_params`)."""
+
+    def check_params(self, params: dict) -> dict:
+        """``params`` checked against :attr:`params`: exactly this kernel's names, each an
+        allowed value (Python ints in the result), or a ValueError saying what is allowed.
+        The one place where parameter values are checked, for a chooser's values, a user's
+        overrides and any Decision an operator is built from."""
+        if not isinstance(params, dict):
+            raise ValueError(f"params must be a dict; got {type(params).__name__}")
+        known = {p.name: p for p in self.params}
+        for key in params:
+            if key not in known:
+                allowed = ", ".join(known) or "none"
+                raise ValueError(f"kernel {self.name!r} has no parameter {key!r}; "
+                                 f"its parameters: {allowed}")
+        missing = [name for name in known if name not in params]
+        if missing:
+            raise ValueError(f"kernel {self.name!r} needs parameter {', '.join(missing)}")
+        return {name: known[name].check(self.name, value) for name, value in params.items()}
 
     def format_class(self) -> type[SparseFormat]:
         return _resolve(self.format)
@@ -136,6 +188,14 @@ def check_device_name(device) -> str:
     return device
 
 
+THREADS_PER_ROW = Param("threads_per_row", 1, 32, powers_of_two=True)
+"""CSR-vector's group size: the lanes of a group reduce with warp shuffles, so the group must
+divide the 32-thread warp."""
+HYB_WIDTH = Param("width", 0)
+"""HYB's ELL width (clamped to the longest row by the format)."""
+CSR5_SIGMA = Param("sigma", 2, 32)
+"""CSR5's tile height σ: a lane's σ bit flags fit one uint32 (``formats.csr5.SIGMA_RANGE``)."""
+
 _REGISTRY = (
     KernelSpec(
         "coo", "autospmv.formats.coo:COOFormat", "autospmv.kernels.cpu.coo:bind",
@@ -148,6 +208,7 @@ _REGISTRY = (
     KernelSpec(
         "csr_vector", "autospmv.formats.csr:CSRFormat", "autospmv.kernels.cpu.csr:bind_vector",
         "autospmv.kernels.cuda.csr:build_vector", choose_threads_per_row,
+        params=(THREADS_PER_ROW,),
     ),
     KernelSpec(
         "ell", "autospmv.formats.ell:ELLFormat", "autospmv.kernels.cpu.ell:bind",
@@ -155,7 +216,7 @@ _REGISTRY = (
     ),
     KernelSpec(
         "hyb", "autospmv.formats.hyb:HYBFormat", "autospmv.kernels.cpu.hyb:bind",
-        "autospmv.kernels.cuda.hyb:build", choose_hyb_width, ("width",),
+        "autospmv.kernels.cuda.hyb:build", choose_hyb_width, ("width",), params=(HYB_WIDTH,),
     ),
     KernelSpec(
         "jds", "autospmv.formats.jds:JDSFormat", "autospmv.kernels.cpu.jds:bind",
@@ -163,7 +224,7 @@ _REGISTRY = (
     ),
     KernelSpec(
         "csr5", "autospmv.formats.csr5:CSR5Format", "autospmv.kernels.cpu.csr5:bind",
-        "autospmv.kernels.cuda.csr5:build", choose_csr5_sigma, ("sigma",),
+        "autospmv.kernels.cuda.csr5:build", choose_csr5_sigma, ("sigma",), params=(CSR5_SIGMA,),
     ),
 )
 
@@ -185,10 +246,9 @@ def choose_params(name: str, csr: sp.csr_matrix, device: str,
                   overrides: dict | None = None) -> dict:
     """The chooser's parameters for ``name`` on ``csr`` and ``device``, with explicit overrides
     applied."""
-    params = get(name).choose_params(csr, device)
-    for key, value in (overrides or {}).items():
-        if key not in params:
-            allowed = ", ".join(params) or "none"
-            raise ValueError(f"kernel {name!r} has no parameter {key!r}; its parameters: {allowed}")
-        params[key] = value
-    return params
+    spec = get(name)
+    if overrides is not None and not isinstance(overrides, dict):
+        raise ValueError(f"params must be a dict; got {type(overrides).__name__}")
+    params = spec.choose_params(csr, device)
+    params.update(overrides or {})
+    return spec.check_params(params)

@@ -23,6 +23,10 @@ found by :func:`find_model` in this order:
 
 Shipped file names are ``<slug>-<dtype>.json``; a name without a dtype is a float64 model.
 
+A retrained model that cannot be loaded or cannot decide (a damaged or foreign file) is skipped
+with a warning, so that automatic selection never fails because of it; a model named by
+``model=`` or ``AUTOSPMV_MODEL`` raises instead, as the caller asked for that one.
+
 When no model exists at all, :func:`rule_decision` applies a documented rule in the style of
 Ginkgo's default: a matrix with a very long row (more than :data:`LONG_ROW` nonzeros) goes to
 ``csr5``, whose load balance does not depend on row lengths; everything else to ``csr_vector``.
@@ -33,6 +37,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -99,6 +104,8 @@ class ModelChoice:
     reason: str
     dtype: str = "float64"
     """The value type the model was trained for."""
+    retrained: bool = False
+    """Found as the model retrained on this machine (skipped, with a warning, when broken)."""
 
     @property
     def name(self) -> str:
@@ -155,9 +162,11 @@ def _choice(path: Path, reason: str) -> ModelChoice:
     return ModelChoice(model, path, reason, model_dtype(model, path))
 
 
-def find_model(device: str, model=None, dtype=None) -> ModelChoice | None:
+def find_model(device: str, model=None, dtype=None, *,
+               retrained: bool = True) -> ModelChoice | None:
     """The model to decide with on ``device`` for a matrix of ``dtype`` (None: float64); see
-    the module docstring for the order."""
+    the module docstring for the order. ``retrained=False`` skips the models retrained on this
+    machine."""
     if isinstance(model, TreeModel):
         return ModelChoice(model, None, "passed as model=", model_dtype(model))
     if model is not None:
@@ -169,7 +178,7 @@ def find_model(device: str, model=None, dtype=None) -> ModelChoice | None:
     slug = device_slug(device)
     shipped = shipped_models()
     for wanted in [dtype] + [d for d in DTYPES if d != dtype]:
-        choice = _find_for_dtype(slug, wanted, shipped)
+        choice = _find_for_dtype(slug, wanted, shipped, retrained)
         if choice is not None:
             if wanted != dtype:
                 choice = dataclasses.replace(
@@ -179,13 +188,18 @@ def find_model(device: str, model=None, dtype=None) -> ModelChoice | None:
     return None
 
 
-def _find_for_dtype(slug: str, dtype: str, shipped: dict[str, Path]) -> ModelChoice | None:
+def _find_for_dtype(slug: str, dtype: str, shipped: dict[str, Path],
+                    retrained: bool = True) -> ModelChoice | None:
     """Steps a-c of the module docstring for one dtype."""
     users = [user_model_path(slug, dtype)] + ([user_model_path(slug)]
                                               if dtype == "float64" else [])
-    for user in users:
+    for user in users if retrained else []:
         if user.is_file():
-            return _choice(user, "retrained on this machine")
+            try:
+                return dataclasses.replace(_choice(user, "retrained on this machine"),
+                                           retrained=True)
+            except ValueError as error:
+                warn_skipped(error)
     # A name with its dtype (``<slug>-float64``) before an older one without (``<slug>``).
     by_device = {stem: path for stem, path in sorted(shipped.items(), key=lambda s: s[0] ==
                                                      split_stem(s[0])[0])
@@ -219,6 +233,13 @@ def nearest_model(slug: str, candidates: dict[str, Path]) -> str:
         return common, trained, stem
 
     return max(candidates, key=closeness)
+
+
+def warn_skipped(error: Exception) -> None:
+    """Warn that the model retrained on this machine is skipped because of ``error``."""
+    warnings.warn(f"autospmv: the model retrained on this machine is skipped: {error}; the "
+                  "shipped model decides instead (retrain to replace the file)", RuntimeWarning,
+                  stacklevel=4)
 
 
 def trained_on(provenance: dict) -> str:

@@ -6,11 +6,16 @@ import dataclasses
 import functools
 import time
 
+import numpy as np
+import scipy.sparse as sp
+
 from . import registry
 from .features import features
 from .formats.base import FormatTooLargeError
 from .operator import SpMVOperator
-from .selector import Decision, find_model, forced_decision, model_decision, rule_decision
+from .selector import (
+    Decision, find_model, forced_decision, model_decision, rule_decision, warn_skipped,
+)
 from .validation import canonicalize, check_device
 
 
@@ -66,7 +71,16 @@ def _decide(csr, kernel, device, model, params=None) -> Decision:
         return rule_decision(csr, device)
     started = time.perf_counter()
     values = features(csr, device=device)
-    decision = model_decision(csr, choice, values, device)
+    try:
+        decision = model_decision(csr, choice, values, device)
+    except ValueError as error:  # a model that loads but cannot decide (see find_model)
+        if not choice.retrained:
+            raise
+        warn_skipped(error)
+        choice = find_model(device, model, csr.dtype, retrained=False)
+        if choice is None:
+            return rule_decision(csr, device)
+        decision = model_decision(csr, choice, values, device)
     elapsed_ms = (time.perf_counter() - started) * 1e3
     decision.notes.append(f"features and prediction took {elapsed_ms:.2f} ms")
     return decision
@@ -101,6 +115,11 @@ def prepare(A, *, kernel: str | None = None, device: str | None = None, model=No
     candidates can differ by tens of per cent and one conversion is cheap next to the
     products saved; for a handful of products, or a small matrix whose time is the launch,
     the default prediction is the better deal.
+
+    The operator is a snapshot: it holds its own copy of A's values and structure, so changing
+    A afterwards (``A.data *= 2``, new indices) does not change ``op``; call ``prepare`` again.
+    A malformed sparse matrix (indices out of range, ``indptr`` not monotone or not ending at
+    nnz, inconsistent lengths) raises ValueError before anything reads it.
     """
     if tune not in (None, "measure"):
         raise ValueError(f"unknown tune={tune!r}; valid: None (predict) or 'measure'")
@@ -109,12 +128,13 @@ def prepare(A, *, kernel: str | None = None, device: str | None = None, model=No
                          "combined with kernel=")
     device = resolve_device(device)
     csr = canonicalize(A)
+    borrowed = sp.issparse(A) and A.format == "csr" and np.may_share_memory(csr.data, A.data)
     decision = _decide(csr, kernel, device, model, params)
     if tune == "measure":
         return _measure(csr, decision, device)
     while True:
         try:
-            return SpMVOperator(csr, decision, device)
+            return SpMVOperator(csr, decision, device, borrowed=borrowed)
         except (FormatTooLargeError, MemoryError) as error:
             if kernel is not None or not decision.candidates:
                 raise

@@ -7,10 +7,20 @@ Every other module of autospmv receives a *canonical* CSR matrix and trusts it:
 * values float32 or float64 (integer and bool input becomes float64),
 * ``int32`` index arrays when ``nnz`` and both dimensions fit, ``int64`` otherwise.
 
+Before anything else looks at a scipy.sparse matrix (SciPy's compiled routines and numba code
+index memory with its index arrays without bounds checks), :func:`check_structure` checks its
+arrays in vectorised NumPy: lengths consistent with the shape, offsets starting at 0, monotone and
+ending at nnz, every index inside the matrix. A malformed matrix raises a ValueError naming the
+defect. Input already canonical is used as is, without a copy; the operator takes its own copy of
+whatever it keeps (:class:`autospmv.operator.SpMVOperator`), so that later changes to the user's
+arrays never reach it.
+
 Vectors handed to an operator are checked by :func:`check_vector` and :func:`check_out`.
 """
 
 from __future__ import annotations
+
+import operator
 
 import numpy as np
 import scipy.sparse as sp
@@ -47,12 +57,22 @@ def canonicalize(A) -> sp.csr_matrix:
     """Return A as canonical CSR (see the module docstring); never modifies A.
 
     Accepts any ``scipy.sparse`` matrix or array, or anything ``numpy.asarray`` turns into a
-    2-D numeric array (numpy arrays, nested lists).
+    2-D numeric array (numpy arrays, nested lists). A canonical ``csr_matrix`` is returned
+    itself (a ``csr_array`` as a ``csr_matrix`` over the same arrays); anything else is copied.
+    Raises ValueError for a malformed sparse matrix (:func:`check_structure`).
     """
     if sp.issparse(A):
         if A.ndim != 2:
             raise ValueError(f"autospmv needs a 2-D matrix; got a {A.ndim}-D sparse array")
+        check_structure(A)
+        if is_canonical(A):
+            if isinstance(A, sp.csr_matrix):
+                return A
+            csr = sp.csr_matrix((A.data, A.indices, A.indptr), shape=A.shape, copy=False)
+            csr.has_sorted_indices = csr.has_canonical_format = True
+            return csr
         csr = sp.csr_matrix(A, dtype=value_dtype(A.dtype), copy=True)
+        check_structure(csr)  # what SciPy built from a LIL or DOK matrix, before sum_duplicates
     elif isinstance(A, (list, tuple)) or hasattr(A, "__array__"):
         dense = np.asarray(A)
         if dense.dtype.kind not in "biufc":  # complex is refused, with its own message, below
@@ -72,6 +92,141 @@ def canonicalize(A) -> sp.csr_matrix:
     csr.indptr = csr.indptr.astype(itype, copy=False)
     csr.indices = csr.indices.astype(itype, copy=False)
     return csr
+
+
+def is_canonical(A) -> bool:
+    """True for a CSR matrix (or array) that :func:`canonicalize` can use without a copy:
+    float32/float64 values, index arrays of :func:`index_dtype`, contiguous arrays, sorted
+    indices without duplicates. Call only after :func:`check_structure`: SciPy's test for
+    sorted indices reads the index arrays without bounds checks."""
+    if not (sp.issparse(A) and A.format == "csr" and A.ndim == 2):
+        return False
+    itype = index_dtype(A.data.shape[0], A.shape)
+    arrays = (A.data, A.indices, A.indptr)
+    return (A.data.dtype in SUPPORTED_DTYPES and A.indices.dtype == itype
+            and A.indptr.dtype == itype and all(a.flags.c_contiguous for a in arrays)
+            and bool(A.has_canonical_format))
+
+
+def check_structure(A) -> None:
+    """Check the arrays of a 2-D ``scipy.sparse`` matrix or array, or raise a ValueError
+    naming the defect.
+
+    SciPy checks a matrix's arrays when it is built, but only partly (not index ranges, nor
+    that offsets are monotone), and not at all after its arrays are modified in place; its
+    compiled routines and autospmv's kernels would then read and write out of bounds. CSR, CSC,
+    COO, BSR and DIA matrices are checked here; LIL and DOK matrices are converted by SciPy's
+    Python code, and :func:`canonicalize` checks the CSR matrix it gets from them. Costs a few
+    vectorised passes over the index arrays: less than one SciPy ``A @ x``.
+    """
+    shape = _check_shape(A.shape)
+    fmt = A.format
+    if fmt in ("csr", "csc"):
+        major, minor = shape if fmt == "csr" else shape[::-1]
+        names = ("row", "column") if fmt == "csr" else ("column", "row")
+        _check_compressed(fmt.upper(), A.indptr, A.indices, A.data, major, minor, names)
+    elif fmt == "bsr":
+        rows, cols = A.blocksize
+        data = A.data
+        if rows < 1 or cols < 1:
+            raise ValueError(f"malformed BSR matrix: block size {(rows, cols)}")
+        if not isinstance(data, np.ndarray) or data.ndim != 3 or data.shape[1:] != (rows, cols):
+            raise ValueError(f"malformed BSR matrix: data has shape {np.shape(data)}; expected "
+                             f"(blocks, {rows}, {cols})")
+        if shape[0] % rows or shape[1] % cols:
+            raise ValueError(f"malformed BSR matrix: shape {shape} is not a multiple of the "
+                             f"block size {(rows, cols)}")
+        # one value per block stands for the block in the length checks
+        _check_compressed("BSR", A.indptr, A.indices, data[:, 0, 0], shape[0] // rows,
+                          shape[1] // cols, ("block row", "block column"))
+    elif fmt == "dia":
+        data, offsets = A.data, A.offsets
+        if not isinstance(data, np.ndarray) or data.ndim != 2:
+            raise ValueError(f"malformed DIA matrix: data has shape {np.shape(data)}; expected "
+                             "(diagonals, length)")
+        if _vector_length(offsets, "DIA", "offsets") != data.shape[0]:
+            raise ValueError(f"malformed DIA matrix: {offsets.shape[0]} offsets for "
+                             f"{data.shape[0]} diagonals of data")
+        if offsets.dtype.kind not in "iu":
+            raise ValueError(f"malformed DIA matrix: offsets has dtype {offsets.dtype}; "
+                             "expected integers")
+    elif fmt == "coo":
+        coords = A.coords if hasattr(A, "coords") else (A.row, A.col)
+        if len(coords) != 2:
+            raise ValueError(f"malformed COO matrix: {len(coords)} index arrays for a 2-D shape")
+        nnz = _vector_length(A.data, "COO", "data")
+        for name, index, size in zip(("row", "column"), coords, shape):
+            _check_indices("COO", name, index, nnz, size)
+
+
+def _check_shape(shape) -> tuple[int, int]:
+    try:
+        m, n = (operator.index(s) for s in shape)
+    except (TypeError, ValueError):
+        raise ValueError(f"malformed sparse matrix: shape {shape!r} is not two integers") from None
+    if m < 0 or n < 0:
+        raise ValueError(f"malformed sparse matrix: negative dimension in shape {(m, n)}")
+    return m, n
+
+
+def _vector_length(array, fmt: str, name: str) -> int:
+    """The length of a 1-D index or value array."""
+    if not isinstance(array, np.ndarray):
+        raise ValueError(f"malformed {fmt} matrix: {name} is a {type(array).__name__}, not a "
+                         "NumPy array")
+    if array.ndim != 1:
+        raise ValueError(f"malformed {fmt} matrix: {name} has {array.ndim} dimensions; "
+                         "expected 1")
+    return array.shape[0]
+
+
+def _check_indices(fmt: str, name: str, index, nnz: int, size: int) -> None:
+    """``index`` holds ``nnz`` integers in ``0..size-1``."""
+    length = _vector_length(index, fmt, name)
+    if index.dtype.kind not in "iu":
+        raise ValueError(f"malformed {fmt} matrix: {name} has dtype {index.dtype}; "
+                         "expected integers")
+    if length != nnz:
+        raise ValueError(f"malformed {fmt} matrix: {name} has {length} entries but data has "
+                         f"{nnz}")
+    if nnz == 0:
+        return
+    low, high = index.min(), index.max()
+    if low < 0:
+        at = int(np.argmax(index < 0))
+        raise ValueError(f"malformed {fmt} matrix: negative {name} index {int(low)} "
+                         f"(first at entry {at})")
+    if high >= size:
+        at = int(np.argmax(index >= size))
+        raise ValueError(f"malformed {fmt} matrix: {name} index {int(high)} out of range "
+                         f"for {size} {name}s (first at entry {at}; valid: 0..{size - 1})")
+
+
+def _check_compressed(fmt: str, indptr, indices, data, major: int, minor: int,
+                      names: tuple[str, str]) -> None:
+    """Compressed storage of ``major`` rows (CSR; columns for CSC, block rows for BSR) over
+    ``minor`` positions: ``indptr`` of length major + 1, starting at 0, non-decreasing, ending
+    at nnz = len(indices) = len(data); every index in ``0..minor-1``."""
+    length = _vector_length(indptr, fmt, "indptr")
+    if indptr.dtype.kind not in "iu":
+        raise ValueError(f"malformed {fmt} matrix: indptr has dtype {indptr.dtype}; "
+                         "expected integers")
+    if length != major + 1:
+        raise ValueError(f"malformed {fmt} matrix: indptr has {length} entries; expected "
+                         f"{major + 1} ({major} {names[0]}s + 1)")
+    nnz = _vector_length(data, fmt, "data")
+    if indptr[0] != 0:
+        raise ValueError(f"malformed {fmt} matrix: indptr[0] is {int(indptr[0])}; expected 0")
+    if indptr[-1] != nnz:
+        raise ValueError(f"malformed {fmt} matrix: indptr[-1] is {int(indptr[-1])} but data "
+                         f"has {nnz} entries")
+    decreasing = indptr[1:] < indptr[:-1]
+    if decreasing.any():
+        at = int(np.argmax(decreasing))
+        raise ValueError(f"malformed {fmt} matrix: indptr decreases at {names[0]} {at} "
+                         f"(indptr[{at}] = {int(indptr[at])} > indptr[{at + 1}] = "
+                         f"{int(indptr[at + 1])})")
+    _check_indices(fmt, f"{names[1]}", indices, nnz, minor)
 
 
 def check_device(device) -> str | None:
@@ -95,13 +250,25 @@ def check_vector(x, n: int, dtype: np.dtype) -> np.ndarray:
     return np.ascontiguousarray(arr, dtype=dtype)
 
 
-def check_out(out, m: int, dtype: np.dtype) -> None:
-    """Check a user-supplied output buffer: 1-D, length m, exactly ``dtype``, contiguous."""
+OUT_OVERLAPS_X = ("out overlaps x: the kernel would overwrite x while reading it; pass a "
+                  "separate output array")
+
+
+def check_out(out, m: int, dtype: np.dtype, x: np.ndarray) -> None:
+    """Check a user-supplied output buffer for a host x (the array the kernel reads): a
+    writable, contiguous numpy array of length m and exactly ``dtype``, sharing no memory with
+    x (a kernel reads x while it writes out, so an overlap would give wrong results)."""
     shape = getattr(out, "shape", None)
     if shape != (m,):
         raise ValueError(f"out must have shape ({m},); got {shape}")
     out_dtype = np.dtype(getattr(out, "dtype", None))
     if out_dtype != dtype:
         raise TypeError(f"out must have dtype {dtype}; got {out_dtype}")
-    if isinstance(out, np.ndarray) and not out.flags.c_contiguous:
+    if not isinstance(out, np.ndarray):
+        raise TypeError(f"out must be a numpy array like x; got {type(out).__name__}")
+    if not out.flags.c_contiguous:
         raise ValueError("out must be contiguous")
+    if not out.flags.writeable:
+        raise ValueError("out is read-only; pass a writable array")
+    if np.may_share_memory(out, x):
+        raise ValueError(OUT_OVERLAPS_X)

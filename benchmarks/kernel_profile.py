@@ -88,7 +88,7 @@ def run(op, xs, ys, timer, ref, program=None):
         yp = ys if SIMULATOR else [device_pointer(y) for y in ys]
 
         def call(i):
-            program.run(xp[i % gpu.VECTORS], yp[i % gpu.VECTORS])
+            program.run(xp[i % gpu.VECTORS], yp[i % gpu.VECTORS], 0)
     if timer is None:
         call(0)
         cuda.synchronize()

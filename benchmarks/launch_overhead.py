@@ -52,10 +52,14 @@ def main(kernels):
         program = op._backend.program
         xp, yp = x.__cuda_array_interface__["data"][0], y.__cuda_array_interface__["data"][0]
         print(f"{kernel + ': device program (' + str(len(program.steps)) + ' steps)':44s} "
-              f"{per_call_us(lambda: program.run(xp, yp)):8.2f}")
+              f"{per_call_us(lambda: program.run(xp, yp, 0)):8.2f}")
         from cuda.bindings import driver
 
-        args = program.steps[-1]._launch_args
+        import ctypes
+
+        step = program.steps[-1]
+        args = (step._function, step.grid, 1, 1, step.block, 1, 1, 0, 0,
+                ctypes.addressof(step._params), 0)
         print(f"{kernel + ': bare cuLaunchKernel (cuda.bindings)':44s} "
               f"{per_call_us(lambda: driver.cuLaunchKernel(*args)):8.2f}")
         print(f"{kernel + ': op.matvec(x, out=y)':44s} "

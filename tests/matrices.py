@@ -180,7 +180,7 @@ TINY_EXTRA_CASES = {"device_out": "odd_33x33", "nan_inf": "power_law_48"}
 without ``out=``), and NaN/±Inf in x."""
 
 TINY_PARAMETER_CASES: list[tuple[str, str, dict]] = [
-    *[("csr_vector", "power_law_48", {"threads_per_row": g}) for g in (2, 4, 8, 16, 32)],
+    *[("csr_vector", "power_law_48", {"threads_per_row": g}) for g in (1, 2, 4, 8, 16, 32)],
     *[("csr5", "dense_row_among_short_40x150", {"sigma": s}) for s in (2, 3, 16, 32)],
     *[("hyb", "power_law_48", {"width": w}) for w in (0, 1, 3)],
 ]

@@ -5,6 +5,7 @@ import gc
 import numpy as np
 import pytest
 
+from autospmv.kernels.cuda import backend
 from autospmv.kernels.cuda.backend import CheckedVectors
 
 
@@ -14,14 +15,15 @@ def fake_cuda_vector_class(module: str):
     class FakeVector:
         reads = 0
 
-        def __init__(self, length, typestr="<f8", pointer=4096):
+        def __init__(self, length, typestr="<f8", pointer=4096, read_only=False):
             self.length, self.typestr, self.address = length, typestr, pointer
+            self.read_only = read_only
 
         @property
         def __cuda_array_interface__(self):
             type(self).reads += 1
             return {"shape": (self.length,), "typestr": self.typestr, "strides": None,
-                    "data": (self.address, False), "version": 3}
+                    "data": (self.address, self.read_only), "version": 3}
 
     FakeVector.__module__ = module
     return FakeVector
@@ -90,3 +92,25 @@ def test_at_most_size_vectors_are_remembered():
     assert len(vectors._entries) == CheckedVectors.SIZE
     vectors.pointer(kept[0], 4, "x")  # evicted first, read again
     assert Vector.reads == CheckedVectors.SIZE + 2
+
+
+@pytest.mark.parametrize("module", ["numba", "cupy._core.core", "torch"])
+def test_read_only_vector_is_refused_as_out_every_time(module):
+    Vector = fake_cuda_vector_class(module)
+    vectors = CheckedVectors(np.dtype(np.float64))
+    v = Vector(10, pointer=64, read_only=True)
+    assert vectors.pointer(v, 10, "x") == 64  # reading from it is fine
+    for _ in range(2):  # also once it is remembered
+        with pytest.raises(ValueError, match="out is read-only"):
+            vectors.pointer(v, 10, "out")
+
+
+def test_vector_on_another_gpu_is_refused(monkeypatch):
+    monkeypatch.setattr(backend, "device_ordinal", lambda pointer: 1 if pointer >= 1000 else 0)
+    Vector = fake_cuda_vector_class("numba")
+    vectors = CheckedVectors(np.dtype(np.float64), device=0)
+    assert vectors.pointer(Vector(10, pointer=64), 10, "x") == 64
+    message = "out is on GPU 1, but the operator's matrix is on GPU 0"
+    with pytest.raises(ValueError, match=message):
+        vectors.pointer(Vector(10, pointer=4096), 10, "out")
+    assert vectors.pointer(Vector(0, pointer=4096), 0, "x") == 4096  # empty: nothing to read

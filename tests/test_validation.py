@@ -235,12 +235,28 @@ def test_explicit_zeros_stay_in_the_structure():
     np.testing.assert_array_equal(csr.data, [0.0, 2.0, 0.0])
 
 
-def test_canonical_matrix_is_a_private_copy():
+def test_canonical_matrix_is_used_without_a_copy():
     A = random_matrix(5, 5, 0.5, 4)
-    csr = canonicalize(A)
+    assert canonicalize(A) is A
+    array = sp.csr_array(A)
+    csr = canonicalize(array)
     assert type(csr) is sp.csr_matrix
-    csr.data[:] = 0
-    assert np.all(A.data != 0)
+    for name in ("data", "indices", "indptr"):
+        assert np.shares_memory(getattr(csr, name), getattr(array, name))
+
+
+@pytest.mark.parametrize("kernel", autospmv.KERNELS)
+@pytest.mark.parametrize("kind", ["csr_matrix", "csr_array"])
+def test_operator_is_a_snapshot_of_the_matrix(kernel, kind, rng):
+    """Changing A after prepare() changes neither op nor op.T (prepare()'s docstring)."""
+    A = random_matrix(40, 30, 0.2, 4)
+    B = A.copy() if kind == "csr_matrix" else sp.csr_array(A.copy())
+    op = autospmv.prepare(B, kernel=kernel, device="cpu")
+    B.data *= 2
+    B.indices[:] = 0
+    x, z = random_vector(rng, 30, np.float64), random_vector(rng, 40, np.float64)
+    assert relative_error(op @ x, reference(A, x)) <= TOLERANCE[np.dtype(np.float64)]
+    assert relative_error(op.T @ z, reference(A.T, z)) <= TOLERANCE[np.dtype(np.float64)]
 
 
 INPUT_KINDS = {

@@ -50,11 +50,11 @@ from __future__ import annotations
 
 import dataclasses
 
-import numba
 import numpy as np
 import scipy.sparse as sp
 
 from ..registry import CUDA_WARPS_IN_FLIGHT
+from ..kernels import njit
 from .base import SparseFormat
 
 OMEGA = 32
@@ -64,7 +64,7 @@ SIGMA_RANGE = (2, 32)
 """Allowed tile heights σ (inclusive); a lane's bit flags fit one uint32."""
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _permute_tiles(src, out, sigma, to_tiles):
     """Copy src to out, moving every full tile between CSR order and the transposed tile order.
 

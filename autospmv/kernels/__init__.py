@@ -1,1 +1,45 @@
-"""SpMV kernels: ``cpu`` (numba njit, the embedded default) and ``cuda`` (numba-cuda)."""
+"""SpMV kernels: ``cpu`` (numba njit, the embedded default) and ``cuda`` (numba-cuda).
+
+Every compiled function of autospmv is declared through :func:`njit` (CPU) or
+:func:`autospmv.kernels.cuda.jit` (CUDA), which ask numba to cache the machine code on disk
+(``cache=True``) and fall back to compiling in memory only when numba finds no writable cache
+folder (a read-only install without a writable user cache): importing autospmv must never fail
+because a cache cannot be written. The fallback warns once per process.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numba
+
+_warned = False
+
+
+def cached(decorator, function, options: dict):
+    """``decorator(**options)(function)``; when ``options`` asks for ``cache=True`` and numba
+    finds no place to cache ``function`` (it raises RuntimeError "cannot cache function ...")
+    the same without the cache, with a warning."""
+    try:
+        return decorator(**options)(function)
+    except RuntimeError as error:
+        if not options.get("cache") or "cannot cache" not in str(error):
+            raise
+        reason = str(error)
+    global _warned
+    if not _warned:
+        _warned = True
+        warnings.warn(
+            f"autospmv: numba cannot cache compiled kernels on disk ({reason}); they are compiled "
+            "for this process only. Set NUMBA_CACHE_DIR to a writable folder to keep them.",
+            RuntimeWarning, stacklevel=3,
+        )
+    return decorator(**{**options, "cache": False})(function)
+
+
+def njit(function=None, **options):
+    """``numba.njit`` with the cache fallback of :func:`cached`; used as ``@njit(cache=True)``
+    or ``njit(function, cache=True, ...)``."""
+    if function is None:
+        return lambda f: cached(numba.njit, f, options)
+    return cached(numba.njit, function, options)

@@ -14,6 +14,16 @@ if not hasattr(_np, "row_stack"):
 
 from numba import cuda as _cuda  # noqa: E402
 
+from .. import cached as _cached  # noqa: E402
+
+
+def jit(function=None, **options):
+    """``numba.cuda.jit`` with the cache fallback of :func:`autospmv.kernels.cached`."""
+    if function is None:
+        return lambda f: _cached(_cuda.jit, f, options)
+    return _cached(_cuda.jit, function, options)
+
+
 if _cuda.config.ENABLE_CUDASIM:
     from .simulator import install as _install_simulator_shuffles
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda, uint64
 
+from . import jit
 from .launch import X, Y, DeviceProgram, Launch, ZeroY, unsigned
 
 BLOCK = 256
@@ -34,7 +35,7 @@ ITEMS = 4
 """Consecutive nonzeros per thread."""
 
 
-@cuda.jit(cache=True)
+@jit(cache=True)
 def coo_kernel(row, col, data, x, y):
     lane = cuda.laneid
     nnz = data.shape[0]

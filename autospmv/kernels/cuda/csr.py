@@ -15,12 +15,13 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
+from . import jit
 from .launch import X, Y, DeviceProgram, Launch
 
 BLOCK = 256
 
 
-@cuda.jit(cache=True)
+@jit(cache=True)
 def csr_scalar_kernel(indptr, indices, data, x, y):
     row = cuda.grid(1)
     if row < y.shape[0]:
@@ -30,7 +31,7 @@ def csr_scalar_kernel(indptr, indices, data, x, y):
         y[row] = acc
 
 
-@cuda.jit(cache=True)
+@jit(cache=True)
 def csr_vector_kernel(indptr, indices, data, x, y, log_group):
     # The group size is a power of two, passed as its logarithm: shifts and masks instead of
     # 64-bit integer division, which the GPU emulates in dozens of instructions.

@@ -58,6 +58,7 @@ import numpy as np
 from numba import cuda, uint64
 
 from ...formats.csr5 import OMEGA
+from . import jit
 from .launch import X, Y, DeviceProgram, Launch, ZeroY, unsigned
 
 BLOCK = 256
@@ -69,7 +70,7 @@ STEP = 8
 _FULL_MASK = 0xFFFFFFFF
 
 
-@cuda.jit(cache=True)
+@jit(cache=True)
 def csr5_kernel(tile_ptr, bit_flag, y_offset, seg_offset, empty_ptr, empty_offset, indices, data,
                 x, y, sigma):
     lane = cuda.threadIdx.x % OMEGA

@@ -14,12 +14,13 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
+from . import jit
 from .launch import X, Y, DeviceProgram, Launch
 
 BLOCK = 256
 
 
-@cuda.jit(cache=True)
+@jit(cache=True)
 def ell_kernel(col, data, width, x, y):
     row = cuda.grid(1)
     m = y.shape[0]

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 from numba import cuda
 
+from . import jit
 from .launch import X, Y, DeviceProgram, Launch
 
 BLOCK = 256
 
 
-@cuda.jit(cache=True)
+@jit(cache=True)
 def jds_kernel(perm, jd_ptr, col, data, x, y):
     i = cuda.grid(1)
     if i < y.shape[0]:

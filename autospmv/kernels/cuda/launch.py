@@ -117,24 +117,28 @@ class Launch:
         )
         self._x = self._slots.get("X", ctypes.c_uint64(0))
         self._y = self._slots.get("Y", ctypes.c_uint64(0))
-        self._launch_args = (self._function, self.grid, 1, 1, self.block, 1, 1, 0, 0,
-                             ctypes.addressof(self._params), 0)
 
     def fire(self):
-        """A closure ``f(x_ptr, y_ptr)`` doing exactly what a call does on a GPU, with every
-        attribute look-up done in advance (the per-call path of an operator)."""
-        x_slot, y_slot, args, launch = self._x, self._y, self._launch_args, driver.cuLaunchKernel
+        """A closure ``f(x_ptr, y_ptr, stream)`` doing exactly what a call does on a GPU, with
+        every attribute look-up done in advance (the per-call path of an operator).
 
-        def launch_kernel(x, y):
+        The closure writes x and y into this launch's one parameter buffer, which the driver
+        copies when the launch is queued: calls from several threads must not interleave
+        (the CUDA backend holds a lock around them)."""
+        x_slot, y_slot, launch = self._x, self._y, driver.cuLaunchKernel
+        function, grid, block, params = (self._function, self.grid, self.block,
+                                         ctypes.addressof(self._params))
+
+        def launch_kernel(x, y, stream):
             x_slot.value = x
             y_slot.value = y
-            status, = launch(*args)
+            status, = launch(function, grid, 1, 1, block, 1, 1, 0, stream, params, 0)
             if status:
                 raise _driver_error(status, "cuLaunchKernel")
 
         return launch_kernel
 
-    def simulate(self, x, y) -> None:
+    def simulate(self, x, y, stream=0) -> None:
         """Run under the CUDA simulator, through the dispatcher, with device arrays x and y."""
         values = [x if a is X else y if a is Y else a for a in self.args]
         self.dispatcher[self.grid, self.block](*values)
@@ -156,15 +160,15 @@ class ZeroY:
         """See :meth:`Launch.fire`."""
         words, memset = self.words, driver.cuMemsetD32Async
 
-        def zero(x, y):
+        def zero(x, y, stream):
             if words:
-                status, = memset(y, 0, words, 0)
+                status, = memset(y, 0, words, stream)
                 if status:
                     raise _driver_error(status, "cuMemsetD32Async")
 
         return zero
 
-    def simulate(self, x, y) -> None:
+    def simulate(self, x, y, stream=0) -> None:
         y[:] = 0
 
 
@@ -183,9 +187,12 @@ class DeviceProgram:
     def load(self) -> "DeviceProgram":
         """Compile every launch and fix its parameters; returns self.
 
-        Sets :attr:`run`, the per-call entry point ``run(x, y)``: on a GPU x and y are device
-        addresses and ``run`` is the single step's closure itself when there is one step, else a
-        loop over the steps' closures; under the simulator x and y are device arrays.
+        Sets :attr:`run`, the per-call entry point ``run(x, y, stream)``: on a GPU x and y are
+        device addresses, every step is queued on ``stream`` (a CUDA stream handle; 0 is the
+        legacy default stream) and ``run`` is the single step's closure itself when there is one
+        step, else a loop over the steps' closures; under the simulator x and y are device
+        arrays and the stream is ignored. Not safe to call from two threads at once (see
+        :meth:`Launch.fire`).
         """
         for step in self.steps:
             step.load(self.shape[1], self.shape[0])
@@ -193,9 +200,9 @@ class DeviceProgram:
         if len(fires) == 1:
             self.run = fires[0]
         else:
-            def run(x, y):
+            def run(x, y, stream):
                 for fire in fires:
-                    fire(x, y)
+                    fire(x, y, stream)
 
             self.run = run
         return self
@@ -212,16 +219,17 @@ def vector_type(dtype) -> types.Array:
     return types.Array(from_dtype(np.dtype(dtype)), 1, "C")
 
 
-def upload(fmt) -> dict:
+def upload(fmt, extra_bytes: int = 0) -> dict:
     """Copy a format's arrays to the GPU (one device array per field).
 
     Raises MemoryError, naming the bytes needed and free, before allocating anything when the
-    arrays cannot fit; if an allocation still fails midway, the arrays already copied are freed
-    with the dictionary that held them.
+    arrays plus ``extra_bytes`` (what the caller allocates next, e.g. staging vectors) cannot
+    fit; if an allocation still fails midway, the arrays already copied are freed with the
+    dictionary that held them.
     """
     arrays = fmt.arrays()
     if not SIMULATOR:
-        needed = sum(a.nbytes for a in arrays.values())
+        needed = sum(a.nbytes for a in arrays.values()) + extra_bytes
         free, total = cuda.current_context().get_memory_info()
         if needed > free:
             raise MemoryError(

@@ -1,0 +1,384 @@
+"""Hostile input: malformed matrices, bad parameters, aliased or read-only outputs and broken
+model files each give a clear ValueError (or a correct result), never a crash or a silent wrong
+answer. The random fuzz runs in a subprocess (``fuzz_worker.py``): a regression there could
+crash the process."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import autospmv
+from autospmv import registry
+from autospmv.model import CostModel, TreeModel, device_slug, user_model_path, write_atomically
+from autospmv.selector import shipped_models
+from autospmv.validation import canonicalize, check_structure
+from matrices import TOLERANCE, random_matrix, random_vector, reference, relative_error
+
+HERE = pathlib.Path(__file__).resolve().parent
+
+
+def csr_with(shape=(3, 4), data=None, indices=None, indptr=None) -> sp.csr_matrix:
+    """A valid 3x4 CSR matrix whose arrays are then replaced, past SciPy's own checks."""
+    A = sp.csr_matrix((np.array([1.0, 2.0, 3.0, 4.0]), np.array([0, 3, 1, 2], np.int32),
+                       np.array([0, 2, 2, 4], np.int32)), shape=(3, 4))
+    for name, value in (("data", data), ("indices", indices), ("indptr", indptr)):
+        if value is not None:
+            setattr(A, name, np.asarray(value))
+    if shape != (3, 4):
+        A._shape = shape
+    return A
+
+
+# --- structural validation --------------------------------------------------------------------
+
+MALFORMED_CSR = {
+    "negative index": (dict(indices=[0, -1, 1, 2]),
+                       "negative column index -1 (first at entry 1)"),
+    "index past the last column": (dict(indices=[0, 4, 1, 2]),
+                                   "column index 4 out of range for 4 columns (first at entry 1; "
+                                   "valid: 0..3)"),
+    "indptr decreasing": (dict(indptr=[0, 3, 2, 4]),
+                          "indptr decreases at row 1 (indptr[1] = 3 > indptr[2] = 2)"),
+    "indptr not starting at 0": (dict(indptr=[1, 2, 2, 4]), "indptr[0] is 1; expected 0"),
+    "indptr past nnz": (dict(indptr=[0, 2, 2, 5]), "indptr[-1] is 5 but data has 4 entries"),
+    "indptr short of nnz": (dict(indptr=[0, 2, 2, 3]), "indptr[-1] is 3 but data has 4 entries"),
+    "indptr too short": (dict(indptr=[0, 2, 4]), "indptr has 3 entries; expected 4 (3 rows + 1)"),
+    "indices shorter than data": (dict(indices=[0, 3, 1]),
+                                  "column has 3 entries but data has 4"),
+    "float indices": (dict(indices=[0.0, 3.0, 1.0, 2.0]),
+                      "column has dtype float64; expected integers"),
+    "2-D data": (dict(data=np.ones((4, 1))), "data has 2 dimensions; expected 1"),
+    "negative shape": (dict(shape=(-3, 4)), "negative dimension in shape (-3, 4)"),
+}
+
+
+@pytest.mark.parametrize("case", list(MALFORMED_CSR))
+def test_malformed_csr_is_refused_before_any_kernel(case):
+    changes, message = MALFORMED_CSR[case]
+    for call in (lambda A: autospmv.prepare(A, device="cpu"),
+                 lambda A: autospmv.prepare(A, kernel="ell", device="cpu"),
+                 lambda A: autospmv.select(A, device="cpu"),
+                 lambda A: autospmv.features(A, device="cpu")):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            call(csr_with(**changes))
+
+
+def test_malformed_csc_coo_and_bsr_are_refused():
+    csc = sp.csc_matrix(np.eye(3))
+    csc.indices = np.array([0, 1, 7], np.int32)
+    with pytest.raises(ValueError, match=re.escape("malformed CSC matrix: row index 7 out of "
+                                                   "range for 3 rows")):
+        autospmv.prepare(csc, device="cpu")
+    coo = sp.coo_matrix(np.eye(3))
+    coo.col = np.array([0, -2, 2], np.int32)
+    with pytest.raises(ValueError, match=re.escape("malformed COO matrix: negative column index "
+                                                   "-2 (first at entry 1)")):
+        autospmv.prepare(coo, device="cpu")
+    coo = sp.coo_array(np.eye(3))
+    coo.coords = (np.array([0, 1, 3]), coo.coords[1])
+    with pytest.raises(ValueError, match=re.escape("malformed COO matrix: row index 3 out of "
+                                                   "range for 3 rows")):
+        autospmv.prepare(coo, device="cpu")
+    bsr = sp.bsr_matrix(np.eye(4), blocksize=(2, 2))
+    bsr.indptr = np.array([0, 3, 2], np.int32)
+    with pytest.raises(ValueError, match=re.escape("malformed BSR matrix: indptr decreases at "
+                                                   "block row 1")):
+        autospmv.prepare(bsr, device="cpu")
+
+
+def test_malformed_dia_and_lil_are_refused():
+    dia = sp.dia_matrix(np.eye(4))
+    dia.offsets = np.array([0, 1, 2], np.int32)
+    with pytest.raises(ValueError, match=re.escape("malformed DIA matrix: 3 offsets for 1 "
+                                                   "diagonals of data")):
+        autospmv.prepare(dia, device="cpu")
+    lil = sp.lil_matrix(np.eye(3))
+    lil.rows[1] = [5]
+    with pytest.raises(ValueError, match=re.escape("malformed CSR matrix: column index 5 out of "
+                                                   "range for 3 columns")):
+        autospmv.prepare(lil, device="cpu")
+
+
+def test_every_valid_kind_passes_the_structure_check():
+    A = random_matrix(12, 9, 0.3, 5)
+    for kind in (sp.csr_matrix, sp.csc_matrix, sp.coo_matrix, sp.csr_array, sp.coo_array,
+                 lambda M: sp.bsr_matrix(M, blocksize=(3, 3)), sp.lil_matrix, sp.dia_matrix,
+                 sp.dok_matrix):
+        check_structure(kind(A))
+    check_structure(sp.csr_matrix((0, 0)))
+
+
+def test_the_structure_check_costs_less_than_one_scipy_matvec():
+    rng = np.random.default_rng(0)
+    m, per = 200_000, 10
+    indptr = np.arange(m + 1, dtype=np.int32) * per
+    indices = np.sort(rng.integers(0, m, (m, per)).astype(np.int32), axis=1).ravel()
+    A = sp.csr_matrix((rng.random(m * per), indices, indptr), shape=(m, m))
+    x = rng.random(m)
+
+    def best(f):
+        times = []
+        for _ in range(7):
+            started = time.perf_counter()
+            f()
+            times.append(time.perf_counter() - started)
+        return min(times)
+
+    assert best(lambda: check_structure(A)) < best(lambda: A @ x)
+
+
+@pytest.mark.parametrize("indices, indptr, message", [
+    ([0, -1, 1], [0, 3, 2], "indptr decreases at row 1"),
+    ([0, 9, 1], [0, 2, 3], "column index 9 out of range for 4 columns"),
+], ids=["bad indptr", "index out of range"])
+def test_cli_explain_refuses_a_crafted_npz(tmp_path, indices, indptr, message):
+    path = tmp_path / "crafted.npz"
+    np.savez(path, format=b"csr", shape=np.array([2, 4]), data=np.array([1.0, 2.0, 3.0]),
+             indices=np.array(indices), indptr=np.array(indptr))
+    done = subprocess.run([sys.executable, "-m", "autospmv", "explain", str(path),
+                           "--device", "cpu"], capture_output=True, text=True,
+                          cwd=HERE.parent, timeout=300)
+    assert done.returncode == 2, done.stderr
+    assert f"malformed CSR matrix: {message}" in done.stderr, done.stderr
+
+
+def test_fuzzed_matrices_give_an_error_or_the_right_answer():
+    """fuzz_worker.py: 1200 random matrices, most of them malformed, through every kernel."""
+    done = subprocess.run([sys.executable, str(HERE / "fuzz_worker.py"), "1200"],
+                          capture_output=True, text=True, cwd=HERE.parent, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    assert report["matrices"] == 1200
+    assert report["failures"] == [], report["failures"][:5]
+    assert report["refused"] > 300 and report["computed"] > 300  # both kinds were exercised
+
+
+# --- parameters -------------------------------------------------------------------------------
+
+PARAMETER_ERRORS = [
+    *[("csr_vector", {"threads_per_row": value},
+       "kernel 'csr_vector' parameter threads_per_row must be a power of two from 1 to 32 "
+       f"(1, 2, 4, 8, 16, 32); got {value!r}")
+      for value in (0, 3, 5, 6, 12, 33, 64, -2, 2.5, 4.0, "4", None, True)],
+    *[("hyb", {"width": value},
+       f"kernel 'hyb' parameter width must be an integer >= 0; got {value!r}")
+      for value in (-1, 1.5, "2", None)],
+    *[("csr5", {"sigma": value},
+       f"kernel 'csr5' parameter sigma must be an integer from 2 to 32; got {value!r}")
+      for value in (0, 1, 33, 4.0, None)],
+]
+
+
+@pytest.mark.parametrize("kernel, params, message", PARAMETER_ERRORS,
+                         ids=[f"{k}-{p}" for k, p, _ in PARAMETER_ERRORS])
+def test_invalid_parameter_values_are_refused_with_the_allowed_values(kernel, params, message):
+    A = random_matrix(20, 20, 0.3, 1)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        autospmv.prepare(A, kernel=kernel, device="cpu", params=params)
+
+
+def test_every_allowed_parameter_value_computes(rng):
+    A = random_matrix(70, 50, 0.2, 2)
+    x = random_vector(rng, 50, np.float64)
+    cases = [("csr_vector", {"threads_per_row": g}) for g in (1, 2, 4, 8, 16, 32)]
+    cases += [("csr5", {"sigma": s}) for s in range(2, 33)]
+    cases += [("hyb", {"width": w}) for w in (0, 1, 2, np.int64(3))]
+    for kernel, params in cases:
+        op = autospmv.prepare(A, kernel=kernel, device="cpu", params=params)
+        assert relative_error(op @ x, reference(A, x)) <= TOLERANCE[np.dtype(np.float64)]
+
+
+def test_operator_checks_the_parameters_of_a_decision_it_is_given():
+    A = canonicalize(random_matrix(20, 20, 0.3, 1))
+    decision = autospmv.select(A, kernel="csr_vector", device="cpu")
+    decision.params["threads_per_row"] = 3
+    with pytest.raises(ValueError, match="threads_per_row must be a power of two"):
+        autospmv.SpMVOperator(A, decision, "cpu")
+
+
+def test_registry_sigma_range_is_the_formats():
+    from autospmv.formats.csr5 import SIGMA_RANGE
+
+    assert (registry.CSR5_SIGMA.low, registry.CSR5_SIGMA.high) == SIGMA_RANGE
+
+
+def test_params_must_be_a_dict():
+    with pytest.raises(ValueError, match="params must be a dict; got list"):
+        autospmv.prepare(random_matrix(5, 5, 0.5, 1), kernel="hyb", device="cpu", params=[1])
+
+
+# --- out ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kernel", autospmv.KERNELS)
+def test_out_overlapping_x_is_refused(kernel, rng):
+    A = random_matrix(30, 30, 0.2, 3)
+    op = autospmv.prepare(A, kernel=kernel, device="cpu")
+    x = random_vector(rng, 30, np.float64)
+    message = "out overlaps x: the kernel would overwrite x while reading it"
+    with pytest.raises(ValueError, match=message):
+        op.matvec(x, out=x)
+    buffer = np.zeros(40)
+    buffer[5:35] = x
+    with pytest.raises(ValueError, match=message):
+        op.matvec(buffer[5:35], out=buffer[:30])
+    # neighbours in one buffer do not overlap
+    buffer = np.zeros(60)
+    buffer[:30] = x
+    assert op.matvec(buffer[:30], out=buffer[30:]) is not None
+    assert relative_error(buffer[30:], reference(A, x)) <= TOLERANCE[np.dtype(np.float64)]
+    np.testing.assert_array_equal(buffer[:30], x)
+
+
+def test_read_only_out_is_refused():
+    op = autospmv.prepare(random_matrix(6, 4, 0.5, 1), kernel="coo", device="cpu")
+    out = np.zeros(6)
+    out.flags.writeable = False
+    with pytest.raises(ValueError, match="out is read-only; pass a writable array"):
+        op.matvec(np.ones(4), out=out)
+    assert not out.any()
+
+
+# --- models -------------------------------------------------------------------------------------
+
+@pytest.fixture
+def cpu_model_doc():
+    path = next(p for slug, p in shipped_models().items() if slug.startswith("cpu-"))
+    return json.loads(path.read_text())
+
+
+@pytest.fixture
+def user_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("AUTOSPMV_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("AUTOSPMV_MODEL", raising=False)
+    path = user_model_path(device_slug("cpu"))
+    path.parent.mkdir(parents=True)
+    return path
+
+
+def decided_by_shipped_model(op) -> bool:
+    return op.decision.source.startswith("model ") and "shipped" in op.decision.notes[0]
+
+
+@pytest.mark.parametrize("content", ['{"format": "autospmv-tree", "schema', "", "[" * 100_000,
+                                     '{"format": "autospmv-tree", "schema_version": 1'],
+                         ids=["truncated", "empty", "nested", "unterminated"])
+def test_broken_user_model_falls_back_to_the_shipped_one(user_home, content):
+    user_home.write_text(content)
+    A = random_matrix(50, 50, 0.1, 1)
+    with pytest.warns(RuntimeWarning, match="the model retrained on this machine is skipped"):
+        op = autospmv.prepare(A, device="cpu")
+    assert decided_by_shipped_model(op), op.explain()
+
+
+def test_user_model_that_cannot_decide_falls_back(user_home, cpu_model_doc, monkeypatch):
+    cpu_model_doc["provenance"] = {"marker": "user"}
+    user_home.write_text(json.dumps(cpu_model_doc))
+    ranked = TreeModel.ranked
+
+    def failing(self, features):
+        if self.provenance.get("marker") == "user":
+            raise ValueError("features missing for the model: something")
+        return ranked(self, features)
+
+    monkeypatch.setattr(TreeModel, "ranked", failing)
+    with pytest.warns(RuntimeWarning, match="skipped: features missing"):
+        op = autospmv.prepare(random_matrix(50, 50, 0.1, 1), device="cpu")
+    assert decided_by_shipped_model(op), op.explain()
+
+
+def test_an_explicit_broken_model_still_raises(tmp_path):
+    path = tmp_path / "model.json"
+    path.write_text("{")
+    with pytest.raises(ValueError, match="is not a valid JSON model file"):
+        autospmv.prepare(random_matrix(5, 5, 0.5, 1), device="cpu", model=path)
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda d: d["tree"]["threshold"].__setitem__(0, 10 ** 400), "threshold must be an array"),
+    (lambda d: d["tree"].__setitem__("value", [[10 ** 400] * len(d["classes"])]),
+     "value must be an array"),
+    (lambda d: d.__setitem__("provenance", [1]), "provenance must be a JSON object"),
+    (lambda d: d["cost_model"]["coefficients"].__setitem__(
+        next(iter(d["cost_model"]["coefficients"])), [1e300] * 7),
+     re.escape("non-negative numbers of at most 1e+09")),
+])
+def test_every_loader_error_is_a_value_error(tmp_path, cpu_model_doc, change, message):
+    change(cpu_model_doc)
+    path = tmp_path / "model.json"
+    path.write_text(json.dumps(cpu_model_doc))
+    with pytest.raises(ValueError, match=message):
+        TreeModel.load(path)
+
+
+def test_loader_reports_unreadable_and_deeply_nested_files(tmp_path):
+    with pytest.raises(ValueError, match="cannot read the model file"):
+        TreeModel.load(tmp_path)  # a folder
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ValueError, match="is not a valid JSON model file"):
+        TreeModel.load(path)
+
+
+def test_cost_coefficients_are_range_checked():
+    row = [0.0] * 7
+    for bad in (-1.0, 2e9, float("inf"), float("nan")):
+        row[3] = bad
+        with pytest.raises(ValueError, match="coefficients of coo"):
+            CostModel({"coo": list(row)})
+    row[3] = CostModel.MAX_COEFFICIENT
+    CostModel({"coo": list(row)})
+
+
+def test_write_atomically_leaves_the_old_file_on_failure(tmp_path, monkeypatch):
+    path = tmp_path / "model.json"
+    write_atomically(path, "old")
+
+    def disk_full(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        write_atomically(path, "new" * 1000)
+    assert path.read_text() == "old"
+    assert os.listdir(tmp_path) == ["model.json"]  # no temporary file left behind
+    monkeypatch.undo()
+    write_atomically(path, "new")
+    assert path.read_text() == "new"
+
+
+def test_readers_never_fail_while_the_model_is_reinstalled(user_home, cpu_model_doc):
+    model = TreeModel.from_dict(cpu_model_doc)
+    model.to_json(user_home)
+    stop = threading.Event()
+    installs = [0]
+
+    def reinstall():
+        while not stop.is_set():
+            model.to_json(user_home)
+            installs[0] += 1
+
+    writer = threading.Thread(target=reinstall)
+    writer.start()
+    A = random_matrix(40, 40, 0.1, 2)
+    try:
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # a skipped (partly written) model would warn
+            sources = [autospmv.select(A, device="cpu").notes[0] for _ in range(150)]
+    finally:
+        stop.set()
+        writer.join()
+    assert installs[0] > 10
+    assert all("retrained on this machine" in note for note in sources)
