@@ -22,8 +22,9 @@ import dataclasses
 import numpy as np
 import scipy.sparse as sp
 
-from .base import SparseFormat, row_lengths
-from .ell import ELL_MAX_FILL, entry_positions, fill_exceeded, too_large
+from . import convert
+from .base import SparseFormat
+from .ell import ELL_MAX_FILL, fill_exceeded, too_large
 
 WARP = 32
 
@@ -46,32 +47,32 @@ class JDSFormat(SparseFormat):
 
     @classmethod
     def from_csr(cls, csr: sp.csr_matrix, max_fill: float = ELL_MAX_FILL) -> "JDSFormat":
+        """Sort the rows by length (a compiled counting sort) and scatter each row's entries to
+        the diagonals (one compiled pass over blocks of sorted rows); FormatTooLargeError
+        beyond the fill limit."""
         m = csr.shape[0]
         itype = csr.indices.dtype
-        lengths = row_lengths(csr)
-        perm = np.argsort(-lengths, kind="stable")
-        sorted_lengths = lengths[perm]
-        slots = warp_slots(sorted_lengths)
+        lengths = np.diff(csr.indptr)
+        max_len = int(lengths.max()) if m else 0
+        perm = np.empty(m, dtype=itype)
+        jd_ptr = np.empty(max_len + 1, dtype=itype)
+        convert.sort_rows_by_length(csr.indptr, max_len, perm, jd_ptr)
+        # warp_slots(lengths[perm]), reading only the rows that lead a warp
+        slots = WARP * int(lengths[perm[::WARP]].sum(dtype=np.int64))
+        del lengths
         if fill_exceeded(slots, csr.nnz, max_fill):
             raise too_large(
                 "JDS", slots, csr.nnz, max_fill,
                 "GPU thread slots (32 x the longest row of each warp of sorted rows)",
                 "a few rows are much longer than their neighbours; use kernel 'hyb' or 'csr5'",
             )
-        max_len = int(sorted_lengths[0]) if m else 0
-        # Diagonal d holds the rows longer than d: rows_reaching[d + 1].
-        rows_reaching = np.cumsum(np.bincount(lengths, minlength=max_len + 1)[::-1])[::-1]
-        jd_ptr = np.zeros(max_len + 1, dtype=itype)
-        np.cumsum(rows_reaching[1:], out=jd_ptr[1:])
-        sorted_position = np.empty(m, dtype=np.int64)
-        sorted_position[perm] = np.arange(m)
-        row, position = entry_positions(csr)
-        destination = jd_ptr[position].astype(np.int64) + sorted_position[row]
         col = np.empty(csr.nnz, dtype=itype)
         data = np.empty(csr.nnz, dtype=csr.data.dtype)
-        col[destination] = csr.indices
-        data[destination] = csr.data
-        return cls(csr.shape, perm.astype(itype), jd_ptr, col, data)
+        if m:
+            tasks = convert.sorted_tasks(csr.indptr, perm)
+            convert.gather_diagonals(csr.indptr, csr.indices, csr.data, perm, tasks, jd_ptr,
+                                     col, data)
+        return cls(csr.shape, perm, jd_ptr, col, data)
 
     def to_csr(self) -> sp.csr_matrix:
         m = self.shape[0]
