@@ -14,6 +14,7 @@ import scipy.sparse as sp
 from scipy.sparse.linalg import LinearOperator
 
 from . import registry
+from .cache import compile_timer
 from .selector import Decision, forced_decision
 from .validation import canonicalize, check_out, check_vector
 
@@ -21,28 +22,42 @@ from .validation import canonicalize, check_out, check_vector
 class SpMVOperator(LinearOperator):
     """``y = A @ x`` with a fixed kernel; a ``scipy.sparse.linalg.LinearOperator``.
 
-    Attributes: ``kernel``, ``params``, ``device``, ``decision``, ``format`` (the converted
-    storage), ``nbytes`` (bytes of that storage), ``shape``, ``dtype``.
+    Attributes: ``kernel``, ``params``, ``device``, ``decision``, ``shape``, ``dtype``, ``nnz``;
+    ``format``, the converted storage the CPU kernel runs on (None on the GPU: the format lives
+    in device memory only, and the host copy is released after the upload); ``memory``, the
+    bytes the operator holds, ``{"host": ..., "device": ...}``, and ``nbytes``, their sum.
+
+    Besides what it runs, an operator keeps a reference to the matrix it was built from (the
+    ``source`` argument, by default the canonical CSR), from which :meth:`transpose_operator`
+    builds Aᵀ when first asked. When the caller's matrix was already canonical, that is the
+    caller's own object and costs nothing.
     """
 
-    def __init__(self, csr: sp.csr_matrix, decision: Decision, device: str):
+    def __init__(self, csr: sp.csr_matrix, decision: Decision, device: str, source=None):
         super().__init__(dtype=csr.dtype, shape=csr.shape)
         self.decision = decision
         self.device = device
-        self._csr = csr
+        self.nnz = int(csr.nnz)
+        self._source = csr if source is None else source
         spec = registry.get(decision.kernel)
-        started = time.perf_counter()
-        self.format = spec.convert(csr, decision.params)
         if device == "cuda":
-            from .kernels.cuda.backend import CudaBackend
-
-            self._backend = CudaBackend(spec, self.format, decision.params)
-        else:
-            self._backend = CpuBackend(spec, self.format, decision.params)
+            from .kernels.cuda.backend import CudaBackend  # imported outside the compile timer
+        with compile_timer() as compiled:
+            started = time.perf_counter()
+            fmt = spec.convert(csr, decision.params)
+            if device == "cuda":
+                self._backend = CudaBackend(spec, fmt, decision.params)
+            else:
+                self._backend = CpuBackend(spec, fmt, decision.params)
+            elapsed = time.perf_counter() - started
+        self.format = fmt if device == "cpu" else None
+        host = fmt.nbytes if device == "cpu" else 0
+        self.memory = {"host": host, "device": getattr(self._backend, "device_nbytes", 0)}
         decision.notes.append(
-            f"conversion to {self.format.name} and set-up took "
-            f"{(time.perf_counter() - started) * 1e3:.2f} ms"
+            f"conversion to {fmt.name} and set-up took {(elapsed - compiled.total) * 1e3:.2f} ms"
         )
+        if compiled.total:
+            decision.notes.append(compiled.note(f"the conversion to {fmt.name} and the set-up"))
         self._transposed = None
 
     @property
@@ -55,7 +70,12 @@ class SpMVOperator(LinearOperator):
 
     @property
     def nbytes(self) -> int:
-        return self.format.nbytes
+        """Bytes the operator holds on the host and the device (see :attr:`memory`).
+
+        Host bytes are those of the CPU format's arrays, some of which may be the canonical
+        CSR's own (CSR kernels run on it directly, COO shares its column and value arrays);
+        device bytes are the uploaded format plus the operator's two vector buffers."""
+        return self.memory["host"] + self.memory["device"]
 
     def explain(self) -> str:
         """Human-readable account of the decision (see :class:`Decision`)."""
@@ -63,7 +83,7 @@ class SpMVOperator(LinearOperator):
 
     def __repr__(self):
         m, n = self.shape
-        return (f"<SpMVOperator {m}x{n} {self.dtype} nnz={self._csr.nnz} kernel={self.kernel} "
+        return (f"<SpMVOperator {m}x{n} {self.dtype} nnz={self.nnz} kernel={self.kernel} "
                 f"device={self.device}>")
 
     def matvec(self, x, out=None):
@@ -115,9 +135,11 @@ class SpMVOperator(LinearOperator):
         return Y
 
     def transpose_operator(self) -> "SpMVOperator":
-        """The operator for Aᵀ with the same kernel and device (built on first use)."""
+        """The operator for Aᵀ with the same kernel and device (built on first use, from the
+        matrix the operator was prepared from)."""
         if self._transposed is None:
-            csr_t = canonicalize(self._csr.T)
+            source = self._source
+            csr_t = canonicalize((source if sp.issparse(source) else canonicalize(source)).T)
             self._transposed = SpMVOperator(csr_t, forced_decision(csr_t, self.kernel, self.device),
                                              self.device)
         return self._transposed

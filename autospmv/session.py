@@ -6,7 +6,10 @@ import dataclasses
 import functools
 import time
 
+import scipy.sparse as sp
+
 from . import registry
+from .cache import compile_timer
 from .features import features
 from .formats.base import FormatTooLargeError
 from .operator import SpMVOperator
@@ -64,11 +67,15 @@ def _decide(csr, kernel, device, model, params=None) -> Decision:
     choice = find_model(device, model)
     if choice is None:
         return rule_decision(csr, device)
-    started = time.perf_counter()
-    values = features(csr, device=device)
-    decision = model_decision(csr, choice, values, device)
-    elapsed_ms = (time.perf_counter() - started) * 1e3
-    decision.notes.append(f"features and prediction took {elapsed_ms:.2f} ms")
+    with compile_timer() as compiled:
+        started = time.perf_counter()
+        values = features(csr, device=device)
+        decision = model_decision(csr, choice, values, device)
+        elapsed = time.perf_counter() - started
+    decision.notes.append(
+        f"features and prediction took {(elapsed - compiled.total) * 1e3:.2f} ms")
+    if compiled.total:
+        decision.notes.append(compiled.note("the feature scan"))
     return decision
 
 
@@ -90,7 +97,8 @@ def prepare(A, *, kernel: str | None = None, device: str | None = None, model=No
     decision = _decide(csr, kernel, device, model, params)
     while True:
         try:
-            return SpMVOperator(csr, decision, device)
+            # The operator keeps the caller's sparse matrix (for its transpose), not a copy.
+            return SpMVOperator(csr, decision, device, source=A if sp.issparse(A) else None)
         except (FormatTooLargeError, MemoryError) as error:
             if kernel is not None or not decision.candidates:
                 raise

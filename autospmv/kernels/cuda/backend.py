@@ -101,6 +101,9 @@ class CudaBackend:
         self._x_arg, self._y_arg = ((self._x, self._y) if SIMULATOR
                                     else (device_pointer(self._x), device_pointer(self._y)))
         self._vectors = CheckedVectors(self.dtype)
+        self.device_nbytes = (sum(a.nbytes for a in arrays.values())
+                              + self._x.nbytes + self._y.nbytes)
+        """Device bytes held: the uploaded format and the two vector buffers."""
 
     def host_matvec(self, x: np.ndarray, y: np.ndarray) -> None:
         if not y.shape[0]:
