@@ -15,6 +15,7 @@ from scipy.sparse.linalg import LinearOperator
 
 from . import registry
 from .cache import compile_timer
+from .device import DeviceCSR, device_format, is_device_matrix, transposed
 from .selector import Decision, forced_decision
 from .validation import canonicalize, check_out, check_vector
 
@@ -44,7 +45,10 @@ class SpMVOperator(LinearOperator):
             from .kernels.cuda.backend import CudaBackend  # imported outside the compile timer
         with compile_timer() as compiled:
             started = time.perf_counter()
-            fmt = spec.convert(csr, decision.params)
+            if isinstance(csr, DeviceCSR):  # a matrix on the GPU: converted there
+                fmt = device_format(decision.kernel, csr, decision.params)
+            else:
+                fmt = spec.convert(csr, decision.params)
             if device == "cuda":
                 self._backend = CudaBackend(spec, fmt, decision.params)
             else:
@@ -137,6 +141,11 @@ class SpMVOperator(LinearOperator):
     def transpose_operator(self) -> "SpMVOperator":
         """The operator for Aᵀ with the same kernel and device (built on first use, from the
         matrix the operator was prepared from)."""
+        if self._transposed is None and is_device_matrix(self._source):
+            from .session import prepare
+
+            self._transposed = prepare(transposed(self._source), kernel=self.kernel,
+                                       device=self.device)
         if self._transposed is None:
             source = self._source
             csr_t = canonicalize((source if sp.issparse(source) else canonicalize(source)).T)

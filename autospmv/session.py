@@ -10,6 +10,7 @@ import scipy.sparse as sp
 
 from . import registry
 from .cache import compile_timer
+from .device import canonical_device_csr, is_device_matrix
 from .features import features
 from .formats.base import FormatTooLargeError
 from .operator import SpMVOperator
@@ -55,7 +56,32 @@ def select(A, *, kernel: str | None = None, device: str | None = None, model=Non
     Guardrails act only on conversion: :func:`prepare` falls back down
     ``decision.candidates`` when a format refuses the matrix, and records it.
     """
+    if is_device_matrix(A):
+        return _decide_device(canonical_device_csr(A).structure(), kernel,
+                              _device_for_device_input(device, resolve=False), params=None)
     return _decide(canonicalize(A), kernel, target_device(device), model)
+
+
+def _device_for_device_input(device, resolve: bool = True) -> str:
+    if check_device(device) == "cpu":
+        raise ValueError("this matrix lives on the GPU; prepare it with device='cuda' (or None), "
+                         "or pass a SciPy matrix for device='cpu'")
+    return resolve_device("cuda") if resolve else "cuda"
+
+
+def _decide_device(structure, kernel, device, params) -> Decision:
+    """The decision for a matrix on the GPU (see :mod:`autospmv.device`): ``kernel=`` as on the
+    host, else the built-in rule, which reads the row lengths only."""
+    if kernel is not None:
+        registry.get(kernel)
+        return forced_decision(structure, kernel, device, params)
+    if params:
+        raise ValueError("params= needs kernel= (parameters belong to one kernel)")
+    decision = rule_decision(structure, device)
+    decision.notes[:] = ["device input: the built-in rule decided from the row lengths (the "
+                         "model's features read the column indices, which stay on the GPU); "
+                         "pass kernel= to choose"]
+    return decision
 
 
 def _decide(csr, kernel, device, model, params=None) -> Decision:
@@ -83,6 +109,11 @@ def prepare(A, *, kernel: str | None = None, device: str | None = None, model=No
             params: dict | None = None) -> SpMVOperator:
     """Canonicalise A, choose a kernel (or use ``kernel=``), convert once, return the operator.
 
+    ``A``: a SciPy sparse matrix or array, a 2-D array-like, or a matrix already on the GPU
+    (``cupyx.scipy.sparse`` CSR/COO/CSC, torch sparse COO/CSR on CUDA), which is canonicalised
+    and converted on the device without copying its nonzeros to the host (see
+    :mod:`autospmv.device` for what is computed where and how such a matrix is decided).
+
     ``device``: ``"cuda"``, ``"cpu"`` or None (CUDA when a usable GPU is present).
     ``model``: a model file path or a loaded :class:`~autospmv.model.TreeModel` to decide with
     (default: the lookup of :func:`autospmv.selector.find_model`).
@@ -92,13 +123,19 @@ def prepare(A, *, kernel: str | None = None, device: str | None = None, model=No
     memory, the tree's next choice is tried, and ``op.decision`` records it; a forced kernel
     raises instead.
     """
-    device = resolve_device(device)
-    csr = canonicalize(A)
-    decision = _decide(csr, kernel, device, model, params)
+    if is_device_matrix(A):  # CuPy or torch sparse on the GPU: never copied to the host
+        device = _device_for_device_input(device)
+        csr = canonical_device_csr(A)
+        decision = _decide_device(csr.structure(), kernel, device, params)
+    else:
+        device = resolve_device(device)
+        csr = canonicalize(A)
+        decision = _decide(csr, kernel, device, model, params)
     while True:
         try:
             # The operator keeps the caller's sparse matrix (for its transpose), not a copy.
-            return SpMVOperator(csr, decision, device, source=A if sp.issparse(A) else None)
+            keep = sp.issparse(A) or is_device_matrix(A)
+            return SpMVOperator(csr, decision, device, source=A if keep else None)
         except (FormatTooLargeError, MemoryError) as error:
             if kernel is not None or not decision.candidates:
                 raise

@@ -218,7 +218,9 @@ def csr5_tiles(indptr, sigma, omega, tile_row, dirty, segments):
 def csr5_fill(indptr, indices, data, sigma, omega, tile_row, dirty, empty_ptr, bit_flag,
               y_offset, seg_offset, empty_offset, out_indices, out_data):
     """Second pass of CSR5: every tile's descriptors (see :mod:`autospmv.formats.csr5`) and its
-    nonzeros in the transposed tile order (the incomplete last tile stays in CSR order)."""
+    nonzeros in the transposed tile order (the incomplete last tile stays in CSR order). With
+    empty ``out_indices`` only the descriptors are written (they depend on ``indptr`` alone), for
+    a matrix whose nonzeros stay on the GPU (:mod:`autospmv.device`)."""
     m = indptr.shape[0] - 1
     nnz = indptr[m]
     size = omega * sigma
@@ -251,6 +253,8 @@ def csr5_fill(indptr, indices, data, sigma, omega, tile_row, dirty, empty_ptr, b
             seg_offset[_u(lanes + lane)] = following - lane
             if lane_segments[lane] > 0:
                 following = lane
+        if out_indices.shape[0] == 0:
+            continue
         if end - base == size:
             for lane in range(omega):
                 for j in range(sigma):

@@ -156,6 +156,63 @@ def _check_sigma(sigma) -> int:
     return int(sigma)
 
 
+def csr5_descriptors(indptr: np.ndarray, sigma: int, indices: np.ndarray | None = None,
+                     data: np.ndarray | None = None) -> dict:
+    """The fields of a :class:`CSR5Format` (all but ``shape``) for a CSR row pointer.
+
+    With ``indices`` and ``data`` (host arrays), their tile-transposed copies are included;
+    without, ``indices`` and ``data`` are left out: the descriptors depend on ``indptr`` alone,
+    and :func:`transpose_tiles` moves the nonzeros wherever they are (the GPU path of
+    :mod:`autospmv.device`).
+    """
+    sigma = _check_sigma(sigma)
+    itype = indptr.dtype
+    nnz = int(indptr[-1])
+    ntiles = -(-nnz // (OMEGA * sigma))
+
+    tile_row = np.empty(ntiles + 1, dtype=itype)
+    dirty = np.empty(ntiles, dtype=np.bool_)
+    segments = np.empty(ntiles, dtype=np.int64)
+    convert.csr5_tiles(indptr, sigma, OMEGA, tile_row[:-1], dirty, segments)
+    # Past the last nonzero: m (the search skips trailing empty rows, as it does for tiles).
+    tile_row[-1] = np.searchsorted(indptr, ntiles * OMEGA * sigma, side="right") - 1
+
+    empty_ptr = np.zeros(ntiles + 1, dtype=np.int64)
+    np.cumsum(np.where(dirty, segments, 0), out=empty_ptr[1:])
+    del segments
+    ptr_type = itype if empty_ptr[-1] <= np.iinfo(itype).max else np.dtype(np.int64)
+    empty_ptr = empty_ptr.astype(ptr_type, copy=False)
+
+    bit_flag = np.empty(ntiles * OMEGA, dtype=np.uint32)
+    y_offset = np.empty(ntiles * OMEGA, dtype=np.int32)
+    seg_offset = np.empty(ntiles * OMEGA, dtype=np.int32)
+    empty_offset = np.empty(int(empty_ptr[-1]), dtype=itype)
+    moved = indices is not None
+    out_indices = np.empty_like(indices) if moved else np.empty(0, dtype=itype)
+    out_data = np.empty_like(data) if moved else np.empty(0, dtype=np.float64)
+    convert.csr5_fill(indptr, indices if moved else out_indices, data if moved else out_data,
+                      sigma, OMEGA, tile_row[:-1], dirty, empty_ptr, bit_flag, y_offset,
+                      seg_offset, empty_offset, out_indices, out_data)
+    tile_ptr = tile_row
+    tile_ptr[:-1][dirty] = ~tile_ptr[:-1][dirty]
+    fields = dict(sigma=sigma, tile_ptr=tile_ptr, bit_flag=bit_flag, y_offset=y_offset,
+                  seg_offset=seg_offset, empty_ptr=empty_ptr, empty_offset=empty_offset)
+    if moved:
+        fields.update(indices=out_indices, data=out_data)
+    return fields
+
+
+def transpose_tiles(values, sigma: int, xp=np):
+    """``values`` (nnz,) in CSR order -> CSR5's order: every full tile transposed (nonzero
+    ``base + l·σ + j`` to ``base + j·ω + l``), the incomplete last tile unchanged. ``xp`` is
+    the array module (NumPy, or CuPy for device arrays)."""
+    full = values.shape[0] // (OMEGA * sigma) * (OMEGA * sigma)
+    out = xp.empty_like(values)
+    out[:full] = values[:full].reshape(-1, OMEGA, sigma).transpose(0, 2, 1).reshape(-1)
+    out[full:] = values[full:]
+    return out
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class CSR5Format(SparseFormat):
     """CSR5 storage (see the module docstring for the meaning of every array)."""
@@ -189,37 +246,8 @@ class CSR5Format(SparseFormat):
         each tile's first row, whether it is dirty and its number of segments, which give the
         runs of ``empty_offset``; the second writes the descriptors and the transposed tiles.
         """
-        sigma = _check_sigma(sigma)
-        itype = csr.indptr.dtype
-        indptr = csr.indptr
-        nnz = int(indptr[-1])
-        ntiles = -(-nnz // (OMEGA * sigma))
-
-        tile_row = np.empty(ntiles + 1, dtype=itype)
-        dirty = np.empty(ntiles, dtype=np.bool_)
-        segments = np.empty(ntiles, dtype=np.int64)
-        convert.csr5_tiles(indptr, sigma, OMEGA, tile_row[:-1], dirty, segments)
-        # Past the last nonzero: m (the search skips trailing empty rows, as it does for tiles).
-        tile_row[-1] = np.searchsorted(indptr, ntiles * OMEGA * sigma, side="right") - 1
-
-        empty_ptr = np.zeros(ntiles + 1, dtype=np.int64)
-        np.cumsum(np.where(dirty, segments, 0), out=empty_ptr[1:])
-        del segments
-        ptr_type = itype if empty_ptr[-1] <= np.iinfo(itype).max else np.dtype(np.int64)
-        empty_ptr = empty_ptr.astype(ptr_type, copy=False)
-
-        bit_flag = np.empty(ntiles * OMEGA, dtype=np.uint32)
-        y_offset = np.empty(ntiles * OMEGA, dtype=np.int32)
-        seg_offset = np.empty(ntiles * OMEGA, dtype=np.int32)
-        empty_offset = np.empty(int(empty_ptr[-1]), dtype=itype)
-        indices = np.empty_like(csr.indices)
-        data = np.empty_like(csr.data)
-        convert.csr5_fill(indptr, csr.indices, csr.data, sigma, OMEGA, tile_row[:-1], dirty,
-                          empty_ptr, bit_flag, y_offset, seg_offset, empty_offset, indices, data)
-        tile_ptr = tile_row
-        tile_ptr[:-1][dirty] = ~tile_ptr[:-1][dirty]
-        return cls(csr.shape, sigma, tile_ptr, bit_flag, y_offset, seg_offset, empty_ptr,
-                   empty_offset, indices, data)
+        descriptors = csr5_descriptors(csr.indptr, sigma, csr.indices, csr.data)
+        return cls(csr.shape, **descriptors)
 
     def to_csr(self) -> sp.csr_matrix:
         """Rebuild the CSR matrix from the tiles and their descriptors alone."""

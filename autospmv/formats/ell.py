@@ -73,6 +73,16 @@ def split_at_width(csr: sp.csr_matrix, width: int) -> tuple["ELLFormat", COOForm
             COOFormat(csr.shape, coo_row, coo_col, coo_data))
 
 
+def check_fill(m: int, width: int, nnz: int, max_fill: float = ELL_MAX_FILL) -> None:
+    """FormatTooLargeError when ELL of ``m`` rows and ``width`` slots exceeds the fill limit."""
+    if fill_exceeded(m * width, nnz, max_fill):
+        raise too_large(
+            "ELL", m * width, nnz, max_fill, f"padded slots ({m:,} rows x width {width:,})",
+            "rows are too uneven for ELL; use kernel 'hyb' (ELL for the typical row length "
+            "plus COO for the rest) or 'csr5'",
+        )
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class ELLFormat(SparseFormat):
     width: int
@@ -89,13 +99,7 @@ class ELLFormat(SparseFormat):
         """ELL with K = the longest row; FormatTooLargeError beyond the fill limit."""
         m = csr.shape[0]
         width = int(row_lengths(csr).max()) if m else 0
-        if fill_exceeded(m * width, csr.nnz, max_fill):
-            raise too_large(
-                "ELL", m * width, csr.nnz, max_fill,
-                f"padded slots ({m:,} rows x width {width:,})",
-                "rows are too uneven for ELL; use kernel 'hyb' (ELL for the typical row length "
-                "plus COO for the rest) or 'csr5'",
-            )
+        check_fill(m, width, csr.nnz, max_fill)
         return split_at_width(csr, width)[0]
 
     def to_csr(self) -> sp.csr_matrix:

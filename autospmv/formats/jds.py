@@ -34,6 +34,27 @@ def warp_slots(sorted_lengths: np.ndarray) -> int:
     return WARP * int(np.asarray(sorted_lengths, dtype=np.int64)[::WARP].sum())
 
 
+def row_order(indptr: np.ndarray, nnz: int,
+              max_fill: float = ELL_MAX_FILL) -> tuple[np.ndarray, np.ndarray]:
+    """``perm`` and ``jd_ptr`` of JDS from the row pointer alone (a compiled counting sort),
+    or FormatTooLargeError beyond the fill limit."""
+    m = indptr.shape[0] - 1
+    lengths = np.diff(indptr)
+    max_len = int(lengths.max()) if m else 0
+    perm = np.empty(m, dtype=indptr.dtype)
+    jd_ptr = np.empty(max_len + 1, dtype=indptr.dtype)
+    convert.sort_rows_by_length(indptr, max_len, perm, jd_ptr)
+    # warp_slots(lengths[perm]), reading only the rows that lead a warp
+    slots = WARP * int(lengths[perm[::WARP]].sum(dtype=np.int64))
+    if fill_exceeded(slots, nnz, max_fill):
+        raise too_large(
+            "JDS", slots, nnz, max_fill,
+            "GPU thread slots (32 x the longest row of each warp of sorted rows)",
+            "a few rows are much longer than their neighbours; use kernel 'hyb' or 'csr5'",
+        )
+    return perm, jd_ptr
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class JDSFormat(SparseFormat):
     perm: np.ndarray
@@ -52,20 +73,7 @@ class JDSFormat(SparseFormat):
         beyond the fill limit."""
         m = csr.shape[0]
         itype = csr.indices.dtype
-        lengths = np.diff(csr.indptr)
-        max_len = int(lengths.max()) if m else 0
-        perm = np.empty(m, dtype=itype)
-        jd_ptr = np.empty(max_len + 1, dtype=itype)
-        convert.sort_rows_by_length(csr.indptr, max_len, perm, jd_ptr)
-        # warp_slots(lengths[perm]), reading only the rows that lead a warp
-        slots = WARP * int(lengths[perm[::WARP]].sum(dtype=np.int64))
-        del lengths
-        if fill_exceeded(slots, csr.nnz, max_fill):
-            raise too_large(
-                "JDS", slots, csr.nnz, max_fill,
-                "GPU thread slots (32 x the longest row of each warp of sorted rows)",
-                "a few rows are much longer than their neighbours; use kernel 'hyb' or 'csr5'",
-            )
+        perm, jd_ptr = row_order(csr.indptr, csr.nnz, max_fill)
         col = np.empty(csr.nnz, dtype=itype)
         data = np.empty(csr.nnz, dtype=csr.data.dtype)
         if m:

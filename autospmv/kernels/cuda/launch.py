@@ -206,19 +206,23 @@ def vector_type(dtype) -> types.Array:
 
 
 def upload(fmt) -> dict:
-    """Copy a format's arrays to the GPU (one device array per field).
+    """Copy a format's arrays to the GPU (one device array per field); arrays already on the
+    device (a format built there by :mod:`autospmv.device`) are used in place, without a copy.
 
     Raises MemoryError, naming the bytes needed and free, before allocating anything when the
-    arrays cannot fit; if an allocation still fails midway, the arrays already copied are freed
-    with the dictionary that held them.
+    host arrays cannot fit; if an allocation still fails midway, the arrays already copied are
+    freed with the dictionary that held them.
     """
     arrays = fmt.arrays()
-    if not SIMULATOR:
-        needed = sum(a.nbytes for a in arrays.values())
+    on_host = {name: a for name, a in arrays.items() if isinstance(a, np.ndarray)}
+    if not SIMULATOR and on_host:
+        needed = sum(a.nbytes for a in on_host.values())
         free, total = cuda.current_context().get_memory_info()
         if needed > free:
             raise MemoryError(
                 f"the {fmt.name} format needs {needed:,} bytes on the GPU; "
                 f"{free:,} of {total:,} bytes are free"
             )
-    return {name: cuda.to_device(np.ascontiguousarray(a)) for name, a in arrays.items()}
+    # as_cuda_array keeps the owning array (e.g. CuPy's) alive with the view.
+    return {name: cuda.to_device(np.ascontiguousarray(a)) if name in on_host
+            else cuda.as_cuda_array(a) for name, a in arrays.items()}
