@@ -16,7 +16,7 @@ CSR tensors on a CUDA device. Their nonzeros never travel to the host:
   the row lengths only: the trained models' features also read the column indices (bandwidth,
   block structure, x locality), which stay on the GPU. The decision's notes say so.
 * **Conversion on the device** (:func:`device_format`), with CuPy array operations from the
-  uploaded CSR: csr_scalar/csr_vector use the CSR arrays as they are; COO builds the row of every
+  uploaded CSR (also for host input on the GPU when CuPy is installed: :func:`upload_csr`): csr_scalar/csr_vector use the CSR arrays as they are; COO builds the row of every
   nonzero (a search in the row pointer); ELL/HYB scatter each entry to its slot; JDS scatters to
   its diagonal through the row order computed on the host; CSR5 transposes the tiles with one
   reshape and uploads the descriptors computed on the host.
@@ -120,6 +120,20 @@ def canonical_device_csr(A) -> DeviceCSR:
     indptr = matrix.indptr.astype(itype, copy=False)
     return DeviceCSR(shape, indptr, matrix.indices.astype(itype, copy=False),
                      matrix.data.astype(dtype, copy=False), cupy.asnumpy(indptr), cupy)
+
+
+def upload_csr(csr) -> DeviceCSR | None:
+    """A canonical host CSR uploaded with CuPy (the same copy as
+    ``cupyx.scipy.sparse.csr_matrix(csr)``), for conversion on the GPU; None without CuPy.
+
+    This is how :func:`autospmv.prepare` builds GPU formats from host input: the host does no
+    conversion and keeps no copy, and the GPU's conversion is a few passes at its bandwidth."""
+    try:
+        import cupy
+    except ImportError:
+        return None
+    return DeviceCSR(csr.shape, cupy.asarray(csr.indptr), cupy.asarray(csr.indices),
+                     cupy.asarray(csr.data), csr.indptr, cupy)
 
 
 def row_of_each_nonzero(indptr, nnz: int, itype, xp=np):

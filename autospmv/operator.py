@@ -15,7 +15,7 @@ from scipy.sparse.linalg import LinearOperator
 
 from . import registry
 from .cache import compile_timer
-from .device import DeviceCSR, device_format, is_device_matrix, transposed
+from .device import DeviceCSR, device_format, is_device_matrix, transposed, upload_csr
 from .selector import Decision, forced_decision
 from .validation import canonicalize, check_out, check_vector
 
@@ -43,8 +43,11 @@ class SpMVOperator(LinearOperator):
         spec = registry.get(decision.kernel)
         if device == "cuda":
             from .kernels.cuda.backend import CudaBackend  # imported outside the compile timer
+            from .kernels.cuda.launch import SIMULATOR as SIMULATED
         with compile_timer() as compiled:
             started = time.perf_counter()
+            if device == "cuda" and not isinstance(csr, DeviceCSR) and not SIMULATED:
+                csr = upload_csr(csr) or csr  # with CuPy: upload the CSR, convert on the GPU
             if isinstance(csr, DeviceCSR):  # a matrix on the GPU: converted there
                 fmt = device_format(decision.kernel, csr, decision.params)
             else:
@@ -58,7 +61,8 @@ class SpMVOperator(LinearOperator):
         host = fmt.nbytes if device == "cpu" else 0
         self.memory = {"host": host, "device": getattr(self._backend, "device_nbytes", 0)}
         decision.notes.append(
-            f"conversion to {fmt.name} and set-up took {(elapsed - compiled.total) * 1e3:.2f} ms"
+            f"conversion to {fmt.name} {'on the GPU ' if isinstance(csr, DeviceCSR) else ''}"
+            f"and set-up took {(elapsed - compiled.total) * 1e3:.2f} ms"
         )
         if compiled.total:
             decision.notes.append(compiled.note(f"the conversion to {fmt.name} and the set-up"))
