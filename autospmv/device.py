@@ -108,13 +108,14 @@ def canonical_device_csr(A) -> DeviceCSR:
         shape = tuple(int(s) for s in A.shape)
         matrix = cusp.csr_matrix((cupy.asarray(A.values()), cupy.asarray(A.col_indices()),
                                   cupy.asarray(A.crow_indices())), shape=shape)
-        matrix.has_canonical_format = True  # coalesce() sorted and summed
+        canonical = True  # coalesce() sorted and summed
     else:
         matrix = A.tocsr() if A.format != "csr" else A
-        if not matrix.has_canonical_format:
-            matrix = matrix.copy()
-            matrix.sum_duplicates()
         shape = tuple(int(s) for s in matrix.shape)
+        canonical = matrix.has_canonical_format
+    if not canonical:
+        matrix = matrix.copy()
+        matrix.sum_duplicates()  # also sorts the columns
     dtype = value_dtype(matrix.dtype)
     itype = index_dtype(int(matrix.nnz), shape)
     indptr = matrix.indptr.astype(itype, copy=False)

@@ -223,6 +223,8 @@ def upload(fmt) -> dict:
                 f"the {fmt.name} format needs {needed:,} bytes on the GPU; "
                 f"{free:,} of {total:,} bytes are free"
             )
-    # as_cuda_array keeps the owning array (e.g. CuPy's) alive with the view.
+    # as_cuda_array keeps the owning array (e.g. CuPy's) alive with the view; an empty device
+    # array (no allocation behind it) is replaced by an empty numba array.
     return {name: cuda.to_device(np.ascontiguousarray(a)) if name in on_host
-            else cuda.as_cuda_array(a) for name, a in arrays.items()}
+            else cuda.as_cuda_array(a) if a.size else cuda.device_array(0, dtype=a.dtype)
+            for name, a in arrays.items()}
