@@ -20,7 +20,7 @@ first with an empty compiled-code cache (cold), then again with the cache it fil
 Data goes to a JSON file named after the device (``benchmarks/results/prepare-<device>-<date>.json``
 by default), progress to stderr. A time budget (``--budget``, seconds) skips what is left when
 it runs out, recording the skip. ``--quick`` runs 1M and 5M nonzeros, float32 only, one repeat
-less: a few minutes on an H100.
+less, within a 240 s budget for the matrices: about five minutes on an H100.
 
     PYTHONPATH=. python benchmarks/prepare_cost.py [--device cuda|cpu] [--quick] [--out FILE]
 """
@@ -266,8 +266,9 @@ def main(argv=None):
     parser.add_argument("--dtypes", nargs="+", choices=["float32", "float64"])
     parser.add_argument("--kernels", nargs="+", help="default: every kernel and auto")
     parser.add_argument("--repeats", type=int, default=None)
-    parser.add_argument("--budget", type=float, default=3600.0,
-                        help="seconds; what is left when it runs out is skipped")
+    parser.add_argument("--budget", type=float, default=None,
+                        help="seconds (default 3600, 240 with --quick); what is left when it "
+                             "runs out is skipped")
     parser.add_argument("--no-startup", action="store_true")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
@@ -277,6 +278,7 @@ def main(argv=None):
     dtypes = args.dtypes or (["float32"] if args.quick else ["float32", "float64"])
     kernels = args.kernels or [*autospmv.KERNELS, "auto"]
     repeats = args.repeats or (3 if args.quick else 5)
+    budget = args.budget or (240.0 if args.quick else 3600.0)
     result = {**device.describe(), "date": datetime.datetime.now().isoformat(timespec="seconds"),
               "sizes": sizes, "dtypes": dtypes, "repeats": repeats}
     if not args.no_startup:
@@ -284,7 +286,7 @@ def main(argv=None):
     compile_everything(device.name, dtypes)
     records, skipped = [], []
     for name, A in make_matrices(sizes, dtypes):
-        if time.perf_counter() - started > args.budget:
+        if time.perf_counter() - started > budget:
             skipped.append(f"{name} {A.dtype.name}")
             continue
         records += measure_matrix(name, A, device, kernels, repeats)
