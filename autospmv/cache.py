@@ -38,7 +38,6 @@ import os
 import shutil
 import sys
 import tempfile
-import time
 import warnings
 from importlib import metadata
 from pathlib import Path
@@ -204,12 +203,3 @@ def compile_timer():
             if compile_kind:
                 stack.enter_context(event.install_timer(compile_kind, adder("compiling")))
         yield result
-
-
-def timed(fn, *args, **kwargs):
-    """``(fn(*args, **kwargs), seconds excluding compilation, CompileTime)``."""
-    with compile_timer() as compiled:
-        started = time.perf_counter()
-        value = fn(*args, **kwargs)
-        elapsed = time.perf_counter() - started
-    return value, max(0.0, elapsed - compiled.total), compiled

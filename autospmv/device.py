@@ -16,7 +16,8 @@ CSR tensors on a CUDA device. Their nonzeros never travel to the host:
   the row lengths only: the trained models' features also read the column indices (bandwidth,
   block structure, x locality), which stay on the GPU. The decision's notes say so.
 * **Conversion on the device** (:func:`device_format`), with CuPy array operations from the
-  uploaded CSR (also for host input on the GPU when CuPy is installed: :func:`upload_csr`): csr_scalar/csr_vector use the CSR arrays as they are; COO builds the row of every
+  uploaded CSR (also for host input on the GPU when CuPy is installed: :func:`upload_csr`):
+  csr_scalar/csr_vector use the CSR arrays as they are; COO builds the row of every
   nonzero (a search in the row pointer); ELL/HYB scatter each entry to its slot; JDS scatters to
   its diagonal through the row order computed on the host; CSR5 transposes the tiles with one
   reshape and uploads the descriptors computed on the host.

@@ -2,10 +2,11 @@
 
 numba compiles a function for each combination of argument types on its first call, then keeps
 the machine code in its on-disk cache (:mod:`autospmv.cache`), from which later processes load
-it in milliseconds. :func:`warmup` makes those first calls for every kernel on two matrices per
+it far faster than compiling. :func:`warmup` makes those first calls for every kernel on two matrices per
 value dtype: a small one (the serial CPU specialisations, below
 :data:`autospmv.kernels.cpu.PARALLEL_MIN_NNZ`) and a larger one (the parallel ones and the
-feature scan's threaded path: about a million nonzeros), each through ``prepare(A, kernel=...)`` (conversion, set-up) and
+feature scan's threaded path: about a million nonzeros), each through
+``prepare(A, kernel=...)`` (conversion, set-up) and
 one product. The feature scan and the prediction are compiled the same way. Matrices with int64
 indices (more than 2**31 - 1 nonzeros or rows) use other specialisations, compiled on first use.
 """

@@ -41,7 +41,6 @@ import tracemalloc
 from pathlib import Path
 
 import numpy as np
-import scipy.sparse as sp
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))

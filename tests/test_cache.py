@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 import numba
-import numpy as np
 import pytest
 
 from autospmv import cache
