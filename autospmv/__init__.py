@@ -10,11 +10,15 @@ See :func:`prepare`, :data:`KERNELS` and ``op.explain()``.
 
 from __future__ import annotations
 
-from .features import features
-from .operator import SpMVOperator
-from .registry import KERNELS
-from .selector import Decision
-from .session import cuda_available, prepare, select
+from . import cache
+
+cache.configure()  # before any numba function is defined: see autospmv/cache.py
+
+from .features import features  # noqa: E402
+from .operator import SpMVOperator  # noqa: E402
+from .registry import KERNELS  # noqa: E402
+from .selector import Decision  # noqa: E402
+from .session import cuda_available, prepare, select  # noqa: E402
 
 __all__ = ["KERNELS", "Decision", "SpMVOperator", "cuda_available", "features", "prepare",
            "select"]

@@ -1,4 +1,4 @@
-"""autospmv's command line: demo, explain, bench, info, models and retrain.
+"""autospmv's command line: demo, explain, bench, info, models, warmup and retrain.
 
 Run as ``python -m autospmv`` or ``autospmv`` (the installed entry point).
 
@@ -262,6 +262,32 @@ def cmd_info(args) -> None:
     for dtype in ("float64", "float32"):
         print(describe_model("cuda" if cuda_available() else "cpu", dtype=dtype))
     print(f"kernels: {', '.join(KERNELS)}")
+    from .cache import configure
+
+    state = configure()
+    print(f"compiled-code cache: {state.path} ({state.source})")
+
+
+def cmd_warmup(args) -> None:
+    from .cache import configure
+    from .warmup import warmup
+
+    device = resolve_device(args.device)
+    state = configure()
+    print(f"compiling for {device} into {state.path} ({state.source})", flush=True)
+
+    def report(step):
+        status = f"  FAILED: {step.error}" if step.error else ""
+        print(f"{step.name:36s} {step.seconds * 1e3:9.1f} ms  (numba {step.compile_seconds * 1e3:9.1f}"
+              f" ms){status}", flush=True)
+
+    steps = warmup(device, args.dtype or ("float32", "float64"), progress=report)
+    total = sum(step.seconds for step in steps)
+    compiled = sum(step.compile_seconds for step in steps)
+    print(f"{'total':36s} {total * 1e3:9.1f} ms  (numba {compiled * 1e3:9.1f} ms)")
+    failed = [step.name for step in steps if step.error]
+    if failed:
+        raise UserError(f"warm-up failed for {', '.join(failed)}")
 
 
 def cmd_models(args) -> None:
@@ -372,6 +398,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--labels", action="store_true",
                    help="with --remove: also delete those devices' labels (a later retrain "
                         "then starts over)")
+    p = sub.add_parser("warmup", help="compile every kernel and conversion for this machine "
+                                      "into the on-disk cache, and report the time per kernel")
+    p.add_argument("--device", choices=["cuda", "cpu"], help="default: cuda when usable")
+    p.add_argument("--dtype", choices=["float32", "float64"], action="append",
+                   help="value dtype to compile for (repeatable; default: both)")
     sub.add_parser("retrain", add_help=False,
                    help="label this machine's device, train and install a model (python -m "
                         "training retrain; `autospmv retrain --help` lists its options)")
@@ -379,7 +410,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 COMMANDS = {"demo": cmd_demo, "explain": cmd_explain, "bench": cmd_bench, "info": cmd_info,
-            "models": cmd_models}
+            "models": cmd_models, "warmup": cmd_warmup}
 
 
 def main(argv=None) -> int:

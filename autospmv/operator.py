@@ -16,6 +16,8 @@ from scipy.sparse.linalg import LinearOperator
 
 from . import registry
 from .formats.base import SparseFormat
+from .cache import compile_timer
+from .device import DeviceCSR, device_format, is_device_matrix, transposed, upload_csr
 from .selector import Decision, forced_decision
 from .validation import canonicalize, check_out, check_vector
 
@@ -23,37 +25,71 @@ from .validation import canonicalize, check_out, check_vector
 class SpMVOperator(LinearOperator):
     """``y = A @ x`` with a fixed kernel; a ``scipy.sparse.linalg.LinearOperator``.
 
-    Attributes: ``kernel``, ``params``, ``device``, ``decision``, ``format`` (the converted
-    storage), ``nbytes`` (bytes of that storage), ``shape``, ``dtype``.
+    Attributes: ``kernel``, ``params``, ``device``, ``decision``, ``shape``, ``dtype``, ``nnz``;
+    ``format``, the converted storage the CPU kernel runs on (None on the GPU: the format lives
+    in device memory only, and the host copy is released after the upload); ``memory``, the
+    bytes the operator holds, ``{"host": ..., "device": ...}``, and ``nbytes``, their sum.
+
+    The operator is a snapshot of A: changing A afterwards changes neither ``op`` nor ``op.T``.
+    Besides what it runs, it keeps what :meth:`transpose_operator` builds Aᵀ from when first
+    asked: a GPU-resident input matrix itself, or the canonical CSR when ``canonicalize`` made
+    it (a copy the operator owns); when the caller's CSR was already canonical, on the CPU
+    nothing more (Aᵀ is rebuilt from the format) and on the GPU a host copy of it, counted in
+    ``memory["host"]``.
     """
 
-    def __init__(self, csr: sp.csr_matrix, decision: Decision, device: str, *,
+    def __init__(self, csr: sp.csr_matrix, decision: Decision, device: str, *, source=None,
                  borrowed: bool = False):
-        """``borrowed``: csr's arrays belong to the caller, who may change them later. The
-        operator then copies the arrays of its format that share memory with them (a CSR
-        kernel's format is csr's own arrays) and keeps no reference to csr: the operator is a
-        snapshot of the matrix as it was when built."""
+        """``source``: a matrix on the GPU (CuPy, torch) the operator was prepared from; its
+        transpose is built from it. ``borrowed``: csr's arrays belong to the caller, who may
+        change them later; the operator then copies the arrays of its format that share memory
+        with them (a CSR kernel's format is csr's own arrays), so that it is a snapshot of the
+        matrix as it was when built (see :meth:`transpose_operator` for Aᵀ)."""
         super().__init__(dtype=csr.dtype, shape=csr.shape)
         self.decision = decision
         self.device = device
-        self._nnz = int(csr.nnz)
-        self._csr = None if borrowed else csr  # rebuilt from the format when needed
+        self.nnz = int(csr.nnz)
         spec = registry.get(decision.kernel)
         spec.check_params(decision.params)
-        started = time.perf_counter()
-        self.format = spec.convert(csr, decision.params, device)
-        if borrowed:
-            self.format = _own_arrays(self.format, (csr.data, csr.indices, csr.indptr))
         if device == "cuda":
-            from .kernels.cuda.backend import CudaBackend
-
-            self._backend = CudaBackend(spec, self.format, decision.params)
-        else:
-            self._backend = CpuBackend(spec, self.format, decision.params)
+            from .kernels.cuda.backend import CudaBackend  # imported outside the compile timer
+            from .kernels.cuda.launch import SIMULATOR as SIMULATED
+        host_csr = csr
+        with compile_timer() as compiled:
+            started = time.perf_counter()
+            if device == "cuda" and not isinstance(csr, DeviceCSR) and not SIMULATED:
+                csr = upload_csr(csr) or csr  # with CuPy: upload the CSR, convert on the GPU
+            if isinstance(csr, DeviceCSR):  # a matrix on the GPU: converted there
+                fmt = device_format(decision.kernel, csr, decision.params)
+            else:
+                fmt = spec.convert(csr, decision.params, device)
+                if borrowed:
+                    fmt = _own_arrays(fmt, (csr.data, csr.indices, csr.indptr))
+            if device == "cuda":
+                self._backend = CudaBackend(spec, fmt, decision.params)
+            else:
+                self._backend = CpuBackend(spec, fmt, decision.params)
+            elapsed = time.perf_counter() - started
+        self.format = fmt if device == "cpu" else None
         decision.notes.append(
-            f"conversion to {self.format.name} and set-up took "
-            f"{(time.perf_counter() - started) * 1e3:.2f} ms"
+            f"conversion to {fmt.name} {'on the GPU ' if isinstance(csr, DeviceCSR) else ''}"
+            f"and set-up took {(elapsed - compiled.total) * 1e3:.2f} ms"
         )
+        if compiled.total:
+            decision.notes.append(compiled.note(f"the conversion to {fmt.name} and the set-up"))
+        # What Aᵀ is built from, as the operator saw A: a matrix on the GPU itself; the
+        # canonical CSR when it is the operator's own (canonicalize copied it); for the caller's
+        # own CSR, the CPU format (rebuilt to CSR when needed) or, on the GPU, where no host
+        # format is kept, a copy taken now.
+        if source is not None or not borrowed:
+            self._source = source if source is not None else host_csr
+        else:
+            self._source = None if device == "cpu" else host_csr.copy()
+        host = fmt.nbytes if device == "cpu" else 0
+        if borrowed and self._source is not None:
+            host += self._source.data.nbytes + self._source.indices.nbytes
+            host += self._source.indptr.nbytes
+        self.memory = {"host": host, "device": getattr(self._backend, "device_nbytes", 0)}
         self._transposed = None
 
     @property
@@ -66,7 +102,12 @@ class SpMVOperator(LinearOperator):
 
     @property
     def nbytes(self) -> int:
-        return self.format.nbytes
+        """Bytes the operator holds on the host and the device (see :attr:`memory`).
+
+        Host bytes are those of the CPU format's arrays, some of which may be the canonical
+        CSR's own (CSR kernels run on it directly, COO shares its column and value arrays);
+        device bytes are the uploaded format plus the operator's two vector buffers."""
+        return self.memory["host"] + self.memory["device"]
 
     def explain(self) -> str:
         """Human-readable account of the decision (see :class:`Decision`)."""
@@ -74,7 +115,7 @@ class SpMVOperator(LinearOperator):
 
     def __repr__(self):
         m, n = self.shape
-        return (f"<SpMVOperator {m}x{n} {self.dtype} nnz={self._nnz} kernel={self.kernel} "
+        return (f"<SpMVOperator {m}x{n} {self.dtype} nnz={self.nnz} kernel={self.kernel} "
                 f"device={self.device}>")
 
     def matvec(self, x, out=None):
@@ -128,10 +169,16 @@ class SpMVOperator(LinearOperator):
         return Y
 
     def transpose_operator(self) -> "SpMVOperator":
-        """The operator for Aᵀ with the same kernel and device (built on first use)."""
+        """The operator for Aᵀ with the same kernel and device (built on first use, from the
+        matrix the operator was prepared from)."""
+        if self._transposed is None and is_device_matrix(self._source):
+            from .session import prepare
+
+            self._transposed = prepare(transposed(self._source), kernel=self.kernel,
+                                       device=self.device)
         if self._transposed is None:
-            csr = self._csr if self._csr is not None else self.format.to_csr()
-            csr_t = canonicalize(csr.T)
+            source = self._source if self._source is not None else self.format.to_csr()
+            csr_t = canonicalize(source.T)
             self._transposed = SpMVOperator(csr_t, forced_decision(csr_t, self.kernel, self.device),
                                              self.device)
         return self._transposed

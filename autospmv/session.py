@@ -10,6 +10,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from . import registry
+from .cache import compile_timer
+from .device import canonical_device_csr, is_device_matrix
 from .features import features
 from .formats.base import FormatTooLargeError
 from .operator import SpMVOperator
@@ -57,7 +59,32 @@ def select(A, *, kernel: str | None = None, device: str | None = None, model=Non
     Guardrails act only on conversion: :func:`prepare` falls back down
     ``decision.candidates`` when a format refuses the matrix, and records it.
     """
+    if is_device_matrix(A):
+        return _decide_device(canonical_device_csr(A).structure(), kernel,
+                              _device_for_device_input(device, resolve=False), params=None)
     return _decide(canonicalize(A), kernel, target_device(device), model)
+
+
+def _device_for_device_input(device, resolve: bool = True) -> str:
+    if check_device(device) == "cpu":
+        raise ValueError("this matrix lives on the GPU; prepare it with device='cuda' (or None), "
+                         "or pass a SciPy matrix for device='cpu'")
+    return resolve_device("cuda") if resolve else "cuda"
+
+
+def _decide_device(structure, kernel, device, params) -> Decision:
+    """The decision for a matrix on the GPU (see :mod:`autospmv.device`): ``kernel=`` as on the
+    host, else the built-in rule, which reads the row lengths only."""
+    if kernel is not None:
+        registry.get(kernel)
+        return forced_decision(structure, kernel, device, params)
+    if params:
+        raise ValueError("params= needs kernel= (parameters belong to one kernel)")
+    decision = rule_decision(structure, device)
+    decision.notes[:] = ["device input: the built-in rule decided from the row lengths (the "
+                         "model's features read the column indices, which stay on the GPU); "
+                         "pass kernel= to choose"]
+    return decision
 
 
 def _decide(csr, kernel, device, model, params=None) -> Decision:
@@ -69,20 +96,24 @@ def _decide(csr, kernel, device, model, params=None) -> Decision:
     choice = find_model(device, model, csr.dtype)
     if choice is None:
         return rule_decision(csr, device)
-    started = time.perf_counter()
-    values = features(csr, device=device)
-    try:
-        decision = model_decision(csr, choice, values, device)
-    except ValueError as error:  # a model that loads but cannot decide (see find_model)
-        if not choice.retrained:
-            raise
-        warn_skipped(error)
-        choice = find_model(device, model, csr.dtype, retrained=False)
-        if choice is None:
-            return rule_decision(csr, device)
-        decision = model_decision(csr, choice, values, device)
-    elapsed_ms = (time.perf_counter() - started) * 1e3
-    decision.notes.append(f"features and prediction took {elapsed_ms:.2f} ms")
+    with compile_timer() as compiled:
+        started = time.perf_counter()
+        values = features(csr, device=device)
+        try:
+            decision = model_decision(csr, choice, values, device)
+        except ValueError as error:  # a model that loads but cannot decide (see find_model)
+            if not choice.retrained:
+                raise
+            warn_skipped(error)
+            choice = find_model(device, model, csr.dtype, retrained=False)
+            if choice is None:
+                return rule_decision(csr, device)
+            decision = model_decision(csr, choice, values, device)
+        elapsed = time.perf_counter() - started
+    decision.notes.append(
+        f"features and prediction took {(elapsed - compiled.total) * 1e3:.2f} ms")
+    if compiled.total:
+        decision.notes.append(compiled.note("the feature scan"))
     return decision
 
 
@@ -93,6 +124,11 @@ TUNE_CANDIDATES = 3
 def prepare(A, *, kernel: str | None = None, device: str | None = None, model=None,
             params: dict | None = None, tune: str | None = None) -> SpMVOperator:
     """Canonicalise A, choose a kernel (or use ``kernel=``), convert once, return the operator.
+
+    ``A``: a SciPy sparse matrix or array, a 2-D array-like, or a matrix already on the GPU
+    (``cupyx.scipy.sparse`` CSR/COO/CSC, torch sparse COO/CSR on CUDA), which is canonicalised
+    and converted on the device without copying its nonzeros to the host (see
+    :mod:`autospmv.device` for what is computed where and how such a matrix is decided).
 
     ``device``: ``"cuda"``, ``"cpu"`` or None (CUDA when a usable GPU is present).
     ``model``: a model file path or a loaded :class:`~autospmv.model.TreeModel` to decide with
@@ -126,15 +162,24 @@ def prepare(A, *, kernel: str | None = None, device: str | None = None, model=No
     if tune and kernel is not None:
         raise ValueError("tune='measure' chooses among the tree's candidates; it cannot be "
                          "combined with kernel=")
-    device = resolve_device(device)
-    csr = canonicalize(A)
-    borrowed = sp.issparse(A) and A.format == "csr" and np.may_share_memory(csr.data, A.data)
-    decision = _decide(csr, kernel, device, model, params)
+    if is_device_matrix(A):  # CuPy or torch sparse on the GPU: never copied to the host
+        if tune:
+            raise ValueError("tune='measure' needs a host (SciPy) matrix")
+        device = _device_for_device_input(device)
+        csr = canonical_device_csr(A)
+        decision = _decide_device(csr.structure(), kernel, device, params)
+        source, borrowed = A, False
+    else:
+        device = resolve_device(device)
+        csr = canonicalize(A)
+        borrowed = sp.issparse(A) and A.format == "csr" and np.may_share_memory(csr.data, A.data)
+        decision = _decide(csr, kernel, device, model, params)
+        source = None
     if tune == "measure":
-        return _measure(csr, decision, device)
+        return _measure(csr, decision, device, borrowed)
     while True:
         try:
-            return SpMVOperator(csr, decision, device, borrowed=borrowed)
+            return SpMVOperator(csr, decision, device, source=source, borrowed=borrowed)
         except (FormatTooLargeError, MemoryError) as error:
             if kernel is not None or not decision.candidates:
                 raise
@@ -146,7 +191,7 @@ def prepare(A, *, kernel: str | None = None, device: str | None = None, model=No
                                         f"fell back to {fallback}, the tree's next choice"])
 
 
-def _measure(csr, decision: Decision, device: str) -> SpMVOperator:
+def _measure(csr, decision: Decision, device: str, borrowed: bool) -> SpMVOperator:
     """``prepare(..., tune="measure")``: build and time the top candidates, keep the fastest."""
     import numpy as np
 
@@ -165,7 +210,7 @@ def _measure(csr, decision: Decision, device: str) -> SpMVOperator:
             decision, kernel=k, params=params, notes=list(decision.notes),
             candidates=[c for c in ranking if c != k])
         try:
-            ops[k] = SpMVOperator(csr, candidate, device)
+            ops[k] = SpMVOperator(csr, candidate, device, borrowed=borrowed)
         except (FormatTooLargeError, MemoryError):
             refused.append(k)
     x = np.random.default_rng(0).uniform(-1.0, 1.0, csr.shape[1]).astype(csr.dtype)

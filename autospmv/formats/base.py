@@ -34,11 +34,14 @@ class SparseFormat:
         raise NotImplementedError
 
     def arrays(self) -> dict[str, np.ndarray]:
-        """The format's arrays by field name, in declaration order (what a GPU upload copies)."""
+        """The format's arrays by field name, in declaration order (what a GPU upload copies).
+
+        NumPy arrays for a format built on the host; CUDA arrays (CuPy) for one built on the
+        device by :mod:`autospmv.device`."""
         out = {}
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
-            if isinstance(value, np.ndarray):
+            if isinstance(value, np.ndarray) or hasattr(value, "__cuda_array_interface__"):
                 out[field.name] = value
             elif isinstance(value, SparseFormat):
                 out.update({f"{field.name}_{k}": v for k, v in value.arrays().items()})

@@ -1,6 +1,8 @@
 """COO: one (row, col, value) triple per nonzero, sorted by row then column.
 
 Sorted rows let the GPU kernel reduce runs of equal rows inside a warp before one atomic add.
+That order is CSR's, so the column and value arrays are the CSR arrays themselves (no copy; the
+canonical CSR is never modified) and only the row array is built.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import dataclasses
 import numpy as np
 import scipy.sparse as sp
 
+from . import convert
 from .base import SparseFormat
 
 
@@ -23,9 +26,10 @@ class COOFormat(SparseFormat):
 
     @classmethod
     def from_csr(cls, csr: sp.csr_matrix) -> "COOFormat":
-        lengths = np.diff(csr.indptr)
-        row = np.repeat(np.arange(csr.shape[0], dtype=csr.indices.dtype), lengths)
-        return cls(csr.shape, row, csr.indices.copy(), csr.data.copy())
+        row = np.empty(csr.nnz, dtype=csr.indices.dtype)
+        if csr.nnz:
+            convert.coo_rows(csr.indptr, convert.row_tasks(csr.indptr), row)
+        return cls(csr.shape, row, csr.indices, csr.data)
 
     def to_csr(self) -> sp.csr_matrix:
         return sp.csr_matrix((self.data, (self.row, self.col)), shape=self.shape)

@@ -55,6 +55,7 @@ import scipy.sparse as sp
 
 from ..registry import CUDA_WARPS_IN_FLIGHT
 from ..kernels import njit
+from . import convert
 from .base import SparseFormat
 
 OMEGA = 32
@@ -164,6 +165,63 @@ def _check_sigma(sigma) -> int:
     return int(sigma)
 
 
+def csr5_descriptors(indptr: np.ndarray, sigma: int, indices: np.ndarray | None = None,
+                     data: np.ndarray | None = None) -> dict:
+    """The fields of a :class:`CSR5Format` (all but ``shape``) for a CSR row pointer.
+
+    With ``indices`` and ``data`` (host arrays), their tile-transposed copies are included;
+    without, ``indices`` and ``data`` are left out: the descriptors depend on ``indptr`` alone,
+    and :func:`transpose_tiles` moves the nonzeros wherever they are (the GPU path of
+    :mod:`autospmv.device`).
+    """
+    sigma = _check_sigma(sigma)
+    itype = indptr.dtype
+    nnz = int(indptr[-1])
+    ntiles = -(-nnz // (OMEGA * sigma))
+
+    tile_row = np.empty(ntiles + 1, dtype=itype)
+    dirty = np.empty(ntiles, dtype=np.bool_)
+    segments = np.empty(ntiles, dtype=np.int64)
+    convert.csr5_tiles(indptr, sigma, OMEGA, tile_row[:-1], dirty, segments)
+    # Past the last nonzero: m (the search skips trailing empty rows, as it does for tiles).
+    tile_row[-1] = np.searchsorted(indptr, ntiles * OMEGA * sigma, side="right") - 1
+
+    empty_ptr = np.zeros(ntiles + 1, dtype=np.int64)
+    np.cumsum(np.where(dirty, segments, 0), out=empty_ptr[1:])
+    del segments
+    ptr_type = itype if empty_ptr[-1] <= np.iinfo(itype).max else np.dtype(np.int64)
+    empty_ptr = empty_ptr.astype(ptr_type, copy=False)
+
+    bit_flag = np.empty(ntiles * OMEGA, dtype=np.uint32)
+    y_offset = np.empty(ntiles * OMEGA, dtype=np.int32)
+    seg_offset = np.empty(ntiles * OMEGA, dtype=np.int32)
+    empty_offset = np.empty(int(empty_ptr[-1]), dtype=itype)
+    moved = indices is not None
+    out_indices = np.empty_like(indices) if moved else np.empty(0, dtype=itype)
+    out_data = np.empty_like(data) if moved else np.empty(0, dtype=np.float64)
+    convert.csr5_fill(indptr, indices if moved else out_indices, data if moved else out_data,
+                      sigma, OMEGA, tile_row[:-1], dirty, empty_ptr, bit_flag, y_offset,
+                      seg_offset, empty_offset, out_indices, out_data)
+    tile_ptr = tile_row
+    tile_ptr[:-1][dirty] = ~tile_ptr[:-1][dirty]
+    fields = dict(sigma=sigma, tile_ptr=tile_ptr, bit_flag=bit_flag, y_offset=y_offset,
+                  seg_offset=seg_offset, empty_ptr=empty_ptr, empty_offset=empty_offset)
+    if moved:
+        fields.update(indices=out_indices, data=out_data)
+    return fields
+
+
+def transpose_tiles(values, sigma: int, xp=np):
+    """``values`` (nnz,) in CSR order -> CSR5's order: every full tile transposed (nonzero
+    ``base + l·σ + j`` to ``base + j·ω + l``), the incomplete last tile unchanged. ``xp`` is
+    the array module (NumPy, or CuPy for device arrays)."""
+    full = values.shape[0] // (OMEGA * sigma) * (OMEGA * sigma)
+    out = xp.empty_like(values)
+    out[:full] = values[:full].reshape(-1, OMEGA, sigma).transpose(0, 2, 1).reshape(-1)
+    out[full:] = values[full:]
+    return out
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class CSR5Format(SparseFormat):
     """CSR5 storage (see the module docstring for the meaning of every array)."""
@@ -193,68 +251,12 @@ class CSR5Format(SparseFormat):
     def from_csr(cls, csr: sp.csr_matrix, sigma: int) -> "CSR5Format":
         """Build CSR5 with tile height ``sigma`` from canonical CSR.
 
-        O(nnz): vectorised NumPy passes over rows and row starts, plus one compiled copy that
-        transposes the tiles.
+        Two compiled passes over the tiles (:mod:`autospmv.formats.convert`): the first finds
+        each tile's first row, whether it is dirty and its number of segments, which give the
+        runs of ``empty_offset``; the second writes the descriptors and the transposed tiles.
         """
-        sigma = _check_sigma(sigma)
-        itype = csr.indptr.dtype
-        indptr = csr.indptr.astype(np.int64, copy=False)
-        nnz = int(indptr[-1])
-        size = OMEGA * sigma
-        ntiles = -(-nnz // size)
-
-        lengths = np.diff(indptr)
-        rows = np.flatnonzero(lengths)  # non-empty rows; each starts exactly one segment
-        starts = indptr[rows]
-        tile_first = np.arange(ntiles + 1, dtype=np.int64) * size
-        # Nonzero p lies in the last row r with indptr[r] <= p (empty rows before it are skipped);
-        # the search gives m for p = nnz and beyond.
-        tile_row = np.searchsorted(indptr, tile_first, side="right") - 1
-        first_row = tile_row[:-1]
-        last_row = np.searchsorted(indptr, np.minimum(tile_first[1:], nnz) - 1, side="right") - 1
-        empty_before = np.concatenate(([0], np.cumsum(lengths == 0)))  # empty rows below r
-        dirty = empty_before[last_row + 1] > empty_before[first_row]
-        continued = indptr[first_row] != tile_first[:-1]  # segment 0 continues an earlier row
-
-        # A lane's flag word gathers σ consecutive nonzeros, so word = position // σ, bit = % σ.
-        segment_first = np.concatenate((starts, tile_first[:-1][continued]))
-        word, bit = np.divmod(segment_first, sigma)
-        bit_flag = np.bincount(word, weights=np.ldexp(1.0, bit), minlength=ntiles * OMEGA)
-        bit_flag = bit_flag.astype(np.uint32)  # exact: distinct bits, a sum below 2**32
-        lane_segments = np.bincount(word, minlength=ntiles * OMEGA).astype(np.int32)
-        lane_segments = lane_segments.reshape(ntiles, OMEGA)
-
-        y_offset = np.cumsum(lane_segments, axis=1, dtype=np.int32) - lane_segments
-        lane = np.arange(OMEGA, dtype=np.int32)
-        starting_lane = np.where(lane_segments > 0, lane, OMEGA)
-        next_start = np.full((ntiles, OMEGA), OMEGA, dtype=np.int32)
-        next_start[:, :-1] = np.minimum.accumulate(starting_lane[:, :0:-1], axis=1)[:, ::-1]
-        seg_offset = next_start - lane  # lane l: the first later lane with a segment start
-
-        # Segment numbers of row starts: their rank among the tile's row starts, after segment 0
-        # when that one continues an earlier row.
-        start_tile = starts // size
-        starts_in_tile = np.bincount(start_tile, minlength=ntiles)
-        first_start = np.cumsum(starts_in_tile) - starts_in_tile
-        segment = np.arange(starts.size) - first_start[start_tile] + continued[start_tile]
-        run = np.where(dirty, starts_in_tile + continued, 0)
-        empty_ptr = np.concatenate(([0], np.cumsum(run)))
-        empty_offset = np.empty(int(empty_ptr[-1]), dtype=itype)
-        empty_offset[empty_ptr[:-1][dirty & continued]] = 0
-        in_dirty = dirty[start_tile]
-        tiles = start_tile[in_dirty]
-        empty_offset[empty_ptr[tiles] + segment[in_dirty]] = rows[in_dirty] - tile_row[tiles]
-        ptr_type = itype if empty_ptr[-1] <= np.iinfo(itype).max else np.dtype(np.int64)
-
-        tile_ptr = tile_row.astype(itype)
-        tile_ptr[:-1][dirty] = ~tile_ptr[:-1][dirty]
-
-        indices = np.empty_like(csr.indices)
-        data = np.empty_like(csr.data)
-        _permute_tiles(csr.indices, indices, sigma, True)
-        _permute_tiles(csr.data, data, sigma, True)
-        return cls(csr.shape, sigma, tile_ptr, bit_flag, y_offset.reshape(-1),
-                   seg_offset.reshape(-1), empty_ptr.astype(ptr_type), empty_offset, indices, data)
+        descriptors = csr5_descriptors(csr.indptr, sigma, csr.indices, csr.data)
+        return cls(csr.shape, **descriptors)
 
     def to_csr(self) -> sp.csr_matrix:
         """Rebuild the CSR matrix from the tiles and their descriptors alone."""

@@ -21,6 +21,7 @@ import dataclasses
 import numpy as np
 import scipy.sparse as sp
 
+from . import convert
 from .base import FormatTooLargeError, SparseFormat, row_lengths
 from .coo import COOFormat
 
@@ -47,31 +48,39 @@ def too_large(format_name: str, padded: int, nnz: int, max_fill: float, what: st
     )
 
 
-def entry_positions(csr: sp.csr_matrix) -> tuple[np.ndarray, np.ndarray]:
-    """Row and position within its row of every stored entry of a CSR matrix (both int64)."""
-    row = np.repeat(np.arange(csr.shape[0], dtype=np.int64), row_lengths(csr))
-    position = np.arange(csr.nnz, dtype=np.int64) - csr.indptr[:-1].astype(np.int64)[row]
-    return row, position
-
-
 def split_at_width(csr: sp.csr_matrix, width: int) -> tuple["ELLFormat", COOFormat]:
     """ELL holding the first ``width`` entries of every row, and COO holding the rest.
 
     The COO part keeps CSR order (sorted by row, then column); it is empty when ``width`` is at
-    least the longest row. HYB is exactly this pair.
+    least the longest row. HYB is exactly this pair. One compiled pass over the rows
+    (:func:`autospmv.formats.convert.split_at_width`) writes both.
     """
     m = csr.shape[0]
     itype = csr.indices.dtype
-    row, position = entry_positions(csr)
-    kept = position < width
-    slot = position[kept] * m + row[kept]
-    col = np.full(m * width, -1, dtype=itype)
-    data = np.zeros(m * width, dtype=csr.data.dtype)
-    col[slot] = csr.indices[kept]
-    data[slot] = csr.data[kept]
-    rest = ~kept
-    overflow = COOFormat(csr.shape, row[rest].astype(itype), csr.indices[rest], csr.data[rest])
-    return ELLFormat(csr.shape, int(width), col, data), overflow
+    width = int(width)
+    overflow_ptr = np.empty(m + 1, dtype=np.int64)
+    overflow = convert.overflow_pointer(csr.indptr, width, overflow_ptr) if m else 0
+    col = np.empty(m * width, dtype=itype)
+    data = np.empty(m * width, dtype=csr.data.dtype)
+    coo_row = np.empty(overflow, dtype=itype)
+    coo_col = np.empty(overflow, dtype=itype)
+    coo_data = np.empty(overflow, dtype=csr.data.dtype)
+    if m:
+        tasks = convert.row_tasks(csr.indptr, convert.ROWS_PER_BLOCK)
+        convert.split_at_width(csr.indptr, csr.indices, csr.data, width, tasks, overflow_ptr,
+                               col, data, coo_row, coo_col, coo_data)
+    return (ELLFormat(csr.shape, width, col, data),
+            COOFormat(csr.shape, coo_row, coo_col, coo_data))
+
+
+def check_fill(m: int, width: int, nnz: int, max_fill: float = ELL_MAX_FILL) -> None:
+    """FormatTooLargeError when ELL of ``m`` rows and ``width`` slots exceeds the fill limit."""
+    if fill_exceeded(m * width, nnz, max_fill):
+        raise too_large(
+            "ELL", m * width, nnz, max_fill, f"padded slots ({m:,} rows x width {width:,})",
+            "rows are too uneven for ELL; use kernel 'hyb' (ELL for the typical row length "
+            "plus COO for the rest) or 'csr5'",
+        )
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -90,13 +99,7 @@ class ELLFormat(SparseFormat):
         """ELL with K = the longest row; FormatTooLargeError beyond the fill limit."""
         m = csr.shape[0]
         width = int(row_lengths(csr).max()) if m else 0
-        if fill_exceeded(m * width, csr.nnz, max_fill):
-            raise too_large(
-                "ELL", m * width, csr.nnz, max_fill,
-                f"padded slots ({m:,} rows x width {width:,})",
-                "rows are too uneven for ELL; use kernel 'hyb' (ELL for the typical row length "
-                "plus COO for the rest) or 'csr5'",
-            )
+        check_fill(m, width, csr.nnz, max_fill)
         return split_at_width(csr, width)[0]
 
     def to_csr(self) -> sp.csr_matrix:

@@ -101,6 +101,23 @@ default_hyb_width_of_histogram = width_cusp_of_histogram
 """The same strategy from a row-length histogram (:mod:`autospmv.cost`)."""
 
 
+def check_width(width, m: int, lengths: np.ndarray, nnz: int,
+                max_fill: float = ELL_MAX_FILL) -> int:
+    """The ELL width HYB uses for a requested ``width``: clamped to the longest row (wider slots
+    would be all padding); ValueError if negative, FormatTooLargeError beyond the fill limit."""
+    width = operator.index(width)
+    if width < 0:
+        raise ValueError(f"the HYB width must be >= 0; got {width}")
+    width = min(width, int(lengths.max()) if m else 0)
+    if fill_exceeded(m * width, nnz, max_fill):
+        raise too_large(
+            "HYB", m * width, nnz, max_fill, f"ELL slots ({m:,} rows x width {width:,})",
+            f"choose a smaller width (the default is {default_hyb_width(lengths)}) "
+            "or use kernel 'csr5'",
+        )
+    return width
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class HYBFormat(SparseFormat):
     width: int
@@ -120,18 +137,7 @@ class HYBFormat(SparseFormat):
         FormatTooLargeError when the ELL part exceeds the fill limit (see
         :mod:`autospmv.formats.ell`); :func:`default_hyb_width` never does.
         """
-        width = operator.index(width)
-        if width < 0:
-            raise ValueError(f"the HYB width must be >= 0; got {width}")
-        m = csr.shape[0]
-        lengths = row_lengths(csr)
-        width = min(width, int(lengths.max()) if m else 0)
-        if fill_exceeded(m * width, csr.nnz, max_fill):
-            raise too_large(
-                "HYB", m * width, csr.nnz, max_fill, f"ELL slots ({m:,} rows x width {width:,})",
-                f"choose a smaller width (the default is {default_hyb_width(lengths)}) "
-                "or use kernel 'csr5'",
-            )
+        width = check_width(width, csr.shape[0], row_lengths(csr), csr.nnz, max_fill)
         ell, coo = split_at_width(csr, width)
         return cls(csr.shape, width, ell, coo)
 

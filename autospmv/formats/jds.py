@@ -25,8 +25,9 @@ import dataclasses
 import numpy as np
 import scipy.sparse as sp
 
-from .base import SparseFormat, row_lengths
-from .ell import ELL_MAX_FILL, entry_positions, fill_exceeded, too_large
+from . import convert
+from .base import SparseFormat
+from .ell import ELL_MAX_FILL, fill_exceeded, too_large
 
 WARP = 32
 
@@ -34,6 +35,27 @@ WARP = 32
 def warp_slots(sorted_lengths: np.ndarray) -> int:
     """Thread slots the GPU kernel occupies: 32 x the longest row of each warp of sorted rows."""
     return WARP * int(np.asarray(sorted_lengths, dtype=np.int64)[::WARP].sum())
+
+
+def row_order(indptr: np.ndarray, nnz: int,
+              max_fill: float = ELL_MAX_FILL) -> tuple[np.ndarray, np.ndarray]:
+    """``perm`` and ``jd_ptr`` of JDS from the row pointer alone (a compiled counting sort),
+    or FormatTooLargeError beyond the fill limit."""
+    m = indptr.shape[0] - 1
+    lengths = np.diff(indptr)
+    max_len = int(lengths.max()) if m else 0
+    perm = np.empty(m, dtype=indptr.dtype)
+    jd_ptr = np.empty(max_len + 1, dtype=indptr.dtype)
+    convert.sort_rows_by_length(indptr, max_len, perm, jd_ptr)
+    # warp_slots(lengths[perm]), reading only the rows that lead a warp
+    slots = WARP * int(lengths[perm[::WARP]].sum(dtype=np.int64))
+    if fill_exceeded(slots, nnz, max_fill):
+        raise too_large(
+            "JDS", slots, nnz, max_fill,
+            "GPU thread slots (32 x the longest row of each warp of sorted rows)",
+            "a few rows are much longer than their neighbours; use kernel 'hyb' or 'csr5'",
+        )
+    return perm, jd_ptr
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -50,34 +72,21 @@ class JDSFormat(SparseFormat):
     @classmethod
     def from_csr(cls, csr: sp.csr_matrix, max_fill: float = ELL_MAX_FILL,
                  device: str = "cuda") -> "JDSFormat":
-        """JDS of canonical ``csr``; for ``device="cuda"`` within the fill limit (see the module
-        docstring), for ``device="cpu"`` always."""
+        """Sort the rows by length (a compiled counting sort) and scatter each row's entries to
+        the diagonals (one compiled pass over blocks of sorted rows); for ``device="cuda"``
+        FormatTooLargeError beyond the fill limit (see the module docstring), for
+        ``device="cpu"`` no limit."""
         m = csr.shape[0]
         itype = csr.indices.dtype
-        lengths = row_lengths(csr)
-        perm = np.argsort(-lengths, kind="stable")
-        sorted_lengths = lengths[perm]
-        slots = warp_slots(sorted_lengths)
-        if device != "cpu" and fill_exceeded(slots, csr.nnz, max_fill):
-            raise too_large(
-                "JDS", slots, csr.nnz, max_fill,
-                "GPU thread slots (32 x the longest row of each warp of sorted rows)",
-                "a few rows are much longer than their neighbours; use kernel 'hyb' or 'csr5'",
-            )
-        max_len = int(sorted_lengths[0]) if m else 0
-        # Diagonal d holds the rows longer than d: rows_reaching[d + 1].
-        rows_reaching = np.cumsum(np.bincount(lengths, minlength=max_len + 1)[::-1])[::-1]
-        jd_ptr = np.zeros(max_len + 1, dtype=itype)
-        np.cumsum(rows_reaching[1:], out=jd_ptr[1:])
-        sorted_position = np.empty(m, dtype=np.int64)
-        sorted_position[perm] = np.arange(m)
-        row, position = entry_positions(csr)
-        destination = jd_ptr[position].astype(np.int64) + sorted_position[row]
+        perm, jd_ptr = row_order(csr.indptr, csr.nnz,
+                                 max_fill if device != "cpu" else float("inf"))
         col = np.empty(csr.nnz, dtype=itype)
         data = np.empty(csr.nnz, dtype=csr.data.dtype)
-        col[destination] = csr.indices
-        data[destination] = csr.data
-        return cls(csr.shape, perm.astype(itype), jd_ptr, col, data)
+        if m:
+            tasks = convert.sorted_tasks(csr.indptr, perm)
+            convert.gather_diagonals(csr.indptr, csr.indices, csr.data, perm, tasks, jd_ptr,
+                                     col, data)
+        return cls(csr.shape, perm, jd_ptr, col, data)
 
     def to_csr(self) -> sp.csr_matrix:
         m = self.shape[0]

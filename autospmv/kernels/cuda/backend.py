@@ -183,6 +183,9 @@ class CudaBackend:
                                     else (device_pointer(self._x), device_pointer(self._y)))
         self._vectors = CheckedVectors(self.dtype, self.device)
         self._lock = threading.Lock()
+        self.device_nbytes = (sum(a.nbytes for a in arrays.values())
+                              + self._x.nbytes + self._y.nbytes)
+        """Device bytes held: the uploaded format and the two vector buffers."""
 
     def _check_current_device(self) -> None:
         """The calling thread's current GPU must be the operator's; a thread that has not used

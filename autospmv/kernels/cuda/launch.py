@@ -220,20 +220,26 @@ def vector_type(dtype) -> types.Array:
 
 
 def upload(fmt, extra_bytes: int = 0) -> dict:
-    """Copy a format's arrays to the GPU (one device array per field).
+    """Copy a format's arrays to the GPU (one device array per field); arrays already on the
+    device (a format built there by :mod:`autospmv.device`) are used in place, without a copy.
 
     Raises MemoryError, naming the bytes needed and free, before allocating anything when the
-    arrays plus ``extra_bytes`` (what the caller allocates next, e.g. staging vectors) cannot
-    fit; if an allocation still fails midway, the arrays already copied are freed with the
-    dictionary that held them.
+    host arrays plus ``extra_bytes`` (what the caller allocates next, e.g. staging vectors)
+    cannot fit; if an allocation still fails midway, the arrays already copied are freed with
+    the dictionary that held them.
     """
     arrays = fmt.arrays()
-    if not SIMULATOR:
-        needed = sum(a.nbytes for a in arrays.values()) + extra_bytes
+    on_host = {name: a for name, a in arrays.items() if isinstance(a, np.ndarray)}
+    if not SIMULATOR and (on_host or extra_bytes):
+        needed = sum(a.nbytes for a in on_host.values()) + extra_bytes
         free, total = cuda.current_context().get_memory_info()
         if needed > free:
             raise MemoryError(
                 f"the {fmt.name} format needs {needed:,} bytes on the GPU; "
                 f"{free:,} of {total:,} bytes are free"
             )
-    return {name: cuda.to_device(np.ascontiguousarray(a)) for name, a in arrays.items()}
+    # as_cuda_array keeps the owning array (e.g. CuPy's) alive with the view; an empty device
+    # array (no allocation behind it) is replaced by an empty numba array.
+    return {name: cuda.to_device(np.ascontiguousarray(a)) if name in on_host
+            else cuda.as_cuda_array(a) if a.size else cuda.device_array(0, dtype=a.dtype)
+            for name, a in arrays.items()}

@@ -1,0 +1,226 @@
+"""Matrices that already live on the GPU: CuPy and torch sparse input, converted on the device.
+
+:func:`prepare` accepts ``cupyx.scipy.sparse`` CSR, COO and CSC matrices and torch sparse COO and
+CSR tensors on a CUDA device. Their nonzeros never travel to the host:
+
+* **Canonical form on the device.** CuPy: ``tocsr()`` and ``sum_duplicates()`` (which also sorts
+  the columns) when the matrix is not canonical yet, then the value and index dtypes of
+  :mod:`autospmv.validation`. torch: ``coalesce()`` (sorted, summed) and ``to_sparse_csr()``,
+  then the tensors are viewed as CuPy arrays through ``__cuda_array_interface__`` (no copy).
+  CuPy is needed in both cases (the ``cuda`` extra's natural companion).
+* **What goes to the host: the row pointer** (m + 1 integers, not nnz-sized). The parameter
+  choosers, the fill limits and the format descriptors (ELL width, JDS row order, CSR5 tile
+  descriptors) depend on the row lengths alone and are computed from it on the host.
+* **The decision.** With ``kernel=`` the kernel is used as on host input. Automatic selection
+  on device input uses the built-in rule of :func:`autospmv.selector.rule_decision`, which reads
+  the row lengths only: the trained models' features also read the column indices (bandwidth,
+  block structure, x locality), which stay on the GPU. The decision's notes say so.
+* **Conversion on the device** (:func:`device_format`), with CuPy array operations from the
+  uploaded CSR (also for host input on the GPU when CuPy is installed: :func:`upload_csr`):
+  csr_scalar/csr_vector use the CSR arrays as they are; COO builds the row of every
+  nonzero (a search in the row pointer); ELL/HYB scatter each entry to its slot; JDS scatters to
+  its diagonal through the row order computed on the host; CSR5 transposes the tiles with one
+  reshape and uploads the descriptors computed on the host.
+
+Every function taking ``xp`` works with NumPy arrays too, which is how the tests prove on any
+machine that the device conversions build exactly the host formats.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from .formats.base import SparseFormat
+from .validation import index_dtype, value_dtype
+
+
+def is_device_matrix(A) -> bool:
+    """True for a CuPy sparse matrix or a torch sparse CUDA tensor (the kinds :func:`prepare`
+    takes on the device); False for anything else, without importing CuPy or torch."""
+    module = type(A).__module__.split(".")[0]
+    if module == "cupyx":
+        return getattr(A, "format", None) in ("csr", "coo", "csc")
+    if module == "torch":
+        import torch
+
+        return (isinstance(A, torch.Tensor) and A.is_cuda
+                and A.layout in (torch.sparse_coo, torch.sparse_csr))
+    return False
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class DeviceCSR:
+    """A canonical CSR matrix on the GPU (arrays of module ``xp``) and its row pointer on the
+    host. Duck-types the parts of ``scipy.sparse.csr_matrix`` that the parameter choosers and the
+    rule read (``shape``, ``nnz``, ``dtype``, ``indptr`` as ``host_indptr``)."""
+
+    shape: tuple[int, int]
+    indptr: object
+    indices: object
+    data: object
+    host_indptr: np.ndarray
+    xp: object = np
+
+    @property
+    def nnz(self) -> int:
+        return int(self.host_indptr[-1])
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(self.data.dtype)
+
+    def structure(self) -> "RowStructure":
+        return RowStructure(self.shape, self.host_indptr, self.dtype)
+
+
+@dataclasses.dataclass(frozen=True)
+class RowStructure:
+    """The row pointer of a matrix whose nonzeros are elsewhere: what choosers and the rule read
+    (``shape``, ``indptr``, ``nnz``, ``dtype``)."""
+
+    shape: tuple[int, int]
+    indptr: np.ndarray
+    dtype: np.dtype
+
+    @property
+    def nnz(self) -> int:
+        return int(self.indptr[-1])
+
+
+def canonical_device_csr(A) -> DeviceCSR:
+    """A as a canonical :class:`DeviceCSR` (see the module docstring), computed on the GPU."""
+    try:
+        import cupy
+        import cupyx.scipy.sparse as cusp
+    except ImportError:
+        raise ImportError("autospmv needs CuPy to take matrices that live on the GPU; install "
+                          "cupy (e.g. pip install cupy-cuda12x) or pass a SciPy matrix") from None
+    module = type(A).__module__.split(".")[0]
+    if module == "torch":
+        import torch
+
+        if A.layout == torch.sparse_csr:
+            A = A.to_sparse_coo()
+        if A.ndim != 2:
+            raise ValueError(f"autospmv needs a 2-D matrix; got a {A.ndim}-D sparse tensor")
+        A = A.coalesce().to_sparse_csr()
+        shape = tuple(int(s) for s in A.shape)
+        matrix = cusp.csr_matrix((cupy.asarray(A.values()), cupy.asarray(A.col_indices()),
+                                  cupy.asarray(A.crow_indices())), shape=shape)
+        canonical = True  # coalesce() sorted and summed
+    else:
+        matrix = A.tocsr() if A.format != "csr" else A
+        shape = tuple(int(s) for s in matrix.shape)
+        canonical = matrix.has_canonical_format
+    if not canonical:
+        matrix = matrix.copy()
+        matrix.sum_duplicates()  # also sorts the columns
+    dtype = value_dtype(matrix.dtype)
+    itype = index_dtype(int(matrix.nnz), shape)
+    indptr = matrix.indptr.astype(itype, copy=False)
+    return DeviceCSR(shape, indptr, matrix.indices.astype(itype, copy=False),
+                     matrix.data.astype(dtype, copy=False), cupy.asnumpy(indptr), cupy)
+
+
+def upload_csr(csr) -> DeviceCSR | None:
+    """A canonical host CSR uploaded with CuPy (the same copy as
+    ``cupyx.scipy.sparse.csr_matrix(csr)``), for conversion on the GPU; None without CuPy.
+
+    This is how :func:`autospmv.prepare` builds GPU formats from host input: the host does no
+    conversion and keeps no copy, and the GPU's conversion is a few passes at its bandwidth."""
+    try:
+        import cupy
+    except ImportError:
+        return None
+    return DeviceCSR(csr.shape, cupy.asarray(csr.indptr), cupy.asarray(csr.indices),
+                     cupy.asarray(csr.data), csr.indptr, cupy)
+
+
+def row_of_each_nonzero(indptr, nnz: int, itype, xp=np):
+    """The row of every nonzero (CSR order): a search in the row pointer (skips empty rows)."""
+    positions = xp.arange(nnz, dtype=indptr.dtype)
+    return (xp.searchsorted(indptr, positions, side="right") - 1).astype(itype)
+
+
+def device_format(kernel: str, csr: DeviceCSR, params: dict) -> SparseFormat:
+    """The storage format of ``kernel`` for a matrix on the device, built there (see the module
+    docstring); its arrays are arrays of ``csr.xp``. Fill limits apply as on the host."""
+    from . import registry
+    from .formats import coo, csr5, csr as csr_module, ell, hyb, jds
+
+    xp = csr.xp
+    m, _ = csr.shape
+    itype = csr.indices.dtype
+    spec = registry.get(kernel)
+    format_class = spec.format_class()
+    structure = csr.structure()
+    if format_class is csr_module.CSRFormat:
+        return csr_module.CSRFormat(csr.shape, csr.indptr, csr.indices, csr.data)
+    if format_class is coo.COOFormat:
+        row = row_of_each_nonzero(csr.indptr, csr.nnz, itype, xp)
+        return coo.COOFormat(csr.shape, row, csr.indices, csr.data)
+    if format_class in (ell.ELLFormat, hyb.HYBFormat):
+        lengths = np.diff(structure.indptr)
+        longest = int(lengths.max()) if m else 0
+        if format_class is ell.ELLFormat:
+            ell.check_fill(m, longest, csr.nnz, ell.ELL_MAX_FILL)
+            return split_at_width(csr, longest)[0]
+        width = hyb.check_width(params["width"], m, lengths, csr.nnz, ell.ELL_MAX_FILL)
+        ell_part, coo_part = split_at_width(csr, width)
+        return hyb.HYBFormat(csr.shape, width, ell_part, coo_part)
+    if format_class is jds.JDSFormat:
+        perm, jd_ptr = jds.row_order(structure.indptr, csr.nnz, ell.ELL_MAX_FILL)
+        position = np.empty(m, dtype=np.int64)
+        position[perm] = np.arange(m)
+        perm_d, jd_ptr_d, position_d = (xp.asarray(a) for a in (perm, jd_ptr, position))
+        row = row_of_each_nonzero(csr.indptr, csr.nnz, np.int64, xp)
+        diagonal = xp.arange(csr.nnz, dtype=np.int64) - csr.indptr[row].astype(np.int64)
+        destination = jd_ptr_d[diagonal].astype(np.int64) + position_d[row]
+        del row, diagonal
+        col = xp.empty_like(csr.indices)
+        data = xp.empty_like(csr.data)
+        col[destination] = csr.indices
+        data[destination] = csr.data
+        return jds.JDSFormat(csr.shape, perm_d, jd_ptr_d, col, data)
+    if format_class is csr5.CSR5Format:
+        sigma = params["sigma"]
+        fields = csr5.csr5_descriptors(structure.indptr, sigma)
+        fields = {k: (xp.asarray(v) if isinstance(v, np.ndarray) else v)
+                  for k, v in fields.items()}
+        return csr5.CSR5Format(csr.shape, indices=csr5.transpose_tiles(csr.indices, sigma, xp),
+                               data=csr5.transpose_tiles(csr.data, sigma, xp), **fields)
+    raise ValueError(f"no device conversion for kernel {kernel!r}")
+
+
+def split_at_width(csr: DeviceCSR, width: int):
+    """:func:`autospmv.formats.ell.split_at_width` on the device: ELL with the first ``width``
+    entries of every row (column-major, -1/0 padding) and COO with the rest, in CSR order."""
+    from .formats.coo import COOFormat
+    from .formats.ell import ELLFormat
+
+    xp = csr.xp
+    m = csr.shape[0]
+    itype = csr.indices.dtype
+    row = row_of_each_nonzero(csr.indptr, csr.nnz, np.int64, xp)
+    position = xp.arange(csr.nnz, dtype=np.int64) - csr.indptr[row].astype(np.int64)
+    kept = position < width
+    slot = position[kept] * m + row[kept]
+    col = xp.full(m * width, -1, dtype=itype)
+    data = xp.zeros(m * width, dtype=csr.data.dtype)
+    col[slot] = csr.indices[kept]
+    data[slot] = csr.data[kept]
+    rest = ~kept
+    overflow = COOFormat(csr.shape, row[rest].astype(itype), csr.indices[rest], csr.data[rest])
+    return ELLFormat(csr.shape, int(width), col, data), overflow
+
+
+def transposed(A):
+    """Aᵀ of a device matrix, on the device (for :meth:`SpMVOperator.transpose_operator`)."""
+    if type(A).__module__.split(".")[0] == "torch":
+        import torch
+
+        coo = A.to_sparse_coo() if A.layout == torch.sparse_csr else A
+        return coo.t().coalesce()
+    return A.T

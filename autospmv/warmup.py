@@ -1,0 +1,90 @@
+"""Compile everything autospmv runs on a device ahead of time (``python -m autospmv warmup``).
+
+numba compiles a function for each combination of argument types on its first call, then keeps
+the machine code in its on-disk cache (:mod:`autospmv.cache`), from which later processes load
+it far faster than compiling. :func:`warmup` makes those first calls for every kernel on two matrices per
+value dtype: a small one (the serial CPU specialisations, below
+:data:`autospmv.kernels.cpu.PARALLEL_MIN_NNZ`) and a larger one (the parallel ones and the
+feature scan's threaded path: about a million nonzeros), each through
+``prepare(A, kernel=...)`` (conversion, set-up) and
+one product. The feature scan and the prediction are compiled the same way. Matrices with int64
+indices (more than 2**31 - 1 nonzeros or rows) use other specialisations, compiled on first use.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import numpy as np
+import scipy.sparse as sp
+
+from .cache import compile_timer
+
+DTYPES = ("float32", "float64")
+
+
+@dataclasses.dataclass
+class Step:
+    """One thing warmed up: its name, wall time and the part of it spent in numba."""
+
+    name: str
+    seconds: float
+    compile_seconds: float
+    error: str | None = None
+
+
+def warmup_matrices(dtype) -> list[sp.csr_matrix]:
+    """A small and a large matrix (both kernels' specialisations) that every format accepts:
+    four entries per row, so no ELL padding limit applies and HYB has a non-zero ELL width."""
+    import importlib
+
+    # the module (the package's attribute of that name is the function)
+    feature_module = importlib.import_module("autospmv.features")
+    from .kernels import cpu
+    from .validation import canonicalize
+
+    large = max(cpu.PARALLEL_MIN_NNZ, feature_module.PARALLEL_MIN_NNZ)
+    rng = np.random.default_rng(0)
+    out = []
+    for m in (64, large // 4 + 4096):
+        rows = np.repeat(np.arange(m), 4)
+        cols = rng.integers(0, m, rows.size)
+        out.append(canonicalize(sp.csr_matrix(
+            (rng.standard_normal(rows.size).astype(dtype), (rows, cols)), shape=(m, m))))
+    return out
+
+
+def warmup(device: str = "cpu", dtypes=DTYPES, kernels=None, progress=None) -> list[Step]:
+    """Compile the feature scan, the prediction and every kernel (with its conversion) for
+    ``device`` and ``dtypes``; returns one :class:`Step` per kernel and dtype.
+    ``progress(step)``, if given, is called after each step."""
+    from . import KERNELS, prepare, select
+
+    steps = []
+
+    def run(name, fn):
+        with compile_timer() as compiled:
+            started = time.perf_counter()
+            error = None
+            try:
+                fn()
+            except Exception as exc:  # reported, so one failure does not hide the rest
+                error = f"{type(exc).__name__}: {exc}"
+            elapsed = time.perf_counter() - started
+        step = Step(name, elapsed, compiled.total, error)
+        steps.append(step)
+        if progress:
+            progress(step)
+
+    for dtype in dtypes:
+        matrices = warmup_matrices(np.dtype(dtype))
+        run(f"features and prediction ({dtype})",
+            lambda: [select(A, device=device) for A in matrices])
+        for kernel in kernels or KERNELS:
+            def multiply(kernel=kernel):
+                for A in matrices:
+                    op = prepare(A, kernel=kernel, device=device)
+                    op @ np.ones(A.shape[1], dtype=A.dtype)
+            run(f"{kernel} ({dtype})", multiply)
+    return steps

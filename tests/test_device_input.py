@@ -1,0 +1,179 @@
+"""Matrices on the GPU (autospmv/device.py): conversions on the device, and prepare() on CuPy and
+torch sparse input without device-to-host copies of the nonzeros.
+
+The conversions are written for any array module; run with NumPy they must build exactly the
+host formats, which checks their logic on every machine. The rest needs a GPU and CuPy.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import autospmv
+from autospmv import registry
+from autospmv.device import DeviceCSR, device_format, is_device_matrix
+from autospmv.formats.base import FormatTooLargeError
+from autospmv.validation import canonicalize
+from matrices import FAMILY, TOLERANCE, power_law, reference, relative_error
+
+DTYPES = [np.float32, np.float64]
+
+
+def _numpy_device_csr(csr) -> DeviceCSR:
+    return DeviceCSR(csr.shape, csr.indptr, csr.indices, csr.data, csr.indptr.copy(), np)
+
+
+def _convert_both(kernel, csr):
+    params = registry.choose_params(kernel, csr, "cuda")
+    try:
+        host = registry.get(kernel).convert(csr, params)
+    except FormatTooLargeError:
+        with pytest.raises(FormatTooLargeError):
+            device_format(kernel, _numpy_device_csr(csr), params)
+        return None, None
+    return host, device_format(kernel, _numpy_device_csr(csr), params)
+
+
+@pytest.mark.parametrize("name", sorted(FAMILY))
+@pytest.mark.parametrize("kernel", autospmv.KERNELS)
+def test_device_conversions_build_the_host_formats(kernel, name):
+    csr = canonicalize(FAMILY[name]())
+    host, device = _convert_both(kernel, csr)
+    if host is None:
+        return
+    assert type(device) is type(host) and device.shape == host.shape
+    host_arrays, device_arrays = host.arrays(), device.arrays()
+    assert list(device_arrays) == list(host_arrays)
+    for key, value in host_arrays.items():
+        assert device_arrays[key].dtype == value.dtype, key
+        np.testing.assert_array_equal(device_arrays[key], value, err_msg=key)
+    for field in ("width", "sigma"):
+        assert getattr(device, field, None) == getattr(host, field, None)
+
+
+@pytest.mark.parametrize("kernel", ["hyb", "jds", "csr5"])
+def test_device_conversions_on_a_larger_power_law_matrix(kernel):
+    csr = canonicalize(power_law(5000, 4000, 1.8, 11).astype(np.float32))
+    host, device = _convert_both(kernel, csr)
+    for key, value in host.arrays().items():
+        np.testing.assert_array_equal(device.arrays()[key], value, err_msg=key)
+
+
+def test_host_matrices_are_not_device_matrices():
+    assert not is_device_matrix(sp.random(5, 5, density=0.5, format="csr"))
+    assert not is_device_matrix(np.eye(3))
+
+
+# ------------------------------------------------------------------------ on a GPU with CuPy
+
+def _cupy():
+    if not autospmv.cuda_available():
+        pytest.skip("needs a CUDA GPU")
+    cupy = pytest.importorskip("cupy")
+    from numba import cuda
+
+    if cuda.config.ENABLE_CUDASIM:
+        pytest.skip("CuPy does not run under the CUDA simulator")
+    return cupy
+
+
+@pytest.fixture
+def no_large_downloads(monkeypatch):
+    """Fail on any CuPy device-to-host copy of at least ``limit`` elements (set per test)."""
+    cupy = _cupy()
+    state = {"limit": None, "seen": []}
+
+    def guard(array):
+        if state["limit"] is not None and array.size >= state["limit"]:
+            state["seen"].append(array.size)
+            raise AssertionError(f"device-to-host copy of {array.size} elements")
+
+    original_get, original_asnumpy = cupy.ndarray.get, cupy.asnumpy
+
+    def get(self, *args, **kwargs):
+        guard(self)
+        return original_get(self, *args, **kwargs)
+
+    def asnumpy(a, *args, **kwargs):
+        if isinstance(a, cupy.ndarray):
+            guard(a)
+        return original_asnumpy(a, *args, **kwargs)
+
+    monkeypatch.setattr(cupy.ndarray, "get", get)
+    monkeypatch.setattr(cupy, "asnumpy", asnumpy)
+    return state
+
+
+def _device_matrices(cupy):
+    import cupyx.scipy.sparse as cusp
+
+    A = canonicalize(power_law(3000, 2500, 2.0, 7))
+    yield "csr", A, cusp.csr_matrix(A)
+    B = sp.coo_matrix(A)
+    yield "coo_with_duplicates", (B + B).tocsr(), cusp.coo_matrix(
+        (cupy.asarray(np.concatenate([B.data, B.data])),
+         (cupy.asarray(np.concatenate([B.row, B.row])),
+          cupy.asarray(np.concatenate([B.col, B.col])))), shape=B.shape)
+    yield "csc", A, cusp.csc_matrix(A.tocsc())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=["float32", "float64"])
+@pytest.mark.parametrize("kernel", [*autospmv.KERNELS, None])
+def test_cupy_input_never_downloads_the_nonzeros(kernel, dtype, no_large_downloads, rng):
+    cupy = _cupy()
+    for label, A_host, A_device in _device_matrices(cupy):
+        A_host, A_device = A_host.astype(dtype), A_device.astype(dtype)
+        no_large_downloads["limit"] = min(A_host.nnz, 4 * A_host.shape[0])  # indptr may go
+        try:
+            op = autospmv.prepare(A_device, kernel=kernel, device="cuda")
+        except FormatTooLargeError:
+            assert kernel in ("ell", "jds")
+            continue
+        x = rng.standard_normal(A_host.shape[1]).astype(dtype)
+        y = op @ cupy.asarray(x)
+        no_large_downloads["limit"] = None
+        assert isinstance(y, cupy.ndarray)
+        error = relative_error(cupy.asnumpy(y), reference(A_host, x))
+        assert error <= TOLERANCE[np.dtype(dtype)], (label, error)
+        assert op.memory["host"] == 0 and op.memory["device"] > 0
+        if kernel is None:
+            assert "device input" in op.explain()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["coo", "csr"])
+def test_torch_sparse_cuda_input(layout, no_large_downloads, rng):
+    _cupy()
+    torch = pytest.importorskip("torch")
+    A = canonicalize(power_law(2000, 1500, 2.0, 9))
+    coo = A.tocoo()
+    T = torch.sparse_coo_tensor(np.vstack([coo.row, coo.col]), coo.data, A.shape,
+                                device="cuda")
+    if layout == "csr":
+        T = T.coalesce().to_sparse_csr()
+    assert is_device_matrix(T)
+    no_large_downloads["limit"] = A.nnz
+    op = autospmv.prepare(T, kernel="hyb")
+    x = torch.randn(A.shape[1], dtype=torch.float64, device="cuda")
+    y = op @ x
+    no_large_downloads["limit"] = None
+    assert isinstance(y, torch.Tensor) and y.is_cuda
+    error = relative_error(y.cpu().numpy(), reference(A, x.cpu().numpy()))
+    assert error <= TOLERANCE[np.dtype(np.float64)]
+
+
+@pytest.mark.gpu
+def test_device_input_transpose_and_refusals(rng):
+    cupy = _cupy()
+    import cupyx.scipy.sparse as cusp
+
+    A = canonicalize(power_law(800, 600, 2.0, 3))
+    op = autospmv.prepare(cusp.csr_matrix(A), kernel="csr5")
+    x = rng.standard_normal(A.shape[0])
+    y = op.transpose_operator() @ cupy.asarray(x)
+    assert relative_error(cupy.asnumpy(y), A.T @ x) <= TOLERANCE[np.dtype(np.float64)]
+    with pytest.raises(ValueError, match="lives on the GPU"):
+        autospmv.prepare(cusp.csr_matrix(A), device="cpu")
