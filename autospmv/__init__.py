@@ -10,6 +10,8 @@ See :func:`prepare`, :data:`KERNELS` and ``op.explain()``.
 
 from __future__ import annotations
 
+# First: asks OpenMP for sleeping workers before numba starts its threads (see cpu_threads).
+from . import cpu_threads  # noqa: F401, I001
 from .features import features
 from .operator import SpMVOperator
 from .registry import KERNELS

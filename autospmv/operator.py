@@ -14,6 +14,8 @@ import scipy.sparse as sp
 from scipy.sparse.linalg import LinearOperator
 
 from . import registry
+from .cpu_threads import choose_threads
+from .kernels.cpu import bind_threaded
 from .selector import Decision, forced_decision
 from .validation import canonicalize, check_out, check_vector
 
@@ -22,10 +24,11 @@ class SpMVOperator(LinearOperator):
     """``y = A @ x`` with a fixed kernel; a ``scipy.sparse.linalg.LinearOperator``.
 
     Attributes: ``kernel``, ``params``, ``device``, ``decision``, ``format`` (the converted
-    storage), ``nbytes`` (bytes of that storage), ``shape``, ``dtype``.
+    storage), ``nbytes`` (bytes of that storage), ``shape``, ``dtype``, ``threads`` (on the CPU,
+    the most threads a product uses; see :mod:`autospmv.cpu_threads`).
     """
 
-    def __init__(self, csr: sp.csr_matrix, decision: Decision, device: str):
+    def __init__(self, csr: sp.csr_matrix, decision: Decision, device: str, threads=None):
         super().__init__(dtype=csr.dtype, shape=csr.shape)
         self.decision = decision
         self.device = device
@@ -38,7 +41,10 @@ class SpMVOperator(LinearOperator):
 
             self._backend = CudaBackend(spec, self.format, decision.params)
         else:
-            self._backend = CpuBackend(spec, self.format, decision.params)
+            self._backend = CpuBackend(spec, self.format, decision.params, csr.nnz, threads)
+            decision.notes.append(f"CPU threads per product: {self._backend.threads} "
+                                  f"({self._backend.threads_reason})")
+        self._threads_request = threads
         decision.notes.append(
             f"conversion to {self.format.name} and set-up took "
             f"{(time.perf_counter() - started) * 1e3:.2f} ms"
@@ -52,6 +58,11 @@ class SpMVOperator(LinearOperator):
     @property
     def params(self) -> dict:
         return dict(self.decision.params)
+
+    @property
+    def threads(self) -> int | None:
+        """The most threads one CPU product uses (None on CUDA)."""
+        return getattr(self._backend, "threads", None)
 
     @property
     def nbytes(self) -> int:
@@ -119,7 +130,7 @@ class SpMVOperator(LinearOperator):
         if self._transposed is None:
             csr_t = canonicalize(self._csr.T)
             self._transposed = SpMVOperator(csr_t, forced_decision(csr_t, self.kernel, self.device),
-                                             self.device)
+                                             self.device, self._threads_request)
         return self._transposed
 
     def _rmatvec(self, x):
@@ -133,10 +144,13 @@ class SpMVOperator(LinearOperator):
 
 
 class CpuBackend:
-    """Runs the registry's numba CPU kernel on host arrays."""
+    """Runs the registry's numba CPU kernel on host arrays, on at most ``threads`` threads
+    (:func:`autospmv.cpu_threads.choose_threads`: ``threads=``, ``AUTOSPMV_NUM_THREADS`` or a
+    rule from the matrix size and the usable cores; 1 runs the serial kernel)."""
 
-    def __init__(self, spec: registry.KernelSpec, fmt, params: dict):
-        self._run = spec.cpu_kernel()(fmt, params)
+    def __init__(self, spec: registry.KernelSpec, fmt, params: dict, nnz: int, threads=None):
+        self.threads, self.threads_reason = choose_threads(nnz, threads)
+        self._run = bind_threaded(spec.cpu_kernel(), fmt, params, self.threads)
 
     def host_matvec(self, x: np.ndarray, y: np.ndarray) -> None:
         if y.shape[0]:

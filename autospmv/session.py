@@ -7,6 +7,7 @@ import functools
 import time
 
 from . import registry
+from .cpu_threads import check_threads
 from .features import features
 from .formats.base import FormatTooLargeError
 from .operator import SpMVOperator
@@ -73,24 +74,28 @@ def _decide(csr, kernel, device, model, params=None) -> Decision:
 
 
 def prepare(A, *, kernel: str | None = None, device: str | None = None, model=None,
-            params: dict | None = None) -> SpMVOperator:
+            params: dict | None = None, threads: int | None = None) -> SpMVOperator:
     """Canonicalise A, choose a kernel (or use ``kernel=``), convert once, return the operator.
 
     ``device``: ``"cuda"``, ``"cpu"`` or None (CUDA when a usable GPU is present).
     ``model``: a model file path or a loaded :class:`~autospmv.model.TreeModel` to decide with
     (default: the lookup of :func:`autospmv.selector.find_model`).
     ``params``: with ``kernel=``, overrides the tuned parameters (e.g. ``{"width": 8}`` for hyb).
+    ``threads``: on the CPU, the most threads one product may use (1: the serial kernel, no thread
+    pool). Default: the environment variable ``AUTOSPMV_NUM_THREADS``, else one thread per 60K
+    nonzeros up to the usable cores; see :mod:`autospmv.cpu_threads` for why. Ignored on CUDA.
 
     When the chosen kernel's format refuses A (padding beyond the fill limit) or does not fit in
     memory, the tree's next choice is tried, and ``op.decision`` records it; a forced kernel
     raises instead.
     """
+    threads = check_threads(threads)
     device = resolve_device(device)
     csr = canonicalize(A)
     decision = _decide(csr, kernel, device, model, params)
     while True:
         try:
-            return SpMVOperator(csr, decision, device)
+            return SpMVOperator(csr, decision, device, threads)
         except (FormatTooLargeError, MemoryError) as error:
             if kernel is not None or not decision.candidates:
                 raise
