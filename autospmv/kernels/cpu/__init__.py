@@ -43,10 +43,10 @@ def bind_threaded(bind, fmt, params: dict, threads: int):
     def run(x, y):
         current = numba.get_num_threads()
         count = min(threads, current)
-        if count == current:
-            parallel(x, y)
-        elif count == 1:
+        if count == 1:
             serial(x, y)
+        elif count == current:
+            parallel(x, y)
         else:
             numba.set_num_threads(count)
             try:
