@@ -274,11 +274,16 @@ def run_child(args) -> dict:
         from threadpoolctl import threadpool_limits
 
         limiter = threadpool_limits(1, user_api="blas")
-    import numba
-
-    import autospmv
-    from autospmv.cpu_threads import wait_policy
+    import autospmv  # noqa: F401  (before numba runs anything: it sets the OpenMP wait policy)
     from autospmv.validation import canonicalize
+
+    try:
+        from autospmv.cpu_threads import wait_policy
+    except ImportError:  # an autospmv from before the thread policy (for comparisons)
+        def wait_policy():
+            return f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}"
+
+    import numba
 
     config = {"env": args.env, "cores": len(os.sched_getaffinity(0))
               if hasattr(os, "sched_getaffinity") else os.cpu_count(),
@@ -291,7 +296,7 @@ def run_child(args) -> dict:
         name = path.stem
         scipy_side, ops, prepare_s = build_problems(A)
         pair = {"matrix": name, "nnz": int(scipy_side["spd"].nnz), "kernel": ops["spd"].kernel,
-                "threads": ops["spd"].threads, "prepare_s": prepare_s}
+                "threads": getattr(ops["spd"], "threads", None), "prepare_s": prepare_s}
         pair.update(time_pair(ops["spd"], scipy_side["spd"], args.rounds * 20))
         pairs.append(pair)
         for solver in args.solvers:
@@ -324,7 +329,7 @@ def compare(solver, name, solve, op, scipy_operand, matrix, rounds) -> dict:
     x_sp, it_sp = solve(counted_sp.operator())
     rounds = max(2, min(rounds, int(CASE_BUDGET_S / max(time.perf_counter() - t0, 1e-9))))
     record = {"solver": solver, "matrix": name, "shape": list(matrix.shape), "nnz": int(matrix.nnz),
-              "kernel": op.kernel, "threads": op.threads,
+              "kernel": op.kernel, "threads": getattr(op, "threads", None),
               "products_op": counted_op.count, "products_scipy": counted_sp.count,
               "iterations_op": it_op, "iterations_scipy": it_sp,
               "solution_rel_diff": relative_difference(x_op, x_sp)}
