@@ -389,6 +389,11 @@ def core_counts(requested: list[str]) -> list[int]:
 def run_config(args, env_name: str, cores: int) -> dict:
     """One child process: ``env_name`` environment, pinned to the first ``cores`` usable CPUs."""
     env = dict(os.environ)
+    if "autospmv.cpu_threads" in sys.modules:  # imported here (by the CLI): the child gets the
+        from autospmv.cpu_threads import wait_policy  # user's variables, not autospmv's
+
+        if "set by autospmv" in wait_policy():
+            env.pop("OMP_WAIT_POLICY", None)
     method = None
     if env_name == "blas1":
         try:
@@ -528,14 +533,13 @@ def main(argv=None) -> int:
     if args.child:
         json.dump(run_child(args), sys.stdout)
         return 0
-    from autospmv.model import cpu_model, slugify
-
     started = time.perf_counter()
     configs = []
     for cores in core_counts(args.cores):
         for env_name in args.envs:
             log(f"configuration: {env_name} environment, {cores} cores")
             configs.append(run_config(args, env_name, cores))
+    from autospmv.model import cpu_model, slugify  # after the runs: its import sets variables
     summary = summarise(configs)
     print_summary(summary)
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
