@@ -296,3 +296,44 @@ def test_importing_autospmv_asks_openmp_for_sleeping_workers():
 def test_a_users_wait_policy_is_kept():
     out = _policy_in_new_process({**os.environ, "OMP_WAIT_POLICY": "ACTIVE"}).splitlines()
     assert out == ["ACTIVE", "OMP_WAIT_POLICY=ACTIVE (set by the user)"]
+
+
+# ------------------------------------------------------------------------- solver benchmark
+
+def _solver_benchmark():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("solver_benchmark",
+                                                  ROOT / "benchmarks" / "solvers.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("rectangular", [False, True])
+def test_solver_benchmark_checks_every_solver_on_a_small_matrix(rectangular):
+    """The benchmark's untimed check: equal product counts, iterations and solutions."""
+    bench = _solver_benchmark()
+    A = sp.random(150, 110 if rectangular else 150, density=0.05, format="csr", random_state=7)
+    A = (A + sp.eye(*A.shape)).tocsr()
+    scipy_side, ops, _ = bench.build_problems(A)
+    M = scipy_side["spd"]
+    assert M.shape[0] == (260 if rectangular else 150)
+    assert np.all(np.linalg.eigvalsh(M.toarray()) > 0)
+    for solver in bench.SOLVERS:
+        solve, key_op, key_sp = bench.solver_calls(solver, scipy_side)
+        record = bench.compare(solver, "small", solve, ops[key_op], scipy_side[key_sp],
+                               scipy_side[key_op], rounds=2)
+        assert record["same_products"], record
+        assert record["products_op"] > 1, record
+        assert record["solution_rel_diff"] < 1e-8, record
+        assert record["rounds"] == 2
+
+
+def test_bench_solver_flag_reaches_the_solver_benchmark(capsys):
+    from autospmv.__main__ import main
+
+    with pytest.raises(SystemExit) as stop:
+        main(["bench", "--solver", "--solvers", "cg,nope"])
+    assert stop.value.code == 2
+    assert "unknown solvers ['nope']" in capsys.readouterr().err
