@@ -2,7 +2,7 @@
 
 SciPy's solvers alternate ``A @ x`` with BLAS calls (``dot``, ``norm``, ``axpy``, ARPACK's
 ``gemv``) on OpenBLAS's own thread pool. Measured on a 2-core machine (cg on a 300×300 2-D
-Laplacian, ``(op @ x).dot(x)``), three things decide whether the two pools get along:
+Laplacian, ``(op @ x).dot(x)``), four things decide whether the two pools get along:
 
 1. **No spinning between calls.** numba's OpenMP layer, left at OpenMP's default wait policy,
    keeps its workers spinning after each product; the BLAS call that follows then shares the
@@ -21,7 +21,17 @@ Laplacian, ``(op @ x).dot(x)``), three things decide whether the two pools get a
    and lost from ~160K (126 µs against 94 µs). An operator therefore uses one thread per
    :data:`NNZ_PER_THREAD` nonzeros, and the serial compilation of its kernel (no thread pool at
    all) when that comes to one thread.
-3. **Never more threads than cores.** The count is also capped by the cores this process may
+3. **No threads beside a threaded BLAS, unless the product is long.** OpenBLAS's workers keep
+   spinning (yielding) on the cores for a while after each call, and a solver calls the BLAS
+   between every two products, so a threaded product must take those cores back each time. In
+   cg (200 iterations, interleaved in one process) two threads doubled the time on bayer10's
+   Laplacian (156K nonzeros: 350 ms against 144 ms serial and 167 ms with SciPy) and lost on
+   delaunay_n15's (229K: 428 against 281 and 542 ms); with the BLAS limited to one thread, two
+   threads and one were equal (33 ms). So when the BLAS runs more than one thread (threadpoolctl,
+   which scikit-learn brings, tells; without it none is assumed) products below
+   :data:`BLAS_SHARED_MIN_NNZ` nonzeros run serially. From there a serial product takes a
+   millisecond or more, and what the threads save outweighs taking the cores back.
+4. **Never more threads than cores.** The count is also capped by the cores this process may
    run on (``os.sched_getaffinity``: ``taskset`` and container CPU sets) and by numba's current
    thread count (``numba.get_num_threads()``, which the caller may lower with
    ``numba.set_num_threads``), read at every call.
@@ -32,13 +42,12 @@ In the solver benchmark (``benchmarks/solvers.py``: cg, eigsh and expm_multiply 
 matrices of 156K-509K nonzeros, default environment, 2 cores under outside load, load average
 6-30, four runs each), the geometric mean of operator time / SciPy time went from 3.8-6.2 (cg),
 4.2-10.2 (eigsh) and 1.4-2.8 (expm_multiply) with spinning workers and threads from 50K
-nonzeros, to 1.1-1.7, 0.8-1.2 and 0.6-1.7 with this policy; ``op @ x`` followed by a ``dot``
-went from up to 49× the sum of its parts to at most 1.08×. The serial kernel (``threads=1``) gave
-0.87-1.14, 0.91-0.93 and 1.04-1.15: on a machine this loaded, two threads gain nothing, because
-the second one waits for a core; on a quiet one they are what makes large products faster.
+nonzeros, to 1.1-1.7, 0.8-1.2 and 0.6-1.7 with sleeping workers and threads from 120K nonzeros;
+``op @ x`` followed by a ``dot`` went from up to 49× the sum of its parts to at most 1.08×. The
+serial kernel (``threads=1``) gave 0.87-1.14, 0.91-0.93 and 1.04-1.15, which led to rule 3.
 
 Overrides, strongest first: ``prepare(A, threads=k)``; the environment variable
-``AUTOSPMV_NUM_THREADS=k`` (read when an operator is built); otherwise the size rule above.
+``AUTOSPMV_NUM_THREADS=k`` (read when an operator is built); otherwise the rules above.
 An explicit count is still capped by numba's pool size (``NUMBA_NUM_THREADS``), and ``1`` always
 means the serial kernel.
 """
@@ -49,6 +58,9 @@ import os
 
 ENV_THREADS = "AUTOSPMV_NUM_THREADS"
 """Environment variable giving the number of CPU threads per product (a positive integer)."""
+
+BLAS_SHARED_MIN_NNZ = 1_000_000
+"""Below this many nonzeros a product runs serially while the BLAS runs more than one thread."""
 
 NNZ_PER_THREAD = 60_000
 """Nonzeros per thread: a product uses ``nnz // NNZ_PER_THREAD`` threads (at least one), so
@@ -100,6 +112,17 @@ def pool_size() -> int:
     return int(numba.config.NUMBA_NUM_THREADS)
 
 
+def blas_threads() -> int:
+    """The most threads any loaded BLAS runs (threadpoolctl), 1 when it cannot be told."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return 1
+    counts = [pool.get("num_threads") or 1 for pool in threadpool_info()
+              if pool.get("user_api") == "blas"]
+    return max(counts, default=1)
+
+
 def check_threads(threads, source: str = "threads") -> int | None:
     """``threads`` as a positive int (None stays None); anything else is a ValueError."""
     if threads is None:
@@ -142,8 +165,15 @@ def choose_threads(nnz: int, threads=None) -> tuple[int, str]:
     cores = usable_cores()
     by_size = max(1, nnz // NNZ_PER_THREAD)
     count = min(pool, cores, by_size)
-    return count, (f"auto: min(one per {NNZ_PER_THREAD:,} nonzeros = {by_size}, usable cores = "
-                   f"{cores}, numba pool = {pool})")
+    why = (f"auto: min(one per {NNZ_PER_THREAD:,} nonzeros = {by_size}, usable cores = {cores}, "
+           f"numba pool = {pool})")
+    if count > 1 and nnz < BLAS_SHARED_MIN_NNZ:
+        blas = blas_threads()
+        if blas > 1:
+            count = 1
+            why = (f"auto: serial beside a BLAS running {blas} threads, below "
+                   f"{BLAS_SHARED_MIN_NNZ:,} nonzeros")
+    return count, why
 
 
 _set_passive_wait_policy()

@@ -188,6 +188,7 @@ def test_a_bad_environment_variable_is_refused_by_name(monkeypatch):
 
 def test_auto_threads_follow_size_cores_and_pool(monkeypatch):
     monkeypatch.delenv(cpu_threads.ENV_THREADS, raising=False)
+    monkeypatch.setattr(cpu_threads, "blas_threads", lambda: 1)
     monkeypatch.setattr(cpu_threads, "pool_size", lambda: 16)
     monkeypatch.setattr(cpu_threads, "usable_cores", lambda: 4)
     per = cpu_threads.NNZ_PER_THREAD
@@ -198,6 +199,28 @@ def test_auto_threads_follow_size_cores_and_pool(monkeypatch):
     monkeypatch.setattr(cpu_threads, "usable_cores", lambda: 32)
     assert cpu_threads.choose_threads(100 * per)[0] == 16  # numba's pool
     assert cpu_kernels.PARALLEL_MIN_NNZ == 2 * per
+
+
+def test_auto_threads_stay_serial_beside_a_threaded_blas_below_the_limit(monkeypatch):
+    monkeypatch.delenv(cpu_threads.ENV_THREADS, raising=False)
+    monkeypatch.setattr(cpu_threads, "pool_size", lambda: 16)
+    monkeypatch.setattr(cpu_threads, "usable_cores", lambda: 16)
+    monkeypatch.setattr(cpu_threads, "blas_threads", lambda: 16)
+    limit = cpu_threads.BLAS_SHARED_MIN_NNZ
+    count, why = cpu_threads.choose_threads(limit - 1)
+    assert count == 1 and "serial beside a BLAS running 16 threads" in why
+    assert cpu_threads.choose_threads(limit)[0] == 16
+    assert cpu_threads.choose_threads(limit - 1, threads=4)[0] == 4  # explicit counts win
+    monkeypatch.setattr(cpu_threads, "blas_threads", lambda: 1)
+    assert cpu_threads.choose_threads(limit - 1)[0] == 16
+
+
+def test_blas_threads_reads_the_blas_pools():
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    with threadpoolctl.threadpool_limits(1, user_api="blas"):
+        assert cpu_threads.blas_threads() == 1
+    pools = [p for p in threadpoolctl.threadpool_info() if p["user_api"] == "blas"]
+    assert cpu_threads.blas_threads() == max([p["num_threads"] for p in pools], default=1)
 
 
 def test_usable_cores_follow_the_cpu_affinity(monkeypatch):
