@@ -31,14 +31,20 @@ date, versions, every record and a summary against the acceptance targets) go to
 Command lines (from the repository root; ``python -m autospmv bench --solver`` takes the same
 options)::
 
-    # 2-core machine, everything (about 5 minutes):
+    # everything: 2 environments × 1, 2 and all cores (4 processes on a 2-core machine, 6 on a
+    # 16-core one); on a quiet machine each takes a minute or two
     python benchmarks/solvers.py
-    # 16-core machine, everything on 1, 2 and 16 cores (about 6-8 minutes):
-    python benchmarks/solvers.py
-    # a quick look (8 matrices, fewer rounds, default environment only, about 1 minute):
+    # the same, split into one file per core count (e.g. to spread it over quiet moments):
+    python benchmarks/solvers.py --cores 1 --out benchmarks/results/solvers-<host>-1core.json
+    python benchmarks/solvers.py --cores all
+    # a quick look: 8 matrices (5 with >= 100K nonzeros), 3 rounds, default environment, all
+    # cores; 6 minutes on a 2-core machine under heavy outside load (load average 6-45)
     python benchmarks/solvers.py --quick
     # selected matrices, solvers and configurations:
     python benchmarks/solvers.py --only MIT8,bcsstk16 --solvers cg,eigsh --envs default --cores all
+
+Read the ratios of minimum times with the median-based ones beside them: where they disagree,
+the machine was busy; ``device.load_average_at_start`` and ``_at_end`` record how busy.
 
 Options: ``--matrices DIR`` (default: ``.matrices`` or ``../shared/matrices``), ``--only``,
 ``--solvers``, ``--envs default,blas1``, ``--cores 1,2,all``, ``--rounds N``, ``--out FILE``.
@@ -534,6 +540,7 @@ def main(argv=None) -> int:
         json.dump(run_child(args), sys.stdout)
         return 0
     started = time.perf_counter()
+    load_at_start = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
     configs = []
     for cores in core_counts(args.cores):
         for env_name in args.envs:
@@ -549,6 +556,7 @@ def main(argv=None) -> int:
         "command": ["benchmarks/solvers.py", *(argv if argv is not None else sys.argv[1:])],
         "device": {"cpu_model": cpu_model(), "cores": os.cpu_count(), "usable_cores": usable,
                    "host": platform.node(), "platform": platform.platform(),
+                   "load_average_at_start": load_at_start,
                    "load_average_at_end": list(os.getloadavg())
                    if hasattr(os, "getloadavg") else None},
         "versions": versions(), "max_iterations": MAX_ITERATIONS, "large_nnz": LARGE_NNZ,
