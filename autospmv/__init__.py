@@ -14,6 +14,8 @@ from . import cache
 
 cache.configure()  # before any numba function is defined: see autospmv/cache.py
 
+# Then: asks OpenMP for sleeping workers before numba starts its threads (see cpu_threads).
+from . import cpu_threads  # noqa: E402, F401, I001
 from .features import features  # noqa: E402
 from .operator import SpMVOperator  # noqa: E402
 from .registry import KERNELS  # noqa: E402

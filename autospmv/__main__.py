@@ -243,6 +243,20 @@ def cmd_bench(args) -> None:
           f"{prepare_s * 1e3:.2f} ms = {prepare_s / spmv_s:.0f} SpMVs of {picked.kernel}")
 
 
+def cmd_bench_solvers(options: list[str]) -> int:
+    """Run ``benchmarks/solvers.py`` (part of the source tree, not of an installed package)."""
+    script = Path(__file__).resolve().parent.parent / "benchmarks" / "solvers.py"
+    if not script.is_file():
+        raise UserError("the solver benchmark ships with the source tree (benchmarks/solvers.py);"
+                        " run it from a checkout of autospmv")
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("autospmv_solver_benchmark", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main(options)
+
+
 def cmd_info(args) -> None:
     import numba
 
@@ -386,6 +400,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", metavar="FILE", help="decide with this model file")
     p = sub.add_parser("bench", help="time every kernel on a matrix file on this device")
     p.add_argument("file")
+    p.add_argument("--solver", action="store_true",
+                   help="instead: SciPy solvers with the operator against the SciPy matrix on "
+                        "the shared matrices (benchmarks/solvers.py; takes its options, no file)")
     p.add_argument("--device", choices=["cuda", "cpu"], help="default: cuda when usable")
     p.add_argument("--model", metavar="FILE", help="decide with this model file")
     sub.add_parser("info", help="device, versions, the model in use and kernels")
@@ -417,6 +434,8 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["retrain"]:  # every option belongs to the training pipeline's parser
         command, run = "retrain", lambda: cmd_retrain(argv[1:])
+    elif argv[:1] == ["bench"] and "--solver" in argv:  # options belong to the solver benchmark
+        command, run = "bench", lambda: cmd_bench_solvers([a for a in argv[1:] if a != "--solver"])
     else:
         args = build_parser().parse_args(argv)
         command, run = args.command, lambda: COMMANDS[args.command](args)

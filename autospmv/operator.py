@@ -18,6 +18,8 @@ from . import registry
 from .formats.base import SparseFormat
 from .cache import compile_timer
 from .device import DeviceCSR, device_format, is_device_matrix, transposed, upload_csr
+from .cpu_threads import choose_threads
+from .kernels.cpu import bind_threaded
 from .selector import Decision, forced_decision
 from .validation import canonicalize, check_out, check_vector
 
@@ -28,7 +30,8 @@ class SpMVOperator(LinearOperator):
     Attributes: ``kernel``, ``params``, ``device``, ``decision``, ``shape``, ``dtype``, ``nnz``;
     ``format``, the converted storage the CPU kernel runs on (None on the GPU: the format lives
     in device memory only, and the host copy is released after the upload); ``memory``, the
-    bytes the operator holds, ``{"host": ..., "device": ...}``, and ``nbytes``, their sum.
+    bytes the operator holds, ``{"host": ..., "device": ...}``, and ``nbytes``, their sum;
+    ``threads`` (on the CPU, the most threads a product uses; see :mod:`autospmv.cpu_threads`).
 
     The operator is a snapshot of A: changing A afterwards changes neither ``op`` nor ``op.T``.
     Besides what it runs, it keeps what :meth:`transpose_operator` builds Aᵀ from when first
@@ -38,8 +41,8 @@ class SpMVOperator(LinearOperator):
     ``memory["host"]``.
     """
 
-    def __init__(self, csr: sp.csr_matrix, decision: Decision, device: str, *, source=None,
-                 borrowed: bool = False):
+    def __init__(self, csr: sp.csr_matrix, decision: Decision, device: str, threads=None, *,
+                 source=None, borrowed: bool = False):
         """``source``: a matrix on the GPU (CuPy, torch) the operator was prepared from; its
         transpose is built from it. ``borrowed``: csr's arrays belong to the caller, who may
         change them later; the operator then copies the arrays of its format that share memory
@@ -68,9 +71,12 @@ class SpMVOperator(LinearOperator):
             if device == "cuda":
                 self._backend = CudaBackend(spec, fmt, decision.params)
             else:
-                self._backend = CpuBackend(spec, fmt, decision.params)
+                self._backend = CpuBackend(spec, fmt, decision.params, csr.nnz, threads)
+                decision.notes.append(f"CPU threads per product: {self._backend.threads} "
+                                      f"({self._backend.threads_reason})")
             elapsed = time.perf_counter() - started
         self.format = fmt if device == "cpu" else None
+        self._threads_request = threads
         decision.notes.append(
             f"conversion to {fmt.name} {'on the GPU ' if isinstance(csr, DeviceCSR) else ''}"
             f"and set-up took {(elapsed - compiled.total) * 1e3:.2f} ms"
@@ -99,6 +105,11 @@ class SpMVOperator(LinearOperator):
     @property
     def params(self) -> dict:
         return dict(self.decision.params)
+
+    @property
+    def threads(self) -> int | None:
+        """The most threads one CPU product uses (None on CUDA)."""
+        return getattr(self._backend, "threads", None)
 
     @property
     def nbytes(self) -> int:
@@ -179,8 +190,8 @@ class SpMVOperator(LinearOperator):
         if self._transposed is None:
             source = self._source if self._source is not None else self.format.to_csr()
             csr_t = canonicalize(source.T)
-            self._transposed = SpMVOperator(csr_t, forced_decision(csr_t, self.kernel, self.device),
-                                             self.device)
+            decision = forced_decision(csr_t, self.kernel, self.device)
+            self._transposed = SpMVOperator(csr_t, decision, self.device, self._threads_request)
         return self._transposed
 
     def _rmatvec(self, x):
@@ -209,10 +220,13 @@ def _own_arrays(fmt: SparseFormat, sources: tuple) -> SparseFormat:
 
 
 class CpuBackend:
-    """Runs the registry's numba CPU kernel on host arrays."""
+    """Runs the registry's numba CPU kernel on host arrays, on at most ``threads`` threads
+    (:func:`autospmv.cpu_threads.choose_threads`: ``threads=``, ``AUTOSPMV_NUM_THREADS`` or a
+    rule from the matrix size and the usable cores; 1 runs the serial kernel)."""
 
-    def __init__(self, spec: registry.KernelSpec, fmt, params: dict):
-        self._run = spec.cpu_kernel()(fmt, params)
+    def __init__(self, spec: registry.KernelSpec, fmt, params: dict, nnz: int, threads=None):
+        self.threads, self.threads_reason = choose_threads(nnz, threads)
+        self._run = bind_threaded(spec.cpu_kernel(), fmt, params, self.threads)
 
     def host_matvec(self, x: np.ndarray, y: np.ndarray) -> None:
         if y.shape[0]:

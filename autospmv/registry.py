@@ -60,8 +60,8 @@ class KernelSpec:
     format: str
     """``module:class`` of the storage format (a :class:`SparseFormat` subclass)."""
     cpu: str
-    """``module:function`` ``bind(fmt, params) -> run`` where ``run(x, y)`` overwrites ``y``
-    with ``A @ x`` (see ``kernels.cpu``)."""
+    """``module:function`` ``bind(fmt, params, parallel=None) -> run`` where ``run(x, y)``
+    overwrites ``y`` with ``A @ x`` (see ``kernels.cpu``)."""
     cuda: str
     """``module:function`` ``build(fmt, params) -> DeviceProgram`` (see ``kernels.cuda``)."""
     choose_params: Callable[[sp.csr_matrix, str], dict]

@@ -12,6 +12,7 @@ import scipy.sparse as sp
 from . import registry
 from .cache import compile_timer
 from .device import canonical_device_csr, is_device_matrix
+from .cpu_threads import check_threads
 from .features import features
 from .formats.base import FormatTooLargeError
 from .operator import SpMVOperator
@@ -122,7 +123,8 @@ TUNE_CANDIDATES = 3
 
 
 def prepare(A, *, kernel: str | None = None, device: str | None = None, model=None,
-            params: dict | None = None, tune: str | None = None) -> SpMVOperator:
+            params: dict | None = None, tune: str | None = None,
+            threads: int | None = None) -> SpMVOperator:
     """Canonicalise A, choose a kernel (or use ``kernel=``), convert once, return the operator.
 
     ``A``: a SciPy sparse matrix or array, a 2-D array-like, or a matrix already on the GPU
@@ -134,6 +136,9 @@ def prepare(A, *, kernel: str | None = None, device: str | None = None, model=No
     ``model``: a model file path or a loaded :class:`~autospmv.model.TreeModel` to decide with
     (default: the lookup of :func:`autospmv.selector.find_model`).
     ``params``: with ``kernel=``, overrides the tuned parameters (e.g. ``{"width": 8}`` for hyb).
+    ``threads``: on the CPU, the most threads one product may use (1: the serial kernel, no thread
+    pool). Default: the environment variable ``AUTOSPMV_NUM_THREADS``, else one thread per 60K
+    nonzeros up to the usable cores; see :mod:`autospmv.cpu_threads` for why. Ignored on CUDA.
 
     When the chosen kernel's format refuses A (padding beyond the fill limit) or does not fit in
     memory, the tree's next choice is tried, and ``op.decision`` records it; a forced kernel
@@ -157,6 +162,7 @@ def prepare(A, *, kernel: str | None = None, device: str | None = None, model=No
     A malformed sparse matrix (indices out of range, ``indptr`` not monotone or not ending at
     nnz, inconsistent lengths) raises ValueError before anything reads it.
     """
+    threads = check_threads(threads)
     if tune not in (None, "measure"):
         raise ValueError(f"unknown tune={tune!r}; valid: None (predict) or 'measure'")
     if tune and kernel is not None:
@@ -176,10 +182,11 @@ def prepare(A, *, kernel: str | None = None, device: str | None = None, model=No
         decision = _decide(csr, kernel, device, model, params)
         source = None
     if tune == "measure":
-        return _measure(csr, decision, device, borrowed)
+        return _measure(csr, decision, device, borrowed, threads)
     while True:
         try:
-            return SpMVOperator(csr, decision, device, source=source, borrowed=borrowed)
+            return SpMVOperator(csr, decision, device, threads, source=source,
+                                borrowed=borrowed)
         except (FormatTooLargeError, MemoryError) as error:
             if kernel is not None or not decision.candidates:
                 raise
@@ -191,7 +198,8 @@ def prepare(A, *, kernel: str | None = None, device: str | None = None, model=No
                                         f"fell back to {fallback}, the tree's next choice"])
 
 
-def _measure(csr, decision: Decision, device: str, borrowed: bool) -> SpMVOperator:
+def _measure(csr, decision: Decision, device: str, borrowed: bool,
+             threads=None) -> SpMVOperator:
     """``prepare(..., tune="measure")``: build and time the top candidates, keep the fastest."""
     import numpy as np
 
@@ -210,7 +218,7 @@ def _measure(csr, decision: Decision, device: str, borrowed: bool) -> SpMVOperat
             decision, kernel=k, params=params, notes=list(decision.notes),
             candidates=[c for c in ranking if c != k])
         try:
-            ops[k] = SpMVOperator(csr, candidate, device, borrowed=borrowed)
+            ops[k] = SpMVOperator(csr, candidate, device, threads, borrowed=borrowed)
         except (FormatTooLargeError, MemoryError):
             refused.append(k)
     x = np.random.default_rng(0).uniform(-1.0, 1.0, csr.shape[1]).astype(csr.dtype)

@@ -1,11 +1,15 @@
 """CPU kernels (numba ``njit``): each computes ``y = A @ x`` from its own storage format.
 
-Every kernel module exposes ``bind(fmt, params) -> run``, where ``run(x, y)`` overwrites ``y``
-with ``A @ x``. Binding does once what every call would otherwise repeat: choosing the serial or
+Every kernel module exposes ``bind(fmt, params, parallel=None) -> run``, where ``run(x, y)``
+overwrites ``y`` with ``A @ x``. Binding does once what every call would otherwise repeat: choosing the serial or
 the parallel specialisation, computing task counts, and taking unsigned views of the index arrays.
 
-Work is split over threads with ``prange`` when the matrix is large enough for threading to pay
-(:data:`PARALLEL_MIN_NNZ`); below that a serial specialisation avoids the thread-pool wake-up.
+Work is split over threads with ``prange`` when the matrix is large enough for threading to pay;
+below that a serial specialisation avoids the thread pool altogether. ``bind(fmt, params,
+parallel)`` takes the choice from the caller (the operator, through :func:`bind_threaded` and the
+policy of :mod:`autospmv.cpu_threads`); ``parallel=None`` decides by size alone
+(:data:`PARALLEL_MIN_NNZ`).
+
 
 Threads and processes. Every parallel specialisation is called through :func:`guarded`, so that
 any number of Python threads may call kernels (and the feature scan) at once, and a forked
@@ -30,13 +34,45 @@ import numba
 import numpy as np
 
 from .. import njit
+from ...cpu_threads import NNZ_PER_THREAD
 
-PARALLEL_MIN_NNZ = 50_000
-"""Smallest nnz for which the parallel specialisation is used (thread wake-up costs ~10 µs)."""
+PARALLEL_MIN_NNZ = 2 * NNZ_PER_THREAD
+"""Smallest nnz for which ``parallel=None`` picks the parallel specialisation: where the size
+rule of :mod:`autospmv.cpu_threads` first gives two threads (waking them costs ~15-20 µs)."""
 
 
 def use_parallel(nnz: int) -> bool:
     return nnz >= PARALLEL_MIN_NNZ
+
+
+def bind_threaded(bind, fmt, params: dict, threads: int):
+    """``run(x, y)`` for a kernel's ``bind`` that uses at most ``threads`` threads per call.
+
+    One thread binds the serial specialisation only: no thread pool is touched. More bind the
+    parallel one; each call then runs on ``min(threads, numba.get_num_threads())`` threads (the
+    caller's own ``numba.set_num_threads`` is honoured), switching to the serial specialisation
+    when that is one, and leaves numba's thread count as it found it.
+    """
+    serial = bind(fmt, params, False)
+    if threads <= 1:
+        return serial
+    parallel = bind(fmt, params, True)
+
+    def run(x, y):
+        current = numba.get_num_threads()
+        count = min(threads, current)
+        if count == 1:
+            serial(x, y)
+        elif count == current:
+            parallel(x, y)
+        else:
+            numba.set_num_threads(count)
+            try:
+                parallel(x, y)
+            finally:
+                numba.set_num_threads(current)
+
+    return run
 
 
 def unsigned(indices: np.ndarray) -> np.ndarray:

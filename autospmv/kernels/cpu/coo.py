@@ -49,9 +49,11 @@ def _coo(row, col, data, x, y, ntasks):
 _coo_serial, _coo_parallel = specialisations(_coo)
 
 
-def bind(fmt, params):
+def bind(fmt, params, parallel=None):
     nnz = fmt.data.shape[0]
     ntasks = (nnz + _NNZ_PER_TASK - 1) // _NNZ_PER_TASK
-    kernel = _coo_parallel if use_parallel(nnz) else _coo_serial
+    if parallel is None:
+        parallel = use_parallel(nnz)
+    kernel = _coo_parallel if parallel else _coo_serial
     row, col, data = unsigned(fmt.row), unsigned(fmt.col), fmt.data
     return lambda x, y: kernel(row, col, data, x, y, ntasks)

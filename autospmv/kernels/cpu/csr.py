@@ -53,15 +53,19 @@ def _nchunks(m: int) -> int:
     return (m + _ROWS_PER_TASK - 1) // _ROWS_PER_TASK
 
 
-def bind_scalar(fmt, params):
-    kernel = _scalar_parallel if use_parallel(fmt.data.shape[0]) else _scalar_serial
+def bind_scalar(fmt, params, parallel=None):
+    if parallel is None:
+        parallel = use_parallel(fmt.data.shape[0])
+    kernel = _scalar_parallel if parallel else _scalar_serial
     indptr, indices, data = unsigned(fmt.indptr), unsigned(fmt.indices), fmt.data
     nchunks = _nchunks(fmt.shape[0])
     return lambda x, y: kernel(indptr, indices, data, x, y, nchunks)
 
 
-def bind_vector(fmt, params):
-    kernel = _vector_parallel if use_parallel(fmt.data.shape[0]) else _vector_serial
+def bind_vector(fmt, params, parallel=None):
+    if parallel is None:
+        parallel = use_parallel(fmt.data.shape[0])
+    kernel = _vector_parallel if parallel else _vector_serial
     indptr, indices, data = unsigned(fmt.indptr), unsigned(fmt.indices), fmt.data
     group, nchunks = params["threads_per_row"], _nchunks(fmt.shape[0])
     return lambda x, y: kernel(indptr, indices, data, x, y, group, nchunks)

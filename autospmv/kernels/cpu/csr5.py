@@ -105,10 +105,12 @@ def _csr5(tile_ptr, bit_flag, y_offset, empty_ptr, empty_offset, indices, data, 
 _csr5_serial, _csr5_parallel = specialisations(_csr5)
 
 
-def bind(fmt, params):
+def bind(fmt, params, parallel=None):
     """``run(x, y)``: y = A @ x from the CSR5 arrays of ``fmt`` (σ is ``fmt.sigma``)."""
     nnz = fmt.data.shape[0]
-    kernel = _csr5_parallel if use_parallel(nnz) else _csr5_serial
+    if parallel is None:
+        parallel = use_parallel(nnz)
+    kernel = _csr5_parallel if parallel else _csr5_serial
     tiles_per_task = max(1, _NNZ_PER_TASK // fmt.tile_size)
     arrays = (fmt.tile_ptr, fmt.bit_flag, fmt.y_offset, fmt.empty_ptr, fmt.empty_offset,
               unsigned(fmt.indices), fmt.data)

@@ -40,14 +40,16 @@ def _ell(col, data, width, x, y, accumulate, nchunks):
 _ell_serial, _ell_parallel = specialisations(_ell)
 
 
-def bind_ell(fmt, accumulate: bool):
+def bind_ell(fmt, accumulate: bool, parallel=None):
     """``run(x, y)`` computing ``y = A @ x``, or ``y += A @ x`` when ``accumulate`` (HYB adds its
     ELL part this way). Columns stay signed: padding is marked by -1."""
-    kernel = _ell_parallel if use_parallel(fmt.col.shape[0]) else _ell_serial
+    if parallel is None:
+        parallel = use_parallel(fmt.col.shape[0])
+    kernel = _ell_parallel if parallel else _ell_serial
     col, data, width = fmt.col, fmt.data, fmt.width
     nchunks = (fmt.shape[0] + _ROWS_PER_TASK - 1) // _ROWS_PER_TASK
     return lambda x, y: kernel(col, data, width, x, y, accumulate, nchunks)
 
 
-def bind(fmt, params):
-    return bind_ell(fmt, False)
+def bind(fmt, params, parallel=None):
+    return bind_ell(fmt, False, parallel)

@@ -10,9 +10,9 @@ from __future__ import annotations
 from . import coo, ell
 
 
-def bind(fmt, params):
-    overflow = coo.bind(fmt.coo, params)
-    add_ell = ell.bind_ell(fmt.ell, True)
+def bind(fmt, params, parallel=None):
+    overflow = coo.bind(fmt.coo, params, parallel)
+    add_ell = ell.bind_ell(fmt.ell, True, parallel)
 
     def run(x, y):
         overflow(x, y)

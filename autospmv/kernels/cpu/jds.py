@@ -37,8 +37,10 @@ def _jds(perm, jd_ptr, col, data, x, y, nchunks):
 _jds_serial, _jds_parallel = specialisations(_jds)
 
 
-def bind(fmt, params):
-    kernel = _jds_parallel if use_parallel(fmt.data.shape[0]) else _jds_serial
+def bind(fmt, params, parallel=None):
+    if parallel is None:
+        parallel = use_parallel(fmt.data.shape[0])
+    kernel = _jds_parallel if parallel else _jds_serial
     perm, jd_ptr, col, data = unsigned(fmt.perm), fmt.jd_ptr, unsigned(fmt.col), fmt.data
     nchunks = (fmt.shape[0] + _ROWS_PER_TASK - 1) // _ROWS_PER_TASK
     return lambda x, y: kernel(perm, jd_ptr, col, data, x, y, nchunks)

@@ -1,0 +1,179 @@
+"""How the CPU kernels use threads, chosen so that they never fight the BLAS or a loaded machine.
+
+SciPy's solvers alternate ``A @ x`` with BLAS calls (``dot``, ``norm``, ``axpy``, ARPACK's
+``gemv``) on OpenBLAS's own thread pool. Measured on a 2-core machine (cg on a 300×300 2-D
+Laplacian, ``(op @ x).dot(x)``), four things decide whether the two pools get along:
+
+1. **No spinning between calls.** numba's OpenMP layer, left at OpenMP's default wait policy,
+   keeps its workers spinning after each product; the BLAS call that follows then shares the
+   cores with them: ``op @ x`` alone 0.2-0.3 ms, followed by a ``dot`` 4-18 ms, and cg 2.4-20×
+   slower than with the SciPy matrix. Importing autospmv therefore sets ``OMP_WAIT_POLICY=PASSIVE``
+   (sleeping workers) unless the variable is already set, before numba starts its threads: the
+   pair then costs what its parts cost. OpenMP runtimes read the variable once, when they start,
+   so this only works if numba's threading layer has not run yet (see :func:`wait_policy`), and
+   it also applies to other OpenMP libraries that start later in the process (GNU and LLVM/Intel
+   runtimes alike). Setting ``OMP_WAIT_POLICY=ACTIVE`` before importing autospmv keeps spinning
+   workers. The ``workqueue`` layer (which never spins) did as well within the noise but woke its
+   threads more slowly (0.14 ms against 0.07 ms for ``op @ x`` on a 156K-nonzero matrix), and it
+   would be forced on every numba user of the process, so the layer is left to numba.
+2. **No threading where it cannot pay.** Waking sleeping workers costs ~15-20 µs; on the same
+   machine the serial kernel beat two threads up to ~90K nonzeros (67 µs against 84 µs at 84K)
+   and lost from ~160K (126 µs against 94 µs). An operator therefore uses one thread per
+   :data:`NNZ_PER_THREAD` nonzeros, and the serial compilation of its kernel (no thread pool at
+   all) when that comes to one thread.
+3. **No threads beside a threaded BLAS, unless the product is long.** OpenBLAS's workers keep
+   spinning (yielding) on the cores for a while after each call, and a solver calls the BLAS
+   between every two products, so a threaded product must take those cores back each time. In
+   cg (200 iterations, interleaved in one process) two threads doubled the time on bayer10's
+   Laplacian (156K nonzeros: 350 ms against 144 ms serial and 167 ms with SciPy) and lost on
+   delaunay_n15's (229K: 428 against 281 and 542 ms); with the BLAS limited to one thread, two
+   threads and one were equal (33 ms). So when the BLAS runs more than one thread (threadpoolctl,
+   which scikit-learn brings, tells; without it none is assumed) products below
+   :data:`BLAS_SHARED_MIN_NNZ` nonzeros run serially. From there a serial product takes a
+   millisecond or more, and what the threads save outweighs taking the cores back.
+4. **Never more threads than cores.** The count is also capped by the cores this process may
+   run on (``os.sched_getaffinity``: ``taskset`` and container CPU sets) and by numba's current
+   thread count (``numba.get_num_threads()``, which the caller may lower with
+   ``numba.set_num_threads``), read at every call.
+
+The BLAS is left as the user configured it: autospmv never changes another library's pool.
+
+In the solver benchmark (``benchmarks/solvers.py``: cg, eigsh and expm_multiply on four shared
+matrices of 156K-509K nonzeros, default environment, 2 cores under outside load, load average
+6-30, four runs each), the geometric mean of operator time / SciPy time went from 3.8-6.2 (cg),
+4.2-10.2 (eigsh) and 1.4-2.8 (expm_multiply) with spinning workers and threads from 50K
+nonzeros, to 1.1-1.7, 0.8-1.2 and 0.6-1.7 with sleeping workers and threads from 120K nonzeros;
+``op @ x`` followed by a ``dot`` went from up to 49× the sum of its parts to at most 1.08×. The
+serial kernel (``threads=1``) gave 0.87-1.14, 0.91-0.93 and 1.04-1.15, which led to rule 3.
+
+Overrides, strongest first: ``prepare(A, threads=k)``; the environment variable
+``AUTOSPMV_NUM_THREADS=k`` (read when an operator is built); otherwise the rules above.
+An explicit count is still capped by numba's pool size (``NUMBA_NUM_THREADS``), and ``1`` always
+means the serial kernel.
+"""
+
+from __future__ import annotations
+
+import os
+
+ENV_THREADS = "AUTOSPMV_NUM_THREADS"
+"""Environment variable giving the number of CPU threads per product (a positive integer)."""
+
+BLAS_SHARED_MIN_NNZ = 1_000_000
+"""Below this many nonzeros a product runs serially while the BLAS runs more than one thread."""
+
+NNZ_PER_THREAD = 60_000
+"""Nonzeros per thread: a product uses ``nnz // NNZ_PER_THREAD`` threads (at least one), so
+threading starts at 120K nonzeros, where two threads beat the serial kernel even after waking."""
+
+_POLICY_VARIABLE = "OMP_WAIT_POLICY"
+_policy_set_here = False
+
+
+def _set_passive_wait_policy() -> None:
+    """Ask OpenMP for sleeping (not spinning) workers, unless the user chose a policy."""
+    global _policy_set_here
+    if _POLICY_VARIABLE not in os.environ and not _numba_threads_started():
+        os.environ[_POLICY_VARIABLE] = "PASSIVE"
+        _policy_set_here = True
+
+
+def _numba_threads_started() -> bool:
+    try:
+        from numba.np.ufunc import parallel
+    except ImportError:  # pragma: no cover - numba is a dependency
+        return False
+    return bool(getattr(parallel, "_is_initialized", False))
+
+
+def wait_policy() -> str:
+    """One line: the OpenMP wait policy in effect for numba's threads, and who chose it."""
+    value = os.environ.get(_POLICY_VARIABLE)
+    if _policy_set_here:
+        return f"{_POLICY_VARIABLE}={value} (set by autospmv)"
+    if value is not None:
+        return f"{_POLICY_VARIABLE}={value} (set by the user)"
+    return (f"{_POLICY_VARIABLE} unset: numba's threads started before autospmv was imported, "
+            "so the OpenMP runtime's default (spinning) applies")
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its CPU affinity), else the machine's core count."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def pool_size() -> int:
+    """The most threads numba can run (``NUMBA_NUM_THREADS``, fixed when numba starts)."""
+    import numba
+
+    return int(numba.config.NUMBA_NUM_THREADS)
+
+
+def blas_threads() -> int:
+    """The most threads any loaded BLAS runs (threadpoolctl), 1 when it cannot be told."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return 1
+    counts = [pool.get("num_threads") or 1 for pool in threadpool_info()
+              if pool.get("user_api") == "blas"]
+    return max(counts, default=1)
+
+
+def check_threads(threads, source: str = "threads") -> int | None:
+    """``threads`` as a positive int (None stays None); anything else is a ValueError."""
+    if threads is None:
+        return None
+    if isinstance(threads, str):
+        text = threads.strip()
+        if not text.isdigit():
+            raise ValueError(f"{source} must be a positive integer; got {threads!r}")
+        threads = int(text)
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"{source} must be a positive integer; got {threads!r}")
+    return threads
+
+
+def requested_threads(threads=None) -> tuple[int | None, str]:
+    """The explicit thread count (``threads=``, else ``AUTOSPMV_NUM_THREADS``) and its source;
+    (None, "auto") when neither is given."""
+    if threads is not None:
+        return check_threads(threads), "threads="
+    env = os.environ.get(ENV_THREADS)
+    if env is not None and env.strip():
+        return check_threads(env, ENV_THREADS), ENV_THREADS
+    return None, "auto"
+
+
+def choose_threads(nnz: int, threads=None) -> tuple[int, str]:
+    """Threads for one product over ``nnz`` nonzeros, and a sentence saying why.
+
+    The result is the most threads a call may use; each call further caps it by numba's current
+    thread count. See the module docstring for the rule and the measurements behind it.
+    """
+    explicit, source = requested_threads(threads)
+    pool = pool_size()
+    if explicit is not None:
+        count = min(explicit, pool)
+        why = f"{explicit} requested by {source}"
+        if count < explicit:
+            why += f", capped at numba's pool of {pool} (NUMBA_NUM_THREADS)"
+        return count, why
+    cores = usable_cores()
+    by_size = max(1, nnz // NNZ_PER_THREAD)
+    count = min(pool, cores, by_size)
+    why = (f"auto: min(one per {NNZ_PER_THREAD:,} nonzeros = {by_size}, usable cores = {cores}, "
+           f"numba pool = {pool})")
+    if count > 1 and nnz < BLAS_SHARED_MIN_NNZ:
+        blas = blas_threads()
+        if blas > 1:
+            count = 1
+            why = (f"auto: serial beside a BLAS running {blas} threads, below "
+                   f"{BLAS_SHARED_MIN_NNZ:,} nonzeros")
+    return count, why
+
+
+_set_passive_wait_policy()
