@@ -22,30 +22,28 @@ import numpy as np  # noqa: E402
 import scipy.sparse as sp  # noqa: E402
 
 import autospmv  # noqa: E402
-from autospmv.kernels.cpu import PARALLEL_MIN_NNZ  # noqa: E402
 
 THREADS = 8
 CALLS = 25
 
 
 def matrix(seed: int, rows: int = 4000) -> sp.csr_matrix:
-    """About 1.6 PARALLEL_MIN_NNZ nonzeros, so that every kernel runs its parallel
-    specialisation: rows of 15 to 25 entries and one of 45 (HYB's overflow; ELL's padding stays
-    under its fill limit)."""
+    """About 80,000 nonzeros in rows of 15 to 25 entries and one of 45 (HYB's overflow; ELL's
+    padding stays under its fill limit). The operators are built with ``threads=2``, so every
+    kernel runs its parallel specialisation whatever the size rule would pick."""
     rng = np.random.default_rng(seed)
     lengths = rng.integers(15, 26, rows)
     lengths[7] = 45
     indptr = np.concatenate([[0], np.cumsum(lengths)])
     indices = np.concatenate([np.sort(rng.choice(3000, n, replace=False)) for n in lengths])
     A = sp.csr_matrix((rng.uniform(-1, 1, indptr[-1]), indices, indptr), shape=(rows, 3000))
-    assert A.nnz >= PARALLEL_MIN_NNZ
     return A
 
 
 def layer_or_exit() -> str:
     """Start numba's threads with a tiny parallel call; exit 3 if the layer is unavailable."""
     try:
-        autospmv.prepare(matrix(0), kernel="csr_scalar", device="cpu") @ np.ones(3000)
+        autospmv.prepare(matrix(0), kernel="csr_scalar", device="cpu", threads=2) @ np.ones(3000)
     except ValueError as error:  # "No threading layer could be loaded" and its kin
         print(f"threading layer unavailable: {error}", file=sys.stderr)
         sys.exit(3)
@@ -57,7 +55,7 @@ def threads() -> dict:
     with their own x; every result must equal the one computed alone, bit for bit."""
     layer = layer_or_exit()
     A, B = matrix(1), matrix(2)
-    shared = {k: autospmv.prepare(A, kernel=k, device="cpu") for k in autospmv.KERNELS}
+    shared = {k: autospmv.prepare(A, kernel=k, device="cpu", threads=2) for k in autospmv.KERNELS}
     rng = np.random.default_rng(3)
     xs = [rng.uniform(-1, 1, 3000) for _ in range(THREADS)]
     expected = {k: [op @ x for x in xs] for k, op in shared.items()}
@@ -65,7 +63,7 @@ def threads() -> dict:
     start = threading.Barrier(THREADS)
 
     def work(t: int) -> None:
-        own = {k: autospmv.prepare(B, kernel=k, device="cpu") for k in autospmv.KERNELS}
+        own = {k: autospmv.prepare(B, kernel=k, device="cpu", threads=2) for k in autospmv.KERNELS}
         own_expected = {k: B @ xs[t] for k in own}
         out = np.empty(A.shape[0])
         start.wait()
@@ -103,7 +101,7 @@ def fork() -> dict:
     global _OPERATOR
     layer = layer_or_exit()
     A = matrix(4)
-    _OPERATOR = autospmv.prepare(A, kernel="csr_vector", device="cpu")
+    _OPERATOR = autospmv.prepare(A, kernel="csr_vector", device="cpu", threads=2)
     expected = [float(A @ np.random.default_rng(s).uniform(-1, 1, 3000) @ np.ones(4000))
                 for s in range(4)]
     _OPERATOR @ np.ones(3000)  # the parent's parallel call before the fork

@@ -20,9 +20,11 @@ copy loops ran about 1.7x faster. Every position is computed in signed int64 fir
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 from numba import prange
+
+from ..kernels import njit
+from ..kernels.cpu import specialisations
 
 _TASK_NNZ = 1 << 16
 """Nonzeros per task of :func:`row_tasks` (a task is at least one row)."""
@@ -45,8 +47,15 @@ def row_tasks(indptr: np.ndarray, rows_per_block: int = 1) -> np.ndarray:
     return np.unique(np.minimum(bounds, m))
 
 
-_jit = numba.njit(cache=True, nogil=True, parallel=True)
-_jit_serial = numba.njit(cache=True, nogil=True)
+def _jit(function):
+    """A parallel conversion pass, compiled and called like the CPU kernels'
+    (:func:`autospmv.kernels.cpu.specialisations`): under a lock while numba's threading layer
+    is ``workqueue``, which aborts when two threads run parallel work at once, and serially in
+    a process forked after GNU OpenMP started."""
+    return specialisations(function)[1]
+
+
+_jit_serial = njit(cache=True, nogil=True)
 _u = np.uintp
 
 
@@ -178,7 +187,7 @@ def gather_diagonals(indptr, indices, data, perm, tasks, jd_ptr, col, out_data):
                     out_data[_u(base + i)] = data[_u(start[i] + d)]
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, inline="always")
 def _row_of(indptr, p):
     """The last row r with ``indptr[r] <= p`` (skips empty rows; m for p >= nnz)."""
     lo = 0
