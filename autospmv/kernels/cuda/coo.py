@@ -62,23 +62,15 @@ def coo_kernel(row, col, data, x, y):
     # Runs that end inside the thread go to y at once; `value` keeps the tail run of row `r`.
     r = r0
     value = v0
-    if r1 != r:
-        cuda.atomic.add(y, r, value)
-        r = r1
-        value = zero
-    value += v1
-    if r2 != r:
-        if r >= 0:
-            cuda.atomic.add(y, r, value)
-        r = r2
-        value = zero
-    value += v2
-    if r3 != r:
-        if r >= 0:
-            cuda.atomic.add(y, r, value)
-        r = r3
-        value = zero
-    value += v3
+    for _ in range(ITEMS - 1):  # a constant trip count, unrolled: r1, v1 step through the rest
+        if r1 != r:
+            if r >= 0:
+                cuda.atomic.add(y, r, value)
+            r = r1
+            value = zero
+        value += v1
+        r1, v1 = r2, v2
+        r2, v2 = r3, v3
     offset = 1
     while offset < WARP:
         other_value = cuda.shfl_down_sync(0xFFFFFFFF, value, offset)
