@@ -57,6 +57,10 @@ COMPACT_BELOW = 0.5
 """A part whose column footprint has fewer than this share of A's columns receives only
 ``x[footprint]`` per product; any other part reads the whole (shared) x."""
 
+INLINE_BYTES = 1 << 20
+"""Per product, an input of x up to this size travels inside its part's task; a larger one is
+scattered to the workers first (see :meth:`DistributedOperator._run`)."""
+
 
 def _require_distributed():
     try:
@@ -84,12 +88,19 @@ def _default_client():
 def row_partition(indptr: np.ndarray, parts: int) -> np.ndarray:
     """Row boundaries (``parts + 1`` of them, from 0 to m) of contiguous blocks of about equal
     work, where a row's work is its nonzeros plus one (its entry of y, and so that rows without
-    nonzeros are spread too). Blocks may be empty when there are more parts than rows."""
+    nonzeros are spread too).
+
+    Boundary k is the row boundary whose cumulative work is nearest to k/parts of the total, so
+    a row longer than a share gets a block of its own rather than joining its neighbours'.
+    Blocks may be empty when a row holds more than a share or there are more parts than rows.
+    """
     m = indptr.size - 1
     work = indptr.astype(np.int64) + np.arange(m + 1, dtype=np.int64)  # cumulative work
     targets = work[-1] * np.arange(1, parts, dtype=np.float64) / parts
-    inner = np.searchsorted(work, targets, side="left")
-    return np.concatenate(([0], inner, [m])).astype(np.int64)
+    above = np.minimum(np.searchsorted(work, targets, side="left"), m)
+    below = np.maximum(above - 1, 0)
+    nearest = np.where(targets - work[below] < work[above] - targets, below, above)
+    return np.concatenate(([0], nearest, [m])).astype(np.int64)
 
 
 @dataclasses.dataclass(eq=False)
@@ -212,10 +223,12 @@ class DistributedOperator(LinearOperator):
             return self._dask_matvec(x)
         if _is_cupy_array(x):
             return self._cupy_matvec(x)
-        return super().matvec(x)
+        column = np.ndim(x) == 2
+        y = self._matvec(check_vector(x, self.shape[1], self.dtype))
+        return y.reshape(-1, 1) if column else y
 
     def __matmul__(self, x):
-        if _is_dask_array(x) or _is_cupy_array(x):
+        if _is_dask_array(x) or _is_cupy_array(x) or (isinstance(x, np.ndarray) and x.ndim == 1):
             return self.matvec(x)
         return super().__matmul__(x)
 
@@ -228,18 +241,21 @@ class DistributedOperator(LinearOperator):
         x = check_vector(x, self.shape[1], self.dtype)
         pieces = [x[part.footprint] if part.compacted else None for part in self.parts]
         shared = x if any(piece is None for piece in pieces) else None
-        futures = self._run(pieces, shared)
-        results = self.client.gather(futures)
-        return np.concatenate(results) if results else np.empty(0, self.dtype)
+        return np.concatenate(self.client.gather(self._run(pieces, shared)))
 
     def _run(self, pieces, shared) -> list:
         """Send each part its x (its piece, or the shared whole x) and start its product;
-        the futures of the parts' results, in order."""
+        the futures of the parts' results, in order.
+
+        Inputs of at most :data:`INLINE_BYTES` travel inside the part's task (one message, no
+        extra round trip); larger ones are scattered first: a part's piece to its worker, the
+        shared x once to every worker whose parts read it (``broadcast=True``).
+        """
         client = self.client
-        sent = [None] * len(self.parts)
+        sent = list(pieces)
         by_worker = {}
         for part, piece in zip(self.parts, pieces):
-            if piece is not None:
+            if piece is not None and piece.nbytes > INLINE_BYTES:
                 by_worker.setdefault(part.worker, []).append(part.index)
         for worker, indices in by_worker.items():
             futures = client.scatter([pieces[i] for i in indices], workers=[worker], hash=False)
@@ -247,15 +263,24 @@ class DistributedOperator(LinearOperator):
                 sent[i] = future
         shared_count = 0
         if shared is not None:
-            readers = sorted({p.worker for p, piece in zip(self.parts, pieces) if piece is None})
-            shared_future = client.scatter(shared, workers=readers, broadcast=True, hash=False)
-            shared_count = shared.size * len(readers)
-            sent = [shared_future if future is None else future for future in sent]
-        per_part = [0 if piece is None else piece.size for piece in pieces]
+            readers = [p for p, piece in zip(self.parts, pieces) if piece is None]
+            if shared.nbytes > INLINE_BYTES:
+                workers = sorted({part.worker for part in readers})
+                shared = client.scatter(shared, workers=workers, broadcast=True, hash=False)
+                shared_count = self.shape[1] * len(workers)
+            else:
+                shared_count = self.shape[1] * len(readers)
+            sent = [shared if piece is None else item for piece, item in zip(pieces, sent)]
+        per_part = [0 if piece is None else int(piece.size) for piece in pieces]
         self.last_transfer = {"per_part": per_part, "shared": shared_count,
                               "entries": sum(per_part) + shared_count}
         return [client.submit(_part_matvec, op, xs, workers=[part.worker], pure=False)
-                for part, op, xs in zip(self.parts, self._futures, sent)]
+                for part, op, xs in zip(self.parts, self._live_futures(), sent)]
+
+    def _live_futures(self) -> list:
+        if len(self._futures) != len(self.parts):
+            raise RuntimeError("this DistributedOperator was closed; prepare it again")
+        return self._futures
 
     def _dask_matvec(self, x):
         import dask.array as da
@@ -270,12 +295,13 @@ class DistributedOperator(LinearOperator):
         # One compute: x's chunks are computed once however many parts read them.
         computed = self.client.compute(inputs)
         futures = [self.client.submit(_part_matvec, op, xs, workers=[part.worker], pure=False)
-                   for part, op, xs in zip(self.parts, self._futures, computed)]
+                   for part, op, xs in zip(self.parts, self._live_futures(), computed)]
         blocks = [da.from_delayed(future, shape=(part.rows[1] - part.rows[0],), dtype=self.dtype)
                   for part, future in zip(self.parts, futures)]
-        if not blocks:
-            return da.zeros(0, dtype=self.dtype)
-        return da.concatenate(blocks)
+        y = da.concatenate(blocks)
+        rows = tuple(part.rows[1] - part.rows[0] for part in self.parts)
+        # concatenate may drop empty blocks; the chunks are the row parts, empty ones included.
+        return y if y.chunks == (rows,) else y.rechunk((rows,))
 
     def _cupy_matvec(self, x):
         import cupy
@@ -290,8 +316,7 @@ class DistributedOperator(LinearOperator):
                   for part in self.parts]
         shared = x if any(piece is None for piece in pieces) else None
         results = self.client.gather(self._run(pieces, shared))
-        return cupy.concatenate([cupy.asarray(r) for r in results]) if results else \
-            cupy.empty(0, self.dtype)
+        return cupy.concatenate([cupy.asarray(result) for result in results])
 
     def _device_footprint(self, part):
         """The part's footprint on the client's GPU (uploaded on first use)."""
@@ -305,7 +330,8 @@ class DistributedOperator(LinearOperator):
         raise NotImplementedError("DistributedOperator has no transpose; prepare A.T for Aᵀ @ x")
 
     def close(self):
-        """Release the parts held on the workers (also happens when the operator is collected)."""
+        """Release the parts held on the workers now (otherwise when the operator is collected);
+        a closed operator refuses products."""
         for future in self._futures:
             future.release()
         self._futures = []
