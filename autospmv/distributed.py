@@ -53,9 +53,15 @@ from scipy.sparse.linalg import LinearOperator
 
 from .validation import canonicalize, check_device, check_vector
 
-COMPACT_BELOW = 0.5
+COMPACT_BELOW = 0.8
 """A part whose column footprint has fewer than this share of A's columns receives only
-``x[footprint]`` per product; any other part reads the whole (shared) x."""
+``x[footprint]`` per product; any other part reads the whole (shared) x.
+
+Taking ``x[footprint]`` on the client is one pass over the footprint, cheaper than sending the
+entries it saves, so compaction pays well above half of n. The case that sets the bar: a square
+band or mesh matrix on two workers, whose halves each touch just over half of the columns;
+a 50 % bar would send both workers all of x. Near n, the saving is small and a worker's parts
+share one copy of x instead of receiving overlapping pieces."""
 
 INLINE_BYTES = 1 << 20
 """Per product, an input of x up to this size travels inside its part's task; a larger one is

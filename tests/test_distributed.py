@@ -178,11 +178,15 @@ def test_wide_footprint_reads_the_whole_x(client):
 
 
 def test_compaction_threshold(client):
-    A = poisson2d(20)  # 400 columns; a half of the rows touches about half of them
+    A = poisson2d(20)  # 400 columns; a half of the rows touches just over half of them
     never = prepare(A, client, parts=2, compact_below=0.0)
     always = prepare(A, client, parts=2, compact_below=1.0)
     assert not any(p.compacted for p in never.parts)
     assert all(p.compacted for p in always.parts)
+    # The default bar lets each half of a square mesh matrix receive only its footprint.
+    default = prepare(A, client, parts=2)
+    assert all(p.compacted and 0.5 * 400 < p.columns < 400 for p in default.parts)
+    assert default.compact_below == adist.COMPACT_BELOW
     y_never = check_product(never, A, np.float64)
     y_always = check_product(always, A, np.float64)
     np.testing.assert_array_equal(y_never, y_always)
@@ -191,8 +195,8 @@ def test_compaction_threshold(client):
 def test_large_inputs_are_scattered(client, monkeypatch):
     """Inputs above INLINE_BYTES go through scatter (the shared x broadcast, pieces per
     worker) instead of inside the tasks; the results are the same."""
-    # Two wide rows (about 70 % of the columns), then a diagonal over half of the columns.
-    A = sp.csr_matrix(sp.vstack([random_matrix(2, 6000, 0.45, 1),
+    # Two wide rows (about 90 % of the columns), then a diagonal over half of the columns.
+    A = sp.csr_matrix(sp.vstack([random_matrix(2, 6000, 0.7, 1),
                                  sp.hstack([diagonal(3000, 2), sp.csr_matrix((3000, 3000))])]))
     op = prepare(A, client, parts=2)
     assert [p.compacted for p in op.parts] == [False, True]
