@@ -46,6 +46,7 @@ The operator has no transpose (``rmatvec``); build one from ``A.T`` when it is n
 from __future__ import annotations
 
 import dataclasses
+import threading
 
 import numpy as np
 import scipy.sparse as sp
@@ -152,10 +153,18 @@ def _compact(block: sp.csr_matrix, n: int, compact_below: float):
 
 # The functions below run on the workers.
 
+_CPU_LOCK = threading.Lock()
+"""Serialises CPU work of the workers that share a process (``LocalCluster(processes=False)``).
+Each numba CPU kernel already uses all cores, so nothing is lost, and numba's default threading
+layer (workqueue, used when neither OpenMP nor TBB is available) aborts the process when two
+threads run parallel regions at once."""
+
+
 def _prepare_part(matrix, device, kwargs):
     import autospmv
 
-    return autospmv.prepare(matrix, device=device, **kwargs)
+    with _CPU_LOCK:
+        return autospmv.prepare(matrix, device=device, **kwargs)
 
 
 def _describe_part(op):
@@ -163,6 +172,9 @@ def _describe_part(op):
 
 
 def _part_matvec(op, x):
+    if op.device == "cpu":
+        with _CPU_LOCK:
+            return op.matvec(x)
     return op.matvec(x)
 
 

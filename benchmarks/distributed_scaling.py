@@ -142,7 +142,7 @@ def start_cluster(kind: str, workers: int):
     else:
         threads = max(1, (os.cpu_count() or 1) // workers)
         cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                               dashboard_address=None, silence_logs=40,
+                               dashboard_address=":0", silence_logs=40,
                                env={"NUMBA_NUM_THREADS": str(threads),
                                     "OMP_NUM_THREADS": str(threads)})
     return cluster, Client(cluster)

@@ -14,6 +14,7 @@ models retrained on the machine that runs the tests.
 from __future__ import annotations
 
 import pickle
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -37,7 +38,7 @@ CPU_MODEL = str(Path(__file__).resolve().parent.parent / "models"
 @pytest.fixture(scope="module")
 def client():
     cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                       dashboard_address=None, silence_logs=50)
+                                       dashboard_address=":0", silence_logs=50)
     client = distributed.Client(cluster, set_as_default=False)
     try:
         yield client
@@ -293,3 +294,22 @@ def test_errors(client):
     op.close()
     with pytest.raises(RuntimeError, match="was closed"):
         op @ np.ones(20)
+
+
+def test_in_process_workers_take_turns_on_the_cpu():
+    """Workers sharing a process (``processes=False``, as in the README) run CPU products one at
+    a time: a product waits while another thread holds the lock, then completes correctly."""
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                                  dashboard_address=":0", silence_logs=50) as cluster, \
+            distributed.Client(cluster, set_as_default=False) as client:
+        A = random_matrix(200, 150, 0.05, 4)
+        op = prepare(A, client)
+        x = random_vector(np.random.default_rng(5), 150, np.float64)
+        result = {}
+        with adist._CPU_LOCK:
+            product = threading.Thread(target=lambda: result.setdefault("y", op @ x))
+            product.start()
+            product.join(1.0)
+            assert product.is_alive() and not result
+        product.join(60)
+        assert relative_error(result["y"], reference(A, x)) <= 1e-12
