@@ -1,9 +1,14 @@
 """A row-partitioned operator on a Dask cluster: each part of A chooses its own kernel.
 
->>> from distributed import Client, LocalCluster
->>> client = Client(LocalCluster(n_workers=2, threads_per_worker=1))   # or LocalCUDACluster()
->>> op = autospmv.distributed.prepare(A, client=client)
->>> y = op @ x
+Usage (``A`` any matrix :func:`autospmv.prepare` accepts, ``x`` a vector)::
+
+    from distributed import Client, LocalCluster
+    client = Client(LocalCluster(n_workers=2, threads_per_worker=1))  # GPUs: LocalCUDACluster()
+    op = autospmv.distributed.prepare(A, client=client)
+    y = op @ x
+
+Without ``client=``, the default client (the last one created) is used; when there is none,
+:func:`prepare` raises a ValueError saying how to start one: it never starts a cluster itself.
 
 How it works
 ------------
@@ -13,8 +18,10 @@ assigns them to the workers in turn. For each part it computes the *column footp
 sorted distinct columns the part's nonzeros touch. When the footprint holds fewer than
 ``compact_below`` × n columns, the part is stored with its columns renumbered to positions in the
 footprint (a rows × footprint matrix), and every product sends it only ``x[footprint]``.
-Otherwise the part keeps all n columns and reads the whole x, which is then scattered once per
-product to the workers that need it and shared by all their parts.
+Otherwise the part keeps all n columns and reads the whole x, which is then sent once per
+product to each worker that needs it and shared by all its parts. Inputs up to
+:data:`INLINE_BYTES` travel inside the parts' tasks; larger ones are scattered to the workers
+first (see :meth:`DistributedOperator._run`).
 
 Each part is scattered to its worker, where :func:`autospmv.prepare` runs on it: the worker
 extracts the part's features, asks the tree for the part's own kernel and converts the part
@@ -39,6 +46,11 @@ product costs a round of scatter, one task per part and a gather (about a millis
 scheduler work per part on a local cluster, more across nodes), plus moving x and y between
 the client and the workers. The operator pays off when a part's product takes much longer than
 that, i.e. for matrices with hundreds of millions of nonzeros per worker.
+
+Workers: a ``LocalCluster`` of worker processes (``processes=True``, Dask's default) is what a
+``LocalCUDACluster`` uses and what the tests run on. Workers sharing one process
+(``processes=False``: no serialisation, quicker to start) work too; their CPU products then
+take turns (:data:`_CPU_LOCK`), each using all cores through numba's threads.
 
 The operator has no transpose (``rmatvec``); build one from ``A.T`` when it is needed.
 """
