@@ -513,14 +513,14 @@ def parse_args(argv=None):
     parser.add_argument("--env", default="default", help=argparse.SUPPRESS)
     parser.add_argument("--blas-method", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.matrices is None:
-        parser.error("no matrix folder found; pass --matrices DIR")
     unknown = set(args.solvers) - set(SOLVERS)
     if unknown:
         parser.error(f"unknown solvers {sorted(unknown)}; valid: {', '.join(SOLVERS)}")
     unknown = set(args.envs) - set(ENVS)
     if unknown:
         parser.error(f"unknown environments {sorted(unknown)}; valid: {', '.join(ENVS)}")
+    if args.matrices is None:
+        parser.error("no matrix folder found; pass --matrices DIR")
     if args.quick:
         argv_text = " ".join(argv if argv is not None else sys.argv[1:])
         if args.only is None:
