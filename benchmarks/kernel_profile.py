@@ -15,8 +15,8 @@ timed back-to-back and per call (the timer of :mod:`gpu`). Three rates are repor
 another implementation of that module (a file with the same ``build(fmt, params, arrays)``),
 built on the same uploaded arrays: an A/B of versions of a kernel in one process on one device.
 
-    PYTHONPATH=. python benchmarks/kernel_profile.py --matrices .matrices --dtypes float32,float64 \\
-        --variants csr5:sigma=8,12,16,24,32 --out results.json
+    PYTHONPATH=. python benchmarks/kernel_profile.py --matrices .matrices \\
+        --dtypes float32,float64 --variants csr5:sigma=8,12,16,24,32 --out results.json
 
 Counters (Nsight Compute) for the same launches: ``--once`` runs every configuration exactly once
 with no timing, for ``ncu --kernel-name regex:_kernel --csv ... python benchmarks/kernel_profile.py
@@ -248,7 +248,8 @@ def summary_line(record) -> str:
     for r in record["runs"]:
         if not r.get("feasible"):
             continue
-        tag = r["kernel"] + ("" if r["implementation"] == "registered" else f"[{r['implementation']}]")
+        implementation = r["implementation"]
+        tag = r["kernel"] + ("" if implementation == "registered" else f"[{implementation}]")
         tag += "".join(f":{v}" for v in r["params"].values()) if r["params"] else ""
         bad = r["error"] > (1e-5 if record["dtype"] == "float32" else 1e-12)
         cells.append(f"{tag}={'WRONG' if bad else format(r['eff_tbs'], '.2f')}")

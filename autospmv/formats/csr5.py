@@ -114,10 +114,12 @@ def choose_sigma(csr: sp.csr_matrix, device: str) -> int:
     CPU: twice the structural σ, since a CPU thread walks a tile's lanes in turn and longer tiles
     amortise the per-tile descriptors and carries.
 
-    Measured with the eight-entry kernel on an H100 (back-to-back, 15 matrices of 10–20M
-    nonzeros whose structural σ is 12 or 16, ``benchmarks/results/csr5-ab-h100-2026-11-23.json``):
-    σ = 16 ran at 1.78–2.55 TB/s effective in float32 and 1.76–2.64 in float64 where σ = 12, on
-    the clamped path, ran at 1.33–2.18 and 1.50–2.41; σ = 24 was within ±6 % of 16 either way.
+    Measured with the eight-entry kernel on an H100 (back-to-back, 10–20M nonzeros,
+    ``benchmarks/results/csr5-ab-h100-2026-11-23.json``): on 12 grown real and regular matrices
+    σ = 16 ran at 1.78–2.55 TB/s effective in float32 and 1.76–2.57 in float64, where σ = 12,
+    on the clamped path, ran at 1.33–2.18 and 1.50–2.41; on three with random columns, bound by
+    the gathers of x, the two were within 5 %. σ = 24 reached 0.94–1.04× the bandwidth of σ = 16
+    in float32 and 0.86–1.03× in float64 (lowest on short rows): σ does not depend on the dtype.
     The halving rules were designed on per-call times of σ/2, σ and 2σ of the structural rule
     (174 matrices of 10⁴–10⁷ nonzeros on an H200, 115 on a 2-core Xeon, four-entry kernel): on
     the H200 they raised the structural rule's 0.937 of the fastest of those (geometric mean) to
