@@ -22,7 +22,9 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from . import KERNELS, Decision, cuda_available, glossary, prepare, select, selector
+from . import (  # noqa: F401 (KERNELS: the built-in names, read here by scripts)
+    KERNELS, Decision, cuda_available, glossary, prepare, registry, select, selector,
+)
 from .formats.base import FormatTooLargeError
 from .model import device_slug, user_data_dir
 from .validation import DEVICES, SUPPORTED_DTYPES, canonicalize
@@ -209,7 +211,7 @@ def cmd_bench(args) -> None:
     x = np.random.default_rng(0).standard_normal(A.shape[1]).astype(A.dtype)
     print(f"{args.file}: {A.shape[0]}×{A.shape[1]}, {A.nnz:,} nonzeros, on {device}")
     times = {}
-    for kernel in KERNELS:
+    for kernel in registry.names():
         try:
             op = prepare(A, kernel=kernel, device=device)
         except FormatTooLargeError as error:
@@ -275,7 +277,7 @@ def cmd_info(args) -> None:
         print("device: cpu (no usable CUDA GPU found)")
     for dtype in ("float64", "float32"):
         print(describe_model("cuda" if cuda_available() else "cpu", dtype=dtype))
-    print(f"kernels: {', '.join(KERNELS)}")
+    print(f"kernels: {', '.join(registry.names())}")
     from .cache import configure
 
     state = configure()

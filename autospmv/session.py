@@ -146,7 +146,7 @@ def prepare(A, *, kernel: str | None = None, device: str | None = None, model=No
 
     ``tune="measure"`` (in the manner of FFTW_MEASURE) builds the tree's
     :data:`TUNE_CANDIDATES` best-ranked kernels that A's formats accept (without a model: the
-    rule's kernel, then :data:`KERNELS` in order), times each on A back-to-back (the kernel's
+    rule's kernel, then the registry's kernels in order), times each on A back-to-back (the kernel's
     own time, what an iterative solver's loop of products sees) with the labeller's timer
     (:class:`training.timing.Bench`: warm-up, then a few batches, all candidates interleaved)
     and keeps the fastest. ``op.decision.tuning`` records the predicted kernel, every
@@ -207,7 +207,7 @@ def _measure(csr, decision: Decision, device: str, borrowed: bool,
 
     started = time.perf_counter()
     ranking = [decision.kernel] + list(decision.candidates)
-    ranking += [k for k in registry.KERNELS if k not in ranking]
+    ranking += [k for k in registry.names() if k not in ranking]
     ops, refused = {}, []
     for k in ranking:
         if len(ops) == TUNE_CANDIDATES:
