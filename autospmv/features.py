@@ -87,6 +87,7 @@ import scipy.sparse as sp
 from numba import prange
 
 from .cost import QUANTITY_NAMES, quantities, quantity_names
+from .devices import target_device
 from .kernels import njit
 from .kernels.cpu import specialisations
 from .validation import canonicalize
@@ -182,8 +183,6 @@ def features(A, sample_rows: int | None = None, device: str | None = None) -> di
         raise ValueError(
             f"sample_rows must be a positive number of rows or None; got {sample_rows}"
         )
-    from .session import target_device
-
     device = target_device(device)
     csr = canonicalize(A)  # validates A; canonical input is used as is
     m, n = csr.shape

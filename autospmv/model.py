@@ -60,7 +60,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import registry
+from . import devices, registry
 
 FORMAT = "autospmv-tree"
 SCHEMA_VERSION = 1
@@ -713,12 +713,10 @@ def device_slug(device: str | None = None) -> str:
     (deciding for a GPU elsewhere) gives ``"cuda-no-gpu"``, which names no model, so that the
     nearest shipped GPU model decides.
     """
-    from .session import cuda_available
-
     if device is None:
-        device = "cuda" if cuda_available() else "cpu"
+        device = devices.default_device()
     if device == "cuda":
-        if not cuda_available():
+        if not devices.cuda_available():
             return "cuda-no-gpu"
         from numba import cuda
 

@@ -24,8 +24,8 @@ from typing import Callable
 import numpy as np
 import scipy.sparse as sp
 
+from .devices import CUDA_WARPS_IN_FLIGHT, check_device_name  # noqa: F401  (also read here)
 from .formats.base import SparseFormat, row_lengths
-from .validation import DEVICES, check_device
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,12 +141,6 @@ def _resolve(reference):
     return getattr(importlib.import_module(module), attribute)
 
 
-CUDA_WARPS_IN_FLIGHT = 4096
-"""Warps a large GPU runs at once, as the CUDA choosers count them: an H100/H200 holds 132 SMs ×
-64 = 8448, and the choosers' quality (geometric mean over the 174 H200-labelled matrices they
-were designed on) moves by less than 1 % for any value from 3000 to 8448."""
-
-
 def no_params(csr: sp.csr_matrix, device: str) -> dict:
     return {}
 
@@ -203,14 +197,6 @@ def choose_csr5_sigma(csr: sp.csr_matrix, device: str) -> dict:
     from .formats.csr5 import choose_sigma
 
     return {"sigma": int(choose_sigma(csr, check_device_name(device)))}
-
-
-def check_device_name(device) -> str:
-    """``device`` if it names a device, else a ValueError: :func:`validation.check_device`,
-    without its None (automatic), since choosers tune for one device."""
-    if check_device(device) is None:
-        raise ValueError(f"parameters are chosen for a device in {DEVICES}; got None")
-    return device
 
 
 THREADS_PER_ROW_VARIANTS = (2, 4, 8, 16, 32)
