@@ -24,7 +24,7 @@ from typing import Callable
 import numpy as np
 import scipy.sparse as sp
 
-from .devices import CUDA_WARPS_IN_FLIGHT, check_device_name  # noqa: F401  (also read here)
+from .devices import CUDA_WARPS_IN_FLIGHT, check_device_name
 from .formats.base import SparseFormat, row_lengths
 
 
@@ -83,7 +83,7 @@ class KernelSpec:
     thread slots and does not apply on the CPU)."""
     params: tuple[Param, ...] = ()
     """Every parameter the kernel takes, with its allowed values (:meth:`check_params`)."""
-    cost: str | None = None
+    cost: str | Callable | None = None
     """``module:function`` ``quantities(inputs) -> (bytes, work, span, atomics)`` over a
     :class:`autospmv.cost.CostInputs`: the kernel's cost quantities (see :mod:`autospmv.cost`).
     None: the kernel has none (a model's cost model cannot then estimate it)."""
