@@ -22,10 +22,13 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from . import KERNELS, Decision, cuda_available, glossary, prepare, select, selector
+from . import (  # noqa: F401 (KERNELS: the built-in names, read here by scripts)
+    KERNELS, Decision, devices, glossary, prepare, registry, select, selector,
+)
 from .formats.base import FormatTooLargeError
 from .model import device_slug, user_data_dir
-from .validation import DEVICES, SUPPORTED_DTYPES, canonicalize
+from .devices import DEVICES
+from .validation import SUPPORTED_DTYPES, canonicalize
 
 
 class UserError(Exception):
@@ -55,9 +58,9 @@ def load_matrix(path: str) -> sp.csr_matrix:
 
 def resolve_device(requested: str | None) -> str:
     """The device a command runs on: ``requested``, else CUDA when a usable GPU is present."""
-    if requested == "cuda" and not cuda_available():
+    if requested == "cuda" and not devices.cuda_available():
         raise UserError("--device cuda was given but no usable CUDA GPU was found")
-    return requested or ("cuda" if cuda_available() else "cpu")
+    return requested or devices.default_device()
 
 
 def resolve_model(device: str, model: str | None = None,
@@ -135,7 +138,7 @@ def demo_matrices() -> dict[str, sp.csr_matrix]:
 
 
 def cmd_demo(args) -> None:
-    device = "cuda" if cuda_available() else "cpu"
+    device = devices.default_device()
     resolve_model(device)
     baseline = "cuSPARSE (CuPy)" if device == "cuda" else "SciPy"
     timer = _device_timer(device)
@@ -173,11 +176,11 @@ def cmd_explain(args) -> None:
     """The decision for a matrix file on a device, as :func:`autospmv.select` makes it: deciding
     needs no GPU, so ``--device cuda`` works on any machine (nothing runs)."""
     A = load_matrix(args.file)
-    device = args.device or ("cuda" if cuda_available() else "cpu")
+    device = args.device or devices.default_device()
     line = describe_model(device, args.model, A.dtype.name)
     decision = select(A, device=device, model=args.model)
     where = f"on {device}"
-    if device == "cuda" and not cuda_available():
+    if device == "cuda" and not devices.cuda_available():
         where += (" (no usable GPU here: decided as autospmv.select(A, device='cuda') does; "
                   "nothing runs)")
     print(f"{args.file}: {A.shape[0]}×{A.shape[1]}, {A.nnz:,} nonzeros, {where}")
@@ -209,7 +212,7 @@ def cmd_bench(args) -> None:
     x = np.random.default_rng(0).standard_normal(A.shape[1]).astype(A.dtype)
     print(f"{args.file}: {A.shape[0]}×{A.shape[1]}, {A.nnz:,} nonzeros, on {device}")
     times = {}
-    for kernel in KERNELS:
+    for kernel in registry.names():
         try:
             op = prepare(A, kernel=kernel, device=device)
         except FormatTooLargeError as error:
@@ -263,7 +266,7 @@ def cmd_info(args) -> None:
     import autospmv
 
     print(f"autospmv {autospmv.__version__}, numba {numba.__version__}, numpy {np.__version__}")
-    if cuda_available():
+    if devices.cuda_available():
         from numba import cuda
 
         if cuda.config.ENABLE_CUDASIM:
@@ -274,8 +277,8 @@ def cmd_info(args) -> None:
     else:
         print("device: cpu (no usable CUDA GPU found)")
     for dtype in ("float64", "float32"):
-        print(describe_model("cuda" if cuda_available() else "cpu", dtype=dtype))
-    print(f"kernels: {', '.join(KERNELS)}")
+        print(describe_model(devices.default_device(), dtype=dtype))
+    print(f"kernels: {', '.join(registry.names())}")
     from .cache import configure
 
     state = configure()

@@ -38,11 +38,13 @@ csr5         bytes nnz·(v+4) + tiles·(32·12 + 4); work 32·σ·tiles; span σ
              atomics ⌈K/(32σ)⌉ + 1
 ============ ==============================================================================
 
-A matrix with no entries has zeros everywhere.
+A matrix with no entries has zeros everywhere. Each kernel's registry entry names its function
+here (``KernelSpec.cost``); :func:`quantities` calls them all with one :class:`CostInputs`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -50,11 +52,12 @@ import scipy.sparse as sp
 from .formats.csr5 import OMEGA
 from .formats.hyb import default_hyb_width_of_histogram
 from .kernels import njit
-from .registry import KERNELS, choose_csr5_sigma, choose_threads_per_row
+from . import registry
 
 QUANTITIES = ("bytes", "work", "span", "atomics")
-QUANTITY_NAMES = tuple(f"{kernel}_{q}" for kernel in KERNELS for q in QUANTITIES)
-"""Feature names of the cost quantities, kernel by kernel in :data:`autospmv.KERNELS` order."""
+QUANTITY_NAMES = tuple(f"{kernel}_{q}" for kernel in registry.KERNELS for q in QUANTITIES)
+"""Feature names of the built-in kernels' cost quantities, kernel by kernel in
+:data:`autospmv.KERNELS` order (:func:`quantity_names` adds registered kernels')."""
 
 WARP = 32
 INDEX_BYTES = 4
@@ -62,9 +65,45 @@ CSR5_DESCRIPTOR_BYTES = 12
 """Per lane and tile: its ``bit_flag``, ``y_offset`` and ``seg_offset`` words."""
 
 
+def quantity_names() -> tuple[str, ...]:
+    """The cost quantity names of every kernel in the registry that has a cost function
+    (:data:`QUANTITY_NAMES` first when no kernel is registered besides the built-in ones)."""
+    return tuple(f"{spec.name}_{q}" for spec in registry.specs() if spec.cost is not None
+                 for q in QUANTITIES)
+
+
+@dataclasses.dataclass(frozen=True)
+class CostInputs:
+    """What the per-kernel cost functions read, computed once per matrix (see the module doc
+    for the notation)."""
+
+    csr: sp.csr_matrix
+    device: str
+    m: int
+    n: int
+    nnz: int
+    v: int
+    """Bytes per value."""
+    vectors: int
+    """Bytes of x and y: v·(m + n)."""
+    longest: int
+    values: np.ndarray
+    """The distinct row lengths, ascending."""
+    counts: np.ndarray
+    """How many rows have each of :attr:`values`."""
+
+    @property
+    def csr_bytes(self) -> int:
+        return self.nnz * (self.v + INDEX_BYTES) + INDEX_BYTES * (self.m + 1) + self.vectors
+
+    @property
+    def padded_rows(self) -> int:
+        return WARP * -(-self.m // WARP)
+
+
 def quantities(csr: sp.csr_matrix, device: str, values=None, counts=None) -> dict[str, float]:
     """The cost quantities of a canonical CSR matrix on ``device`` ("cpu" or "cuda"), keyed by
-    :data:`QUANTITY_NAMES`.
+    :func:`quantity_names`: every kernel of the registry with a cost function, in its order.
 
     ``values``/``counts``: the distinct row lengths (ascending) and their counts, when the
     caller has them (the feature scan does); computed otherwise.
@@ -72,44 +111,61 @@ def quantities(csr: sp.csr_matrix, device: str, values=None, counts=None) -> dic
     m, n = csr.shape
     nnz = int(csr.nnz)
     if m == 0 or nnz == 0:
-        return dict.fromkeys(QUANTITY_NAMES, 0.0)
-    indptr = csr.indptr
+        return dict.fromkeys(quantity_names(), 0.0)
     if values is None:
-        counts = np.bincount(np.diff(indptr))
+        counts = np.bincount(np.diff(csr.indptr))
         values = np.flatnonzero(counts)
         counts = counts[values]
     v = csr.dtype.itemsize
-    vectors = v * (m + n)
-    longest = int(values[-1])
-    csr_bytes = nnz * (v + INDEX_BYTES) + INDEX_BYTES * (m + 1) + vectors
+    inputs = CostInputs(csr, device, m, n, nnz, v, v * (m + n), int(values[-1]), values, counts)
     out = {}
+    for spec in registry.specs():
+        function = spec.cost_function()
+        if function is not None:
+            out.update({f"{spec.name}_{q}": float(value)
+                        for q, value in zip(QUANTITIES, function(inputs), strict=True)})
+    return out
 
-    def put(kernel, bytes_, work, span, atomics=0.0):
-        out.update({f"{kernel}_bytes": bytes_, f"{kernel}_work": work,
-                    f"{kernel}_span": span, f"{kernel}_atomics": atomics})
 
-    put("coo", nnz * (v + 2 * INDEX_BYTES) + vectors, nnz, 1, -(-longest // WARP))
-    put("csr_scalar", csr_bytes, WARP * _group_max_sum(indptr, m, WARP, 1), longest)
-    group = choose_threads_per_row(csr, device)["threads_per_row"]
+def coo(c: CostInputs) -> tuple:
+    return c.nnz * (c.v + 2 * INDEX_BYTES) + c.vectors, c.nnz, 1, -(-c.longest // WARP)
+
+
+def csr_scalar(c: CostInputs) -> tuple:
+    return c.csr_bytes, WARP * _group_max_sum(c.csr.indptr, c.m, WARP, 1), c.longest, 0
+
+
+def csr_vector(c: CostInputs) -> tuple:
+    group = registry.choose_threads_per_row(c.csr, c.device)["threads_per_row"]
     reduction = math.log2(group)
-    warps = -(-m // (WARP // group))
-    put("csr_vector", csr_bytes,
-        WARP * (_group_max_sum(indptr, m, WARP // group, group) + reduction * warps),
-        -(-longest // group) + reduction)
-    padded_rows = WARP * -(-m // WARP)
-    put("ell", m * longest * (v + INDEX_BYTES) + vectors, padded_rows * longest, longest)
-    width = default_hyb_width_of_histogram(values, counts)  # = the registry's chooser
-    overflow = _overflow(values, counts, width)
-    put("hyb", m * width * (v + INDEX_BYTES) + overflow * (v + 2 * INDEX_BYTES) + vectors,
-        padded_rows * width + overflow, width + (1 if overflow else 0),
-        -(-max(longest - width, 0) // WARP))
-    put("jds", nnz * (v + INDEX_BYTES) + INDEX_BYTES * (m + longest + 1) + vectors,
-        WARP * _sorted_warp_max_sum(values, counts), longest)
-    sigma = choose_csr5_sigma(csr, device)["sigma"]
-    tiles = -(-nnz // (OMEGA * sigma))
-    put("csr5", nnz * (v + INDEX_BYTES) + tiles * (OMEGA * CSR5_DESCRIPTOR_BYTES + INDEX_BYTES)
-        + vectors, OMEGA * sigma * tiles, sigma, -(-longest // (OMEGA * sigma)) + 1)
-    return {name: float(out[name]) for name in QUANTITY_NAMES}
+    warps = -(-c.m // (WARP // group))
+    work = WARP * (_group_max_sum(c.csr.indptr, c.m, WARP // group, group) + reduction * warps)
+    return c.csr_bytes, work, -(-c.longest // group) + reduction, 0
+
+
+def ell(c: CostInputs) -> tuple:
+    return (c.m * c.longest * (c.v + INDEX_BYTES) + c.vectors, c.padded_rows * c.longest,
+            c.longest, 0)
+
+
+def hyb(c: CostInputs) -> tuple:
+    width = default_hyb_width_of_histogram(c.values, c.counts)  # = the registry's chooser
+    overflow = _overflow(c.values, c.counts, width)
+    return (c.m * width * (c.v + INDEX_BYTES) + overflow * (c.v + 2 * INDEX_BYTES) + c.vectors,
+            c.padded_rows * width + overflow, width + (1 if overflow else 0),
+            -(-max(c.longest - width, 0) // WARP))
+
+
+def jds(c: CostInputs) -> tuple:
+    return (c.nnz * (c.v + INDEX_BYTES) + INDEX_BYTES * (c.m + c.longest + 1) + c.vectors,
+            WARP * _sorted_warp_max_sum(c.values, c.counts), c.longest, 0)
+
+
+def csr5(c: CostInputs) -> tuple:
+    sigma = registry.choose_csr5_sigma(c.csr, c.device)["sigma"]
+    tiles = -(-c.nnz // (OMEGA * sigma))
+    return (c.nnz * (c.v + INDEX_BYTES) + tiles * (OMEGA * CSR5_DESCRIPTOR_BYTES + INDEX_BYTES)
+            + c.vectors, OMEGA * sigma * tiles, sigma, -(-c.longest // (OMEGA * sigma)) + 1)
 
 
 def _overflow(values, counts, width: int) -> int:

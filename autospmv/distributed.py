@@ -64,7 +64,8 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.linalg import LinearOperator
 
-from .validation import canonicalize, check_device, check_vector
+from .devices import check_device
+from .validation import canonicalize, check_vector
 
 COMPACT_BELOW = 0.8
 """A part whose column footprint has fewer than this share of A's columns receives only

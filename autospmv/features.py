@@ -1,6 +1,7 @@
 """Structural features of a sparse matrix: the fingerprint the kernel selector reads.
 
-:func:`features` returns a dict whose keys are exactly :data:`FEATURE_NAMES`, in that order,
+:func:`features` returns a dict whose keys are exactly :data:`FEATURE_NAMES`, in that order
+(followed by the cost quantities of registered kernels, :func:`feature_names`),
 and whose values are finite Python floats for every input, including empty matrices. It runs
 inside every ``prepare()``, so on large matrices it costs at most a few SciPy ``A @ x``: one
 numba pass over all rows (row lengths, diagonals) and one over a sample of them (blocks, x
@@ -85,7 +86,8 @@ import numpy as np
 import scipy.sparse as sp
 from numba import prange
 
-from .cost import QUANTITY_NAMES, quantities
+from .cost import QUANTITY_NAMES, quantities, quantity_names
+from .devices import target_device
 from .kernels import njit
 from .kernels.cpu import specialisations
 from .validation import canonicalize
@@ -103,7 +105,14 @@ FEATURE_NAMES = (
     "x_sectors_per_nnz_row", "x_sectors_per_nnz_warp",
     *QUANTITY_NAMES,
 )  # fmt: skip
-"""Feature names in the fixed order of the dicts :func:`features` returns."""
+"""Feature names in the fixed order of the dicts :func:`features` returns (with the built-in
+kernels; :func:`feature_names` adds the cost quantities of registered kernels)."""
+
+
+def feature_names() -> tuple[str, ...]:
+    """The names :func:`features` returns now: :data:`FEATURE_NAMES`, then the cost quantities
+    of kernels registered besides the built-in ones (:func:`autospmv.registry.register`)."""
+    return FEATURE_NAMES + tuple(name for name in quantity_names() if name not in QUANTITY_NAMES)
 
 SAMPLED_FEATURES = (
     *(f"block{b}_{kind}" for b in BLOCK_SIZES for kind in ("share", "fill")),
@@ -160,7 +169,7 @@ _FULL3 = 0x1FF
 
 
 def features(A, sample_rows: int | None = None, device: str | None = None) -> dict[str, float]:
-    """Return the structural features of A, keyed by :data:`FEATURE_NAMES` (see module doc).
+    """Return the structural features of A, keyed by :func:`feature_names` (see module doc).
 
     A: anything :func:`autospmv.validation.canonicalize` accepts; a canonical float32/float64
     ``scipy.sparse.csr_matrix`` is used as is. device: ``"cuda"`` or ``"cpu"``, whose parameter
@@ -174,8 +183,6 @@ def features(A, sample_rows: int | None = None, device: str | None = None) -> di
         raise ValueError(
             f"sample_rows must be a positive number of rows or None; got {sample_rows}"
         )
-    from .session import target_device
-
     device = target_device(device)
     csr = canonicalize(A)  # validates A; canonical input is used as is
     m, n = csr.shape
@@ -191,7 +198,7 @@ def features(A, sample_rows: int | None = None, device: str | None = None) -> di
     )  # fmt: skip
     out.update(_sampled_features(sums))
     out.update(quantities(csr, device, values, counts))
-    return {name: float(out[name]) for name in FEATURE_NAMES}
+    return {name: float(out[name]) for name in feature_names()}
 
 
 def _scan(csr: sp.csr_matrix, sample_rows: int | None) -> tuple:

@@ -10,6 +10,7 @@ table). The full definitions, with the edge cases, are in :mod:`autospmv.feature
 from __future__ import annotations
 
 from .cost import QUANTITIES
+from . import registry
 from .registry import KERNELS
 
 _STRUCTURE = {
@@ -59,11 +60,21 @@ _QUANTITIES = {
     "span": "steps of the longest thread loop",
     "atomics": "most atomic additions into one entry of y",
 }
-_COST = {f"{kernel}_{q}": f"{kernel}'s {_QUANTITIES[q]}, with its chosen parameters"
-         for kernel in KERNELS for q in QUANTITIES}
-_ESTIMATES = {f"est_{kernel}": f"log2(cost model's time for {kernel} / its fastest kernel's); "
-                               "0 = expected fastest"
-              for kernel in KERNELS}
+
+
+def _kernel_descriptions(kernel: str) -> dict[str, str]:
+    """The descriptions of one kernel's cost quantities and estimate."""
+    out = {f"{kernel}_{q}": f"{kernel}'s {_QUANTITIES[q]}, with its chosen parameters"
+           for q in QUANTITIES}
+    out[f"est_{kernel}"] = (f"log2(cost model's time for {kernel} / its fastest kernel's); "
+                            "0 = expected fastest")
+    return out
+
+
+_COST = {name: text for kernel in KERNELS for name, text in _kernel_descriptions(kernel).items()
+         if not name.startswith("est_")}
+_ESTIMATES = {name: text for kernel in KERNELS
+              for name, text in _kernel_descriptions(kernel).items() if name.startswith("est_")}
 
 FEATURE_DESCRIPTIONS: dict[str, str] = {**_STRUCTURE, **_BLOCKS, **_COST, **_ESTIMATES, **_RULE}
 """Feature name -> one-line description, for every name of
@@ -72,8 +83,15 @@ built-in rule's ``max_row_length``."""
 
 
 def describe(name: str) -> str:
-    """The one-line description of a feature name (a plain note for an unknown one)."""
-    return FEATURE_DESCRIPTIONS.get(name, "not in autospmv's glossary (autospmv/glossary.py)")
+    """The one-line description of a feature name (a plain note for an unknown one); the cost
+    quantities and estimates of registered kernels are described like the built-in ones'."""
+    if name in FEATURE_DESCRIPTIONS:
+        return FEATURE_DESCRIPTIONS[name]
+    for kernel in registry.names():
+        text = _kernel_descriptions(kernel).get(name)
+        if text is not None:
+            return text
+    return "not in autospmv's glossary (autospmv/glossary.py)"
 
 
 def markdown_table() -> str:

@@ -12,7 +12,7 @@ File layout (``schema_version`` 1)::
       "format": "autospmv-tree",
       "schema_version": 1,
       "feature_names": ["row_max", ...],      # names from autospmv.features.FEATURE_NAMES
-      "classes": ["csr_vector", ...],         # kernel names from autospmv.KERNELS
+      "classes": ["csr_vector", ...],         # kernel names from the registry
       "tree": {                               # one entry per node; node 0 is the root
         "children_left":  [1, -1, ...],       # -1 marks a leaf (both children -1)
         "children_right": [2, -1, ...],
@@ -60,7 +60,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .registry import KERNELS
+from . import devices, registry
 
 FORMAT = "autospmv-tree"
 SCHEMA_VERSION = 1
@@ -120,7 +120,7 @@ class CostModel:
     """Smallest estimate, so that a kernel whose coefficients are all 0 still has a logarithm."""
 
     def __init__(self, coefficients: Mapping[str, list], known_kernels=None):
-        known_kernels = KERNELS if known_kernels is None else tuple(known_kernels)
+        known_kernels = registry.names() if known_kernels is None else tuple(known_kernels)
         if not isinstance(coefficients, Mapping) or not coefficients:
             raise ValueError("cost_model coefficients must be a non-empty object of kernel names")
         unknown = [k for k in coefficients if k not in known_kernels]
@@ -332,8 +332,9 @@ class TreeModel:
     def load(cls, source, *, known_features=None, known_kernels=None) -> "TreeModel":
         """Read a model from a path or a text/binary file object; never unpickles.
 
-        ``known_features`` (default: :data:`autospmv.features.FEATURE_NAMES`) and
-        ``known_kernels`` (default: :data:`autospmv.KERNELS`) are the names the file may use.
+        ``known_features`` (default: :func:`autospmv.features.feature_names`) and
+        ``known_kernels`` (default: the registry's, :func:`autospmv.registry.names`) are the
+        names the file may use.
         Every failure, from an unreadable file to a document nested too deeply or numbers too
         large for a float, raises ValueError naming the file.
         """
@@ -560,10 +561,10 @@ def _reject_constant(name: str):
 
 def _default_features() -> tuple[str, ...] | None:
     try:
-        from .features import FEATURE_NAMES
+        from .features import feature_names
     except ImportError:
         return None
-    return tuple(FEATURE_NAMES)
+    return feature_names()
 
 
 def _names(value, what: str) -> list[str]:
@@ -586,7 +587,7 @@ def _check(feature_names, classes, tree, provenance, known_features, known_kerne
         if unknown:
             raise ValueError(f"unknown feature names: {', '.join(unknown)}; this autospmv "
                              "computes the names in autospmv.features.FEATURE_NAMES")
-    known_kernels = KERNELS if known_kernels is None else tuple(known_kernels)
+    known_kernels = registry.names() if known_kernels is None else tuple(known_kernels)
     unknown = [c for c in classes if c not in known_kernels]
     if unknown:
         raise ValueError(f"unknown kernel names in classes: {', '.join(unknown)}; "
@@ -712,12 +713,10 @@ def device_slug(device: str | None = None) -> str:
     (deciding for a GPU elsewhere) gives ``"cuda-no-gpu"``, which names no model, so that the
     nearest shipped GPU model decides.
     """
-    from .session import cuda_available
-
     if device is None:
-        device = "cuda" if cuda_available() else "cpu"
+        device = devices.default_device()
     if device == "cuda":
-        if not cuda_available():
+        if not devices.cuda_available():
             return "cuda-no-gpu"
         from numba import cuda
 

@@ -1,10 +1,18 @@
 """The kernel registry: one entry per kernel name, tying together everything that name means.
 
-An entry names the storage format the kernel reads, the parameter chooser that tunes it for a
-matrix, and its CPU and CUDA implementations. Implementations are referenced as
-``"module:attribute"`` strings and imported on first use, so that a CPU-only process never imports
-numba-cuda and no kernel is compiled before a decision needs it. Adding a kernel means adding one
-entry here plus its modules.
+An entry (:class:`KernelSpec`) names the storage format the kernel reads, its CPU and CUDA
+implementations, the parameter chooser that tunes it for a matrix, the parameter variants the
+labeller times besides the chooser's (``training/label.py``) and the function counting its cost
+quantities (:mod:`autospmv.cost`). Formats, implementations and cost functions are referenced as
+``"module:attribute"`` strings (or given as the objects themselves) and imported on first use, so
+that a CPU-only process never imports numba-cuda and no kernel is compiled before a decision
+needs it.
+
+The seven built-in kernels are :data:`KERNELS`. Another kernel joins with :func:`register` (and
+leaves with :func:`unregister`); everything that enumerates kernels (the cost quantities and the
+features, model loading, the labeller, the CLI) iterates :func:`names` / :func:`specs`, so adding a
+kernel means one entry plus its modules. A trained model decides only among the kernels it was
+trained on, so a registered kernel is chosen automatically only by a model that knows it.
 """
 
 from __future__ import annotations
@@ -16,8 +24,8 @@ from typing import Callable
 import numpy as np
 import scipy.sparse as sp
 
+from .devices import CUDA_WARPS_IN_FLIGHT, check_device_name
 from .formats.base import SparseFormat, row_lengths
-from .validation import DEVICES, check_device
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,7 +71,8 @@ class KernelSpec:
     """``module:function`` ``bind(fmt, params, parallel=None) -> run`` where ``run(x, y)``
     overwrites ``y`` with ``A @ x`` (see ``kernels.cpu``)."""
     cuda: str
-    """``module:function`` ``build(fmt, params) -> DeviceProgram`` (see ``kernels.cuda``)."""
+    """``module:function`` ``build(fmt, params, arrays) -> DeviceProgram``, ``arrays`` being the
+    format's arrays on the device (see ``kernels.cuda``)."""
     choose_params: Callable[[sp.csr_matrix, str], dict]
     """Tuning parameters for a canonical CSR matrix on a device (``"cpu"`` or ``"cuda"``): a pure
     function of the matrix's structure and the device kind."""
@@ -74,6 +83,15 @@ class KernelSpec:
     thread slots and does not apply on the CPU)."""
     params: tuple[Param, ...] = ()
     """Every parameter the kernel takes, with its allowed values (:meth:`check_params`)."""
+    cost: str | Callable | None = None
+    """``module:function`` ``quantities(inputs) -> (bytes, work, span, atomics)`` over a
+    :class:`autospmv.cost.CostInputs`: the kernel's cost quantities (see :mod:`autospmv.cost`).
+    None: the kernel has none (a model's cost model cannot then estimate it)."""
+    variants: Callable[[sp.csr_matrix], list[tuple[str, Callable[[], dict]]]] = dataclasses.field(
+        default=lambda csr: [])
+    """The parameter variants the labeller times besides the chooser's, for a canonical CSR
+    matrix: ``(strategy, params)`` pairs, ``params`` a function returning the parameters (the
+    labeller records an exception it raises as that variant's failure)."""
 
     def check_params(self, params: dict) -> dict:
         """``params`` checked against :attr:`params`: exactly this kernel's names, each an
@@ -110,16 +128,17 @@ class KernelSpec:
     def cuda_builder(self) -> Callable:
         return _resolve(self.cuda)
 
+    def cost_function(self) -> Callable | None:
+        return None if self.cost is None else _resolve(self.cost)
 
-def _resolve(reference: str):
+
+def _resolve(reference):
+    """The object a ``"module:attribute"`` reference names (imported now), or ``reference``
+    itself when it is already the object (a kernel defined outside a module autospmv knows)."""
+    if not isinstance(reference, str):
+        return reference
     module, attribute = reference.split(":")
     return getattr(importlib.import_module(module), attribute)
-
-
-CUDA_WARPS_IN_FLIGHT = 4096
-"""Warps a large GPU runs at once, as the CUDA choosers count them: an H100/H200 holds 132 SMs ×
-64 = 8448, and the choosers' quality (geometric mean over the 174 H200-labelled matrices they
-were designed on) moves by less than 1 % for any value from 3000 to 8448."""
 
 
 def no_params(csr: sp.csr_matrix, device: str) -> dict:
@@ -180,12 +199,29 @@ def choose_csr5_sigma(csr: sp.csr_matrix, device: str) -> dict:
     return {"sigma": int(choose_sigma(csr, check_device_name(device)))}
 
 
-def check_device_name(device) -> str:
-    """``device`` if it names a device, else a ValueError: :func:`validation.check_device`,
-    without its None (automatic), since choosers tune for one device."""
-    if check_device(device) is None:
-        raise ValueError(f"parameters are chosen for a device in {DEVICES}; got None")
-    return device
+THREADS_PER_ROW_VARIANTS = (2, 4, 8, 16, 32)
+"""The CSR-vector group sizes the labeller times."""
+HYB_STRATEGIES = ("width_quantile", "width_cusp", "width_cost")
+"""The HYB width strategies of :mod:`autospmv.formats.hyb` the labeller times."""
+CSR5_SIGMAS = (4, 6, 8, 12, 16, 24, 32)
+"""The CSR5 tile heights the labeller times."""
+
+
+def threads_per_row_variants(csr: sp.csr_matrix) -> list:
+    return [(f"threads_per_row={t}", lambda t=t: {"threads_per_row": t})
+            for t in THREADS_PER_ROW_VARIANTS]
+
+
+def hyb_width_variants(csr: sp.csr_matrix) -> list:
+    from .formats import hyb
+
+    lengths = row_lengths(csr)
+    return [(strategy, lambda strategy=strategy: {"width": int(getattr(hyb, strategy)(lengths))})
+            for strategy in HYB_STRATEGIES]
+
+
+def csr5_sigma_variants(csr: sp.csr_matrix) -> list:
+    return [(f"sigma={sigma}", lambda sigma=sigma: {"sigma": sigma}) for sigma in CSR5_SIGMAS]
 
 
 THREADS_PER_ROW = Param("threads_per_row", 1, 32, powers_of_two=True)
@@ -196,40 +232,77 @@ HYB_WIDTH = Param("width", 0)
 CSR5_SIGMA = Param("sigma", 2, 32)
 """CSR5's tile height σ: a lane's σ bit flags fit one uint32 (``formats.csr5.SIGMA_RANGE``)."""
 
-_REGISTRY = (
+_BUILT_IN = (
     KernelSpec(
         "coo", "autospmv.formats.coo:COOFormat", "autospmv.kernels.cpu.coo:bind",
-        "autospmv.kernels.cuda.coo:build", no_params,
+        "autospmv.kernels.cuda.coo:build", no_params, cost="autospmv.cost:coo",
     ),
     KernelSpec(
         "csr_scalar", "autospmv.formats.csr:CSRFormat", "autospmv.kernels.cpu.csr:bind_scalar",
-        "autospmv.kernels.cuda.csr:build_scalar", no_params,
+        "autospmv.kernels.cuda.csr:build_scalar", no_params, cost="autospmv.cost:csr_scalar",
     ),
     KernelSpec(
         "csr_vector", "autospmv.formats.csr:CSRFormat", "autospmv.kernels.cpu.csr:bind_vector",
         "autospmv.kernels.cuda.csr:build_vector", choose_threads_per_row,
-        params=(THREADS_PER_ROW,),
+        params=(THREADS_PER_ROW,), cost="autospmv.cost:csr_vector",
+        variants=threads_per_row_variants,
     ),
     KernelSpec(
         "ell", "autospmv.formats.ell:ELLFormat", "autospmv.kernels.cpu.ell:bind",
-        "autospmv.kernels.cuda.ell:build", no_params,
+        "autospmv.kernels.cuda.ell:build", no_params, cost="autospmv.cost:ell",
     ),
     KernelSpec(
         "hyb", "autospmv.formats.hyb:HYBFormat", "autospmv.kernels.cpu.hyb:bind",
         "autospmv.kernels.cuda.hyb:build", choose_hyb_width, ("width",), params=(HYB_WIDTH,),
+        cost="autospmv.cost:hyb", variants=hyb_width_variants,
     ),
     KernelSpec(
         "jds", "autospmv.formats.jds:JDSFormat", "autospmv.kernels.cpu.jds:bind",
         "autospmv.kernels.cuda.jds:build", no_params, format_takes_device=True,
+        cost="autospmv.cost:jds",
     ),
     KernelSpec(
         "csr5", "autospmv.formats.csr5:CSR5Format", "autospmv.kernels.cpu.csr5:bind",
         "autospmv.kernels.cuda.csr5:build", choose_csr5_sigma, ("sigma",), params=(CSR5_SIGMA,),
+        cost="autospmv.cost:csr5", variants=csr5_sigma_variants,
     ),
 )
 
-KERNELS: tuple[str, ...] = tuple(spec.name for spec in _REGISTRY)
-_BY_NAME = {spec.name: spec for spec in _REGISTRY}
+KERNELS: tuple[str, ...] = tuple(spec.name for spec in _BUILT_IN)
+"""The built-in kernels, in the order every listing uses (registered ones follow them)."""
+_BY_NAME = {spec.name: spec for spec in _BUILT_IN}
+
+
+def names() -> tuple[str, ...]:
+    """Every kernel now in the registry: :data:`KERNELS`, then registered ones in the order of
+    registration."""
+    return tuple(_BY_NAME)
+
+
+def specs() -> tuple[KernelSpec, ...]:
+    """The registry's entries, in the order of :func:`names`."""
+    return tuple(_BY_NAME.values())
+
+
+def register(spec: KernelSpec) -> None:
+    """Add a kernel to the registry; a ValueError if ``spec`` is not a :class:`KernelSpec` or
+    its name is taken or not a lower-case identifier (it becomes part of feature names such as
+    ``<kernel>_bytes``)."""
+    if not isinstance(spec, KernelSpec):
+        raise ValueError(f"register() takes a KernelSpec; got {type(spec).__name__}")
+    if not (isinstance(spec.name, str) and spec.name.isidentifier() and spec.name.islower()):
+        raise ValueError(f"a kernel name must be a lower-case identifier; got {spec.name!r}")
+    if spec.name in _BY_NAME:
+        raise ValueError(f"kernel {spec.name!r} is already registered")
+    _BY_NAME[spec.name] = spec
+
+
+def unregister(name: str) -> None:
+    """Remove a kernel added by :func:`register`; a ValueError for a built-in or unknown one."""
+    if name in KERNELS:
+        raise ValueError(f"kernel {name!r} is built in and cannot be unregistered")
+    get(name)
+    del _BY_NAME[name]
 
 
 def get(name: str) -> KernelSpec:
@@ -238,7 +311,7 @@ def get(name: str) -> KernelSpec:
         return _BY_NAME[name]
     except (KeyError, TypeError):
         raise ValueError(
-            f"unknown kernel {name!r}; valid kernels: {', '.join(KERNELS)}"
+            f"unknown kernel {name!r}; valid kernels: {', '.join(names())}"
         ) from None
 
 

@@ -47,7 +47,8 @@ from . import registry
 from .model import DTYPES, TreeModel, device_slug, split_stem, user_data_dir, user_model_path
 
 LONG_ROW = 1024
-"""Rows longer than this make the rule choose csr5."""
+"""Rows longer than this make the rule choose csr5 (also the row threshold of the training
+reports' hand-rule baseline, ``training/train.py``, which adds a clause on nnz)."""
 
 
 @dataclasses.dataclass

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
 import time
 
 import numpy as np
@@ -12,6 +11,9 @@ import scipy.sparse as sp
 from . import registry
 from .cache import compile_timer
 from .device import canonical_device_csr, is_device_matrix
+from .devices import (  # noqa: F401  (cuda_available: re-exported)
+    check_device, cuda_available, resolve_device, target_device,
+)
 from .cpu_threads import check_threads
 from .features import features
 from .formats.base import FormatTooLargeError
@@ -19,38 +21,7 @@ from .operator import SpMVOperator
 from .selector import (
     Decision, find_model, forced_decision, model_decision, rule_decision, warn_skipped,
 )
-from .validation import canonicalize, check_device
-
-
-@functools.cache
-def cuda_available() -> bool:
-    """True when numba-cuda is installed and sees a usable GPU (or runs its simulator)."""
-    try:
-        from numba import cuda
-
-        from .kernels import cuda as _  # noqa: F401  (applies the NumPy compatibility step)
-    except ImportError:
-        return False
-    return bool(cuda.config.ENABLE_CUDASIM) or cuda.is_available()
-
-
-def resolve_device(device) -> str:
-    """A device name, or for None the one used automatically (CUDA when a GPU is usable)."""
-    device = check_device(device)
-    if device is None:
-        return "cuda" if cuda_available() else "cpu"
-    if device == "cuda" and not cuda_available():
-        raise RuntimeError(
-            "device='cuda' was requested but no usable CUDA GPU was found "
-            "(install the 'cuda' extra and check the driver), or use device='cpu'"
-        )
-    return device
-
-
-def target_device(device) -> str:
-    """The device to decide for: ``device`` as given (a GPU need not be present), or for None
-    the one :func:`prepare` would use."""
-    return check_device(device) or resolve_device(None)
+from .validation import canonicalize
 
 
 def select(A, *, kernel: str | None = None, device: str | None = None, model=None) -> Decision:
@@ -146,7 +117,7 @@ def prepare(A, *, kernel: str | None = None, device: str | None = None, model=No
 
     ``tune="measure"`` (in the manner of FFTW_MEASURE) builds the tree's
     :data:`TUNE_CANDIDATES` best-ranked kernels that A's formats accept (without a model: the
-    rule's kernel, then :data:`KERNELS` in order), times each on A back-to-back (the kernel's
+    rule's kernel, then the registry's kernels in order), times each on A back-to-back (the kernel's
     own time, what an iterative solver's loop of products sees) with the labeller's timer
     (:class:`training.timing.Bench`: warm-up, then a few batches, all candidates interleaved)
     and keeps the fastest. ``op.decision.tuning`` records the predicted kernel, every
@@ -207,7 +178,7 @@ def _measure(csr, decision: Decision, device: str, borrowed: bool,
 
     started = time.perf_counter()
     ranking = [decision.kernel] + list(decision.candidates)
-    ranking += [k for k in registry.KERNELS if k not in ranking]
+    ranking += [k for k in registry.names() if k not in ranking]
     ops, refused = {}, []
     for k in ranking:
         if len(ops) == TUNE_CANDIDATES:

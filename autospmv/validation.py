@@ -25,9 +25,9 @@ import operator
 import numpy as np
 import scipy.sparse as sp
 
-SUPPORTED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
-DEVICES = ("cuda", "cpu")
+from .devices import DEVICES, check_device  # noqa: F401  (re-exported: device names live there)
 
+SUPPORTED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 _INT32_MAX = np.iinfo(np.int32).max
 
 
@@ -227,13 +227,6 @@ def _check_compressed(fmt: str, indptr, indices, data, major: int, minor: int,
                          f"(indptr[{at}] = {int(indptr[at])} > indptr[{at + 1}] = "
                          f"{int(indptr[at + 1])})")
     _check_indices(fmt, f"{names[1]}", indices, nnz, minor)
-
-
-def check_device(device) -> str | None:
-    """Validate a device name ("cuda", "cpu" or None for automatic)."""
-    if device is None or device in DEVICES:
-        return device
-    raise ValueError(f"unknown device {device!r}; valid devices: 'cuda', 'cpu' or None (automatic)")
 
 
 def check_vector(x, n: int, dtype: np.dtype) -> np.ndarray:

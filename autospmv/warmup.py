@@ -59,7 +59,7 @@ def warmup(device: str = "cpu", dtypes=DTYPES, kernels=None, progress=None) -> l
     """Compile the feature scan, the prediction and every kernel (with its conversion) for
     ``device`` and ``dtypes``; returns one :class:`Step` per kernel and dtype.
     ``progress(step)``, if given, is called after each step."""
-    from . import KERNELS, prepare, select
+    from . import prepare, registry, select
 
     steps = []
 
@@ -81,7 +81,7 @@ def warmup(device: str = "cpu", dtypes=DTYPES, kernels=None, progress=None) -> l
         matrices = warmup_matrices(np.dtype(dtype))
         run(f"features and prediction ({dtype})",
             lambda: [select(A, device=device) for A in matrices])
-        for kernel in kernels or KERNELS:
+        for kernel in kernels or registry.names():
             def multiply(kernel=kernel):
                 for A in matrices:
                     op = prepare(A, kernel=kernel, device=device)

@@ -46,6 +46,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import autospmv  # noqa: E402
+from autospmv.devices import default_device  # noqa: E402
 from autospmv.validation import canonicalize  # noqa: E402
 
 STARTUP = """
@@ -272,7 +273,7 @@ def main(argv=None):
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    device = Device(args.device or ("cuda" if autospmv.cuda_available() else "cpu"))
+    device = Device(args.device or default_device())
     sizes = args.sizes or ([1e6, 5e6] if args.quick else [1e6, 5e6, 20e6, 50e6])
     dtypes = args.dtypes or (["float32"] if args.quick else ["float32", "float64"])
     kernels = args.kernels or [*autospmv.KERNELS, "auto"]

@@ -92,8 +92,7 @@ def test_explain_with_a_model_file_shows_it_and_the_path(capsys, matrix_file):
 def test_explain_for_a_gpu_on_a_machine_without_one(capsys, matrix_file, monkeypatch):
     """Deciding needs no GPU: the CLI decides as ``autospmv.select(A, device="cuda")`` does,
     says each fact once and explains every feature on the path in one line."""
-    monkeypatch.setattr(cli, "cuda_available", lambda: False)
-    monkeypatch.setattr(autospmv.session, "cuda_available", lambda: False)
+    monkeypatch.setattr(autospmv.devices, "cuda_available", lambda: False)
     status, out, err = run(capsys, "explain", str(matrix_file), "--device", "cuda")
     assert status == 0, err
     decision = autospmv.select(sp.load_npz(matrix_file), device="cuda")

@@ -137,7 +137,7 @@ def test_decisions_snapshot(model):
 
 
 def test_deciding_for_a_gpu_without_one_uses_the_nearest_gpu_model(monkeypatch):
-    monkeypatch.setattr(autospmv.session, "cuda_available", lambda: False)
+    monkeypatch.setattr(autospmv.devices, "cuda_available", lambda: False)
     decision = autospmv.select(poisson2d(20), device="cuda")
     assert decision.source == "model cuda-nvidia-h200.json"
     assert "the nearest to this device (cuda-no-gpu)" in decision.notes[0]

@@ -285,9 +285,9 @@ def test_slugs():
 
 
 def test_cuda_slug_without_a_gpu(monkeypatch):
-    import autospmv.session
+    import autospmv.devices
 
-    monkeypatch.setattr(autospmv.session, "cuda_available", lambda: False)
+    monkeypatch.setattr(autospmv.devices, "cuda_available", lambda: False)
     assert device_slug("cuda") == "cuda-no-gpu"
 
 

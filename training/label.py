@@ -1,8 +1,9 @@
 """Labelling: time every kernel on every corpus matrix and write one JSON line per matrix.
 
 For each matrix the labeller canonicalises it, computes :func:`autospmv.features.features`
-(timed), and measures every kernel of :data:`autospmv.KERNELS` with its chooser's parameters for
-the device, plus parameter variants that show whether the choosers choose well: ``csr_vector``
+(timed), and measures every kernel of the registry (:func:`autospmv.registry.names`) with its
+chooser's parameters for the device, plus the parameter variants its registry entry names, which
+show whether the choosers choose well: ``csr_vector``
 with every group size, ``hyb`` with every width strategy of :mod:`autospmv.formats.hyb`,
 ``csr5`` with every tile height of :data:`CSR5_SIGMAS`. A configuration whose parameters equal
 one already measured is not timed again; its record repeats the measurement. All
@@ -69,17 +70,17 @@ import numpy as np
 import autospmv
 from autospmv import registry
 from autospmv.features import features
-from autospmv.formats import hyb
-from autospmv.formats.base import FormatTooLargeError, row_lengths
+from autospmv.formats.base import FormatTooLargeError
 from autospmv.validation import canonicalize
 from training import corpus as corpus_module
 from training.timing import (QUICK, TOLERANCE, Bench, TimingOptions, device_info,
                              relative_error, release_device_memory, require_real_gpu)
 
 SCHEMA = "autospmv-labels/1"
-THREADS_PER_ROW = (2, 4, 8, 16, 32)
-HYB_STRATEGIES = ("width_quantile", "width_cusp", "width_cost")
-CSR5_SIGMAS = (4, 6, 8, 12, 16, 24, 32)
+THREADS_PER_ROW = registry.THREADS_PER_ROW_VARIANTS
+HYB_STRATEGIES = registry.HYB_STRATEGIES
+CSR5_SIGMAS = registry.CSR5_SIGMAS
+"""The built-in kernels' parameter variants (each kernel's ``KernelSpec.variants``)."""
 TIMING_MODES = ("per_call", "b2b")
 """The two times every label records (see :mod:`training.timing`)."""
 TRAINING_MODES = ("auto",) + TIMING_MODES
@@ -150,24 +151,21 @@ def _chooser_config(kernel: str, csr, device: str) -> Config:
         return Config(kernel, None, "chooser", _describe(err))
 
 
-def _hyb_config(strategy: str, lengths: np.ndarray) -> Config:
+def _variant_config(kernel: str, strategy: str, params) -> Config:
     try:
-        return Config("hyb", {"width": int(getattr(hyb, strategy)(lengths))}, strategy)
-    except Exception as err:
-        return Config("hyb", None, strategy, _describe(err))
+        return Config(kernel, params(), strategy)
+    except Exception as err:  # recorded as a failed configuration
+        return Config(kernel, None, strategy, _describe(err))
 
 
 def configurations(csr, device: str, variants: bool = True) -> tuple[list[Config], list[Config]]:
-    """(one chooser configuration per kernel for ``device``, the parameter variants) for
-    canonical ``csr``."""
-    chosen = [_chooser_config(kernel, csr, device) for kernel in autospmv.KERNELS]
+    """(one chooser configuration per kernel of the registry for ``device``, the parameter
+    variants each registry entry names) for canonical ``csr``."""
+    chosen = [_chooser_config(kernel, csr, device) for kernel in registry.names()]
     if not variants:
         return chosen, []
-    extra = [Config("csr_vector", {"threads_per_row": t}, f"threads_per_row={t}")
-             for t in THREADS_PER_ROW]
-    lengths = row_lengths(csr)
-    extra += [_hyb_config(strategy, lengths) for strategy in HYB_STRATEGIES]
-    extra += [Config("csr5", {"sigma": sigma}, f"sigma={sigma}") for sigma in CSR5_SIGMAS]
+    extra = [_variant_config(spec.name, strategy, params) for spec in registry.specs()
+             for strategy, params in spec.variants(csr)]
     return chosen, extra
 
 

@@ -100,6 +100,7 @@ import autospmv
 from autospmv.cost import QUANTITY_NAMES
 from autospmv.features import FEATURE_NAMES
 from autospmv.model import CostModel, TreeModel
+from autospmv.selector import LONG_ROW
 from training.label import (LARGE_NNZ, NOISE_LIMIT, TRAINING_MODES, is_noisy, read_records,
                             target_mode)
 
@@ -107,8 +108,13 @@ WEIGHTINGS = ("none", "log_ratio", "ratio")
 OBJECTIVES = ("fastest", "quality", "correction")
 QUALITY_FLOOR = 0.5
 """The ``quality`` objective's floor on q (see the module docstring)."""
-RULE_NNZ, RULE_ROW = 1_000_000, 1024
-"""The hand rule's thresholds (Ginkgo-style default)."""
+RULE_ROW = LONG_ROW
+"""The hand rule's row threshold, the library rule's (:data:`autospmv.selector.LONG_ROW`)."""
+RULE_NNZ = 1_000_000
+"""The hand rule's size threshold. The library's fallback rule (``selector.rule_decision``)
+has no such clause: it reads the row lengths only, so that it also decides for matrices that
+stay on the GPU. Both rules are kept as they are; the policy here is the baseline the trained
+models were compared with in their reports."""
 TREE_BASE_FEATURES = ("rows", "nnz")
 """What a ``fastest`` or ``quality`` tree reads next to the cost model's ``est_<kernel>``
 values: the sizes, which say how full the device is. (A tree is invariant to monotone

@@ -53,7 +53,7 @@ import dataclasses
 import numpy as np
 import scipy.sparse as sp
 
-from ..registry import CUDA_WARPS_IN_FLIGHT
+from ..devices import CUDA_WARPS_IN_FLIGHT
 from ..kernels import njit
 from . import convert
 from .base import SparseFormat
@@ -108,7 +108,7 @@ def choose_sigma(csr: sp.csr_matrix, device: str) -> int:
 
     CUDA: the structural σ rounded up to a multiple of :data:`CUDA_STEP` (12 becomes 16: the
     kernel's fast path takes whole steps of eight entries), halved when the matrix has fewer
-    tiles than :data:`~autospmv.registry.CUDA_WARPS_IN_FLIGHT` (each tile is one warp's work, so
+    tiles than :data:`~autospmv.devices.CUDA_WARPS_IN_FLIGHT` (each tile is one warp's work, so
     the lanes' σ-long loops then set the time, not the bandwidth) or rows shorter than
     :data:`VERY_SHORT_ROWS` on average (a lane then stores about σ row results, one per step).
     CPU: twice the structural σ, since a CPU thread walks a tile's lanes in turn and longer tiles

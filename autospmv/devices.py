@@ -1,0 +1,74 @@
+"""Devices: their names, whether CUDA is usable, the device used automatically, the GPU's size.
+
+The one place that answers these questions for the rest of autospmv. It is the ground floor of
+the package: it imports no other autospmv module at import time (only :func:`cuda_available`
+imports ``autospmv.kernels.cuda`` when first called, to probe numba-cuda as the kernels use it),
+so every module may import it without forming an import cycle.
+
+A device is ``"cuda"`` or ``"cpu"``; ``None`` asks for the automatic choice, CUDA when a usable
+GPU (or numba-cuda's simulator) is present, else the CPU. Deciding for a device (choosing a
+kernel and its parameters) needs no such device; running on CUDA does.
+"""
+
+from __future__ import annotations
+
+import functools
+
+DEVICES = ("cuda", "cpu")
+
+CUDA_WARPS_IN_FLIGHT = 4096
+"""Warps a large GPU runs at once, as the CUDA choosers count them: an H100/H200 holds 132 SMs ×
+64 = 8448, and the choosers' quality (geometric mean over the 174 H200-labelled matrices they
+were designed on) moves by less than 1 % for any value from 3000 to 8448."""
+
+
+def check_device(device) -> str | None:
+    """Validate a device name ("cuda", "cpu" or None for automatic)."""
+    if device is None or device in DEVICES:
+        return device
+    raise ValueError(f"unknown device {device!r}; valid devices: 'cuda', 'cpu' or None (automatic)")
+
+
+def check_device_name(device) -> str:
+    """``device`` if it names a device, else a ValueError: :func:`check_device`, without its
+    None (automatic), since choosers tune for one device."""
+    if check_device(device) is None:
+        raise ValueError(f"parameters are chosen for a device in {DEVICES}; got None")
+    return device
+
+
+@functools.cache
+def cuda_available() -> bool:
+    """True when numba-cuda is installed and sees a usable GPU (or runs its simulator)."""
+    try:
+        from numba import cuda
+
+        from .kernels import cuda as _  # noqa: F401  (applies the NumPy compatibility step)
+    except ImportError:
+        return False
+    return bool(cuda.config.ENABLE_CUDASIM) or cuda.is_available()
+
+
+def default_device() -> str:
+    """The device used when none is named: CUDA when a GPU is usable, else the CPU."""
+    return "cuda" if cuda_available() else "cpu"
+
+
+def resolve_device(device) -> str:
+    """A device name, or for None the one used automatically (CUDA when a GPU is usable); a
+    RuntimeError when CUDA is named but no GPU is usable."""
+    device = check_device(device)
+    if device is None:
+        return default_device()
+    if device == "cuda" and not cuda_available():
+        raise RuntimeError(
+            "device='cuda' was requested but no usable CUDA GPU was found "
+            "(install the 'cuda' extra and check the driver), or use device='cpu'"
+        )
+    return device
+
+
+def target_device(device) -> str:
+    """The device to decide for: ``device`` as given (a GPU need not be present), or for None
+    the one :func:`autospmv.prepare` would use."""
+    return check_device(device) or resolve_device(None)
