@@ -148,24 +148,29 @@ def start_cluster(kind: str, workers: int):
     return cluster, Client(cluster)
 
 
+def device_matvec_time(op, x, repeats) -> dict:
+    """``{"matvec_device": seconds}`` for ``op @ x`` with x a CuPy array (synchronised), or {}
+    without CuPy."""
+    try:
+        import cupy
+    except ImportError:
+        return {}
+    xd = cupy.asarray(x)
+
+    def product():
+        op @ xd
+        cupy.cuda.runtime.deviceSynchronize()
+
+    return {"matvec_device": median_time(product, repeats)}
+
+
 def measure_single(A, device, repeats, cg_iters):
     op = autospmv.prepare(A, device=device)
     x = np.random.default_rng(0).random(A.shape[1]).astype(A.dtype)
     out = {"kernel": op.kernel, "matvec": median_time(lambda: op @ x, repeats),
            "cg_iteration": cg_iteration_time(op, x, cg_iters)}
     if device == "cuda":
-        try:
-            import cupy
-
-            xd = cupy.asarray(x)
-
-            def product():
-                op @ xd
-                cupy.cuda.runtime.deviceSynchronize()
-
-            out["matvec_device"] = median_time(product, repeats)
-        except ImportError:
-            pass
+        out.update(device_matvec_time(op, x, repeats))
     return out
 
 
@@ -183,18 +188,7 @@ def measure_distributed(A, client, device, repeats, cg_iters):
     out["cg_iteration"] = cg_iteration_time(op, x, cg_iters)
     out["part_compute"] = part_compute_time(op, x, repeats)
     if device == "cuda":
-        try:
-            import cupy
-
-            xd = cupy.asarray(x)
-
-            def product():
-                op @ xd
-                cupy.cuda.runtime.deviceSynchronize()
-
-            out["matvec_device"] = median_time(product, repeats)
-        except ImportError:
-            pass
+        out.update(device_matvec_time(op, x, repeats))
     op.close()
     return out
 
