@@ -26,7 +26,7 @@ from . import (  # noqa: F401 (KERNELS: the built-in names, read here by scripts
     KERNELS, Decision, devices, glossary, prepare, registry, select, selector,
 )
 from .formats.base import FormatTooLargeError
-from .model import device_slug, user_data_dir
+from .model_store import device_slug, user_data_dir
 from .devices import DEVICES
 from .validation import SUPPORTED_DTYPES, canonicalize
 

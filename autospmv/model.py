@@ -1,10 +1,15 @@
-"""Trained kernel-selection trees stored as JSON, and where autospmv keeps them.
+"""Trained kernel-selection trees stored as JSON.
 
 A :class:`TreeModel` is a fitted scikit-learn ``DecisionTreeClassifier`` reduced to plain arrays.
 It is written as JSON rather than pickled: a pickle executes code when loaded and does not
 survive a scikit-learn upgrade, while JSON arrays are safe to load, diffable and version-free.
 Loading validates everything a prediction relies on, so a damaged or foreign file fails with a
 ``ValueError`` that names the problem instead of mispredicting.
+
+This module holds the tree: its file format, prediction and :meth:`TreeModel.export_text`.
+The cost model a tree may carry is in :mod:`autospmv.cost_model`, the checks a model passes
+in :mod:`autospmv.model_check`, and where model files live and how they are named in
+:mod:`autospmv.model_store`; their public names stay importable from here.
 
 File layout (``schema_version`` 1)::
 
@@ -47,32 +52,21 @@ JSON, so float32 comparisons here reproduce scikit-learn's results bit for bit.
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import math
 import os
-import re
-import tempfile
 from collections.abc import Mapping
-from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 
-from . import devices, registry
+from .cost_model import CostModel
+from .model_check import LEAF, LEAF_FEATURE, _check, _default_features
+from .model_store import write_atomically
 
 FORMAT = "autospmv-tree"
 SCHEMA_VERSION = 1
-LEAF = -1
-"""Child index marking a leaf (scikit-learn's ``TREE_LEAF``)."""
-LEAF_FEATURE = -2
-"""Feature index and threshold stored at leaves (scikit-learn's ``TREE_UNDEFINED``)."""
-
-_TREE_KEYS = (
-    "children_left", "children_right", "feature", "threshold", "value",
-    "n_node_samples", "weighted_n_node_samples",
-)  # fmt: skip
 RANKINGS = ("value", "correction")
 
 
@@ -97,109 +91,11 @@ class Leaf(NamedTuple):
     ``"correction"`` ranking."""
 
 
-class CostModel:
-    """A per-kernel linear model of a kernel's time on one device, over the cost quantities of
-    :mod:`autospmv.cost`.
-
-    The estimate for kernel k is ``t̂_k = Σ_r c_kr · x_r`` over :data:`REGRESSORS`: a constant
-    (``"1"``: launches and fixed latency), the matrix's ``rows`` and ``nnz``, and the kernel's own
-    ``<kernel>_bytes``, ``_work``, ``_span`` and ``_atomics``. The coefficients are fitted on a
-    device's labels (non-negative least squares on relative error, ``training/train.py``), so
-    ``t̂_k`` is in the labels' unit, microseconds. The tree reads the estimates relative to the
-    fastest one: ``est_<kernel> = log2(t̂_k / min_j t̂_j)``, 0 for the kernel the cost model
-    expects to be fastest; a tree splitting on them can follow the cost model where it is right
-    and overrule it where the labels showed it wrong.
-    """
-
-    REGRESSORS = ("1", "rows", "nnz", "bytes", "work", "span", "atomics")
-    MAX_COEFFICIENT = 1e9
-    """Largest coefficient a model may hold (µs per unit). Fitted values are below 10⁴ (the
-    constant, microseconds) and far below 1 for the counts; the bound keeps every estimate
-    finite for any matrix (quantities stay below about 10²⁰, so estimates below 10³⁰)."""
-    FLOOR_US = 1e-3
-    """Smallest estimate, so that a kernel whose coefficients are all 0 still has a logarithm."""
-
-    def __init__(self, coefficients: Mapping[str, list], known_kernels=None):
-        known_kernels = registry.names() if known_kernels is None else tuple(known_kernels)
-        if not isinstance(coefficients, Mapping) or not coefficients:
-            raise ValueError("cost_model coefficients must be a non-empty object of kernel names")
-        unknown = [k for k in coefficients if k not in known_kernels]
-        if unknown:
-            raise ValueError(f"unknown kernel names in the cost model: {', '.join(unknown)}")
-        table = {}
-        for kernel, row in coefficients.items():
-            row = _array(row, f"cost_model coefficients of {kernel}")
-            if (row.shape != (len(self.REGRESSORS),) or (row < 0).any()
-                    or (row > self.MAX_COEFFICIENT).any()):
-                raise ValueError(f"cost_model coefficients of {kernel} must be "
-                                 f"{len(self.REGRESSORS)} non-negative numbers of at most "
-                                 f"{self.MAX_COEFFICIENT:g}")
-            table[kernel] = row
-        self.kernels: tuple[str, ...] = tuple(table)
-        self.coefficients = np.array([table[k] for k in self.kernels])
-        self.derived_names: tuple[str, ...] = tuple(f"est_{k}" for k in self.kernels)
-
-    @classmethod
-    def regressor_names(cls, kernel: str) -> list[str]:
-        """The feature names a kernel's regressors are read from (``"1"`` is the constant)."""
-        return ["1", "rows", "nnz"] + [f"{kernel}_{q}" for q in cls.REGRESSORS[3:]]
-
-    @classmethod
-    def design(cls, X, feature_names, kernel: str) -> np.ndarray:
-        """A kernel's regressors but the constant, for each row of X (columns in
-        ``feature_names`` order): what its coefficients after the first multiply."""
-        X = np.asarray(X, dtype=np.float64)
-        column = {name: i for i, name in enumerate(feature_names)}
-        names = cls.regressor_names(kernel)[1:]
-        missing = [n for n in names if n not in column]
-        if missing:
-            raise ValueError(f"features missing for the cost model: {', '.join(missing)}")
-        return X[:, [column[n] for n in names]]
-
-    def times(self, X, feature_names) -> np.ndarray:
-        """Estimated µs per row of X (columns in ``feature_names`` order) and kernel."""
-        out = np.column_stack([row[0] + self.design(X, feature_names, kernel) @ row[1:]
-                               for kernel, row in zip(self.kernels, self.coefficients)])
-        return np.maximum(out, self.FLOOR_US)
-
-    def relative(self, times: np.ndarray) -> np.ndarray:
-        """``log2(t̂_k / min_j t̂_j)`` per row: the ``est_<kernel>`` columns."""
-        return np.log2(times / times.min(axis=1, keepdims=True))
-
-    def estimates(self, features: Mapping) -> dict[str, float]:
-        """Estimated µs per kernel for one feature dict."""
-        names = sorted({n for k in self.kernels for n in self.regressor_names(k)[1:]})
-        missing = [n for n in names if n not in features]
-        if missing:
-            raise ValueError(f"features missing for the cost model: {', '.join(missing)}")
-        row = np.array([[float(features[n]) for n in names]])
-        return dict(zip(self.kernels, self.times(row, names)[0].tolist()))
-
-    def derived(self, features: Mapping) -> dict[str, float]:
-        """The ``est_<kernel>`` values for one feature dict."""
-        times = np.array([list(self.estimates(features).values())])
-        return dict(zip(self.derived_names, self.relative(times)[0].tolist()))
-
-    def to_dict(self) -> dict:
-        return {"regressors": list(self.REGRESSORS),
-                "coefficients": {k: self.coefficients[j].tolist()
-                                 for j, k in enumerate(self.kernels)}}
-
-    @classmethod
-    def from_dict(cls, doc, known_kernels=None) -> "CostModel":
-        if not isinstance(doc, Mapping):
-            raise ValueError("cost_model must be a JSON object")
-        if list(doc.get("regressors", ())) != list(cls.REGRESSORS):
-            raise ValueError(f"cost_model regressors must be {list(cls.REGRESSORS)}; "
-                             f"found {doc.get('regressors')!r}")
-        return cls(doc.get("coefficients"), known_kernels)
-
-
 class TreeModel:
     """A validated decision tree over matrix features whose classes are kernel names.
 
     Build one with :meth:`from_sklearn`, :meth:`load` or :meth:`from_dict`; the constructor
-    validates its arguments like :meth:`load` does (see :func:`_check`).
+    validates its arguments like :meth:`load` does (see :func:`autospmv.model_check._check`).
     """
 
     def __init__(self, feature_names, classes, tree: Mapping, provenance: Mapping | None = None,
@@ -521,30 +417,6 @@ _LOADER_ERRORS = (ValueError, TypeError, KeyError, IndexError, AttributeError, O
 integer too large for a float); :meth:`TreeModel.load` reports each as a ValueError."""
 
 
-def write_atomically(path, text: str) -> None:
-    """Write ``text`` to ``path`` so that no reader, and no crash or full disk, can leave a
-    partial file: a temporary file in the same folder is written, flushed to disk and renamed
-    over ``path`` (an atomic replacement); on any failure the old file stays as it was."""
-    path = Path(path)
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
-    with contextlib.suppress(OSError):  # make the rename itself durable, where folders sync
-        folder = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(folder)
-        finally:
-            os.close(folder)
-
-
 def _float32_floor(values) -> np.ndarray:
     """For each float64, the largest float32 not above it (as float64)."""
     values = np.asarray(values, dtype=np.float64)
@@ -559,200 +431,12 @@ def _reject_constant(name: str):
     raise ValueError(f"{name} is not allowed in a model file")
 
 
-def _default_features() -> tuple[str, ...] | None:
-    try:
-        from .features import feature_names
-    except ImportError:
-        return None
-    return feature_names()
-
-
-def _names(value, what: str) -> list[str]:
-    if (not isinstance(value, (list, tuple)) or not value
-            or not all(isinstance(v, str) for v in value)):
-        raise ValueError(f"{what} must be a non-empty list of strings")
-    if len(set(value)) != len(value):
-        raise ValueError(f"{what} contains duplicates")
-    return list(value)
-
-
-def _check(feature_names, classes, tree, provenance, known_features, known_kernels,
-           negative_values: bool = False) -> None:
-    """Raise ValueError naming the first inconsistency a prediction could trip over."""
-    features = _names(feature_names, "feature_names")
-    classes = _names(classes, "classes")
-    known_features = _default_features() if known_features is None else tuple(known_features)
-    if known_features is not None:
-        unknown = [f for f in features if f not in known_features]
-        if unknown:
-            raise ValueError(f"unknown feature names: {', '.join(unknown)}; this autospmv "
-                             "computes the names in autospmv.features.FEATURE_NAMES")
-    known_kernels = registry.names() if known_kernels is None else tuple(known_kernels)
-    unknown = [c for c in classes if c not in known_kernels]
-    if unknown:
-        raise ValueError(f"unknown kernel names in classes: {', '.join(unknown)}; "
-                         f"valid kernels: {', '.join(known_kernels)}")
-    if provenance is not None and not isinstance(provenance, Mapping):
-        raise ValueError("provenance must be a JSON object")
-    if not isinstance(tree, Mapping):
-        raise ValueError("'tree' must be a JSON object of node arrays")
-    missing = [key for key in _TREE_KEYS if key not in tree]
-    if missing:
-        raise ValueError(f"the tree has no {', '.join(missing)} array")
-    arrays = {key: _array(tree[key], key) for key in _TREE_KEYS if key != "value"}
-    n = arrays["children_left"].shape[0]
-    if n == 0:
-        raise ValueError("the tree has no nodes")
-    rows = tree["value"]
-    if (not isinstance(rows, (list, tuple)) or
-            not all(isinstance(r, (list, tuple)) and len(r) == len(classes) for r in rows)):
-        raise ValueError(f"value must hold {len(classes)} numbers (one per class) for each node")
-    arrays["value"] = value = _array(rows, "value")
-    for key in _TREE_KEYS:
-        if arrays[key].shape[0] != n:
-            raise ValueError(f"tree arrays have inconsistent lengths: children_left has {n} "
-                             f"nodes, {key} has {arrays[key].shape[0]}")
-    if not negative_values and (value < 0).any():
-        raise ValueError("value must not be negative")
-    for key in ("children_left", "children_right", "feature", "n_node_samples"):
-        if arrays[key].ndim != 1 or (arrays[key] != np.round(arrays[key])).any():
-            raise ValueError(f"{key} must be a list of integers")
-    if (arrays["n_node_samples"] < 1).any() or (arrays["weighted_n_node_samples"] < 0).any():
-        raise ValueError("node sample counts must be positive")
-    _check_structure(arrays, n, len(features))
-
-
-def _array(values, key: str) -> np.ndarray:
-    try:
-        arr = np.asarray(values, dtype=np.float64)
-    except (TypeError, ValueError, OverflowError):  # OverflowError: an int beyond a float
-        raise ValueError(f"{key} must be an array of numbers") from None
-    if arr.ndim == 0 or not np.isfinite(arr).all():
-        raise ValueError(f"{key} must be an array of finite numbers")
-    return arr
-
-
-def _check_structure(arrays: dict, n: int, n_features: int) -> None:
-    left = arrays["children_left"].astype(np.int64)
-    right = arrays["children_right"].astype(np.int64)
-    feature = arrays["feature"].astype(np.int64)
-    threshold = arrays["threshold"]
-    parents = np.zeros(n, dtype=np.int64)
-    for node in range(n):
-        if (left[node] == LEAF) != (right[node] == LEAF):
-            raise ValueError(f"node {node}: a leaf must have both children -1")
-        if left[node] == LEAF:
-            continue
-        for child in (left[node], right[node]):
-            if not node < child < n:
-                raise ValueError(f"node {node}: child index {child} out of range (children "
-                                 f"come after their parent, below {n})")
-            parents[child] += 1
-        if not 0 <= feature[node] < n_features:
-            raise ValueError(f"node {node}: feature index {feature[node]} out of range "
-                             f"(the model has {n_features} features)")
-        if np.float64(np.float32(threshold[node])) != threshold[node]:
-            raise ValueError(
-                f"node {node}: threshold {float(threshold[node])!r} is not a float32 value")
-    orphans = np.flatnonzero(parents[1:] != 1) + 1
-    if orphans.size:
-        node = int(orphans[0])
-        raise ValueError(f"node {node} is reached from {parents[node]} parents; every node but "
-                         "the root must have exactly one")
-
-
-# -- where models live ----------------------------------------------------------------------
-
-
-def user_data_dir() -> Path:
-    """autospmv's per-user data folder: ``$AUTOSPMV_HOME`` if set, else
-    ``$XDG_DATA_HOME/autospmv`` (default ``~/.local/share/autospmv``)."""
-    home = os.environ.get("AUTOSPMV_HOME")
-    if home:
-        return Path(home).expanduser()
-    data = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
-    return Path(data).expanduser() / "autospmv"
-
-
-DTYPES = ("float64", "float32")
-"""Value types a model is trained for; models are per (device, dtype)."""
-
-
-def model_stem(slug: str, dtype: str | None = None) -> str:
-    """A model file's name without ``.json``: ``<slug>-<dtype>``, or ``<slug>`` alone (the
-    older name, which means float64) when ``dtype`` is None."""
-    return slug if dtype is None else f"{slug}-{dtype}"
-
-
-def split_stem(stem: str) -> tuple[str, str]:
-    """(device slug, dtype) of a model file name: ``cuda-nvidia-h100-float32`` →
-    ``("cuda-nvidia-h100", "float32")``; a name without a dtype suffix is a float64 model."""
-    for dtype in DTYPES:
-        if stem.endswith("-" + dtype):
-            return stem[: -len(dtype) - 1], dtype
-    return stem, "float64"
-
-
-def user_model_path(slug: str, dtype: str | None = None) -> Path:
-    """Where a model retrained on this machine for device ``slug`` and value type ``dtype``
-    is installed (``<slug>-<dtype>.json``; without ``dtype`` the older ``<slug>.json``, read
-    as float64)."""
-    return user_data_dir() / "models" / f"{model_stem(slug, dtype)}.json"
-
-
-def slugify(text: str) -> str:
-    """Lower-case words joined by hyphens: ``"NVIDIA H100 80GB"`` → ``"nvidia-h100-80gb"``."""
-    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "unknown"
-
-
-def device_slug(device: str | None = None) -> str:
-    """A file-name-safe identifier of the device models are trained for.
-
-    ``"cuda-<gpu name>"`` for the current CUDA GPU, ``"cpu-<cpu model>"`` for the CPU;
-    ``device=None`` means CUDA when a usable GPU is present. ``"cuda"`` without a usable GPU
-    (deciding for a GPU elsewhere) gives ``"cuda-no-gpu"``, which names no model, so that the
-    nearest shipped GPU model decides.
-    """
-    if device is None:
-        device = devices.default_device()
-    if device == "cuda":
-        if not devices.cuda_available():
-            return "cuda-no-gpu"
-        from numba import cuda
-
-        if cuda.config.ENABLE_CUDASIM:
-            return "cuda-simulator"
-        name = cuda.get_current_device().name
-        return "cuda-" + slugify(name.decode() if isinstance(name, bytes) else name)
-    if device == "cpu":
-        return "cpu-" + slugify(cpu_model())
-    raise ValueError(f"unknown device {device!r}; valid devices: 'cuda', 'cpu' or None")
-
-
-def cpu_model() -> str:
-    """The CPU's model name from /proc/cpuinfo, else :func:`platform.processor`."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.processor() or platform.machine() or "unknown"
-
-
-def find_model(slug: str):
-    """The model for device ``slug``: the user's retrained one, else one shipped in the
-    ``autospmv.models`` package data, else None. Returns a path-like object."""
-    user = user_model_path(slug)
-    if user.is_file():
-        return user
-    from importlib import resources
-
-    try:
-        shipped = resources.files("autospmv.models") / f"{slug}.json"
-    except ModuleNotFoundError:
-        return None
-    return shipped if shipped.is_file() else None
+# -- names that live in other modules, importable from here as before -------------------------
+# autospmv.cost_model: the per-kernel cost model a tree may carry.
+# autospmv.model_check: the leaf markers of the node arrays (LEAF and LEAF_FEATURE, imported
+#   above) and the checks every model passes.
+# autospmv.model_store: user folders, model file names, device slugs, the atomic write.
+from .model_store import (  # noqa: E402, F401
+    DTYPES, cpu_model, device_slug, find_model, model_stem, slugify, split_stem, user_data_dir,
+    user_model_path,
+)  # fmt: skip

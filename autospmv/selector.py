@@ -44,7 +44,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from . import registry
-from .model import DTYPES, TreeModel, device_slug, split_stem, user_data_dir, user_model_path
+from .model import TreeModel
+from .model_store import DTYPES, device_slug, split_stem, user_data_dir, user_model_path
 
 LONG_ROW = 1024
 """Rows longer than this make the rule choose csr5 (also the row threshold of the training
@@ -142,7 +143,7 @@ def shipped_models() -> dict[str, Path]:
 
 def installed_models() -> dict[str, Path]:
     """The models ``retrain`` installed on this machine (the user data folder of
-    :func:`autospmv.model.user_data_dir`), by file stem (``<device>-<dtype>``)."""
+    :func:`autospmv.model_store.user_data_dir`), by file stem (``<device>-<dtype>``)."""
     folder = user_data_dir() / "models"
     if not folder.is_dir():
         return {}

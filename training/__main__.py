@@ -152,7 +152,7 @@ def _label(args, preset: str, out, budget_minutes) -> dict:
 
 
 def _retrain(args) -> None:
-    from autospmv.model import device_slug, user_data_dir, user_model_path
+    from autospmv.model_store import device_slug, user_data_dir, user_model_path
     from training.train import train_files
 
     args.device = args.device or _default_device()

@@ -249,7 +249,7 @@ def release_device_memory(device: str) -> None:
 
 def device_info(device: str) -> dict:
     """What the timings were taken on: GPU name, compute capability and driver, or CPU model."""
-    from autospmv.model import cpu_model
+    from autospmv.model_store import cpu_model
 
     info = {"device": device, "cpu": cpu_model(), "cpu_count": os.cpu_count(),
             "platform": platform.platform()}

@@ -1,0 +1,384 @@
+"""The numba scan over a canonical CSR matrix's rows that :func:`autospmv.features.features`
+reads its structural features from.
+
+The scan walks the rows in windows of :data:`WINDOW_ROWS` (one warp): every row for the
+row-length histogram, the bandwidth, the occupied diagonals and the warp imbalance, and the
+rows of the windows drawn for detail also for the block, x-sector and narrow-band counters
+(the entries ``_T2`` … ``_SAMPLED_NNZ3`` of a worker's ``sums``). The work is split between
+workers (:func:`_split_windows`), each with its own scratch arrays within a memory budget
+(:func:`_workers`, :data:`SCRATCH_SHARE`); :data:`_scan_serial` runs the workers in turn,
+:data:`_scan_parallel` on numba's threads. It lives apart from the feature definitions
+(:mod:`autospmv.features`: names, sampling policy, row-length statistics, the public
+:func:`~autospmv.features.features`) because it is the bit-level machinery: block masks,
+sector stamps and the per-worker split, which the features only consume as counters.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import prange
+
+from .kernels import njit
+from .kernels.cpu import specialisations
+
+BLOCK_SIZES = (2, 3, 4, 8)
+"""The b of the b×b block counters (2, 4 and 8 from one 8×8 bit mask, 3 from its own)."""
+
+WARP = 32
+WINDOW_ROWS = WARP
+"""Rows per sampling window, the unit of work: one warp, a whole number of 8-row blocks."""
+DETAIL_COST = 8
+"""Work split between threads: a nonzero of a sampled window costs about this many others."""
+
+# Entries of the counters the scan returns.
+_T2, _T3, _T4, _T8, _F2, _F3, _F4, _F8 = range(8)  # touched blocks, nonzeros in full blocks
+_TOUCHED = dict(zip(BLOCK_SIZES, (_T2, _T3, _T4, _T8), strict=True))
+_FULL = dict(zip(BLOCK_SIZES, (_F2, _F3, _F4, _F8), strict=True))
+_NARROW, _BAND, _ROW_SECTORS, _WARP_SECTORS, _SAMPLED_NNZ, _SAMPLED_NNZ3 = range(8, 14)
+_N_SUMS = 14
+
+# 8×8 blocks are bit masks, bit 8·r + c for row r and column c inside the block.
+_U1 = np.uint64(1)
+_ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
+_ANCHOR2 = np.uint64(0x0055005500550055)  # top-left cells of the 2×2 sub-blocks
+_ANCHOR4 = np.uint64(0x0000001100000011)
+_BLOCK2 = np.uint64(0x0303)  # cells of the 2×2 sub-block at the origin
+_BLOCK4 = np.uint64(0x0F0F0F0F)
+_LOW_HALF = np.uint64(0x0F0F0F0F0F0F0F0F)  # columns 0-3 of every row
+# 3×3 blocks: bit 3·r + c.
+_FULL3 = 0x1FF
+
+
+# ---------------------------------------------------------------------------------------------
+# The split of the windows between workers, and each worker's scratch arrays.
+
+
+def _split_windows(indptr: np.ndarray, m: int, selected: np.ndarray, workers: int) -> np.ndarray:
+    """Cut the windows into ``workers`` runs of consecutive windows of about equal work, at
+    multiples of 3 windows (96 rows), so that no 3-row block row is cut."""
+    if workers == 1:
+        return np.array([0, selected.size])
+    entries = np.diff(indptr[np.minimum(np.arange(selected.size + 1) * WINDOW_ROWS, m)])
+    work = np.cumsum((1 + DETAIL_COST * selected.astype(np.int64)) * entries + WINDOW_ROWS)
+    cuts = np.searchsorted(work, work[-1] * np.arange(1, workers) / workers) // 3 * 3
+    return np.concatenate([[0], cuts, [selected.size]])
+
+
+SCRATCH_SHARE = 1.0
+"""The workers' scratch arrays together stay below this share of the CSR arrays' bytes (or
+one worker's, if more): each worker needs its own (about m + 7.3 n bytes), so a machine with
+many threads would otherwise need many times the matrix (4 GB at 128 threads for a 153 MB
+matrix). Fewer workers than threads only coarsens the work split."""
+
+
+def _scratch_shapes(m: int, n: int, longest: int) -> list[tuple[int, type]]:
+    """One worker's row of each scratch array: (length, dtype), in :func:`_scratch` order.
+    The row-length histogram has no columns when the longest row is much longer than m (see
+    :func:`_length_histogram`)."""
+    return [
+        (_N_SUMS, np.int64),
+        (longest + 1 if longest <= 8 * m + 64 else 0, np.int64),
+        (max(m + n - 1, 0), np.uint8),  # occupied diagonals
+        ((n + 7) // 8 * 2, np.int32),  # last warp that read each sector
+        ((n + 7) // 8, np.uint64),  # 8×8 block masks, block columns
+        ((n + 7) // 8 + 1, np.int64),  # touched block columns
+        ((n + 2) // 3, np.uint16),  # 3×3 block masks
+        ((n + 2) // 3 + 1, np.int64),
+    ]
+
+
+def _workers(threads: int, m: int, n: int, longest: int, csr_bytes: int) -> int:
+    """How many workers the scan splits into: ``threads``, but no more than the scratch
+    budget (:data:`SCRATCH_SHARE`) allows, and at least one."""
+    per_worker = sum(length * np.dtype(dtype).itemsize
+                     for length, dtype in _scratch_shapes(m, n, longest))
+    return max(1, min(threads, int(SCRATCH_SHARE * csr_bytes) // max(per_worker, 1)))
+
+
+def _scratch(workers: int, m: int, n: int, longest: int) -> tuple[np.ndarray, ...]:
+    """Per-worker counters and work arrays (see :func:`_scratch_shapes`)."""
+    return tuple(np.zeros((workers, length), dtype)
+                 for length, dtype in _scratch_shapes(m, n, longest))
+
+
+# ---------------------------------------------------------------------------------------------
+# Block masks: each b×b block of the current block row is a bit mask, filled row by row and
+# counted when the block row ends.
+
+
+@njit(cache=True)
+def _popcount(x):
+    """Set bits of a uint64 (LLVM turns this into one popcnt instruction)."""
+    x = x - ((x >> np.uint64(1)) & np.uint64(0x5555555555555555))
+    x = (x & np.uint64(0x3333333333333333)) + ((x >> np.uint64(2)) & np.uint64(0x3333333333333333))
+    x = (x + (x >> np.uint64(4))) & np.uint64(0x0F0F0F0F0F0F0F0F)
+    return np.int64((x * np.uint64(0x0101010101010101)) >> np.uint64(56))
+
+
+@njit(cache=True)
+def _touched(mask, s, anchor):
+    """Number of aligned s×s sub-blocks (s = 2, 4) of an 8×8 block mask with a cell set: ORing
+    the mask with copies of itself moved by up to s − 1 columns and rows towards bit 0
+    gathers each sub-block at its top-left cell (``anchor`` marks those cells)."""
+    k = 1
+    while k < s:
+        mask |= mask >> np.uint64(k)
+        k *= 2
+    k = 8
+    while k < 8 * s:
+        mask |= mask >> np.uint64(k)
+        k *= 2
+    return _popcount(mask & anchor)
+
+
+@njit(cache=True)
+def _in_full(mask, padded, s, anchor, pattern):
+    """Stored cells of ``mask`` inside aligned s×s sub-blocks (s = 2, 4) that are full in
+    ``padded`` (the mask plus the cells outside the matrix, so a block cut by the border is
+    full when all of its cells inside are stored). ANDing as in :func:`_touched` leaves the
+    full sub-blocks' top-left cells; multiplying by the sub-block's cell ``pattern`` spreads
+    them back over the sub-blocks (no carries: the copies do not overlap)."""
+    k = 1
+    while k < s:
+        padded &= padded >> np.uint64(k)
+        k *= 2
+    k = 8
+    while k < 8 * s:
+        padded &= padded >> np.uint64(k)
+        k *= 2
+    return _popcount(mask & ((padded & anchor) * pattern))
+
+
+@njit(cache=True)
+def _edge_pads(m, n, first_row, b):
+    """Bit masks of the cells outside the matrix in the b×b blocks of the block row starting
+    at ``first_row`` (row pad) and of the last, cut block column (column pad); that column's
+    index, or -1 when n is a multiple of b."""
+    row_bits = np.uint64((1 << b) - 1)
+    cols_in = n % b
+    cut = row_bits ^ np.uint64((1 << cols_in) - 1) if cols_in else np.uint64(0)
+    row_pad = col_pad = np.uint64(0)
+    for r in range(b):
+        at = np.uint64(r * b)
+        if first_row + r >= m:
+            row_pad |= row_bits << at
+        col_pad |= cut << at
+    return row_pad, col_pad, n // b if cols_in else -1
+
+
+@njit(cache=True)
+def _merge(masks, touched, count, c, bits):
+    """OR one row's cells of block column c into its block mask, listing c when new (the
+    list slot after the last is always written, so lists need one spare slot)."""
+    old = masks[c]
+    touched[count] = c
+    masks[c] = old | bits
+    return count + (old == 0)
+
+
+@njit(cache=True)
+def _flush8(masks, touched, count, row_pad, last_col, col_pad, stamp, warp_id, shift, sums):
+    """Count the 2×2, 4×4 and 8×8 blocks of one finished 8-row block row, and the x sectors
+    its warp reads for the first time, then reset its masks."""
+    t2 = t4 = f2 = f4 = f8 = sectors = 0
+    for k in range(count):
+        c = touched[k]
+        mask = masks[c]
+        masks[c] = np.uint64(0)
+        if shift == 3:  # float32: the 8 columns are one sector
+            sectors += _stamp(stamp, c, warp_id, True)
+        else:  # float64: columns 0-3 and 4-7 are two
+            sectors += _stamp(stamp, 2 * c, warp_id, mask & _LOW_HALF != 0)
+            sectors += _stamp(stamp, 2 * c + 1, warp_id, mask & ~_LOW_HALF != 0)
+        padded = mask | row_pad
+        if c == last_col:
+            padded |= col_pad
+        t2 += _touched(mask, 2, _ANCHOR2)
+        t4 += _touched(mask, 4, _ANCHOR4)
+        if _popcount(padded) >= 4:  # fewer cells fill no block
+            f2 += _in_full(mask, padded, 2, _ANCHOR2, _BLOCK2)
+            f4 += _in_full(mask, padded, 4, _ANCHOR4, _BLOCK4)
+            if padded == _ALL:
+                f8 += _popcount(mask)
+    sums[_T2] += t2
+    sums[_T4] += t4
+    sums[_T8] += count
+    sums[_F2] += f2
+    sums[_F4] += f4
+    sums[_F8] += f8
+    sums[_WARP_SECTORS] += sectors
+
+
+@njit(cache=True)
+def _stamp(stamp, sector, warp_id, read):
+    """1 if warp ``warp_id`` reads (``read``) x sector ``sector`` for the first time, else 0;
+    branch-free, as ``read`` is unpredictable."""
+    old = stamp[sector]
+    stamp[sector] = warp_id if read else old
+    return read & (old != warp_id)
+
+
+@njit(cache=True)
+def _flush3(masks, touched, count, row_pad, last_col, col_pad, sums):
+    """Count the 3×3 blocks of one finished 3-row block row and reset it."""
+    f3 = 0
+    for k in range(count):
+        c = touched[k]
+        mask = np.int64(masks[c])
+        masks[c] = 0
+        padded = mask | row_pad
+        if c == last_col:
+            padded |= col_pad
+        if padded == _FULL3:
+            f3 += _popcount(np.uint64(mask))
+    sums[_T3] += count
+    sums[_F3] += f3
+
+
+# ---------------------------------------------------------------------------------------------
+# The scan: windows of WINDOW_ROWS rows, every row for lengths and diagonals, sampled windows
+# also for blocks, x locality and the narrow band.
+
+
+@njit(cache=True)
+def _row_window(indptr, indices, m, lo, hi, flags, hist, sums):
+    """Row-length histogram, bandwidth and occupied diagonals of the rows lo..hi-1 of one
+    warp; returns the warp's imbalance ratio."""
+    band = sums[_BAND]
+    longest = entries = 0
+    for i in range(lo, hi):
+        a, b = indptr[i], indptr[i + 1]
+        length = np.int64(b - a)
+        entries += length
+        longest = max(longest, length)
+        if length < hist.size:
+            hist[length] += 1
+        if length:
+            band = max(band, i - np.int64(indices[a]), np.int64(indices[b - 1]) - i)
+        base = np.uint64(m - 1 - i)  # diagonal j - i is flag j - i + m - 1
+        for p in range(a, b):
+            flags[np.uint64(indices[p]) + base] = 1
+    sums[_BAND] = band
+    return longest * (hi - lo) / entries if entries else 1.0
+
+
+@njit(cache=True)
+def _detail_rows(indptr, indices, m, n, shift, narrow, lo, hi, stamp, masks8, list8, masks3,
+                 list3, sums):  # fmt: skip
+    """Block, x-sector and narrow-band counters of rows lo..hi-1 (lo a multiple of WARP; hi
+    too, or m). 3×3 blocks count only in the whole 3-row block rows inside lo..hi-1.
+
+    A row's cells in one block column are gathered in registers (indices are sorted), then
+    ORed into the block row's mask, counted when the block row ends. A sector (4 or 8
+    columns) lies inside one 8-column block, so sectors are counted per block, not per entry.
+    """
+    col_pad8, last8 = _edge_pads(m, n, lo, 8)[1:]
+    col_pad3, last3 = _edge_pads(m, n, lo, 3)[1:]
+    lo3 = -(-lo // 3) * 3
+    hi3 = hi if hi == m else hi // 3 * 3
+    row_sectors = near = n8 = n3 = 0
+    for i in range(lo, hi):
+        a, b = indptr[i], indptr[i + 1]
+        in3 = lo3 <= i < hi3
+        at8 = np.uint64(8 * (i & 7))
+        at3 = 3 * (i % 3)
+        c8 = c3 = -1
+        bits8 = np.uint64(0)
+        bits3 = 0
+        for p in range(a, b):
+            j = np.int64(indices[p])
+            near += abs(j - i) <= narrow
+            if j >> 3 != c8:
+                if c8 >= 0:
+                    n8 = _merge(masks8, list8, n8, c8, bits8 << at8)
+                    row_sectors += _sectors(bits8, shift)
+                c8 = j >> 3
+                bits8 = np.uint64(0)
+            bits8 |= _U1 << np.uint64(j & 7)
+            if in3:
+                q = np.int64(np.uint64(j) // np.uint64(3))
+                if q != c3:
+                    if c3 >= 0:
+                        n3 = _merge(masks3, list3, n3, c3, bits3 << at3)
+                    c3 = q
+                    bits3 = 0
+                bits3 |= 1 << (j - 3 * q)
+        if b > a:
+            n8 = _merge(masks8, list8, n8, c8, bits8 << at8)
+            row_sectors += _sectors(bits8, shift)
+            if in3:
+                n3 = _merge(masks3, list3, n3, c3, bits3 << at3)
+        sums[_SAMPLED_NNZ] += b - a
+        if (i & 7) == 7 or i == m - 1:
+            first = i & ~7
+            row_pad = _edge_pads(m, n, first, 8)[0] if first + 8 > m else np.uint64(0)
+            _flush8(masks8, list8, n8, row_pad, last8, col_pad8, stamp, (i >> 5) + 1, shift,
+                    sums)  # fmt: skip
+            n8 = 0
+        if in3:
+            sums[_SAMPLED_NNZ3] += b - a
+            if i % 3 == 2 or i == m - 1:
+                first = i - i % 3
+                row_pad = _edge_pads(m, n, first, 3)[0] if first + 3 > m else np.uint64(0)
+                _flush3(masks3, list3, n3, np.int64(row_pad), last3, np.int64(col_pad3), sums)
+                n3 = 0
+    sums[_ROW_SECTORS] += row_sectors
+    sums[_NARROW] += near
+
+
+@njit(cache=True)
+def _sectors(bits, shift):
+    """x sectors covered by one row's cells ``bits`` (8 bits) of an 8-column block."""
+    if shift == 3:
+        return 1
+    return (bits & np.uint64(0x0F) != 0) + (bits & np.uint64(0xF0) != 0)
+
+
+@njit(cache=True)
+def _scan_windows(indptr, indices, m, n, shift, narrow, selected, first, last, flags, hist,
+                  stamp, masks8, list8, masks3, list3, sums):  # fmt: skip
+    """One worker's share, windows first..last-1: every row for lengths and diagonals, each
+    run of consecutive selected windows for the rest. Returns the warps' imbalance ratio sum."""
+    warp_sum = 0.0
+    for w in range(first, last):
+        lo = w * WINDOW_ROWS
+        warp_sum += _row_window(indptr, indices, m, lo, min(lo + WINDOW_ROWS, m), flags, hist,
+                                sums)  # fmt: skip
+    w = first
+    while w < last:
+        start = w
+        while w < last and selected[w]:
+            w += 1
+        if w > start:
+            lo, hi = start * WINDOW_ROWS, min(w * WINDOW_ROWS, m)
+            _detail_rows(indptr, indices, m, n, shift, narrow, lo, hi, stamp, masks8, list8,
+                         masks3, list3, sums)  # fmt: skip
+        else:
+            w += 1
+    return warp_sum
+
+
+@njit(cache=True)
+def _longest_row(indptr, m):
+    """The longest row's length (it sizes the row-length histogram)."""
+    longest = 0
+    for i in range(m):
+        longest = max(longest, np.int64(indptr[i + 1] - indptr[i]))
+    return longest
+
+
+def _scan_workers(indptr, indices, m, n, shift, narrow, selected, bounds, sums, hist, flags,
+                  stamp, masks8, list8, masks3, list3):  # fmt: skip
+    """Run worker t's share of the windows, ``bounds[t]..bounds[t+1]-1``, for every t; each
+    worker has its own row of every work array. Returns the workers' warp imbalance ratio sums.
+    The serial compilation runs the workers in turn on the calling thread, the parallel one on
+    numba's threads."""
+    warp = np.zeros(bounds.size - 1)
+    for t in prange(bounds.size - 1):
+        warp[t] = _scan_windows(indptr, indices, m, n, shift, narrow, selected, bounds[t],
+                                bounds[t + 1], flags[t], hist[t], stamp[t], masks8[t],
+                                list8[t], masks3[t], list3[t], sums[t])  # fmt: skip
+    return warp
+
+
+_scan_serial, _scan_parallel = specialisations(_scan_workers)

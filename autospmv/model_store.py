@@ -1,0 +1,137 @@
+"""Where autospmv keeps trained models, and how their files are named and written.
+
+The model store: the per-user data folder (:func:`user_data_dir`), the file a retrained model
+is installed as (:func:`user_model_path`, named ``<device slug>-<dtype>.json`` by
+:func:`model_stem` and read back by :func:`split_stem`), the device slugs that name a machine's
+models (:func:`device_slug`) and the atomic write every model file goes through
+(:func:`write_atomically`). It knows nothing of what a model file holds, which is
+:mod:`autospmv.model`'s business: finding and naming models needs no tree code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import tempfile
+from pathlib import Path
+
+from . import devices
+
+
+def write_atomically(path, text: str) -> None:
+    """Write ``text`` to ``path`` so that no reader, and no crash or full disk, can leave a
+    partial file: a temporary file in the same folder is written, flushed to disk and renamed
+    over ``path`` (an atomic replacement); on any failure the old file stays as it was."""
+    path = Path(path)
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+    with contextlib.suppress(OSError):  # make the rename itself durable, where folders sync
+        folder = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(folder)
+        finally:
+            os.close(folder)
+
+
+def user_data_dir() -> Path:
+    """autospmv's per-user data folder: ``$AUTOSPMV_HOME`` if set, else
+    ``$XDG_DATA_HOME/autospmv`` (default ``~/.local/share/autospmv``)."""
+    home = os.environ.get("AUTOSPMV_HOME")
+    if home:
+        return Path(home).expanduser()
+    data = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+    return Path(data).expanduser() / "autospmv"
+
+
+DTYPES = ("float64", "float32")
+"""Value types a model is trained for; models are per (device, dtype)."""
+
+
+def model_stem(slug: str, dtype: str | None = None) -> str:
+    """A model file's name without ``.json``: ``<slug>-<dtype>``, or ``<slug>`` alone (the
+    older name, which means float64) when ``dtype`` is None."""
+    return slug if dtype is None else f"{slug}-{dtype}"
+
+
+def split_stem(stem: str) -> tuple[str, str]:
+    """(device slug, dtype) of a model file name: ``cuda-nvidia-h100-float32`` →
+    ``("cuda-nvidia-h100", "float32")``; a name without a dtype suffix is a float64 model."""
+    for dtype in DTYPES:
+        if stem.endswith("-" + dtype):
+            return stem[: -len(dtype) - 1], dtype
+    return stem, "float64"
+
+
+def user_model_path(slug: str, dtype: str | None = None) -> Path:
+    """Where a model retrained on this machine for device ``slug`` and value type ``dtype``
+    is installed (``<slug>-<dtype>.json``; without ``dtype`` the older ``<slug>.json``, read
+    as float64)."""
+    return user_data_dir() / "models" / f"{model_stem(slug, dtype)}.json"
+
+
+def slugify(text: str) -> str:
+    """Lower-case words joined by hyphens: ``"NVIDIA H100 80GB"`` → ``"nvidia-h100-80gb"``."""
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "unknown"
+
+
+def device_slug(device: str | None = None) -> str:
+    """A file-name-safe identifier of the device models are trained for.
+
+    ``"cuda-<gpu name>"`` for the current CUDA GPU, ``"cpu-<cpu model>"`` for the CPU;
+    ``device=None`` means CUDA when a usable GPU is present. ``"cuda"`` without a usable GPU
+    (deciding for a GPU elsewhere) gives ``"cuda-no-gpu"``, which names no model, so that the
+    nearest shipped GPU model decides.
+    """
+    if device is None:
+        device = devices.default_device()
+    if device == "cuda":
+        if not devices.cuda_available():
+            return "cuda-no-gpu"
+        from numba import cuda
+
+        if cuda.config.ENABLE_CUDASIM:
+            return "cuda-simulator"
+        name = cuda.get_current_device().name
+        return "cuda-" + slugify(name.decode() if isinstance(name, bytes) else name)
+    if device == "cpu":
+        return "cpu-" + slugify(cpu_model())
+    raise ValueError(f"unknown device {device!r}; valid devices: 'cuda', 'cpu' or None")
+
+
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo, else :func:`platform.processor`."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def find_model(slug: str):
+    """The model for device ``slug``: the user's retrained one, else one shipped in the
+    ``autospmv.models`` package data, else None. Returns a path-like object."""
+    user = user_model_path(slug)
+    if user.is_file():
+        return user
+    from importlib import resources
+
+    try:
+        shipped = resources.files("autospmv.models") / f"{slug}.json"
+    except ModuleNotFoundError:
+        return None
+    return shipped if shipped.is_file() else None
