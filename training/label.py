@@ -48,20 +48,22 @@ matrices already in the output file are skipped, and a line (or gzip member) cut
 crash is dropped. Matrix generation runs in parallel (joblib) one chunk at a time, and never
 while anything is being timed; features are computed in the timing process so that their time
 is not distorted by other work. A time budget stops the run between matrices.
+
+The record helpers (:func:`target_mode`, :func:`is_noisy`, reading and appending the labels
+file) live in :mod:`training.records` and the time forecast in :mod:`training.forecast`, so
+that the trainer and the CLI read labels without the labelling machinery; their names stay
+importable from here.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
-import gzip
 import json
 import math
-import os
 import platform
 import sys
 import time
-import zlib
 from pathlib import Path
 
 import joblib
@@ -73,57 +75,22 @@ from autospmv.features import features
 from autospmv.formats.base import FormatTooLargeError
 from autospmv.validation import canonicalize
 from training import corpus as corpus_module
-from training.timing import (QUICK, TOLERANCE, Bench, TimingOptions, device_info,
+from training.timing import (QUICK, TOLERANCE, Bench, TimingOptions, device_info,  # noqa: F401
                              relative_error, release_device_memory, require_real_gpu)
 
-SCHEMA = "autospmv-labels/1"
+# Records, timing modes and the labels file: training/records.py (names kept importable here)
+from training.records import (GZIP_MAGIC, LARGE_NNZ, NOISE_LIMIT, SCHEMA,  # noqa: F401
+                              TIMING_MODES, TRAINING_MODES, _append, _compressed, _decode,
+                              _parse, _resume, _rewrite, _timing_name, is_noisy, read_records,
+                              row_noise, target_mode)
+# The labelling-time forecast: training/forecast.py (names kept importable here)
+from training.forecast import (Forecast, _minutes, _predicted_seconds,  # noqa: F401
+                               labelling_seconds, reference_labels)
+
 THREADS_PER_ROW = registry.THREADS_PER_ROW_VARIANTS
 HYB_STRATEGIES = registry.HYB_STRATEGIES
 CSR5_SIGMAS = registry.CSR5_SIGMAS
 """The built-in kernels' parameter variants (each kernel's ``KernelSpec.variants``)."""
-TIMING_MODES = ("per_call", "b2b")
-"""The two times every label records (see :mod:`training.timing`)."""
-TRAINING_MODES = ("auto",) + TIMING_MODES
-"""What a model may be trained on: ``auto`` applies :func:`target_mode` per matrix."""
-LARGE_NNZ = 1_000_000
-"""Matrices with at least this many nonzeros are decided on back-to-back time."""
-NOISE_LIMIT = TimingOptions.noise_limit
-"""A label row is noisy when a kernel's median time in the row's timing mode exceeds this many
-times its minimum even after re-timing (:class:`training.timing.Bench`)."""
-
-
-def target_mode(nnz: int, mode: str = "auto") -> str:
-    """The timing mode a matrix of ``nnz`` nonzeros is decided on: for ``auto``, back-to-back
-    from :data:`LARGE_NNZ` nonzeros (what an iterative solver sees: on a large matrix the
-    kernel's own time, not the launch, is what a loop of products costs), per call below (a
-    small matrix's products are dominated by the launch and the synchronisation a user's loop
-    pays). ``per_call`` or ``b2b`` apply to every matrix."""
-    if mode == "auto":
-        return "b2b" if nnz >= LARGE_NNZ else "per_call"
-    if mode not in TIMING_MODES:
-        raise ValueError(f"unknown timing mode {mode!r}; choose one of "
-                         f"{', '.join(TRAINING_MODES)}")
-    return mode
-
-
-def row_noise(kernels: dict) -> dict:
-    """Per timing mode, the largest median / min over the ``ok`` kernels' timings (1 is
-    noise-free; None when no kernel recorded its spread)."""
-    out = {}
-    for mode in TIMING_MODES:
-        ratios = [r["spread"][mode]["median"] / r["spread"][mode]["min"]
-                  for r in kernels.values()
-                  if r.get("status") == "ok" and r.get("spread") and r["spread"][mode]["min"] > 0]
-        out[mode] = max(ratios) if ratios else None
-    return out
-
-
-def is_noisy(record: dict, mode: str = "auto") -> bool:
-    """Whether a label row's kernel timings in the mode it is decided on (:func:`target_mode`)
-    stayed disturbed: a ratio above :data:`NOISE_LIMIT`. Computed from the recorded spreads,
-    so label files written before the check are judged the same way."""
-    ratio = row_noise(record["kernels"])[target_mode(record["nnz"], mode)]
-    return ratio is not None and ratio > NOISE_LIMIT
 
 
 @dataclasses.dataclass(frozen=True)
@@ -304,221 +271,6 @@ def library_versions() -> dict:
         except metadata.PackageNotFoundError:
             out[dist] = None
     return out
-
-
-# -- the output file ------------------------------------------------------------------------
-
-
-GZIP_MAGIC = b"\x1f\x8b"
-
-
-def _decode(path) -> tuple[str, bool]:
-    """(the text of a labels file, whether its bytes were complete).
-
-    gzip files (recognised by their magic bytes, whatever their name) are decompressed member
-    by member, because :func:`_append` adds one gzip member per record; a member cut short by
-    a crash yields what it holds and makes the result incomplete. Plain files are complete by
-    definition: a cut line is recognised by its missing newline.
-    """
-    data = Path(path).read_bytes()
-    if not data.startswith(GZIP_MAGIC):
-        return data.decode("utf-8"), True
-    parts = []
-    while data:
-        member = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)  # gzip header and trailer
-        try:
-            parts.append(member.decompress(data))
-        except zlib.error as err:
-            raise ValueError(f"{path} is a damaged gzip file ({err})") from None
-        if not member.eof:
-            return b"".join(parts).decode("utf-8", errors="ignore"), False
-        data = member.unused_data
-    return b"".join(parts).decode("utf-8"), True
-
-
-def _compressed(path) -> bool:
-    """Whether records appended to ``path`` are gzip-compressed (a ``.gz`` name)."""
-    return Path(path).suffix == ".gz"
-
-
-def read_records(path) -> list[dict]:
-    """All records of a labels file (JSON lines, plain or gzip-compressed such as
-    ``labels.jsonl.gz``); a final line without newline is ignored."""
-    return _parse(_decode(path)[0], path)
-
-
-def _parse(text: str, path) -> list[dict]:
-    """The records of the complete lines of ``text``, read from ``path``."""
-    records = []
-    for number, line in enumerate(text.split("\n")[:-1], start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except ValueError as err:
-            raise ValueError(f"line {number} of {path} is not valid JSON ({err}); remove it "
-                             "to continue") from None
-        if not isinstance(record, dict) or record.get("schema") != SCHEMA:
-            raise ValueError(f"line {number} of {path} is not an autospmv label record "
-                             f"(expected schema {SCHEMA!r})")
-        records.append(record)
-    return records
-
-
-def _resume(path: Path, device: str, dtype: str, timing: dict | None = None) -> set[str]:
-    """Names already labelled in ``path`` (created empty if missing), after dropping an
-    unfinished last line (or, in a gzip file, an unfinished last member). Records of another
-    device or dtype, or timed with other ``timing`` options (records without them predate
-    the key and are accepted), are refused: they must not mix."""
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.touch()
-        return set()
-    with open(path, "rb") as handle:
-        packed = handle.read(len(GZIP_MAGIC)) == GZIP_MAGIC
-    if path.stat().st_size and packed != _compressed(path):
-        raise ValueError(f"{path} is {'' if packed else 'not '}gzip-compressed but its name "
-                         "says otherwise; name compressed label files *.gz and plain ones "
-                         "anything else")
-    text, intact = _decode(path)
-    records = _parse(text, path)
-    if not intact or (text and not text.endswith("\n")):
-        _rewrite(path, text[:text.rfind("\n") + 1])
-    for record in records:
-        if record["dtype"] != dtype or record["device"]["device"] != device:
-            raise ValueError(
-                f"{path} holds {record['dtype']} labels from device "
-                f"{record['device']['device']!r}; write {dtype} labels for {device!r} to "
-                "another file"
-            )
-        if timing is not None and record.get("timing", timing) != timing:
-            raise ValueError(
-                f"{path} holds labels timed with other options ({_timing_name(record['timing'])}"
-                f", this run: {_timing_name(timing)}); label with the same options, write to "
-                "another file, or start over (`autospmv retrain --fresh`)"
-            )
-    return {record["name"] for record in records}
-
-
-def _timing_name(timing: dict) -> str:
-    """``"--quick"`` or ``"full timing"`` for a record's ``timing`` entry."""
-    return "--quick" if timing == dataclasses.asdict(QUICK) else "full timing"
-
-
-def _rewrite(path: Path, text: str) -> None:
-    """Replace ``path`` by ``text`` (compressed if the file is), atomically."""
-    data = text.encode("utf-8")
-    if _compressed(path):
-        data = gzip.compress(data, mtime=0)
-    partial = path.with_name(path.name + ".partial")
-    with open(partial, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(partial, path)
-
-
-def _append(path: Path, record: dict) -> None:
-    """Append one record as a line, durably; to a gzip file as a gzip member of its own, so
-    that a crash can only damage the last record."""
-    data = (json.dumps(record, allow_nan=False) + "\n").encode("utf-8")
-    if _compressed(path):
-        data = gzip.compress(data, mtime=0)
-    with open(path, "ab") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-
-
-def _predicted_seconds(history: list[tuple[int, float]], nnz: int) -> float:
-    """Time for a matrix of ``nnz``: that of the nearest size labelled so far, scaled up
-    linearly if this one is larger."""
-    if not history:
-        return 0.0
-    near_nnz, seconds = min(history, key=lambda h: abs(math.log((h[0] + 1) / (nnz + 1))))
-    return seconds * max(1.0, nnz / max(near_nnz, 1))
-
-
-def labelling_seconds(records) -> dict[str, tuple[int, float]]:
-    """Seconds each matrix of a labelling run took, by name, with its nonzeros: the gaps
-    between consecutive records' dates (they include generating the matrix; the first record,
-    without a predecessor, is left out)."""
-    dates = [datetime.datetime.fromisoformat(r["date"]) for r in records]
-    return {r["name"]: (int(r["nnz"]), (later - earlier).total_seconds())
-            for r, earlier, later in zip(records[1:], dates, dates[1:])}
-
-
-def reference_labels(device: str) -> Path | None:
-    """A shipped label file of ``device``'s kind ("cuda" or "cpu") to forecast with, or None."""
-    from autospmv.selector import shipped_models
-
-    folders = {path.parent / "labels" for path in shipped_models().values()}
-    files = sorted(f for folder in folders for f in folder.glob(f"{device}-*.jsonl*"))
-    return files[0] if files else None
-
-
-class Forecast:
-    """How long a labelling run has left, from the corpus and the times measured so far.
-
-    Matrices differ in cost by a factor of a hundred (a 10⁶-nonzero matrix takes about 40 times
-    as long as a 10⁴ one on a 2-core CPU), and the corpus runs small ones first, so counting
-    matrices misleads. Each matrix is expected to take what it took in a reference run (a
-    shipped label file of the same kind of device: the same matrix by name, else the nearest
-    size there, scaled by nonzeros when larger; without one, ``FALLBACK`` seconds = a + b·nnz),
-    and those expectations are scaled by how this machine compared on the matrices labelled
-    so far: remaining = Σ expected(pending) × Σ measured / Σ expected(labelled).
-    """
-
-    FALLBACK = (0.2, 1.2e-5)
-    """(seconds per matrix, seconds per nonzero): a + b·nnz fitted to the committed 2-core CPU
-    retrain (``benchmarks/results/retrain-cpu-2026-11-22``)."""
-
-    def __init__(self, reference: dict[str, tuple[int, float]] | None = None,
-                 source: str = "a 2-core CPU (built-in figures)"):
-        self.reference = dict(reference or {})
-        self.source = source
-        """What the expectations come from, for messages."""
-        self._sizes = np.array([nnz for nnz, _ in self.reference.values()], dtype=np.float64)
-        self._seconds = np.array([sec for _, sec in self.reference.values()], dtype=np.float64)
-        self.measured = 0.0
-        self.expected_done = 0.0
-
-    @classmethod
-    def for_device(cls, device: str) -> "Forecast":
-        """The forecast from :func:`reference_labels` of ``device``, else the fallback."""
-        path = reference_labels(device)
-        if path is None:
-            return cls()
-        records = read_records(path)
-        name = records[0]["device"].get("name", device) if records else device
-        return cls(labelling_seconds(records), f"{name} ({path.name})")
-
-    def expected(self, entry) -> float:
-        """Seconds ``entry`` took in the reference run (see the class docstring)."""
-        if entry.name in self.reference:
-            return self.reference[entry.name][1]
-        if not self._sizes.size:
-            return self.FALLBACK[0] + self.FALLBACK[1] * entry.nnz
-        nearest = int(np.argmin(np.abs(np.log((self._sizes + 1) / (entry.nnz + 1)))))
-        return float(self._seconds[nearest] * max(1.0, entry.nnz / max(self._sizes[nearest], 1)))
-
-    def record(self, entry, seconds: float) -> None:
-        """Account for ``entry``, which took ``seconds`` here."""
-        self.measured += seconds
-        self.expected_done += self.expected(entry)
-
-    @property
-    def speed(self) -> float:
-        """Measured over expected seconds so far (1 before any matrix is labelled)."""
-        return self.measured / self.expected_done if self.expected_done > 0 else 1.0
-
-    def remaining(self, entries) -> float:
-        """Estimated seconds to label ``entries``."""
-        return self.speed * sum(self.expected(entry) for entry in entries)
-
-
-def _minutes(seconds: float) -> str:
-    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
 
 
 def _warm_up(device: str, dtype: str, options: TimingOptions, variants: bool) -> None:
