@@ -4,7 +4,7 @@ For every kernel, run with the parameters its chooser picks for the device
 (:mod:`autospmv.registry`), four numbers describe the work its GPU mapping does on the matrix.
 They are structural counts, which depend on the device only through those parameters; a
 trained model turns them into a time estimate per kernel with a linear cost model fitted on its
-device's labels (``training/train.py``, :class:`autospmv.cost_model.CostModel`),
+device's labels (``training/fitting.py``, :class:`autospmv.cost_model.CostModel`),
 and its tree reads the estimates. They are features like the others (:mod:`autospmv.features`),
 named ``<kernel>_<quantity>``:
 

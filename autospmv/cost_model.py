@@ -1,7 +1,7 @@
 """The cost model a trained tree may carry: per kernel, a linear estimate of its time.
 
 :class:`CostModel` lives apart from the tree (:mod:`autospmv.model`) because it is a model of
-its own: it is fitted separately (``training/train.py``), the tree reads it only through the
+its own: it is fitted separately (``training/fitting.py``), the tree reads it only through the
 estimates it derives from the features, and a model file stores it as the optional
 ``"cost_model"`` entry (the file layout is in :mod:`autospmv.model`'s docstring).
 """
@@ -23,7 +23,7 @@ class CostModel:
     The estimate for kernel k is ``t̂_k = Σ_r c_kr · x_r`` over :data:`REGRESSORS`: a constant
     (``"1"``: launches and fixed latency), the matrix's ``rows`` and ``nnz``, and the kernel's own
     ``<kernel>_bytes``, ``_work``, ``_span`` and ``_atomics``. The coefficients are fitted on a
-    device's labels (non-negative least squares on relative error, ``training/train.py``), so
+    device's labels (non-negative least squares on relative error, ``training/fitting.py``), so
     ``t̂_k`` is in the labels' unit, microseconds. The tree reads the estimates relative to the
     fastest one: ``est_<kernel> = log2(t̂_k / min_j t̂_j)``, 0 for the kernel the cost model
     expects to be fastest; a tree splitting on them can follow the cost model where it is right

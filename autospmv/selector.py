@@ -49,7 +49,7 @@ from .model_store import DTYPES, device_slug, split_stem, user_data_dir, user_mo
 
 LONG_ROW = 1024
 """Rows longer than this make the rule choose csr5 (also the row threshold of the training
-reports' hand-rule baseline, ``training/train.py``, which adds a clause on nnz)."""
+reports' hand-rule baseline, ``training/metrics.py``, which adds a clause on nnz)."""
 
 
 @dataclasses.dataclass
