@@ -21,19 +21,7 @@ import scipy.sparse as sp  # noqa: E402
 from numba import cuda  # noqa: E402
 
 import autospmv  # noqa: E402
-
-
-class ReadOnly:
-    """A device vector whose ``__cuda_array_interface__`` says it is read-only."""
-
-    def __init__(self, array):
-        self.array = array
-
-    @property
-    def __cuda_array_interface__(self):
-        cai = dict(self.array.__cuda_array_interface__)
-        cai["data"] = (cai["data"][0], True)
-        return cai
+from read_only_vector import ReadOnly  # noqa: E402
 
 
 def outcome(action) -> str:

@@ -14,6 +14,7 @@ import pytest
 
 import autospmv
 from matrices import assert_close, from_row_lengths, random_matrix, random_vector, reference
+from read_only_vector import ReadOnly
 
 cuda = pytest.importorskip("numba.cuda")
 ON_GPU = not cuda.config.ENABLE_CUDASIM and autospmv.cuda_available()
@@ -124,16 +125,6 @@ def test_out_overlapping_x_and_read_only_out_are_refused_on_the_gpu():
     buffer = cuda.to_device(np.arange(16.0))
     with pytest.raises(ValueError, match="out overlaps x"):
         op.matvec(buffer[:8], out=buffer[4:12])
-
-    class ReadOnly:
-        def __init__(self, array):
-            self.array = array
-
-        @property
-        def __cuda_array_interface__(self):
-            cai = dict(self.array.__cuda_array_interface__)
-            cai["data"] = (cai["data"][0], True)
-            return cai
 
     with pytest.raises(ValueError, match="out is read-only"):
         op.matvec(buffer[:8], out=ReadOnly(cuda.device_array(8)))
