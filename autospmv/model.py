@@ -52,6 +52,7 @@ JSON, so float32 comparisons here reproduce scikit-learn's results bit for bit.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import math
@@ -89,6 +90,28 @@ class Leaf(NamedTuple):
     proba: dict[str, float]
     """The leaf's value per class: normalised class values, or log2 corrections for a
     ``"correction"`` ranking."""
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Evaluation:
+    """What one pass of a tree over a feature dict yields (:meth:`TreeModel.evaluate`): the
+    kernel ranking together with everything that explains it, computed from one inputs row,
+    one set of cost-model estimates and one walk, so the parts always agree. Compared by
+    identity (it holds an array)."""
+
+    inputs: dict[str, float]
+    """The features with the cost model's ``est_<kernel>`` values added
+    (:meth:`TreeModel.inputs`)."""
+    estimates: dict[str, float] | None
+    """The cost model's estimated µs per kernel, before any correction; None without one."""
+    corrected: np.ndarray | None
+    """For a ``"correction"`` ranking, ``log2 t̂_k + c_k`` per class in class order (read-only);
+    None for a ``"value"`` ranking."""
+    leaf: Leaf
+    path: tuple[Step, ...]
+    """The comparisons from the root to :attr:`leaf`, in order."""
+    ranked: tuple[str, ...]
+    """All classes, best first (``ranked[0]`` is the prediction); ties keep class order."""
 
 
 class TreeModel:
@@ -257,23 +280,63 @@ class TreeModel:
 
     # -- prediction -------------------------------------------------------------------------
 
-    def inputs(self, features: Mapping) -> dict[str, float]:
-        """The feature dict with the cost model's ``est_<kernel>`` values added: everything
-        the tree may compare."""
-        if self.cost_model is None:
-            return dict(features)
-        return {**features, **self.cost_model.derived(features)}
+    def evaluate(self, features: Mapping) -> Evaluation:
+        """One pass of the tree over a feature dict (extra keys are ignored): the inputs row and
+        the cost model's estimates are computed once, the tree is walked once, and the ranking is
+        read from the leaf reached. Everything a decision and its explanation need comes from
+        this one pass, so they cannot disagree and a ``prepare()`` pays for the pass only once.
 
-    def _row(self, features: Mapping) -> np.ndarray:
-        features = self.inputs(features)
-        missing = [name for name in self.feature_names if name not in features]
+        ValueError when a feature the tree or its cost model reads is missing, or a value the
+        tree compares is not finite."""
+        inputs, estimates = self._inputs(features)
+        missing = [name for name in self.feature_names if name not in inputs]
         if missing:
             raise ValueError(f"features missing for the model: {', '.join(missing)}")
-        row = np.array([float(features[name]) for name in self.feature_names])
+        row = np.array([float(inputs[name]) for name in self.feature_names])
         bad = [n for n, v in zip(self.feature_names, row) if not math.isfinite(v)]
         if bad:
             raise ValueError(f"feature values must be finite; not finite: {', '.join(bad)}")
-        return row
+        node, path = self._walk(row)
+        value = self.value[node]
+        corrected = None
+        if self.ranking == "correction":
+            corrected = np.log2([estimates[c] for c in self.classes]) + value
+            corrected.flags.writeable = False
+            order = np.argsort(corrected, kind="stable")
+        else:
+            order = np.argsort(-value, kind="stable")
+        return Evaluation(inputs, estimates, corrected,
+                          Leaf(node, int(self.n_node_samples[node]), self._proba(node)),
+                          tuple(path), tuple(self.classes[i] for i in order))
+
+    def _inputs(self, features: Mapping) -> tuple[dict[str, float], dict[str, float] | None]:
+        """The inputs dict of :meth:`inputs` and the cost model's estimates (µs per kernel) it
+        was derived from, with the estimates computed once; None for the estimates without a
+        cost model."""
+        if self.cost_model is None:
+            return dict(features), None
+        cost = self.cost_model
+        estimates = cost.estimates(features)
+        relative = cost.relative(np.array([list(estimates.values())]))[0]
+        return {**features, **dict(zip(cost.derived_names, relative.tolist()))}, estimates
+
+    def _walk(self, row: np.ndarray) -> tuple[int, list[Step]]:
+        """Follow one sample (values in :attr:`feature_names` order) from the root: the leaf
+        reached and the comparisons made on the way, as :meth:`apply` compares (float32)."""
+        steps, node = [], 0
+        while self.children_left[node] != LEAF:
+            index = int(self.feature[node])
+            threshold = self.threshold[node]
+            left = bool(np.float32(row[index]) <= threshold)
+            steps.append(Step(self.feature_names[index], float(row[index]), float(threshold), left))
+            node = int(self.children_left[node] if left else self.children_right[node])
+        return node, steps
+
+    def inputs(self, features: Mapping) -> dict[str, float]:
+        """The feature dict with the cost model's ``est_<kernel>`` values added: everything
+        the tree may compare. Unlike :meth:`evaluate`, it neither needs the tree's features
+        nor checks their values."""
+        return self._inputs(features)[0]
 
     def apply(self, X) -> np.ndarray:
         """Leaf index for each row of X (columns in :attr:`feature_names` order)."""
@@ -292,17 +355,14 @@ class TreeModel:
             active = self.children_left[node] != LEAF
         return node
 
-    def _leaf(self, features: Mapping) -> int:
-        return int(self.apply(self._row(features)[None, :])[0])
-
     def predict(self, features: Mapping) -> str:
         """The kernel name the tree picks for a feature dict (extra keys are ignored)."""
-        return self.ranked(features)[0]
+        return self.evaluate(features).ranked[0]
 
     def predict_proba(self, features: Mapping) -> dict[str, float]:
         """Class probabilities at the sample's leaf, as scikit-learn's ``predict_proba``
         (for a ``"correction"`` ranking: the leaf's corrections)."""
-        return self._proba(self._leaf(features))
+        return self.evaluate(features).leaf.proba
 
     def _proba(self, node: int) -> dict[str, float]:
         value = self.value[node]
@@ -315,34 +375,25 @@ class TreeModel:
     def ranked(self, features: Mapping) -> list[str]:
         """All classes, most probable first; ties keep class order, so ``ranked()[0]`` equals
         :meth:`predict`. A caller whose first choice cannot be built falls back down this list."""
-        if self.ranking == "correction":
-            order = np.argsort(self.corrected(features), kind="stable")
-        else:
-            order = np.argsort(-self.value[self._leaf(features)], kind="stable")
-        return [self.classes[i] for i in order]
+        return list(self.evaluate(features).ranked)
 
     def corrected(self, features: Mapping) -> np.ndarray:
         """For a ``"correction"`` ranking: ``log2 t̂_k + c_k`` per class, in class order."""
-        estimates = self.cost_model.estimates(features)
-        value = self.value[self._leaf(features)]
-        return np.log2([estimates[c] for c in self.classes]) + value
+        if self.cost_model is None:
+            raise AttributeError("the tree has no cost model, so no corrected estimates")
+        evaluation = self.evaluate(features)
+        if evaluation.corrected is not None:
+            return np.array(evaluation.corrected)
+        estimates = evaluation.estimates
+        return np.log2([estimates[c] for c in self.classes]) + self.value[evaluation.leaf.node]
 
     def decision_path(self, features: Mapping) -> list[Step]:
         """The comparisons made from the root to the leaf, in order."""
-        row = self._row(features)
-        steps, node = [], 0
-        while self.children_left[node] != LEAF:
-            index = int(self.feature[node])
-            threshold = self.threshold[node]
-            left = bool(np.float32(row[index]) <= threshold)
-            steps.append(Step(self.feature_names[index], float(row[index]), float(threshold), left))
-            node = int(self.children_left[node] if left else self.children_right[node])
-        return steps
+        return list(self.evaluate(features).path)
 
     def leaf(self, features: Mapping) -> Leaf:
         """The leaf reached: its node index, training support and class probabilities."""
-        node = self._leaf(features)
-        return Leaf(node, int(self.n_node_samples[node]), self._proba(node))
+        return self.evaluate(features).leaf
 
     # -- inspection -------------------------------------------------------------------------
 
