@@ -255,16 +255,19 @@ def trained_on(provenance: dict) -> str:
 
 def model_decision(csr: sp.csr_matrix, choice: ModelChoice, features: dict,
                    device: str) -> Decision:
-    """The tree's kernel for ``csr``, with its path, leaf support and fall-back order."""
+    """The tree's kernel for ``csr``, with its path, leaf support and fall-back order.
+
+    Everything is read from one :meth:`~autospmv.model.TreeModel.evaluate` of ``features``:
+    the cost model's estimates are computed and the tree is walked once per decision."""
     model = choice.model
-    ranked = model.ranked(features)
+    evaluation = model.evaluate(features)
+    ranked, leaf = list(evaluation.ranked), evaluation.leaf
     path = [f"{step.feature} = {step.value:.4g} {'≤' if step.went_left else '>'} "
-            f"{step.threshold:.4g}" for step in model.decision_path(features)]
-    leaf = model.leaf(features)
+            f"{step.threshold:.4g}" for step in evaluation.path]
     notes = [f"model {choice.name} ({choice.reason}{trained_on(model.provenance)})"]
     matrix_dtype = np.dtype(csr.dtype).name
-    if model.ranking == "correction":
-        corrected = dict(zip(model.classes, np.exp2(model.corrected(features)).tolist()))
+    if evaluation.corrected is not None:
+        corrected = dict(zip(model.classes, np.exp2(evaluation.corrected).tolist()))
         notes.append(
             f"the path ends in leaf {leaf.node} ({leaf.samples} training matrices), which "
             "corrects the cost model's estimate of each kernel; the kernel is the one with the "
@@ -274,13 +277,13 @@ def model_decision(csr: sp.csr_matrix, choice: ModelChoice, features: dict,
         notes.append(f"the path ends in leaf {leaf.node} ({leaf.samples} training matrices); "
                      f"the kernel is the one with the largest score there: score({ranked[0]}) "
                      f"= {leaf.proba[ranked[0]]:.2f} (the leaf's normalised class value)")
-    if model.cost_model is not None:
-        estimates = model.cost_model.estimates(features)
+    if evaluation.estimates is not None:
         notes.append("cost model estimates before the leaf's corrections (µs): " + ", ".join(
-            f"{kernel} {t:.3g}" for kernel, t in sorted(estimates.items(), key=lambda e: e[1])))
+            f"{kernel} {t:.3g}" for kernel, t in sorted(evaluation.estimates.items(),
+                                                         key=lambda e: e[1])))
     notes.append(f"a {choice.dtype} model, deciding for a {matrix_dtype} matrix")
-    used = {step.split(" = ")[0] for step in path}
-    inputs = model.inputs(features)
+    used = {step.feature for step in evaluation.path}
+    inputs = evaluation.inputs
     return Decision(ranked[0], registry.choose_params(ranked[0], csr, device),
                     f"model {choice.name}", path,
                     {name: inputs[name] for name in inputs if name in used}, notes, ranked[1:])

@@ -284,14 +284,14 @@ def test_broken_user_model_falls_back_to_the_shipped_one(user_home, content):
 def test_user_model_that_cannot_decide_falls_back(user_home, cpu_model_doc, monkeypatch):
     cpu_model_doc["provenance"] = {"marker": "user"}
     user_home.write_text(json.dumps(cpu_model_doc))
-    ranked = TreeModel.ranked
+    evaluate = TreeModel.evaluate
 
     def failing(self, features):
         if self.provenance.get("marker") == "user":
             raise ValueError("features missing for the model: something")
-        return ranked(self, features)
+        return evaluate(self, features)
 
-    monkeypatch.setattr(TreeModel, "ranked", failing)
+    monkeypatch.setattr(TreeModel, "evaluate", failing)
     with pytest.warns(RuntimeWarning, match="skipped: features missing"):
         op = autospmv.prepare(random_matrix(50, 50, 0.1, 1), device="cpu")
     assert decided_by_shipped_model(op), op.explain()
