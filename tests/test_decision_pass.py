@@ -1,0 +1,129 @@
+"""One decision pass per prepare(): features scanned, estimates computed, tree walked once.
+
+An automatic ``prepare()`` reads everything it decides and explains with from one
+:meth:`~autospmv.model.TreeModel.evaluate`: the kernel, the fall-back order, the path, the leaf,
+the corrected and the raw cost-model estimates. These tests count the three expensive steps
+(the feature scan, :meth:`CostModel.estimates` and the tree walk) around whole calls, so that a
+caller asking the model again for one of those parts shows up as a second count.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import autospmv
+from autospmv.cost_model import CostModel
+from autospmv.model import TreeModel
+from autospmv.model_store import device_slug, user_model_path
+from matrices import FAMILY, poisson2d
+
+FEATURES = sys.modules["autospmv.features"]
+"""The features module (``autospmv.features`` is the function of that name)."""
+SHIPPED = sorted((Path(__file__).resolve().parent.parent / "models").glob("*.json"))
+
+
+@pytest.fixture(autouse=True)
+def isolated_lookup(monkeypatch, tmp_path):
+    """No AUTOSPMV_MODEL and an empty per-user folder: the shipped CPU model decides."""
+    monkeypatch.delenv("AUTOSPMV_MODEL", raising=False)
+    monkeypatch.setenv("AUTOSPMV_HOME", str(tmp_path / "autospmv-home"))
+
+
+@pytest.fixture
+def calls(monkeypatch) -> collections.Counter:
+    """Counts of the feature scan (every route to the features runs it once), the cost model's
+    estimates and the tree walk, for the test's calls. A step the code under test does not
+    have (an older version without ``TreeModel._walk``) counts 0, so the comparison with
+    :data:`ONE_PASS` says which step ran how often."""
+    counts = collections.Counter()
+
+    def count(owner, name: str, key: str) -> None:
+        original = getattr(owner, name, None)
+
+        def counted(*args, **kwargs):
+            counts[key] += 1
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(owner, name, counted, raising=False)
+
+    count(FEATURES, "_scan", "features")
+    count(CostModel, "estimates", "estimates")
+    count(TreeModel, "_walk", "walk")
+    return counts
+
+
+ONE_PASS = {"features": 1, "estimates": 1, "walk": 1}
+
+
+def test_one_automatic_prepare_is_one_decision_pass(calls):
+    op = autospmv.prepare(poisson2d(30), device="cpu")
+    op.explain()
+    assert op.decision.source.startswith("model "), op.explain()
+    assert dict(calls) == ONE_PASS
+
+
+def test_measure_decides_once_and_does_not_recompute_features(calls):
+    op = autospmv.prepare(poisson2d(30), device="cpu", tune="measure")
+    op.explain()
+    assert op.decision.tuning["predicted"] and op.decision.source.startswith("model ")
+    assert dict(calls) == ONE_PASS
+
+
+def test_select_is_one_decision_pass(calls):
+    autospmv.select(FAMILY["block3x3_120"](), device="cuda").explain()
+    assert dict(calls) == ONE_PASS
+
+
+def test_a_forced_kernel_makes_no_decision_pass(calls):
+    op = autospmv.prepare(poisson2d(30), device="cpu", kernel="hyb")
+    op.explain()
+    assert op.kernel == "hyb" and dict(calls) == {}
+
+
+def test_a_skipped_retrained_model_does_not_rescan(calls, monkeypatch):
+    """A retrained model that loads but cannot decide hands the same features to the next."""
+    doc = json.loads(next(p for p in SHIPPED if p.name.startswith("cpu-")).read_text())
+    doc["provenance"] = {"marker": "retrained"}
+    path = user_model_path(device_slug("cpu"))
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(doc))
+    evaluate = TreeModel.evaluate
+
+    def failing(self, features):
+        if self.provenance.get("marker") == "retrained":
+            raise ValueError("features missing for the model: something")
+        return evaluate(self, features)
+
+    monkeypatch.setattr(TreeModel, "evaluate", failing)
+    with pytest.warns(RuntimeWarning, match="retrained on this machine is skipped"):
+        op = autospmv.prepare(poisson2d(30), device="cpu")
+    assert "shipped" in op.decision.notes[0]
+    assert dict(calls) == ONE_PASS
+
+
+@pytest.mark.parametrize("model", SHIPPED, ids=[path.stem for path in SHIPPED])
+def test_the_single_methods_agree_with_one_evaluation(model):
+    tree = TreeModel.load(model)
+    device = "cuda" if model.stem.startswith("cuda-") else "cpu"
+    for A in (poisson2d(30), FAMILY["block3x3_120"](), FAMILY["parallel_long_rows_24x40000"]()):
+        features = autospmv.features(A, device=device)
+        evaluation = tree.evaluate(features)
+        assert tree.ranked(features) == list(evaluation.ranked)
+        assert tree.predict(features) == evaluation.ranked[0]
+        assert tree.decision_path(features) == list(evaluation.path)
+        assert tree.leaf(features) == evaluation.leaf
+        assert tree.predict_proba(features) == evaluation.leaf.proba
+        assert tree.inputs(features) == evaluation.inputs
+        assert evaluation.estimates == tree.cost_model.estimates(features)
+        assert {**features, **tree.cost_model.derived(features)} == evaluation.inputs
+        np.testing.assert_array_equal(tree.corrected(features), evaluation.corrected)
+        assert not evaluation.corrected.flags.writeable
+        assert tree.corrected(features).flags.writeable
+        assert tree.apply(np.array([[evaluation.inputs[n] for n in tree.feature_names]]))[0] \
+            == evaluation.leaf.node
