@@ -1,18 +1,76 @@
-"""Shared pytest set-up: the ``gpu`` marker and small fixtures.
+"""Shared pytest set-up: the one GPU requirement, the device parametrization, small fixtures.
 
-The matrix family lives in :mod:`matrices` (importable by benchmarks too); this file only wires it
-into pytest. GPU-only tests carry ``@pytest.mark.gpu`` and skip themselves without a GPU.
+The matrix families live in :mod:`matrices` (importable by benchmarks too); this file only wires
+them into pytest.
+
+A test that needs a real CUDA GPU carries ``@pytest.mark.requires_gpu`` (or
+``pytestmark = pytest.mark.requires_gpu`` for a whole module): it is skipped without a real GPU,
+and under numba-cuda's simulator, and it also carries the ``gpu`` mark, so that
+``python -m pytest -m gpu`` selects it. A test that takes the :func:`device` fixture runs once on
+the CPU and once on CUDA, the CUDA case marked ``requires_gpu``. The simulator runs in a
+subprocess of its own (``test_cuda_simulator.py``), since it cannot share a process with real
+compilation.
 """
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
+
+GPU_SKIP_REASON = "needs a real CUDA GPU (none found, or numba-cuda's simulator is on)"
 
 
 def pytest_configure(config):
     # Also declared in pyproject.toml; registering here keeps `--strict-markers` happy either way.
     config.addinivalue_line("markers", "gpu: needs a real CUDA GPU (skipped without one)")
+    config.addinivalue_line(
+        "markers", "requires_gpu: needs a real CUDA GPU: skipped without one or under the CUDA "
+                   "simulator, and marked gpu")
+
+
+@functools.cache
+def real_gpu_present() -> bool:
+    """True when numba-cuda sees a usable CUDA GPU and is not its simulator."""
+    try:
+        from numba import cuda
+    except ImportError:
+        return False
+    if cuda.config.ENABLE_CUDASIM:
+        return False
+    import autospmv
+
+    return autospmv.cuda_available()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Give every ``requires_gpu`` (or ``gpu``) test both marks, and skip it without a real GPU.
+
+    Runs before pytest's own ``-m`` selection, so ``-m gpu`` sees the added marks.
+    """
+    for item in items:
+        if not (item.get_closest_marker("requires_gpu") or item.get_closest_marker("gpu")):
+            continue
+        for name in ("requires_gpu", "gpu"):
+            if item.get_closest_marker(name) is None:
+                item.add_marker(name)
+        if not real_gpu_present():
+            item.add_marker(pytest.mark.skip(reason=GPU_SKIP_REASON))
+
+
+DEVICES = [
+    pytest.param("cpu", id="cpu"),
+    pytest.param("cuda", id="cuda", marks=pytest.mark.requires_gpu),
+]
+"""The devices a kernel runs on, as parameters: the CUDA case needs a real GPU."""
+
+
+@pytest.fixture(params=DEVICES)
+def device(request) -> str:
+    """``"cpu"``, then ``"cuda"`` (marked ``requires_gpu``): one test body for both devices."""
+    return request.param
 
 
 @pytest.fixture

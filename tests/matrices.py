@@ -13,8 +13,13 @@ Python thread per CUDA thread: each has at most 64 rows and 400 stored entries.
 
 ``REAL`` adds a few small real matrices from ``../shared/matrices`` beside the repository when that
 folder exists; it is empty otherwise. Use :func:`real_matrix_names` to list what is available.
+``SHARED`` holds every matrix of that folder.
 
-This module only needs NumPy and SciPy, so benchmarks can import it too.
+Families for one format or test sit beside them: ``PADDED`` (ELL, HYB, JDS layouts and round
+trips), ``CSR5_CORNERS`` (CSR5's tiles) and ``REPRESENTATIVE`` (the decision snapshots).
+
+This module only needs NumPy and SciPy at import, so benchmarks can import it too (a few makers
+import autospmv or ``training.corpus`` when called).
 """
 
 from __future__ import annotations
@@ -193,6 +198,113 @@ def parameter_case_name(matrix: str, params: dict) -> str:
     return matrix + "".join(f"[{key}={value}]" for key, value in params.items())
 
 
+# --- the padded formats (ELL, HYB, JDS) --------------------------------------------------------
+
+def signed_from_row_lengths(lengths, n: int, seed: int) -> sp.csr_matrix:
+    """The given number of entries per row, in distinct random columns, with signed standard
+    normal values (so sums can cancel, unlike :func:`from_row_lengths`)."""
+    rng = _rng(seed)
+    lengths = np.asarray(lengths)
+    row = np.repeat(np.arange(lengths.size), lengths)
+    col = np.concatenate([rng.choice(n, k, replace=False) for k in lengths])
+    return sp.csr_matrix((rng.standard_normal(row.size), (row, col)), shape=(lengths.size, n))
+
+
+def _dense_row_among_short() -> sp.csr_matrix:
+    A = signed_from_row_lengths(_rng(4).integers(0, 4, 50), 50, 4).tolil()
+    A[17, :] = np.arange(1, 51)
+    return A.tocsr()
+
+
+def _signed_explicit_zeros() -> sp.csr_matrix:
+    A = signed_from_row_lengths(np.full(40, 5), 33, 5)
+    A.data[::3] = 0.0  # stored zeros must survive every conversion
+    return A
+
+
+PADDED: dict[str, Maker] = {
+    "0x0": FAMILY["empty_0x0"],
+    "3x0": lambda: sp.csr_matrix((3, 0)),
+    "0x4": lambda: sp.csr_matrix((0, 4)),
+    "empty_rows": lambda: sp.csr_matrix((45, 7)),
+    "1xN": lambda: signed_from_row_lengths([70], 100, 1),
+    "Nx1": lambda: signed_from_row_lengths(np.arange(90) % 2, 1, 2),
+    "dense_row": _dense_row_among_short,
+    "rect_37x61": lambda: signed_from_row_lengths(_rng(3).integers(0, 12, 37), 61, 3),
+    "diagonal": lambda: sp.diags(np.arange(1.0, 66.0), format="csr"),
+    "power_law": lambda: signed_from_row_lengths(np.minimum(_rng(6).zipf(1.8, 250), 250), 250, 6),
+    "explicit_zeros": _signed_explicit_zeros,
+}
+"""Small matrices for the padded formats' layouts and round trips: no rows or columns, empty
+rows, one row or column, a dense row, Zipf row lengths, stored zeros; values signed."""
+
+
+# --- CSR5 ----------------------------------------------------------------------------------------
+
+def nnz_near_tiles(sigma: int, tiles: int, delta: int) -> sp.csr_matrix:
+    """Rows of 3 entries (the last absorbs the remainder) and nnz = tiles·ω·σ + delta, ω being
+    CSR5's tile width (32 lanes)."""
+    from autospmv.formats.csr5 import OMEGA
+
+    nnz = tiles * OMEGA * sigma + delta
+    lengths = np.full(nnz // 3, 3)
+    lengths[-1] += nnz - lengths.sum()
+    return from_row_lengths(lengths, 40, seed=tiles * 10 + delta + 1)
+
+
+def sparse_rows(m: int, every: int, length: int, seed: int) -> sp.csr_matrix:
+    """Only every ``every``-th row holds ``length`` entries: most CSR5 tiles contain empty rows."""
+    lengths = np.zeros(m, dtype=np.int64)
+    lengths[::every] = length
+    return from_row_lengths(lengths, max(length, 20), seed)
+
+
+CSR5_CORNERS: dict[str, Maker] = {
+    "empty_rows_between_short_rows": lambda: sparse_rows(900, 7, 3, 41),
+    "single_entries_every_third_row": lambda: sparse_rows(1500, 3, 1, 42),
+    "huge_row_alone_3x5000": lambda: from_row_lengths([0, 5000, 0], 6000, 43),
+    "long_rows_mid_tile_and_gaps": lambda: from_row_lengths(
+        [3, 0, 0, 7, 0, 1500, 0, 2, 0, 0, 1, 600, 0, 4], 1600, 44),
+    "rect_37x61_seed45": lambda: random_matrix(37, 61, 0.15, 45),
+    "power_law_2000": lambda: power_law(2000, 2000, 1.1, 46),
+    "trailing_empty_rows": lambda: from_row_lengths([0, 0, 40, 0, 9] + [0] * 50, 60, 47),
+    **{f"nnz_128x{k}{d:+d}": (lambda k=k, d=d: nnz_near_tiles(4, k, d))
+       for k in (1, 3) for d in (-1, 0, 1)},
+    **{f"nnz_1024x2{d:+d}": (lambda d=d: nnz_near_tiles(32, 2, d)) for d in (-1, 0, 1)},
+}
+"""Matrices aimed at CSR5's corner cases (tiles of ω·σ entries), run beside :data:`FAMILY`:
+empty rows inside tiles, rows longer than a tile, nnz one short of, at, and one past a multiple
+of the tile size."""
+
+
+# --- decision snapshots ----------------------------------------------------------------------
+
+def _corpus():
+    from training import corpus
+
+    return corpus
+
+
+REPRESENTATIVE: dict[str, Maker] = {
+    "2-D Poisson, 60×60 grid": lambda: poisson2d(60),
+    "power-law rows (α = 1.8)": lambda: _corpus().power_law("power-law", 40_000, 1.8),
+    "block FEM, 3×3 blocks": lambda: _corpus().block_fem("block-fem", 40_000, 3, 9),
+    "one dense row among rows of 4": lambda: one_long_row(3000, 3000, 7, 4, 1),
+    "diagonal": lambda: diagonal(5000, 1),
+    "LP-like, 4× wider than tall": lambda: _corpus().lp("lp", 40_000, 4.0),
+    "uniform random rows, 40k rows of ~30": lambda: random_matrix(40_000, 40_000, 30 / 40_000, 3),
+    "matrices.block3x3_120": FAMILY["block3x3_120"],
+    "matrices.parallel_long_rows_24x40000": FAMILY["parallel_long_rows_24x40000"],
+    "3-D 7-point stencil, ~10⁶ nonzeros": lambda: _corpus().stencil("stencil3d", 1_000_000, 7),
+    "rows of ~4000 (wide LP block), ~10⁶ nonzeros":
+        lambda: _corpus().long_rows("long-rows", 1_000_000, 4000),
+    "one row of 200 000 among rows of 4, ~10⁶ nonzeros":
+        lambda: _corpus().dense_rows("dense-rows", 1_000_000, 1, 1.0),
+}
+"""Representative structures whose decisions are snapshotted in ``tests/golden/`` (the names
+appear there), built in well under a second each; some come from ``training.corpus``."""
+
+
 def load_real(name: str) -> sp.csr_matrix:
     """A real matrix from ``../shared/matrices``, values as stored (pattern-only files hold 1s)."""
     return sp.load_npz(REAL_MATRIX_DIR / f"{name}.npz").tocsr()
@@ -210,6 +322,18 @@ REAL: dict[str, Maker] = {
 
 ALL: dict[str, Maker] = {**FAMILY, **REAL}
 """The family plus the real matrices that exist on this machine."""
+
+SHARED: dict[str, Maker] = {
+    f"shared_{path.stem}": (lambda path=path: sp.load_npz(path).tocsr())
+    for path in sorted(REAL_MATRIX_DIR.glob("*.npz"))
+}
+"""Every matrix in ``../shared/matrices``, not only :data:`REAL_MATRICES` (empty when the folder
+is absent)."""
+
+
+def matrix(name: str, dtype) -> sp.spmatrix:
+    """The matrix ``name`` of :data:`ALL`, built afresh with values of the given dtype."""
+    return ALL[name]().astype(dtype)
 
 
 def random_vector(rng: np.random.Generator, n: int, dtype) -> np.ndarray:

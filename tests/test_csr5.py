@@ -1,10 +1,11 @@
-"""CSR5: the format (round trip, descriptors), the CPU kernel against SciPy, the CUDA kernel.
+"""CSR5: the format (round trip, descriptors), the kernel against SciPy on each device.
 
 Descriptors are checked twice: exactly on a small example worked out by hand, and against a
 deliberately naive builder (one Python step per nonzero, straight from the definitions in
-``autospmv/formats/csr5.py``) on every matrix of the family and several awkward ones. The CUDA
-kernel is compiled to PTX everywhere (no GPU needed) and run against SciPy only on a real GPU
-(marker ``gpu``); simulator runs belong to the simulator harness, not to this file.
+``autospmv/formats/csr5.py``) on every matrix of the family and of ``matrices.CSR5_CORNERS``.
+One test body runs the kernel on the CPU and, on a real GPU (the ``device`` fixture), on CUDA;
+the CUDA kernel is also compiled to PTX everywhere (no GPU needed). Simulator runs belong to the
+simulator harness, not to this file.
 """
 
 from __future__ import annotations
@@ -17,51 +18,14 @@ import autospmv
 from autospmv.formats.csr5 import LONG_ROWS, OMEGA, SHORT_ROWS, CSR5Format, structural_sigma
 from autospmv.kernels.cpu import csr5 as cpu_csr5
 from autospmv.validation import canonicalize
-from matrices import FAMILY, TOLERANCE, from_row_lengths, random_matrix, reference, relative_error
+from matrices import (
+    CSR5_CORNERS, DTYPE_IDS, DTYPES, FAMILY, TOLERANCE, from_row_lengths, reference,
+    relative_error,
+)
 
 SIGMAS = [2, 4, 7, 16, 32]
-DTYPES = [np.float32, np.float64]
-DTYPE_IDS = ["float32", "float64"]
 
-
-def _nnz_near_tiles(sigma: int, tiles: int, delta: int) -> sp.csr_matrix:
-    """Rows of 3 entries (the last absorbs the remainder) and nnz = tiles·ω·σ + delta."""
-    nnz = tiles * OMEGA * sigma + delta
-    lengths = np.full(nnz // 3, 3)
-    lengths[-1] += nnz - lengths.sum()
-    return from_row_lengths(lengths, 40, seed=tiles * 10 + delta + 1)
-
-
-def _gaps(m: int, every: int, length: int, seed: int) -> sp.csr_matrix:
-    """Only every ``every``-th row holds ``length`` entries: most tiles contain empty rows."""
-    lengths = np.zeros(m, dtype=np.int64)
-    lengths[::every] = length
-    return from_row_lengths(lengths, max(length, 20), seed)
-
-
-AWKWARD = {
-    "empty_rows_between_short_rows": lambda: _gaps(900, 7, 3, 41),
-    "single_entries_every_third_row": lambda: _gaps(1500, 3, 1, 42),
-    "huge_row_alone_3x5000": lambda: from_row_lengths([0, 5000, 0], 6000, 43),
-    "long_rows_mid_tile_and_gaps": lambda: from_row_lengths(
-        [3, 0, 0, 7, 0, 1500, 0, 2, 0, 0, 1, 600, 0, 4], 1600, 44),
-    "rect_37x61": lambda: random_matrix(37, 61, 0.15, 45),
-    "power_law_2000": lambda: _power_law(2000, 46),
-    "trailing_empty_rows": lambda: from_row_lengths([0, 0, 40, 0, 9] + [0] * 50, 60, 47),
-    **{f"nnz_128x{k}{d:+d}": (lambda k=k, d=d: _nnz_near_tiles(4, k, d))
-       for k in (1, 3) for d in (-1, 0, 1)},
-    **{f"nnz_1024x2{d:+d}": (lambda d=d: _nnz_near_tiles(32, 2, d)) for d in (-1, 0, 1)},
-}
-"""Matrices aimed at CSR5's corner cases, added to the shared family."""
-
-
-def _power_law(m: int, seed: int) -> sp.csr_matrix:
-    rng = np.random.default_rng(seed)
-    lengths = np.minimum(np.floor(rng.pareto(1.1, m) * 2).astype(np.int64), m)
-    return from_row_lengths(lengths, m, seed + 1)
-
-
-MATRICES = {**FAMILY, **AWKWARD}
+MATRICES = {**FAMILY, **CSR5_CORNERS}
 
 
 def canonical(name: str, dtype=np.float64) -> sp.csr_matrix:
@@ -188,20 +152,21 @@ def test_structural_sigma_follows_the_mean_row_length():
     assert autospmv.select(with_mean(5), kernel="csr5", device="cpu").params == {"sigma": 24}
 
 
-# --- the CPU kernel ---------------------------------------------------------------------------
+# --- the kernel, on each device ---------------------------------------------------------------
 
 @pytest.mark.parametrize("name", sorted(MATRICES))
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
-def test_cpu_kernel_matches_scipy(name, dtype, rng):
+def test_kernel_matches_scipy(name, dtype, device, rng):
     A = MATRICES[name]().astype(dtype)
     x = rng.uniform(-1, 1, A.shape[1]).astype(dtype)
     y_ref = reference(A, x)
     for sigma in SIGMAS:
-        op = autospmv.prepare(A, kernel="csr5", device="cpu", params={"sigma": sigma})
-        y = op @ x
-        assert y.dtype == np.dtype(dtype)
-        error = relative_error(y, y_ref)
-        assert error <= TOLERANCE[np.dtype(dtype)], f"sigma={sigma}: relative error {error:.3g}"
+        op = autospmv.prepare(A, kernel="csr5", device=device, params={"sigma": sigma})
+        for _ in range(2):  # the second call must not accumulate onto the first
+            y = op @ x
+            assert y.dtype == np.dtype(dtype)
+            error = relative_error(y, y_ref)
+            assert error <= TOLERANCE[np.dtype(dtype)], f"sigma={sigma}: relative error {error:.3g}"
 
 
 def test_cpu_kernel_with_int64_indices(rng):
@@ -270,34 +235,7 @@ def test_cuda_program_steps_for_empty_matrices():
 
 # --- the CUDA kernel on a real GPU --------------------------------------------------------------
 
-def _gpu_available() -> bool:
-    try:
-        from numba import cuda
-    except ImportError:
-        return False
-    return not cuda.config.ENABLE_CUDASIM and cuda.is_available()
-
-
-gpu = pytest.mark.skipif(not _gpu_available(), reason="needs a real CUDA GPU")
-
-
-@pytest.mark.gpu
-@gpu
-@pytest.mark.parametrize("name", sorted(MATRICES))
-@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
-def test_cuda_kernel_matches_scipy(name, dtype, rng):
-    A = MATRICES[name]().astype(dtype)
-    x = rng.uniform(-1, 1, A.shape[1]).astype(dtype)
-    y_ref = reference(A, x)
-    for sigma in SIGMAS:
-        op = autospmv.prepare(A, kernel="csr5", device="cuda", params={"sigma": sigma})
-        for _ in range(2):  # the second call must not accumulate onto the first
-            error = relative_error(op @ x, y_ref)
-            assert error <= TOLERANCE[np.dtype(dtype)], f"sigma={sigma}: relative error {error:.3g}"
-
-
-@pytest.mark.gpu
-@gpu
+@pytest.mark.requires_gpu
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_cuda_kernel_on_a_large_power_law_matrix(dtype, rng):
     """Millions of nonzeros: many blocks of tiles, rows crossing many tiles, dirty tiles."""

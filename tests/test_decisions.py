@@ -25,8 +25,7 @@ from sklearn.tree import DecisionTreeClassifier
 import autospmv
 from autospmv import selector
 from autospmv.model import TreeModel, user_model_path
-from matrices import FAMILY, diagonal, one_long_row, poisson2d, random_matrix
-from training import corpus
+from matrices import FAMILY, REPRESENTATIVE, one_long_row, poisson2d
 
 REPO = Path(__file__).resolve().parent.parent
 GPU_MODEL = REPO / "models" / "cuda-nvidia-h200.json"
@@ -59,25 +58,6 @@ def check_golden(name: str, actual: str) -> None:
 
 
 # -- the shipped GPU model ------------------------------------------------------------------
-
-REPRESENTATIVE = {
-    "2-D Poisson, 60×60 grid": lambda: poisson2d(60),
-    "power-law rows (α = 1.8)": lambda: corpus.power_law("power-law", 40_000, 1.8),
-    "block FEM, 3×3 blocks": lambda: corpus.block_fem("block-fem", 40_000, 3, 9),
-    "one dense row among rows of 4": lambda: one_long_row(3000, 3000, 7, 4, 1),
-    "diagonal": lambda: diagonal(5000, 1),
-    "LP-like, 4× wider than tall": lambda: corpus.lp("lp", 40_000, 4.0),
-    "uniform random rows, 40k rows of ~30": lambda: random_matrix(40_000, 40_000, 30 / 40_000, 3),
-    "matrices.block3x3_120": FAMILY["block3x3_120"],
-    "matrices.parallel_long_rows_24x40000": FAMILY["parallel_long_rows_24x40000"],
-    "3-D 7-point stencil, ~10⁶ nonzeros": lambda: corpus.stencil("stencil3d", 1_000_000, 7),
-    "rows of ~4000 (wide LP block), ~10⁶ nonzeros":
-        lambda: corpus.long_rows("long-rows", 1_000_000, 4000),
-    "one row of 200 000 among rows of 4, ~10⁶ nonzeros":
-        lambda: corpus.dense_rows("dense-rows", 1_000_000, 1, 1.0),
-}
-"""Representative structures, built in well under a second each."""
-
 
 def test_gpu_model_is_shipped_and_valid():
     assert selector.shipped_models()["cuda-nvidia-h200"].resolve() == GPU_MODEL

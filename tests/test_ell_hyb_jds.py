@@ -1,7 +1,7 @@
 """ELL, HYB and JDS: width strategies, layouts, round trips, fill limits, CPU kernels, CUDA PTX.
 
-The CUDA kernels are compiled to PTX here (no GPU needed); running them is left to the GPU and
-simulator suites.
+The matrices are ``matrices.PADDED``. The CUDA kernels are compiled to PTX here (no GPU needed);
+running them is left to ``test_kernels.py`` (on a real GPU) and the simulator suite.
 """
 
 from __future__ import annotations
@@ -22,52 +22,11 @@ from autospmv.kernels.cpu import ell as cpu_ell
 from autospmv.kernels.cpu import hyb as cpu_hyb
 from autospmv.kernels.cpu import jds as cpu_jds
 from autospmv.validation import canonicalize
-
-DTYPES = (np.float32, np.float64)
-TOLERANCE = {np.float32: 1e-5, np.float64: 1e-12}
-
-
-# ---------------------------------------------------------------- matrices
-
-def _from_lengths(lengths, n, seed):
-    """Random matrix with the given row lengths (distinct sorted columns per row)."""
-    rng = np.random.default_rng(seed)
-    lengths = np.asarray(lengths)
-    row = np.repeat(np.arange(lengths.size), lengths)
-    col = np.concatenate([rng.choice(n, k, replace=False) for k in lengths])
-    return sp.csr_matrix((rng.standard_normal(row.size), (row, col)), shape=(lengths.size, n))
-
-
-def _dense_row():
-    A = _from_lengths(np.random.default_rng(4).integers(0, 4, 50), 50, 4).tolil()
-    A[17, :] = np.arange(1, 51)
-    return A.tocsr()
-
-
-def _explicit_zeros():
-    A = _from_lengths(np.full(40, 5), 33, 5)
-    A.data[::3] = 0.0  # stored zeros must survive every conversion
-    return A
-
-
-MATRICES = {
-    "0x0": lambda: sp.csr_matrix((0, 0)),
-    "3x0": lambda: sp.csr_matrix((3, 0)),
-    "0x4": lambda: sp.csr_matrix((0, 4)),
-    "empty_rows": lambda: sp.csr_matrix((45, 7)),
-    "1xN": lambda: _from_lengths([70], 100, 1),
-    "Nx1": lambda: _from_lengths(np.arange(90) % 2, 1, 2),
-    "dense_row": _dense_row,
-    "rect_37x61": lambda: _from_lengths(np.random.default_rng(3).integers(0, 12, 37), 61, 3),
-    "diagonal": lambda: sp.diags(np.arange(1.0, 66.0), format="csr"),
-    "power_law": lambda: _from_lengths(
-        np.minimum(np.random.default_rng(6).zipf(1.8, 250), 250), 250, 6),
-    "explicit_zeros": _explicit_zeros,
-}
+from matrices import DTYPES, PADDED, TOLERANCE
 
 
 def _canonical(name, dtype=np.float64):
-    return canonicalize(MATRICES[name]().astype(dtype))
+    return canonicalize(PADDED[name]().astype(dtype))
 
 
 def _same_csr(a, b):
@@ -185,7 +144,7 @@ def _conversions(csr):
         yield HYBFormat.from_csr(csr, width)
 
 
-@pytest.mark.parametrize("name", MATRICES)
+@pytest.mark.parametrize("name", PADDED)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_round_trip_is_exact(name, dtype):
     csr = _canonical(name, dtype)
@@ -290,7 +249,7 @@ CPU_CASES = [
 ]
 
 
-@pytest.mark.parametrize("name", MATRICES)
+@pytest.mark.parametrize("name", PADDED)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_cpu_kernels_match_scipy(name, dtype, parallel):
     csr = _canonical(name, dtype)
@@ -300,7 +259,7 @@ def test_cpu_kernels_match_scipy(name, dtype, parallel):
         y = np.full(csr.shape[0], 7.0, dtype=dtype)  # the kernel must overwrite, not add
         bind(convert(csr), {})(x, y)
         error = np.linalg.norm(y - reference) / max(np.linalg.norm(reference), np.finfo(float).tiny)
-        assert error <= TOLERANCE[dtype], (case, error)
+        assert error <= TOLERANCE[np.dtype(dtype)], (case, error)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -319,7 +278,7 @@ def test_cpu_kernels_propagate_nan_and_inf_like_scipy(dtype, parallel):
 
 @pytest.mark.parametrize("kernel", ["ell", "hyb", "jds"])
 def test_prepare_runs_the_registered_cpu_kernel(kernel):
-    A = MATRICES["rect_37x61"]()
+    A = PADDED["rect_37x61"]()
     x = np.arange(61.0)
     op = autospmv.prepare(A, kernel=kernel, device="cpu")
     assert op.format.name == kernel

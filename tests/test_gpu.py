@@ -1,7 +1,8 @@
-"""Every CUDA kernel on a real GPU against SciPy: host vectors, numba, CuPy and torch arrays.
+"""Every CUDA kernel on a real GPU against SciPy with device arrays: numba, CuPy and torch.
 
-Marked ``gpu``; skipped without a usable GPU (and under the CUDA simulator, which
-``test_cuda_simulator.py`` covers with tiny matrices). Device arrays go in and come out without a
+Needs a real GPU (marked ``requires_gpu``; skipped elsewhere and under the CUDA simulator, which
+``test_cuda_simulator.py`` covers with tiny matrices). Host vectors on the GPU run with the CPU's
+in ``test_kernels.py``, one body for both devices. Device arrays go in and come out without a
 copy: the result is the same kind of array as x, and ``out=`` is filled in place.
 """
 
@@ -12,68 +13,20 @@ import pytest
 
 import autospmv
 from matrices import (
-    ALL, DTYPE_IDS, DTYPES, assert_close, prepare_or_refuse, random_matrix, random_vector,
+    ALL, DTYPE_IDS, DTYPES, assert_close, matrix, prepare_or_refuse, random_matrix, random_vector,
     reference,
 )
 
 cuda = pytest.importorskip("numba.cuda")
-ON_GPU = not cuda.config.ENABLE_CUDASIM and autospmv.cuda_available()
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU (none found, or the simulator is on)"),
-]
+pytestmark = pytest.mark.requires_gpu
 
 KERNELS = autospmv.KERNELS
 MATRICES = sorted(ALL)
-WITH_COLUMNS = [name for name in MATRICES if min(ALL[name]().shape) > 0]
-
-
-def matrix(name: str, dtype):
-    return ALL[name]().astype(dtype)
 
 
 def prepare_gpu(A, kernel: str):
     return prepare_or_refuse(A, kernel, "cuda")
-
-
-@pytest.mark.parametrize("name", MATRICES)
-@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
-@pytest.mark.parametrize("kernel", KERNELS)
-def test_host_vectors(kernel, dtype, name, rng):
-    A = matrix(name, dtype)
-    op = prepare_gpu(A, kernel)
-    if op is None:
-        return
-    out = np.full(A.shape[0], np.nan, dtype=dtype)
-    for _ in range(2):
-        x = random_vector(rng, A.shape[1], dtype)
-        y = op @ x
-        assert isinstance(y, np.ndarray) and y.dtype == dtype and y.shape == (A.shape[0],)
-        assert_close(y, reference(A, x), dtype)
-        assert op.matvec(x, out=out) is out
-        assert_close(out, reference(A, x), dtype)
-
-
-@pytest.mark.parametrize("name", WITH_COLUMNS)
-@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
-@pytest.mark.parametrize("kernel", KERNELS)
-def test_nan_and_inf_propagate_like_scipy(kernel, dtype, name, rng):
-    A = matrix(name, dtype)
-    op = prepare_gpu(A, kernel)
-    if op is None:
-        return
-    n = A.shape[1]
-    x = random_vector(rng, n, dtype)
-    x[0], x[n // 2], x[n - 1] = np.nan, np.inf, -np.inf
-    with np.errstate(invalid="ignore"):
-        y_ref = reference(A, x)
-    y = op @ x
-    np.testing.assert_array_equal(np.isnan(y), np.isnan(y_ref))
-    np.testing.assert_array_equal(np.isposinf(y), np.isposinf(y_ref))
-    np.testing.assert_array_equal(np.isneginf(y), np.isneginf(y_ref))
-    finite = np.isfinite(y_ref)
-    assert_close(y[finite], y_ref[finite], dtype)
 
 
 # --- device arrays: numba, CuPy, torch ----------------------------------------------------------

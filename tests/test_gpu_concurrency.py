@@ -1,6 +1,6 @@
 """GPU operators under concurrent use, on the callers' streams, and on the right device.
 
-Marked ``gpu``; skipped without a usable GPU (and under the CUDA simulator). The stream tests
+Marked ``requires_gpu``: skipped without a real GPU (and under the CUDA simulator). The stream tests
 queue a long spin on a non-default stream before the work that fills x: a kernel launched on any
 other stream than the caller's would read x before it is written.
 """
@@ -17,12 +17,8 @@ from matrices import assert_close, from_row_lengths, random_matrix, random_vecto
 from read_only_vector import ReadOnly
 
 cuda = pytest.importorskip("numba.cuda")
-ON_GPU = not cuda.config.ENABLE_CUDASIM and autospmv.cuda_available()
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU (none found, or the simulator is on)"),
-]
+pytestmark = pytest.mark.requires_gpu
 
 THREADS = 8
 CALLS = 50

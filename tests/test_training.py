@@ -381,11 +381,8 @@ def test_label_reports_its_estimate(tmp_path):
     assert summary["estimated_seconds"] > 0
 
 
-@pytest.mark.gpu
+@pytest.mark.requires_gpu
 def test_label_on_a_real_gpu(tmp_path):
-    cuda = pytest.importorskip("numba.cuda")
-    if cuda.config.ENABLE_CUDASIM or not autospmv.cuda_available():
-        pytest.skip("needs a CUDA GPU (none found, or the simulator is on)")
     out = tmp_path / "gpu.jsonl"
     entries = corpus.corpus("tiny")[:3]
     assert label.label(entries, out, "cuda", options=QUICK, progress=False)["labelled"] == 3

@@ -1,8 +1,11 @@
-"""Every CPU kernel against SciPy on every matrix of the family, in float32 and float64.
+"""Every kernel against SciPy on every matrix of the family, in float32 and float64, on each
+device: the CPU, and CUDA with host vectors where a real GPU is present (the ``device`` fixture).
 
 The reference is SciPy in float64 on the same (already rounded) matrix and vector, so the
 tolerance measures the kernel's own rounding only: 1e-5 relative for float32, 1e-12 for float64.
 Formats with a fill limit (ell, jds) must refuse exactly the matrices that the fill rule names.
+Device arrays in and out are in ``test_gpu.py``; the CUDA simulator's runs on tiny matrices are in
+``test_cuda_simulator.py``.
 """
 
 from __future__ import annotations
@@ -12,8 +15,8 @@ import pytest
 
 import autospmv
 from matrices import (
-    ALL, DTYPE_IDS, DTYPES, assert_close, conversion_refused, prepare_or_refuse, random_vector,
-    reference,
+    ALL, DTYPE_IDS, DTYPES, assert_close, conversion_refused, matrix, prepare_or_refuse,
+    random_vector, reference,
 )
 
 KERNELS = autospmv.KERNELS
@@ -22,41 +25,34 @@ WITH_COLUMNS = [name for name in MATRICES if min(ALL[name]().shape) > 0]
 """Matrices that have rows and columns, so x can hold NaN and y has entries to check."""
 
 
-def matrix(name: str, dtype):
-    return ALL[name]().astype(dtype)
-
-
-def prepare_cpu(A, kernel: str, params=None):
-    return prepare_or_refuse(A, kernel, "cpu", params)
-
-
 @pytest.mark.parametrize("name", MATRICES)
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("kernel", KERNELS)
-def test_matches_scipy(kernel, dtype, name, rng):
+def test_matches_scipy(kernel, dtype, name, device, rng):
     A = matrix(name, dtype)
-    op = prepare_cpu(A, kernel)
+    op = prepare_or_refuse(A, kernel, device)
     if op is None:
         return
-    x = random_vector(rng, A.shape[1], dtype)
-    y = op @ x
-    assert isinstance(y, np.ndarray)
-    assert y.shape == (A.shape[0],)
-    assert y.dtype == np.dtype(dtype)
-    assert_close(y, reference(A, x), dtype)
+    for _ in range(2):  # the second product must not add onto the first
+        x = random_vector(rng, A.shape[1], dtype)
+        y = op @ x
+        assert isinstance(y, np.ndarray)
+        assert y.shape == (A.shape[0],)
+        assert y.dtype == np.dtype(dtype)
+        assert_close(y, reference(A, x), dtype)
 
 
 @pytest.mark.parametrize("name", WITH_COLUMNS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("kernel", KERNELS)
-def test_nan_and_inf_propagate_like_scipy(kernel, dtype, name, rng):
+def test_nan_and_inf_propagate_like_scipy(kernel, dtype, name, device, rng):
     """NaN and ±Inf in x reach exactly the rows that store an entry in their column.
 
     x[0] is NaN: most rows have no entry in column 0, so a kernel that multiplies padding or
     empty slots by x[0] turns them into NaN where SciPy has a finite value.
     """
     A = matrix(name, dtype)
-    op = prepare_cpu(A, kernel)
+    op = prepare_or_refuse(A, kernel, device)
     if op is None:
         return
     n = A.shape[1]
@@ -77,14 +73,17 @@ def test_nan_and_inf_propagate_like_scipy(kernel, dtype, name, rng):
 @pytest.mark.parametrize("name", MATRICES)
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("kernel", KERNELS)
-def test_out_is_reused_and_overwritten(kernel, dtype, name, rng):
+def test_out_is_reused_and_overwritten(kernel, dtype, name, device, rng):
     A = matrix(name, dtype)
-    op = prepare_cpu(A, kernel)
+    op = prepare_or_refuse(A, kernel, device)
     if op is None:
         return
     out = np.full(A.shape[0], np.nan, dtype=dtype)  # stale contents must not leak into y
-    for _ in range(2):
+    for _ in range(2):  # products with and without out= alternate on one operator
         x = random_vector(rng, A.shape[1], dtype)
+        y = op @ x
+        assert isinstance(y, np.ndarray) and y.dtype == dtype and y.shape == (A.shape[0],)
+        assert_close(y, reference(A, x), dtype)
         assert op.matvec(x, out=out) is out
         assert_close(out, reference(A, x), dtype)
 
@@ -96,9 +95,9 @@ SWEEP_MATRICES = ["power_law_500", "huge_row_among_short_300x3000", "half_rows_e
 @pytest.mark.parametrize("name", SWEEP_MATRICES)
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("threads_per_row", [2, 4, 8, 16, 32])
-def test_csr_vector_every_group_size(threads_per_row, dtype, name, rng):
+def test_csr_vector_every_group_size(threads_per_row, dtype, name, device, rng):
     A = matrix(name, dtype)
-    op = prepare_cpu(A, "csr_vector", {"threads_per_row": threads_per_row})
+    op = prepare_or_refuse(A, "csr_vector", device, {"threads_per_row": threads_per_row})
     assert op.params == {"threads_per_row": threads_per_row}
     x = random_vector(rng, A.shape[1], dtype)
     assert_close(op @ x, reference(A, x), dtype)
@@ -107,10 +106,10 @@ def test_csr_vector_every_group_size(threads_per_row, dtype, name, rng):
 @pytest.mark.parametrize("name", SWEEP_MATRICES)
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("width", [0, 1, 2, 7, 10_000])
-def test_hyb_every_width(width, dtype, name, rng):
+def test_hyb_every_width(width, dtype, name, device, rng):
     """Width 0 is pure COO; a width beyond the longest row is pure ELL (and may hit the limit)."""
     A = matrix(name, dtype)
-    op = prepare_cpu(A, "hyb", {"width": width})
+    op = prepare_or_refuse(A, "hyb", device, {"width": width})
     if op is None:
         return
     x = random_vector(rng, A.shape[1], dtype)
