@@ -28,6 +28,7 @@ from autospmv.model import TreeModel, user_model_path
 from matrices import FAMILY, REPRESENTATIVE, one_long_row, poisson2d
 
 REPO = Path(__file__).resolve().parent.parent
+H100_FLOAT64 = REPO / "models" / "cuda-nvidia-h100-80gb-hbm3-float64.json"
 GPU_MODEL = REPO / "models" / "cuda-nvidia-h200.json"
 SHIPPED = sorted((REPO / "models").glob("*.json"))
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -119,9 +120,11 @@ def test_decisions_snapshot(model):
 def test_deciding_for_a_gpu_without_one_uses_the_nearest_gpu_model(monkeypatch):
     monkeypatch.setattr(autospmv.devices, "cuda_available", lambda: False)
     decision = autospmv.select(poisson2d(20), device="cuda")
-    assert decision.source == "model cuda-nvidia-h200.json"
+    # Every shipped GPU model is equally near to "cuda-no-gpu"; the most recently trained
+    # float64 one decides: the H100's (2026-11-23) rather than the H200's (2026-11-22).
+    assert decision.source == "model cuda-nvidia-h100-80gb-hbm3-float64.json"
     assert "the nearest to this device (cuda-no-gpu)" in decision.notes[0]
-    explicit = autospmv.select(poisson2d(20), device="cuda", model=GPU_MODEL)
+    explicit = autospmv.select(poisson2d(20), device="cuda", model=H100_FLOAT64)
     assert (decision.kernel, decision.params, decision.path) == (
         explicit.kernel, explicit.params, explicit.path)
 
@@ -262,6 +265,21 @@ def test_a_float32_matrix_uses_a_float64_model_only_when_no_float32_one_exists(m
     monkeypatch.setattr(selector, "device_slug", lambda device: "cuda-nvidia-h100")
     nearest = selector.find_model("cuda", dtype="float64")  # also as the nearest device's
     assert nearest.path.name == f"{slug}-float64.json"
+
+
+@pytest.mark.parametrize("slug, dtype, expected", [
+    ("cuda-nvidia-h100-80gb-hbm3", "float32", "cuda-nvidia-h100-80gb-hbm3-float32.json"),
+    ("cuda-nvidia-h100-80gb-hbm3", "float64", "cuda-nvidia-h100-80gb-hbm3-float64.json"),
+    ("cuda-nvidia-h200", "float64", "cuda-nvidia-h200.json"),
+    # No H200 float32 model ships: the nearest GPU's float32 model decides, not the H200's
+    # float64 one.
+    ("cuda-nvidia-h200", "float32", "cuda-nvidia-h100-80gb-hbm3-float32.json"),
+])
+def test_shipped_models_by_device_and_dtype(monkeypatch, tmp_path, slug, dtype, expected):
+    monkeypatch.setenv("AUTOSPMV_HOME", str(tmp_path))  # no retrained model
+    monkeypatch.setattr(selector, "device_slug", lambda device: slug)
+    choice = selector.find_model("cuda", dtype=dtype)
+    assert (choice.path.name, choice.dtype) == (expected, dtype)
 
 
 def test_cpu_never_uses_the_shipped_gpu_model():
