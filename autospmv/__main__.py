@@ -267,11 +267,11 @@ def cmd_info(args) -> None:
 
     print(f"autospmv {autospmv.__version__}, numba {numba.__version__}, numpy {np.__version__}")
     if devices.cuda_available():
-        from numba import cuda
-
-        if cuda.config.ENABLE_CUDASIM:
+        if devices.cuda_simulator():
             print("device: CUDA simulator (NUMBA_ENABLE_CUDASIM=1)")
         else:
+            from numba import cuda
+
             dev = cuda.get_current_device()
             print(f"device: cuda, {dev.name}, compute capability {dev.compute_capability}")
     else:

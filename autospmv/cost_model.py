@@ -94,10 +94,18 @@ class CostModel:
         row = np.array([[float(features[n]) for n in names]])
         return dict(zip(self.kernels, self.times(row, names)[0].tolist()))
 
-    def derived(self, features: Mapping) -> dict[str, float]:
-        """The ``est_<kernel>`` values for one feature dict."""
-        times = np.array([list(self.estimates(features).values())])
+    def derived_of(self, estimates: Mapping[str, float]) -> dict[str, float]:
+        """The ``est_<kernel>`` values from the estimates of one feature dict (µs per kernel, as
+        :meth:`estimates` returns them): the one place they are derived, for :meth:`derived` and
+        for a tree that already holds the estimates (:meth:`autospmv.model.TreeModel.evaluate`),
+        so that both give the tree the same values."""
+        times = np.array([[estimates[kernel] for kernel in self.kernels]], dtype=np.float64)
         return dict(zip(self.derived_names, self.relative(times)[0].tolist()))
+
+    def derived(self, features: Mapping) -> dict[str, float]:
+        """The ``est_<kernel>`` values for one feature dict (:meth:`derived_of` its
+        :meth:`estimates`)."""
+        return self.derived_of(self.estimates(features))
 
     def to_dict(self) -> dict:
         return {"regressors": list(self.REGRESSORS),

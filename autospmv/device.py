@@ -161,13 +161,12 @@ def device_format(kernel: str, csr: DeviceCSR, params: dict) -> SparseFormat:
     if format_class is coo.COOFormat:
         row = row_of_each_nonzero(csr.indptr, csr.nnz, itype, xp)
         return coo.COOFormat(csr.shape, row, csr.indices, csr.data)
-    if format_class in (ell.ELLFormat, hyb.HYBFormat):
-        lengths = np.diff(structure.indptr)
-        longest = int(lengths.max()) if m else 0
-        if format_class is ell.ELLFormat:
-            ell.check_fill(m, longest, csr.nnz, ell.ELL_MAX_FILL)
-            return split_at_width(csr, longest)[0]
-        width = hyb.check_width(params["width"], m, lengths, csr.nnz, ell.ELL_MAX_FILL)
+    if format_class is ell.ELLFormat:
+        longest = int(np.diff(structure.indptr).max()) if m else 0
+        ell.check_fill(m, longest, csr.nnz, ell.ELL_MAX_FILL)
+        return split_at_width(csr, longest)[0]
+    if format_class is hyb.HYBFormat:
+        width = hyb.check_width(params["width"], structure.indptr, csr.nnz, ell.ELL_MAX_FILL)
         ell_part, coo_part = split_at_width(csr, width)
         return hyb.HYBFormat(csr.shape, width, ell_part, coo_part)
     if format_class is jds.JDSFormat:

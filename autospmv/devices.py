@@ -7,7 +7,8 @@ so every module may import it without forming an import cycle.
 
 A device is ``"cuda"`` or ``"cpu"``; ``None`` asks for the automatic choice, CUDA when a usable
 GPU (or numba-cuda's simulator) is present, else the CPU. Deciding for a device (choosing a
-kernel and its parameters) needs no such device; running on CUDA does.
+kernel and its parameters) needs no such device; running on CUDA does. Timing a GPU needs a real
+one (:func:`real_gpu_available`): the simulator runs kernels correctly, but in Python.
 """
 
 from __future__ import annotations
@@ -46,7 +47,27 @@ def cuda_available() -> bool:
         from .kernels import cuda as _  # noqa: F401  (applies the NumPy compatibility step)
     except ImportError:
         return False
-    return bool(cuda.config.ENABLE_CUDASIM) or cuda.is_available()
+    return cuda_simulator() or cuda.is_available()
+
+
+def cuda_simulator() -> bool:
+    """True when numba-cuda is installed and its simulator is on (``NUMBA_ENABLE_CUDASIM=1``):
+    CUDA kernels then run, but in the Python interpreter. Read at each call, not cached, since
+    the setting is numba's configuration, not a property of the machine."""
+    try:
+        from numba import cuda
+    except ImportError:
+        return False
+    return bool(cuda.config.ENABLE_CUDASIM)
+
+
+def real_gpu_available() -> bool:
+    """True when CUDA is usable (:func:`cuda_available`) on a real GPU, not on numba-cuda's
+    simulator: what measuring GPU times needs (the simulator would time an interpreter).
+
+    The simulator is asked first, so that with it on, :func:`cuda_available` (cached for the
+    process) is neither called nor made to import the CUDA kernels under the simulator."""
+    return not cuda_simulator() and cuda_available()
 
 
 def default_device() -> str:

@@ -163,6 +163,16 @@ def features(A, sample_rows: int | None = None, device: str | None = None) -> di
     that many rows (whole windows of ``WINDOW_ROWS``); a value ≥ the number of rows computes
     everything exactly.
     """
+    return features_and_lengths(A, sample_rows, device)[0]
+
+
+def features_and_lengths(A, sample_rows: int | None = None, device: str | None = None
+                         ) -> tuple[dict[str, float], tuple[np.ndarray, np.ndarray]]:
+    """:func:`features` and the row-length histogram the scan built for them: the distinct row
+    lengths (ascending) and how many rows have each, over every row whatever
+    ``sample_rows``. An automatic decision hands the histogram to the chosen kernel's
+    parameter chooser (:func:`autospmv.registry.choose_params`), so that the row lengths are
+    not computed a second time."""
     if sample_rows is not None and sample_rows < 1:
         raise ValueError(
             f"sample_rows must be a positive number of rows or None; got {sample_rows}"
@@ -182,7 +192,7 @@ def features(A, sample_rows: int | None = None, device: str | None = None) -> di
     )  # fmt: skip
     out.update(_sampled_features(sums))
     out.update(quantities(csr, device, values, counts))
-    return {name: float(out[name]) for name in feature_names()}
+    return {name: float(out[name]) for name in feature_names()}, (values, counts)
 
 
 def _scan(csr: sp.csr_matrix, sample_rows: int | None) -> tuple:

@@ -36,7 +36,8 @@ File layout (``schema_version`` 1)::
     }
 
 With a cost model, the tree may also compare the *estimates* ``est_<kernel>`` it derives from
-the features (:meth:`CostModel.derived`); they are computed before the tree is walked. An
+the features (:meth:`CostModel.derived`, which :meth:`TreeModel.evaluate` shares through
+:meth:`CostModel.derived_of`); they are computed before the tree is walked. An
 optional ``"ranking"`` says how a leaf orders the kernels: ``"value"`` (the default; the
 classifier's largest value first) or ``"correction"`` (the leaf holds, per kernel, a
 correction ``c_k`` to the cost model in log2 units, and kernels rank by ``log2 t̂_k + c_k``,
@@ -315,10 +316,8 @@ class TreeModel:
         cost model."""
         if self.cost_model is None:
             return dict(features), None
-        cost = self.cost_model
-        estimates = cost.estimates(features)
-        relative = cost.relative(np.array([list(estimates.values())]))[0]
-        return {**features, **dict(zip(cost.derived_names, relative.tolist()))}, estimates
+        estimates = self.cost_model.estimates(features)
+        return {**features, **self.cost_model.derived_of(estimates)}, estimates
 
     def _walk(self, row: np.ndarray) -> tuple[int, list[Step]]:
         """Follow one sample (values in :attr:`feature_names` order) from the root: the leaf

@@ -97,10 +97,10 @@ def device_slug(device: str | None = None) -> str:
     if device == "cuda":
         if not devices.cuda_available():
             return "cuda-no-gpu"
+        if devices.cuda_simulator():
+            return "cuda-simulator"
         from numba import cuda
 
-        if cuda.config.ENABLE_CUDASIM:
-            return "cuda-simulator"
         name = cuda.get_current_device().name
         return "cuda-" + slugify(name.decode() if isinstance(name, bytes) else name)
     if device == "cpu":

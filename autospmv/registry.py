@@ -92,6 +92,12 @@ class KernelSpec:
     """The parameter variants the labeller times besides the chooser's, for a canonical CSR
     matrix: ``(strategy, params)`` pairs, ``params`` a function returning the parameters (the
     labeller records an exception it raises as that variant's failure)."""
+    choose_params_of_lengths: Callable[[np.ndarray, np.ndarray, str], dict] | None = None
+    """What :attr:`choose_params` returns, computed from the matrix's row-length histogram
+    (the distinct row lengths, ascending, and how many rows have each) and the device kind,
+    for a chooser that reads nothing else of the matrix. A caller that already holds the
+    histogram (an automatic decision: the feature scan builds it) then does not compute the
+    row lengths again. None: :attr:`choose_params` is always called."""
 
     def check_params(self, params: dict) -> dict:
         """``params`` checked against :attr:`params`: exactly this kernel's names, each an
@@ -193,6 +199,14 @@ def choose_hyb_width(csr: sp.csr_matrix, device: str) -> dict:
     return {"width": int(default_hyb_width(row_lengths(csr)))}
 
 
+def choose_hyb_width_of_lengths(values: np.ndarray, counts: np.ndarray, device: str) -> dict:
+    """:func:`choose_hyb_width` from the row-length histogram (the same width: CUSP's rule
+    depends on the row lengths only)."""
+    from .formats.hyb import default_hyb_width_of_histogram
+
+    return {"width": int(default_hyb_width_of_histogram(values, counts))}
+
+
 def choose_csr5_sigma(csr: sp.csr_matrix, device: str) -> dict:
     from .formats.csr5 import choose_sigma
 
@@ -255,6 +269,7 @@ _BUILT_IN = (
         "hyb", "autospmv.formats.hyb:HYBFormat", "autospmv.kernels.cpu.hyb:bind",
         "autospmv.kernels.cuda.hyb:build", choose_hyb_width, ("width",), params=(HYB_WIDTH,),
         cost="autospmv.cost:hyb", variants=hyb_width_variants,
+        choose_params_of_lengths=choose_hyb_width_of_lengths,
     ),
     KernelSpec(
         "jds", "autospmv.formats.jds:JDSFormat", "autospmv.kernels.cpu.jds:bind",
@@ -316,12 +331,25 @@ def get(name: str) -> KernelSpec:
 
 
 def choose_params(name: str, csr: sp.csr_matrix, device: str,
-                  overrides: dict | None = None) -> dict:
+                  overrides: dict | None = None, *,
+                  lengths: tuple[np.ndarray, np.ndarray] | None = None) -> dict:
     """The chooser's parameters for ``name`` on ``csr`` and ``device``, with explicit overrides
-    applied."""
+    applied.
+
+    The chooser runs only for the parameters the overrides leave open: when they give every
+    parameter of the kernel, its values would all be replaced, so it is not run (it may read
+    the whole matrix, e.g. HYB's computes every row length). ``lengths``: the matrix's
+    row-length histogram (distinct lengths ascending, their counts) when the caller has it;
+    a kernel with :attr:`KernelSpec.choose_params_of_lengths` then chooses from it."""
     spec = get(name)
     if overrides is not None and not isinstance(overrides, dict):
         raise ValueError(f"params must be a dict; got {type(overrides).__name__}")
-    params = spec.choose_params(csr, device)
-    params.update(overrides or {})
+    overrides = overrides or {}
+    if all(param.name in overrides for param in spec.params):
+        return spec.check_params(dict(overrides))
+    if lengths is not None and spec.choose_params_of_lengths is not None:
+        params = spec.choose_params_of_lengths(*lengths, device)
+    else:
+        params = spec.choose_params(csr, device)
+    params.update(overrides)
     return spec.check_params(params)

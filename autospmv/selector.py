@@ -254,11 +254,14 @@ def trained_on(provenance: dict) -> str:
 
 
 def model_decision(csr: sp.csr_matrix, choice: ModelChoice, features: dict,
-                   device: str) -> Decision:
+                   device: str, lengths: tuple[np.ndarray, np.ndarray] | None = None) -> Decision:
     """The tree's kernel for ``csr``, with its path, leaf support and fall-back order.
 
     Everything is read from one :meth:`~autospmv.model.TreeModel.evaluate` of ``features``:
-    the cost model's estimates are computed and the tree is walked once per decision."""
+    the cost model's estimates are computed and the tree is walked once per decision.
+    ``lengths``: the row-length histogram the feature scan built
+    (:func:`autospmv.features.features_and_lengths`), from which the chosen kernel's
+    parameters are chosen when its chooser reads only the row lengths."""
     model = choice.model
     evaluation = model.evaluate(features)
     ranked, leaf = list(evaluation.ranked), evaluation.leaf
@@ -284,7 +287,7 @@ def model_decision(csr: sp.csr_matrix, choice: ModelChoice, features: dict,
     notes.append(f"a {choice.dtype} model, deciding for a {matrix_dtype} matrix")
     used = {step.feature for step in evaluation.path}
     inputs = evaluation.inputs
-    return Decision(ranked[0], registry.choose_params(ranked[0], csr, device),
+    return Decision(ranked[0], registry.choose_params(ranked[0], csr, device, lengths=lengths),
                     f"model {choice.name}", path,
                     {name: inputs[name] for name in inputs if name in used}, notes, ranked[1:])
 

@@ -14,6 +14,7 @@ compilation.
 
 from __future__ import annotations
 
+import collections
 import functools
 
 import numpy as np
@@ -32,16 +33,11 @@ def pytest_configure(config):
 
 @functools.cache
 def real_gpu_present() -> bool:
-    """True when numba-cuda sees a usable CUDA GPU and is not its simulator."""
-    try:
-        from numba import cuda
-    except ImportError:
-        return False
-    if cuda.config.ENABLE_CUDASIM:
-        return False
-    import autospmv
+    """True when numba-cuda sees a usable CUDA GPU and is not its simulator
+    (:func:`autospmv.devices.real_gpu_available`)."""
+    from autospmv.devices import real_gpu_available
 
-    return autospmv.cuda_available()
+    return real_gpu_available()
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -77,3 +73,22 @@ def device(request) -> str:
 def rng() -> np.random.Generator:
     """A generator with a fixed seed, fresh for every test."""
     return np.random.default_rng(20240611)
+
+
+@pytest.fixture
+def row_length_passes(monkeypatch) -> collections.Counter:
+    """Counts the row-length computations of the test's calls, by number of rows: every
+    ``np.diff`` of a one-dimensional array, counted under its length less one (a row pointer of
+    m rows has m + 1 entries), so ``passes[m]`` is how often the row lengths of an m-row
+    matrix were computed. Every route to the row lengths (``formats.base.row_lengths``, the
+    HYB width check, the rule) goes through ``np.diff``."""
+    passes = collections.Counter()
+    diff = np.diff
+
+    def counted(a, *args, **kwargs):
+        if np.ndim(a) == 1:
+            passes[np.shape(a)[0] - 1] += 1
+        return diff(a, *args, **kwargs)
+
+    monkeypatch.setattr(np, "diff", counted)
+    return passes

@@ -3,10 +3,12 @@ the formulas of their docstrings on matrices whose answer is worked out by hand.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from matrices import ALL, from_row_lengths
+from matrices import ALL, from_row_lengths, poisson2d
 
 import autospmv
 from autospmv import registry
@@ -80,3 +82,45 @@ def test_select_tunes_for_the_requested_device():
     nine = rows_of([9] * 300)
     assert autospmv.select(nine, kernel="csr5", device="cuda").params == {"sigma": 8}
     assert autospmv.select(nine, kernel="csr5", device="cpu").params == {"sigma": 32}
+
+
+def _refusing_chooser(csr, device):
+    raise AssertionError("the chooser ran")
+
+
+@pytest.mark.parametrize("kernel, params", [
+    ("hyb", {"width": 7}), ("csr_vector", {"threads_per_row": 4}), ("csr5", {"sigma": 8}),
+])
+def test_overrides_giving_every_parameter_skip_the_chooser(monkeypatch, kernel, params):
+    spec = dataclasses.replace(registry.get(kernel), choose_params=_refusing_chooser)
+    monkeypatch.setitem(registry._BY_NAME, kernel, spec)
+    csr = rows_of([3] * 10)
+    assert registry.choose_params(kernel, csr, "cpu", params) == params
+    # Overrides that leave a parameter open still ask the chooser; a full set is still checked.
+    with pytest.raises(AssertionError, match="the chooser ran"):
+        registry.choose_params(kernel, csr, "cpu", {})
+    with pytest.raises(ValueError, match="has no parameter 'bogus'"):
+        registry.choose_params(kernel, csr, "cpu", {**params, "bogus": 1})
+
+
+def test_a_forced_hyb_with_its_width_computes_the_row_lengths_once(row_length_passes):
+    """The width is given, so no chooser runs, and the format needs only the longest row."""
+    A = canonicalize(poisson2d(40))  # 1600 rows of 3 to 5 entries
+    m = A.shape[0]
+    autospmv.prepare(A, kernel="hyb", params={"width": 7}, device="cpu")  # compiles first
+    row_length_passes.clear()
+    op = autospmv.prepare(A, kernel="hyb", params={"width": 7}, device="cpu")
+    assert op.params == {"width": 7} and op.format.width == 5  # clamped to the longest row
+    assert row_length_passes[m] == 1
+    np.testing.assert_allclose(op @ np.ones(A.shape[1]), A @ np.ones(A.shape[1]))
+
+
+@pytest.mark.parametrize("name", sorted(ALL))
+@pytest.mark.parametrize("kind", ["cpu", "cuda"])
+def test_the_hyb_width_from_the_scans_histogram_is_the_choosers(name, kind):
+    from autospmv.features import features_and_lengths
+
+    csr = canonicalize(ALL[name]())
+    lengths = features_and_lengths(csr, device=kind)[1]
+    assert registry.choose_params("hyb", csr, kind, lengths=lengths) \
+        == registry.choose_hyb_width(csr, kind)

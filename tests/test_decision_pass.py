@@ -127,3 +127,53 @@ def test_the_single_methods_agree_with_one_evaluation(model):
         assert tree.corrected(features).flags.writeable
         assert tree.apply(np.array([[evaluation.inputs[n] for n in tree.feature_names]]))[0] \
             == evaluation.leaf.node
+
+
+def always(kernel: str) -> TreeModel:
+    """A tree of one leaf that picks ``kernel`` for every matrix."""
+    tree = {"children_left": [-1], "children_right": [-1], "feature": [-2], "threshold": [-2.0],
+            "value": [[1.0, 0.0]], "n_node_samples": [1], "weighted_n_node_samples": [1.0]}
+    other = "coo" if kernel != "coo" else "csr_scalar"
+    return TreeModel(["rows"], [kernel, other], tree)
+
+
+def test_an_automatic_hyb_takes_its_width_from_the_scan(calls, row_length_passes):
+    """The chooser's width comes from the row-length histogram of the feature scan; the row
+    lengths are computed once more, by the format's width check, and not by the chooser."""
+    A = autospmv.validation.canonicalize(poisson2d(80))  # 6084 of 6400 rows of 5: width 5
+    m = A.shape[0]
+    chosen = autospmv.registry.choose_params("hyb", A, "cpu")
+    model = always("hyb")
+    autospmv.prepare(A, device="cpu", model=model)  # compiles first
+    calls.clear()
+    row_length_passes.clear()
+    op = autospmv.prepare(A, device="cpu", model=model)
+    assert row_length_passes[m] == 1
+    assert dict(calls) == {"features": 1, "walk": 1}
+    assert op.kernel == "hyb" and op.decision.source == "model given"
+    assert op.params == chosen == {"width": 5}
+
+
+def test_the_tree_and_derived_share_one_derivation_of_the_estimates(monkeypatch):
+    """``CostModel.derived`` and ``TreeModel.evaluate`` read the ``est_<kernel>`` values from
+    the one function that derives them from the estimates."""
+    tree = {"children_left": [-1], "children_right": [-1], "feature": [-2], "threshold": [-2.0],
+            "value": [[1.0, 0.0]], "n_node_samples": [1], "weighted_n_node_samples": [1.0]}
+    cost = CostModel({"coo": [12, 0, 0, 0, 0, 0, 0], "csr5": [16, 0, 0, 0, 0, 0, 0]})
+    model = TreeModel(["rows", "est_csr5"], ["coo", "csr5"], tree, cost_model=cost)
+    features = {name: 0.0 for k in ("coo", "csr5") for name in cost.regressor_names(k)[1:]}
+    expected = {"est_coo": 0.0, "est_csr5": pytest.approx(np.log2(16 / 12))}
+    assert cost.derived(features) == expected
+    assert cost.derived_of({"csr5": 16.0, "coo": 12.0}) == expected  # by kernel, not dict order
+    assert {k: model.evaluate(features).inputs[k] for k in expected} == expected
+    seen = []
+
+    def derived_of(self, estimates):
+        seen.append(dict(estimates))
+        return {"est_coo": 0.25, "est_csr5": 0.5}
+
+    monkeypatch.setattr(CostModel, "derived_of", derived_of)
+    assert cost.derived(features) == {"est_coo": 0.25, "est_csr5": 0.5}
+    evaluation = model.evaluate(features)
+    assert evaluation.inputs["est_coo"] == 0.25 and evaluation.inputs["est_csr5"] == 0.5
+    assert seen == [{"coo": 12.0, "csr5": 16.0}, evaluation.estimates]

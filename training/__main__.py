@@ -41,10 +41,11 @@ def _default_folders() -> list[str]:
 
 
 def _default_device() -> str:
-    from autospmv import cuda_available
-    from numba import config
+    """The device to label and train for when none is named: CUDA on a real GPU, else the CPU
+    (under numba-cuda's simulator too, whose times would be an interpreter's)."""
+    from autospmv.devices import real_gpu_available
 
-    return "cuda" if cuda_available() and not config.ENABLE_CUDASIM else "cpu"
+    return "cuda" if real_gpu_available() else "cpu"
 
 
 def _parser(prog: str = "python -m training") -> argparse.ArgumentParser:

@@ -119,15 +119,17 @@ class _CudaClock:
 
 
 def require_real_gpu() -> None:
-    """Raise unless numba-cuda drives a real GPU (not its simulator, not absent)."""
-    from numba import cuda
+    """Raise unless numba-cuda drives a real GPU (not its simulator, not absent), as
+    :func:`autospmv.devices.real_gpu_available` tells; the error says which of the two is
+    missing."""
+    from autospmv import devices
 
-    if cuda.config.ENABLE_CUDASIM:
+    if devices.cuda_simulator():
         raise RuntimeError(
             "GPU timing under numba-cuda's simulator (NUMBA_ENABLE_CUDASIM=1) would time a "
             "Python interpreter, not a GPU; unset NUMBA_ENABLE_CUDASIM or label with device='cpu'"
         )
-    if not cuda.is_available():
+    if not devices.real_gpu_available():
         raise RuntimeError("no usable CUDA GPU was found; label with device='cpu' instead")
 
 

@@ -30,7 +30,7 @@ import operator
 import numpy as np
 import scipy.sparse as sp
 
-from .base import SparseFormat, row_lengths
+from .base import SparseFormat
 from .coo import COOFormat
 from .ell import ELL_MAX_FILL, ELLFormat, fill_exceeded, split_at_width, too_large
 
@@ -101,13 +101,18 @@ default_hyb_width_of_histogram = width_cusp_of_histogram
 """The same strategy from a row-length histogram (:mod:`autospmv.cost`)."""
 
 
-def check_width(width, m: int, lengths: np.ndarray, nnz: int,
-                max_fill: float = ELL_MAX_FILL) -> int:
-    """The ELL width HYB uses for a requested ``width``: clamped to the longest row (wider slots
-    would be all padding); ValueError if negative, FormatTooLargeError beyond the fill limit."""
+def check_width(width, indptr: np.ndarray, nnz: int, max_fill: float = ELL_MAX_FILL) -> int:
+    """The ELL width HYB uses for a requested ``width`` on the matrix with row pointer
+    ``indptr`` (on the host): clamped to the longest row (wider slots would be all padding);
+    ValueError if negative, FormatTooLargeError beyond the fill limit.
+
+    Only the longest row is needed, so the row lengths are computed once here; the chooser's
+    width, which the error suggests, is computed only when the width is refused."""
     width = operator.index(width)
     if width < 0:
         raise ValueError(f"the HYB width must be >= 0; got {width}")
+    m = len(indptr) - 1
+    lengths = np.diff(indptr)
     width = min(width, int(lengths.max()) if m else 0)
     if fill_exceeded(m * width, nnz, max_fill):
         raise too_large(
@@ -137,7 +142,7 @@ class HYBFormat(SparseFormat):
         FormatTooLargeError when the ELL part exceeds the fill limit (see
         :mod:`autospmv.formats.ell`); :func:`default_hyb_width` never does.
         """
-        width = check_width(width, csr.shape[0], row_lengths(csr), csr.nnz, max_fill)
+        width = check_width(width, csr.indptr, csr.nnz, max_fill)
         ell, coo = split_at_width(csr, width)
         return cls(csr.shape, width, ell, coo)
 
