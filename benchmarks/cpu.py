@@ -1,10 +1,13 @@
 """CPU benchmark: every autospmv CPU kernel through the operator against SciPy's ``A @ x``.
 
-Each kernel is timed as users call it, ``op.matvec(x, out=y)`` (argument checks and dispatch
-included), and SciPy as ``A @ x``; both are medians of repeated wall-clock runs after warm-up,
-with the repeat count adapted so that each measurement takes about ``--seconds``. Results are
-checked against SciPy in float64 first. Prints a table and writes
-``benchmarks/results/cpu-<host>-<date>.json``.
+Each kernel of the registry (``--kernels`` picks some) is timed as users call it,
+``op.matvec(x, out=y)`` (argument checks and dispatch included), and SciPy as ``A @ x``, all of
+one matrix together with the labeller's timer (:class:`training.timing.Bench`: warm-up, then
+interleaved rounds of per-call samples and of back-to-back batches, contention check), its time
+budget set so that each of the two measurements takes about ``--seconds``. The figure reported
+(``us``, ``scipy_us``) is the median back-to-back time per call, over batches of about
+``--seconds`` / 15 each; the per-call median is recorded beside it. Results are checked against
+SciPy in float64 first. Prints a table and writes ``benchmarks/results/cpu-<dtype>-<date>.json``.
 
     python benchmarks/cpu.py --matrices ../shared/matrices
 """
@@ -27,27 +30,31 @@ import scipy.sparse as sp
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import autospmv  # noqa: E402
+from autospmv import registry  # noqa: E402
 from autospmv.formats.base import FormatTooLargeError  # noqa: E402
 from autospmv.validation import canonicalize  # noqa: E402
+from training.timing import Bench, TimingOptions, relative_error  # noqa: E402
 
 LARGE_NNZ = 100_000
+SCIPY = "scipy"
+"""The key SciPy's ``A @ x`` is timed under, beside the kernels."""
 
 
-def median_seconds(fn, budget: float) -> float:
-    """Median time of ``fn()`` over batches sized to fill ``budget`` seconds."""
-    fn()
-    t0 = time.perf_counter()
-    fn()
-    once = max(time.perf_counter() - t0, 1e-7)
-    batch = max(1, int(0.02 / once))
-    samples = []
-    deadline = time.perf_counter() + budget
-    while len(samples) < 15 or (time.perf_counter() < deadline and len(samples) < 200):
-        t0 = time.perf_counter()
-        for _ in range(batch):
-            fn()
-        samples.append((time.perf_counter() - t0) / batch)
-    return float(np.median(samples))
+def timing_options(seconds: float) -> TimingOptions:
+    """The labeller's timer with about ``seconds`` for each measurement of one operator: 15 to
+    200 per-call samples, and 15 back-to-back batches of up to 10,000 calls each."""
+    return TimingOptions(warmup=2, repeats=200, min_repeats=15, max_seconds=seconds,
+                         b2b_calls=10_000, b2b_repeats=15)
+
+
+class SciPyProduct:
+    """SciPy's ``A @ x`` as an operator for :class:`Bench` (a new y every call, as users get)."""
+
+    def __init__(self, A):
+        self._A = A
+
+    def matvec(self, x, out=None):
+        return self._A @ x
 
 
 def default_matrices() -> Path | None:
@@ -66,7 +73,7 @@ def geomean(values) -> float:
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--matrices", type=Path, default=default_matrices())
-    parser.add_argument("--kernels", default=",".join(autospmv.KERNELS))
+    parser.add_argument("--kernels", default=",".join(registry.names()))
     parser.add_argument("--dtype", default="float64", choices=["float32", "float64"])
     parser.add_argument("--seconds", type=float, default=0.3, help="time budget per measurement")
     parser.add_argument("--out", type=Path)
@@ -74,6 +81,12 @@ def main(argv=None):
     if args.matrices is None or not args.matrices.is_dir():
         parser.error("no matrix folder found; pass --matrices DIR")
     kernels = args.kernels.split(",")
+    for kernel in kernels:
+        try:
+            registry.get(kernel)
+        except ValueError as error:
+            parser.error(str(error))
+    options = timing_options(args.seconds)
     rng = np.random.default_rng(0)
     records = []
     print(f"{'matrix':22s} {'nnz':>8s} {'scipy':>8s} " + " ".join(f"{k:>10s}" for k in kernels)
@@ -82,9 +95,9 @@ def main(argv=None):
         A = canonicalize(sp.load_npz(path).astype(args.dtype))
         x = rng.standard_normal(A.shape[1]).astype(A.dtype)
         ref = A.astype(np.float64) @ x.astype(np.float64)
-        scipy_s = median_seconds(lambda: A @ x, args.seconds)
-        record = {"matrix": path.stem, "shape": list(A.shape), "nnz": int(A.nnz),
-                  "scipy_us": scipy_s * 1e6, "kernels": {}}
+        bench = Bench("cpu", x, A.shape[0], options)
+        ops = {SCIPY: SciPyProduct(A)}
+        record = {"matrix": path.stem, "shape": list(A.shape), "nnz": int(A.nnz), "kernels": {}}
         for kernel in kernels:
             try:
                 op = autospmv.prepare(A, kernel=kernel, device="cpu")
@@ -95,11 +108,21 @@ def main(argv=None):
             t0 = time.perf_counter()
             op.matvec(x, out=y)  # includes compilation (or loading it from the cache)
             first_call_s = time.perf_counter() - t0
-            norm = np.linalg.norm(ref)
-            error = float(np.linalg.norm(y - ref) / norm) if norm else float(np.linalg.norm(y))
-            seconds = median_seconds(lambda: op.matvec(x, out=y), args.seconds)
-            record["kernels"][kernel] = {"feasible": True, "params": op.params, "us": seconds * 1e6,
-                                         "first_call_s": first_call_s, "error": error}
+            record["kernels"][kernel] = {"feasible": True, "params": op.params,
+                                         "first_call_s": first_call_s,
+                                         "error": relative_error(y, ref)}
+            ops[kernel] = op
+        timings = bench.time_all(ops)
+        del ops, bench
+        for key, timing in timings.items():
+            if isinstance(timing, Exception):
+                raise RuntimeError(f"{path.stem}: timing {key} failed") from timing
+            figures = {"us": timing["b2b"]["median"], "per_call_us": timing["per_call"]["median"],
+                       "spread": timing}
+            if key == SCIPY:
+                record.update({f"scipy_{name}": value for name, value in figures.items()})
+            else:
+                record["kernels"][key].update(figures)
         times = {k: r["us"] for k, r in record["kernels"].items() if r.get("feasible")}
         record["best"] = min(times, key=times.get)
         record["best_over_scipy"] = times[record["best"]] / record["scipy_us"]

@@ -8,7 +8,10 @@ writes ``benchmarks/results/features-cpu-<date>.json``.
 Method: the matrix is made canonical first (as ``prepare()`` does), ``features`` is called
 once to compile (or load the numba cache; that first-call time is reported too), then the two
 are timed alternately, ``--repeat`` times each, and the medians compared; alternating keeps
-a busy machine from favouring either side.
+a busy machine from favouring either side. The loop is its own rather than the labeller's timer
+(:class:`training.timing.Bench`), which times operators' ``matvec``: the quantity here is the
+feature extractor, a function of the whole matrix, against the SciPy product it is compared
+with.
 
     python benchmarks/features.py [--matrices DIR] [--grid 1500] [--repeat 21]
 """

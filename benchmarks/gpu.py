@@ -1,8 +1,13 @@
 """GPU benchmark: every autospmv kernel against cuSPARSE (CuPy) and torch.sparse, in one run.
 
 For each matrix (the real matrices as given, the same grown to ~20M nonzeros as block-diagonal
-copies, and generated large matrices) and each kernel, the result is checked against SciPy in
-float64 and then timed two ways with CUDA events (design.md, "Measurement method"):
+copies, and generated large matrices), every kernel of the registry (``--kernels`` picks some)
+runs with its chooser's parameters for the GPU and, with ``--variants``, with the parameter
+variants its registry entry names: the configurations the labeller times
+(:func:`training.label.configurations`). Each result is checked against SciPy in float64, and
+then every configuration and baseline of the matrix is timed with the labeller's timer
+(:class:`training.timing.Bench`: CUDA events, interleaved rounds, contention check; design.md,
+"Measurement method") two ways:
 
 * per call — events around one synchronised user-facing call (``op.matvec(x, out=y)`` with device
   arrays; ``A @ x`` for CuPy and torch): what a solver loop with host logic between calls sees;
@@ -11,8 +16,12 @@ float64 and then timed two ways with CUDA events (design.md, "Measurement method
 
 Four x vectors are rotated so small matrices do not time a warm L2 cache alone. Effective bandwidth
 is the minimum CSR traffic (nnz·(value+index) + (m+1)·index + n·value + m·value) over the time.
-Host overhead per call is measured on a small matrix as wall-clock time of many unsynchronised
-``op.matvec(x, out=y)`` calls. Writes ``benchmarks/results/gpu-<device>-<date>.json``.
+Writes ``benchmarks/results/gpu-<device>-<date>.json``.
+
+Two figures come from loops of their own, as they time something other than a product: the
+device-to-device copy bandwidth (the ceiling effective bandwidth is compared with), and the host
+overhead per call, the wall-clock time of many unsynchronised ``op.matvec(x, out=y)`` calls on the
+first small matrix (the host's share alone, with the operator ``prepare`` picks there).
 
     PYTHONPATH=. python benchmarks/gpu.py --matrices .matrices --large --grown
 """
@@ -20,6 +29,7 @@ Host overhead per call is measured on a small matrix as wall-clock time of many 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import math
@@ -34,10 +44,18 @@ import scipy.sparse as sp
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import autospmv  # noqa: E402
+from autospmv import registry  # noqa: E402
 from autospmv.formats.base import FormatTooLargeError  # noqa: E402
 from autospmv.validation import canonicalize  # noqa: E402
+from training.label import Config, configurations  # noqa: E402
+from training.timing import (TOLERANCE, Bench, TimingOptions, relative_error,  # noqa: E402
+                             release_device_memory)
 
 VECTORS = 4
+WARMUP = 10
+B2B_BATCHES = 5
+BUDGET_S = 600.0
+"""Time allowed to each measurement: large, so that the sample counts are the ones asked for."""
 
 
 def min_bytes(A: sp.csr_matrix) -> int:
@@ -46,48 +64,45 @@ def min_bytes(A: sp.csr_matrix) -> int:
     return A.nnz * (v + i) + (m + 1) * i + n * v + m * v
 
 
-def rel_error(y, ref) -> float:
-    norm = np.linalg.norm(ref)
-    diff = np.linalg.norm(y.astype(np.float64) - ref)
-    return float(diff / norm) if norm else float(diff)
+def timing_options(repeats: int, b2b: int) -> TimingOptions:
+    """The labeller's timer with this benchmark's sample counts: exactly ``repeats`` per-call
+    samples and :data:`B2B_BATCHES` batches of ``b2b`` calls (no time budget shortens them),
+    after :data:`WARMUP` calls, over :data:`VECTORS` x vectors."""
+    return TimingOptions(warmup=WARMUP, repeats=repeats, min_repeats=repeats,
+                         max_seconds=BUDGET_S, b2b_calls=b2b, b2b_repeats=B2B_BATCHES,
+                         vectors=VECTORS)
 
 
-class Timer:
-    """CUDA-event timing of a callable ``call(i)`` on the legacy default stream."""
+class Calls:
+    """``call(i)`` as an operator for :class:`Bench`, whose ``matvec(xs[i], out=ys[i])`` runs it
+    with the index i of the bench's vector: for what is not an autospmv operator (a baseline's
+    ``M @ x`` on its own copies of the vectors, a device program launched directly)."""
 
-    def __init__(self, repeats: int, b2b: int):
-        from numba import cuda
+    def __init__(self, call, bench: Bench):
+        self._call = call
+        self._index = {id(x): i for i, x in enumerate(bench.xs)}
 
-        self.cuda = cuda
-        self.repeats = repeats
-        self.b2b = b2b
+    def matvec(self, x, out=None):
+        return self._call(self._index[id(x)])
 
-    def _elapsed_us(self, fn) -> float:
-        start, end = self.cuda.event(), self.cuda.event()
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        return self.cuda.event_elapsed_time(start, end) * 1e3
 
-    def measure(self, call) -> dict:
-        for i in range(10):
-            call(i)
-        self.cuda.synchronize()
-        per_call = [self._elapsed_us(lambda i=i: call(i)) for i in range(self.repeats)]
+def figures(timing: dict) -> dict:
+    """A timing of :meth:`Bench.time_all` as this benchmark's fields (µs, medians unless said)."""
+    per_call, b2b = timing["per_call"], timing["b2b"]
+    return {"per_call_us": per_call["median"], "per_call_min_us": per_call["min"],
+            "per_call_p90_us": per_call["p90"], "per_call_samples": per_call["n"],
+            "b2b_us": b2b["median"], "b2b_min_us": b2b["min"], "b2b_batches": b2b["n"],
+            "b2b_calls": timing["b2b_calls"], "retimed": timing["retimed"]}
 
-        def burst():
-            for i in range(self.b2b):
-                call(i)
 
-        b2b = [self._elapsed_us(burst) / self.b2b for _ in range(5)]
-        return {
-            "per_call_us": float(np.median(per_call)),
-            "per_call_p10_us": float(np.percentile(per_call, 10)),
-            "per_call_p90_us": float(np.percentile(per_call, 90)),
-            "b2b_us": float(np.median(b2b)),
-            "b2b_min_us": float(np.min(b2b)),
-        }
+def add_timings(results: dict, timings: dict) -> None:
+    """Add :meth:`Bench.time_all`'s ``timings`` to ``results`` of the same keys (a timing that
+    raised is recorded as ``failed``)."""
+    for key, timing in timings.items():
+        if isinstance(timing, Exception):
+            results[key]["failed"] = f"{type(timing).__name__}: {timing}"
+        else:
+            results[key].update(figures(timing))
 
 
 def copy_bandwidth_tbs(nbytes: int = 2 << 30) -> float:
@@ -125,64 +140,96 @@ def host_overhead_us(op, xs, ys, calls: int = 2000) -> float:
     return best
 
 
-def variants(kernel: str, A) -> list[dict]:
-    """Parameter settings that the choosers pick between, timed with ``--variants``."""
-    if kernel == "csr_vector":
-        return [{"threads_per_row": g} for g in (2, 4, 8, 16, 32)]
-    if kernel == "csr5":
-        return [{"sigma": s} for s in (4, 8, 12, 16)]
-    if kernel == "hyb":
-        from autospmv.formats import hyb
-        from autospmv.formats.base import row_lengths
-
-        lengths = row_lengths(A)
-        widths = {int(f(lengths)) for f in (hyb.width_quantile, hyb.width_cusp, hyb.width_cost)}
-        return [{"width": w} for w in sorted(widths)]
-    return []
+def _key(config: Config):
+    """A configuration's key among the results of a matrix: equal parameters share one."""
+    return config.key if not config.error else (config.kernel, config.strategy)
 
 
-def bench_autospmv(A, kernel, timer, xs_host, ref, params=None):
-    from numba import cuda
-
+def build(A, config: Config, bench: Bench, ref) -> tuple[dict, object]:
+    """Build and check one configuration: (its result, the operator to time or None)."""
+    if config.error:
+        return {"feasible": False, "params": None,
+                "reason": f"choosing parameters: {config.error}"}, None
     t0 = time.perf_counter()
     try:
-        op = autospmv.prepare(A, kernel=kernel, device="cuda", params=params)
+        op = autospmv.prepare(A, kernel=config.kernel, device="cuda", params=config.params)
     except FormatTooLargeError as error:
-        return {"feasible": False, "reason": str(error)}
+        return {"feasible": False, "params": config.params, "reason": str(error)}, None
     prepare_s = time.perf_counter() - t0
-    xs = [cuda.to_device(x) for x in xs_host]
-    ys = [cuda.device_array(A.shape[0], dtype=A.dtype) for _ in range(VECTORS)]
-    y = op.matvec(xs[0], out=ys[0]).copy_to_host()
-    result = {"feasible": True, "params": op.params, "prepare_s": prepare_s,
-              "error": rel_error(y, ref)}
-    result.update(timer.measure(lambda i: op.matvec(xs[i % VECTORS], out=ys[i % VECTORS])))
-    return result
+    return {"feasible": True, "params": op.params, "prepare_s": prepare_s,
+            "error": relative_error(bench.result(op), ref)}, op
 
 
-def bench_cusparse(A, timer, xs_host, ref):
+def cusparse(A, bench: Bench):
+    """cuSPARSE through CuPy: (``M @ x`` as :class:`Calls`, ``M @ x₀`` on the host)."""
     import cupy
     import cupyx.scipy.sparse as csp
 
     M = csp.csr_matrix(A)
-    xs = [cupy.asarray(x) for x in xs_host]
-    y = cupy.asnumpy(M @ xs[0])
-    result = {"error": rel_error(y, ref)}
-    result.update(timer.measure(lambda i: M @ xs[i % VECTORS]))
-    return result
+    xs = [cupy.asarray(x.copy_to_host()) for x in bench.xs]
+    return Calls(lambda i: M @ xs[i], bench), cupy.asnumpy(M @ xs[0])
 
 
-def bench_torch(A, timer, xs_host, ref):
+def torch_sparse(A, bench: Bench):
+    """torch.sparse CSR: (``M @ x`` as :class:`Calls`, ``M @ x₀`` on the host)."""
     import torch
 
     M = torch.sparse_csr_tensor(
         torch.from_numpy(A.indptr.astype(np.int64)), torch.from_numpy(A.indices.astype(np.int64)),
         torch.from_numpy(A.data), size=A.shape, device="cuda",
     )
-    xs = [torch.from_numpy(x).cuda() for x in xs_host]
-    y = (M @ xs[0]).cpu().numpy()
-    result = {"error": rel_error(y, ref)}
-    result.update(timer.measure(lambda i: M @ xs[i % VECTORS]))
-    return result
+    xs = [torch.from_numpy(x.copy_to_host()).cuda() for x in bench.xs]
+    return Calls(lambda i: M @ xs[i], bench), (M @ xs[0]).cpu().numpy()
+
+
+BASELINES = {"cusparse": cusparse, "torch": torch_sparse}
+
+
+def baselines(A, bench: Bench, ref) -> tuple[dict, dict]:
+    """(``{name: result}``, ``{name: Calls}`` to time) for :data:`BASELINES`; a baseline that
+    cannot run (library absent, unsupported case) has ``failed`` in its result instead."""
+    results, calls = {}, {}
+    for name, make in BASELINES.items():
+        try:
+            calls[name], y = make(A, bench)
+            results[name] = {"error": relative_error(y, ref)}
+        except Exception as error:  # a missing library or unsupported case is recorded
+            calls.pop(name, None)
+            results[name] = {"failed": f"{type(error).__name__}: {error}"}
+    return results, calls
+
+
+def bench_matrix(A, kernels, with_variants: bool, with_baselines: bool,
+                 options: TimingOptions, x) -> tuple[dict, Bench]:
+    """Results of one canonical matrix: ``{"kernels": {kernel: result}, "variants": {kernel:
+    [result, ...]}, "cusparse": result, "torch": result}`` (variants and baselines when asked),
+    all timed together, and the bench (its vectors are reused for the host overhead)."""
+    ref = A.astype(np.float64) @ x.astype(np.float64)
+    bench = Bench("cuda", x, A.shape[0], options)
+    chosen, extra = configurations(A, "cuda", with_variants)
+    chosen = [c for c in chosen if c.kernel in kernels]
+    extra = [c for c in extra if c.kernel in kernels]
+    results, ops = {}, {}
+    for config in chosen + extra:  # a configuration equal to one built is not built again
+        if _key(config) not in results:
+            results[_key(config)], op = build(A, config, bench, ref)
+            if op is not None:
+                ops[_key(config)] = op
+    if with_baselines:
+        base_results, base_calls = baselines(A, bench, ref)
+        results.update(base_results)
+        ops.update(base_calls)
+    add_timings(results, bench.time_all(ops))
+    del ops
+    release_device_memory("cuda")
+
+    out = {"kernels": {c.kernel: dict(results[_key(c)]) for c in chosen}}
+    for c in extra:
+        out.setdefault("variants", {}).setdefault(c.kernel, []).append(
+            dict(results[_key(c)], strategy=c.strategy))
+    if with_baselines:
+        out.update({name: results[name] for name in BASELINES})
+    return out, bench
 
 
 def large_matrices(nnz: float):
@@ -244,7 +291,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--matrices", help="folder of .npz matrices (the real set)")
     parser.add_argument("--only", help="comma-separated matrix names to run (default: all)")
-    parser.add_argument("--kernels", default=",".join(autospmv.KERNELS))
+    parser.add_argument("--kernels", default=",".join(registry.names()),
+                        help="comma-separated kernels of the registry (default: all)")
     parser.add_argument("--dtype", default="float64", choices=["float32", "float64"])
     parser.add_argument("--no-real", action="store_true",
                         help="skip the real matrices as given (still grown with --grown)")
@@ -252,15 +300,21 @@ def main(argv=None):
     parser.add_argument("--grown-nnz", type=float, default=20e6)
     parser.add_argument("--large", action="store_true", help="also generated ≥10M-nnz matrices")
     parser.add_argument("--large-nnz", type=float, default=12e6)
-    parser.add_argument("--repeats", type=int, default=50)
-    parser.add_argument("--b2b", type=int, default=50)
+    parser.add_argument("--repeats", type=int, default=50, help="per-call samples")
+    parser.add_argument("--b2b", type=int, default=50, help="calls per back-to-back batch")
     parser.add_argument("--no-baselines", action="store_true")
     parser.add_argument("--variants", action="store_true",
-                        help="also time the parameter settings the choosers pick between")
+                        help="also time the parameter variants of each kernel's registry entry")
     parser.add_argument("--out", help="JSON output path (default benchmarks/results/...)")
     args = parser.parse_args(argv)
     kernels = args.kernels.split(",")
-    timer = Timer(args.repeats, args.b2b)
+    for kernel in kernels:
+        try:
+            registry.get(kernel)
+        except ValueError as error:
+            parser.error(str(error))
+    options = timing_options(args.repeats, args.b2b)
+    tolerance = TOLERANCE[np.dtype(args.dtype)]
     info = device_info()
     info["copy_tbs"] = copy_bandwidth_tbs()
     print(f"{info['gpu']}: device-to-device copy {info['copy_tbs']:.2f} TB/s", flush=True)
@@ -276,7 +330,15 @@ def main(argv=None):
     def save():  # after every matrix, so an interrupted run keeps what it measured
         out.write_text(json.dumps({
             "device": info, "date": date, "dtype": args.dtype, "repeats": args.repeats,
-            "b2b_calls": args.b2b, "host_overhead": overhead, "records": records}, indent=1))
+            "b2b_calls": args.b2b, "timing": dataclasses.asdict(options),
+            "host_overhead": overhead, "records": records}, indent=1))
+
+    def cell(r: dict) -> str:
+        if not r.get("feasible", True):
+            return "infeas."
+        if "error" in r and not r["error"] <= tolerance:
+            return "WRONG"
+        return f"{r['per_call_us']:.0f}/{r['b2b_us']:.0f}" if "b2b_us" in r else "-"
 
     header = f"{'matrix':28s} {'nnz':>9s} " + " ".join(f"{k:>10s}" for k in kernels)
     print(header + f" {'cusparse':>10s} {'torch':>10s}  (per-call µs / b2b µs)", flush=True)
@@ -285,47 +347,29 @@ def main(argv=None):
         if only and name not in only:
             continue
         A = canonicalize(A.astype(args.dtype))
-        xs_host = [rng.standard_normal(A.shape[1]).astype(A.dtype) for _ in range(VECTORS)]
-        ref = A.astype(np.float64) @ xs_host[0].astype(np.float64)
+        x = rng.standard_normal(A.shape[1]).astype(A.dtype)
         record = {"matrix": name, "group": group, "shape": list(A.shape), "nnz": int(A.nnz),
-                  "min_bytes": min_bytes(A), "kernels": {}}
-        for kernel in kernels:
-            record["kernels"][kernel] = bench_autospmv(A, kernel, timer, xs_host, ref)
-            if args.variants and variants(kernel, A):
-                record.setdefault("variants", {})[kernel] = [
-                    bench_autospmv(A, kernel, timer, xs_host, ref, params)
-                    for params in variants(kernel, A)]
-        if not args.no_baselines:
-            for base, fn in (("cusparse", bench_cusparse), ("torch", bench_torch)):
-                try:
-                    record[base] = fn(A, timer, xs_host, ref)
-                except Exception as error:  # a missing library or unsupported case is recorded
-                    record[base] = {"failed": f"{type(error).__name__}: {error}"}
+                  "min_bytes": min_bytes(A)}
+        results, bench = bench_matrix(A, kernels, args.variants, not args.no_baselines,
+                                      options, x)
+        record.update(results)
         if overhead is None and A.nnz < 50_000:
-            from numba import cuda
-
-            op = autospmv.prepare(A, kernel="csr_vector", device="cuda")
-            xs = [cuda.to_device(x) for x in xs_host]
-            ys = [cuda.device_array(A.shape[0], dtype=A.dtype) for _ in range(VECTORS)]
-            overhead = {"matrix": name, "kernel": "csr_vector",
-                        "host_us_per_matvec": host_overhead_us(op, xs, ys)}
+            op = autospmv.prepare(A, device="cuda")
+            overhead = {"matrix": name, "kernel": op.kernel,
+                        "host_us_per_matvec": host_overhead_us(op, bench.xs, bench.ys)}
             print(f"host overhead per op.matvec(x, out=y): {overhead['host_us_per_matvec']:.2f} µs "
-                  f"({name})", flush=True)
+                  f"({name}, {op.kernel})", flush=True)
+            del op
+        del bench
         records.append(record)
         save()
-        cells = []
-        for kernel in kernels:
-            r = record["kernels"][kernel]
-            bad = r.get("feasible") and r["error"] > (1e-5 if args.dtype == "float32" else 1e-12)
-            cells.append("infeas." if not r.get("feasible") else
-                         ("WRONG" if bad else f"{r['per_call_us']:.0f}/{r['b2b_us']:.0f}"))
-        for base in ("cusparse", "torch"):
-            r = record.get(base, {})
-            cells.append(f"{r['per_call_us']:.0f}/{r['b2b_us']:.0f}" if "per_call_us" in r else "-")
+        cells = [cell(record["kernels"][kernel]) for kernel in kernels]
+        cells += [cell(record[base]) if base in record else "-" for base in BASELINES]
         print(f"{name:28s} {A.nnz:9d} " + " ".join(f"{c:>10s}" for c in cells), flush=True)
         for kernel, runs in record.get("variants", {}).items():
             print(f"    {kernel} variants (b2b µs): " + ", ".join(
-                f"{r['params']}: {r['b2b_us']:.0f}" for r in runs if r.get("feasible")), flush=True)
+                f"{r['strategy']} {r['params']}: {r['b2b_us']:.0f}" for r in runs
+                if "b2b_us" in r), flush=True)
     print(f"wrote {out}")
 
 

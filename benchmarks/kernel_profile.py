@@ -2,7 +2,8 @@
 
 For each matrix (real matrices grown to ~20M nonzeros, generated large matrices), dtype and kernel
 (optionally several parameter settings of one kernel), the result is checked against SciPy and
-timed back-to-back and per call (the timer of :mod:`gpu`). Three rates are reported:
+timed back-to-back and per call (the labeller's timer, :class:`training.timing.Bench`, with the
+sample counts of :func:`gpu.timing_options`). Three rates are reported:
 
 * effective bandwidth: the minimum CSR traffic (design.md) over the time, comparable across
   kernels and with cuSPARSE;
@@ -37,11 +38,13 @@ import scipy.sparse as sp
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import gpu  # noqa: E402  (timer, baselines, matrices, device information)
+import gpu  # noqa: E402  (timer options, baselines, matrices, device information)
 
 import autospmv  # noqa: E402
+from autospmv import registry  # noqa: E402
 from autospmv.formats.base import FormatTooLargeError  # noqa: E402
 from autospmv.validation import canonicalize  # noqa: E402
+from training.timing import TOLERANCE, Bench, relative_error  # noqa: E402
 
 DEFAULT_GROWN = ("80BAU3B", "PILOT87", "PGPgiantcompo", "polblogs", "netscience", "rajat19",
                  "adder_dcop_05", "G51", "fe_4elt2", "cryg2500", "bcsstk16", "FIT2D")
@@ -68,36 +71,38 @@ def load_module(kernel: str, path: str):
     return module
 
 
-def format_bytes(op) -> int:
+def host_format(op, A):
+    """The operator's format built on the host from A by its registry entry: on a GPU the
+    operator keeps no host copy, and the format's sizes and metadata are needed here (for
+    :func:`format_bytes` and to build ``--compare`` programs on the uploaded arrays)."""
+    return registry.get(op.kernel).convert(A, op.params, "cuda")
+
+
+def format_bytes(fmt) -> int:
     """Bytes a kernel must move at least: its format's arrays, x once and y once."""
-    m, n = op.shape
-    return int(op.format.nbytes) + (m + n) * op.dtype.itemsize
+    m, n = fmt.shape
+    return int(fmt.nbytes) + (m + n) * np.dtype(fmt.dtype).itemsize
 
 
-def run(op, xs, ys, timer, ref, program=None):
-    """Check and time one operator (or ``program`` built on its arrays) on device vectors."""
+def run(op, bench: Bench, timed: bool, ref, program=None):
+    """Check and time one operator (or ``program`` built on its arrays) on the bench's vectors;
+    with ``timed`` false, run it once (for the profiler) and return {}."""
     from numba import cuda
 
-    if program is None:
-        def call(i):
-            op.matvec(xs[i % gpu.VECTORS], out=ys[i % gpu.VECTORS])
-    else:
+    target = op
+    if program is not None:
         from autospmv.kernels.cuda.launch import SIMULATOR, device_pointer
 
-        xp = xs if SIMULATOR else [device_pointer(x) for x in xs]
-        yp = ys if SIMULATOR else [device_pointer(y) for y in ys]
-
-        def call(i):
-            program.run(xp[i % gpu.VECTORS], yp[i % gpu.VECTORS], 0)
-    if timer is None:
-        call(0)
+        xp = bench.xs if SIMULATOR else [device_pointer(x) for x in bench.xs]
+        yp = bench.ys if SIMULATOR else [device_pointer(y) for y in bench.ys]
+        target = gpu.Calls(lambda i: program.run(xp[i], yp[i], 0), bench)
+    target.matvec(bench.xs[0], out=bench.ys[0])
+    if not timed:
         cuda.synchronize()
         return {}
-    call(0)
-    error = gpu.rel_error(ys[0].copy_to_host(), ref)
-    result = {"error": error}
-    result.update(timer.measure(call))
-    return result
+    results = {0: {"error": relative_error(bench.ys[0].copy_to_host(), ref)}}
+    gpu.add_timings(results, bench.time_all({0: target}))
+    return results[0]
 
 
 def main(argv=None):
@@ -109,7 +114,7 @@ def main(argv=None):
     parser.add_argument("--no-large", action="store_true", help="skip the generated matrices")
     parser.add_argument("--large-nnz", type=float, default=20e6)
     parser.add_argument("--dtypes", default="float32,float64")
-    parser.add_argument("--kernels", default=",".join(autospmv.KERNELS))
+    parser.add_argument("--kernels", default=",".join(registry.names()))
     parser.add_argument("--variants", help="e.g. 'csr5:sigma=8,12,16,24,32'")
     parser.add_argument("--compare", action="append", default=[],
                         help="KERNEL=FILE: also time another implementation of the CUDA module")
@@ -120,15 +125,14 @@ def main(argv=None):
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
 
-    from numba import cuda
-
     kernels = args.kernels.split(",")
     variants = parse_variants(args.variants)
     compared = {}
     for item in args.compare:
         kernel, path = item.split("=", 1)
         compared.setdefault(kernel, []).append((Path(path).stem, load_module(kernel, path)))
-    timer = None if args.once else gpu.Timer(args.repeats, args.b2b)
+    timed = not args.once
+    options = gpu.timing_options(args.repeats, args.b2b)
     info = gpu.device_info()
     info["copy_tbs"] = None if args.once else gpu.copy_bandwidth_tbs()
     out = Path(args.out)
@@ -156,10 +160,9 @@ def main(argv=None):
     for name, group, A64 in matrices():
         for dtype in args.dtypes.split(","):
             A = canonicalize(A64.astype(dtype))
-            xs_host = [rng.standard_normal(A.shape[1]).astype(A.dtype) for _ in range(gpu.VECTORS)]
-            ref = A.astype(np.float64) @ xs_host[0].astype(np.float64)
-            xs = [cuda.to_device(x) for x in xs_host]
-            ys = [cuda.device_array(A.shape[0], dtype=A.dtype) for _ in range(gpu.VECTORS)]
+            x = rng.standard_normal(A.shape[1]).astype(A.dtype)
+            ref = A.astype(np.float64) @ x.astype(np.float64)
+            bench = Bench("cuda", x, A.shape[0], options)
             record = {"matrix": name, "group": group, "dtype": dtype, "shape": list(A.shape),
                       "nnz": int(A.nnz), "min_bytes": gpu.min_bytes(A), "runs": []}
             choice = autospmv.select(A, device="cuda")
@@ -174,35 +177,36 @@ def main(argv=None):
                         record["runs"].append({"kernel": kernel, "params": params,
                                                "feasible": False, "reason": str(error)})
                         continue
+                    fmt = host_format(op, A)
                     implementations = [("registered", None)]
                     for label, module in compared.get(kernel, []):
-                        program = module.build(op.format, op.params,
+                        program = module.build(fmt, op.params,
                                                op._backend.program.arrays).load()
                         implementations.append((label, program))
                     for label, program in implementations:
-                        result = run(op, xs, ys, timer, ref, program)
+                        result = run(op, bench, timed, ref, program)
                         result.update({"kernel": kernel, "implementation": label,
                                        "params": op.params, "feasible": True,
-                                       "format_bytes": format_bytes(op)})
+                                       "format_bytes": format_bytes(fmt)})
                         if "b2b_us" in result:
                             result["eff_tbs"] = record["min_bytes"] / result["b2b_us"] / 1e6
                             result["format_tbs"] = result["format_bytes"] / result["b2b_us"] / 1e6
                         record["runs"].append(result)
-                    del op
-            if timer is not None and not args.no_baselines:
-                for base, fn in (("cusparse", gpu.bench_cusparse), ("torch", gpu.bench_torch)):
-                    try:
-                        r = fn(A, timer, xs_host, ref)
+                    del op, fmt
+            if timed and not args.no_baselines:
+                results, calls = gpu.baselines(A, bench, ref)
+                gpu.add_timings(results, bench.time_all(calls))
+                for base, r in results.items():
+                    if "b2b_us" in r:
                         r["eff_tbs"] = record["min_bytes"] / r["b2b_us"] / 1e6
-                    except Exception as error:  # a missing library is recorded, not fatal
-                        r = {"failed": f"{type(error).__name__}: {error}"}
                     record[base] = r
+            del bench
             records.append(record)
             save()
-            if timer is not None:
+            if timed:
                 print(summary_line(record), flush=True)
     save()
-    if timer is not None:
+    if timed:
         for line in summary(records, info["copy_tbs"]):
             print(line)
     print(f"wrote {out}")
@@ -216,7 +220,7 @@ def summary(records, copy_tbs) -> list[str]:
         ratios, rates, quality = [], [], []
         for r in (r for r in records if r["dtype"] == dtype):
             ok = [x for x in r["runs"] if x.get("feasible") and x["implementation"] == "registered"
-                  and x["error"] <= (1e-5 if dtype == "float32" else 1e-12)]
+                  and x["error"] <= TOLERANCE[np.dtype(dtype)] and "b2b_us" in x]
             if not ok:
                 continue
             best = min(ok, key=lambda x: x["b2b_us"])
@@ -251,8 +255,9 @@ def summary_line(record) -> str:
         implementation = r["implementation"]
         tag = r["kernel"] + ("" if implementation == "registered" else f"[{implementation}]")
         tag += "".join(f":{v}" for v in r["params"].values()) if r["params"] else ""
-        bad = r["error"] > (1e-5 if record["dtype"] == "float32" else 1e-12)
-        cells.append(f"{tag}={'WRONG' if bad else format(r['eff_tbs'], '.2f')}")
+        bad = not r["error"] <= TOLERANCE[np.dtype(record["dtype"])]
+        rate = format(r["eff_tbs"], ".2f") if "eff_tbs" in r else "failed"
+        cells.append(f"{tag}={'WRONG' if bad else rate}")
     cus = record.get("cusparse", {})
     if "eff_tbs" in cus:
         cells.append(f"cusparse={cus['eff_tbs']:.2f}")

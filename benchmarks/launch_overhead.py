@@ -3,7 +3,12 @@
 Times, per call, in µs of wall-clock host time without synchronisation: reading the vectors'
 ``__cuda_array_interface__``, the full argument check, the bare launches of the operator's device
 program, and the whole ``matvec``. The GPU work of a small matrix is shorter than each of these,
-so these numbers are what bounds the call rate.
+so these numbers are what bounds the call rate. For the kernels named, by default every kernel
+of the registry.
+
+The loop here is its own, not the labeller's timer (:class:`training.timing.Bench`): that one
+times products on the device between CUDA events, while this measures the host's share alone,
+wall-clock and unsynchronised, of steps that are mostly not products.
 
     PYTHONPATH=. python benchmarks/launch_overhead.py [kernel ...]
 """
@@ -20,6 +25,7 @@ import scipy.sparse as sp
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import autospmv  # noqa: E402
+from autospmv import registry  # noqa: E402
 from autospmv.kernels.cuda import backend  # noqa: E402
 
 
@@ -67,4 +73,4 @@ def main(kernels):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:] or ["csr_scalar", "csr_vector"])
+    main(sys.argv[1:] or registry.names())

@@ -6,11 +6,11 @@ dtype it records:
 
 * ``baseline_s``: on a GPU, building ``cupyx.scipy.sparse.csr_matrix(A)`` from the host matrix
   (the CSR upload, synchronised); on the CPU, copying the CSR arrays (``A.copy()``);
-* for every kernel and for automatic selection (``auto``): the median wall time of
+* for every kernel of the registry and for automatic selection (``auto``): the median wall time of
   ``prepare(A, kernel=...)`` on canonical host input (kernels compiled beforehand), its ratio to
   the baseline, the peak host memory allocated during prepare (``tracemalloc``; numba's own
-  scratch arrays are not traced) over the CSR bytes, the per-call SpMV time and prepare in
-  SpMV-equivalents;
+  scratch arrays are not traced) over the CSR bytes, the per-call SpMV time (the labeller's
+  timer, :class:`training.timing.Bench`) and prepare in SpMV-equivalents;
 * on a GPU with CuPy, the same for device input: ``prepare(cupyx csr)``, whose time does not
   include the upload.
 
@@ -46,8 +46,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import autospmv  # noqa: E402
+from autospmv import registry  # noqa: E402
 from autospmv.devices import default_device  # noqa: E402
 from autospmv.validation import canonicalize  # noqa: E402
+from training.timing import Bench, TimingOptions  # noqa: E402
 
 STARTUP = """
 import sys, time, json
@@ -151,7 +153,8 @@ class Device:
 
 
 def timed(fn, repeats: int, sync=lambda: None) -> tuple[float, object]:
-    """Median seconds of ``repeats`` calls and the last result."""
+    """Median seconds of ``repeats`` calls and the last result: for ``prepare`` and the
+    baseline's upload, which are not products (the products go through :func:`spmv_seconds`)."""
     samples, value = [], None
     for _ in range(repeats):
         value = None  # free the previous result first
@@ -164,16 +167,15 @@ def timed(fn, repeats: int, sync=lambda: None) -> tuple[float, object]:
 
 
 def spmv_seconds(op, A, device: Device, repeats: int = 20) -> float:
+    """Median seconds per call of ``op.matvec(x, out=y)`` (synchronised each time), with the
+    labeller's timer (:class:`training.timing.Bench`), ``repeats`` per-call samples."""
     x = np.random.default_rng(0).standard_normal(A.shape[1]).astype(A.dtype)
-    if device.name == "cpu":
-        y = np.empty(A.shape[0], dtype=A.dtype)
-        run = lambda: op.matvec(x, out=y)  # noqa: E731
-    else:
-        cuda = device.numba_cuda
-        xd, yd = cuda.to_device(x), cuda.device_array(A.shape[0], dtype=A.dtype)
-        run = lambda: op.matvec(xd, out=yd)  # noqa: E731
-    run()
-    return timed(run, repeats, device.sync)[0]
+    options = TimingOptions(warmup=1, repeats=repeats, min_repeats=repeats, b2b_calls=1,
+                            b2b_repeats=1, rounds=1)
+    timing = Bench(device.name, x, A.shape[0], options).time_all({0: op})[0]
+    if isinstance(timing, Exception):
+        raise timing
+    return timing["per_call"]["median"] * 1e-6
 
 
 def peak_host_bytes(fn) -> int:
@@ -276,7 +278,7 @@ def main(argv=None):
     device = Device(args.device or default_device())
     sizes = args.sizes or ([1e6, 5e6] if args.quick else [1e6, 5e6, 20e6, 50e6])
     dtypes = args.dtypes or (["float32"] if args.quick else ["float32", "float64"])
-    kernels = args.kernels or [*autospmv.KERNELS, "auto"]
+    kernels = args.kernels or [*registry.names(), "auto"]
     repeats = args.repeats or (3 if args.quick else 5)
     budget = args.budget or (240.0 if args.quick else 3600.0)
     result = {**device.describe(), "date": datetime.datetime.now().isoformat(timespec="seconds"),

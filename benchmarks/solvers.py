@@ -21,6 +21,11 @@ alternating every round; fewer when a case is slow, see ``CASE_BUDGET_S``), and 
 median wall times are reported. Solvers stop at 1e-8 relative tolerance or ``MAX_ITERATIONS``. The pair
 ``op @ x`` then ``dot`` is timed against its parts on every matrix as well.
 
+Wall time of whole solver runs, not of products, is the figure here, so the timing loops are
+this module's own rather than the labeller's timer (:class:`training.timing.Bench`, which times
+one operator's products); its child processes may also import another version of autospmv,
+for comparisons, which need not have that timer.
+
 Each configuration runs in its own process: the default environment, and the BLAS limited to one
 thread (threadpoolctl in the process when installed, else ``OPENBLAS_NUM_THREADS`` and friends),
 each on 1 core, 2 cores and all cores (CPU affinity of the process, which numba's default thread

@@ -17,8 +17,8 @@ from sklearn.model_selection import GroupKFold
 
 from training.dataset import Dataset
 from training.fitting import OBJECTIVES, WEIGHTINGS, Hyper, fit, fit_cost_model
-from training.metrics import (cost_policy, fixed_policy, rule_policy, selection_metrics,
-                              selection_score, tree_policy)
+from training.metrics import (best_fixed, cost_policy, fixed_kernel, fixed_name, fixed_policy,
+                              rule_policy, selection_metrics, selection_score, tree_policy)
 
 
 DEFAULT_OBJECTIVES = ("correction",)
@@ -120,8 +120,8 @@ def guard(cv: dict) -> dict:
     """Whether the tree's cross-validated geometric mean q beats the best fixed kernel's on the
     same labels: the condition for installing a model (``retrain``) and for shipping one.
     Returns ``{"passed", "tree", "best_fixed", "best_fixed_geomean", "reason"}``."""
-    fixed = {name[len("always "):]: m for name, m in cv.items() if name.startswith("always ")}
-    best = max(fixed, key=lambda k: (fixed[k]["geomean"], fixed[k]["within_10pct"]))
+    fixed = {fixed_kernel(name): m for name, m in cv.items() if fixed_kernel(name)}
+    best = best_fixed(fixed)
     best_q = fixed[best]["geomean"]
     tree = cv.get("tree")
     if tree is None:
@@ -132,7 +132,7 @@ def guard(cv: dict) -> dict:
     return {"passed": passed, "tree": tree["geomean"], "best_fixed": best,
             "best_fixed_geomean": best_q,
             "reason": f"cross-validated geomean q {tree['geomean']:.4f} "
-                      f"{'>' if passed else '≤'} always {best} {best_q:.4f}"}
+                      f"{'>' if passed else '≤'} {fixed_name(best)} {best_q:.4f}"}
 
 
 def leave_one_family_out(ds: Dataset, n_splits: int,
@@ -154,10 +154,10 @@ def leave_one_family_out(ds: Dataset, n_splits: int,
         chosen[test] = tree_policy(fit(ds, train, hyper), ds, test)
         sub = ds.times[test]
         fixed = {k: selection_metrics(sub, fixed_policy(ds, k)[test]) for k in ds.kernels}
-        best_fixed = max(fixed, key=lambda k: (fixed[k]["geomean"], fixed[k]["within_10pct"]))
+        best = best_fixed(fixed)
         out[family] = {
             "tree": selection_metrics(sub, chosen[test]),
             "hand rule": selection_metrics(sub, rule_policy(ds)[test]),
-            "best fixed": dict(fixed[best_fixed], kernel=best_fixed),
+            "best fixed": dict(fixed[best], kernel=best),
         }
     return out, chosen

@@ -1,5 +1,8 @@
 """Label records as training arrays: one row per matrix, one time column per kernel.
 
+The columns are the registry's kernels that the records timed (:func:`kernels_timed`), so a
+kernel added with :func:`autospmv.registry.register` and labelled is trained on like a built-in.
+
 :func:`dataset` checks the records (one per matrix, one set of feature names, the features
 this trainer reads) and takes each matrix's times in the timing mode the size rule gives
 (:func:`training.label.target_mode`); noisy records and records without an ``ok`` kernel are
@@ -14,7 +17,7 @@ import math
 
 import numpy as np
 
-import autospmv
+from autospmv import registry
 from autospmv.features import FEATURE_NAMES
 from training.label import TRAINING_MODES, is_noisy, target_mode
 
@@ -34,7 +37,8 @@ class Dataset:
     row_max: np.ndarray
     grown: np.ndarray
     """Copies of a real file (1: the file as given, or synthetic)."""
-    kernels: tuple[str, ...] = autospmv.KERNELS
+    kernels: tuple[str, ...] = dataclasses.field(default_factory=registry.names)
+    """The time columns: the registry's kernels that the records timed (:func:`kernels_timed`)."""
     noisy: list[str] = dataclasses.field(default_factory=list)
     """Names of the records left out because their timings stayed disturbed."""
 
@@ -64,6 +68,7 @@ def dataset(records, mode: str = "auto") -> tuple[Dataset, list[str]]:
     if not records:
         raise ValueError("no label records to train on")
     seen, feature_names = set(), tuple(records[0]["features"])
+    kernels = kernels_timed(records)
     kept, dropped, noisy = [], [], []
     for record in records:
         if record["name"] in seen:
@@ -76,7 +81,7 @@ def dataset(records, mode: str = "auto") -> tuple[Dataset, list[str]]:
             noisy.append(record["name"])
             continue
         row_mode = target_mode(record["nnz"], mode)
-        times = [_time(record["kernels"].get(k), row_mode) for k in autospmv.KERNELS]
+        times = [_time(record["kernels"].get(k), row_mode) for k in kernels]
         (kept if np.isfinite(times).any() else dropped).append((record, times))
     if not kept:
         raise ValueError("no record has a kernel that ran correctly and steady timings; "
@@ -98,8 +103,18 @@ def dataset(records, mode: str = "auto") -> tuple[Dataset, list[str]]:
         nnz=np.array([r["nnz"] for r in recs], dtype=np.float64),
         row_max=np.array([r["features"].get("row_max", np.inf) for r in recs], np.float64),
         grown=np.array([r.get("grown", 1) for r in recs], dtype=np.int64),
+        kernels=kernels,
         noisy=noisy,
     ), [r["name"] for r, _ in dropped]
+
+
+def kernels_timed(records) -> tuple[str, ...]:
+    """The kernels of the registry (:func:`autospmv.registry.names`, in its order) that at least
+    one record timed: a kernel registered in this process but absent from the labels gets no
+    column (a model trained on them cannot know it), and a kernel in the labels that is not
+    registered here is ignored (no model could run it)."""
+    timed = set().union(*(record["kernels"] for record in records))
+    return tuple(kernel for kernel in registry.names() if kernel in timed)
 
 
 def _time(result: dict | None, mode: str) -> float:

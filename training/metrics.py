@@ -66,6 +66,38 @@ def selection_score(times: np.ndarray, chosen: np.ndarray) -> float:
     return float(np.mean(np.log(best / np.where(np.isfinite(t), t, worst))))
 
 
+RULE_LONG, RULE_SHORT = "csr5", "csr_vector"
+"""The hand rule's two kernels: for large matrices or long rows, and for the rest (the library
+rule's choices, ``selector.rule_decision``). The rule is a fixed baseline over two named
+kernels, so this is the one place outside the registry where training names kernels; every
+other policy is derived from the dataset's kernels, which come from the registry. Where the
+labels lack one of the two, the rule misses on the rows that would pick it."""
+
+FIXED = "always "
+"""The prefix of the fixed-kernel policies' names: ``"always <kernel>"``, one per kernel."""
+
+
+def fixed_name(kernel: str) -> str:
+    """The name of the policy that always picks ``kernel``."""
+    return FIXED + kernel
+
+
+def fixed_kernel(name: str) -> str | None:
+    """The kernel of a fixed-kernel policy's name, None for any other policy."""
+    return name[len(FIXED):] if name.startswith(FIXED) else None
+
+
+def best_fixed(fixed: dict[str, dict]) -> str:
+    """The kernel whose fixed policy scores best in ``{kernel: metrics}``: the highest geometric
+    mean q, ties broken by the share within 10 %."""
+    return max(fixed, key=lambda k: (fixed[k]["geomean"], fixed[k]["within_10pct"]))
+
+
+def _column(ds: Dataset, kernel: str) -> int:
+    """``kernel``'s time column in ``ds``, -1 (a miss) when the labels have none."""
+    return ds.kernels.index(kernel) if kernel in ds.kernels else -1
+
+
 def fixed_policy(ds: Dataset, kernel: str) -> np.ndarray:
     return np.full(len(ds), ds.kernels.index(kernel))
 
@@ -73,7 +105,7 @@ def fixed_policy(ds: Dataset, kernel: str) -> np.ndarray:
 def rule_policy(ds: Dataset) -> np.ndarray:
     """The Ginkgo-style hand rule of the :mod:`training.train` docstring."""
     long = (ds.nnz > RULE_NNZ) | (ds.row_max > RULE_ROW)
-    return np.where(long, ds.kernels.index("csr5"), ds.kernels.index("csr_vector"))
+    return np.where(long, _column(ds, RULE_LONG), _column(ds, RULE_SHORT))
 
 
 def first_feasible(times: np.ndarray, ranking: np.ndarray) -> np.ndarray:
@@ -99,7 +131,7 @@ def cost_policy(cost_model: CostModel, ds: Dataset, rows) -> np.ndarray:
 def policies(ds: Dataset) -> dict[str, np.ndarray]:
     """The baseline policies' choices on every row."""
     out = {"hand rule": rule_policy(ds)}
-    out.update({f"always {k}": fixed_policy(ds, k) for k in ds.kernels})
+    out.update({fixed_name(k): fixed_policy(ds, k) for k in ds.kernels})
     return out
 
 

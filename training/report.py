@@ -16,7 +16,8 @@ from autospmv.model import CostModel, TreeModel
 from training.dataset import Dataset
 from training.fitting import QUALITY_FLOOR, Hyper
 from training.label import LARGE_NNZ, NOISE_LIMIT
-from training.metrics import chooser_quality, fixed_policy, rule_policy, selection_metrics
+from training.metrics import (best_fixed, chooser_quality, fixed_policy, rule_policy,
+                              selection_metrics)
 
 
 def _table(headers, rows) -> str:
@@ -75,7 +76,7 @@ def _all_real_row(ds: Dataset, tree: dict) -> list:
     real = np.flatnonzero(ds.as_given)
     sub = ds.times[real]
     fixed = {k: selection_metrics(sub, fixed_policy(ds, k)[real]) for k in ds.kernels}
-    best = max(fixed, key=lambda k: (fixed[k]["geomean"], fixed[k]["within_10pct"]))
+    best = best_fixed(fixed)
     rule = selection_metrics(sub, rule_policy(ds)[real])
     return ["**all real**", tree["n"], f"**{_fmt(tree['geomean'])}**",
             _pct(tree["within_10pct"]), _fmt(tree["worst"]), _fmt(rule["geomean"]),

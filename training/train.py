@@ -106,9 +106,11 @@ from training.label import LARGE_NNZ, read_records
 # Label records as arrays: training/dataset.py
 from training.dataset import Dataset, _time, dataset  # noqa: F401
 # Selection metrics and policies: training/metrics.py
-from training.metrics import (BANDS, RULE_NNZ, RULE_ROW, band_rows, chooser_quality,  # noqa: F401
-                              cost_policy, first_feasible, fixed_policy, mean_metrics, policies,
-                              rule_policy, selection_metrics, selection_score, tree_policy)
+from training.metrics import (BANDS, FIXED, RULE_LONG, RULE_NNZ, RULE_ROW,  # noqa: F401
+                              RULE_SHORT, band_rows, best_fixed, chooser_quality, cost_policy,
+                              first_feasible, fixed_kernel, fixed_name, fixed_policy,
+                              mean_metrics, policies, rule_policy, selection_metrics,
+                              selection_score, tree_policy)
 # Cost model, objectives and tree fitting: training/fitting.py
 from training.fitting import (CORRECTION_CLIP, CORRECTION_FEATURES, OBJECTIVES,  # noqa: F401
                               QUALITY_FLOOR, TREE_BASE_FEATURES, WEIGHTINGS, CorrectionTree,
