@@ -7,6 +7,11 @@ found for the device (see :func:`autospmv.selector.find_model`); ``info`` says w
 is and why. ``retrain`` runs ``python -m training retrain`` with the same options; ``models``
 lists the models it installed beside the shipped ones, and ``models --remove`` deletes them.
 
+``demo`` and ``bench`` time with autospmv's one timer (:mod:`autospmv.timing`, the labeller's):
+the kernels' "µs per call" is its per-call median (one synchronised ``op.matvec(x, out=y)``
+between two readings of the device's clock), and the baselines and ``select()`` are timed per
+call on the same clocks (:func:`autospmv.timing.time_calls`).
+
 User mistakes (a missing or unreadable file, an unknown kernel, a damaged model) end with a
 one-line error and exit status 2, not a traceback.
 """
@@ -16,14 +21,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
 
 from . import (  # noqa: F401 (KERNELS: the built-in names, read here by scripts)
-    KERNELS, Decision, devices, glossary, prepare, registry, select, selector,
+    KERNELS, Decision, devices, glossary, prepare, registry, select, selector, timing,
 )
 from .formats.base import FormatTooLargeError
 from .model_store import device_slug, user_data_dir
@@ -87,32 +91,18 @@ def describe_model(device: str, model: str | None = None, dtype: str = "float64"
             f"deciding for {dtype} matrices")
 
 
-def time_per_call(fn, budget: float = 0.2) -> float:
-    """Median seconds per call of ``fn`` (a few batches after a warm-up call)."""
-    fn()
-    samples = []
-    deadline = time.perf_counter() + budget
-    while len(samples) < 5 or time.perf_counter() < deadline:
-        t0 = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - t0)
-    return float(np.median(samples))
+def time_per_call(fn, budget: float = 0.2, device: str = "cpu") -> float:
+    """Median seconds per call of ``fn`` on ``device``'s clock, synchronised after each call on
+    CUDA (:func:`autospmv.timing.time_calls`: a warm-up call, then at least five samples and
+    ``budget`` seconds)."""
+    return timing.time_calls(fn, device, budget)["median"] * 1e-6
 
 
-def _device_timer(device: str):
-    """A callable measuring seconds per call on ``device`` (synchronising after GPU calls)."""
-    if device == "cpu":
-        return time_per_call
-    from numba import cuda
-
-    def timed(fn, budget: float = 0.2) -> float:
-        def synced():
-            fn()
-            cuda.synchronize()
-
-        return time_per_call(synced, budget)
-
-    return timed
+CLI_TIMING = timing.TimingOptions(warmup=1, repeats=1_000_000, min_repeats=5, max_seconds=0.2,
+                                  b2b_calls=1, b2b_repeats=1, vectors=1, retries=0, rounds=1)
+"""``bench``'s per-kernel timing: per-call samples for about 0.2 s (at least five) on one pair of
+vectors, a single back-to-back call (not printed), no re-timing: a quick look at one matrix,
+where the labeller's defaults would take seconds per kernel."""
 
 
 def demo_matrices() -> dict[str, sp.csr_matrix]:
@@ -141,35 +131,37 @@ def cmd_demo(args) -> None:
     device = devices.default_device()
     resolve_model(device)
     baseline = "cuSPARSE (CuPy)" if device == "cuda" else "SciPy"
-    timer = _device_timer(device)
     print(f"autospmv demo on {device}; baseline: {baseline}\n")
     for name, A in demo_matrices().items():
         A = canonicalize(A)
         op = prepare(A, device=device)
         x = np.random.default_rng(0).standard_normal(A.shape[1])
-        error = np.linalg.norm(op @ x - A @ x) / np.linalg.norm(A @ x)
-        ours, theirs = _demo_timings(op, A, x, device, timer)
+        error = timing.relative_error(op @ x, A @ x)
+        ours, theirs = _demo_timings(op, A, x, device)
         print(f"{name}: {A.shape[0]}×{A.shape[1]}, {A.nnz:,} nonzeros")
         print("  " + op.explain().replace("\n", "\n  "))
         print(f"  {ours * 1e6:9.1f} µs per call vs {baseline} {theirs * 1e6:9.1f} µs "
               f"({theirs / ours:.2f}×), relative error {error:.1e}\n")
 
 
-def _demo_timings(op, A, x, device, timer):
+def _demo_timings(op, A, x, device):
+    """Seconds per call of ``op`` and of the baseline (SciPy, or cuSPARSE through CuPy: NaN
+    without CuPy), both per call on ``device``'s clock."""
     if device == "cpu":
         y = np.empty(A.shape[0])
-        return timer(lambda: op.matvec(x, out=y)), timer(lambda: A @ x)
+        return (time_per_call(lambda: op.matvec(x, out=y)),
+                time_per_call(lambda: A @ x))
     from numba import cuda
 
     xd, yd = cuda.to_device(x), cuda.device_array(A.shape[0])
-    ours = timer(lambda: op.matvec(xd, out=yd))
+    ours = time_per_call(lambda: op.matvec(xd, out=yd), device=device)
     try:
         import cupy
         import cupyx.scipy.sparse as csp
     except ImportError:
         return ours, float("nan")
     M, xc = csp.csr_matrix(A), cupy.asarray(x)
-    return ours, timer(lambda: M @ xc)
+    return ours, time_per_call(lambda: M @ xc, device=device)
 
 
 def cmd_explain(args) -> None:
@@ -208,9 +200,9 @@ def cmd_bench(args) -> None:
     A = load_matrix(args.file)
     device = resolve_device(args.device)
     resolve_model(device, args.model)
-    timer = _device_timer(device)
     x = np.random.default_rng(0).standard_normal(A.shape[1]).astype(A.dtype)
     print(f"{args.file}: {A.shape[0]}×{A.shape[1]}, {A.nnz:,} nonzeros, on {device}")
+    bench = timing.Bench(device, x, A.shape[0], CLI_TIMING)
     times = {}
     for kernel in registry.names():
         try:
@@ -218,22 +210,20 @@ def cmd_bench(args) -> None:
         except FormatTooLargeError as error:
             print(f"  {kernel:11s}  not feasible: {error}")
             continue
-        if device == "cuda":
-            from numba import cuda
-
-            xd, yd = cuda.to_device(x), cuda.device_array(A.shape[0], dtype=A.dtype)
-            times[kernel] = timer(lambda: op.matvec(xd, out=yd))
-        else:
-            y = np.empty(A.shape[0], dtype=A.dtype)
-            times[kernel] = timer(lambda: op.matvec(x, out=y))
+        bench.result(op)  # compiled (or loaded) first, so the warm-up estimates one call
+        measured = bench.time_all({kernel: op})[kernel]
+        if isinstance(measured, Exception):
+            raise measured
+        times[kernel] = measured["per_call"]["median"] * 1e-6
         print(f"  {kernel:11s} {times[kernel] * 1e6:10.1f} µs per call")
     # Timed after every kernel and the feature extractor have run once, so that it excludes
     # one-off JIT compilation (or loading it from numba's cache).
     select(A, device=device, model=args.model)
     select_s = time_per_call(lambda: select(A, device=device, model=args.model), 0.5)
-    t0 = time.perf_counter()
+    host = timing.clock("cpu")
+    host.start()
     picked = prepare(A, device=device, model=args.model)
-    prepare_s = time.perf_counter() - t0
+    prepare_s = host.stop() * 1e-6
     scipy_s = time_per_call(lambda: A @ x)
     best = min(times, key=times.get)
     spmv_s = times[picked.kernel]

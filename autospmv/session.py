@@ -119,10 +119,11 @@ def prepare(A, *, kernel: str | None = None, device: str | None = None, model=No
     :data:`TUNE_CANDIDATES` best-ranked kernels that A's formats accept (without a model: the
     rule's kernel, then the registry's kernels in order), times each on A back-to-back (the kernel's
     own time, what an iterative solver's loop of products sees) with the labeller's timer
-    (:class:`training.timing.Bench`: warm-up, then a few batches, all candidates interleaved)
-    and keeps the fastest. ``op.decision.tuning`` records the predicted kernel, every
-    candidate's times, the kept one and the seconds tuning took, also as a count of the kept
-    kernel's products. It pays off when the operator is applied many times (hundreds of
+    (:class:`autospmv.timing.Bench`: warm-up, then a few batches, all candidates interleaved)
+    and keeps the fastest; on CUDA it needs a real GPU (under numba-cuda's simulator it would
+    time a Python interpreter, and raises RuntimeError). ``op.decision.tuning`` records the
+    predicted kernel, every candidate's times, the kept one and the seconds tuning took, also as
+    a count of the kept kernel's products. It pays off when the operator is applied many times (hundreds of
     products or more, as in an iterative solver) on a large matrix, where the tree's
     candidates can differ by tens of per cent and one conversion is cheap next to the
     products saved; for a handful of products, or a small matrix whose time is the launch,
@@ -172,10 +173,12 @@ def prepare(A, *, kernel: str | None = None, device: str | None = None, model=No
 def _measure(csr, decision: Decision, device: str, borrowed: bool,
              threads=None) -> SpMVOperator:
     """``prepare(..., tune="measure")``: build and time the top candidates, keep the fastest."""
-    import numpy as np
+    from . import devices
+    from .timing import Bench, TimingOptions, release_device_memory
 
-    from training.timing import Bench, TimingOptions, release_device_memory
-
+    if device == "cuda" and devices.cuda_simulator():
+        raise RuntimeError("tune='measure' under numba-cuda's simulator (NUMBA_ENABLE_CUDASIM=1) "
+                           "would time a Python interpreter, not a GPU; use tune=None")
     started = time.perf_counter()
     ranking = [decision.kernel] + list(decision.candidates)
     ranking += [k for k in registry.names() if k not in ranking]

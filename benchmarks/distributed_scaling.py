@@ -18,7 +18,7 @@ as the baseline. Timed per configuration (medians over ``--repeats`` products, a
   there (the kernels' share of a product; the rest is scheduling and moving x and y).
 
 These are timed with loops of their own rather than the labeller's timer
-(:class:`training.timing.Bench`, which times one operator's ``matvec(x, out=y)`` on vectors of
+(:class:`autospmv.timing.Bench`, which times one operator's ``matvec(x, out=y)`` on vectors of
 its device): a distributed product's time is mostly scheduling and moving x and y between the
 client and the workers, measured here as wall time around ``op @ x`` with the vectors a user
 passes, and the per-part figure is taken on a worker.

@@ -9,7 +9,7 @@ Method: the matrix is made canonical first (as ``prepare()`` does), ``features``
 once to compile (or load the numba cache; that first-call time is reported too), then the two
 are timed alternately, ``--repeat`` times each, and the medians compared; alternating keeps
 a busy machine from favouring either side. The loop is its own rather than the labeller's timer
-(:class:`training.timing.Bench`), which times operators' ``matvec``: the quantity here is the
+(:class:`autospmv.timing.Bench`), which times operators' ``matvec``: the quantity here is the
 feature extractor, a function of the whole matrix, against the SciPy product it is compared
 with.
 

@@ -6,8 +6,9 @@ runs with its chooser's parameters for the GPU and, with ``--variants``, with th
 variants its registry entry names: the configurations the labeller times
 (:func:`training.label.configurations`). Each result is checked against SciPy in float64, and
 then every configuration and baseline of the matrix is timed with the labeller's timer
-(:class:`training.timing.Bench`: CUDA events, interleaved rounds, contention check; design.md,
-"Measurement method") two ways:
+(:class:`autospmv.timing.Bench` as :mod:`training.timing` gives it, refusing numba-cuda's
+simulator: CUDA events, interleaved rounds, contention check; design.md, "Measurement method")
+two ways:
 
 * per call — events around one synchronised user-facing call (``op.matvec(x, out=y)`` with device
   arrays; ``A @ x`` for CuPy and torch): what a solver loop with host logic between calls sees;

@@ -2,8 +2,9 @@
 
 For each matrix (real matrices grown to ~20M nonzeros, generated large matrices), dtype and kernel
 (optionally several parameter settings of one kernel), the result is checked against SciPy and
-timed back-to-back and per call (the labeller's timer, :class:`training.timing.Bench`, with the
-sample counts of :func:`gpu.timing_options`). Three rates are reported:
+timed back-to-back and per call (the labeller's timer, :class:`autospmv.timing.Bench` through
+:mod:`training.timing`, with the sample counts of :func:`gpu.timing_options`). Three rates are
+reported:
 
 * effective bandwidth: the minimum CSR traffic (design.md) over the time, comparable across
   kernels and with cuSPARSE;

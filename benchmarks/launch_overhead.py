@@ -6,7 +6,7 @@ program, and the whole ``matvec``. The GPU work of a small matrix is shorter tha
 so these numbers are what bounds the call rate. For the kernels named, by default every kernel
 of the registry.
 
-The loop here is its own, not the labeller's timer (:class:`training.timing.Bench`): that one
+The loop here is its own, not the labeller's timer (:class:`autospmv.timing.Bench`): that one
 times products on the device between CUDA events, while this measures the host's share alone,
 wall-clock and unsynchronised, of steps that are mostly not products.
 

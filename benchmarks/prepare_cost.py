@@ -10,7 +10,8 @@ dtype it records:
   ``prepare(A, kernel=...)`` on canonical host input (kernels compiled beforehand), its ratio to
   the baseline, the peak host memory allocated during prepare (``tracemalloc``; numba's own
   scratch arrays are not traced) over the CSR bytes, the per-call SpMV time (the labeller's
-  timer, :class:`training.timing.Bench`) and prepare in SpMV-equivalents;
+  timer, :class:`autospmv.timing.Bench` through :mod:`training.timing`) and prepare in
+  SpMV-equivalents;
 * on a GPU with CuPy, the same for device input: ``prepare(cupyx csr)``, whose time does not
   include the upload.
 
@@ -168,7 +169,8 @@ def timed(fn, repeats: int, sync=lambda: None) -> tuple[float, object]:
 
 def spmv_seconds(op, A, device: Device, repeats: int = 20) -> float:
     """Median seconds per call of ``op.matvec(x, out=y)`` (synchronised each time), with the
-    labeller's timer (:class:`training.timing.Bench`), ``repeats`` per-call samples."""
+    labeller's timer (:class:`autospmv.timing.Bench` through :mod:`training.timing`), ``repeats``
+    per-call samples."""
     x = np.random.default_rng(0).standard_normal(A.shape[1]).astype(A.dtype)
     options = TimingOptions(warmup=1, repeats=repeats, min_repeats=repeats, b2b_calls=1,
                             b2b_repeats=1, rounds=1)

@@ -22,7 +22,7 @@ median wall times are reported. Solvers stop at 1e-8 relative tolerance or ``MAX
 ``op @ x`` then ``dot`` is timed against its parts on every matrix as well.
 
 Wall time of whole solver runs, not of products, is the figure here, so the timing loops are
-this module's own rather than the labeller's timer (:class:`training.timing.Bench`, which times
+this module's own rather than the labeller's timer (:class:`autospmv.timing.Bench`, which times
 one operator's products); its child processes may also import another version of autospmv,
 for comparisons, which need not have that timer.
 

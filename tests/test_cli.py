@@ -150,6 +150,36 @@ def test_bench_a_tiny_matrix_on_the_cpu(capsys, matrix_file):
     assert "prepare() in all (deciding, conversion to csr, set-up) took " in out
 
 
+class _FixedClock:
+    """A clock whose every reading is 7 µs."""
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> float:
+        return 7.0
+
+
+def test_demo_and_bench_time_with_autospmvs_timer(capsys, matrix_file, monkeypatch):
+    """Every figure demo and bench print comes from autospmv.timing's clocks: with a clock
+    reading 7 µs, every time printed is 7 µs."""
+    from autospmv import timing
+
+    monkeypatch.setattr(timing, "clock", lambda device: _FixedClock())
+    status, out, _ = run(capsys, "bench", str(matrix_file), "--device", "cpu")
+    assert status == 0
+    for kernel in autospmv.KERNELS:
+        assert f"  {kernel:11s} {7.0:10.1f} µs per call\n" in out
+    assert "picked csr_vector (7.0 µs), best " in out and "quality 1.000" in out
+    assert ("deciding (features and prediction, select()) took 0.01 ms = 1.0× SciPy's A @ x on "
+            "the CPU (0.01 ms) = 1 SpMVs of csr_vector") in out
+    assert "prepare() in all (deciding, conversion to csr, set-up) took 0.01 ms = 1 SpMVs" in out
+    monkeypatch.setattr(cli, "demo_matrices", lambda: {"Poisson 8×8": poisson2d(8)})
+    status, out, _ = run(capsys, "demo")
+    assert status == 0
+    assert "      7.0 µs per call vs SciPy       7.0 µs (1.00×), relative error " in out
+
+
 def test_info_names_the_model_and_why(capsys, monkeypatch):
     status, out, _ = run(capsys, "info")
     assert status == 0

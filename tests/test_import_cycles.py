@@ -111,9 +111,35 @@ def test_the_graph_sees_the_imports_it_should():
     assert "autospmv.devices" in graph["autospmv.registry"]  # from .devices import ...
     assert "autospmv.kernels" in graph["autospmv.kernels.cpu"]  # from .. import njit
     assert "autospmv.kernels.cpu" in graph["autospmv.kernels.cpu.csr"]  # from . import ...
-    # session imports training.timing inside a function only: not counted, not autospmv anyway;
     # devices imports autospmv.kernels.cuda inside cuda_available() only.
     assert graph["autospmv.devices"] == set()
+    # session imports the timer inside _measure (tune="measure") only.
+    assert "autospmv.timing" not in graph["autospmv.session"]
+    assert "autospmv.timing" in import_graph(functions=True)["autospmv.session"]
+
+
+def test_the_timer_stands_on_numpy_alone():
+    """autospmv.timing imports no autospmv module, and only NumPy and the standard library when
+    imported (numba-cuda inside the functions that make CUDA clocks or vectors), so any module
+    may use it."""
+    assert import_graph(functions=True)["autospmv.timing"] == set()
+    tree = ast.parse((PACKAGE / "timing.py").read_text(encoding="utf-8"))
+    imported = {alias.name if isinstance(node, ast.Import) else node.module
+                for node in _module_level_imports(tree) for alias in node.names}
+    assert imported <= {"__future__", "dataclasses", "math", "time", "numpy"}
+
+
+def test_autospmv_imports_training_only_to_delegate_retrain():
+    """training is an optional extra: no autospmv module imports it, even inside a function,
+    except the command line's ``retrain``, which hands over to it (and says how to install it)."""
+    found = set()
+    for name, path in _modules().items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        for node in _module_level_imports(tree, functions=True):
+            modules = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                       else [node.module or ""] if not node.level else [])
+            found |= {(name, m) for m in modules if m.split(".")[0] == "training"}
+    assert found == {("autospmv.__main__", "training.__main__")}
 
 
 @pytest.mark.parametrize("module, other", [

@@ -239,6 +239,37 @@ def test_gpu_timing_refuses_the_simulator(monkeypatch):
     monkeypatch.setattr(cuda.config, "ENABLE_CUDASIM", True)
     with pytest.raises(RuntimeError, match="simulator .* would time a Python interpreter"):
         require_real_gpu()
+    with pytest.raises(RuntimeError, match="simulator .* would time a Python interpreter"):
+        Bench("cuda", np.ones(4), 4, QUICK)
+
+
+def test_the_labellers_timer_is_autospmvs():
+    """training.timing re-exports autospmv.timing's objects (one timer, not a copy) and adds
+    the labeller's parts; its Bench is autospmv's with the simulator refused."""
+    from autospmv import timing as core
+    from training import timing as labeller
+
+    for name in ("TimingOptions", "summary", "relative_error", "noise_ratio", "clock",
+                 "time_calls", "release_device_memory", "CpuClock", "CudaClock"):
+        assert getattr(labeller, name) is getattr(core, name), name
+    assert issubclass(Bench, core.Bench) and isinstance(QUICK, core.TimingOptions)
+    assert Bench.time_all is core.Bench.time_all
+
+
+def test_time_calls_samples_a_callable_on_the_devices_clock(monkeypatch):
+    from autospmv import timing
+
+    readings = iter(range(1, 10**6))
+
+    class Counting(timing.CpuClock):
+        def stop(self) -> float:
+            return float(next(readings))
+
+    monkeypatch.setattr(timing, "clock", lambda device: Counting())
+    calls = []
+    result = timing.time_calls(lambda: calls.append(1), "cpu", budget=0.0, min_samples=7)
+    assert len(calls) == 8  # one warm-up call, then the samples
+    assert result == summary(range(1, 8))
 
 
 # -- labelling ------------------------------------------------------------------------------

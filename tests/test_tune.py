@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import autospmv
 from autospmv import session
 from autospmv.operator import SpMVOperator
 from autospmv.model import TreeModel
+from autospmv.validation import canonicalize
 from matrices import FAMILY, poisson2d
 
 CPU_MODEL = next((Path(__file__).resolve().parent.parent / "models").glob("cpu-*.json"))
@@ -72,6 +74,27 @@ def test_a_refused_format_is_skipped():
     tuning = autospmv.prepare(A, device="cpu", model=model, tune="measure").decision.tuning
     assert tuning["predicted"] == "ell" and tuning["refused"] == ["ell"]
     assert list(tuning["times_us"]) == ["csr_vector", "coo", "csr_scalar"]
+
+
+def test_measure_times_with_autospmvs_timer_without_the_training_package(monkeypatch):
+    """training is an optional extra: tune='measure' times with autospmv.timing alone."""
+    from autospmv import timing
+
+    monkeypatch.setitem(sys.modules, "training", None)  # makes any import of it fail
+    monkeypatch.setitem(sys.modules, "training.timing", None)
+    clocks = []
+    clock = timing.clock
+    monkeypatch.setattr(timing, "clock", lambda device: clocks.append(device) or clock(device))
+    op = autospmv.prepare(poisson2d(30), device="cpu", model=CPU_MODEL, tune="measure")
+    assert clocks == ["cpu"] and op.decision.tuning["kept"] == op.kernel
+
+
+def test_measure_refuses_the_cuda_simulator(monkeypatch):
+    monkeypatch.setattr("autospmv.devices.cuda_simulator", lambda: True)
+    A = canonicalize(poisson2d(5))
+    decision = autospmv.select(A, device="cuda")
+    with pytest.raises(RuntimeError, match="simulator .* would time a Python interpreter"):
+        session._measure(A, decision, "cuda", borrowed=False)
 
 
 def test_tune_arguments_are_checked():

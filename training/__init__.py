@@ -2,7 +2,8 @@
 
 :mod:`training.corpus` builds the matrices (:mod:`training.generators` the synthetic ones),
 :mod:`training.label` times every kernel on each of them on the local device
-(:mod:`training.timing` does one measurement; :mod:`training.records` reads and writes the
+(:mod:`training.timing`, autospmv's timer :mod:`autospmv.timing` with the labeller's
+tolerance and options, does one measurement; :mod:`training.records` reads and writes the
 label records, :mod:`training.forecast` predicts how long labelling takes),
 :mod:`training.train` fits and cross-validates the decision tree and exports it with
 :mod:`autospmv.model` (its parts: :mod:`training.dataset`, :mod:`training.metrics`,

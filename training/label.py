@@ -8,7 +8,7 @@ with every group size, ``hyb`` with every width strategy of :mod:`autospmv.forma
 ``csr5`` with every tile height of :data:`CSR5_SIGMAS`. A configuration whose parameters equal
 one already measured is not timed again; its record repeats the measurement. All
 configurations of a matrix are built and checked first and then timed together, interleaved
-(:meth:`training.timing.Bench.time_all`).
+(:meth:`autospmv.timing.Bench.time_all`, through :class:`training.timing.Bench`).
 
 Each configuration gets a status:
 

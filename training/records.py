@@ -22,14 +22,14 @@ from training.timing import QUICK, TimingOptions
 
 SCHEMA = "autospmv-labels/1"
 TIMING_MODES = ("per_call", "b2b")
-"""The two times every label records (see :mod:`training.timing`)."""
+"""The two times every label records (see :mod:`autospmv.timing`)."""
 TRAINING_MODES = ("auto",) + TIMING_MODES
 """What a model may be trained on: ``auto`` applies :func:`target_mode` per matrix."""
 LARGE_NNZ = 1_000_000
 """Matrices with at least this many nonzeros are decided on back-to-back time."""
 NOISE_LIMIT = TimingOptions.noise_limit
 """A label row is noisy when a kernel's median time in the row's timing mode exceeds this many
-times its minimum even after re-timing (:class:`training.timing.Bench`)."""
+times its minimum even after re-timing (:meth:`autospmv.timing.Bench.time_all`)."""
 
 
 def target_mode(nnz: int, mode: str = "auto") -> str:
