@@ -11,8 +11,9 @@ one long row's cancellation (a signed sum of 2,000 float32 products can lose 1e-
 ``TINY`` holds the same structural cases shrunk for numba-cuda's CUDA simulator, which runs one
 Python thread per CUDA thread: each has at most 64 rows and 400 stored entries.
 
-``REAL`` adds a few small real matrices from ``../shared/matrices`` beside the repository when that
-folder exists; it is empty otherwise. Use :func:`real_matrix_names` to list what is available.
+``REAL`` adds a few small real matrices from ``../shared/matrices`` beside the repository (or the
+folder named by ``AUTOSPMV_TEST_MATRICES``, e.g. a copy on a machine without that folder) when
+it exists; it is empty otherwise. Use :func:`real_matrix_names` to list what is available.
 ``SHARED`` holds every matrix of that folder.
 
 Families for one format or test sit beside them: ``PADDED`` (ELL, HYB, JDS layouts and round
@@ -24,6 +25,7 @@ import autospmv or ``training.corpus`` when called).
 
 from __future__ import annotations
 
+import os
 import pathlib
 from typing import Callable
 
@@ -31,7 +33,8 @@ import numpy as np
 import scipy.sparse as sp
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
-REAL_MATRIX_DIR = REPO_ROOT.parent / "shared" / "matrices"
+REAL_MATRIX_DIR = pathlib.Path(os.environ.get("AUTOSPMV_TEST_MATRICES")
+                               or REPO_ROOT.parent / "shared" / "matrices")
 REAL_MATRICES = ("young1c", "rajat19", "bp_1200", "netscience", "hangGlider_2")
 """Small real matrices (≤ 15k nonzeros) with short, regular, and very long rows."""
 
