@@ -48,8 +48,13 @@ from .model import TreeModel
 from .model_store import DTYPES, device_slug, split_stem, user_data_dir, user_model_path
 
 LONG_ROW = 1024
-"""Rows longer than this make the rule choose csr5 (also the row threshold of the training
-reports' hand-rule baseline, ``training/metrics.py``, which adds a clause on nnz)."""
+"""Rows longer than this make the rule choose :data:`RULE_LONG` (also the row threshold of the
+training reports' hand-rule baseline, ``training/metrics.py``, which adds a clause on nnz)."""
+
+RULE_LONG, RULE_SHORT = "csr5", "csr_vector"
+"""The rule's two kernels: for a matrix with a row longer than :data:`LONG_ROW`, and for the
+rest. A fixed rule over two named kernels, so this is the one place outside the registry that
+names kernels; the training reports' hand-rule baseline reads the same constants."""
 
 
 @dataclasses.dataclass
@@ -87,9 +92,9 @@ def rule_decision(csr: sp.csr_matrix, device: str) -> Decision:
     lengths = np.diff(csr.indptr)
     longest = int(lengths.max()) if lengths.size else 0
     if longest > LONG_ROW:
-        kernel, step = "csr5", f"max_row_length = {longest} > {LONG_ROW}"
+        kernel, step = RULE_LONG, f"max_row_length = {longest} > {LONG_ROW}"
     else:
-        kernel, step = "csr_vector", f"max_row_length = {longest} ≤ {LONG_ROW}"
+        kernel, step = RULE_SHORT, f"max_row_length = {longest} ≤ {LONG_ROW}"
     return Decision(
         kernel, registry.choose_params(kernel, csr, device), "rule", [step],
         {"max_row_length": float(longest)},

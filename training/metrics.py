@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from autospmv.model import CostModel
+from autospmv import selector
 from autospmv.selector import LONG_ROW
 from training.dataset import Dataset, _time
 from training.label import target_mode
@@ -66,12 +67,11 @@ def selection_score(times: np.ndarray, chosen: np.ndarray) -> float:
     return float(np.mean(np.log(best / np.where(np.isfinite(t), t, worst))))
 
 
-RULE_LONG, RULE_SHORT = "csr5", "csr_vector"
-"""The hand rule's two kernels: for large matrices or long rows, and for the rest (the library
-rule's choices, ``selector.rule_decision``). The rule is a fixed baseline over two named
-kernels, so this is the one place outside the registry where training names kernels; every
-other policy is derived from the dataset's kernels, which come from the registry. Where the
-labels lack one of the two, the rule misses on the rows that would pick it."""
+RULE_LONG, RULE_SHORT = selector.RULE_LONG, selector.RULE_SHORT
+"""The hand rule's two kernels, the library rule's (``selector.rule_decision``): for large
+matrices or long rows, and for the rest. Every other policy is derived from the dataset's
+kernels, which come from the registry. Where the labels lack one of the two, the rule misses on
+the rows that would pick it."""
 
 FIXED = "always "
 """The prefix of the fixed-kernel policies' names: ``"always <kernel>"``, one per kernel."""
