@@ -17,7 +17,8 @@ from scipy.sparse.linalg import LinearOperator
 from . import registry
 from .formats.base import SparseFormat
 from .cache import compile_timer
-from .device import DeviceCSR, device_format, is_device_matrix, transposed, upload_csr
+from .device import (DeviceCSR, canonical_device_csr, device_format, is_device_matrix,
+                     transposed, upload_csr)
 from .cpu_threads import choose_threads
 from .kernels.cpu import bind_threaded
 from .selector import Decision, forced_decision
@@ -183,10 +184,11 @@ class SpMVOperator(LinearOperator):
         """The operator for Aᵀ with the same kernel and device (built on first use, from the
         matrix the operator was prepared from)."""
         if self._transposed is None and is_device_matrix(self._source):
-            from .session import prepare
-
-            self._transposed = prepare(transposed(self._source), kernel=self.kernel,
-                                       device=self.device)
+            source_t = transposed(self._source)
+            csr_t = canonical_device_csr(source_t)
+            decision = forced_decision(csr_t.structure(), self.kernel, self.device)
+            self._transposed = SpMVOperator(csr_t, decision, self.device,
+                                            self._threads_request, source=source_t)
         if self._transposed is None:
             source = self._source if self._source is not None else self.format.to_csr()
             csr_t = canonicalize(source.T)
