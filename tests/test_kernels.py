@@ -25,9 +25,16 @@ WITH_COLUMNS = [name for name in MATRICES if min(ALL[name]().shape) > 0]
 """Matrices that have rows and columns, so x can hold NaN and y has entries to check."""
 
 
-@pytest.mark.parametrize("name", MATRICES)
-@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
-@pytest.mark.parametrize("kernel", KERNELS)
+def every_kernel_and_dtype(names):
+    """Parametrize a test over ``kernel`` × ``dtype`` × ``name`` (the matrices ``names``)."""
+    def parametrize(test):
+        test = pytest.mark.parametrize("kernel", KERNELS)(test)
+        test = pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)(test)
+        return pytest.mark.parametrize("name", names)(test)
+    return parametrize
+
+
+@every_kernel_and_dtype(MATRICES)
 def test_matches_scipy(kernel, dtype, name, device, rng):
     A = matrix(name, dtype)
     op = prepare_or_refuse(A, kernel, device)
@@ -42,9 +49,7 @@ def test_matches_scipy(kernel, dtype, name, device, rng):
         assert_close(y, reference(A, x), dtype)
 
 
-@pytest.mark.parametrize("name", WITH_COLUMNS)
-@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
-@pytest.mark.parametrize("kernel", KERNELS)
+@every_kernel_and_dtype(WITH_COLUMNS)
 def test_nan_and_inf_propagate_like_scipy(kernel, dtype, name, device, rng):
     """NaN and ±Inf in x reach exactly the rows that store an entry in their column.
 
@@ -70,9 +75,7 @@ def test_nan_and_inf_propagate_like_scipy(kernel, dtype, name, device, rng):
     assert_close(y[finite], y_ref[finite], dtype)
 
 
-@pytest.mark.parametrize("name", MATRICES)
-@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
-@pytest.mark.parametrize("kernel", KERNELS)
+@every_kernel_and_dtype(MATRICES)
 def test_out_is_reused_and_overwritten(kernel, dtype, name, device, rng):
     A = matrix(name, dtype)
     op = prepare_or_refuse(A, kernel, device)
