@@ -298,14 +298,13 @@ class TreeModel:
         if bad:
             raise ValueError(f"feature values must be finite; not finite: {', '.join(bad)}")
         node, path = self._walk(row)
-        value = self.value[node]
         corrected = None
         if self.ranking == "correction":
-            corrected = np.log2([estimates[c] for c in self.classes]) + value
+            corrected = self._corrected(estimates, node)
             corrected.flags.writeable = False
             order = np.argsort(corrected, kind="stable")
         else:
-            order = np.argsort(-value, kind="stable")
+            order = np.argsort(-self.value[node], kind="stable")
         return Evaluation(inputs, estimates, corrected,
                           Leaf(node, int(self.n_node_samples[node]), self._proba(node)),
                           tuple(path), tuple(self.classes[i] for i in order))
@@ -383,8 +382,12 @@ class TreeModel:
         evaluation = self.evaluate(features)
         if evaluation.corrected is not None:
             return np.array(evaluation.corrected)
-        estimates = evaluation.estimates
-        return np.log2([estimates[c] for c in self.classes]) + self.value[evaluation.leaf.node]
+        return self._corrected(evaluation.estimates, evaluation.leaf.node)
+
+    def _corrected(self, estimates: Mapping[str, float], node: int) -> np.ndarray:
+        """``log2 t̂_k + c_k`` per class (class order): the cost model's ``estimates`` corrected
+        by leaf ``node``'s values."""
+        return np.log2([estimates[c] for c in self.classes]) + self.value[node]
 
     def decision_path(self, features: Mapping) -> list[Step]:
         """The comparisons made from the root to the leaf, in order."""

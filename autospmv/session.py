@@ -117,17 +117,17 @@ def prepare(A, *, kernel: str | None = None, device: str | None = None, model=No
 
     ``tune="measure"`` (in the manner of FFTW_MEASURE) builds the tree's
     :data:`TUNE_CANDIDATES` best-ranked kernels that A's formats accept (without a model: the
-    rule's kernel, then the registry's kernels in order), times each on A back-to-back (the kernel's
-    own time, what an iterative solver's loop of products sees) with the labeller's timer
-    (:class:`autospmv.timing.Bench`: warm-up, then a few batches, all candidates interleaved)
-    and keeps the fastest; on CUDA it needs a real GPU (under numba-cuda's simulator it would
-    time a Python interpreter, and raises RuntimeError). ``op.decision.tuning`` records the
-    predicted kernel, every candidate's times, the kept one and the seconds tuning took, also as
-    a count of the kept kernel's products. It pays off when the operator is applied many times (hundreds of
-    products or more, as in an iterative solver) on a large matrix, where the tree's
-    candidates can differ by tens of per cent and one conversion is cheap next to the
-    products saved; for a handful of products, or a small matrix whose time is the launch,
-    the default prediction is the better deal.
+    rule's kernel, then the registry's kernels in order), times each on A back-to-back (the
+    kernel's own time, what an iterative solver's loop of products sees) with the labeller's
+    timer (:class:`autospmv.timing.Bench`: warm-up, then a few batches, all candidates
+    interleaved) and keeps the fastest; on CUDA it needs a real GPU (under numba-cuda's
+    simulator it would time a Python interpreter, and raises RuntimeError).
+    ``op.decision.tuning`` records the predicted kernel, every candidate's times, the kept one
+    and the seconds tuning took, also as a count of the kept kernel's products. It pays off
+    when the operator is applied many times (hundreds of products or more, as in an iterative
+    solver) on a large matrix, where the tree's candidates can differ by tens of per cent and
+    one conversion is cheap next to the products saved; for a handful of products, or a small
+    matrix whose time is the launch, the default prediction is the better deal.
 
     The operator is a snapshot: it holds its own copy of A's values and structure, so changing
     A afterwards (``A.data *= 2``, new indices) does not change ``op``; call ``prepare`` again.
