@@ -74,40 +74,50 @@ def test_malformed_csr_is_refused_before_any_kernel(case):
             call(csr_with(**changes))
 
 
-def test_malformed_csc_coo_and_bsr_are_refused():
-    csc = sp.csc_matrix(np.eye(3))
-    csc.indices = np.array([0, 1, 7], np.int32)
-    with pytest.raises(ValueError, match=re.escape("malformed CSC matrix: row index 7 out of "
-                                                   "range for 3 rows")):
-        autospmv.prepare(csc, device="cpu")
-    coo = sp.coo_matrix(np.eye(3))
-    coo.col = np.array([0, -2, 2], np.int32)
-    with pytest.raises(ValueError, match=re.escape("malformed COO matrix: negative column index "
-                                                   "-2 (first at entry 1)")):
-        autospmv.prepare(coo, device="cpu")
+def _with(matrix, **attributes):
+    """``matrix`` with ``attributes`` overwritten (a SciPy matrix made malformed after the fact)."""
+    for name, value in attributes.items():
+        setattr(matrix, name, value)
+    return matrix
+
+
+def _coo_array_with_rows(rows):
     coo = sp.coo_array(np.eye(3))
-    coo.coords = (np.array([0, 1, 3]), coo.coords[1])
-    with pytest.raises(ValueError, match=re.escape("malformed COO matrix: row index 3 out of "
-                                                   "range for 3 rows")):
-        autospmv.prepare(coo, device="cpu")
-    bsr = sp.bsr_matrix(np.eye(4), blocksize=(2, 2))
-    bsr.indptr = np.array([0, 3, 2], np.int32)
-    with pytest.raises(ValueError, match=re.escape("malformed BSR matrix: indptr decreases at "
-                                                   "block row 1")):
-        autospmv.prepare(bsr, device="cpu")
+    coo.coords = (np.array(rows), coo.coords[1])
+    return coo
 
 
-def test_malformed_dia_and_lil_are_refused():
-    dia = sp.dia_matrix(np.eye(4))
-    dia.offsets = np.array([0, 1, 2], np.int32)
-    with pytest.raises(ValueError, match=re.escape("malformed DIA matrix: 3 offsets for 1 "
-                                                   "diagonals of data")):
-        autospmv.prepare(dia, device="cpu")
+def _lil_with_row(i, columns):
     lil = sp.lil_matrix(np.eye(3))
-    lil.rows[1] = [5]
-    with pytest.raises(ValueError, match=re.escape("malformed CSR matrix: column index 5 out of "
-                                                   "range for 3 columns")):
-        autospmv.prepare(lil, device="cpu")
+    lil.rows[i] = columns
+    return lil
+
+
+MALFORMED_OTHER_KINDS = {
+    "csc-row": (lambda: _with(sp.csc_matrix(np.eye(3)), indices=np.array([0, 1, 7], np.int32)),
+                "malformed CSC matrix: row index 7 out of range for 3 rows"),
+    "coo-negative-column": (
+        lambda: _with(sp.coo_matrix(np.eye(3)), col=np.array([0, -2, 2], np.int32)),
+        "malformed COO matrix: negative column index -2 (first at entry 1)"),
+    "coo-array-row": (lambda: _coo_array_with_rows([0, 1, 3]),
+                      "malformed COO matrix: row index 3 out of range for 3 rows"),
+    "bsr-indptr": (
+        lambda: _with(sp.bsr_matrix(np.eye(4), blocksize=(2, 2)),
+                      indptr=np.array([0, 3, 2], np.int32)),
+        "malformed BSR matrix: indptr decreases at block row 1"),
+    "dia-offsets": (lambda: _with(sp.dia_matrix(np.eye(4)), offsets=np.array([0, 1, 2], np.int32)),
+                    "malformed DIA matrix: 3 offsets for 1 diagonals of data"),
+    "lil-column": (lambda: _lil_with_row(1, [5]),
+                   "malformed CSR matrix: column index 5 out of range for 3 columns"),
+}
+"""Malformed CSC, COO (matrix and array), BSR, DIA and LIL input: (maker, the error message)."""
+
+
+@pytest.mark.parametrize("case", MALFORMED_OTHER_KINDS)
+def test_malformed_other_kinds_are_refused(case):
+    make, message = MALFORMED_OTHER_KINDS[case]
+    with pytest.raises(ValueError, match=re.escape(message)):
+        autospmv.prepare(make(), device="cpu")
 
 
 def test_every_valid_kind_passes_the_structure_check():
