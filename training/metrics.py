@@ -14,9 +14,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from autospmv.model import CostModel
 from autospmv import selector
-from autospmv.selector import LONG_ROW
+from autospmv.model import CostModel
 from training.dataset import Dataset, _time
 from training.label import target_mode
 
@@ -24,7 +23,7 @@ if TYPE_CHECKING:  # only named in an annotation; fitting.py does not import thi
     from training.fitting import Fitted
 
 
-RULE_ROW = LONG_ROW
+RULE_ROW = selector.LONG_ROW
 """The hand rule's row threshold, the library rule's (:data:`autospmv.selector.LONG_ROW`)."""
 RULE_NNZ = 1_000_000
 """The hand rule's size threshold. The library's fallback rule (``selector.rule_decision``)
