@@ -21,7 +21,7 @@ from training import label
 from training.__main__ import main as training_main
 
 REPO = Path(__file__).resolve().parent.parent
-GPU_MODEL = REPO / "models" / "cuda-nvidia-h200.json"
+GPU_MODEL = REPO / "models" / "cuda-nvidia-h200-float64.json"
 GPU_LABELS = REPO / "models" / "labels" / "cuda-nvidia-h200-float64.jsonl.gz"
 
 
@@ -32,7 +32,7 @@ def isolated_lookup(monkeypatch, tmp_path):
     monkeypatch.delenv("AUTOSPMV_MODEL", raising=False)
     monkeypatch.setenv("AUTOSPMV_HOME", str(tmp_path / "autospmv-home"))
     monkeypatch.setattr(autospmv.selector, "shipped_models",
-                        lambda: {"cuda-nvidia-h200": GPU_MODEL})
+                        lambda: {"cuda-nvidia-h200-float64": GPU_MODEL})
 
 
 @pytest.fixture
@@ -82,7 +82,7 @@ def test_explain_with_a_model_file_shows_it_and_the_path(capsys, matrix_file):
     assert lines[1] == (f"model: {GPU_MODEL} (passed as model=; trained on NVIDIA H200, "
                         f"{model.provenance['trained'][:10]}); a float64 model, deciding for "
                         "float64 matrices")
-    assert lines[2].endswith("chosen by model cuda-nvidia-h200.json")
+    assert lines[2].endswith("chosen by model cuda-nvidia-h200-float64.json")
     # The path from the root, with the feature values read.
     root = model.feature_names[model.feature[0]]
     root_value = model.inputs(autospmv.features(sp.load_npz(matrix_file)))[root]

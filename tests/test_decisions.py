@@ -28,8 +28,7 @@ from autospmv.model import TreeModel, user_model_path
 from matrices import FAMILY, REPRESENTATIVE, one_long_row, poisson2d
 
 REPO = Path(__file__).resolve().parent.parent
-H100_FLOAT64 = REPO / "models" / "cuda-nvidia-h100-80gb-hbm3-float64.json"
-GPU_MODEL = REPO / "models" / "cuda-nvidia-h200.json"
+GPU_MODEL = REPO / "models" / "cuda-nvidia-h200-float64.json"
 SHIPPED = sorted((REPO / "models").glob("*.json"))
 GOLDEN = Path(__file__).resolve().parent / "golden"
 UPDATE_GOLDEN = os.environ.get("AUTOSPMV_UPDATE_GOLDEN") == "1"
@@ -60,14 +59,17 @@ def check_golden(name: str, actual: str) -> None:
 
 # -- the shipped GPU model ------------------------------------------------------------------
 
-def test_gpu_model_is_shipped_and_valid():
-    assert selector.shipped_models()["cuda-nvidia-h200"].resolve() == GPU_MODEL
-    model = TreeModel.load(GPU_MODEL)
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_h200_models_are_shipped_and_valid(dtype):
+    stem = f"cuda-nvidia-h200-{dtype}"
+    path = selector.shipped_models()[stem]
+    model = TreeModel.load(path)
     assert set(model.classes) == set(autospmv.KERNELS)
     provenance = model.provenance
     assert provenance["device"]["name"] == "NVIDIA H200"
-    assert provenance["labels"][0]["file"] == "cuda-nvidia-h200-float64.jsonl.gz"
-    assert provenance["timing_mode"] in ("per_call", "b2b")
+    assert provenance["dtype"] == dtype
+    assert provenance["labels"][0]["file"] == f"{stem}.jsonl.gz"
+    assert (provenance["timing_mode"], provenance["large_nnz"]) == ("auto", 1_000_000)
 
 
 GUARD_FAILURES = {
@@ -121,18 +123,22 @@ def test_deciding_for_a_gpu_without_one_uses_the_nearest_gpu_model(monkeypatch):
     monkeypatch.setattr(autospmv.devices, "cuda_available", lambda: False)
     decision = autospmv.select(poisson2d(20), device="cuda")
     # Every shipped GPU model is equally near to "cuda-no-gpu"; the most recently trained
-    # float64 one decides: the H100's (2026-11-23) rather than the H200's (2026-11-22).
-    assert decision.source == "model cuda-nvidia-h100-80gb-hbm3-float64.json"
+    # float64 one decides.
+    gpu_float64 = [path for path in SHIPPED
+                   if path.stem.startswith("cuda-") and path.stem.endswith("-float64")]
+    assert len(gpu_float64) >= 2
+    newest = max(gpu_float64, key=lambda path: TreeModel.load(path).provenance["trained"])
+    assert decision.source == f"model {newest.name}"
     assert "the nearest to this device (cuda-no-gpu)" in decision.notes[0]
-    explicit = autospmv.select(poisson2d(20), device="cuda", model=H100_FLOAT64)
+    explicit = autospmv.select(poisson2d(20), device="cuda", model=newest)
     assert (decision.kernel, decision.params, decision.path) == (
         explicit.kernel, explicit.params, explicit.path)
 
 
 def test_gpu_decision_explains_itself():
     decision = autospmv.select(poisson2d(60), device="cuda", model=GPU_MODEL)
-    assert decision.source == "model cuda-nvidia-h200.json"
-    assert decision.notes[0].startswith("model cuda-nvidia-h200.json (passed as model=")
+    assert decision.source == "model cuda-nvidia-h200-float64.json"
+    assert decision.notes[0].startswith("model cuda-nvidia-h200-float64.json (passed as model=")
     leaf_note = decision.notes[1]
     assert leaf_note.startswith("the path ends in leaf ") and "training matrices" in leaf_note
     assert f"smallest corrected estimate (µs, best first): {decision.kernel} " in leaf_note
@@ -191,9 +197,9 @@ def test_lookup_order(monkeypatch):
     """user model → shipped for this device → nearest shipped of the same kind → rule."""
     slugs = {"cuda": "cuda-nvidia-a100", "cpu": "cpu-test-machine"}
     monkeypatch.setattr(selector, "device_slug", lambda device: slugs[device])
-    monkeypatch.setattr(selector, "shipped_models", lambda: {"cuda-nvidia-h200": GPU_MODEL})
+    monkeypatch.setattr(selector, "shipped_models", lambda: {"cuda-nvidia-h200-float64": GPU_MODEL})
     nearest = selector.find_model("cuda")
-    assert nearest.name == "cuda-nvidia-h200.json"
+    assert nearest.name == "cuda-nvidia-h200-float64.json"
     assert nearest.reason == ("shipped for cuda-nvidia-h200, the nearest to this device "
                               "(cuda-nvidia-a100)")
     slugs["cuda"] = "cuda-nvidia-h200"
@@ -270,10 +276,8 @@ def test_a_float32_matrix_uses_a_float64_model_only_when_no_float32_one_exists(m
 @pytest.mark.parametrize("slug, dtype, expected", [
     ("cuda-nvidia-h100-80gb-hbm3", "float32", "cuda-nvidia-h100-80gb-hbm3-float32.json"),
     ("cuda-nvidia-h100-80gb-hbm3", "float64", "cuda-nvidia-h100-80gb-hbm3-float64.json"),
-    ("cuda-nvidia-h200", "float64", "cuda-nvidia-h200.json"),
-    # No H200 float32 model ships: the nearest GPU's float32 model decides, not the H200's
-    # float64 one.
-    ("cuda-nvidia-h200", "float32", "cuda-nvidia-h100-80gb-hbm3-float32.json"),
+    ("cuda-nvidia-h200", "float64", "cuda-nvidia-h200-float64.json"),
+    ("cuda-nvidia-h200", "float32", "cuda-nvidia-h200-float32.json"),
 ])
 def test_shipped_models_by_device_and_dtype(monkeypatch, tmp_path, slug, dtype, expected):
     monkeypatch.setenv("AUTOSPMV_HOME", str(tmp_path))  # no retrained model
