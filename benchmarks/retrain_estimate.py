@@ -34,8 +34,10 @@ GPU_LABELS = "cuda-nvidia-h200-float64.jsonl.gz"
 RUNS = [  # (run replayed, reference run of the same kind of machine)
     (f"benchmarks/results/retrain-cpu-2026-11-22/{CPU_LABELS}", f"models/labels/{CPU_LABELS}"),
     (f"models/labels/{CPU_LABELS}", f"benchmarks/results/retrain-cpu-2026-11-22/{CPU_LABELS}"),
-    (f"benchmarks/results/retrain-h200-2026-11-22/{GPU_LABELS}", f"models/labels/{GPU_LABELS}"),
-    (f"benchmarks/results/label-h200-run3-2026-11-22/{GPU_LABELS}", f"models/labels/{GPU_LABELS}"),
+    (f"benchmarks/results/retrain-h200-2026-11-22/{GPU_LABELS}",
+     f"benchmarks/results/label-h200-2026-11-22/{GPU_LABELS}"),
+    (f"benchmarks/results/label-h200-run3-2026-11-22/{GPU_LABELS}",
+     f"benchmarks/results/label-h200-2026-11-22/{GPU_LABELS}"),
 ]
 CHECKPOINTS = (5, 10, 20, 40, 80)
 
