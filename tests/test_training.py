@@ -490,6 +490,16 @@ def test_scores_weights_and_fallback_by_hand():
         train.first_feasible(np.array([[INF, INF]]), np.array([[1, 0]])), [-1])
 
 
+def test_measure_policy_keeps_the_fastest_of_the_first_feasible_candidates():
+    times = np.array([[3.0, 1.0, 2.0, 0.5],    # fastest (col 3) ranked last: not a candidate
+                      [INF, 4.0, 2.0, 1.0],    # col 0 infeasible: candidates 1, 2, 3
+                      [INF, INF, INF, INF]])
+    ranking = np.array([[0, 2, 1, 3], [0, 1, 2, 3], [0, 1, 2, 3]])
+    np.testing.assert_array_equal(train.measure_policy(times, ranking, 3), [1, 3, -1])
+    np.testing.assert_array_equal(train.measure_policy(times, ranking, 1),
+                                  train.first_feasible(times, ranking))
+
+
 # -- training on fabricated labels ------------------------------------------------------------
 
 
@@ -794,6 +804,8 @@ def test_repeated_cross_validation_size_bands_and_held_out_matrices():
     held = scores["held_out"]
     assert sorted(held["names"]) == ["fem-0", "web-0-x4", records[-2]["name"]]
     assert held["all"]["tree"]["n"] == 3 and "always csr5" in held["all"]
+    measured = held["all"][f"tune='measure' (top {autospmv.session.TUNE_CANDIDATES})"]
+    assert measured["geomean"] >= held["all"]["tree"]["geomean"]  # the tree's pick is a candidate
     assert result.model.provenance["held_out"] == 3
     assert result.model.provenance["matrices"] == len(records) - 2
     ds, _ = train.dataset(records)

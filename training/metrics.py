@@ -114,6 +114,17 @@ def first_feasible(times: np.ndarray, ranking: np.ndarray) -> np.ndarray:
     return np.where(finite.any(axis=1), ranking[np.arange(len(ranking)), first], -1)
 
 
+def measure_policy(times: np.ndarray, ranking: np.ndarray, k: int) -> np.ndarray:
+    """``prepare(A, tune="measure")`` replayed on labelled times: per row, the fastest of the
+    first ``k`` kernel columns of ``ranking`` with a finite time (-1 when none has one). The
+    labelled time stands in for the time measured while preparing."""
+    ranked = np.take_along_axis(times, ranking, axis=1)
+    feasible = np.isfinite(ranked)
+    candidates = feasible & (np.cumsum(feasible, axis=1) <= k)
+    best = np.argmin(np.where(candidates, ranked, np.inf), axis=1)
+    return np.where(candidates.any(axis=1), ranking[np.arange(len(ranking)), best], -1)
+
+
 def tree_policy(fitted: "Fitted", ds: Dataset, rows) -> np.ndarray:
     """The choices of a fitted model (see :func:`fit`), with fallback (see the module
     docstring), for ``ds`` rows ``rows``."""

@@ -100,6 +100,7 @@ import numpy as np
 
 import autospmv
 from autospmv.model import TreeModel
+from autospmv.session import TUNE_CANDIDATES
 from training.label import LARGE_NNZ, read_records
 
 # The pieces of training live in their own modules; their names stay importable from here.
@@ -109,8 +110,8 @@ from training.dataset import Dataset, _time, dataset  # noqa: F401
 from training.metrics import (BANDS, FIXED, RULE_LONG, RULE_NNZ, RULE_ROW,  # noqa: F401
                               RULE_SHORT, band_rows, best_fixed, chooser_quality, cost_policy,
                               first_feasible, fixed_kernel, fixed_name, fixed_policy,
-                              mean_metrics, policies, rule_policy, selection_metrics,
-                              selection_score, tree_policy)
+                              mean_metrics, measure_policy, policies, rule_policy,
+                              selection_metrics, selection_score, tree_policy)
 # Cost model, objectives and tree fitting: training/fitting.py
 from training.fitting import (CORRECTION_CLIP, CORRECTION_FEATURES, OBJECTIVES,  # noqa: F401
                               QUALITY_FLOOR, TREE_BASE_FEATURES, WEIGHTINGS, CorrectionTree,
@@ -244,8 +245,11 @@ def evaluate_holdout(fitted: "Fitted", records, mode: str) -> dict:
     """The fitted tree on held-out records, next to the hand rule and every fixed kernel:
     ``{"all" | band: {policy: metrics}}`` (noisy held-out records left out as in training)."""
     ds, _ = dataset(records, mode)
-    choices = {"tree": tree_policy(fitted, ds, np.arange(len(ds))),
-               "cost model alone": cost_policy(fitted.cost_model, ds, np.arange(len(ds)))}
+    rows = np.arange(len(ds))
+    choices = {"tree": tree_policy(fitted, ds, rows),
+               f"tune='measure' (top {TUNE_CANDIDATES})":
+                   measure_policy(ds.times, fitted.ranking(ds, rows), TUNE_CANDIDATES),
+               "cost model alone": cost_policy(fitted.cost_model, ds, rows)}
     choices.update(policies(ds))
     out = {"all": {name: selection_metrics(ds.times, c) for name, c in choices.items()}}
     for band in BANDS:
