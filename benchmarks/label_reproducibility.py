@@ -1,0 +1,81 @@
+"""How reproducible is "the fastest kernel"? Two labelling runs of the same matrices compared.
+
+A selector is scored against the fastest kernel of one labelling run, so no selector can be
+expected to score better than that run's own fastest kernel does in a second, independent
+run on the same kind of device. For the matrices both label files hold (optionally only the
+held-out ones), this prints, per size band, the score of run A's fastest kernel measured in
+run B and the other way round: q = t_B(fastest in B) / t_B(fastest in A), geometric mean,
+share within 10 %, worst; times in each row's training mode (back-to-back from 10^6
+nonzeros, per call below), as training reads them.
+
+    python benchmarks/label_reproducibility.py models/labels/cuda-nvidia-h200-float64.jsonl.gz \\
+        benchmarks/results/label-h200-holdout-rerun-2026-11-23/cuda-nvidia-h200-float64.jsonl.gz \\
+        --holdout models/holdout.txt
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))
+
+from training.dataset import dataset  # noqa: E402
+from training.label import read_records  # noqa: E402
+from training.metrics import BANDS, band_rows  # noqa: E402
+from training.train import read_holdout, split_holdout  # noqa: E402
+
+
+def common(a, b, holdout):
+    """The two runs' records of the matrices both hold (only the held-out ones if named)."""
+    if holdout:
+        a, b = split_holdout(a, holdout)[1], split_holdout(b, holdout)[1]
+    names = {r["name"] for r in a} & {r["name"] for r in b}
+    pick = lambda records: sorted((r for r in records if r["name"] in names),  # noqa: E731
+                                  key=lambda r: r["name"])
+    return pick(a), pick(b)
+
+
+def oracle_in_other(ds_from, ds_in) -> np.ndarray:
+    """q in ``ds_in`` of the kernel that was fastest in ``ds_from`` (same rows, same kernels)."""
+    chosen = np.argmin(ds_from.times, axis=1)
+    rows = np.arange(len(ds_in))
+    return ds_in.times.min(axis=1) / ds_in.times[rows, chosen]
+
+
+def summary(q: np.ndarray) -> str:
+    geomean = math.exp(float(np.mean(np.log(np.maximum(q, 1e-12)))))
+    return f"{geomean:.3f} / {np.mean(q >= 1 / 1.1):.1%} / worst {q.min():.3f}"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("run_a")
+    parser.add_argument("run_b")
+    parser.add_argument("--holdout", help="compare only the matrices this file holds out")
+    args = parser.parse_args(argv)
+    holdout = read_holdout(args.holdout) if args.holdout else ()
+    a, b = common(read_records(args.run_a), read_records(args.run_b), holdout)
+    ds_a, _ = dataset(a)
+    ds_b, _ = dataset(b)
+    if ds_a.names != ds_b.names or ds_a.kernels != ds_b.kernels:
+        print("the runs disagree on usable matrices or kernels", file=sys.stderr)
+        return 2
+    print(f"{len(ds_a)} matrices in both runs; geomean q / within 10 % / worst")
+    for band in BANDS:
+        rows = band_rows(ds_a, band)
+        if rows.size:
+            a_in_b = oracle_in_other(ds_a, ds_b)[rows]
+            b_in_a = oracle_in_other(ds_b, ds_a)[rows]
+            print(f"{band[0]:>8} ({rows.size:3d}): A's fastest in B {summary(a_in_b)}; "
+                  f"B's fastest in A {summary(b_in_a)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
