@@ -28,6 +28,15 @@ class CostModel:
     fastest one: ``est_<kernel> = log2(t̂_k / min_j t̂_j)``, 0 for the kernel the cost model
     expects to be fastest; a tree splitting on them can follow the cost model where it is right
     and overrule it where the labels showed it wrong.
+
+    **Two size regimes** (optional): with ``large_coefficients`` and ``large_nnz``, a matrix of
+    at least ``large_nnz`` nonzeros is estimated with ``large_coefficients`` (same kernels, same
+    regressors) and a smaller one with ``coefficients``. Labels are timed per call below the
+    size rule's threshold and back-to-back from it (``training/label.py``, ``target_mode``):
+    per call, a launch and a synchronisation are a large part of a small matrix's time; back to
+    back, a large matrix's time is its memory traffic. One linear model fitted to both fits
+    neither (``models/README.md`` has the cross-validated figures), so a model trained on both
+    timings holds one coefficient table per regime.
     """
 
     REGRESSORS = ("1", "rows", "nnz", "bytes", "work", "span", "atomics")
@@ -38,25 +47,50 @@ class CostModel:
     FLOOR_US = 1e-3
     """Smallest estimate, so that a kernel whose coefficients are all 0 still has a logarithm."""
 
-    def __init__(self, coefficients: Mapping[str, list], known_kernels=None):
+    def __init__(self, coefficients: Mapping[str, list], known_kernels=None, *,
+                 large_coefficients: Mapping[str, list] | None = None,
+                 large_nnz: float | None = None):
         known_kernels = registry.names() if known_kernels is None else tuple(known_kernels)
+        table = self._table(coefficients, known_kernels, "coefficients")
+        self.kernels: tuple[str, ...] = tuple(table)
+        self.coefficients = np.array([table[k] for k in self.kernels])
+        """One row of :data:`REGRESSORS` coefficients per kernel (below ``large_nnz``, if set)."""
+        self.derived_names: tuple[str, ...] = tuple(f"est_{k}" for k in self.kernels)
+        if (large_coefficients is None) != (large_nnz is None):
+            raise ValueError("cost_model large_coefficients and large_nnz go together")
+        self.large_nnz: float | None = None
+        """Nonzeros from which :attr:`large_coefficients` estimate; None: one table for all."""
+        self.large_coefficients: np.ndarray | None = None
+        if large_nnz is not None:
+            if (isinstance(large_nnz, bool) or not isinstance(large_nnz, (int, float))
+                    or not 0 < large_nnz < float("inf")):
+                raise ValueError("cost_model large_nnz must be a positive number")
+            large = self._table(large_coefficients, known_kernels, "large_coefficients")
+            if set(large) != set(table):
+                raise ValueError("cost_model large_coefficients must name the same kernels as "
+                                 "its coefficients")
+            self.large_nnz = float(large_nnz)
+            self.large_coefficients = np.array([large[k] for k in self.kernels])
+
+    @classmethod
+    def _table(cls, coefficients, known_kernels, what: str) -> dict[str, np.ndarray]:
+        """``{kernel: coefficients}`` checked: known kernels, one non-negative number of at most
+        :data:`MAX_COEFFICIENT` per regressor."""
         if not isinstance(coefficients, Mapping) or not coefficients:
-            raise ValueError("cost_model coefficients must be a non-empty object of kernel names")
+            raise ValueError(f"cost_model {what} must be a non-empty object of kernel names")
         unknown = [k for k in coefficients if k not in known_kernels]
         if unknown:
             raise ValueError(f"unknown kernel names in the cost model: {', '.join(unknown)}")
         table = {}
         for kernel, row in coefficients.items():
-            row = _array(row, f"cost_model coefficients of {kernel}")
-            if (row.shape != (len(self.REGRESSORS),) or (row < 0).any()
-                    or (row > self.MAX_COEFFICIENT).any()):
-                raise ValueError(f"cost_model coefficients of {kernel} must be "
-                                 f"{len(self.REGRESSORS)} non-negative numbers of at most "
-                                 f"{self.MAX_COEFFICIENT:g}")
+            row = _array(row, f"cost_model {what} of {kernel}")
+            if (row.shape != (len(cls.REGRESSORS),) or (row < 0).any()
+                    or (row > cls.MAX_COEFFICIENT).any()):
+                raise ValueError(f"cost_model {what} of {kernel} must be "
+                                 f"{len(cls.REGRESSORS)} non-negative numbers of at most "
+                                 f"{cls.MAX_COEFFICIENT:g}")
             table[kernel] = row
-        self.kernels: tuple[str, ...] = tuple(table)
-        self.coefficients = np.array([table[k] for k in self.kernels])
-        self.derived_names: tuple[str, ...] = tuple(f"est_{k}" for k in self.kernels)
+        return table
 
     @classmethod
     def regressor_names(cls, kernel: str) -> list[str]:
@@ -76,10 +110,27 @@ class CostModel:
         return X[:, [column[n] for n in names]]
 
     def times(self, X, feature_names) -> np.ndarray:
-        """Estimated µs per row of X (columns in ``feature_names`` order) and kernel."""
-        out = np.column_stack([row[0] + self.design(X, feature_names, kernel) @ row[1:]
-                               for kernel, row in zip(self.kernels, self.coefficients)])
+        """Estimated µs per row of X (columns in ``feature_names`` order) and kernel, each row
+        with the coefficients of its size regime."""
+        designs = [self.design(X, feature_names, kernel) for kernel in self.kernels]
+        out = np.column_stack([row[0] + design @ row[1:]
+                               for design, row in zip(designs, self.coefficients)])
+        if self.large_nnz is not None:
+            nnz = np.asarray(X, dtype=np.float64)[:, list(feature_names).index("nnz")]
+            large = self.is_large(nnz)
+            if large.any():
+                out[large] = np.column_stack([
+                    row[0] + design[large] @ row[1:]
+                    for design, row in zip(designs, self.large_coefficients)])
         return np.maximum(out, self.FLOOR_US)
+
+    def is_large(self, nnz) -> np.ndarray:
+        """Whether matrices of ``nnz`` nonzeros are estimated with :attr:`large_coefficients`
+        (all False without them)."""
+        nnz = np.asarray(nnz, dtype=np.float64)
+        if self.large_nnz is None:
+            return np.zeros(nnz.shape, dtype=bool)
+        return nnz >= self.large_nnz
 
     def relative(self, times: np.ndarray) -> np.ndarray:
         """``log2(t̂_k / min_j t̂_j)`` per row: the ``est_<kernel>`` columns."""
@@ -108,9 +159,15 @@ class CostModel:
         return self.derived_of(self.estimates(features))
 
     def to_dict(self) -> dict:
-        return {"regressors": list(self.REGRESSORS),
-                "coefficients": {k: self.coefficients[j].tolist()
-                                 for j, k in enumerate(self.kernels)}}
+        doc = {"regressors": list(self.REGRESSORS),
+               "coefficients": {k: self.coefficients[j].tolist()
+                                for j, k in enumerate(self.kernels)}}
+        if self.large_nnz is not None:
+            doc["large_nnz"] = int(self.large_nnz) if self.large_nnz.is_integer() \
+                else self.large_nnz
+            doc["large_coefficients"] = {k: self.large_coefficients[j].tolist()
+                                         for j, k in enumerate(self.kernels)}
+        return doc
 
     @classmethod
     def from_dict(cls, doc, known_kernels=None) -> "CostModel":
@@ -119,4 +176,6 @@ class CostModel:
         if list(doc.get("regressors", ())) != list(cls.REGRESSORS):
             raise ValueError(f"cost_model regressors must be {list(cls.REGRESSORS)}; "
                              f"found {doc.get('regressors')!r}")
-        return cls(doc.get("coefficients"), known_kernels)
+        return cls(doc.get("coefficients"), known_kernels,
+                   large_coefficients=doc.get("large_coefficients"),
+                   large_nnz=doc.get("large_nnz"))

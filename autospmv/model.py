@@ -11,11 +11,11 @@ The cost model a tree may carry is in :mod:`autospmv.cost_model`, the checks a m
 in :mod:`autospmv.model_check`, and where model files live and how they are named in
 :mod:`autospmv.model_store`; their public names stay importable from here.
 
-File layout (``schema_version`` 1)::
+File layout (``schema_version`` 1 or 2)::
 
     {
       "format": "autospmv-tree",
-      "schema_version": 1,
+      "schema_version": 2,                    # 1 when nothing of version 2 is used
       "feature_names": ["row_max", ...],      # names from autospmv.features.FEATURE_NAMES
       "classes": ["csr_vector", ...],         # kernel names from the registry
       "tree": {                               # one entry per node; node 0 is the root
@@ -30,10 +30,18 @@ File layout (``schema_version`` 1)::
       },
       "cost_model": {                         # optional (see CostModel)
         "regressors": ["1", "rows", "nnz", "bytes", "work", "span", "atomics"],
-        "coefficients": {"coo": [11.5, 0.0, ...], ...}  # µs per unit, one list per kernel
+        "coefficients": {"coo": [11.5, ...], ...},  # µs per unit, one list per kernel
+        "large_nnz": 1000000,                 # version 2, optional: from this many nonzeros
+        "large_coefficients": {"coo": [...], ...}  # on, these coefficients estimate instead
       },
       "provenance": {...}                     # free-form: device, versions, date, data hash, scores
     }
+
+Version 2 added the cost model's second coefficient table, for matrices of at least
+``large_nnz`` nonzeros (:class:`CostModel`, "two size regimes"); a file is written as version
+1 when it has none, so that such a model stays readable by an autospmv that reads version 1
+only. An autospmv of either version refuses a file of a version it does not know, rather than
+ignoring entries it would not understand.
 
 With a cost model, the tree may also compare the *estimates* ``est_<kernel>`` it derives from
 the features (:meth:`CostModel.derived`, which :meth:`TreeModel.evaluate` shares through
@@ -68,7 +76,10 @@ from .model_check import LEAF, LEAF_FEATURE, _check, _default_features
 from .model_store import write_atomically
 
 FORMAT = "autospmv-tree"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""The newest file layout this autospmv reads and writes (see the module docstring)."""
+SCHEMA_VERSIONS = (1, 2)
+"""The layouts it reads."""
 RANKINGS = ("value", "correction")
 
 
@@ -191,7 +202,7 @@ class TreeModel:
         leaf = self.children_left == LEAF
         doc = {
             "format": FORMAT,
-            "schema_version": SCHEMA_VERSION,
+            "schema_version": self.schema_version,
             "feature_names": list(self.feature_names),
             "classes": list(self.classes),
             "tree": {
@@ -233,10 +244,10 @@ class TreeModel:
                 f"expected {FORMAT!r}"
             )
         version = doc.get("schema_version")
-        if version != SCHEMA_VERSION:
+        if isinstance(version, bool) or version not in SCHEMA_VERSIONS:
             raise ValueError(
-                f"unsupported schema_version {version!r}; this autospmv reads version "
-                f"{SCHEMA_VERSION}"
+                f"unsupported schema_version {version!r}; this autospmv reads versions "
+                f"{', '.join(map(str, SCHEMA_VERSIONS))}"
             )
         for key in ("feature_names", "classes", "tree"):
             if key not in doc:
@@ -244,6 +255,9 @@ class TreeModel:
         cost_model = doc.get("cost_model")
         if cost_model is not None:
             cost_model = CostModel.from_dict(cost_model, known_kernels)
+            if cost_model.large_nnz is not None and version < 2:
+                raise ValueError("the cost model's large_coefficients need schema_version 2; "
+                                 f"the file says {version}")
         return cls(doc["feature_names"], doc["classes"], doc["tree"], doc.get("provenance"),
                    cost_model=cost_model, ranking=doc.get("ranking", "value"),
                    known_features=known_features, known_kernels=known_kernels)
@@ -398,6 +412,12 @@ class TreeModel:
         return self.evaluate(features).leaf
 
     # -- inspection -------------------------------------------------------------------------
+
+    @property
+    def schema_version(self) -> int:
+        """The oldest file layout that holds this model: 2 with a cost model of two size
+        regimes, else 1 (readable by every autospmv that reads model files)."""
+        return 2 if self.cost_model is not None and self.cost_model.large_nnz is not None else 1
 
     @property
     def n_nodes(self) -> int:

@@ -258,6 +258,16 @@ def trained_on(provenance: dict) -> str:
     return f"; trained on {facts}" if facts else ""
 
 
+def _comparison(step) -> str:
+    """``value ≤ threshold`` (or ``>``) of a path step, with 4 significant digits, or as many
+    more as it takes for the two to differ (``1000456 > 999999.5``, not ``1e+06 > 1e+06``)."""
+    for digits in (4, 7, 10, 17):
+        value, threshold = f"{step.value:.{digits}g}", f"{step.threshold:.{digits}g}"
+        if value != threshold:
+            break
+    return f"{value} {'≤' if step.went_left else '>'} {threshold}"
+
+
 def model_decision(csr: sp.csr_matrix, choice: ModelChoice, features: dict,
                    device: str, lengths: tuple[np.ndarray, np.ndarray] | None = None) -> Decision:
     """The tree's kernel for ``csr``, with its path, leaf support and fall-back order.
@@ -270,8 +280,7 @@ def model_decision(csr: sp.csr_matrix, choice: ModelChoice, features: dict,
     model = choice.model
     evaluation = model.evaluate(features)
     ranked, leaf = list(evaluation.ranked), evaluation.leaf
-    path = [f"{step.feature} = {step.value:.4g} {'≤' if step.went_left else '>'} "
-            f"{step.threshold:.4g}" for step in evaluation.path]
+    path = [f"{step.feature} = {_comparison(step)}" for step in evaluation.path]
     notes = [f"model {choice.name} ({choice.reason}{trained_on(model.provenance)})"]
     matrix_dtype = np.dtype(csr.dtype).name
     if evaluation.corrected is not None:
@@ -286,9 +295,13 @@ def model_decision(csr: sp.csr_matrix, choice: ModelChoice, features: dict,
                      f"the kernel is the one with the largest score there: score({ranked[0]}) "
                      f"= {leaf.proba[ranked[0]]:.2f} (the leaf's normalised class value)")
     if evaluation.estimates is not None:
-        notes.append("cost model estimates before the leaf's corrections (µs): " + ", ".join(
-            f"{kernel} {t:.3g}" for kernel, t in sorted(evaluation.estimates.items(),
-                                                         key=lambda e: e[1])))
+        large_nnz, regime = model.cost_model.large_nnz, ""
+        if large_nnz is not None:
+            side = "at least" if model.cost_model.is_large(features["nnz"]) else "fewer than"
+            regime = f"; its coefficients for matrices of {side} {large_nnz:,.0f} nonzeros"
+        notes.append(f"cost model estimates before the leaf's corrections (µs{regime}): "
+                     + ", ".join(f"{kernel} {t:.3g}" for kernel, t in
+                                 sorted(evaluation.estimates.items(), key=lambda e: e[1])))
     notes.append(f"a {choice.dtype} model, deciding for a {matrix_dtype} matrix")
     used = {step.feature for step in evaluation.path}
     inputs = evaluation.inputs

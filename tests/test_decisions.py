@@ -358,3 +358,10 @@ def test_refused_ell_falls_back_to_the_trees_next_choice():
     assert "guardrail: ell could not be built" in op.explain()
     x = np.linspace(0.5, 1.5, A.shape[1])
     np.testing.assert_allclose(op @ x, sp.csr_matrix(A) @ x, rtol=1e-12)
+
+
+def test_a_path_step_shows_as_many_digits_as_tell_value_and_threshold_apart():
+    from autospmv.model import Step
+
+    assert selector._comparison(Step("nnz", 1000456.0, 999999.5, False)) == "1000456 > 999999.5"
+    assert selector._comparison(Step("row_max", 12.0, 16.5, True)) == "12 ≤ 16.5"

@@ -177,7 +177,7 @@ def _leaf_value_len(d):
 
 INVALID = [
     (lambda d: d.__setitem__("format", "sklearn-pickle"), "not an autospmv tree model"),
-    (lambda d: d.__setitem__("schema_version", 2), "unsupported schema_version 2"),
+    (lambda d: d.__setitem__("schema_version", 3), "unsupported schema_version 3"),
     (lambda d: d.pop("classes"), "the model has no 'classes' entry"),
     (lambda d: d.__setitem__("feature_names", "row_max"), "feature_names must be a non-empty"),
     (lambda d: d.__setitem__("feature_names", []), "feature_names must be a non-empty"),
@@ -354,3 +354,51 @@ def test_correction_ranking_needs_a_cost_model_and_round_trips():
     doc["cost_model"]["regressors"] = ["1"]
     with pytest.raises(ValueError, match="cost_model regressors must be"):
         TreeModel.from_dict(doc)
+
+
+def test_cost_model_of_two_size_regimes_by_hand_and_schema_2():
+    from autospmv.model import CostModel
+
+    # Below 1000 nonzeros coo costs 10 µs and csr5 12 µs; from 1000 on, coo 20 µs and csr5 15.
+    cost = CostModel({"coo": [10, 0, 0, 0, 0, 0, 0], "csr5": [12, 0, 0, 0, 0, 0, 0]},
+                     large_coefficients={"coo": [20, 0, 0, 0, 0, 0, 0],
+                                         "csr5": [15, 0, 0, 0, 0, 0, 0]}, large_nnz=1000)
+    features = {name: 0.0 for k in ("coo", "csr5") for name in cost.regressor_names(k)[1:]}
+    assert cost.estimates(dict(features, nnz=999)) == {"coo": 10.0, "csr5": 12.0}
+    assert cost.estimates(dict(features, nnz=1000)) == {"coo": 20.0, "csr5": 15.0}
+    assert cost.is_large([999, 1000]).tolist() == [False, True]
+    names = sorted(features)
+    X = np.array([[999.0 if n == "nnz" else 0.0 for n in names],
+                  [5000.0 if n == "nnz" else 0.0 for n in names]])
+    np.testing.assert_array_equal(cost.times(X, names), [[10, 12], [20, 15]])
+    tree = {"children_left": [-1], "children_right": [-1], "feature": [-2], "threshold": [-2.0],
+            "value": [[0.0, 0.0]], "n_node_samples": [3], "weighted_n_node_samples": [3.0]}
+    model = TreeModel(["nnz", "est_csr5"], ["coo", "csr5"], tree, cost_model=cost,
+                      ranking="correction")
+    assert model.ranked(dict(features, nnz=10)) == ["coo", "csr5"]
+    assert model.ranked(dict(features, nnz=10**6)) == ["csr5", "coo"]
+    doc = json.loads(model.to_json())
+    assert doc["schema_version"] == 2 and doc["cost_model"]["large_nnz"] == 1000
+    assert TreeModel.from_dict(doc).to_dict() == model.to_dict()
+    # Version 1 cannot hold the second table; a model without one is still written as 1.
+    with pytest.raises(ValueError, match="large_coefficients need schema_version 2"):
+        TreeModel.from_dict(dict(doc, schema_version=1))
+    single = TreeModel(["nnz", "est_csr5"], ["coo", "csr5"], tree, ranking="correction",
+                       cost_model=CostModel({"coo": [10] + [0] * 6, "csr5": [12] + [0] * 6}))
+    assert json.loads(single.to_json())["schema_version"] == 1
+
+
+@pytest.mark.parametrize("large, message", [
+    ({"large_nnz": 1000}, "large_coefficients and large_nnz go together"),
+    ({"large_coefficients": {"coo": [1] * 7}}, "large_coefficients and large_nnz go together"),
+    ({"large_coefficients": {"coo": [1] * 7}, "large_nnz": 0}, "large_nnz must be a positive"),
+    ({"large_coefficients": {"coo": [1] * 7}, "large_nnz": True}, "large_nnz must be a positive"),
+    ({"large_coefficients": {"csr5": [1] * 7}, "large_nnz": 10}, "must name the same kernels"),
+    ({"large_coefficients": {"coo": [-1] * 7}, "large_nnz": 10},
+     "large_coefficients of coo must be 7 non-negative"),
+])
+def test_cost_model_rejects_a_bad_second_regime(large, message):
+    from autospmv.model import CostModel
+
+    with pytest.raises(ValueError, match=message):
+        CostModel({"coo": [1] * 7}, **large)
