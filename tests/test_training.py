@@ -701,6 +701,103 @@ def test_depth_zero_is_the_cost_model_with_one_correction_per_kernel():
         train.fit(ds, np.arange(len(ds)), train.Hyper(0, 1, "none", "fastest"))
 
 
+def _two_regimes(n: int = 60, seed: int = 0) -> list[dict]:
+    """Records half below label.LARGE_NNZ nonzeros, half above, whose times follow a different
+    known cost model in each regime: per call (small) t_k = fixed_k + bytes_k / rate_k; back to
+    back (large) t_k = bytes_k / rate'_k, where csr5 streams fastest and coo slowest."""
+    rng = np.random.default_rng(seed)
+    fixed = dict(zip(autospmv.KERNELS, (11.0, 8.0, 8.0, 8.0, 10.0, 8.0, 13.0)))
+    rate = dict(zip(autospmv.KERNELS, (2e5, 1e5, 3e5, 3.5e5, 3e5, 2.5e5, 3.5e5)))
+    b2b_rate = dict(zip(autospmv.KERNELS, (1e6, 1.5e6, 2e6, 2e6, 1.5e6, 1.5e6, 3e6)))
+    records = []
+    for i in range(n):
+        large = i % 2 == 1
+        nnz = float(rng.integers(1.1e6, 1e7) if large else rng.integers(1e4, 9e5))
+        feats = {"rows": float(rng.integers(1e3, 1e6)), "nnz": nnz,
+                 "row_max": float(rng.integers(1, 5000))}
+        for k in autospmv.KERNELS:
+            feats[f"{k}_bytes"] = float(nnz * rng.uniform(8, 40))
+        times = {k: fixed[k] + feats[f"{k}_bytes"] / rate[k] for k in autospmv.KERNELS}
+        record = _record(f"m{i}", f"family{i % 6}", "synthetic", times, **feats)
+        for k in autospmv.KERNELS:
+            record["kernels"][k]["time_b2b_us"] = feats[f"{k}_bytes"] / b2b_rate[k]
+        records.append(record)
+    return records
+
+
+def test_two_size_regimes_get_their_own_cost_model_and_tree():
+    records = _two_regimes()
+    ds, _ = train.dataset(records)
+    assert ds.large_nnz == label.LARGE_NNZ and ds.large.sum() == 30
+    rows = np.arange(len(ds))
+    small, large = train.regimes(ds, rows)
+    assert (ds.nnz[small] < label.LARGE_NNZ).all() and (ds.nnz[large] >= label.LARGE_NNZ).all()
+    # One timing mode for every row, or too few matrices on one side: one regime.
+    assert train.regimes(train.dataset(records, "per_call")[0], rows) is None
+    assert train.regimes(ds, np.concatenate([small, large[:train.MIN_REGIME_MATRICES - 1]])) \
+        is None
+    cost_model = train.fit_cost_model(ds, rows)
+    assert cost_model.large_nnz == label.LARGE_NNZ
+    coo, csr5 = cost_model.kernels.index("coo"), cost_model.kernels.index("csr5")
+    np.testing.assert_allclose(cost_model.coefficients[coo], [11.0, 0, 0, 1 / 2e5, 0, 0, 0],
+                               rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(cost_model.large_coefficients[csr5], [0, 0, 0, 1 / 3e6, 0, 0, 0],
+                               rtol=1e-6, atol=1e-9)
+    chosen = train.cost_policy(cost_model, ds, rows)
+    assert train.selection_metrics(ds.times, chosen)["geomean"] == pytest.approx(1.0)
+    # Each regime's tree has its own hyperparameters under a root split on nnz.
+    hyper = train.RegimeHyper(train.Hyper(0, 4, "none", "correction"),
+                              train.Hyper(2, 4, "ratio", "correction"))
+    fitted = train.fit(ds, rows, hyper, cost_model)
+    model = TreeModel.from_dict(json.loads(fitted.export({"test": True}).to_json()))
+    assert model.schema_version == 2
+    assert model.feature_names[model.feature[0]] == "nnz"
+    assert model.threshold[0] == np.float32(label.LARGE_NNZ - 0.5)
+    left, right = model.children_left[0], model.children_right[0]
+    assert model.children_left[left] == -1  # depth 0 below: one leaf
+    assert model.n_node_samples[left] == small.size and model.n_node_samples[right] == large.size
+    for record, order in zip(records, fitted.ranking(ds, rows)):
+        assert model.ranked(record["features"]) == [ds.kernels[c] for c in order]
+    with pytest.raises(ValueError, match="need one objective"):
+        train.RegimeHyper(train.Hyper(1, 4, "none", "correction"),
+                          train.Hyper(1, 4, "none", "fastest"))
+
+
+@pytest.mark.parametrize("objective", train.OBJECTIVES)
+def test_two_regime_trees_of_every_objective_export_as_fitted(objective):
+    records = _two_regimes(seed=1)
+    for record in records:  # csr5 never wins on a small matrix: a classifier there lacks it
+        if record["nnz"] < label.LARGE_NNZ:
+            record["kernels"]["csr5"]["time_per_call_us"] = 1e6
+    ds, _ = train.dataset(records)
+    fitted = train.fit(ds, np.arange(len(ds)), train.Hyper(2, 2, "none", objective))
+    below, above = fitted.tree.parts
+    if objective == "fastest":
+        assert "csr5" not in below.classes_ and "csr5" in above.classes_
+    assert list(fitted.tree.classes_) == [k for k in ds.kernels
+                                          if k in set(below.classes_) | set(above.classes_)]
+    model = TreeModel.from_dict(json.loads(fitted.export().to_json()))
+    for record, order in zip(records, fitted.ranking(ds, np.arange(len(ds)))):
+        assert model.ranked(record["features"]) == [ds.kernels[c] for c in order]
+
+
+def test_training_in_two_regimes_chooses_per_regime_and_reports_both():
+    result = train.train(_two_regimes(), n_splits=3, repeats=1)
+    hyper = result.scores["hyper"]
+    assert isinstance(hyper, train.RegimeHyper)
+    assert result.model.provenance["hyperparameters"] == {"small": hyper.small.as_dict(),
+                                                          "large": hyper.large.as_dict()}
+    assert all(isinstance(fold.hyper, train.RegimeHyper) for fold in result.scores["folds"])
+    assert result.scores["cv"]["tree"]["geomean"] > 0.95
+    report = result.report
+    assert "per size regime, each by the out-of-fold score on its own matrices: small " \
+           "(below 1,000,000 nonzeros, per call) max_depth=" in report
+    assert "its root splitting the regimes on nnz." in report
+    assert "From 1,000,000 nonzeros (back-to-back times):" in report
+    assert "| small correction/" in report
+    assert json.loads(result.model.to_json())["schema_version"] == 2
+
+
 def test_labels_without_cost_quantities_are_refused():
     record = _record("old", "a", "synthetic", {})
     record["features"] = {f: v for f, v in record["features"].items() if "_work" not in f}

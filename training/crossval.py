@@ -2,7 +2,8 @@
 
 Folds are grouped by (family, synthetic or real) so that no family is on both sides of a split
 (:func:`group_splits`); :func:`select_hyper` picks a grid point by its pooled out-of-fold
-score, :func:`nested_cv` scores that choice without bias, :func:`leave_one_family_out` scores
+score (in two size regimes, one per regime by that regime's score), :func:`nested_cv` scores
+that choice without bias, :func:`leave_one_family_out` scores
 each real family with a tree trained without it, and :func:`guard` decides whether a model may
 be installed. The reasons for the grid's shape are in the :mod:`training.train` docstring.
 """
@@ -16,7 +17,8 @@ import numpy as np
 from sklearn.model_selection import GroupKFold
 
 from training.dataset import Dataset
-from training.fitting import OBJECTIVES, WEIGHTINGS, Hyper, fit, fit_cost_model
+from training.fitting import (OBJECTIVES, WEIGHTINGS, Hyper, RegimeHyper, fit, fit_cost_model,
+                              regimes)
 from training.metrics import (best_fixed, cost_policy, fixed_kernel, fixed_name, fixed_policy,
                               rule_policy, selection_metrics, selection_score, tree_policy)
 
@@ -69,8 +71,17 @@ def group_splits(groups: np.ndarray, n_splits: int,
     return [(np.flatnonzero(folds != f), np.flatnonzero(folds == f)) for f in range(k)]
 
 
-def select_hyper(ds: Dataset, rows: np.ndarray, n_splits: int, grid=GRID) -> tuple[Hyper, float]:
-    """The grid point with the best pooled out-of-fold selection score on ``rows``."""
+def select_hyper(ds: Dataset, rows: np.ndarray, n_splits: int,
+                 grid=GRID) -> tuple[Hyper | RegimeHyper, float]:
+    """The grid point with the best pooled out-of-fold selection score on ``rows``, and that
+    score.
+
+    Where a model of ``rows`` has two size regimes (:func:`training.fitting.regimes`), each
+    regime's tree is chosen by the out-of-fold score on that regime's matrices: the large
+    matrices' tree by how it does on large matrices, not by a score that small ones dominate.
+    The pooled score is a mean over matrices, so choosing per regime maximises it too; the two
+    choices share an objective (the best pair per objective, then the objective whose pair
+    pools best), and the score returned is the pair's pooled one."""
     splits = group_splits(ds.groups[rows], n_splits)
     if not splits:
         return FALLBACK_HYPER, math.nan
@@ -80,7 +91,27 @@ def select_hyper(ds: Dataset, rows: np.ndarray, n_splits: int, grid=GRID) -> tup
         for hyper in grid:
             fitted = fit(ds, rows[train], hyper, cost_model)
             chosen[hyper][test] = tree_policy(fitted, ds, rows[test])
-    scores = {hyper: selection_score(ds.times[rows], chosen[hyper]) for hyper in grid}
+    times = ds.times[rows]
+    everything = np.arange(len(rows))
+    if regimes(ds, rows) is None:
+        return _best(grid, times, chosen, everything)
+    large = ds.large[rows]
+    best, best_score = None, -math.inf
+    for objective in dict.fromkeys(hyper.objective for hyper in grid):
+        options = [hyper for hyper in grid if hyper.objective == objective]
+        small_hyper, small_score = _best(options, times, chosen, everything[~large])
+        large_hyper, large_score = _best(options, times, chosen, everything[large])
+        score = ((~large).sum() * small_score + large.sum() * large_score) / len(rows)
+        if score > best_score + 1e-12:
+            best, best_score = RegimeHyper(small_hyper, large_hyper), score
+    return best, best_score
+
+
+def _best(grid, times: np.ndarray, chosen: dict, positions: np.ndarray) -> tuple[Hyper, float]:
+    """The setting of ``grid`` whose out-of-fold choices (``chosen``) score best on
+    ``positions``, and its score; the first of equal scores (the simplest) wins."""
+    scores = {hyper: selection_score(times[positions], chosen[hyper][positions])
+              for hyper in grid}
     best = grid[0]
     for hyper in grid[1:]:
         if scores[hyper] > scores[best] + 1e-12:
@@ -91,7 +122,7 @@ def select_hyper(ds: Dataset, rows: np.ndarray, n_splits: int, grid=GRID) -> tup
 @dataclasses.dataclass
 class Fold:
     test: np.ndarray
-    hyper: Hyper
+    hyper: Hyper | RegimeHyper
     chosen: np.ndarray
     """The tree's choices for the test rows."""
     cost_chosen: np.ndarray

@@ -19,7 +19,7 @@ import numpy as np
 
 from autospmv import registry
 from autospmv.features import FEATURE_NAMES
-from training.label import TRAINING_MODES, is_noisy, target_mode
+from training.label import LARGE_NNZ, TRAINING_MODES, is_noisy, target_mode
 
 
 @dataclasses.dataclass
@@ -41,6 +41,9 @@ class Dataset:
     """The time columns: the registry's kernels that the records timed (:func:`kernels_timed`)."""
     noisy: list[str] = dataclasses.field(default_factory=list)
     """Names of the records left out because their timings stayed disturbed."""
+    large_nnz: float | None = None
+    """The nonzeros from which the rows were timed back-to-back, smaller ones per call (timing
+    mode ``auto``: :data:`training.label.LARGE_NNZ`); None when one mode times every row."""
 
     def __post_init__(self):
         self.groups = np.array([f"{f}/{'real' if r else 'synthetic'}"
@@ -50,6 +53,10 @@ class Dataset:
         """The fastest kernel of each matrix."""
         self.as_given = self.real & (self.grown == 1)
         """Real matrices as their files hold them: the set the real-matrix figures are on."""
+        self.large = (self.nnz >= self.large_nnz if self.large_nnz is not None
+                      else np.zeros(len(self.names), dtype=bool))
+        """Rows timed back-to-back by the size rule (from :attr:`large_nnz` nonzeros); all
+        False when one timing mode times every row."""
 
     def __len__(self) -> int:
         return len(self.names)
@@ -105,6 +112,7 @@ def dataset(records, mode: str = "auto") -> tuple[Dataset, list[str]]:
         grown=np.array([r.get("grown", 1) for r in recs], dtype=np.int64),
         kernels=kernels,
         noisy=noisy,
+        large_nnz=LARGE_NNZ if mode == "auto" else None,
     ), [r["name"] for r, _ in dropped]
 
 

@@ -5,6 +5,16 @@ relative error); :func:`fit` fits, on its estimates, the tree of one :class:`Hyp
 ``correction`` (a correction per kernel of the estimate), ``fastest`` (a classifier of the
 fastest kernel) or ``quality`` (leaf scores of selection quality). The objectives are described
 in the :mod:`training.train` docstring; choosing among them is :mod:`training.crossval`'s work.
+
+**Size regimes.** When the labels time small matrices per call and large ones back-to-back
+(timing mode ``auto``, :attr:`Dataset.large`), the two are different targets: per call, the
+launch and the synchronisation are much of a small matrix's time; back to back, a large
+matrix's time is its memory traffic and its longest loops. One cost model fitted to both fits
+neither, and one tree spends its splits telling the two apart. So, where the rows hold enough
+matrices of both (:func:`regimes`), each regime gets its own cost-model coefficients (one
+:class:`CostModel` with a second table, ``large_coefficients``) and its own tree with its own
+hyperparameters (:class:`RegimeHyper`); the two trees hang under a root that splits on ``nnz``
+at the regime boundary (:class:`RegimeTree`), so the model stays one tree.
 """
 
 from __future__ import annotations
@@ -33,6 +43,9 @@ transforms: log sizes add nothing.)"""
 CORRECTION_FEATURES = tuple(f for f in FEATURE_NAMES if f not in QUANTITY_NAMES)
 """What a ``correction`` tree reads next to the ``est_<kernel>`` values: the structural
 features (the cost quantities enter through the estimates)."""
+MIN_REGIME_MATRICES = 20
+"""Fewest training matrices of each size regime for the regimes to be fitted apart
+(:func:`regimes`); with fewer on one side, one cost model and one tree are fitted on all."""
 CORRECTION_CLIP = 3.0
 """The ``correction`` objective's targets, log2(t / t̂), are clipped to ±3: a kernel 8× off
 its estimate is wrong there, however far; a kernel that did not run counts as +3."""
@@ -47,8 +60,61 @@ class Hyper:
     weighting: str
     objective: str = "quality"
 
+    def as_dict(self) -> dict:
+        """The tree's hyperparameters as a model's provenance records them (the objective is
+        recorded apart)."""
+        return {"max_depth": self.max_depth, "min_samples_leaf": self.min_samples_leaf,
+                "weighting": self.weighting}
+
+
+@dataclasses.dataclass(frozen=True)
+class RegimeHyper:
+    """Hyperparameters of a model fitted in two size regimes (see the module docstring): one
+    :class:`Hyper` for the matrices below :attr:`Dataset.large_nnz`, one for the rest. Both
+    have one objective: the model's leaves rank kernels one way."""
+
+    small: Hyper
+    large: Hyper
+
+    def __post_init__(self):
+        if self.small.objective != self.large.objective:
+            raise ValueError("the two size regimes' trees need one objective; got "
+                             f"{self.small.objective} and {self.large.objective}")
+
+    @property
+    def objective(self) -> str:
+        return self.small.objective
+
+    def as_dict(self) -> dict:
+        """Per regime, :meth:`Hyper.as_dict`."""
+        return {"small": self.small.as_dict(), "large": self.large.as_dict()}
+
+
+def regimes(ds: Dataset, rows) -> tuple[np.ndarray, np.ndarray] | None:
+    """(the small matrices of ``rows``, the large ones) when a model fitted on ``rows`` has two
+    size regimes: the labels time the two differently (:attr:`Dataset.large_nnz`) and each
+    regime holds at least :data:`MIN_REGIME_MATRICES` of the rows; else None."""
+    if ds.large_nnz is None:
+        return None
+    rows = np.asarray(rows)
+    large = ds.large[rows]
+    if min(int(large.sum()), int((~large).sum())) < MIN_REGIME_MATRICES:
+        return None
+    return rows[~large], rows[large]
+
 
 def fit_cost_model(ds: Dataset, rows) -> CostModel:
+    """The cost model of ``ds`` rows ``rows``: one coefficient table
+    (:func:`fit_coefficients`), or one per size regime where :func:`regimes` finds two."""
+    parts = regimes(ds, rows)
+    if parts is None:
+        return CostModel(fit_coefficients(ds, rows))
+    small, large = parts
+    return CostModel(fit_coefficients(ds, small), large_coefficients=fit_coefficients(ds, large),
+                     large_nnz=ds.large_nnz)
+
+
+def fit_coefficients(ds: Dataset, rows) -> dict[str, list[float]]:
     """Per kernel, the non-negative coefficients minimising Σ (t̂/t − 1)² over the rows where
     the kernel ran: relative error, so that a 10 µs matrix counts as much as a 10 ms one.
     Regressor columns are scaled to a maximum of 1 for the solver and the scale undone. A
@@ -69,7 +135,7 @@ def fit_cost_model(ds: Dataset, rows) -> CostModel:
         scale[scale == 0] = 1.0
         solution, _ = nnls(design / scale, np.ones(ran.size))
         coefficients[kernel] = (solution / scale).tolist()
-    return CostModel(coefficients)
+    return coefficients
 
 
 def sample_weights(times: np.ndarray, weighting: str) -> np.ndarray:
@@ -180,6 +246,66 @@ class CorrectionTree:
         return self.regressor.predict(np.asarray(X, dtype=np.float32))
 
 
+class RegimeTree:
+    """The trees of the two size regimes (see the module docstring) as one tree: a root that
+    sends a matrix with fewer than ``large_nnz`` nonzeros to ``small``'s tree and the others to
+    ``large``'s. Both were fitted on the same input columns; ``nnz_column`` is the one holding
+    ``nnz``. ``classes_`` are the kernels of either tree in ``kernels`` order (a value of 0
+    where a tree lacks one: a classifier fitted on a regime where a kernel never won); the root's
+    value is the two trees' root values averaged over their matrices (it ranks nothing: every
+    matrix goes on to a subtree). ``predict_proba`` and ``tree_`` are what the subtrees' are,
+    routed as :class:`autospmv.model.TreeModel` routes: ``float32(nnz) <= large_nnz − ½``."""
+
+    def __init__(self, small, large, kernels, nnz_column: int, large_nnz: float):
+        self.parts = (small, large)
+        present = set(small.classes_) | set(large.classes_)
+        self.classes_ = np.array([k for k in kernels if k in present])
+        self.column = nnz_column
+        self.threshold = float(large_nnz) - 0.5
+        """Between the largest integer below ``large_nnz`` and ``large_nnz``."""
+        self._slots = [np.array([list(self.classes_).index(c) for c in part.classes_])
+                       for part in self.parts]
+        values = [self._widen(part.tree_.value[:, 0, :], slots)
+                  for part, slots in zip(self.parts, self._slots)]
+        trees = [part.tree_ for part in self.parts]
+        counts = np.array([tree.n_node_samples[0] for tree in trees], dtype=np.float64)
+        root_value = (counts[0] * values[0][0] + counts[1] * values[1][0]) / counts.sum()
+        offsets = (1, 1 + trees[0].children_left.size)
+
+        def shifted(key: str) -> list[np.ndarray]:
+            """The subtrees' child indices in the joined arrays (leaves keep their -1)."""
+            return [np.where(getattr(tree, key) < 0, getattr(tree, key),
+                             getattr(tree, key) + offset) for tree, offset in zip(trees, offsets)]
+
+        self.tree_ = types.SimpleNamespace(
+            n_outputs=1, n_features=trees[0].n_features,
+            children_left=np.concatenate([[offsets[0]], *shifted("children_left")]),
+            children_right=np.concatenate([[offsets[1]], *shifted("children_right")]),
+            feature=np.concatenate([[nnz_column]] + [tree.feature for tree in trees]),
+            threshold=np.concatenate([[self.threshold]] + [tree.threshold for tree in trees]),
+            value=np.concatenate([root_value[None]] + values)[:, None, :],
+            n_node_samples=np.concatenate([[int(counts.sum())]]
+                                          + [tree.n_node_samples for tree in trees]),
+            weighted_n_node_samples=np.concatenate(
+                [[sum(tree.weighted_n_node_samples[0] for tree in trees)]]
+                + [tree.weighted_n_node_samples for tree in trees]))
+
+    def _widen(self, values: np.ndarray, slots: np.ndarray) -> np.ndarray:
+        """A subtree's per-class ``values`` (rows × its classes) in :attr:`classes_` columns."""
+        out = np.zeros((values.shape[0], self.classes_.size))
+        out[:, slots] = values
+        return out
+
+    def predict_proba(self, X) -> np.ndarray:
+        X = np.asarray(X)
+        right = ~(X[:, self.column].astype(np.float32) <= self.threshold)
+        out = np.zeros((X.shape[0], self.classes_.size))
+        for part, slots, rows in zip(self.parts, self._slots, (~right, right)):
+            if rows.any():
+                out[rows] = self._widen(part.predict_proba(X[rows]), slots)
+        return out
+
+
 def correction_targets(times: np.ndarray, log_estimates: np.ndarray) -> np.ndarray:
     """``log2(t / t̂)`` clipped to ±:data:`CORRECTION_CLIP`; +clip where the kernel did not
     run."""
@@ -196,17 +322,43 @@ def quality_gains(times: np.ndarray) -> np.ndarray:
     return np.log(np.maximum(q, QUALITY_FLOOR) / QUALITY_FLOOR)
 
 
-def fit(ds: Dataset, rows, hyper: Hyper, cost_model: CostModel | None = None) -> Fitted:
+def fit(ds: Dataset, rows, hyper: Hyper | RegimeHyper,
+        cost_model: CostModel | None = None) -> Fitted:
     """The cost model fitted on ``ds`` rows ``rows`` (unless given: it depends on the rows
     only) and, on its estimates, a tree for ``hyper``: a :class:`CorrectionTree` (objective
     ``correction``), a ``DecisionTreeClassifier`` (``fastest``) or a :class:`QualityTree`
     (``quality``); each has ``classes_``, ``predict_proba`` and the ``tree_`` that
-    :meth:`TreeModel.from_sklearn` exports."""
+    :meth:`TreeModel.from_sklearn` exports.
+
+    Where :func:`regimes` finds two size regimes in ``rows``, one such tree per regime, fitted
+    on its matrices with its hyperparameters (a plain :class:`Hyper` serves both), under the
+    root of a :class:`RegimeTree`. Where it does not, a :class:`RegimeHyper` gives the one tree
+    the hyperparameters of the regime that holds most of the rows."""
     rows = np.asarray(rows)
+    cost_model = cost_model or fit_cost_model(ds, rows)
+    parts = regimes(ds, rows)
+    if parts is None:
+        if isinstance(hyper, RegimeHyper):
+            hyper = hyper.large if 2 * ds.large[rows].sum() > rows.size else hyper.small
+        return _fit_tree(ds, rows, hyper, cost_model)
+    small, large = (hyper.small, hyper.large) if isinstance(hyper, RegimeHyper) \
+        else (hyper, hyper)
+    if small.objective != large.objective:
+        raise ValueError("the two size regimes' trees need one objective; got "
+                         f"{small.objective} and {large.objective}")
+    below = _fit_tree(ds, parts[0], small, cost_model)
+    above = _fit_tree(ds, parts[1], large, cost_model)
+    nnz_column = below.feature_names.index("nnz")
+    return Fitted(cost_model, small.objective,
+                  RegimeTree(below.tree, above.tree, ds.kernels, nnz_column, ds.large_nnz))
+
+
+def _fit_tree(ds: Dataset, rows: np.ndarray, hyper: Hyper, cost_model: CostModel) -> Fitted:
+    """One tree for ``hyper`` on ``rows``, over the estimates of ``cost_model``."""
     if hyper.objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {hyper.objective!r}; choose one of "
                          f"{', '.join(OBJECTIVES)}")
-    fitted = Fitted(cost_model or fit_cost_model(ds, rows), hyper.objective)
+    fitted = Fitted(cost_model, hyper.objective)
     estimates = fitted.estimates(ds, rows)
     X = fitted.inputs(ds, rows, estimates)
     weights = sample_weights(ds.times[rows], hyper.weighting)

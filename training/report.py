@@ -14,7 +14,7 @@ import numpy as np
 
 from autospmv.model import CostModel, TreeModel
 from training.dataset import Dataset
-from training.fitting import QUALITY_FLOOR, Hyper
+from training.fitting import QUALITY_FLOOR, Hyper, RegimeHyper
 from training.label import LARGE_NNZ, NOISE_LIMIT
 from training.metrics import (best_fixed, chooser_quality, fixed_policy, rule_policy,
                               selection_metrics)
@@ -66,9 +66,28 @@ def _band_table(bands: dict) -> str:
                   rows)
 
 
-def _describe(hyper: Hyper) -> str:
+def _describe(hyper: Hyper | RegimeHyper) -> str:
+    """``objective/depth/leaf/weighting``; per size regime, ``small …; large …``."""
+    if isinstance(hyper, RegimeHyper):
+        return f"small {_describe(hyper.small)}; large {_describe(hyper.large)}"
     return (f"{hyper.objective}/{hyper.max_depth}/{hyper.min_samples_leaf}/"
             f"{hyper.weighting}")
+
+
+def _settings(hyper: Hyper) -> str:
+    return (f"max_depth={hyper.max_depth}, min_samples_leaf={hyper.min_samples_leaf}, "
+            f"weighting={hyper.weighting}")
+
+
+def _chosen(hyper: Hyper | RegimeHyper, large_nnz: float | None) -> str:
+    """The chosen hyperparameters in words, per size regime where there are two."""
+    objective = f"objective={hyper.objective}" + (
+        f" (floor {QUALITY_FLOOR})" if hyper.objective == "quality" else "")
+    if not isinstance(hyper, RegimeHyper):
+        return f"{objective}, {_settings(hyper)}"
+    return (f"{objective}; per size regime, each by the out-of-fold score on its own matrices: "
+            f"small (below {large_nnz:,.0f} nonzeros, per call) {_settings(hyper.small)}; "
+            f"large (from {large_nnz:,.0f}, back-to-back) {_settings(hyper.large)}")
 
 
 def _all_real_row(ds: Dataset, tree: dict) -> list:
@@ -104,17 +123,29 @@ def _real_counts(ds: Dataset) -> str:
 
 
 def _cost_model_table(cost_model: CostModel) -> str:
-    """The exported cost model's coefficients, one row per kernel."""
-    rows = []
-    for kernel, (constant, per_row, per_nnz, per_byte, per_step, per_span, per_atomic) in zip(
-            cost_model.kernels, cost_model.coefficients):
-        rows.append([kernel, _fmt(constant, 2), _fmt(per_row * 1e3), _fmt(per_nnz * 1e3),
-                     _fmt(1e-3 / per_byte, 0) if per_byte else "–", _fmt(per_step * 1e6),
-                     _fmt(per_span * 1e3), _fmt(per_atomic * 1e3)])
-    return ("## Cost model (fitted on all matrices)\n\nt̂ = constant + Σ coefficient × quantity "
-            "(`autospmv/cost.py`); \"bytes\" as the bandwidth it implies.\n\n"
-            + _table(["kernel", "constant µs", "ns per row", "ns per nonzero", "bytes: GB/s",
-                      "ps per thread step", "ns per span step", "ns per atomic"], rows))
+    """The exported cost model's coefficients, one row per kernel; one table per size regime
+    where it has two."""
+    headers = ["kernel", "constant µs", "ns per row", "ns per nonzero", "bytes: GB/s",
+               "ps per thread step", "ns per span step", "ns per atomic"]
+
+    def table(coefficients) -> str:
+        rows = []
+        for kernel, (constant, per_row, per_nnz, per_byte, per_step, per_span,
+                     per_atomic) in zip(cost_model.kernels, coefficients):
+            rows.append([kernel, _fmt(constant, 2), _fmt(per_row * 1e3), _fmt(per_nnz * 1e3),
+                         _fmt(1e-3 / per_byte, 0) if per_byte else "–", _fmt(per_step * 1e6),
+                         _fmt(per_span * 1e3), _fmt(per_atomic * 1e3)])
+        return _table(headers, rows)
+
+    intro = ("## Cost model (fitted on all matrices)\n\nt̂ = constant + Σ coefficient × "
+             "quantity (`autospmv/cost.py`); \"bytes\" as the bandwidth it implies.")
+    if cost_model.large_nnz is None:
+        return intro + "\n\n" + table(cost_model.coefficients)
+    return (f"{intro} One table per size regime, each fitted on its own matrices.\n\n"
+            f"Below {cost_model.large_nnz:,.0f} nonzeros (per-call times):\n\n"
+            + table(cost_model.coefficients)
+            + f"\n\nFrom {cost_model.large_nnz:,.0f} nonzeros (back-to-back times):\n\n"
+            + table(cost_model.large_coefficients))
 
 
 def _report(ds: Dataset, model: TreeModel, scores: dict, records, mode: str) -> str:
@@ -140,11 +171,10 @@ def _report(ds: Dataset, model: TreeModel, scores: dict, records, mode: str) -> 
                  + " matrices.")
     searched = ", ".join(dict.fromkeys(h.objective for h in scores["grid"]))
     parts.append(f"Chosen by grouped CV on all matrices among {len(scores['grid'])} settings "
-                 f"(objectives: {searched}): objective={hyper.objective}"
-                 + (f" (floor {QUALITY_FLOOR})" if hyper.objective == "quality" else "")
-                 + f", max_depth={hyper.max_depth}, min_samples_leaf={hyper.min_samples_leaf}, "
-                 f"weighting={hyper.weighting}; tree: {model.n_nodes} nodes, depth "
-                 f"{model.depth}.")
+                 f"(objectives: {searched}): {_chosen(hyper, ds.large_nnz)}; tree: "
+                 f"{model.n_nodes} nodes, depth {model.depth}"
+                 + (", its root splitting the regimes on nnz." if isinstance(hyper, RegimeHyper)
+                    else "."))
     if folds:
         parts.append("## Nested cross-validation, per outer fold")
         rows = []

@@ -39,6 +39,15 @@ overrule it where the labels showed it wrong. The cost model is fitted on each t
 of the cross-validation like the tree, and its own out-of-fold choices are reported as the
 policy "cost model alone".
 
+Size regimes: in timing mode ``auto`` the labels hold two targets, per-call times below
+:data:`training.label.LARGE_NNZ` nonzeros and back-to-back times from it. Where the training
+rows hold at least :data:`training.fitting.MIN_REGIME_MATRICES` matrices of each, the model is
+fitted per regime (:func:`training.fitting.regimes`): a cost-model coefficient table each, and a
+tree each with its own hyperparameters, joined under a root that splits on ``nnz`` at the
+boundary, so that the exported model is still one cost model and one tree. On the H100 labels
+this raised the cross-validated geometric mean q of both dtypes, overall and on the matrices
+of at least 10⁶ nonzeros (``models/README.md`` has the figures per size band).
+
 Objectives (what a tree is fitted to):
 
 ``correction``
@@ -67,7 +76,8 @@ both the training and the test part, chooses among :func:`hyper_grid` the object
 ``max_depth``, ``min_samples_leaf`` and the sample weighting (``none``; ``ratio`` = t(worst ok
 kernel)/t(best); ``log_ratio`` = 1 + ln of that ratio: how much is at stake on a matrix) by
 the mean log q of the out-of-fold choices (a miss scores as the worst ok kernel); ties go to
-the simpler tree.
+the simpler tree. In two size regimes, each regime's tree is chosen by that score on the
+regime's own matrices (:func:`training.crossval.select_hyper`).
 The reported per-fold scores come from nested cross-validation (the hyperparameters of each
 outer fold are chosen on its training part alone), so they are not biased by that choice. The
 exported model uses the hyperparameters chosen by cross-validation on all matrices and is
@@ -113,10 +123,12 @@ from training.metrics import (BANDS, FIXED, RULE_LONG, RULE_NNZ, RULE_ROW,  # no
                               mean_metrics, measure_policy, policies, rule_policy,
                               selection_metrics, selection_score, tree_policy)
 # Cost model, objectives and tree fitting: training/fitting.py
-from training.fitting import (CORRECTION_CLIP, CORRECTION_FEATURES, OBJECTIVES,  # noqa: F401
-                              QUALITY_FLOOR, TREE_BASE_FEATURES, WEIGHTINGS, CorrectionTree,
-                              Fitted, Hyper, QualityTree, correction_targets, fit,
-                              fit_cost_model, quality_gains, sample_weights)
+from training.fitting import (CORRECTION_CLIP, CORRECTION_FEATURES,  # noqa: F401
+                              MIN_REGIME_MATRICES, OBJECTIVES, QUALITY_FLOOR,
+                              TREE_BASE_FEATURES, WEIGHTINGS, CorrectionTree, Fitted, Hyper,
+                              QualityTree, RegimeHyper, RegimeTree, correction_targets, fit,
+                              fit_coefficients, fit_cost_model, quality_gains, regimes,
+                              sample_weights)
 # Hyperparameter grid, cross-validation and the install guard: training/crossval.py
 from training.crossval import (DEFAULT_OBJECTIVES, FALLBACK_HYPER, GRID, REPEATS,  # noqa: F401
                                Fold, group_splits, guard, hyper_grid, leave_one_family_out,
@@ -218,9 +230,7 @@ def train(records, *, mode: str = "auto", n_splits: int = 5, grid=GRID,
         "families": sorted(set(ds.groups.tolist())),
         "objective": hyper.objective,
         "quality_floor": QUALITY_FLOOR if hyper.objective == "quality" else None,
-        "hyperparameters": {"max_depth": hyper.max_depth,
-                            "min_samples_leaf": hyper.min_samples_leaf,
-                            "weighting": hyper.weighting},
+        "hyperparameters": hyper.as_dict(),
         "cv_selection_score": None if math.isnan(score) else score,
         "cv_repeats": len(runs) if folds else 0,
         "cv": {name: cv[name] for name in ("tree", "cost model alone", "hand rule")},
