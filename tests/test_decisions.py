@@ -115,8 +115,10 @@ def test_decisions_snapshot(model):
     check_golden(f"{model.stem}-decisions.txt", decisions)
     kernels = {line.split()[1] for line in decisions.splitlines() if line.startswith("kernel ")}
     # On two CPU cores csr_scalar wins almost everywhere (models/README.md); on the GPU the
-    # representative matrices must exercise several kernels.
-    assert len(kernels) >= (4 if model.stem.startswith("cuda-") else 2), kernels
+    # representative matrices (all but one below 10⁶ nonzeros, decided on per-call time) must
+    # exercise several kernels: at least three, as many as are fastest on 95 % of the H200's
+    # float32 labels below 10⁶ nonzeros (csr_vector 65, coo 11, hyb 10 of 91).
+    assert len(kernels) >= (3 if model.stem.startswith("cuda-") else 2), kernels
 
 
 def test_deciding_for_a_gpu_without_one_uses_the_nearest_gpu_model(monkeypatch):
