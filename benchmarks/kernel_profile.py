@@ -213,6 +213,14 @@ def main(argv=None):
     print(f"wrote {out}")
 
 
+def correct_runs(record) -> list[dict]:
+    """The record's runs of the registered kernels that ran, were timed back-to-back and
+    matched the reference within the dtype's tolerance: the ones a best kernel is among."""
+    tolerance = TOLERANCE[np.dtype(record["dtype"])]
+    return [x for x in record["runs"] if x.get("feasible") and x["implementation"] == "registered"
+            and x["error"] <= tolerance and "b2b_us" in x]
+
+
 def summary(records, copy_tbs) -> list[str]:
     """Per dtype: the best kernel against cuSPARSE (back-to-back), its effective bandwidth
     against the copy bandwidth, and the automatic selection against the best kernel."""
@@ -220,8 +228,7 @@ def summary(records, copy_tbs) -> list[str]:
     for dtype in sorted({r["dtype"] for r in records}):
         ratios, rates, quality = [], [], []
         for r in (r for r in records if r["dtype"] == dtype):
-            ok = [x for x in r["runs"] if x.get("feasible") and x["implementation"] == "registered"
-                  and x["error"] <= TOLERANCE[np.dtype(dtype)] and "b2b_us" in x]
+            ok = correct_runs(r)
             if not ok:
                 continue
             best = min(ok, key=lambda x: x["b2b_us"])

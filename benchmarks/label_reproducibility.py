@@ -36,8 +36,10 @@ def common(a, b, holdout):
     if holdout:
         a, b = split_holdout(a, holdout)[1], split_holdout(b, holdout)[1]
     names = {r["name"] for r in a} & {r["name"] for r in b}
-    pick = lambda records: sorted((r for r in records if r["name"] in names),  # noqa: E731
-                                  key=lambda r: r["name"])
+
+    def pick(records):
+        return sorted((r for r in records if r["name"] in names), key=lambda r: r["name"])
+
     return pick(a), pick(b)
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
 import sys
 from pathlib import Path
 
@@ -29,15 +28,12 @@ sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import gpu  # noqa: E402  (the benchmark's generated large matrices)
+from kernel_profile import correct_runs  # noqa: E402
 
 import autospmv  # noqa: E402
 from autospmv import selector  # noqa: E402
+from autospmv.model_store import slugify  # noqa: E402
 from autospmv.validation import canonicalize  # noqa: E402
-
-
-def slug_of(gpu_name: str) -> str:
-    """The model slug of a GPU name, as ``autospmv.model_store.device_slug`` forms it."""
-    return "cuda-" + "-".join(re.findall(r"[a-z0-9]+", gpu_name.lower()))
 
 
 def rebuild(name: str, group: str, folder: Path, large_nnz: float):
@@ -51,9 +47,9 @@ def rebuild(name: str, group: str, folder: Path, large_nnz: float):
 
 
 def score(record: dict, kernel: str, params: dict) -> tuple[float, bool]:
-    """q of ``kernel``/``params`` among the record's timed runs, and whether params matched."""
-    ok = [r for r in record["runs"] if r.get("feasible") and r.get("b2b_us")
-          and r.get("implementation", "registered") == "registered"]
+    """q of ``kernel``/``params`` among the record's correct timed runs (as the benchmark's
+    summary counts them), and whether params matched."""
+    ok = correct_runs(record)
     best = min(r["b2b_us"] for r in ok)
     same = [r for r in ok if r["kernel"] == kernel and r["params"] == params]
     matched = bool(same)
@@ -70,19 +66,18 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     bench = json.loads(Path(args.results).read_text())
-    slug = slug_of(bench["device"]["gpu"])
+    slug = "cuda-" + slugify(bench["device"]["gpu"])
     shipped = selector.shipped_models()
-    rows, cache = [], {}
+    rows, built = [], (None, None)  # the last matrix built: records come per matrix, by dtype
     for record in bench["records"]:
         model = shipped.get(f"{slug}-{record['dtype']}")
         if model is None:
             print(f"no shipped {record['dtype']} model for {slug}", file=sys.stderr)
             return 2
         key = record["matrix"]
-        if key not in cache:
-            cache.clear()
-            cache[key] = rebuild(key, record["group"], Path(args.matrices), args.large_nnz)
-        A = canonicalize(cache[key].astype(record["dtype"]))
+        if built[0] != key:
+            built = key, rebuild(key, record["group"], Path(args.matrices), args.large_nnz)
+        A = canonicalize(built[1].astype(record["dtype"]))
         decision = autospmv.select(A, device="cuda", model=model)
         q, matched = score(record, decision.kernel, decision.params)
         rows.append({"matrix": key, "dtype": record["dtype"], "nnz": record["nnz"],
