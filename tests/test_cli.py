@@ -69,8 +69,8 @@ def test_explain_without_a_model_for_the_cpu(capsys, matrix_file):
     lines = out.splitlines()
     assert lines[0] == f"{matrix_file}: 144×144, 672 nonzeros, on cpu"
     assert lines[1].startswith("model: none for cpu-") and "the built-in rule decides" in lines[1]
-    assert lines[2] == "kernel csr_vector (threads_per_row=2), chosen by rule"
-    assert lines[3] == "  max_row_length = 5 ≤ 1024 → csr_vector"
+    assert lines[2] == "kernel csr_scalar (no parameters), chosen by rule"
+    assert lines[3] == "  device = cpu → csr_scalar"
 
 
 def test_explain_with_a_model_file_shows_it_and_the_path(capsys, matrix_file):
@@ -142,7 +142,7 @@ def test_bench_a_tiny_matrix_on_the_cpu(capsys, matrix_file):
     assert status == 0
     for kernel in autospmv.KERNELS:
         assert f"  {kernel:11s}" in out
-    assert "picked csr_vector" in out and "quality " in out
+    assert "picked csr_scalar" in out and "quality " in out
     # Deciding is reported against SciPy's product (the README's figure) and prepare() in all,
     # conversion included, against the picked kernel's SpMV: two different numbers, each named.
     assert "deciding (features and prediction, select()) took " in out
@@ -170,9 +170,9 @@ def test_demo_and_bench_time_with_autospmvs_timer(capsys, matrix_file, monkeypat
     assert status == 0
     for kernel in autospmv.KERNELS:
         assert f"  {kernel:11s} {7.0:10.1f} µs per call\n" in out
-    assert "picked csr_vector (7.0 µs), best " in out and "quality 1.000" in out
+    assert "picked csr_scalar (7.0 µs), best " in out and "quality 1.000" in out
     assert ("deciding (features and prediction, select()) took 0.01 ms = 1.0× SciPy's A @ x on "
-            "the CPU (0.01 ms) = 1 SpMVs of csr_vector") in out
+            "the CPU (0.01 ms) = 1 SpMVs of csr_scalar") in out
     assert "prepare() in all (deciding, conversion to csr, set-up) took 0.01 ms = 1 SpMVs" in out
     monkeypatch.setattr(cli, "demo_matrices", lambda: {"Poisson 8×8": poisson2d(8)})
     status, out, _ = run(capsys, "demo")

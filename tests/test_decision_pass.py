@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import numpy as np
 import pytest
 
 import autospmv
+from autospmv import selector
 from autospmv.cost_model import CostModel
 from autospmv.model import TreeModel
 from autospmv.model_store import device_slug, user_model_path
@@ -28,11 +30,21 @@ FEATURES = sys.modules["autospmv.features"]
 SHIPPED = sorted((Path(__file__).resolve().parent.parent / "models").glob("*.json"))
 
 
+CPU_STAND_IN = next(p for p in SHIPPED if p.name == "cuda-nvidia-h100-80gb-hbm3-float64.json")
+"""Shipped in the tests as this CPU's model: none ships for the CPU (its rule runs one kernel),
+and a tree reads the same features on any device, so a GPU model serves to count a CPU pass."""
+
+
 @pytest.fixture(autouse=True)
 def isolated_lookup(monkeypatch, tmp_path):
-    """No AUTOSPMV_MODEL and an empty per-user folder: the shipped CPU model decides."""
+    """No AUTOSPMV_MODEL, an empty per-user folder, and a CPU model among the shipped ones,
+    which decides."""
     monkeypatch.delenv("AUTOSPMV_MODEL", raising=False)
     monkeypatch.setenv("AUTOSPMV_HOME", str(tmp_path / "autospmv-home"))
+    stem = f"{device_slug('cpu')}-float64"
+    shipped = {**selector.shipped_models(), stem: tmp_path / f"{stem}.json"}
+    shutil.copyfile(CPU_STAND_IN, shipped[stem])
+    monkeypatch.setattr(selector, "shipped_models", lambda: shipped)
 
 
 @pytest.fixture
@@ -88,7 +100,7 @@ def test_a_forced_kernel_makes_no_decision_pass(calls):
 
 def test_a_skipped_retrained_model_does_not_rescan(calls, monkeypatch):
     """A retrained model that loads but cannot decide hands the same features to the next."""
-    doc = json.loads(next(p for p in SHIPPED if p.name.startswith("cpu-")).read_text())
+    doc = json.loads(CPU_STAND_IN.read_text())
     doc["provenance"] = {"marker": "retrained"}
     path = user_model_path(device_slug("cpu"))
     path.parent.mkdir(parents=True)

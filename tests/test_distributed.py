@@ -7,8 +7,8 @@ layer refuses by aborting the process; processes are also what a ``LocalCUDAClus
 everything that travels (parts, decisions, vectors) is really serialised here. The client is not
 made the default client, so that :func:`prepare` without ``client=`` can be tested.
 
-Decisions use the shipped CPU model given explicitly (``model=``), so that they do not depend on
-models retrained on the machine that runs the tests.
+Decisions use a trained model given explicitly (``model=``, :data:`CPU_MODEL`), so that they do
+not depend on models retrained on the machine that runs the tests.
 """
 
 from __future__ import annotations
@@ -32,7 +32,10 @@ from matrices import (DTYPE_IDS, DTYPES, FAMILY, TOLERANCE, diagonal, one_long_r
                       poisson2d, random_matrix, random_vector, reference, relative_error)
 
 CPU_MODEL = str(Path(__file__).resolve().parent.parent / "models"
-                / "cpu-intel-r-xeon-r-processor-2-10ghz.json")
+                / "cuda-nvidia-h100-80gb-hbm3-float64.json")
+"""A trained tree for the CPU parts to decide with (none ships for the CPU, whose rule runs one
+kernel; a tree reads the same features on any device, so a GPU model serves to show that each
+part decides for itself)."""
 
 
 @pytest.fixture(scope="module")
@@ -118,8 +121,8 @@ def test_each_part_decides_for_itself_and_explains(client):
     assert op.kernels == [d.kernel for d in expected]
     assert [d.params for d in op.decisions] == [d.params for d in expected]
     assert [d.path for d in op.decisions] == [d.path for d in expected]
-    # The shipped CPU model gives the two halves different kernels (if a retrained model stops
-    # doing so, choose another pair of blocks: the point is that parts decide independently).
+    # The model gives the two halves different kernels (if a retrained model stops doing so,
+    # choose another pair of blocks: the point is that parts decide independently).
     assert len(set(op.kernels)) == 2, op.kernels
     assert all(p.device == "cpu" for p in op.parts)
     assert len({p.worker for p in op.parts}) == 2

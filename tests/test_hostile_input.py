@@ -261,16 +261,24 @@ def test_read_only_out_is_refused():
 
 # --- models -------------------------------------------------------------------------------------
 
+STAND_IN = "cuda-nvidia-h100-80gb-hbm3-float64"
+"""The shipped model that plays this CPU's shipped model here: none ships for the CPU (its rule
+runs one kernel), and a tree reads the same features on any device."""
+
+
 @pytest.fixture
 def cpu_model_doc():
-    path = next(p for slug, p in shipped_models().items() if slug.startswith("cpu-"))
-    return json.loads(path.read_text())
+    return json.loads(shipped_models()[STAND_IN].read_text())
 
 
 @pytest.fixture
 def user_home(tmp_path, monkeypatch):
+    """An empty per-user folder (its CPU model path returned) and a shipped CPU model."""
     monkeypatch.setenv("AUTOSPMV_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("AUTOSPMV_MODEL", raising=False)
+    shipped = shipped_models()
+    shipped[f"{device_slug('cpu')}-float64"] = shipped[STAND_IN]
+    monkeypatch.setattr("autospmv.selector.shipped_models", lambda: shipped)
     path = user_model_path(device_slug("cpu"))
     path.parent.mkdir(parents=True)
     return path

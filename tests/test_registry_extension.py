@@ -14,7 +14,7 @@ import pytest
 import scipy.sparse as sp
 
 import autospmv
-from autospmv import cost, registry
+from autospmv import cost, registry, selector
 from autospmv.__main__ import main as cli_main
 from autospmv.features import FEATURE_NAMES
 from autospmv.model import TreeModel
@@ -122,8 +122,12 @@ def test_automatic_prepare_with_a_model_that_knows_the_toy(toy):
 def test_shipped_models_still_decide_with_the_toy_registered(toy, monkeypatch):
     monkeypatch.delenv("AUTOSPMV_MODEL", raising=False)
     A = _matrix()
-    op = autospmv.prepare(A, device="cpu")
-    assert op.decision.source.startswith("model ")
+    for model in selector.shipped_models().values():
+        op = autospmv.prepare(A, device="cpu", model=model)
+        assert op.decision.source.startswith("model ")
+        assert op.kernel in autospmv.KERNELS
+        assert TOY not in op.decision.candidates
+    op = autospmv.prepare(A, device="cpu")  # no CPU model ships: the rule
     assert op.kernel in autospmv.KERNELS
     assert TOY not in op.decision.candidates
 
