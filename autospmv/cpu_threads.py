@@ -21,15 +21,25 @@ Laplacian, ``(op @ x).dot(x)``), four things decide whether the two pools get al
    and lost from ~160K (126 µs against 94 µs). An operator therefore uses one thread per
    :data:`NNZ_PER_THREAD` nonzeros, and the serial compilation of its kernel (no thread pool at
    all) when that comes to one thread.
-3. **No threads beside a threaded BLAS, unless the product is long.** OpenBLAS's workers keep
-   spinning (yielding) on the cores for a while after each call, and a solver calls the BLAS
-   between every two products, so a threaded product must take those cores back each time. In
-   cg (200 iterations, interleaved in one process) two threads doubled the time on bayer10's
-   Laplacian (156K nonzeros: 350 ms against 144 ms serial and 167 ms with SciPy) and lost on
-   delaunay_n15's (229K: 428 against 281 and 542 ms); with the BLAS limited to one thread, two
-   threads and one were equal (33 ms). So when the BLAS runs more than one thread (threadpoolctl,
-   which scikit-learn brings, tells; without it none is assumed) products below
-   :data:`BLAS_SHARED_MIN_NNZ` nonzeros run serially. From there a serial product takes a
+3. **No threads beside a threaded BLAS, unless the product is long or the vectors short.**
+   OpenBLAS's workers keep spinning (yielding) on the cores for a while after each call, and a
+   solver calls the BLAS between every two products, so a threaded product must take those cores
+   back each time. In cg (200 iterations, interleaved in one process) two threads doubled the
+   time on bayer10's Laplacian (156K nonzeros: 350 ms against 144 ms serial and 167 ms with
+   SciPy) and lost on delaunay_n15's (229K: 428 against 281 and 542 ms); with the BLAS limited
+   to one thread, two threads and one were equal (33 ms). OpenBLAS runs its vector calls on its
+   pool only from :data:`BLAS_THREADED_MIN_LENGTH` entries; below that its workers stay asleep
+   and threads pay as they do without a BLAS. On a 16-core host (``benchmarks/solvers.py`` on
+   the 11 shared matrices of 100K-510K nonzeros, threads forced to 1, 2, 4, 8 and 16,
+   ``benchmarks/results/solvers-h200-host-16c-2026-11-23-threads-*.json``) threads cut the
+   solve times on the five matrices whose vectors are shorter than 10,000 entries (cg on MIT8
+   from 0.99× SciPy's time serially to 0.30× with 8 threads, on bcsstk16 from 0.87× to 0.34×)
+   and lost on the six with longer ones (up to 1.1-1.5× SciPy's on QAP15, STOCFOR3, bayer10,
+   FIT2D), in every solver. So when the BLAS runs more than one thread (threadpoolctl, which
+   scikit-learn brings, tells; without it none is assumed), products below
+   :data:`BLAS_SHARED_MIN_NNZ` nonzeros run serially when the operator's larger dimension (the
+   longest vector a solver hands the BLAS beside it) is at least
+   :data:`BLAS_THREADED_MIN_LENGTH`. From :data:`BLAS_SHARED_MIN_NNZ` on a serial product takes a
    millisecond or more, and what the threads save outweighs taking the cores back.
 4. **Never more threads than cores.** The count is also capped by the cores this process may
    run on (``os.sched_getaffinity``: ``taskset`` and container CPU sets) and by numba's current
@@ -60,7 +70,12 @@ ENV_THREADS = "AUTOSPMV_NUM_THREADS"
 """Environment variable giving the number of CPU threads per product (a positive integer)."""
 
 BLAS_SHARED_MIN_NNZ = 1_000_000
-"""Below this many nonzeros a product runs serially while the BLAS runs more than one thread."""
+"""Below this many nonzeros a product runs serially while the BLAS runs more than one thread on
+vectors as long as the operator's (:data:`BLAS_THREADED_MIN_LENGTH`)."""
+
+BLAS_THREADED_MIN_LENGTH = 10_000
+"""Vectors of at least this many entries make OpenBLAS run its vector calls (``dot``, ``axpy``)
+on its thread pool; shorter ones it runs on the calling thread (its level-1 threshold)."""
 
 NNZ_PER_THREAD = 60_000
 """Nonzeros per thread: a product uses ``nnz // NNZ_PER_THREAD`` threads (at least one), so
@@ -148,8 +163,12 @@ def requested_threads(threads=None) -> tuple[int | None, str]:
     return None, "auto"
 
 
-def choose_threads(nnz: int, threads=None) -> tuple[int, str]:
+def choose_threads(nnz: int, threads=None, vector_length: int = BLAS_THREADED_MIN_LENGTH
+                   ) -> tuple[int, str]:
     """Threads for one product over ``nnz`` nonzeros, and a sentence saying why.
+
+    ``vector_length`` is the longest vector a solver hands the BLAS beside this operator, its
+    larger dimension (rule 3 of the module docstring); left out, the BLAS is assumed to thread.
 
     The result is the most threads a call may use; each call further caps it by numba's current
     thread count. See the module docstring for the rule and the measurements behind it.
@@ -167,11 +186,12 @@ def choose_threads(nnz: int, threads=None) -> tuple[int, str]:
     count = min(pool, cores, by_size)
     why = (f"auto: min(one per {NNZ_PER_THREAD:,} nonzeros = {by_size}, usable cores = {cores}, "
            f"numba pool = {pool})")
-    if count > 1 and nnz < BLAS_SHARED_MIN_NNZ:
+    if count > 1 and nnz < BLAS_SHARED_MIN_NNZ and vector_length >= BLAS_THREADED_MIN_LENGTH:
         blas = blas_threads()
         if blas > 1:
             count = 1
-            why = (f"auto: serial beside a BLAS running {blas} threads, below "
+            why = (f"auto: serial beside a BLAS running {blas} threads on vectors of "
+                   f"{vector_length:,} (≥ {BLAS_THREADED_MIN_LENGTH:,}) entries, below "
                    f"{BLAS_SHARED_MIN_NNZ:,} nonzeros")
     return count, why
 

@@ -227,7 +227,7 @@ class CpuBackend:
     rule from the matrix size and the usable cores; 1 runs the serial kernel)."""
 
     def __init__(self, spec: registry.KernelSpec, fmt, params: dict, nnz: int, threads=None):
-        self.threads, self.threads_reason = choose_threads(nnz, threads)
+        self.threads, self.threads_reason = choose_threads(nnz, threads, max(fmt.shape))
         self._run = bind_threaded(spec.cpu_kernel(), fmt, params, self.threads)
 
     def host_matvec(self, x: np.ndarray, y: np.ndarray) -> None:

@@ -207,12 +207,35 @@ def test_auto_threads_stay_serial_beside_a_threaded_blas_below_the_limit(monkeyp
     monkeypatch.setattr(cpu_threads, "usable_cores", lambda: 16)
     monkeypatch.setattr(cpu_threads, "blas_threads", lambda: 16)
     limit = cpu_threads.BLAS_SHARED_MIN_NNZ
-    count, why = cpu_threads.choose_threads(limit - 1)
+    long = cpu_threads.BLAS_THREADED_MIN_LENGTH
+    count, why = cpu_threads.choose_threads(limit - 1, vector_length=long)
     assert count == 1 and "serial beside a BLAS running 16 threads" in why
-    assert cpu_threads.choose_threads(limit)[0] == 16
-    assert cpu_threads.choose_threads(limit - 1, threads=4)[0] == 4  # explicit counts win
+    assert cpu_threads.choose_threads(limit - 1)[0] == 1  # no length: the BLAS may thread
+    assert cpu_threads.choose_threads(limit, vector_length=long)[0] == 16
+    assert cpu_threads.choose_threads(limit - 1, threads=4, vector_length=long)[0] == 4
+    # on shorter vectors the BLAS stays on one thread, so the product threads by its size
+    assert cpu_threads.choose_threads(limit - 1, vector_length=long - 1)[0] == 16
+    assert cpu_threads.choose_threads(2 * cpu_threads.NNZ_PER_THREAD,
+                                      vector_length=long - 1)[0] == 2
     monkeypatch.setattr(cpu_threads, "blas_threads", lambda: 1)
-    assert cpu_threads.choose_threads(limit - 1)[0] == 16
+    assert cpu_threads.choose_threads(limit - 1, vector_length=long)[0] == 16
+
+
+def test_an_operator_reads_its_vector_length_for_the_blas_rule(monkeypatch):
+    """The operator hands choose_threads its larger dimension: short and wide matrices alike."""
+    monkeypatch.delenv(cpu_threads.ENV_THREADS, raising=False)
+    monkeypatch.setattr(cpu_threads, "pool_size", lambda: 16)
+    monkeypatch.setattr(cpu_threads, "usable_cores", lambda: 16)
+    monkeypatch.setattr(cpu_threads, "blas_threads", lambda: 16)
+    nnz = 4 * cpu_threads.NNZ_PER_THREAD
+    rng = np.random.default_rng(0)
+    for shape, expected in [((2_000, 2_000), 4), ((2_000, 20_000), 1), ((20_000, 2_000), 1)]:
+        rows, cols = rng.integers(0, shape[0], nnz), rng.integers(0, shape[1], nnz)
+        A = sp.csr_matrix((np.ones(nnz), (rows, cols)), shape=shape)
+        A.sum_duplicates()
+        op = autospmv.prepare(A, device="cpu", kernel="csr_scalar")
+        assert op.threads == min(expected, max(1, A.nnz // cpu_threads.NNZ_PER_THREAD)), (
+            shape, op.threads, op.threads_reason)
 
 
 def test_blas_threads_reads_the_blas_pools():
