@@ -1,0 +1,258 @@
+"""Variant of autospmv/kernels/cuda/csr5.py for ``benchmarks/kernel_profile.py --compare``: the
+lane's ``y_offset`` (a warp scan of the flag counts) and ``seg_offset`` (a ballot) are computed
+in the kernel instead of read, so a lane reads 4 descriptor bytes per tile instead of 12. Not
+kept: 5-10 % slower in float32 and equal in float64 on an H200
+(``benchmarks/results/csr5-variants-h200-2026-11-23.md``). The registered kernel's notes follow.
+
+CSR5 kernel on the GPU (Liu & Vinter, ICS 2015): one warp per ω×σ tile.
+
+Work split: warp ``w`` takes tile ``w`` (blocks of 256 threads = 8 tiles). Lane ``l`` reads its
+σ nonzeros at ``tile_base + j·ω + l`` — for each j the warp reads 32 consecutive values and
+indices (coalesced) — and sums them in registers, closing a segment at every set bit of its
+``bit_flag`` word. The lane works in steps of eight entries: the eight products are loaded first,
+then their flags are processed. Closing a segment stores into y, and a load that follows a store
+in program order cannot be issued before it (the compiler cannot rule out that y aliases x or the
+matrix), so a lane that loaded one entry at a time would wait for a full memory round trip per
+entry; with eight loads in flight it waits once per step. A step whose eight flag bits are all
+clear (no row starts in it: most steps of rows longer than a few dozen entries) is summed as a
+tree of adds without testing bits one by one.
+
+With eight loads in flight, instructions per nonzero, not bytes, limited the float32 kernel
+(Nsight Compute on an H100: SM throughput 65–77 %, DRAM 52–57 %; see
+``benchmarks/results/kernel-profile-h100-2026-11-23.md``), so the common path is kept short:
+complete tiles whose σ is a multiple of 8 load at constant offsets from one unsigned position
+(numba tests every signed index for a negative value; unsigned ones compile to plain loads), and
+column indices are read as uint32 so the gathers of x carry no such test either.
+Other steps (σ not a multiple of 8, the incomplete last tile) clamp their positions to the lane's
+last entry and add zeros past it, so the loads carry no branches.
+
+Segments that start and end inside the lane are written at once; what the lane summed before its
+first flag (its *head*) belongs to a segment opened by an earlier lane, and what it sums after its
+last flag (its *tail*) to a segment that may continue in later lanes. A segmented suffix scan of
+the heads across the warp (five ``shfl_down``; ``seg_offset`` tells each lane how far its run of
+heads reaches, so no flags are exchanged) gives every lane the heads that follow it in its segment,
+and the lane adds them to its tail and writes that segment's row once. Rows come from ``tile_ptr``
+plus the segment number (``y_offset`` numbers a lane's segments), through ``empty_offset`` in tiles
+that contain empty rows. The incomplete last tile is stored in CSR order; its warp runs the same
+code with lane ``l`` reading ``tile_base + l·σ + j`` (strided, for that one tile only) and skipping
+positions past ``nnz``.
+
+Tiles inside one row (``tile_ptr`` equal for the tile and the next, complete tile) skip the
+descriptors: the warp sums the tile, reduces it with five shuffles and adds it to the row with one
+atomic. The test is the same for the whole warp, so the branch does not diverge.
+
+Rows that cross tiles: only segment 0 of a tile (which may continue the previous tile's row) and
+the tile's last segment (which may continue into the next tile) can be shared with other tiles.
+Those two are added with ``atomic.add`` into y, cleared first by ``ZeroY`` (which also gives empty
+rows their zeros); every other segment is a whole row owned by this warp and is stored plainly.
+So a matvec is two steps: the memset and one kernel launch; no calibration pass is needed.
+
+Weaknesses: a row spread over k tiles receives k atomic adds in no fixed order, so its last bits
+may differ from call to call (rows inside one tile are always deterministic). Short rows make
+lanes branch at many flags and store many scattered rows. The per-tile overhead — 12 bytes of
+descriptors per lane (12/σ bytes per nonzero) and the six shuffles — weighs most at small σ, and
+a σ that is not a multiple of 8 takes the slower clamped path.
+Gathers of x are as irregular as the column pattern, as in every CSR-like kernel.
+
+Warp-uniform discipline: the tile index is the same for the whole warp; warps past the last tile
+carry zeros through the shuffles, and no thread leaves before the shuffles of a tile it shares.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import cuda, int32, uint64
+
+from autospmv.formats.csr5 import OMEGA
+from autospmv.kernels.cuda import jit
+from autospmv.kernels.cuda.launch import X, Y, DeviceProgram, Launch, ZeroY, unsigned
+
+BLOCK = 256
+"""Threads per block: eight warps, hence eight tiles."""
+
+STEP = 8
+"""Entries a lane loads before it handles their flags (the unrolled step of :func:`csr5_kernel`)."""
+
+_FULL_MASK = 0xFFFFFFFF
+
+
+@jit(cache=True)
+def csr5_kernel(tile_ptr, bit_flag, empty_ptr, empty_offset, indices, data, x, y, sigma):
+    lane = cuda.threadIdx.x % OMEGA
+    tile = cuda.grid(1) // OMEGA
+    ntiles = tile_ptr.shape[0] - 1
+    nnz = data.shape[0]
+    zero = data.dtype.type(0)
+    # Warps past the last tile read the last tile's descriptors but sum nothing (count = 0).
+    active = tile < ntiles
+    if not active:
+        tile = ntiles - 1
+    size = OMEGA * sigma
+    base = tile * size
+    full = base + size <= nnz
+    row0 = tile_ptr[tile]
+    dirty = row0 < 0
+    if dirty:
+        row0 = ~row0
+    next_row0 = tile_ptr[tile + 1]
+    if next_row0 < 0:
+        next_row0 = ~next_row0
+    if active and full and next_row0 == row0:  # a complete tile inside one row
+        # Unsigned positions index without numba's negative-index test.
+        k = uint64(base + lane)
+        stop = uint64(base + size)
+        acc = zero
+        other = zero  # a second accumulator: two independent chains of adds
+        while k + uint64(7 * OMEGA) < stop:  # eight loads in flight per lane
+            acc += (data[k] * x[indices[k]]
+                    + data[k + uint64(OMEGA)] * x[indices[k + uint64(OMEGA)]]
+                    + data[k + uint64(2 * OMEGA)] * x[indices[k + uint64(2 * OMEGA)]]
+                    + data[k + uint64(3 * OMEGA)] * x[indices[k + uint64(3 * OMEGA)]])
+            other += (data[k + uint64(4 * OMEGA)] * x[indices[k + uint64(4 * OMEGA)]]
+                      + data[k + uint64(5 * OMEGA)] * x[indices[k + uint64(5 * OMEGA)]]
+                      + data[k + uint64(6 * OMEGA)] * x[indices[k + uint64(6 * OMEGA)]]
+                      + data[k + uint64(7 * OMEGA)] * x[indices[k + uint64(7 * OMEGA)]])
+            k += uint64(8 * OMEGA)
+        while k < stop:
+            acc += data[k] * x[indices[k]]
+            k += uint64(OMEGA)
+        acc += other
+        offset = OMEGA // 2
+        while offset > 0:
+            acc += cuda.shfl_down_sync(_FULL_MASK, acc, offset)
+            offset //= 2
+        if lane == 0:
+            cuda.atomic.add(y, row0, acc)
+        return
+    empty_base = empty_ptr[tile]
+    descriptor = tile * OMEGA + lane
+    bits = bit_flag[descriptor]
+    # The lane's first segment number: segments started by the lanes before it (a warp scan of
+    # the flag counts); the distance to the next lane that starts one (a ballot).
+    started = int32(cuda.popc(bits))
+    before = started
+    offset = 1
+    while offset < OMEGA:
+        value = cuda.shfl_up_sync(_FULL_MASK, before, offset)
+        if lane >= offset:
+            before += value
+        offset *= 2
+    segment = before - started
+    later = uint64(cuda.ballot_sync(_FULL_MASK, bits != 0)) >> uint64(lane + 1)
+    if later == 0:
+        next_start = OMEGA - lane
+    else:
+        next_start = cuda.popc((later & (~later + uint64(1))) - uint64(1)) + 1
+    head = zero  # sum before the lane's first flag: belongs to an earlier lane's segment
+    starts = False  # whether the lane starts a segment
+    acc = zero
+    # Complete tiles are transposed: the lane's j-th entry is at base + j·ω + lane. The
+    # incomplete last tile is in CSR order: base + lane·σ + j, while below nnz.
+    if full:
+        start = base + lane
+        stride = OMEGA
+        count = sigma
+    else:
+        start = base + lane * sigma
+        stride = 1
+        count = min(sigma, max(0, nnz - start))
+    if not active:
+        count = 0
+    # Whole steps of a complete tile load with unsigned positions at constant offsets; any other
+    # step clamps its positions to the lane's last entry and zeroes the products past it (their
+    # flag bits are clear, so they only add zeros).
+    whole = full and sigma % STEP == 0
+    k = uint64(start)
+    last = start + (count - 1) * stride
+    j = 0
+    while j < count:
+        if whole:
+            q = k + uint64(j * OMEGA)
+            p0 = data[q] * x[indices[q]]
+            p1 = data[q + uint64(OMEGA)] * x[indices[q + uint64(OMEGA)]]
+            p2 = data[q + uint64(2 * OMEGA)] * x[indices[q + uint64(2 * OMEGA)]]
+            p3 = data[q + uint64(3 * OMEGA)] * x[indices[q + uint64(3 * OMEGA)]]
+            p4 = data[q + uint64(4 * OMEGA)] * x[indices[q + uint64(4 * OMEGA)]]
+            p5 = data[q + uint64(5 * OMEGA)] * x[indices[q + uint64(5 * OMEGA)]]
+            p6 = data[q + uint64(6 * OMEGA)] * x[indices[q + uint64(6 * OMEGA)]]
+            p7 = data[q + uint64(7 * OMEGA)] * x[indices[q + uint64(7 * OMEGA)]]
+        else:
+            q0 = start + j * stride
+            q1 = min(q0 + stride, last)
+            q2 = min(q0 + 2 * stride, last)
+            q3 = min(q0 + 3 * stride, last)
+            q4 = min(q0 + 4 * stride, last)
+            q5 = min(q0 + 5 * stride, last)
+            q6 = min(q0 + 6 * stride, last)
+            q7 = min(q0 + 7 * stride, last)
+            p0 = data[q0] * x[indices[q0]]
+            p1 = data[q1] * x[indices[q1]] if j + 1 < count else zero
+            p2 = data[q2] * x[indices[q2]] if j + 2 < count else zero
+            p3 = data[q3] * x[indices[q3]] if j + 3 < count else zero
+            p4 = data[q4] * x[indices[q4]] if j + 4 < count else zero
+            p5 = data[q5] * x[indices[q5]] if j + 5 < count else zero
+            p6 = data[q6] * x[indices[q6]] if j + 6 < count else zero
+            p7 = data[q7] * x[indices[q7]] if j + 7 < count else zero
+        flags = (bits >> j) & 0xFF
+        if flags == 0:  # no row starts in this step: a tree of adds
+            acc += ((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7))
+        else:
+            for step in range(STEP):  # a constant trip count, unrolled: p0..p7 in registers
+                if (flags >> step) & 1:
+                    if starts:  # a segment that starts and ends in this lane
+                        row = row0 + (empty_offset[empty_base + segment] if dirty else segment)
+                        if segment == 0:  # may continue the previous tile's row
+                            cuda.atomic.add(y, row, acc)
+                        else:
+                            y[row] = acc
+                        segment += 1
+                    else:
+                        head = acc
+                        starts = True
+                    acc = zero
+                acc += p0
+                p0 = p1
+                p1 = p2
+                p2 = p3
+                p3 = p4
+                p4 = p5
+                p5 = p6
+                p6 = p7
+        j += STEP
+    # From here on `acc` is the lane's tail. `reach`: how many following lanes' heads join this
+    # lane's head in the scan (none after a lane that starts a segment).
+    reach = 0
+    if not starts:
+        head = acc  # the whole lane continues an earlier lane's segment
+        reach = min(next_start, OMEGA - 1 - lane)
+    # Segmented suffix scan: afterwards `head` = heads of this lane up to the end of its run
+    # (the next lane that starts a segment, included, or the last lane).
+    offset = 1
+    while offset < OMEGA:
+        other = cuda.shfl_down_sync(_FULL_MASK, head, offset)
+        if offset <= reach:
+            head += other
+        offset *= 2
+    following = cuda.shfl_down_sync(_FULL_MASK, head, 1)
+    if starts:
+        if lane == OMEGA - 1:
+            following = zero
+        total = acc + following
+        row = row0 + (empty_offset[empty_base + segment] if dirty else segment)
+        # Segment 0 and the tile's last segment (no later lane starts one) may be shared.
+        if segment == 0 or lane + next_start == OMEGA:
+            cuda.atomic.add(y, row, total)
+        else:
+            y[row] = total
+
+
+def build(fmt, params, arrays) -> DeviceProgram:
+    """ZeroY, then one launch of :func:`csr5_kernel` with a warp per tile (none for nnz = 0)."""
+    m = fmt.shape[0]
+    steps = [ZeroY(m, fmt.dtype.itemsize)] if m else []
+    if fmt.ntiles:
+        args = [arrays[name] for name in ("tile_ptr", "bit_flag", "empty_ptr", "empty_offset")]
+        args += [unsigned(arrays["indices"]), arrays["data"]]
+        steps.append(Launch(csr5_kernel, -(-fmt.ntiles * OMEGA // BLOCK), BLOCK,
+                            args + [X, Y, np.int32(fmt.sigma)], fmt.dtype))
+    return DeviceProgram(fmt.shape, fmt.dtype, arrays, steps)
