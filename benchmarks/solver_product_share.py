@@ -17,7 +17,8 @@ timer, which makes the solve a little longer than without it: ``f`` comes out sl
 products of a few microseconds and the bounds are then slightly optimistic, never pessimistic
 beyond that overhead.
 
-    python benchmarks/solver_product_share.py --out benchmarks/results/solver-product-share-<host>.json
+    python benchmarks/solver_product_share.py \\
+        --out benchmarks/results/solver-product-share-<host>.json
 """
 
 from __future__ import annotations
@@ -130,8 +131,8 @@ def main(argv=None) -> int:
                             "geomean_bound_infinitely_fast":
                                 geomean(r["bound_infinitely_fast"] for r in rows)})
             s = summary[-1]
-            print(f"{name:13s} {len(rows)} matrices: geomean bound {s['geomean_bound_all_cores']:.3f}"
-                  f" on {cores} cores, {s['geomean_bound_infinitely_fast']:.3f} with free products")
+            print(f"{name:13s} {len(rows)} matrices: geomean bound "
+                  f"{s['geomean_bound_all_cores']:.3f} on {cores} cores, {s['geomean_bound_infinitely_fast']:.3f} with free products")
     if args.out:
         load = os.getloadavg() if hasattr(os, "getloadavg") else None
         doc = {"benchmark": "solver_product_share", "date": datetime.date.today().isoformat(),
