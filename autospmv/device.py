@@ -74,6 +74,12 @@ class DeviceCSR:
     def structure(self) -> "RowStructure":
         return RowStructure(self.shape, self.host_indptr, self.dtype)
 
+    def sparse(self):
+        """The same matrix as a ``cupyx.scipy.sparse.csr_matrix`` on these arrays (no copy)."""
+        import cupyx.scipy.sparse as cusp
+
+        return cusp.csr_matrix((self.data, self.indices, self.indptr), shape=self.shape)
+
 
 @dataclasses.dataclass(frozen=True)
 class RowStructure:

@@ -38,8 +38,9 @@ class SpMVOperator(LinearOperator):
     Besides what it runs, it keeps what :meth:`transpose_operator` builds Aᵀ from when first
     asked: a GPU-resident input matrix itself, or the canonical CSR when ``canonicalize`` made
     it (a copy the operator owns); when the caller's CSR was already canonical, on the CPU
-    nothing more (Aᵀ is rebuilt from the format) and on the GPU a host copy of it, counted in
-    ``memory["host"]``.
+    nothing more (Aᵀ is rebuilt from the format), on the GPU the uploaded CSR when the kernel
+    runs on it (csr_scalar, csr_vector: nothing more) and otherwise a host copy of it, counted
+    in ``memory["host"]``.
     """
 
     def __init__(self, csr: sp.csr_matrix, decision: Decision, device: str, threads=None, *,
@@ -90,10 +91,14 @@ class SpMVOperator(LinearOperator):
         # format is kept, a copy taken now.
         if source is not None or not borrowed:
             self._source = source if source is not None else host_csr
+        elif device == "cpu":
+            self._source = None
+        elif isinstance(csr, DeviceCSR) and _runs_on(fmt, csr):
+            self._source = csr.sparse()  # the uploaded CSR the kernel runs on: no copy
         else:
-            self._source = None if device == "cpu" else host_csr.copy()
+            self._source = host_csr.copy()
         host = fmt.nbytes if device == "cpu" else 0
-        if borrowed and self._source is not None:
+        if borrowed and self._source is not None and not is_device_matrix(self._source):
             host += self._source.data.nbytes + self._source.indices.nbytes
             host += self._source.indptr.nbytes
         self.memory = {"host": host, "device": getattr(self._backend, "device_nbytes", 0)}
@@ -219,6 +224,12 @@ def _own_arrays(fmt: SparseFormat, sources: tuple) -> SparseFormat:
             if owned is not value:
                 changes[field.name] = owned
     return dataclasses.replace(fmt, **changes) if changes else fmt
+
+
+def _runs_on(fmt, csr: "DeviceCSR") -> bool:
+    """Whether a format is the device CSR itself (a CSR kernel's format shares its arrays)."""
+    arrays = [getattr(fmt, name, None) for name in ("indptr", "indices", "data")]
+    return all(a is b for a, b in zip(arrays, (csr.indptr, csr.indices, csr.data)))
 
 
 class CpuBackend:

@@ -16,7 +16,9 @@ from autospmv import registry
 from autospmv.device import DeviceCSR, device_format, is_device_matrix
 from autospmv.formats.base import FormatTooLargeError
 from autospmv.validation import canonicalize
-from matrices import FAMILY, TOLERANCE, power_law, reference, relative_error
+from autospmv.formats.csr import CSRFormat
+from matrices import (FAMILY, TOLERANCE, power_law, random_matrix, random_vector, reference,
+                      relative_error)
 
 DTYPES = [np.float32, np.float64]
 
@@ -170,3 +172,26 @@ def test_device_input_transpose_and_refusals(rng):
     assert relative_error(cupy.asnumpy(y), A.T @ x) <= TOLERANCE[np.dtype(np.float64)]
     with pytest.raises(ValueError, match="lives on the GPU"):
         autospmv.prepare(cusp.csr_matrix(A), device="cpu")
+
+
+@pytest.mark.requires_gpu
+@pytest.mark.parametrize("kernel", autospmv.KERNELS)
+def test_host_input_on_the_gpu_is_a_snapshot_and_keeps_no_needless_host_copy(kernel, rng):
+    """Changing a canonical host A after prepare() changes neither op nor op.T on the GPU. Aᵀ
+    is built from the uploaded CSR when the kernel runs on it (no host copy), else from a host
+    copy taken at prepare(), counted in op.memory["host"]."""
+    _cupy()
+    A = canonicalize(random_matrix(400, 300, 0.05, 4))
+    B = A.copy()
+    try:
+        op = autospmv.prepare(B, kernel=kernel, device="cuda")
+    except FormatTooLargeError:
+        assert kernel in ("ell", "jds")
+        return
+    B.data *= 2
+    B.indices[:] = 0
+    x, z = random_vector(rng, 300, np.float64), random_vector(rng, 400, np.float64)
+    assert relative_error(op @ x, reference(A, x)) <= TOLERANCE[np.dtype(np.float64)]
+    assert relative_error(op.T @ z, reference(A.T, z)) <= TOLERANCE[np.dtype(np.float64)]
+    runs_on_csr = registry.get(kernel).format_class() is CSRFormat
+    assert (op.memory["host"] == 0) == runs_on_csr, op.memory
