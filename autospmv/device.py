@@ -199,6 +199,50 @@ def device_format(kernel: str, csr: DeviceCSR, params: dict) -> SparseFormat:
     raise ValueError(f"no device conversion for kernel {kernel!r}")
 
 
+def csr_from_format(fmt: SparseFormat, indptr, xp) -> DeviceCSR:
+    """The CSR matrix a format built on the device holds, rebuilt there from its arrays and the
+    row pointer (``indptr``, a host array; uploaded here): the inverse of :func:`device_format`,
+    so that an operator prepared from a host matrix can keep nothing but the format it runs and
+    still build Aᵀ later (:meth:`autospmv.operator.SpMVOperator.transpose_operator`). Every
+    nonzero's row and position in the row follow from ``indptr``; each format then says where
+    that nonzero is stored."""
+    from .formats import coo, csr5, csr as csr_module, ell, hyb, jds
+
+    m = fmt.shape[0]
+    indptr_d = xp.asarray(indptr)
+    nnz = int(indptr[-1])
+
+    def csr_of(indices, data) -> DeviceCSR:
+        return DeviceCSR(fmt.shape, indptr_d, indices, data, indptr, xp)
+
+    if isinstance(fmt, csr_module.CSRFormat):
+        return csr_of(fmt.indices, fmt.data)
+    if isinstance(fmt, coo.COOFormat):  # row-sorted, in CSR order
+        return csr_of(fmt.col, fmt.data)
+    if isinstance(fmt, csr5.CSR5Format):
+        return csr_of(csr5.untranspose_tiles(fmt.indices, fmt.sigma, xp),
+                      csr5.untranspose_tiles(fmt.data, fmt.sigma, xp))
+    row = row_of_each_nonzero(indptr_d, nnz, np.int64, xp)
+    position = xp.arange(nnz, dtype=np.int64) - indptr_d[row].astype(np.int64)
+    if isinstance(fmt, ell.ELLFormat):  # column-major slots: position·m + row
+        slot = position * m + row
+        return csr_of(fmt.col[slot], fmt.data[slot])
+    if isinstance(fmt, hyb.HYBFormat):  # the first `width` of a row in ELL, the rest in COO
+        kept = position < fmt.width
+        slot = position[kept] * m + row[kept]
+        indices = xp.empty(nnz, dtype=fmt.ell.col.dtype)
+        data = xp.empty(nnz, dtype=fmt.ell.data.dtype)
+        indices[kept], data[kept] = fmt.ell.col[slot], fmt.ell.data[slot]
+        indices[~kept], data[~kept] = fmt.coo.col, fmt.coo.data
+        return csr_of(indices, data)
+    if isinstance(fmt, jds.JDSFormat):  # nonzero k of row r at jd_ptr[k] + r's sorted place
+        place = xp.empty(m, dtype=np.int64)
+        place[fmt.perm] = xp.arange(m, dtype=np.int64)
+        source = fmt.jd_ptr[position].astype(np.int64) + place[row]
+        return csr_of(fmt.col[source], fmt.data[source])
+    raise ValueError(f"no device CSR for the {fmt.name} format")
+
+
 def split_at_width(csr: DeviceCSR, width: int):
     """:func:`autospmv.formats.ell.split_at_width` on the device: ELL with the first ``width``
     entries of every row (column-major, -1/0 padding) and COO with the rest, in CSR order."""

@@ -17,8 +17,8 @@ from scipy.sparse.linalg import LinearOperator
 from . import registry
 from .formats.base import SparseFormat
 from .cache import compile_timer
-from .device import (DeviceCSR, canonical_device_csr, device_format, is_device_matrix,
-                     transposed, upload_csr)
+from .device import (DeviceCSR, canonical_device_csr, csr_from_format, device_format,
+                     is_device_matrix, transposed, upload_csr)
 from .cpu_threads import choose_threads
 from .kernels.cpu import bind_threaded
 from .selector import Decision, forced_decision
@@ -37,10 +37,9 @@ class SpMVOperator(LinearOperator):
     The operator is a snapshot of A: changing A afterwards changes neither ``op`` nor ``op.T``.
     Besides what it runs, it keeps what :meth:`transpose_operator` builds Aᵀ from when first
     asked: a GPU-resident input matrix itself, or the canonical CSR when ``canonicalize`` made
-    it (a copy the operator owns); when the caller's CSR was already canonical, on the CPU
-    nothing more (Aᵀ is rebuilt from the format), on the GPU the uploaded CSR when the kernel
-    runs on it (csr_scalar, csr_vector: nothing more) and otherwise a host copy of it, counted
-    in ``memory["host"]``.
+    it (a copy the operator owns); when the caller's CSR was already canonical, nothing more on
+    the CPU (Aᵀ is rebuilt from the format) and on the GPU a copy of its row pointer, counted in
+    ``memory["host"]`` (Aᵀ is rebuilt on the GPU from the format there).
     """
 
     def __init__(self, csr: sp.csr_matrix, decision: Decision, device: str, threads=None, *,
@@ -85,22 +84,29 @@ class SpMVOperator(LinearOperator):
         )
         if compiled.total:
             decision.notes.append(compiled.note(f"the conversion to {fmt.name} and the set-up"))
-        # What Aᵀ is built from, as the operator saw A: a matrix on the GPU itself; the
-        # canonical CSR when it is the operator's own (canonicalize copied it); for the caller's
-        # own CSR, the CPU format (rebuilt to CSR when needed) or, on the GPU, where no host
-        # format is kept, a copy taken now.
-        if source is not None or not borrowed:
-            self._source = source if source is not None else host_csr
-        elif device == "cpu":
+        # What Aᵀ is built from, as the operator saw A: a matrix on the GPU itself; on the GPU
+        # with CuPy, the format converted there and the row pointer (copied if the caller's),
+        # rebuilt to CSR on first use; otherwise the canonical CSR when it is the operator's own
+        # (canonicalize copied it), and for the caller's own CSR the CPU format (rebuilt to CSR
+        # when needed) or, under numba-cuda's simulator, a copy taken now.
+        self._on_device = None
+        """(GPU format, host row pointer, array module) that Aᵀ is rebuilt from, or None."""
+        if source is not None:
+            self._source = source
+        elif isinstance(csr, DeviceCSR):
             self._source = None
-        elif isinstance(csr, DeviceCSR) and _runs_on(fmt, csr):
-            self._source = csr.sparse()  # the uploaded CSR the kernel runs on: no copy
+            indptr = host_csr.indptr.copy() if borrowed else host_csr.indptr
+            self._on_device = (fmt, indptr, csr.xp)
+        elif not borrowed:
+            self._source = host_csr
         else:
-            self._source = host_csr.copy()
+            self._source = None if device == "cpu" else host_csr.copy()
         host = fmt.nbytes if device == "cpu" else 0
-        if borrowed and self._source is not None and not is_device_matrix(self._source):
+        if isinstance(self._source, sp.csr_matrix) and (borrowed or device == "cuda"):
             host += self._source.data.nbytes + self._source.indices.nbytes
             host += self._source.indptr.nbytes
+        if self._on_device is not None:
+            host += self._on_device[1].nbytes
         self.memory = {"host": host, "device": getattr(self._backend, "device_nbytes", 0)}
         self._transposed = None
 
@@ -188,18 +194,25 @@ class SpMVOperator(LinearOperator):
     def transpose_operator(self) -> "SpMVOperator":
         """The operator for Aᵀ with the same kernel and device (built on first use, from the
         matrix the operator was prepared from)."""
+        if self._transposed is None and self._on_device is not None:
+            fmt, indptr, xp = self._on_device
+            self._transposed = self._transpose_on_device(csr_from_format(fmt, indptr, xp).sparse())
+            self._on_device = None  # the rebuilt CSR goes with this call
+            self.memory["host"] -= indptr.nbytes
         if self._transposed is None and is_device_matrix(self._source):
-            source_t = transposed(self._source)
-            csr_t = canonical_device_csr(source_t)
-            decision = forced_decision(csr_t.structure(), self.kernel, self.device)
-            self._transposed = SpMVOperator(csr_t, decision, self.device,
-                                            self._threads_request, source=source_t)
+            self._transposed = self._transpose_on_device(self._source)
         if self._transposed is None:
             source = self._source if self._source is not None else self.format.to_csr()
             csr_t = canonicalize(source.T)
             decision = forced_decision(csr_t, self.kernel, self.device)
             self._transposed = SpMVOperator(csr_t, decision, self.device, self._threads_request)
         return self._transposed
+
+    def _transpose_on_device(self, source) -> "SpMVOperator":
+        source_t = transposed(source)
+        csr_t = canonical_device_csr(source_t)
+        decision = forced_decision(csr_t.structure(), self.kernel, self.device)
+        return SpMVOperator(csr_t, decision, self.device, self._threads_request, source=source_t)
 
     def _rmatvec(self, x):
         return self.transpose_operator().matvec(x)
@@ -224,12 +237,6 @@ def _own_arrays(fmt: SparseFormat, sources: tuple) -> SparseFormat:
             if owned is not value:
                 changes[field.name] = owned
     return dataclasses.replace(fmt, **changes) if changes else fmt
-
-
-def _runs_on(fmt, csr: "DeviceCSR") -> bool:
-    """Whether a format is the device CSR itself (a CSR kernel's format shares its arrays)."""
-    arrays = [getattr(fmt, name, None) for name in ("indptr", "indices", "data")]
-    return all(a is b for a, b in zip(arrays, (csr.indptr, csr.indices, csr.data)))
 
 
 class CpuBackend:

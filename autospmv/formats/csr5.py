@@ -224,6 +224,15 @@ def transpose_tiles(values, sigma: int, xp=np):
     return out
 
 
+def untranspose_tiles(values, sigma: int, xp=np):
+    """The inverse of :func:`transpose_tiles`: CSR5's order back to CSR order."""
+    full = values.shape[0] // (OMEGA * sigma) * (OMEGA * sigma)
+    out = xp.empty_like(values)
+    out[:full] = values[:full].reshape(-1, sigma, OMEGA).transpose(0, 2, 1).reshape(-1)
+    out[full:] = values[full:]
+    return out
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class CSR5Format(SparseFormat):
     """CSR5 storage (see the module docstring for the meaning of every array)."""
