@@ -136,7 +136,8 @@ def csr_scalar(c: CostInputs) -> tuple:
 
 
 def csr_vector(c: CostInputs) -> tuple:
-    group = registry.choose_threads_per_row(c.csr, c.device)["threads_per_row"]
+    group = registry.choose_threads_per_row_of_lengths(c.values, c.counts,
+                                                        c.device)["threads_per_row"]
     reduction = math.log2(group)
     warps = -(-c.m // (WARP // group))
     work = WARP * (_group_max_sum(c.csr.indptr, c.m, WARP // group, group) + reduction * warps)

@@ -367,6 +367,19 @@ def _longest_row(indptr, m):
     return longest
 
 
+@njit(cache=True)
+def row_length_moments(indptr, m):
+    """Σ len² over the rows (float64) and the longest row's length, in one pass over the row
+    pointer (CSR-vector's group size reads both, :func:`autospmv.registry.choose_threads_per_row`)."""
+    squares = 0.0
+    longest = 0
+    for i in range(m):
+        length = np.int64(indptr[i + 1] - indptr[i])
+        squares += float(length) * float(length)
+        longest = max(longest, length)
+    return squares, longest
+
+
 def _scan_workers(indptr, indices, m, n, shift, narrow, selected, bounds, sums, hist, flags,
                   stamp, masks8, list8, masks3, list3):  # fmt: skip
     """Run worker t's share of the windows, ``bounds[t]..bounds[t+1]-1``, for every t; each

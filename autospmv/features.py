@@ -173,12 +173,20 @@ def features_and_lengths(A, sample_rows: int | None = None, device: str | None =
     ``sample_rows``. An automatic decision hands the histogram to the chosen kernel's
     parameter chooser (:func:`autospmv.registry.choose_params`), so that the row lengths are
     not computed a second time."""
+    return canonical_features_and_lengths(canonicalize(A), sample_rows, device)
+
+
+def canonical_features_and_lengths(csr: sp.csr_matrix, sample_rows: int | None = None,
+                                   device: str | None = None
+                                   ) -> tuple[dict[str, float], tuple[np.ndarray, np.ndarray]]:
+    """:func:`features_and_lengths` of a matrix that :func:`autospmv.validation.canonicalize`
+    returned, without validating it again (the checks read every index: :func:`prepare` has
+    just made them)."""
     if sample_rows is not None and sample_rows < 1:
         raise ValueError(
             f"sample_rows must be a positive number of rows or None; got {sample_rows}"
         )
     device = target_device(device)
-    csr = canonicalize(A)  # validates A; canonical input is used as is
     m, n = csr.shape
     nnz = int(csr.nnz)
     sums, band, diagonals, warp_sum, values, counts = _scan(csr, sample_rows)

@@ -178,19 +178,36 @@ def choose_threads_per_row(csr: sp.csr_matrix, device: str) -> dict:
     10 %, worst 0.09); on a fresh labelling of them (``models/labels``) this rule reaches 0.984
     (96.0 %, worst 0.70).
     """
-    device = check_device_name(device)
-    if device == "cpu":
+    if check_device_name(device) == "cpu":
         return {"threads_per_row": 2}
+    from .feature_scan import row_length_moments
+
     m = csr.shape[0]
-    lengths = row_lengths(csr)
-    if m == 0 or csr.nnz == 0:
+    squares, longest = row_length_moments(csr.indptr, m) if m else (0.0, 0)
+    return {"threads_per_row": _threads_per_row(m, csr.nnz, squares, int(longest))}
+
+
+def choose_threads_per_row_of_lengths(values: np.ndarray, counts: np.ndarray,
+                                      device: str) -> dict:
+    """:func:`choose_threads_per_row` from the row-length histogram (the same group size)."""
+    if check_device_name(device) == "cpu":
         return {"threads_per_row": 2}
-    weighted = float(np.dot(lengths, lengths.astype(np.float64))) / csr.nnz
-    longest = int(lengths.max())
-    first = _power_of_two_at_most(weighted / 4, 2, 32)
+    values = np.asarray(values, dtype=np.float64)
+    counts = np.asarray(counts, dtype=np.float64)
+    m, nnz = int(counts.sum()), int(np.dot(values, counts))
+    squares = float(np.dot(values * values, counts))
+    return {"threads_per_row": _threads_per_row(m, nnz, squares, int(values.max(initial=0)))}
+
+
+def _threads_per_row(m: int, nnz: int, squares: float, longest: int) -> int:
+    """The group size of :func:`choose_threads_per_row` from the row count, the nonzeros, Σ len²
+    and the longest row."""
+    if m == 0 or nnz == 0:
+        return 2
+    first = _power_of_two_at_most(squares / nnz / 4, 2, 32)
     candidates = [g for g in (2, 4, 8, 16, 32) if g >= first]
     cost = [m * g / (8 * CUDA_WARPS_IN_FLIGHT) + -(-longest // g) for g in candidates]
-    return {"threads_per_row": candidates[int(np.argmin(cost))]}
+    return candidates[int(np.argmin(cost))]
 
 
 def choose_hyb_width(csr: sp.csr_matrix, device: str) -> dict:
@@ -259,6 +276,7 @@ _BUILT_IN = (
         "csr_vector", "autospmv.formats.csr:CSRFormat", "autospmv.kernels.cpu.csr:bind_vector",
         "autospmv.kernels.cuda.csr:build_vector", choose_threads_per_row,
         params=(THREADS_PER_ROW,), cost="autospmv.cost:csr_vector",
+        choose_params_of_lengths=choose_threads_per_row_of_lengths,
         variants=threads_per_row_variants,
     ),
     KernelSpec(

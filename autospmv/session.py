@@ -15,7 +15,7 @@ from .devices import (  # noqa: F401  (cuda_available: re-exported)
     check_device, cuda_available, resolve_device, target_device,
 )
 from .cpu_threads import check_threads
-from .features import features_and_lengths
+from .features import canonical_features_and_lengths
 from .formats.base import FormatTooLargeError
 from .operator import SpMVOperator
 from .selector import (
@@ -70,7 +70,7 @@ def _decide(csr, kernel, device, model, params=None) -> Decision:
         return rule_decision(csr, device)
     with compile_timer() as compiled:
         started = time.perf_counter()
-        values, lengths = features_and_lengths(csr, device=device)
+        values, lengths = canonical_features_and_lengths(csr, device=device)
         try:
             decision = model_decision(csr, choice, values, device, lengths)
         except ValueError as error:  # a model that loads but cannot decide (see find_model)

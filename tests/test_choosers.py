@@ -117,10 +117,11 @@ def test_a_forced_hyb_with_its_width_computes_the_row_lengths_once(row_length_pa
 
 @pytest.mark.parametrize("name", sorted(ALL))
 @pytest.mark.parametrize("kind", ["cpu", "cuda"])
-def test_the_hyb_width_from_the_scans_histogram_is_the_choosers(name, kind):
+@pytest.mark.parametrize("kernel, chooser", [("hyb", registry.choose_hyb_width),
+                                             ("csr_vector", registry.choose_threads_per_row)])
+def test_parameters_from_the_scans_histogram_are_the_choosers(name, kind, kernel, chooser):
     from autospmv.features import features_and_lengths
 
     csr = canonicalize(ALL[name]())
     lengths = features_and_lengths(csr, device=kind)[1]
-    assert registry.choose_params("hyb", csr, kind, lengths=lengths) \
-        == registry.choose_hyb_width(csr, kind)
+    assert registry.choose_params(kernel, csr, kind, lengths=lengths) == chooser(csr, kind)

@@ -189,3 +189,21 @@ def test_the_tree_and_derived_share_one_derivation_of_the_estimates(monkeypatch)
     evaluation = model.evaluate(features)
     assert evaluation.inputs["est_coo"] == 0.25 and evaluation.inputs["est_csr5"] == 0.5
     assert seen == [{"coo": 12.0, "csr5": 16.0}, evaluation.estimates]
+
+
+def test_an_automatic_prepare_validates_the_matrix_once(monkeypatch):
+    """canonicalize() checks every index; the decision's feature scan does not check again."""
+    from autospmv import validation
+
+    checks = collections.Counter()
+    check_structure = validation.check_structure
+
+    def counted(A):
+        checks["structure"] += 1
+        return check_structure(A)
+
+    monkeypatch.setattr(validation, "check_structure", counted)
+    op = autospmv.prepare(poisson2d(30), device="cpu")
+    assert op.decision.source.startswith("model ") and checks == {"structure": 1}
+    assert autospmv.features(poisson2d(30))  # the public functions still validate their input
+    assert checks == {"structure": 2}
