@@ -83,9 +83,9 @@ def describe_model(device: str, model: str | None = None, dtype: str = "float64"
     choice = resolve_model(device, model, dtype)
     if choice is None:
         shipped = ", ".join(sorted(selector.shipped_models())) or "none"
-        return (f"model: none for {device_slug(device)} (shipped: {shipped}), so the built-in "
-                f"rule decides: csr5 when a row has more than {selector.LONG_ROW} nonzeros, else "
-                "csr_vector; `autospmv retrain` trains a model for this machine")
+        return (f"model: none for {device_slug(device)} {dtype} (shipped: {shipped}), so the "
+                f"built-in rule decides: {selector.rule_summary(device)}; `autospmv retrain` "
+                "trains a model for this machine")
     return (f"model: {choice.path or choice.name} ({choice.reason}"
             f"{selector.trained_on(choice.model.provenance)}); a {choice.dtype} model, "
             f"deciding for {dtype} matrices")

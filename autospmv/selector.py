@@ -96,6 +96,13 @@ class Decision:
     __str__ = explain
 
 
+def rule_summary(device: str) -> str:
+    """The built-in rule for ``device`` in words (what :func:`rule_decision` does)."""
+    if device == "cpu":
+        return f"{RULE_CPU} for every matrix"
+    return f"{RULE_LONG} when a row has more than {LONG_ROW} nonzeros, else {RULE_SHORT}"
+
+
 def rule_decision(csr: sp.csr_matrix, device: str) -> Decision:
     """The built-in rule used while no trained model is available (see the module docstring)."""
     lengths = np.diff(csr.indptr)

@@ -68,7 +68,8 @@ def test_explain_without_a_model_for_the_cpu(capsys, matrix_file):
     assert status == 0
     lines = out.splitlines()
     assert lines[0] == f"{matrix_file}: 144×144, 672 nonzeros, on cpu"
-    assert lines[1].startswith("model: none for cpu-") and "the built-in rule decides" in lines[1]
+    assert lines[1].startswith("model: none for cpu-") and lines[1].count(" float64 ") == 1
+    assert "the built-in rule decides: csr_scalar for every matrix" in lines[1]
     assert lines[2] == "kernel csr_scalar (no parameters), chosen by rule"
     assert lines[3] == "  device = cpu → csr_scalar"
 
@@ -184,8 +185,10 @@ def test_info_names_the_model_and_why(capsys, monkeypatch):
     status, out, _ = run(capsys, "info")
     assert status == 0
     assert out.startswith(f"autospmv {autospmv.__version__}, numba ")
-    model_line = next(line for line in out.splitlines() if line.startswith("model: "))
-    assert "none for cpu-" in model_line and "cuda-nvidia-h200" in model_line
+    model_lines = [line for line in out.splitlines() if line.startswith("model: ")]
+    assert [line.split()[4] for line in model_lines] == ["float64", "float32"]  # one per dtype
+    assert all("none for cpu-" in line and "cuda-nvidia-h200" in line
+               and "rule decides: csr_scalar for every matrix" in line for line in model_lines)
     monkeypatch.setenv("AUTOSPMV_MODEL", str(GPU_MODEL))
     status, out, _ = run(capsys, "info")
     assert f"model: {GPU_MODEL} (from AUTOSPMV_MODEL; trained on NVIDIA H200" in out
