@@ -370,7 +370,7 @@ def _longest_row(indptr, m):
 @njit(cache=True)
 def row_length_moments(indptr, m):
     """Σ len² over the rows (float64) and the longest row's length, in one pass over the row
-    pointer (CSR-vector's group size reads both, :func:`autospmv.registry.choose_threads_per_row`)."""
+    pointer (both set CSR-vector's group size, :func:`autospmv.registry.choose_threads_per_row`)."""
     squares = 0.0
     longest = 0
     for i in range(m):

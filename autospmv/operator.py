@@ -36,10 +36,10 @@ class SpMVOperator(LinearOperator):
 
     The operator is a snapshot of A: changing A afterwards changes neither ``op`` nor ``op.T``.
     Besides what it runs, it keeps what :meth:`transpose_operator` builds Aᵀ from when first
-    asked: a GPU-resident input matrix itself, or the canonical CSR when ``canonicalize`` made
-    it (a copy the operator owns); when the caller's CSR was already canonical, nothing more on
-    the CPU (Aᵀ is rebuilt from the format) and on the GPU a copy of its row pointer, counted in
-    ``memory["host"]`` (Aᵀ is rebuilt on the GPU from the format there).
+    asked: a GPU-resident input matrix itself; on the GPU (with CuPy) a copy of the row pointer,
+    counted in ``memory["host"]`` (Aᵀ is rebuilt there from the format); on the CPU the
+    canonical CSR when ``canonicalize`` made it (a copy the operator owns), and nothing more
+    when the caller's CSR was already canonical (Aᵀ is rebuilt from the format).
     """
 
     def __init__(self, csr: sp.csr_matrix, decision: Decision, device: str, threads=None, *,
