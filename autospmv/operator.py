@@ -20,7 +20,9 @@ from .cache import compile_timer
 from .device import (DeviceCSR, canonical_device_csr, csr_from_format, device_format,
                      is_device_matrix, transposed, upload_csr)
 from .cpu_threads import choose_threads
+from .formats.csr import CSRFormat
 from .kernels.cpu import bind_threaded
+from .kernels.cpu.csr import bind_transposed
 from .selector import Decision, forced_decision
 from .validation import canonicalize, check_out, check_vector
 
@@ -215,7 +217,13 @@ class SpMVOperator(LinearOperator):
         return SpMVOperator(csr_t, decision, self.device, self._threads_request, source=source_t)
 
     def _rmatvec(self, x):
-        return self.transpose_operator().matvec(x)
+        run = getattr(self._backend, "host_rmatvec", None)
+        if run is None:
+            return self.transpose_operator().matvec(x)
+        z = check_vector(x, self.shape[0], self.dtype)
+        y = np.empty(self.shape[1], dtype=self.dtype)
+        run(z, y)
+        return y
 
     def _adjoint(self):  # real matrices only, so the adjoint is the transpose
         return self.transpose_operator()
@@ -247,6 +255,12 @@ class CpuBackend:
     def __init__(self, spec: registry.KernelSpec, fmt, params: dict, nnz: int, threads=None):
         self.threads, self.threads_reason = choose_threads(nnz, threads, max(fmt.shape))
         self._run = bind_threaded(spec.cpu_kernel(), fmt, params, self.threads)
+        self.host_rmatvec = None
+        """``run(z, y)``: y = Aᵀ z without building Aᵀ, for a CSR format run serially (its
+        transposed operator would run serially too: same nonzeros, same dimensions); None
+        otherwise (the operator's rmatvec then uses Aᵀ's own operator)."""
+        if isinstance(fmt, CSRFormat) and self.threads == 1:
+            self.host_rmatvec = bind_transposed(fmt)
 
     def host_matvec(self, x: np.ndarray, y: np.ndarray) -> None:
         if y.shape[0]:

@@ -198,3 +198,35 @@ def test_empty_operator():
         y = op @ np.zeros(shape[1])
         assert y.shape == (shape[0],)
         np.testing.assert_array_equal(y, 0)
+
+
+@pytest.mark.parametrize("shape", [(30, 400), (400, 30), (1, 50), (50, 1), (0, 7), (7, 0)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_serial_rmatvec_without_the_transpose_is_the_transposes_product(shape, dtype):
+    """A serial CSR operator's rmatvec scatters from A's own arrays; each entry sums the same
+    terms in the same order as the product with the CSR of Aᵀ, so the two agree bit for bit."""
+    A = sp.random(*shape, density=0.3, format="csr", random_state=np.random.default_rng(5),
+                  dtype=dtype)
+    op = autospmv.prepare(A, device="cpu", kernel="csr_scalar", threads=1)
+    assert op._backend.host_rmatvec is not None
+    z = np.random.default_rng(6).standard_normal(shape[0]).astype(dtype)
+    y = op.rmatvec(z)
+    assert op._transposed is None, "rmatvec built no Aᵀ"
+    assert y.shape == (shape[1],) and y.dtype == dtype
+    np.testing.assert_array_equal(y, op.T.matvec(z))
+    np.testing.assert_allclose(y, A.T.astype(np.float64) @ z.astype(np.float64),
+                               rtol=1e-5 if dtype == np.float32 else 1e-12, atol=1e-6)
+    assert op.rmatvec(z.reshape(-1, 1)).shape == (shape[1], 1)
+    with pytest.raises(ValueError):
+        op.rmatvec(np.ones(shape[0] + 1, dtype=dtype))
+
+
+def test_threaded_rmatvec_goes_through_the_transposed_operator():
+    A = sp.random(300, 200, density=0.1, format="csr", random_state=np.random.default_rng(7))
+    op = autospmv.prepare(A, device="cpu", kernel="csr_scalar", threads=2)
+    if op.threads == 1:
+        pytest.skip("numba's pool has one thread here")
+    assert op._backend.host_rmatvec is None
+    z = np.random.default_rng(8).standard_normal(300)
+    np.testing.assert_allclose(op.rmatvec(z), A.T @ z, rtol=1e-12)
+    assert op._transposed is not None

