@@ -220,8 +220,8 @@ def csr_from_format(fmt: SparseFormat, indptr, xp) -> DeviceCSR:
     if isinstance(fmt, coo.COOFormat):  # row-sorted, in CSR order
         return csr_of(fmt.col, fmt.data)
     if isinstance(fmt, csr5.CSR5Format):
-        return csr_of(csr5.untranspose_tiles(fmt.indices, fmt.sigma, xp),
-                      csr5.untranspose_tiles(fmt.data, fmt.sigma, xp))
+        return csr_of(csr5.transpose_tiles(fmt.indices, fmt.sigma, xp, to_tiles=False),
+                      csr5.transpose_tiles(fmt.data, fmt.sigma, xp, to_tiles=False))
     row = row_of_each_nonzero(indptr_d, nnz, np.int64, xp)
     position = xp.arange(nnz, dtype=np.int64) - indptr_d[row].astype(np.int64)
     if isinstance(fmt, ell.ELLFormat):  # column-major slots: position·m + row

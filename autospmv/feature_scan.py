@@ -359,18 +359,10 @@ def _scan_windows(indptr, indices, m, n, shift, narrow, selected, first, last, f
 
 
 @njit(cache=True)
-def _longest_row(indptr, m):
-    """The longest row's length (it sizes the row-length histogram)."""
-    longest = 0
-    for i in range(m):
-        longest = max(longest, np.int64(indptr[i + 1] - indptr[i]))
-    return longest
-
-
-@njit(cache=True)
 def row_length_moments(indptr, m):
     """Σ len² over the rows (float64) and the longest row's length, in one pass over the row
-    pointer (both set CSR-vector's group size, :func:`autospmv.registry.choose_threads_per_row`)."""
+    pointer: both set CSR-vector's group size (:func:`autospmv.registry.choose_threads_per_row`);
+    the longest row also sizes the scan's row-length histogram."""
     squares = 0.0
     longest = 0
     for i in range(m):

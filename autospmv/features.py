@@ -94,8 +94,8 @@ from .cost import QUANTITY_NAMES, quantities, quantity_names
 from .devices import target_device
 from .feature_scan import (  # noqa: F401 (DETAIL_COST, SCRATCH_SHARE, _scratch_shapes: re-exported)
     _BAND, _FULL, _NARROW, _ROW_SECTORS, _SAMPLED_NNZ, _SAMPLED_NNZ3, _TOUCHED, _WARP_SECTORS,
-    BLOCK_SIZES, DETAIL_COST, SCRATCH_SHARE, WARP, WINDOW_ROWS, _longest_row, _scan_parallel,
-    _scan_serial, _scratch, _scratch_shapes, _split_windows, _workers,
+    BLOCK_SIZES, DETAIL_COST, SCRATCH_SHARE, WARP, WINDOW_ROWS, _scan_parallel,
+    _scan_serial, _scratch, _scratch_shapes, _split_windows, _workers, row_length_moments,
 )  # fmt: skip
 from .kernels import njit
 from .validation import canonicalize
@@ -212,7 +212,7 @@ def _scan(csr: sp.csr_matrix, sample_rows: int | None) -> tuple:
     selected = _select_windows(m, _sampled_windows(m, csr.nnz, sample_rows))
     threads = numba.get_num_threads()
     parallel = csr.nnz >= PARALLEL_MIN_NNZ and threads >= PARALLEL_MIN_THREADS
-    longest = _longest_row(indptr, m)
+    longest = row_length_moments(indptr, m)[1]
     workers = _workers(threads if parallel else 1, m, n, longest,
                        indptr.nbytes + csr.indices.nbytes + csr.data.nbytes)
     bounds = _split_windows(indptr, m, selected, workers)

@@ -213,22 +213,15 @@ def csr5_descriptors(indptr: np.ndarray, sigma: int, indices: np.ndarray | None 
     return fields
 
 
-def transpose_tiles(values, sigma: int, xp=np):
+def transpose_tiles(values, sigma: int, xp=np, to_tiles: bool = True):
     """``values`` (nnz,) in CSR order -> CSR5's order: every full tile transposed (nonzero
-    ``base + l·σ + j`` to ``base + j·ω + l``), the incomplete last tile unchanged. ``xp`` is
-    the array module (NumPy, or CuPy for device arrays)."""
+    ``base + l·σ + j`` to ``base + j·ω + l``), the incomplete last tile unchanged; with
+    ``to_tiles=False`` the reverse, CSR5's order back to CSR order. ``xp`` is the array module
+    (NumPy, or CuPy for device arrays)."""
     full = values.shape[0] // (OMEGA * sigma) * (OMEGA * sigma)
+    tile = (OMEGA, sigma) if to_tiles else (sigma, OMEGA)
     out = xp.empty_like(values)
-    out[:full] = values[:full].reshape(-1, OMEGA, sigma).transpose(0, 2, 1).reshape(-1)
-    out[full:] = values[full:]
-    return out
-
-
-def untranspose_tiles(values, sigma: int, xp=np):
-    """The inverse of :func:`transpose_tiles`: CSR5's order back to CSR order."""
-    full = values.shape[0] // (OMEGA * sigma) * (OMEGA * sigma)
-    out = xp.empty_like(values)
-    out[:full] = values[:full].reshape(-1, sigma, OMEGA).transpose(0, 2, 1).reshape(-1)
+    out[:full] = values[:full].reshape(-1, *tile).transpose(0, 2, 1).reshape(-1)
     out[full:] = values[full:]
     return out
 
