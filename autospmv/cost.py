@@ -1,7 +1,7 @@
 """Cost quantities: what each kernel's time depends on, counted for one matrix.
 
 For every kernel, run with the parameters its chooser picks for the device
-(:mod:`autospmv.registry`), four numbers describe the work its GPU mapping does on the matrix.
+(:mod:`autospmv.registry`), five numbers describe the work its GPU mapping does on the matrix.
 They are structural counts, which depend on the device only through those parameters; a
 trained model turns them into a time estimate per kernel with a linear cost model fitted on its
 device's labels (``training/fitting.py``, :class:`autospmv.cost_model.CostModel`),
@@ -16,26 +16,31 @@ work      thread steps: Σ over warps of 32 × the warp's longest loop, the issu
 span      the longest loop of one thread (steps): the chain of dependent loads that bounds the
           kernel's time when the GPU is not full
 atomics   the most atomic additions into one entry of y (serialised by the memory system)
+launches  the device steps of one product (kernel launches and memsets): each costs a launch
+          and a ramp-up and drain of the GPU, several microseconds back to back, which near 10⁶
+          nonzeros is as much as the memory traffic
 ========= =======================================================================================
 
 Per kernel (m rows, n columns, ``len_i`` the row lengths, K the longest, v the value size;
 g is CSR-vector's group size, w HYB's ELL width and σ CSR5's tile height, all from the
 device's choosers; o = Σ max(0, len_i − w) the entries HYB leaves to COO; tiles = ⌈nnz/(32σ)⌉;
-every kernel's bytes also count v·(m + n) for x and y; kernels not listed with atomics have 0):
+every kernel's bytes also count v·(m + n) for x and y; kernels not listed with atomics have 0;
+launches are 1 where not listed):
 
 ============ ==============================================================================
-coo          bytes nnz·(v+8); work nnz; span 1; atomics ⌈K/32⌉
+coo          bytes nnz·(v+8); work nnz; span 1; atomics ⌈K/32⌉; launches 2 (zero y, add)
 csr_scalar   bytes nnz·(v+4) + 4(m+1); work Σ over warps of 32 × the warp's longest row;
              span K
 csr_vector   bytes as csr_scalar; a warp holds 32/g rows and runs ⌈len/g⌉ steps for its
              longest plus log₂ g reduction steps: work 32 × the sum of those, span ⌈K/g⌉ + log₂ g
 ell          bytes m·K·(v+4); work 32·⌈m/32⌉·K; span K
 hyb          bytes m·w·(v+4) + o·(v+8); work 32·⌈m/32⌉·w + o; span w, plus 1 with a COO part;
-             atomics ⌈(K − w)/32⌉
+             atomics ⌈(K − w)/32⌉; launches 1 (the ELL part, or zeroing y when w = 0) plus 1
+             with a COO part
 jds          bytes nnz·(v+4) + 4(m + K + 1); work as csr_scalar once rows are sorted by
              length; span K
 csr5         bytes nnz·(v+4) + tiles·(32·12 + 4); work 32·σ·tiles; span σ;
-             atomics ⌈K/(32σ)⌉ + 1
+             atomics ⌈K/(32σ)⌉ + 1; launches 2 (zero y, the tiles)
 ============ ==============================================================================
 
 A matrix with no entries has zeros everywhere. Each kernel's registry entry names its function
@@ -54,7 +59,7 @@ from .formats.hyb import default_hyb_width_of_histogram
 from .kernels import njit
 from . import registry
 
-QUANTITIES = ("bytes", "work", "span", "atomics")
+QUANTITIES = ("bytes", "work", "span", "atomics", "launches")
 QUANTITY_NAMES = tuple(f"{kernel}_{q}" for kernel in registry.KERNELS for q in QUANTITIES)
 """Feature names of the built-in kernels' cost quantities, kernel by kernel in
 :data:`autospmv.KERNELS` order (:func:`quantity_names` adds registered kernels')."""
@@ -122,17 +127,45 @@ def quantities(csr: sp.csr_matrix, device: str, values=None, counts=None) -> dic
     for spec in registry.specs():
         function = spec.cost_function()
         if function is not None:
-            out.update({f"{spec.name}_{q}": float(value)
-                        for q, value in zip(QUANTITIES, function(inputs), strict=True)})
+            values = tuple(function(inputs))
+            if len(values) != len(QUANTITIES):
+                raise ValueError(f"the cost function of kernel {spec.name!r} returned "
+                                 f"{len(values)} numbers; it must return {len(QUANTITIES)}: "
+                                 f"{', '.join(QUANTITIES)}")
+            out.update({f"{spec.name}_{q}": float(value) for q, value in zip(QUANTITIES, values)})
     return out
 
 
+def hyb_launches(overflow: int) -> int:
+    """HYB's device steps (:mod:`autospmv.kernels.cuda.hyb`): the ELL part (or zeroing y when
+    its width is 0), then the COO part when it has entries (``overflow`` > 0). The one built-in
+    kernel whose count depends on the matrix."""
+    return 2 if overflow > 0 else 1
+
+
+FIXED_LAUNCHES = {"coo": 2, "csr_scalar": 1, "csr_vector": 1, "ell": 1, "jds": 1, "csr5": 2}
+"""Device steps of the built-in kernels whose count does not depend on the matrix."""
+
+
+def launches_of_features(features) -> dict[str, float]:
+    """The built-in kernels' ``<kernel>_launches`` quantities from a matrix's other features
+    (its size, and HYB's atomics: positive exactly when a row is longer than HYB's width, i.e.
+    when it has a COO part), as :func:`quantities` counts them: for label records taken before
+    launches were counted."""
+    if features["rows"] == 0 or features["nnz"] == 0:
+        return {f"{kernel}_launches": 0.0 for kernel in registry.KERNELS}
+    counts = dict(FIXED_LAUNCHES, hyb=hyb_launches(features["hyb_atomics"] > 0))
+    return {f"{kernel}_launches": float(counts[kernel]) for kernel in registry.KERNELS}
+
+
 def coo(c: CostInputs) -> tuple:
-    return c.nnz * (c.v + 2 * INDEX_BYTES) + c.vectors, c.nnz, 1, -(-c.longest // WARP)
+    return (c.nnz * (c.v + 2 * INDEX_BYTES) + c.vectors, c.nnz, 1, -(-c.longest // WARP),
+            FIXED_LAUNCHES["coo"])
 
 
 def csr_scalar(c: CostInputs) -> tuple:
-    return c.csr_bytes, WARP * _group_max_sum(c.csr.indptr, c.m, WARP, 1), c.longest, 0
+    return (c.csr_bytes, WARP * _group_max_sum(c.csr.indptr, c.m, WARP, 1), c.longest, 0,
+            FIXED_LAUNCHES["csr_scalar"])
 
 
 def csr_vector(c: CostInputs) -> tuple:
@@ -141,12 +174,13 @@ def csr_vector(c: CostInputs) -> tuple:
     reduction = math.log2(group)
     warps = -(-c.m // (WARP // group))
     work = WARP * (_group_max_sum(c.csr.indptr, c.m, WARP // group, group) + reduction * warps)
-    return c.csr_bytes, work, -(-c.longest // group) + reduction, 0
+    return (c.csr_bytes, work, -(-c.longest // group) + reduction, 0,
+            FIXED_LAUNCHES["csr_vector"])
 
 
 def ell(c: CostInputs) -> tuple:
     return (c.m * c.longest * (c.v + INDEX_BYTES) + c.vectors, c.padded_rows * c.longest,
-            c.longest, 0)
+            c.longest, 0, FIXED_LAUNCHES["ell"])
 
 
 def hyb(c: CostInputs) -> tuple:
@@ -154,19 +188,21 @@ def hyb(c: CostInputs) -> tuple:
     overflow = _overflow(c.values, c.counts, width)
     return (c.m * width * (c.v + INDEX_BYTES) + overflow * (c.v + 2 * INDEX_BYTES) + c.vectors,
             c.padded_rows * width + overflow, width + (1 if overflow else 0),
-            -(-max(c.longest - width, 0) // WARP))
+            -(-max(c.longest - width, 0) // WARP), hyb_launches(overflow))
 
 
 def jds(c: CostInputs) -> tuple:
     return (c.nnz * (c.v + INDEX_BYTES) + INDEX_BYTES * (c.m + c.longest + 1) + c.vectors,
-            WARP * _sorted_warp_max_sum(c.values, c.counts), c.longest, 0)
+            WARP * _sorted_warp_max_sum(c.values, c.counts), c.longest, 0,
+            FIXED_LAUNCHES["jds"])
 
 
 def csr5(c: CostInputs) -> tuple:
     sigma = registry.choose_csr5_sigma(c.csr, c.device)["sigma"]
     tiles = -(-c.nnz // (OMEGA * sigma))
     return (c.nnz * (c.v + INDEX_BYTES) + tiles * (OMEGA * CSR5_DESCRIPTOR_BYTES + INDEX_BYTES)
-            + c.vectors, OMEGA * sigma * tiles, sigma, -(-c.longest // (OMEGA * sigma)) + 1)
+            + c.vectors, OMEGA * sigma * tiles, sigma, -(-c.longest // (OMEGA * sigma)) + 1,
+            FIXED_LAUNCHES["csr5"])
 
 
 def _overflow(values, counts, width: int) -> int:

@@ -21,8 +21,10 @@ class CostModel:
     :mod:`autospmv.cost`.
 
     The estimate for kernel k is ``t̂_k = Σ_r c_kr · x_r`` over :data:`REGRESSORS`: a constant
-    (``"1"``: launches and fixed latency), the matrix's ``rows`` and ``nnz``, and the kernel's own
-    ``<kernel>_bytes``, ``_work``, ``_span`` and ``_atomics``. The coefficients are fitted on a
+    (``"1"``: fixed latency), the matrix's ``rows`` and ``nnz``, and the kernel's own
+    ``<kernel>_bytes``, ``_work``, ``_span``, ``_atomics`` and ``_launches``. (For a kernel
+    with a fixed number of device steps the constant and the launches say the same; HYB has one
+    step or two depending on the matrix, and its launches are what tell them apart.) The coefficients are fitted on a
     device's labels (non-negative least squares on relative error, ``training/fitting.py``), so
     ``t̂_k`` is in the labels' unit, microseconds. The tree reads the estimates relative to the
     fastest one: ``est_<kernel> = log2(t̂_k / min_j t̂_j)``, 0 for the kernel the cost model
@@ -39,7 +41,10 @@ class CostModel:
     timings holds one coefficient table per regime.
     """
 
-    REGRESSORS = ("1", "rows", "nnz", "bytes", "work", "span", "atomics")
+    REGRESSORS = ("1", "rows", "nnz", "bytes", "work", "span", "atomics", "launches")
+    LEGACY_REGRESSORS = REGRESSORS[:-1]
+    """The regressors of model files written before launches were counted: such a table is
+    read as one whose launch coefficient is 0, so it estimates exactly what it did."""
     MAX_COEFFICIENT = 1e9
     """Largest coefficient a model may hold (µs per unit). Fitted values are below 10⁴ (the
     constant, microseconds) and far below 1 for the counts; the bound keeps every estimate
@@ -173,9 +178,26 @@ class CostModel:
     def from_dict(cls, doc, known_kernels=None) -> "CostModel":
         if not isinstance(doc, Mapping):
             raise ValueError("cost_model must be a JSON object")
-        if list(doc.get("regressors", ())) != list(cls.REGRESSORS):
-            raise ValueError(f"cost_model regressors must be {list(cls.REGRESSORS)}; "
-                             f"found {doc.get('regressors')!r}")
-        return cls(doc.get("coefficients"), known_kernels,
-                   large_coefficients=doc.get("large_coefficients"),
+        regressors = list(doc.get("regressors", ()))
+        if regressors == list(cls.LEGACY_REGRESSORS):
+            tables = {key: cls._with_zero_launches(doc.get(key))
+                      for key in ("coefficients", "large_coefficients")}
+        elif regressors == list(cls.REGRESSORS):
+            tables = {key: doc.get(key) for key in ("coefficients", "large_coefficients")}
+        else:
+            raise ValueError(f"cost_model regressors must be {list(cls.REGRESSORS)} (or, in an "
+                             f"older file, {list(cls.LEGACY_REGRESSORS)}); found "
+                             f"{doc.get('regressors')!r}")
+        return cls(tables["coefficients"], known_kernels,
+                   large_coefficients=tables["large_coefficients"],
                    large_nnz=doc.get("large_nnz"))
+
+    @classmethod
+    def _with_zero_launches(cls, table):
+        """A legacy coefficient table with a launch coefficient of 0 appended to each row (rows
+        of the wrong length are left for :meth:`_table` to reject)."""
+        if not isinstance(table, Mapping):
+            return table
+        return {kernel: list(row) + [0.0]
+                if isinstance(row, list) and len(row) == len(cls.LEGACY_REGRESSORS) else row
+                for kernel, row in table.items()}

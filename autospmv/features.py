@@ -55,8 +55,9 @@ x_sectors_per_nnz_row *  Σ_i (distinct x sectors read by row i) / nnz: one row 
 x_sectors_per_nnz_warp * Σ_warps (distinct x sectors read by the warp) / nnz:        0
                          coalescing when 32 rows run together
 <kernel>_bytes, _work,   each kernel's cost quantities (:mod:`autospmv.cost`):      0
-_span, _atomics          memory traffic, thread steps, longest thread loop, atomic
-                         adds into one entry of y, with the device's chooser parameters
+_span, _atomics,         memory traffic, thread steps, longest thread loop, atomic
+_launches                adds into one entry of y, device steps, with the device's
+                         chooser parameters
 ======================== ========================================================== ==========
 
 HYB width: the cost model ``autospmv.formats.hyb.width_cost`` (the K in 0..row_max

@@ -59,6 +59,7 @@ _QUANTITIES = {
     "work": "thread steps (32 × each warp's longest loop, summed)",
     "span": "steps of the longest thread loop",
     "atomics": "most atomic additions into one entry of y",
+    "launches": "device steps of one product (kernel launches and memsets)",
 }
 
 

@@ -29,7 +29,9 @@ File layout (``schema_version`` 1 or 2)::
         "weighted_n_node_samples": [40.0, ...]
       },
       "cost_model": {                         # optional (see CostModel)
-        "regressors": ["1", "rows", "nnz", "bytes", "work", "span", "atomics"],
+        "regressors": ["1", "rows", "nnz", "bytes", "work", "span", "atomics",
+                       "launches"],         # without "launches": a file from before it
+                                            # was counted, read with a launch coefficient 0
         "coefficients": {"coo": [11.5, ...], ...},  # µs per unit, one list per kernel
         "large_nnz": 1000000,                 # version 2, optional: from this many nonzeros
         "large_coefficients": {"coo": [...], ...}  # on, these coefficients estimate instead

@@ -10,7 +10,7 @@ import pytest
 import scipy.sparse as sp
 from matrices import ALL
 
-from autospmv.cost import QUANTITY_NAMES, quantities
+from autospmv.cost import QUANTITY_NAMES, launches_of_features, quantities
 from autospmv.registry import KERNELS, choose_csr5_sigma, choose_hyb_width, choose_threads_per_row
 from autospmv.validation import canonicalize
 
@@ -42,22 +42,24 @@ def cost_reference(csr, device: str) -> dict[str, float]:
     csr_bytes = nnz * (v + 4) + 4 * (m + 1) + vectors
     vector_warps = math.ceil(m / (32 // g))
     table = {
-        "coo": (nnz * (v + 8) + vectors, nnz, 1, math.ceil(longest / 32)),
-        "csr_scalar": (csr_bytes, 32 * _warp_loops(lengths, 32, 1), longest, 0),
+        "coo": (nnz * (v + 8) + vectors, nnz, 1, math.ceil(longest / 32), 2),
+        "csr_scalar": (csr_bytes, 32 * _warp_loops(lengths, 32, 1), longest, 0, 1),
         "csr_vector": (csr_bytes,
                        32 * (_warp_loops(lengths, 32 // g, g) + math.log2(g) * vector_warps),
-                       math.ceil(longest / g) + math.log2(g), 0),
-        "ell": (m * longest * (v + 4) + vectors, 32 * math.ceil(m / 32) * longest, longest, 0),
+                       math.ceil(longest / g) + math.log2(g), 0, 1),
+        "ell": (m * longest * (v + 4) + vectors, 32 * math.ceil(m / 32) * longest, longest, 0,
+                1),
         "hyb": (m * w * (v + 4) + overflow.sum() * (v + 8) + vectors,
                 32 * math.ceil(m / 32) * w + overflow.sum(), w + (overflow.sum() > 0),
-                math.ceil(overflow.max() / 32)),
+                math.ceil(overflow.max() / 32), 1 + (overflow.sum() > 0)),
         "jds": (nnz * (v + 4) + 4 * (m + longest + 1) + vectors,
-                32 * _warp_loops(np.sort(lengths)[::-1], 32, 1), longest, 0),
+                32 * _warp_loops(np.sort(lengths)[::-1], 32, 1), longest, 0, 1),
         "csr5": (nnz * (v + 4) + tiles * (32 * 12 + 4) + vectors, 32 * sigma * tiles, sigma,
-                 math.ceil(longest / (32 * sigma)) + 1),
+                 math.ceil(longest / (32 * sigma)) + 1, 2),
     }
     return {f"{kernel}_{q}": float(value) for kernel in KERNELS
-            for q, value in zip(("bytes", "work", "span", "atomics"), table[kernel])}
+            for q, value in zip(("bytes", "work", "span", "atomics", "launches"),
+                                table[kernel], strict=True)}
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
@@ -90,6 +92,26 @@ def test_values_by_hand():
     assert (q["hyb_work"], q["hyb_span"], q["hyb_atomics"]) == (44, 1, 2)
     assert q["jds_work"] == 32 * 40 and q["jds_bytes"] == 44 * 12 + 4 * (4 + 41) + vectors
     assert (q["csr5_span"], q["csr5_work"], q["csr5_atomics"]) == (32, 32 * 32, 2)
+    # Width 0: HYB zeroes y and runs its COO part, two steps like COO and CSR5.
+    assert {k: q[f"{k}_launches"] for k in KERNELS} == {
+        "coo": 2, "csr_scalar": 1, "csr_vector": 1, "ell": 1, "hyb": 2, "jds": 1, "csr5": 2}
+
+
+def test_hyb_launches_once_without_overflow():
+    # Every row 3 long in 5000 rows: width 3 holds all entries, the ELL part is the one step.
+    A = canonicalize(sp.diags([1.0, 2.0, 3.0], [0, 1, 2], shape=(5000, 5002), format="csr"))
+    q = quantities(A, "cuda")
+    assert (q["hyb_atomics"], q["hyb_launches"]) == (0, 1)
+
+
+@pytest.mark.parametrize("name", sorted(ALL))
+def test_launches_derived_from_features_match(name):
+    # Label records taken before launches were counted get them from their other features.
+    from autospmv import features
+
+    csr = canonicalize(ALL[name]())
+    f = features(csr, device="cuda")
+    assert launches_of_features(f) == {k: f[k] for k in f if k.endswith("_launches")}
 
 
 def test_values_by_hand_on_cuda():

@@ -301,27 +301,44 @@ def _cost_model(**coefficients):
 
 
 def test_cost_model_estimates_and_relative_values_by_hand():
-    # coo: 10 µs + 0.5 µs per span step; csr5: 12 µs + 1 µs per 1000 bytes.
-    cost = _cost_model(coo=[10, 0, 0, 0, 0, 0.5, 0], csr5=[12, 0, 0, 1e-3, 0, 0, 0])
+    # coo: 10 µs + 0.5 µs per span step; csr5: 12 µs + 1 µs per 1000 bytes + 1 µs per launch.
+    cost = _cost_model(coo=[10, 0, 0, 0, 0, 0.5, 0, 0], csr5=[12, 0, 0, 1e-3, 0, 0, 0, 1.0])
     features = {"rows": 5.0, "nnz": 9.0, "coo_bytes": 0.0, "coo_work": 0.0, "coo_span": 4.0,
-                "coo_atomics": 0.0, "csr5_bytes": 4000.0, "csr5_work": 0.0, "csr5_span": 0.0,
-                "csr5_atomics": 0.0}
-    assert cost.estimates(features) == {"coo": 12.0, "csr5": 16.0}
-    assert cost.derived(features) == {"est_coo": 0.0, "est_csr5": pytest.approx(np.log2(16 / 12))}
+                "coo_atomics": 0.0, "coo_launches": 2.0, "csr5_bytes": 4000.0, "csr5_work": 0.0,
+                "csr5_span": 0.0, "csr5_atomics": 0.0, "csr5_launches": 2.0}
+    assert cost.estimates(features) == {"coo": 12.0, "csr5": 18.0}
+    assert cost.derived(features) == {"est_coo": 0.0, "est_csr5": pytest.approx(np.log2(18 / 12))}
     assert cost.regressor_names("coo") == ["1", "rows", "nnz", "coo_bytes", "coo_work",
-                                           "coo_span", "coo_atomics"]
+                                           "coo_span", "coo_atomics", "coo_launches"]
     with pytest.raises(ValueError, match="features missing for the cost model: coo_atomics"):
         cost.estimates({k: v for k, v in features.items() if k != "coo_atomics"})
     # All-zero coefficients still give a finite logarithm.
-    assert _cost_model(coo=[0] * 7).estimates(features)["coo"] == pytest.approx(1e-3)
+    assert _cost_model(coo=[0] * 8).estimates(features)["coo"] == pytest.approx(1e-3)
+
+
+def test_cost_model_of_a_file_from_before_launches_estimates_as_it_did():
+    from autospmv.model import CostModel
+
+    legacy = {"regressors": ["1", "rows", "nnz", "bytes", "work", "span", "atomics"],
+              "coefficients": {"coo": [10, 0, 0, 0, 0, 0.5, 0]},
+              "large_nnz": 1000, "large_coefficients": {"coo": [20, 0, 0, 0, 0, 0, 0]}}
+    cost = CostModel.from_dict(legacy)
+    assert cost.coefficients.tolist() == [[10, 0, 0, 0, 0, 0.5, 0, 0]]
+    assert cost.large_coefficients.tolist() == [[20, 0, 0, 0, 0, 0, 0, 0]]
+    features = {"rows": 5.0, "nnz": 9.0, "coo_bytes": 0.0, "coo_work": 0.0, "coo_span": 4.0,
+                "coo_atomics": 0.0, "coo_launches": 2.0}
+    assert cost.estimates(features) == {"coo": 12.0}
+    assert cost.to_dict()["regressors"] == list(CostModel.REGRESSORS)
+    with pytest.raises(ValueError, match="must be 8 non-negative numbers"):
+        CostModel.from_dict(dict(legacy, coefficients={"coo": [10, 0, 0]}))
 
 
 @pytest.mark.parametrize("coefficients, message", [
     ({}, "non-empty object"),
-    ({"gemm": [1] * 7}, "unknown kernel names in the cost model: gemm"),
-    ({"coo": [1] * 6}, "must be 7 non-negative numbers"),
-    ({"coo": [1, -1, 0, 0, 0, 0, 0]}, "must be 7 non-negative numbers"),
-    ({"coo": [1, float("nan"), 0, 0, 0, 0, 0]}, "finite numbers"),
+    ({"gemm": [1] * 8}, "unknown kernel names in the cost model: gemm"),
+    ({"coo": [1] * 6}, "must be 8 non-negative numbers"),
+    ({"coo": [1, -1, 0, 0, 0, 0, 0, 0]}, "must be 8 non-negative numbers"),
+    ({"coo": [1, float("nan"), 0, 0, 0, 0, 0, 0]}, "finite numbers"),
 ])
 def test_cost_model_rejects_bad_coefficients(coefficients, message):
     with pytest.raises(ValueError, match=message):
@@ -339,7 +356,7 @@ def test_correction_ranking_needs_a_cost_model_and_round_trips():
         TreeModel(["rows"], ["coo", "csr5"], tree)
     with pytest.raises(ValueError, match="unknown ranking 'best'"):
         TreeModel(["rows"], ["coo", "csr5"], tree, ranking="best")
-    cost = CostModel({"coo": [12, 0, 0, 0, 0, 0, 0], "csr5": [16, 0, 0, 0, 0, 0, 0]})
+    cost = CostModel({"coo": [12, 0, 0, 0, 0, 0, 0, 0], "csr5": [16, 0, 0, 0, 0, 0, 0, 0]})
     model = TreeModel(["rows", "est_csr5"], ["coo", "csr5"], tree, cost_model=cost,
                       ranking="correction")
     features = {name: 0.0 for k in ("coo", "csr5") for name in cost.regressor_names(k)[1:]}
@@ -360,9 +377,9 @@ def test_cost_model_of_two_size_regimes_by_hand_and_schema_2():
     from autospmv.model import CostModel
 
     # Below 1000 nonzeros coo costs 10 µs and csr5 12 µs; from 1000 on, coo 20 µs and csr5 15.
-    cost = CostModel({"coo": [10, 0, 0, 0, 0, 0, 0], "csr5": [12, 0, 0, 0, 0, 0, 0]},
-                     large_coefficients={"coo": [20, 0, 0, 0, 0, 0, 0],
-                                         "csr5": [15, 0, 0, 0, 0, 0, 0]}, large_nnz=1000)
+    cost = CostModel({"coo": [10, 0, 0, 0, 0, 0, 0, 0], "csr5": [12, 0, 0, 0, 0, 0, 0, 0]},
+                     large_coefficients={"coo": [20, 0, 0, 0, 0, 0, 0, 0],
+                                         "csr5": [15, 0, 0, 0, 0, 0, 0, 0]}, large_nnz=1000)
     features = {name: 0.0 for k in ("coo", "csr5") for name in cost.regressor_names(k)[1:]}
     assert cost.estimates(dict(features, nnz=999)) == {"coo": 10.0, "csr5": 12.0}
     assert cost.estimates(dict(features, nnz=1000)) == {"coo": 20.0, "csr5": 15.0}
@@ -384,21 +401,21 @@ def test_cost_model_of_two_size_regimes_by_hand_and_schema_2():
     with pytest.raises(ValueError, match="large_coefficients need schema_version 2"):
         TreeModel.from_dict(dict(doc, schema_version=1))
     single = TreeModel(["nnz", "est_csr5"], ["coo", "csr5"], tree, ranking="correction",
-                       cost_model=CostModel({"coo": [10] + [0] * 6, "csr5": [12] + [0] * 6}))
+                       cost_model=CostModel({"coo": [10] + [0] * 7, "csr5": [12] + [0] * 7}))
     assert json.loads(single.to_json())["schema_version"] == 1
 
 
 @pytest.mark.parametrize("large, message", [
     ({"large_nnz": 1000}, "large_coefficients and large_nnz go together"),
-    ({"large_coefficients": {"coo": [1] * 7}}, "large_coefficients and large_nnz go together"),
-    ({"large_coefficients": {"coo": [1] * 7}, "large_nnz": 0}, "large_nnz must be a positive"),
-    ({"large_coefficients": {"coo": [1] * 7}, "large_nnz": True}, "large_nnz must be a positive"),
-    ({"large_coefficients": {"csr5": [1] * 7}, "large_nnz": 10}, "must name the same kernels"),
-    ({"large_coefficients": {"coo": [-1] * 7}, "large_nnz": 10},
-     "large_coefficients of coo must be 7 non-negative"),
+    ({"large_coefficients": {"coo": [1] * 8}}, "large_coefficients and large_nnz go together"),
+    ({"large_coefficients": {"coo": [1] * 8}, "large_nnz": 0}, "large_nnz must be a positive"),
+    ({"large_coefficients": {"coo": [1] * 8}, "large_nnz": True}, "large_nnz must be a positive"),
+    ({"large_coefficients": {"csr5": [1] * 8}, "large_nnz": 10}, "must name the same kernels"),
+    ({"large_coefficients": {"coo": [-1] * 8}, "large_nnz": 10},
+     "large_coefficients of coo must be 8 non-negative"),
 ])
 def test_cost_model_rejects_a_bad_second_regime(large, message):
     from autospmv.model import CostModel
 
     with pytest.raises(ValueError, match=message):
-        CostModel({"coo": [1] * 7}, **large)
+        CostModel({"coo": [1] * 8}, **large)

@@ -9,6 +9,8 @@ the CLI's kernel list. The shipped models, which do not know it, keep deciding.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -100,10 +102,19 @@ def test_toy_cost_quantities_are_features(toy):
     values = autospmv.features(A, device="cpu")
     names = list(values)
     assert names[:len(FEATURE_NAMES)] == list(FEATURE_NAMES)
-    assert names[-4:] == [f"{TOY}_{q}" for q in cost.QUANTITIES]
+    assert names[-len(cost.QUANTITIES):] == [f"{TOY}_{q}" for q in cost.QUANTITIES]
     for q in cost.QUANTITIES:
         assert values[f"{TOY}_{q}"] == values[f"csr_scalar_{q}"]
     assert autospmv.glossary.describe("toy_bytes").startswith("toy's memory traffic")
+
+
+def test_a_cost_function_must_return_every_quantity(toy, monkeypatch):
+    four = dataclasses.replace(registry.get(TOY), cost=lambda inputs: (1.0, 2.0, 3.0, 4.0))
+    monkeypatch.setattr(registry, "specs", lambda: tuple(
+        four if spec.name == TOY else spec for spec in registry._BY_NAME.values()))
+    with pytest.raises(ValueError, match="cost function of kernel 'toy' returned 4 numbers; "
+                                         "it must return 5: bytes, work, span, atomics, launches"):
+        cost.quantities(_matrix().tocsr(), "cpu")
 
 
 def test_automatic_prepare_with_a_model_that_knows_the_toy(toy):

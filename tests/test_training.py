@@ -560,7 +560,8 @@ def test_training_learns_a_clean_rule():
     assert model.provenance["hyperparameters"] == {
         "max_depth": result.scores["hyper"].max_depth,
         "min_samples_leaf": result.scores["hyper"].min_samples_leaf,
-        "weighting": result.scores["hyper"].weighting}
+        "weighting": result.scores["hyper"].weighting,
+        "corrected": result.scores["hyper"].corrected}
 
 
 def test_grown_copies_leave_with_their_family_and_are_not_scored_as_real():
@@ -646,9 +647,9 @@ def test_cost_model_recovers_known_coefficients():
     cost_model = train.fit_cost_model(ds, np.arange(len(ds)))
     assert cost_model.kernels == autospmv.KERNELS
     coefficients = dict(zip(cost_model.kernels, cost_model.coefficients))
-    np.testing.assert_allclose(coefficients["coo"], [11.0, 0, 0, 1 / 2e5, 0, 0.25, 0],
+    np.testing.assert_allclose(coefficients["coo"], [11.0, 0, 0, 1 / 2e5, 0, 0.25, 0, 0],
                                rtol=1e-6, atol=1e-9)
-    np.testing.assert_allclose(coefficients["csr5"], [13.0, 0, 0, 1 / 3.5e5, 0, 0.25, 0],
+    np.testing.assert_allclose(coefficients["csr5"], [13.0, 0, 0, 1 / 3.5e5, 0, 0.25, 0, 0],
                                rtol=1e-6, atol=1e-9)
     # Exact estimates: the cost model alone picks the fastest kernel everywhere.
     chosen = train.cost_policy(cost_model, ds, np.arange(len(ds)))
@@ -659,7 +660,8 @@ def test_hyper_grid():
     assert {h.objective for h in train.GRID} == {"correction"}
     assert {h.max_depth for h in train.GRID} == {0, 1, 2, 3, 4}
     assert {h.min_samples_leaf for h in train.GRID} == {4, 8}
-    assert train.GRID[0] == train.Hyper(0, 8, "none", "correction")
+    assert train.GRID[0] == train.Hyper(0, 8, "none", "correction", corrected=False)
+    assert train.GRID[1] == train.Hyper(0, 8, "none", "correction")
     wide = train.hyper_grid(train.OBJECTIVES)
     assert {h.objective for h in wide} == set(train.OBJECTIVES)
     assert not any(h.max_depth == 0 for h in wide if h.objective != "correction")
@@ -690,6 +692,32 @@ def test_a_kernel_that_never_ran_is_estimated_as_the_slowest():
     assert cost_model.kernels == autospmv.KERNELS
     row = dict(zip(cost_model.kernels, cost_model.coefficients))["ell"]
     assert row[0] == np.max(ds.times[np.isfinite(ds.times)]) and not row[1:].any()
+
+
+def test_uncorrected_leaf_is_the_cost_model_alone():
+    ds, _ = train.dataset(_costed(noise=0.3))
+    rows = np.arange(len(ds))
+    fitted = train.fit(ds, rows, train.Hyper(0, 8, "none", "correction", corrected=False))
+    assert fitted.export().n_nodes == 1
+    assert (fitted.tree.predict_proba(fitted.inputs(ds, rows)) == 0).all()
+    assert (train.tree_policy(fitted, ds, rows)
+            == train.cost_policy(fitted.cost_model, ds, rows)).all()
+    with pytest.raises(ValueError, match="uncorrected tree is the correction objective"):
+        train.Hyper(1, 8, "none", "correction", corrected=False)
+
+
+def test_label_records_from_before_launches_get_them_from_their_features(tmp_path):
+    # A record written before launches were counted reads as one written now.
+    A = sp.random(3000, 3000, density=0.002, format="csr", random_state=4)
+    A.data[:] = 1.0
+    now = features(A, device="cuda")
+    old = {k: v for k, v in now.items() if not k.endswith("_launches")}
+    record = {"schema": label.SCHEMA, "name": "m", "features": old}
+    path = tmp_path / "old.jsonl"
+    path.write_text(json.dumps(record) + "\n")
+    (read,) = label.read_records(path)
+    assert list(read["features"]) == list(FEATURE_NAMES)
+    assert read["features"] == now
 
 
 def test_depth_zero_is_the_cost_model_with_one_correction_per_kernel():
@@ -739,9 +767,9 @@ def test_two_size_regimes_get_their_own_cost_model_and_tree():
     cost_model = train.fit_cost_model(ds, rows)
     assert cost_model.large_nnz == label.LARGE_NNZ
     coo, csr5 = cost_model.kernels.index("coo"), cost_model.kernels.index("csr5")
-    np.testing.assert_allclose(cost_model.coefficients[coo], [11.0, 0, 0, 1 / 2e5, 0, 0, 0],
+    np.testing.assert_allclose(cost_model.coefficients[coo], [11.0, 0, 0, 1 / 2e5, 0, 0, 0, 0],
                                rtol=1e-6, atol=1e-9)
-    np.testing.assert_allclose(cost_model.large_coefficients[csr5], [0, 0, 0, 1 / 3e6, 0, 0, 0],
+    np.testing.assert_allclose(cost_model.large_coefficients[csr5], [0, 0, 0, 1 / 3e6, 0, 0, 0, 0],
                                rtol=1e-6, atol=1e-9)
     chosen = train.cost_policy(cost_model, ds, rows)
     assert train.selection_metrics(ds.times, chosen)["geomean"] == pytest.approx(1.0)
@@ -790,11 +818,14 @@ def test_training_in_two_regimes_chooses_per_regime_and_reports_both():
     assert all(isinstance(fold.hyper, train.RegimeHyper) for fold in result.scores["folds"])
     assert result.scores["cv"]["tree"]["geomean"] > 0.95
     report = result.report
+    # Times here follow a cost model exactly, so the cost model alone may win a regime.
+    small = ("the cost model alone (a single leaf correcting nothing)"
+             if not hyper.small.corrected else f"max_depth={hyper.small.max_depth}, ")
     assert "per size regime, each by the out-of-fold score on its own matrices: small " \
-           "(below 1,000,000 nonzeros, per call) max_depth=" in report
+           f"(below 1,000,000 nonzeros, per call) {small}" in report
     assert "its root splitting the regimes on nnz." in report
     assert "From 1,000,000 nonzeros (back-to-back times):" in report
-    assert "| small correction/" in report
+    assert "| small correction/" in report or "| small cost model alone;" in report
     assert json.loads(result.model.to_json())["schema_version"] == 2
 
 

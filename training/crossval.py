@@ -30,13 +30,16 @@ DEFAULT_OBJECTIVES = ("correction",)
 
 def hyper_grid(objectives=DEFAULT_OBJECTIVES) -> tuple[Hyper, ...]:
     """The hyperparameters cross-validation chooses among for ``objectives``: depth up to 4
-    (0 too for ``correction``), leaves of at least 4 matrices, every weighting. Simplest first
-    (shallow, large leaves, unweighted): the first of equal scores wins."""
+    (0 too for ``correction``, and first of all the cost model alone, a single leaf correcting
+    nothing), leaves of at least 4 matrices, every weighting. Simplest first (shallow, large
+    leaves, unweighted): the first of equal scores wins."""
     unknown = [o for o in objectives if o not in OBJECTIVES]
     if unknown or not objectives:
         raise ValueError(f"objectives must be among {', '.join(OBJECTIVES)}; got "
                          f"{', '.join(map(str, objectives)) or 'none'}")
-    return tuple(
+    alone = ((Hyper(0, 8, "none", "correction", corrected=False),)
+             if "correction" in objectives else ())
+    return alone + tuple(
         Hyper(depth, leaf, weighting, objective)
         for objective in objectives
         for depth in ((0,) if objective == "correction" else ()) + (1, 2, 3, 4)

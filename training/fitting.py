@@ -59,12 +59,19 @@ class Hyper:
     min_samples_leaf: int
     weighting: str
     objective: str = "quality"
+    corrected: bool = True
+    """False (``correction`` objective at depth 0 only): a single leaf correcting nothing, i.e.
+    the cost model's estimates as they are."""
+
+    def __post_init__(self):
+        if not self.corrected and (self.objective != "correction" or self.max_depth != 0):
+            raise ValueError("an uncorrected tree is the correction objective at max_depth 0")
 
     def as_dict(self) -> dict:
         """The tree's hyperparameters as a model's provenance records them (the objective is
         recorded apart)."""
         return {"max_depth": self.max_depth, "min_samples_leaf": self.min_samples_leaf,
-                "weighting": self.weighting}
+                "weighting": self.weighting, "corrected": self.corrected}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -372,6 +379,8 @@ def _fit_tree(ds: Dataset, rows: np.ndarray, hyper: Hyper, cost_model: CostModel
                                           random_state=0)
     if hyper.objective == "correction":
         targets = correction_targets(ds.times[rows], np.log2(estimates))
+        if not hyper.corrected:
+            targets = np.zeros_like(targets)
         fitted.tree = CorrectionTree(regressor.fit(X, targets, sample_weight=weights),
                                      ds.kernels)
         return fitted

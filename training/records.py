@@ -17,6 +17,7 @@ import os
 import zlib
 from pathlib import Path
 
+from autospmv.cost import launches_of_features
 from training.timing import QUICK, TimingOptions
 
 
@@ -121,8 +122,27 @@ def _parse(text: str, path) -> list[dict]:
         if not isinstance(record, dict) or record.get("schema") != SCHEMA:
             raise ValueError(f"line {number} of {path} is not an autospmv label record "
                              f"(expected schema {SCHEMA!r})")
-        records.append(record)
+        records.append(_with_launches(record))
     return records
+
+
+def _with_launches(record: dict) -> dict:
+    """``record`` with its built-in kernels' ``<kernel>_launches`` features when it was labelled
+    before launches were counted: derived exactly from its other features
+    (:func:`autospmv.cost.launches_of_features`) and placed after each kernel's ``_atomics``,
+    where a newer record holds them. Other records are returned as they are."""
+    features = record.get("features")
+    if not isinstance(features, dict) or "coo_atomics" not in features \
+            or "coo_launches" in features:
+        return record
+    launches = launches_of_features(features)
+    upgraded = {}
+    for name, value in features.items():
+        upgraded[name] = value
+        launch_name = name.removesuffix("_atomics") + "_launches"
+        if name.endswith("_atomics") and launch_name in launches:
+            upgraded[launch_name] = launches[launch_name]
+    return dict(record, features=upgraded)
 
 
 def _resume(path: Path, device: str, dtype: str, timing: dict | None = None) -> set[str]:

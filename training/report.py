@@ -67,14 +67,19 @@ def _band_table(bands: dict) -> str:
 
 
 def _describe(hyper: Hyper | RegimeHyper) -> str:
-    """``objective/depth/leaf/weighting``; per size regime, ``small …; large …``."""
+    """``objective/depth/leaf/weighting`` (``cost model alone`` for the uncorrected leaf); per
+    size regime, ``small …; large …``."""
     if isinstance(hyper, RegimeHyper):
         return f"small {_describe(hyper.small)}; large {_describe(hyper.large)}"
+    if not hyper.corrected:
+        return "cost model alone"
     return (f"{hyper.objective}/{hyper.max_depth}/{hyper.min_samples_leaf}/"
             f"{hyper.weighting}")
 
 
 def _settings(hyper: Hyper) -> str:
+    if not hyper.corrected:
+        return "the cost model alone (a single leaf correcting nothing)"
     return (f"max_depth={hyper.max_depth}, min_samples_leaf={hyper.min_samples_leaf}, "
             f"weighting={hyper.weighting}")
 
@@ -126,15 +131,15 @@ def _cost_model_table(cost_model: CostModel) -> str:
     """The exported cost model's coefficients, one row per kernel; one table per size regime
     where it has two."""
     headers = ["kernel", "constant µs", "ns per row", "ns per nonzero", "bytes: GB/s",
-               "ps per thread step", "ns per span step", "ns per atomic"]
+               "ps per thread step", "ns per span step", "ns per atomic", "µs per launch"]
 
     def table(coefficients) -> str:
         rows = []
         for kernel, (constant, per_row, per_nnz, per_byte, per_step, per_span,
-                     per_atomic) in zip(cost_model.kernels, coefficients):
+                     per_atomic, per_launch) in zip(cost_model.kernels, coefficients):
             rows.append([kernel, _fmt(constant, 2), _fmt(per_row * 1e3), _fmt(per_nnz * 1e3),
                          _fmt(1e-3 / per_byte, 0) if per_byte else "–", _fmt(per_step * 1e6),
-                         _fmt(per_span * 1e3), _fmt(per_atomic * 1e3)])
+                         _fmt(per_span * 1e3), _fmt(per_atomic * 1e3), _fmt(per_launch, 2)])
         return _table(headers, rows)
 
     intro = ("## Cost model (fitted on all matrices)\n\nt̂ = constant + Σ coefficient × "

@@ -29,8 +29,8 @@ every class it knows is infeasible.
 
 The cost model: before any tree, :func:`fit_cost_model` fits, per kernel, a linear model of
 its time over the matrix's cost quantities (:mod:`autospmv.cost`: bytes moved, thread steps,
-the longest thread's loop, atomics into one entry, plus a constant, rows and nnz) by
-non-negative least squares on relative error. The quantities are structural counts (for the
+the longest thread's loop, atomics into one entry, device steps; plus a constant, rows and
+nnz) by non-negative least squares on relative error. The quantities are structural counts (for the
 parameters the device's choosers pick); the coefficients are this device's (µs per byte, per
 step, per launch…). Its estimates reach the tree as ``est_<kernel> = log2(t̂_k / min_j t̂_j)``
 (0 for the kernel it expects fastest). The tree reads them next to the sizes (``fastest``, ``quality``) or next to every
