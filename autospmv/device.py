@@ -9,8 +9,9 @@ CSR tensors on a CUDA device. Their nonzeros never travel to the host:
   then the tensors are viewed as CuPy arrays through ``__cuda_array_interface__`` (no copy).
   CuPy is needed in both cases (the ``cuda`` extra's natural companion).
 * **What goes to the host: the row pointer** (m + 1 integers, not nnz-sized). The parameter
-  choosers, the fill limits and the format descriptors (ELL width, JDS row order, CSR5 tile
-  descriptors) depend on the row lengths alone and are computed from it on the host.
+  choosers, the fill limits and the CSR5 tile descriptors depend on the row lengths alone and
+  are computed from it on the host; the ELL width and the JDS row order are computed on the
+  device.
 * **The decision.** With ``kernel=`` the kernel is used as on host input. Automatic selection
   on device input uses the built-in rule of :func:`autospmv.selector.rule_decision`, which reads
   the row lengths only: the trained models' features also read the column indices (bandwidth,
@@ -18,9 +19,9 @@ CSR tensors on a CUDA device. Their nonzeros never travel to the host:
 * **Conversion on the device** (:func:`device_format`), with CuPy array operations from the
   uploaded CSR (also for host input on the GPU when CuPy is installed: :func:`upload_csr`):
   csr_scalar/csr_vector use the CSR arrays as they are; COO builds the row of every
-  nonzero (a search in the row pointer); ELL/HYB scatter each entry to its slot; JDS scatters to
-  its diagonal through the row order computed on the host; CSR5 transposes the tiles with one
-  reshape and uploads the descriptors computed on the host.
+  nonzero (a search in the row pointer); ELL/HYB scatter each entry to its slot; JDS sorts the
+  rows by length on the device (a stable sort) and scatters each entry to its diagonal; CSR5
+  transposes the tiles with one reshape and uploads the descriptors computed on the host.
 
 Every function taking ``xp`` works with NumPy arrays too, which is how the tests prove on any
 machine that the device conversions build exactly the host formats.
@@ -168,7 +169,7 @@ def device_format(kernel: str, csr: DeviceCSR, params: dict) -> SparseFormat:
         row = row_of_each_nonzero(csr.indptr, csr.nnz, itype, xp)
         return coo.COOFormat(csr.shape, row, csr.indices, csr.data)
     if format_class is ell.ELLFormat:
-        longest = int(np.diff(structure.indptr).max()) if m else 0
+        longest = _longest_row(csr)
         ell.check_fill(m, longest, csr.nnz, ell.ELL_MAX_FILL)
         return split_at_width(csr, longest)[0]
     if format_class is hyb.HYBFormat:
@@ -176,10 +177,9 @@ def device_format(kernel: str, csr: DeviceCSR, params: dict) -> SparseFormat:
         ell_part, coo_part = split_at_width(csr, width)
         return hyb.HYBFormat(csr.shape, width, ell_part, coo_part)
     if format_class is jds.JDSFormat:
-        perm, jd_ptr = jds.row_order(structure.indptr, csr.nnz, ell.ELL_MAX_FILL)
-        position = np.empty(m, dtype=np.int64)
-        position[perm] = np.arange(m)
-        perm_d, jd_ptr_d, position_d = (xp.asarray(a) for a in (perm, jd_ptr, position))
+        perm_d, jd_ptr_d = jds_row_order(csr, ell.ELL_MAX_FILL)
+        position_d = xp.empty(m, dtype=np.int64)
+        position_d[perm_d] = xp.arange(m, dtype=np.int64)
         row = row_of_each_nonzero(csr.indptr, csr.nnz, np.int64, xp)
         diagonal = xp.arange(csr.nnz, dtype=np.int64) - csr.indptr[row].astype(np.int64)
         destination = jd_ptr_d[diagonal].astype(np.int64) + position_d[row]
@@ -243,9 +243,44 @@ def csr_from_format(fmt: SparseFormat, indptr, xp) -> DeviceCSR:
     raise ValueError(f"no device CSR for the {fmt.name} format")
 
 
+def _longest_row(csr: DeviceCSR) -> int:
+    """The longest row's length, reduced on the device (one scalar comes back)."""
+    return int(csr.xp.diff(csr.indptr).max()) if csr.shape[0] else 0
+
+
+def jds_row_order(csr: DeviceCSR, max_fill: float):
+    """:func:`autospmv.formats.jds.row_order` on the device: ``perm`` (rows by length,
+    descending, stable: a stable sort of the negated lengths) and ``jd_ptr`` (diagonal k holds
+    the rows longer than k), or FormatTooLargeError beyond the fill limit. Only the slot count
+    and the longest row come back to the host."""
+    from .formats import jds
+    from .formats.ell import fill_exceeded, too_large
+
+    xp = csr.xp
+    m = csr.shape[0]
+    itype = csr.indptr.dtype
+    lengths = xp.diff(csr.indptr)
+    longest = int(lengths.max()) if m else 0
+    perm = xp.argsort(-lengths, kind="stable").astype(itype)
+    rows_per_length = xp.bincount(lengths, minlength=longest + 1)
+    longer_than = m - xp.cumsum(rows_per_length)[:longest]  # rows longer than k, k < longest
+    jd_ptr = xp.zeros(longest + 1, dtype=itype)
+    jd_ptr[1:] = xp.cumsum(longer_than)
+    slots = jds.WARP * int(lengths[perm[::jds.WARP]].sum(dtype=np.int64))
+    if fill_exceeded(slots, csr.nnz, max_fill):
+        raise too_large(
+            "JDS", slots, csr.nnz, max_fill,
+            "GPU thread slots (32 x the longest row of each warp of sorted rows)",
+            "a few rows are much longer than their neighbours; use kernel 'hyb' or 'csr5'",
+        )
+    return perm, jd_ptr
+
+
 def split_at_width(csr: DeviceCSR, width: int):
     """:func:`autospmv.formats.ell.split_at_width` on the device: ELL with the first ``width``
-    entries of every row (column-major, -1/0 padding) and COO with the rest, in CSR order."""
+    entries of every row (column-major, -1/0 padding) and COO with the rest, in CSR order.
+    When no row is longer than ``width`` (ELL, and HYB without a COO part), every entry goes
+    to its slot without the masks and compactions of a split."""
     from .formats.coo import COOFormat
     from .formats.ell import ELLFormat
 
@@ -254,10 +289,17 @@ def split_at_width(csr: DeviceCSR, width: int):
     itype = csr.indices.dtype
     row = row_of_each_nonzero(csr.indptr, csr.nnz, np.int64, xp)
     position = xp.arange(csr.nnz, dtype=np.int64) - csr.indptr[row].astype(np.int64)
-    kept = position < width
-    slot = position[kept] * m + row[kept]
     col = xp.full(m * width, -1, dtype=itype)
     data = xp.zeros(m * width, dtype=csr.data.dtype)
+    if width >= _longest_row(csr):
+        slot = position * m + row
+        col[slot] = csr.indices
+        data[slot] = csr.data
+        overflow = COOFormat(csr.shape, xp.empty(0, dtype=itype), xp.empty(0, dtype=itype),
+                             xp.empty(0, dtype=csr.data.dtype))
+        return ELLFormat(csr.shape, int(width), col, data), overflow
+    kept = position < width
+    slot = position[kept] * m + row[kept]
     col[slot] = csr.indices[kept]
     data[slot] = csr.data[kept]
     rest = ~kept
