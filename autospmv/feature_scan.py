@@ -372,6 +372,17 @@ def row_length_moments(indptr, m):
     return squares, longest
 
 
+@njit(cache=True)
+def row_length_counts(indptr, m, longest):
+    """``counts[k]`` = rows of length exactly k, for k = 0..``longest`` (the longest row's
+    length, from :func:`row_length_moments`), in one pass over the row pointer: no nnz- or
+    m-sized temporary, for the choosers that read the row-length histogram."""
+    counts = np.zeros(longest + 1, dtype=np.int64)
+    for i in range(m):
+        counts[indptr[i + 1] - indptr[i]] += 1
+    return counts
+
+
 def _scan_workers(indptr, indices, m, n, shift, narrow, selected, bounds, sums, hist, flags,
                   stamp, masks8, list8, masks3, list3):  # fmt: skip
     """Run worker t's share of the windows, ``bounds[t]..bounds[t+1]-1``, for every t; each

@@ -211,9 +211,17 @@ def _threads_per_row(m: int, nnz: int, squares: float, longest: int) -> int:
 
 
 def choose_hyb_width(csr: sp.csr_matrix, device: str) -> dict:
-    from .formats.hyb import default_hyb_width
+    """HYB's ELL width (CUSP's rule, :data:`autospmv.formats.hyb.default_hyb_width`), from the
+    row-length histogram counted in two compiled passes over the row pointer."""
+    from .feature_scan import row_length_counts, row_length_moments
 
-    return {"width": int(default_hyb_width(row_lengths(csr)))}
+    m = csr.shape[0]
+    if m == 0:
+        return {"width": 0}
+    _, longest = row_length_moments(csr.indptr, m)
+    counts = row_length_counts(csr.indptr, m, int(longest))
+    values = np.flatnonzero(counts)
+    return choose_hyb_width_of_lengths(values, counts[values], device)
 
 
 def choose_hyb_width_of_lengths(values: np.ndarray, counts: np.ndarray, device: str) -> dict:

@@ -125,3 +125,13 @@ def test_parameters_from_the_scans_histogram_are_the_choosers(name, kind, kernel
     csr = canonicalize(ALL[name]())
     lengths = features_and_lengths(csr, device=kind)[1]
     assert registry.choose_params(kernel, csr, kind, lengths=lengths) == chooser(csr, kind)
+
+
+@pytest.mark.parametrize("name", sorted(ALL))
+def test_hyb_width_chooser_is_cusps_rule_on_the_row_lengths(name):
+    # The chooser counts the histogram in compiled passes; the rule reads the lengths.
+    from autospmv.formats.base import row_lengths
+    from autospmv.formats.hyb import default_hyb_width
+
+    csr = canonicalize(ALL[name]())
+    assert registry.choose_hyb_width(csr, "cuda") == {"width": default_hyb_width(row_lengths(csr))}
