@@ -90,3 +90,22 @@ def test_transpose_is_built_from_the_prepared_matrix(rng):
     x = random_vector(rng, 40, np.float64)
     assert_close(op.T @ x, A.T.astype(np.float64) @ x, np.float64)
     assert_close(op.rmatvec(x), A.T.astype(np.float64) @ x, np.float64)
+
+
+@pytest.mark.parametrize("itype", [np.int32, np.int64])
+def test_row_tasks_split_without_copying_the_row_pointer(itype):
+    from autospmv.formats import convert
+
+    lengths = np.random.default_rng(3).integers(0, 40, 200_000)
+    indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(itype)
+    tracemalloc.start()
+    bounds = convert.row_tasks(indptr, 3)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < indptr.nbytes / 4
+    m, nnz = indptr.size - 1, int(indptr[-1])
+    assert bounds[0] == 0 and bounds[-1] == m and (np.diff(bounds) > 0).all()
+    assert (bounds[:-1] % 3 == 0).all()
+    # Every task but the last holds about _TASK_NNZ nonzeros (up to a block of rows more).
+    per_task = np.diff(indptr[bounds])
+    assert (np.abs(per_task[:-1] - nnz / (bounds.size - 1)) <= 3 * 40).all()

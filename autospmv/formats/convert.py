@@ -36,12 +36,15 @@ one run of consecutive words, and their CSR entries stay in the cache while k ad
 
 def row_tasks(indptr: np.ndarray, rows_per_block: int = 1) -> np.ndarray:
     """Task boundaries over the rows (int64, first 0, last m) with about :data:`_TASK_NNZ`
-    nonzeros per task, every boundary a multiple of ``rows_per_block`` (except m)."""
+    nonzeros per task, every boundary a multiple of ``rows_per_block`` (except m). Task k
+    starts at the first row starting at or after ⌈k·nnz/count⌉, searched with targets of the
+    row pointer's own dtype (targets of another dtype would make NumPy convert the whole row
+    pointer first)."""
     m = indptr.shape[0] - 1
     nnz = int(indptr[-1])
     count = max(1, nnz // _TASK_NNZ)
-    targets = np.linspace(0, nnz, count + 1)
-    bounds = np.searchsorted(indptr, targets, side="left").astype(np.int64)
+    targets = -(-(np.arange(count + 1, dtype=np.int64) * nnz) // count)
+    bounds = np.searchsorted(indptr, targets.astype(indptr.dtype), side="left").astype(np.int64)
     bounds = bounds // rows_per_block * rows_per_block
     bounds[0], bounds[-1] = 0, m
     return np.unique(np.minimum(bounds, m))

@@ -185,8 +185,8 @@ def csr5_descriptors(indptr: np.ndarray, sigma: int, indices: np.ndarray | None 
     dirty = np.empty(ntiles, dtype=np.bool_)
     segments = np.empty(ntiles, dtype=np.int64)
     convert.csr5_tiles(indptr, sigma, OMEGA, tile_row[:-1], dirty, segments)
-    # Past the last nonzero: m (the search skips trailing empty rows, as it does for tiles).
-    tile_row[-1] = np.searchsorted(indptr, ntiles * OMEGA * sigma, side="right") - 1
+    # Past the last nonzero: m (the last row whose start is at or before ntiles·ω·σ ≥ nnz).
+    tile_row[-1] = indptr.shape[0] - 1
 
     empty_ptr = np.zeros(ntiles + 1, dtype=np.int64)
     np.cumsum(np.where(dirty, segments, 0), out=empty_ptr[1:])
