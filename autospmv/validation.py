@@ -22,10 +22,13 @@ from __future__ import annotations
 
 import operator
 
+import numba
 import numpy as np
 import scipy.sparse as sp
+from numba import prange
 
 from .devices import DEVICES, check_device  # noqa: F401  (re-exported: device names live there)
+from .kernels.cpu import specialisations
 
 SUPPORTED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 _INT32_MAX = np.iinfo(np.int32).max
@@ -180,6 +183,37 @@ def _vector_length(array, fmt: str, name: str) -> int:
     return array.shape[0]
 
 
+COMPILED_MIN_SIZE = 1 << 20
+"""Index arrays from this many entries get their range in one compiled pass (on numba's
+threads where there are at least :data:`PARALLEL_MIN_THREADS`) instead of NumPy's two; below,
+NumPy's passes cost less than loading the compiled code."""
+PARALLEL_MIN_THREADS = 4
+
+
+def _index_range(index):
+    """(smallest, largest) entry of a non-empty index array, in one pass."""
+    low = index[0]
+    high = index[0]
+    for k in prange(index.shape[0]):
+        low = min(low, index[k])
+        high = max(high, index[k])
+    return low, high
+
+
+_index_range_serial, _index_range_parallel = specialisations(_index_range)
+
+
+def index_range(index) -> tuple:
+    """(min, max) of a non-empty integer array: compiled for a large contiguous int32/int64
+    array (the index arrays of every large matrix autospmv is given: a range check there cost
+    more than an upload to the GPU), NumPy otherwise."""
+    if (index.shape[0] < COMPILED_MIN_SIZE or index.dtype not in (np.int32, np.int64)
+            or not index.flags.c_contiguous):
+        return index.min(), index.max()
+    parallel = numba.get_num_threads() >= PARALLEL_MIN_THREADS
+    return (_index_range_parallel if parallel else _index_range_serial)(index)
+
+
 def _check_indices(fmt: str, name: str, index, nnz: int, size: int) -> None:
     """``index`` holds ``nnz`` integers in ``0..size-1``."""
     length = _vector_length(index, fmt, name)
@@ -191,7 +225,7 @@ def _check_indices(fmt: str, name: str, index, nnz: int, size: int) -> None:
                          f"{nnz}")
     if nnz == 0:
         return
-    low, high = index.min(), index.max()
+    low, high = index_range(index)
     if low < 0:
         at = int(np.argmax(index < 0))
         raise ValueError(f"malformed {fmt} matrix: negative {name} index {int(low)} "

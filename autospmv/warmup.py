@@ -7,7 +7,9 @@ value dtype: a small one (the serial CPU specialisations, below
 :data:`autospmv.kernels.cpu.PARALLEL_MIN_NNZ`) and a larger one (the parallel ones and the
 feature scan's threaded path: about a million nonzeros), each through
 ``prepare(A, kernel=...)`` (conversion, set-up) and
-one product. The feature scan and the prediction are compiled the same way. Matrices with int64
+one product. The feature scan and the prediction are compiled the same way, and the index range
+check that validates large matrices (:func:`autospmv.validation.index_range`) for both index
+dtypes. Matrices with int64
 indices (more than 2**31 - 1 nonzeros or rows) use other specialisations, compiled on first use.
 """
 
@@ -55,6 +57,15 @@ def warmup_matrices(dtype) -> list[sp.csr_matrix]:
     return out
 
 
+def _compile_index_range():
+    """The compiled range check that validation runs on large index arrays (both index
+    dtypes), which the small warm-up matrices do not reach."""
+    from .validation import COMPILED_MIN_SIZE, index_range
+
+    for itype in (np.int32, np.int64):
+        index_range(np.zeros(COMPILED_MIN_SIZE, dtype=itype))
+
+
 def warmup(device: str = "cpu", dtypes=DTYPES, kernels=None, progress=None) -> list[Step]:
     """Compile the feature scan, the prediction and every kernel (with its conversion) for
     ``device`` and ``dtypes``; returns one :class:`Step` per kernel and dtype.
@@ -77,6 +88,7 @@ def warmup(device: str = "cpu", dtypes=DTYPES, kernels=None, progress=None) -> l
         if progress:
             progress(step)
 
+    run("index range check (large matrices)", _compile_index_range)
     for dtype in dtypes:
         matrices = warmup_matrices(np.dtype(dtype))
         run(f"features and prediction ({dtype})",

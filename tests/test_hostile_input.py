@@ -400,3 +400,25 @@ def test_readers_never_fail_while_the_model_is_reinstalled(user_home, cpu_model_
         writer.join()
     assert installs[0] > 10
     assert all("retrained on this machine" in note for note in sources)
+
+
+@pytest.mark.parametrize("threaded", [False, True])
+@pytest.mark.parametrize("itype", [np.int32, np.int64])
+@pytest.mark.parametrize("bad, message", [(-3, "negative column index -3"),
+                                          (5000, "column index 5000 out of range")])
+def test_large_index_arrays_are_range_checked_by_the_compiled_pass(itype, bad, message,
+                                                                   threaded, monkeypatch):
+    # From COMPILED_MIN_SIZE entries the range comes from one compiled pass, not NumPy's:
+    # serial, or on numba's threads (forced here even where there are fewer than the rule's).
+    from autospmv import validation
+    from autospmv.validation import COMPILED_MIN_SIZE, index_range
+
+    monkeypatch.setattr(validation, "PARALLEL_MIN_THREADS", 1 if threaded else 10**6)
+
+    nnz = COMPILED_MIN_SIZE + 7
+    indices = np.arange(nnz, dtype=itype) % 4000
+    assert index_range(indices) == (0, 3999)
+    indices[nnz - 2] = bad
+    A = sp.csr_matrix((np.ones(nnz), indices, np.array([0, nnz], dtype=itype)), shape=(1, 4000))
+    with pytest.raises(ValueError, match=message):
+        autospmv.prepare(A, device="cpu")
