@@ -2,7 +2,8 @@
 reads its structural features from.
 
 The scan walks the rows in windows of :data:`WINDOW_ROWS` (one warp): every row for the
-row-length histogram, the bandwidth, the occupied diagonals and the warp imbalance, and the
+row-length histogram, the bandwidth and the occupied diagonals (the warp imbalance is one
+serial pass over the row pointer, :func:`warp_ratio_sum`), and the
 rows of the windows drawn for detail also for the block, x-sector and narrow-band counters
 (the entries ``_T2`` … ``_SAMPLED_NNZ3`` of a worker's ``sums``). The work is split between
 workers (:func:`_split_windows`), each with its own scratch arrays within a memory budget
@@ -53,13 +54,16 @@ _FULL3 = 0x1FF
 # The split of the windows between workers, and each worker's scratch arrays.
 
 
-def _split_windows(indptr: np.ndarray, m: int, selected: np.ndarray, workers: int) -> np.ndarray:
+def _split_windows(indptr: np.ndarray, m: int, selected: np.ndarray, workers: int,
+                   full: bool = True) -> np.ndarray:
     """Cut the windows into ``workers`` runs of consecutive windows of about equal work, at
-    multiples of 3 windows (96 rows), so that no 3-row block row is cut."""
+    multiples of 3 windows (96 rows), so that no 3-row block row is cut. ``full``: whether
+    every window is scanned (see :func:`_scan_windows`) or only the selected ones."""
     if workers == 1:
         return np.array([0, selected.size])
     entries = np.diff(indptr[np.minimum(np.arange(selected.size + 1) * WINDOW_ROWS, m)])
-    work = np.cumsum((1 + DETAIL_COST * selected.astype(np.int64)) * entries + WINDOW_ROWS)
+    work = np.cumsum((int(full) + DETAIL_COST * selected.astype(np.int64)) * entries
+                     + WINDOW_ROWS)
     cuts = np.searchsorted(work, work[-1] * np.arange(1, workers) / workers) // 3 * 3
     return np.concatenate([[0], cuts, [selected.size]])
 
@@ -71,14 +75,15 @@ many threads would otherwise need many times the matrix (4 GB at 128 threads for
 matrix). Fewer workers than threads only coarsens the work split."""
 
 
-def _scratch_shapes(m: int, n: int, longest: int) -> list[tuple[int, type]]:
+def _scratch_shapes(m: int, n: int, longest: int, full: bool = True) -> list[tuple[int, type]]:
     """One worker's row of each scratch array: (length, dtype), in :func:`_scratch` order.
     The row-length histogram has no columns when the longest row is much longer than m (see
-    :func:`_length_histogram`)."""
+    :func:`_length_histogram`); neither it nor the diagonal flags have any when the scan is
+    not ``full`` (the detail windows only)."""
     return [
         (_N_SUMS, np.int64),
-        (longest + 1 if longest <= 8 * m + 64 else 0, np.int64),
-        (max(m + n - 1, 0), np.uint8),  # occupied diagonals
+        (longest + 1 if full and longest <= 8 * m + 64 else 0, np.int64),
+        (max(m + n - 1, 0) if full else 0, np.uint8),  # occupied diagonals
         ((n + 7) // 8 * 2, np.int32),  # last warp that read each sector
         ((n + 7) // 8, np.uint64),  # 8×8 block masks, block columns
         ((n + 7) // 8 + 1, np.int64),  # touched block columns
@@ -87,18 +92,20 @@ def _scratch_shapes(m: int, n: int, longest: int) -> list[tuple[int, type]]:
     ]
 
 
-def _workers(threads: int, m: int, n: int, longest: int, csr_bytes: int) -> int:
+def _workers(threads: int, m: int, n: int, longest: int, csr_bytes: int,
+             full: bool = True) -> int:
     """How many workers the scan splits into: ``threads``, but no more than the scratch
     budget (:data:`SCRATCH_SHARE`) allows, and at least one."""
     per_worker = sum(length * np.dtype(dtype).itemsize
-                     for length, dtype in _scratch_shapes(m, n, longest))
+                     for length, dtype in _scratch_shapes(m, n, longest, full))
     return max(1, min(threads, int(SCRATCH_SHARE * csr_bytes) // max(per_worker, 1)))
 
 
-def _scratch(workers: int, m: int, n: int, longest: int) -> tuple[np.ndarray, ...]:
+def _scratch(workers: int, m: int, n: int, longest: int,
+             full: bool = True) -> tuple[np.ndarray, ...]:
     """Per-worker counters and work arrays (see :func:`_scratch_shapes`)."""
     return tuple(np.zeros((workers, length), dtype)
-                 for length, dtype in _scratch_shapes(m, n, longest))
+                 for length, dtype in _scratch_shapes(m, n, longest, full))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -243,14 +250,11 @@ def _flush3(masks, touched, count, row_pad, last_col, col_pad, sums):
 @njit(cache=True)
 def _row_window(indptr, indices, m, lo, hi, flags, hist, sums):
     """Row-length histogram, bandwidth and occupied diagonals of the rows lo..hi-1 of one
-    warp; returns the warp's imbalance ratio."""
+    warp."""
     band = sums[_BAND]
-    longest = entries = 0
     for i in range(lo, hi):
         a, b = indptr[i], indptr[i + 1]
         length = np.int64(b - a)
-        entries += length
-        longest = max(longest, length)
         if length < hist.size:
             hist[length] += 1
         if length:
@@ -259,7 +263,6 @@ def _row_window(indptr, indices, m, lo, hi, flags, hist, sums):
         for p in range(a, b):
             flags[np.uint64(indices[p]) + base] = 1
     sums[_BAND] = band
-    return longest * (hi - lo) / entries if entries else 1.0
 
 
 @njit(cache=True)
@@ -336,14 +339,13 @@ def _sectors(bits, shift):
 
 @njit(cache=True)
 def _scan_windows(indptr, indices, m, n, shift, narrow, selected, first, last, flags, hist,
-                  stamp, masks8, list8, masks3, list3, sums):  # fmt: skip
-    """One worker's share, windows first..last-1: every row for lengths and diagonals, each
-    run of consecutive selected windows for the rest. Returns the warps' imbalance ratio sum."""
-    warp_sum = 0.0
-    for w in range(first, last):
+                  stamp, masks8, list8, masks3, list3, sums, full):  # fmt: skip
+    """One worker's share, windows first..last-1: every row for lengths and diagonals (unless
+    ``full`` is False: then the caller has them), each run of consecutive selected windows for
+    the rest."""
+    for w in range(first, last if full else first):
         lo = w * WINDOW_ROWS
-        warp_sum += _row_window(indptr, indices, m, lo, min(lo + WINDOW_ROWS, m), flags, hist,
-                                sums)  # fmt: skip
+        _row_window(indptr, indices, m, lo, min(lo + WINDOW_ROWS, m), flags, hist, sums)
     w = first
     while w < last:
         start = w
@@ -355,7 +357,6 @@ def _scan_windows(indptr, indices, m, n, shift, narrow, selected, first, last, f
                          masks3, list3, sums)  # fmt: skip
         else:
             w += 1
-    return warp_sum
 
 
 @njit(cache=True)
@@ -384,17 +385,33 @@ def row_length_counts(indptr, m, longest):
 
 
 def _scan_workers(indptr, indices, m, n, shift, narrow, selected, bounds, sums, hist, flags,
-                  stamp, masks8, list8, masks3, list3):  # fmt: skip
+                  stamp, masks8, list8, masks3, list3, full):  # fmt: skip
     """Run worker t's share of the windows, ``bounds[t]..bounds[t+1]-1``, for every t; each
-    worker has its own row of every work array. Returns the workers' warp imbalance ratio sums.
-    The serial compilation runs the workers in turn on the calling thread, the parallel one on
-    numba's threads."""
-    warp = np.zeros(bounds.size - 1)
+    worker has its own row of every work array. The serial compilation runs the workers in
+    turn on the calling thread, the parallel one on numba's threads. ``full``: see
+    :func:`_scan_windows`."""
     for t in prange(bounds.size - 1):
-        warp[t] = _scan_windows(indptr, indices, m, n, shift, narrow, selected, bounds[t],
-                                bounds[t + 1], flags[t], hist[t], stamp[t], masks8[t],
-                                list8[t], masks3[t], list3[t], sums[t])  # fmt: skip
-    return warp
+        _scan_windows(indptr, indices, m, n, shift, narrow, selected, bounds[t], bounds[t + 1],
+                      flags[t], hist[t], stamp[t], masks8[t], list8[t], masks3[t], list3[t],
+                      sums[t], full)
+
+
+@njit(cache=True)
+def warp_ratio_sum(indptr, m):
+    """Σ over warps of 32 rows of (longest row · rows) / entries (1 for a warp of empty
+    rows), from the row pointer alone, added in row order: one serial pass, so that the
+    ``warp_imbalance`` feature does not depend on how the scan's windows are split between
+    threads."""
+    total = 0.0
+    for lo in range(0, m, WINDOW_ROWS):
+        hi = min(lo + WINDOW_ROWS, m)
+        longest = entries = 0
+        for i in range(lo, hi):
+            length = np.int64(indptr[i + 1] - indptr[i])
+            entries += length
+            longest = max(longest, length)
+        total += longest * (hi - lo) / entries if entries else 1.0
+    return total
 
 
 _scan_serial, _scan_parallel = specialisations(_scan_workers)

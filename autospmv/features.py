@@ -95,7 +95,8 @@ from .cost import QUANTITY_NAMES, quantities, quantity_names
 from .devices import target_device
 from .feature_scan import (  # noqa: F401 (DETAIL_COST, SCRATCH_SHARE, _scratch_shapes: re-exported)
     _BAND, _FULL, _NARROW, _ROW_SECTORS, _SAMPLED_NNZ, _SAMPLED_NNZ3, _TOUCHED, _WARP_SECTORS,
-    BLOCK_SIZES, DETAIL_COST, SCRATCH_SHARE, WARP, WINDOW_ROWS, _scan_parallel,
+    BLOCK_SIZES, DETAIL_COST, SCRATCH_SHARE, WARP, WINDOW_ROWS, _scan_parallel, row_length_counts,
+    warp_ratio_sum,
     _scan_serial, _scratch, _scratch_shapes, _split_windows, _workers, row_length_moments,
 )  # fmt: skip
 from .kernels import njit
@@ -178,11 +179,13 @@ def features_and_lengths(A, sample_rows: int | None = None, device: str | None =
 
 
 def canonical_features_and_lengths(csr: sp.csr_matrix, sample_rows: int | None = None,
-                                   device: str | None = None
+                                   device: str | None = None, uploaded=None
                                    ) -> tuple[dict[str, float], tuple[np.ndarray, np.ndarray]]:
     """:func:`features_and_lengths` of a matrix that :func:`autospmv.validation.canonicalize`
     returned, without validating it again (the checks read every index: :func:`prepare` has
-    just made them)."""
+    just made them). ``uploaded``: the same matrix already on the GPU
+    (:class:`autospmv.device.DeviceCSR`), where the passes over every index run (the same
+    features, see :func:`_scan`)."""
     if sample_rows is not None and sample_rows < 1:
         raise ValueError(
             f"sample_rows must be a positive number of rows or None; got {sample_rows}"
@@ -190,7 +193,7 @@ def canonical_features_and_lengths(csr: sp.csr_matrix, sample_rows: int | None =
     device = target_device(device)
     m, n = csr.shape
     nnz = int(csr.nnz)
-    sums, band, diagonals, warp_sum, values, counts = _scan(csr, sample_rows)
+    sums, band, diagonals, warp_sum, values, counts = _scan(csr, sample_rows, uploaded)
     out = dict(zip(_LENGTH_NAMES, _length_features(values, counts, m, nnz), strict=True))
     out.update(
         rows=m, cols=n, nnz=nnz, density=_ratio(nnz, m * n, 0.0),
@@ -204,30 +207,69 @@ def canonical_features_and_lengths(csr: sp.csr_matrix, sample_rows: int | None =
     return {name: float(out[name]) for name in feature_names()}, (values, counts)
 
 
-def _scan(csr: sp.csr_matrix, sample_rows: int | None) -> tuple:
+def _scan(csr: sp.csr_matrix, sample_rows: int | None, uploaded=None) -> tuple:
     """Run the numba scan over the rows of a canonical matrix. Returns the summed counters,
     the bandwidth, the number of occupied diagonals, the sum of the warp imbalance ratios,
-    and the distinct row lengths with their counts."""
+    and the distinct row lengths with their counts.
+
+    ``uploaded``: the same matrix on the GPU (:class:`autospmv.device.DeviceCSR`). Then the
+    scan reads the windows drawn for detail only; the bandwidth and the occupied diagonals,
+    which read every index, are reduced on the GPU (:func:`_band_and_diagonals`), and the
+    row lengths and warp imbalance come from the row pointer."""
     m, n = csr.shape
     indptr = csr.indptr
+    full = uploaded is None
     selected = _select_windows(m, _sampled_windows(m, csr.nnz, sample_rows))
     threads = numba.get_num_threads()
     parallel = csr.nnz >= PARALLEL_MIN_NNZ and threads >= PARALLEL_MIN_THREADS
     longest = row_length_moments(indptr, m)[1]
     workers = _workers(threads if parallel else 1, m, n, longest,
-                       indptr.nbytes + csr.indices.nbytes + csr.data.nbytes)
-    bounds = _split_windows(indptr, m, selected, workers)
-    sums, hist, flags, *work = _scratch(workers, m, n, longest)
+                       indptr.nbytes + csr.indices.nbytes + csr.data.nbytes, full)
+    bounds = _split_windows(indptr, m, selected, workers, full)
+    sums, hist, flags, *work = _scratch(workers, m, n, longest, full)
     shift = 2 if csr.dtype.itemsize == 8 else 3  # log2(columns per 32-byte sector)
     narrow = max(1, int(0.01 * max(m, n)))
     scan = _scan_parallel if parallel else _scan_serial
-    warp = scan(indptr, csr.indices, m, n, shift, narrow, selected, bounds, sums, hist, flags,
-                *work)  # fmt: skip
+    scan(indptr, csr.indices, m, n, shift, narrow, selected, bounds, sums, hist, flags, *work,
+         full)  # fmt: skip
+    if not full:
+        band, diagonals = _band_and_diagonals(uploaded)
+        values, counts = _length_counts(indptr, m, longest)
+        return sums.sum(axis=0).tolist(), band, diagonals, warp_ratio_sum(indptr, m), \
+            values, counts
     occupied = flags[0] if workers == 1 else np.bitwise_or.reduce(flags, axis=0)
     return (
         sums.sum(axis=0).tolist(), int(sums[:, _BAND].max()), int(np.count_nonzero(occupied)),
-        float(warp.sum()), *_length_histogram(hist, indptr),
+        warp_ratio_sum(indptr, m), *_length_histogram(hist, indptr),
     )  # fmt: skip
+
+
+def _band_and_diagonals(csr) -> tuple[int, int]:
+    """The bandwidth (largest |j − i|) and the number of occupied diagonals j − i of a
+    matrix on the device (:class:`autospmv.device.DeviceCSR`), reduced there: two scalars come
+    back."""
+    from .device import row_of_each_nonzero
+
+    m, n = csr.shape
+    if csr.nnz == 0:
+        return 0, 0
+    xp = csr.xp
+    offset = csr.indices.astype(np.int64) - row_of_each_nonzero(csr.indptr, csr.nnz, np.int64, xp)
+    occupied = xp.zeros(m + n - 1, dtype=np.bool_)
+    occupied[offset + (m - 1)] = True
+    return int(xp.abs(offset).max()), int(xp.count_nonzero(occupied))
+
+
+def _length_counts(indptr: np.ndarray, m: int, longest: int) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct row lengths (ascending) and their counts, from the row pointer (sorted, as
+    :func:`_length_histogram` does, when the longest row is much longer than m)."""
+    if m == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    if longest > 8 * m + 64:
+        return np.unique(np.diff(indptr).astype(np.int64), return_counts=True)
+    counts = row_length_counts(indptr, m, longest)
+    values = np.flatnonzero(counts)
+    return values, counts[values]
 
 
 def _ratio(num, den, empty: float) -> float:

@@ -45,12 +45,14 @@ class SpMVOperator(LinearOperator):
     """
 
     def __init__(self, csr: sp.csr_matrix, decision: Decision, device: str, threads=None, *,
-                 source=None, borrowed: bool = False):
+                 source=None, borrowed: bool = False, uploaded=None):
         """``source``: a matrix on the GPU (CuPy, torch) the operator was prepared from; its
         transpose is built from it. ``borrowed``: csr's arrays belong to the caller, who may
         change them later; the operator then copies the arrays of its format that share memory
         with them (a CSR kernel's format is csr's own arrays), so that it is a snapshot of the
-        matrix as it was when built (see :meth:`transpose_operator` for Aᵀ)."""
+        matrix as it was when built (see :meth:`transpose_operator` for Aᵀ). ``uploaded``: the
+        host ``csr`` already on the GPU (:func:`autospmv.device.upload_csr`, a copy), converted
+        from instead of uploading again."""
         super().__init__(dtype=csr.dtype, shape=csr.shape)
         self.decision = decision
         self.device = device
@@ -64,7 +66,8 @@ class SpMVOperator(LinearOperator):
         with compile_timer() as compiled:
             started = time.perf_counter()
             if device == "cuda" and not isinstance(csr, DeviceCSR) and not SIMULATED:
-                csr = upload_csr(csr) or csr  # with CuPy: upload the CSR, convert on the GPU
+                # with CuPy: upload the CSR (unless prepare() did), convert on the GPU
+                csr = uploaded or upload_csr(csr) or csr
             if isinstance(csr, DeviceCSR):  # a matrix on the GPU: converted there
                 fmt = device_format(decision.kernel, csr, decision.params)
             else:

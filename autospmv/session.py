@@ -10,7 +10,7 @@ import scipy.sparse as sp
 
 from . import registry
 from .cache import compile_timer
-from .device import canonical_device_csr, is_device_matrix
+from .device import canonical_device_csr, is_device_matrix, upload_csr
 from .devices import (  # noqa: F401  (cuda_available: re-exported)
     check_device, cuda_available, resolve_device, target_device,
 )
@@ -59,7 +59,18 @@ def _decide_device(structure, kernel, device, params) -> Decision:
     return decision
 
 
-def _decide(csr, kernel, device, model, params=None) -> Decision:
+def _upload(csr, device: str):
+    """The canonical host matrix on the GPU (:func:`autospmv.device.upload_csr`) when it will
+    run there and CuPy is installed, before the decision: the operator converts from it, and
+    the feature passes over every index run there; else None."""
+    from . import devices
+
+    if device != "cuda" or devices.cuda_simulator():
+        return None
+    return upload_csr(csr)
+
+
+def _decide(csr, kernel, device, model, params=None, uploaded=None) -> Decision:
     if kernel is not None:
         registry.get(kernel)  # validates the name
         return forced_decision(csr, kernel, device, params)
@@ -70,7 +81,7 @@ def _decide(csr, kernel, device, model, params=None) -> Decision:
         return rule_decision(csr, device)
     with compile_timer() as compiled:
         started = time.perf_counter()
-        values, lengths = canonical_features_and_lengths(csr, device=device)
+        values, lengths = canonical_features_and_lengths(csr, device=device, uploaded=uploaded)
         try:
             decision = model_decision(csr, choice, values, device, lengths)
         except ValueError as error:  # a model that loads but cannot decide (see find_model)
@@ -83,7 +94,8 @@ def _decide(csr, kernel, device, model, params=None) -> Decision:
             decision = model_decision(csr, choice, values, device, lengths)
         elapsed = time.perf_counter() - started
     decision.notes.append(
-        f"features and prediction took {(elapsed - compiled.total) * 1e3:.2f} ms")
+        f"features and prediction took {(elapsed - compiled.total) * 1e3:.2f} ms"
+        + (" (the passes over every column index on the GPU)" if uploaded is not None else ""))
     if compiled.total:
         decision.notes.append(compiled.note("the feature scan"))
     return decision
@@ -146,19 +158,20 @@ def prepare(A, *, kernel: str | None = None, device: str | None = None, model=No
         device = _device_for_device_input(device)
         csr = canonical_device_csr(A)
         decision = _decide_device(csr.structure(), kernel, device, params)
-        source, borrowed = A, False
+        source, borrowed, uploaded = A, False, None
     else:
         device = resolve_device(device)
         csr = canonicalize(A)
         borrowed = sp.issparse(A) and A.format == "csr" and np.may_share_memory(csr.data, A.data)
-        decision = _decide(csr, kernel, device, model, params)
+        uploaded = None if tune else _upload(csr, device)
+        decision = _decide(csr, kernel, device, model, params, uploaded)
         source = None
     if tune == "measure":
         return _measure(csr, decision, device, borrowed, threads)
     while True:
         try:
             return SpMVOperator(csr, decision, device, threads, source=source,
-                                borrowed=borrowed)
+                                borrowed=borrowed, uploaded=uploaded)
         except (FormatTooLargeError, MemoryError) as error:
             if kernel is not None or not decision.candidates:
                 raise

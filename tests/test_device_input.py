@@ -214,3 +214,57 @@ def test_csr_from_format_inverts_the_device_conversion(kernel, name):
     np.testing.assert_array_equal(back.indptr, A.indptr)
     np.testing.assert_array_equal(back.indices, A.indices)
     np.testing.assert_array_equal(back.data, A.data)
+
+
+def _features_both_ways(csr, device):
+    from autospmv.features import canonical_features_and_lengths
+
+    host, host_lengths = canonical_features_and_lengths(csr, device=device)
+    split, split_lengths = canonical_features_and_lengths(csr, device=device,
+                                                          uploaded=_numpy_device_csr(csr))
+    assert split == host
+    for a, b in zip(split_lengths, host_lengths):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("name", sorted(FAMILY))
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_features_with_the_index_passes_on_the_device_are_the_host_features(name, device):
+    # With the matrix uploaded, bandwidth and diagonals are reduced on the device and the
+    # scan reads only the detail windows: every feature must come out the same.
+    _features_both_ways(canonicalize(FAMILY[name]()), device)
+
+
+@pytest.mark.parametrize("threaded", [False, True])
+def test_sampled_features_with_the_index_passes_on_the_device(threaded, monkeypatch):
+    # Above the sampling threshold (windows drawn for detail), serially and on threads.
+    import importlib
+
+    features_module = importlib.import_module("autospmv.features")
+    if threaded:
+        monkeypatch.setattr(features_module, "PARALLEL_MIN_NNZ", 1)
+        monkeypatch.setattr(features_module, "PARALLEL_MIN_THREADS", 1)
+    csr = canonicalize(power_law(100_000, 80_000, 1.6, 9).astype(np.float32))
+    assert csr.nnz > features_module.SAMPLE_THRESHOLD
+    _features_both_ways(csr, "cuda")
+
+
+@pytest.mark.requires_gpu
+def test_automatic_prepare_of_a_host_matrix_uploads_once_and_decides_as_select(monkeypatch):
+    """prepare() uploads the host matrix before deciding, runs the feature passes over every
+    index on the GPU, and the operator converts from that upload (a second would fail here)."""
+    _cupy()
+    import autospmv.operator
+
+    A = canonicalize(power_law(40_000, 30_000, 1.8, 9))
+    expected = autospmv.select(A, device="cuda")
+
+    def no_second_upload(csr):
+        raise AssertionError("the operator uploaded the matrix again")
+
+    monkeypatch.setattr(autospmv.operator, "upload_csr", no_second_upload)
+    op = autospmv.prepare(A, device="cuda")
+    assert (op.kernel, op.params) == (expected.kernel, expected.params)
+    assert any("on the GPU)" in note for note in op.decision.notes), op.decision.notes
+    x = np.random.default_rng(1).standard_normal(A.shape[1])
+    assert relative_error(op @ x, reference(A, x)) <= TOLERANCE[np.dtype(np.float64)]
