@@ -13,9 +13,14 @@ CSR tensors on a CUDA device. Their nonzeros never travel to the host:
   are computed from it on the host; the ELL width and the JDS row order are computed on the
   device.
 * **The decision.** With ``kernel=`` the kernel is used as on host input. Automatic selection
-  on device input uses the built-in rule of :func:`autospmv.selector.rule_decision`, which reads
-  the row lengths only: the trained models' features also read the column indices (bandwidth,
-  block structure, x locality), which stay on the GPU. The decision's notes say so.
+  on a matrix of more than :data:`autospmv.features.SAMPLE_THRESHOLD` nonzeros uses the model,
+  with the features a host matrix would get
+  (:func:`autospmv.features.device_features_and_lengths`): bandwidth and occupied diagonals
+  reduced on the GPU, row lengths from the row pointer, and the column indices of the rows
+  drawn for the sampled features (a sixteenth of a large matrix's; no values) copied to the
+  host. A smaller matrix, whose features are all exact and so read every index, is decided by
+  the built-in rule of :func:`autospmv.selector.rule_decision` (row lengths only). The
+  decision's notes say which.
 * **Conversion on the device** (:func:`device_format`), with CuPy array operations from the
   uploaded CSR (also for host input on the GPU when CuPy is installed: :func:`upload_csr`):
   csr_scalar/csr_vector use the CSR arrays as they are; COO builds the row of every

@@ -190,10 +190,54 @@ def canonical_features_and_lengths(csr: sp.csr_matrix, sample_rows: int | None =
         raise ValueError(
             f"sample_rows must be a positive number of rows or None; got {sample_rows}"
         )
+    return _assemble(csr, _scan(csr, sample_rows, uploaded), device)
+
+
+def device_features_and_lengths(csr, device: str | None = None
+                                ) -> tuple[dict[str, float], tuple[np.ndarray, np.ndarray]]:
+    """The features of a canonical matrix on the GPU (:class:`autospmv.device.DeviceCSR`) with
+    more than :data:`SAMPLE_THRESHOLD` nonzeros, equal to those of the same matrix on the host:
+    the bandwidth and the occupied diagonals are reduced on the GPU, the row lengths read from
+    the row pointer (on the host), and the column indices of the rows drawn for the sampled
+    features, the only nonzero data that leaves the GPU, are copied to the host and scanned
+    there (about ``max(SAMPLE_TARGET_NNZ, SAMPLE_SHARE · nnz)`` of them: a sixteenth of a large
+    matrix's indices, none of its values)."""
+    if csr.nnz <= SAMPLE_THRESHOLD:
+        raise ValueError(f"device features need more than {SAMPLE_THRESHOLD} nonzeros (below, "
+                         "the host computes every feature exactly from every index)")
+    structure = csr.structure()
+    m = csr.shape[0]
+    selected = _select_windows(m, _sampled_windows(m, csr.nnz, None))
+    detail = _sampled_rows(csr, selected)
+    return _assemble(structure, _scan(structure, None, csr, detail), target_device(device))
+
+
+def _sampled_rows(csr, selected: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A host row pointer and column indices holding only the rows of the ``selected``
+    windows (the other rows empty) of a matrix on the GPU: the indices of those rows are
+    gathered there and copied to the host in one transfer."""
+    indptr = csr.host_indptr
+    m = csr.shape[0]
+    rows = np.repeat(selected.astype(bool), WINDOW_ROWS)[:m]
+    kept = np.where(rows, np.diff(indptr), 0)
+    sample_indptr = np.zeros(m + 1, dtype=indptr.dtype)
+    np.cumsum(kept, out=sample_indptr[1:])
+    starts, lengths = indptr[:-1][rows], kept[rows]  # each kept row's first entry, its length
+    positions = np.repeat(starts.astype(np.int64) - sample_indptr[:-1][rows], lengths) \
+        + np.arange(int(sample_indptr[-1]), dtype=np.int64)
+    xp = csr.xp
+    gathered = csr.indices[xp.asarray(positions)]
+    return sample_indptr, gathered.get() if hasattr(gathered, "get") else gathered
+
+
+def _assemble(csr, scanned: tuple, device: str
+              ) -> tuple[dict[str, float], tuple[np.ndarray, np.ndarray]]:
+    """Every feature of ``csr`` (anything with ``shape``, ``nnz``, ``dtype`` and a host
+    ``indptr``) from what :func:`_scan` returned, with the row-length histogram."""
     device = target_device(device)
     m, n = csr.shape
     nnz = int(csr.nnz)
-    sums, band, diagonals, warp_sum, values, counts = _scan(csr, sample_rows, uploaded)
+    sums, band, diagonals, warp_sum, values, counts = scanned
     out = dict(zip(_LENGTH_NAMES, _length_features(values, counts, m, nnz), strict=True))
     out.update(
         rows=m, cols=n, nnz=nnz, density=_ratio(nnz, m * n, 0.0),
@@ -207,7 +251,7 @@ def canonical_features_and_lengths(csr: sp.csr_matrix, sample_rows: int | None =
     return {name: float(out[name]) for name in feature_names()}, (values, counts)
 
 
-def _scan(csr: sp.csr_matrix, sample_rows: int | None, uploaded=None) -> tuple:
+def _scan(csr: sp.csr_matrix, sample_rows: int | None, uploaded=None, detail=None) -> tuple:
     """Run the numba scan over the rows of a canonical matrix. Returns the summed counters,
     the bandwidth, the number of occupied diagonals, the sum of the warp imbalance ratios,
     and the distinct row lengths with their counts.
@@ -215,23 +259,26 @@ def _scan(csr: sp.csr_matrix, sample_rows: int | None, uploaded=None) -> tuple:
     ``uploaded``: the same matrix on the GPU (:class:`autospmv.device.DeviceCSR`). Then the
     scan reads the windows drawn for detail only; the bandwidth and the occupied diagonals,
     which read every index, are reduced on the GPU (:func:`_band_and_diagonals`), and the
-    row lengths and warp imbalance come from the row pointer."""
+    row lengths and warp imbalance come from the row pointer. ``detail``: the row pointer and
+    indices the detail windows are read from, when ``csr`` has no indices on the host
+    (:func:`_sampled_rows`); default ``csr``'s own."""
     m, n = csr.shape
     indptr = csr.indptr
     full = uploaded is None
+    scan_indptr, scan_indices = detail if detail is not None else (indptr, csr.indices)
     selected = _select_windows(m, _sampled_windows(m, csr.nnz, sample_rows))
     threads = numba.get_num_threads()
     parallel = csr.nnz >= PARALLEL_MIN_NNZ and threads >= PARALLEL_MIN_THREADS
     longest = row_length_moments(indptr, m)[1]
-    workers = _workers(threads if parallel else 1, m, n, longest,
-                       indptr.nbytes + csr.indices.nbytes + csr.data.nbytes, full)
+    csr_bytes = indptr.nbytes + csr.nnz * (indptr.itemsize + np.dtype(csr.dtype).itemsize)
+    workers = _workers(threads if parallel else 1, m, n, longest, csr_bytes, full)
     bounds = _split_windows(indptr, m, selected, workers, full)
     sums, hist, flags, *work = _scratch(workers, m, n, longest, full)
-    shift = 2 if csr.dtype.itemsize == 8 else 3  # log2(columns per 32-byte sector)
+    shift = 2 if np.dtype(csr.dtype).itemsize == 8 else 3  # log2(columns per 32-byte sector)
     narrow = max(1, int(0.01 * max(m, n)))
     scan = _scan_parallel if parallel else _scan_serial
-    scan(indptr, csr.indices, m, n, shift, narrow, selected, bounds, sums, hist, flags, *work,
-         full)  # fmt: skip
+    scan(scan_indptr, scan_indices, m, n, shift, narrow, selected, bounds, sums, hist, flags,
+         *work, full)  # fmt: skip
     if not full:
         band, diagonals = _band_and_diagonals(uploaded)
         values, counts = _length_counts(indptr, m, longest)

@@ -44,18 +44,38 @@ def _device_for_device_input(device, resolve: bool = True) -> str:
     return resolve_device("cuda") if resolve else "cuda"
 
 
-def _decide_device(structure, kernel, device, params) -> Decision:
+def _decide_device(csr, kernel, device, params, model=None) -> Decision:
     """The decision for a matrix on the GPU (see :mod:`autospmv.device`): ``kernel=`` as on the
-    host, else the built-in rule, which reads the row lengths only."""
+    host; else, above :data:`autospmv.features.SAMPLE_THRESHOLD` nonzeros, the model from the
+    same features as on the host (:func:`autospmv.features.device_features_and_lengths`: a
+    sixteenth of the column indices come to the host, no values); else the built-in rule,
+    which reads the row lengths only."""
+    from .features import SAMPLE_THRESHOLD, device_features_and_lengths
+
+    structure = csr.structure()
     if kernel is not None:
         registry.get(kernel)
         return forced_decision(structure, kernel, device, params)
     if params:
         raise ValueError("params= needs kernel= (parameters belong to one kernel)")
+    choice = find_model(device, model, csr.dtype) if csr.nnz > SAMPLE_THRESHOLD else None
+    if choice is not None:
+        with compile_timer() as compiled:
+            started = time.perf_counter()
+            values, lengths = device_features_and_lengths(csr, device)
+            decision = model_decision(structure, choice, values, device, lengths)
+            elapsed = time.perf_counter() - started
+        decision.notes.append(
+            f"device input: features and prediction took {(elapsed - compiled.total) * 1e3:.2f}"
+            " ms (bandwidth and diagonals reduced on the GPU; the column indices of the sampled"
+            " rows, a sixteenth, copied to the host)")
+        if compiled.total:
+            decision.notes.append(compiled.note("the feature scan"))
+        return decision
     decision = rule_decision(structure, device)
-    decision.notes[:] = ["device input: the built-in rule decided from the row lengths (the "
-                         "model's features read the column indices, which stay on the GPU); "
-                         "pass kernel= to choose"]
+    decision.notes[:] = [f"device input: the built-in rule decided from the row lengths (below "
+                         f"{SAMPLE_THRESHOLD:,} nonzeros the model's features read every column "
+                         "index, which stay on the GPU); pass kernel= to choose"]
     return decision
 
 
@@ -157,7 +177,7 @@ def prepare(A, *, kernel: str | None = None, device: str | None = None, model=No
             raise ValueError("tune='measure' needs a host (SciPy) matrix")
         device = _device_for_device_input(device)
         csr = canonical_device_csr(A)
-        decision = _decide_device(csr.structure(), kernel, device, params)
+        decision = _decide_device(csr, kernel, device, params, model)
         source, borrowed, uploaded = A, False, None
     else:
         device = resolve_device(device)

@@ -268,3 +268,53 @@ def test_automatic_prepare_of_a_host_matrix_uploads_once_and_decides_as_select(m
     assert any("on the GPU)" in note for note in op.decision.notes), op.decision.notes
     x = np.random.default_rng(1).standard_normal(A.shape[1])
     assert relative_error(op @ x, reference(A, x)) <= TOLERANCE[np.dtype(np.float64)]
+
+
+@pytest.mark.parametrize("threaded", [False, True])
+def test_device_features_are_the_host_features(threaded, monkeypatch):
+    # Above the sampling threshold a matrix on the device gets the host's features from its
+    # row pointer, reductions on the device and its sampled rows' indices only.
+    import importlib
+
+    features_module = importlib.import_module("autospmv.features")
+    if threaded:
+        monkeypatch.setattr(features_module, "PARALLEL_MIN_NNZ", 1)
+        monkeypatch.setattr(features_module, "PARALLEL_MIN_THREADS", 1)
+    for csr in (canonicalize(power_law(100_000, 80_000, 1.6, 9).astype(np.float32)),
+                canonicalize(random_matrix(30_000, 40_000, 0.0002, 5))):
+        assert csr.nnz > features_module.SAMPLE_THRESHOLD
+        for device in ("cuda", "cpu"):
+            host, host_lengths = features_module.canonical_features_and_lengths(csr,
+                                                                                device=device)
+            got, lengths = features_module.device_features_and_lengths(_numpy_device_csr(csr),
+                                                                       device)
+            assert got == host
+            for a, b in zip(lengths, host_lengths):
+                np.testing.assert_array_equal(a, b)
+
+
+def test_device_features_refuse_small_matrices():
+    from autospmv.features import device_features_and_lengths
+
+    with pytest.raises(ValueError, match="device features need more than"):
+        device_features_and_lengths(_numpy_device_csr(canonicalize(power_law(300, 200, 2.0, 1))))
+
+
+@pytest.mark.requires_gpu
+def test_large_cupy_input_is_decided_by_the_model_from_a_sample(no_large_downloads):
+    """Above the sampling threshold a CuPy matrix is decided as its host copy would be, and no
+    transfer to the host is larger than a quarter of its nonzeros."""
+    cupy = _cupy()
+    import cupyx.scipy.sparse as cusp
+
+    A = canonicalize(power_law(100_000, 80_000, 1.6, 9).astype(np.float32))
+    expected = autospmv.select(A, device="cuda")
+    no_large_downloads["limit"] = A.nnz // 4
+    op = autospmv.prepare(cusp.csr_matrix(A), device="cuda")
+    no_large_downloads["limit"] = None
+    assert (op.kernel, op.params) == (expected.kernel, expected.params)
+    assert any(note.startswith("device input: features and prediction took")
+               for note in op.decision.notes), op.decision.notes
+    x = np.random.default_rng(2).standard_normal(A.shape[1]).astype(np.float32)
+    assert relative_error(cupy.asnumpy(op @ cupy.asarray(x)), reference(A, x)) \
+        <= TOLERANCE[np.dtype(np.float32)]
