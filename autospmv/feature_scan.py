@@ -397,6 +397,34 @@ def _scan_workers(indptr, indices, m, n, shift, narrow, selected, bounds, sums, 
 
 
 @njit(cache=True)
+def sample_layout(indptr, selected, m):
+    """The rows of the ``selected`` windows alone: a row pointer over m rows in which every
+    other row is empty, and the position in the full index array of each entry it holds (in
+    order), so that ``indices[positions]`` with this row pointer is what the scan reads for
+    those windows."""
+    sample_indptr = np.empty(m + 1, dtype=indptr.dtype)
+    sample_indptr[0] = 0
+    total = 0
+    for w in range(selected.size):
+        lo = w * WINDOW_ROWS
+        hi = min(lo + WINDOW_ROWS, m)
+        for i in range(lo, hi):
+            if selected[w]:
+                total += indptr[i + 1] - indptr[i]
+            sample_indptr[i + 1] = total
+    positions = np.empty(total, dtype=np.int64)
+    k = 0
+    for w in range(selected.size):
+        if selected[w]:
+            lo = w * WINDOW_ROWS
+            hi = min(lo + WINDOW_ROWS, m)
+            for p in range(indptr[lo], indptr[hi]):
+                positions[k] = p
+                k += 1
+    return sample_indptr, positions
+
+
+@njit(cache=True)
 def warp_ratio_sum(indptr, m):
     """Σ over warps of 32 rows of (longest row · rows) / entries (1 for a warp of empty
     rows), from the row pointer alone, added in row order: one serial pass, so that the

@@ -96,7 +96,7 @@ from .devices import target_device
 from .feature_scan import (  # noqa: F401 (DETAIL_COST, SCRATCH_SHARE, _scratch_shapes: re-exported)
     _BAND, _FULL, _NARROW, _ROW_SECTORS, _SAMPLED_NNZ, _SAMPLED_NNZ3, _TOUCHED, _WARP_SECTORS,
     BLOCK_SIZES, DETAIL_COST, SCRATCH_SHARE, WARP, WINDOW_ROWS, _scan_parallel, row_length_counts,
-    warp_ratio_sum,
+    sample_layout, warp_ratio_sum,
     _scan_serial, _scratch, _scratch_shapes, _split_windows, _workers, row_length_moments,
 )  # fmt: skip
 from .kernels import njit
@@ -216,15 +216,7 @@ def _sampled_rows(csr, selected: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """A host row pointer and column indices holding only the rows of the ``selected``
     windows (the other rows empty) of a matrix on the GPU: the indices of those rows are
     gathered there and copied to the host in one transfer."""
-    indptr = csr.host_indptr
-    m = csr.shape[0]
-    rows = np.repeat(selected.astype(bool), WINDOW_ROWS)[:m]
-    kept = np.where(rows, np.diff(indptr), 0)
-    sample_indptr = np.zeros(m + 1, dtype=indptr.dtype)
-    np.cumsum(kept, out=sample_indptr[1:])
-    starts, lengths = indptr[:-1][rows], kept[rows]  # each kept row's first entry, its length
-    positions = np.repeat(starts.astype(np.int64) - sample_indptr[:-1][rows], lengths) \
-        + np.arange(int(sample_indptr[-1]), dtype=np.int64)
+    sample_indptr, positions = sample_layout(csr.host_indptr, selected, csr.shape[0])
     xp = csr.xp
     gathered = csr.indices[xp.asarray(positions)]
     return sample_indptr, gathered.get() if hasattr(gathered, "get") else gathered
