@@ -54,9 +54,11 @@ import math
 
 import numpy as np
 import scipy.sparse as sp
+from numba import prange
 from .formats.csr5 import OMEGA
 from .formats.hyb import default_hyb_width_of_histogram
 from .kernels import njit
+from .kernels.cpu import specialisations
 from . import registry
 
 QUANTITIES = ("bytes", "work", "span", "atomics", "launches")
@@ -96,6 +98,8 @@ class CostInputs:
     """The distinct row lengths, ascending."""
     counts: np.ndarray
     """How many rows have each of :attr:`values`."""
+    parallel: bool = False
+    """Whether the passes over the row pointer run on numba's threads (a large matrix)."""
 
     @property
     def csr_bytes(self) -> int:
@@ -106,12 +110,14 @@ class CostInputs:
         return WARP * -(-self.m // WARP)
 
 
-def quantities(csr: sp.csr_matrix, device: str, values=None, counts=None) -> dict[str, float]:
+def quantities(csr: sp.csr_matrix, device: str, values=None, counts=None,
+               parallel: bool = False) -> dict[str, float]:
     """The cost quantities of a canonical CSR matrix on ``device`` ("cpu" or "cuda"), keyed by
     :func:`quantity_names`: every kernel of the registry with a cost function, in its order.
 
     ``values``/``counts``: the distinct row lengths (ascending) and their counts, when the
-    caller has them (the feature scan does); computed otherwise.
+    caller has them (the feature scan does); computed otherwise. ``parallel``: run the passes
+    over the row pointer on numba's threads (the feature scan's choice for a large matrix).
     """
     m, n = csr.shape
     nnz = int(csr.nnz)
@@ -122,7 +128,8 @@ def quantities(csr: sp.csr_matrix, device: str, values=None, counts=None) -> dic
         values = np.flatnonzero(counts)
         counts = counts[values]
     v = csr.dtype.itemsize
-    inputs = CostInputs(csr, device, m, n, nnz, v, v * (m + n), int(values[-1]), values, counts)
+    inputs = CostInputs(csr, device, m, n, nnz, v, v * (m + n), int(values[-1]), values, counts,
+                        parallel)
     out = {}
     for spec in registry.specs():
         function = spec.cost_function()
@@ -164,7 +171,7 @@ def coo(c: CostInputs) -> tuple:
 
 
 def csr_scalar(c: CostInputs) -> tuple:
-    return (c.csr_bytes, WARP * _group_max_sum(c.csr.indptr, c.m, WARP, 1), c.longest, 0,
+    return (c.csr_bytes, WARP * _group_max_sum(c, WARP, 1), c.longest, 0,
             FIXED_LAUNCHES["csr_scalar"])
 
 
@@ -173,7 +180,7 @@ def csr_vector(c: CostInputs) -> tuple:
                                                         c.device)["threads_per_row"]
     reduction = math.log2(group)
     warps = -(-c.m // (WARP // group))
-    work = WARP * (_group_max_sum(c.csr.indptr, c.m, WARP // group, group) + reduction * warps)
+    work = WARP * (_group_max_sum(c, WARP // group, group) + reduction * warps)
     return (c.csr_bytes, work, -(-c.longest // group) + reduction, 0,
             FIXED_LAUNCHES["csr_vector"])
 
@@ -210,17 +217,27 @@ def _overflow(values, counts, width: int) -> int:
     return int(np.sum(np.maximum(values - width, 0) * counts))
 
 
-@njit(cache=True)
-def _group_max_sum(indptr, m, rows_per_group, lanes):
+def _group_max_sum_of(indptr, m, rows_per_group, lanes):
     """Σ over groups of ``rows_per_group`` consecutive rows of the group's longest
-    ⌈len/lanes⌉: the loop a warp runs when each row has ``lanes`` threads."""
+    ⌈len/lanes⌉: the loop a warp runs when each row has ``lanes`` threads (an integer sum:
+    the same in any order)."""
     total = 0
-    for start in range(0, m, rows_per_group):
+    for group in prange(-(-m // rows_per_group)):
+        start = group * rows_per_group
         longest = 0
         for i in range(start, min(start + rows_per_group, m)):
-            longest = max(longest, indptr[i + 1] - indptr[i])
+            longest = max(longest, np.int64(indptr[i + 1] - indptr[i]))
         total += -(-longest // lanes)
     return total
+
+
+_group_max_sum_serial, _group_max_sum_parallel = specialisations(_group_max_sum_of)
+
+
+def _group_max_sum(c: CostInputs, rows_per_group: int, lanes: int) -> int:
+    """:func:`_group_max_sum_of` of the matrix of ``c``, on numba's threads if ``c.parallel``."""
+    run = _group_max_sum_parallel if c.parallel else _group_max_sum_serial
+    return run(c.csr.indptr, c.m, rows_per_group, lanes)
 
 
 @njit(cache=True)

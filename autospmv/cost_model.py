@@ -24,8 +24,9 @@ class CostModel:
     (``"1"``: fixed latency), the matrix's ``rows`` and ``nnz``, and the kernel's own
     ``<kernel>_bytes``, ``_work``, ``_span``, ``_atomics`` and ``_launches``. (For a kernel
     with a fixed number of device steps the constant and the launches say the same; HYB has one
-    step or two depending on the matrix, and its launches are what tell them apart.) The coefficients are fitted on a
-    device's labels (non-negative least squares on relative error, ``training/fitting.py``), so
+    step or two depending on the matrix, and its launches are what tell them apart.) The
+    coefficients are fitted on a device's labels (non-negative least squares on relative
+    error, ``training/fitting.py``), so
     ``t̂_k`` is in the labels' unit, microseconds. The tree reads the estimates relative to the
     fastest one: ``est_<kernel> = log2(t̂_k / min_j t̂_j)``, 0 for the kernel the cost model
     expects to be fastest; a tree splitting on them can follow the cost model where it is right

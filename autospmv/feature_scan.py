@@ -359,18 +359,27 @@ def _scan_windows(indptr, indices, m, n, shift, narrow, selected, first, last, f
             w += 1
 
 
-@njit(cache=True)
-def row_length_moments(indptr, m):
-    """Σ len² over the rows (float64) and the longest row's length, in one pass over the row
-    pointer: both set CSR-vector's group size (:func:`autospmv.registry.choose_threads_per_row`);
-    the longest row also sizes the scan's row-length histogram."""
+def _row_length_moments(indptr, m):
+    """Σ len² over the rows (float64: a sum of integers, exact below 2⁵³ in any order) and
+    the longest row's length, in one pass over the row pointer."""
     squares = 0.0
     longest = 0
-    for i in range(m):
+    for i in prange(m):
         length = np.int64(indptr[i + 1] - indptr[i])
         squares += float(length) * float(length)
         longest = max(longest, length)
     return squares, longest
+
+
+_moments_serial, _moments_parallel = specialisations(_row_length_moments)
+
+
+def row_length_moments(indptr, m, parallel: bool = False):
+    """Σ len² over the rows and the longest row's length (on numba's threads if
+    ``parallel``): both set CSR-vector's group size
+    (:func:`autospmv.registry.choose_threads_per_row`); the longest row also sizes the scan's
+    row-length histogram."""
+    return (_moments_parallel if parallel else _moments_serial)(indptr, m)
 
 
 @njit(cache=True)
@@ -424,22 +433,44 @@ def sample_layout(indptr, selected, m):
     return sample_indptr, positions
 
 
-@njit(cache=True)
-def warp_ratio_sum(indptr, m):
+RATIO_CHUNK = 4096
+"""Warps per partial sum of :func:`warp_ratio_sum`: a fixed chunking, so that the sum is the
+same whether the chunks run on one thread or many."""
+
+
+def _warp_ratio_sum(indptr, m):
     """Σ over warps of 32 rows of (longest row · rows) / entries (1 for a warp of empty
-    rows), from the row pointer alone, added in row order: one serial pass, so that the
-    ``warp_imbalance`` feature does not depend on how the scan's windows are split between
-    threads."""
-    total = 0.0
-    for lo in range(0, m, WINDOW_ROWS):
-        hi = min(lo + WINDOW_ROWS, m)
-        longest = entries = 0
-        for i in range(lo, hi):
-            length = np.int64(indptr[i + 1] - indptr[i])
-            entries += length
-            longest = max(longest, length)
-        total += longest * (hi - lo) / entries if entries else 1.0
-    return total
+    rows), from the row pointer alone: partial sums over :data:`RATIO_CHUNK` warps in row
+    order, then the partial sums in order."""
+    warps = -(-m // WINDOW_ROWS)
+    chunks = -(-warps // RATIO_CHUNK)
+    partial = np.zeros(chunks)
+    for c in prange(chunks):
+        total = 0.0
+        for w in range(c * RATIO_CHUNK, min((c + 1) * RATIO_CHUNK, warps)):
+            lo = w * WINDOW_ROWS
+            hi = min(lo + WINDOW_ROWS, m)
+            longest = entries = 0
+            for i in range(lo, hi):
+                length = np.int64(indptr[i + 1] - indptr[i])
+                entries += length
+                longest = max(longest, length)
+            total += longest * (hi - lo) / entries if entries else 1.0
+        partial[c] = total
+    result = 0.0
+    for c in range(chunks):
+        result += partial[c]
+    return result
+
+
+_ratio_serial, _ratio_parallel = specialisations(_warp_ratio_sum)
+
+
+def warp_ratio_sum(indptr, m, parallel: bool = False) -> float:
+    """The warp imbalance sum of :func:`_warp_ratio_sum` (on numba's threads if ``parallel``,
+    with the same result): computed apart from the scan, so that the ``warp_imbalance``
+    feature does not depend on how the scan's windows are split between threads."""
+    return (_ratio_parallel if parallel else _ratio_serial)(indptr, m)
 
 
 _scan_serial, _scan_parallel = specialisations(_scan_workers)

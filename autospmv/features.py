@@ -239,7 +239,7 @@ def _assemble(csr, scanned: tuple, device: str
         diagonals=diagonals, diagonals_per_row=_ratio(diagonals, m, 0.0),
     )  # fmt: skip
     out.update(_sampled_features(sums))
-    out.update(quantities(csr, device, values, counts))
+    out.update(quantities(csr, device, values, counts, _threaded(nnz)))
     return {name: float(out[name]) for name in feature_names()}, (values, counts)
 
 
@@ -260,8 +260,8 @@ def _scan(csr: sp.csr_matrix, sample_rows: int | None, uploaded=None, detail=Non
     scan_indptr, scan_indices = detail if detail is not None else (indptr, csr.indices)
     selected = _select_windows(m, _sampled_windows(m, csr.nnz, sample_rows))
     threads = numba.get_num_threads()
-    parallel = csr.nnz >= PARALLEL_MIN_NNZ and threads >= PARALLEL_MIN_THREADS
-    longest = row_length_moments(indptr, m)[1]
+    parallel = _threaded(csr.nnz)
+    longest = row_length_moments(indptr, m, parallel)[1]
     csr_bytes = indptr.nbytes + csr.nnz * (indptr.itemsize + np.dtype(csr.dtype).itemsize)
     workers = _workers(threads if parallel else 1, m, n, longest, csr_bytes, full)
     bounds = _split_windows(indptr, m, selected, workers, full)
@@ -274,13 +274,18 @@ def _scan(csr: sp.csr_matrix, sample_rows: int | None, uploaded=None, detail=Non
     if not full:
         band, diagonals = _band_and_diagonals(uploaded)
         values, counts = _length_counts(indptr, m, longest)
-        return sums.sum(axis=0).tolist(), band, diagonals, warp_ratio_sum(indptr, m), \
-            values, counts
+        return sums.sum(axis=0).tolist(), band, diagonals, \
+            warp_ratio_sum(indptr, m, parallel), values, counts
     occupied = flags[0] if workers == 1 else np.bitwise_or.reduce(flags, axis=0)
     return (
         sums.sum(axis=0).tolist(), int(sums[:, _BAND].max()), int(np.count_nonzero(occupied)),
-        warp_ratio_sum(indptr, m), *_length_histogram(hist, indptr),
+        warp_ratio_sum(indptr, m, parallel), *_length_histogram(hist, indptr),
     )  # fmt: skip
+
+
+def _threaded(nnz: int) -> bool:
+    """Whether the passes over a matrix of ``nnz`` nonzeros run on numba's threads."""
+    return nnz >= PARALLEL_MIN_NNZ and numba.get_num_threads() >= PARALLEL_MIN_THREADS
 
 
 def _band_and_diagonals(csr) -> tuple[int, int]:

@@ -84,8 +84,9 @@ class KernelSpec:
     params: tuple[Param, ...] = ()
     """Every parameter the kernel takes, with its allowed values (:meth:`check_params`)."""
     cost: str | Callable | None = None
-    """``module:function`` ``quantities(inputs) -> (bytes, work, span, atomics)`` over a
-    :class:`autospmv.cost.CostInputs`: the kernel's cost quantities (see :mod:`autospmv.cost`).
+    """``module:function`` ``quantities(inputs) -> (bytes, work, span, atomics, launches)``
+    over a :class:`autospmv.cost.CostInputs`: the kernel's cost quantities (see
+    :mod:`autospmv.cost`).
     None: the kernel has none (a model's cost model cannot then estimate it)."""
     variants: Callable[[sp.csr_matrix], list[tuple[str, Callable[[], dict]]]] = dataclasses.field(
         default=lambda csr: [])
