@@ -134,3 +134,13 @@ def test_warmup_command_line():
     assert (args.command, args.device, args.dtype) == ("warmup", "cpu", ["float32"])
     with pytest.raises(SystemExit):
         build_parser().parse_args(["warmup", "--dtype", "float16"])
+
+
+def test_compile_time_counts_overlapping_lock_holds_once():
+    # numba-cuda loads a kernel while holding numba's lock too: the two holds are one time.
+    compiled = cache.CompileTime(cpu=0.30, cuda=0.25, spans=[(1.0, 1.30), (1.05, 1.30)])
+    assert compiled.total == pytest.approx(0.30)
+    assert "(while numba's lock was held too)" in compiled.note("a kernel")
+    apart = cache.CompileTime(cpu=0.2, cuda=0.1, spans=[(0.0, 0.2), (0.5, 0.6)])
+    assert apart.total == pytest.approx(0.3)
+    assert "held too" not in apart.note("a kernel")
