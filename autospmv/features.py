@@ -138,6 +138,11 @@ SAMPLE_TOLERANCE = 0.02
 """Stated accuracy of sampled features (see the module docstring)."""
 PARALLEL_MIN_NNZ = 1 << 20
 PARALLEL_MIN_THREADS = 4
+DEVICE_PASSES_MIN_NNZ = 1 << 20
+"""From this many nonzeros, :func:`autospmv.prepare` has the feature passes over every index
+of a matrix it has uploaded run on the GPU (:func:`canonical_features_and_lengths`); below,
+the host scan takes a few milliseconds, less than loading the GPU's code for them in a new
+process."""
 """The scan runs on all numba threads from PARALLEL_MIN_NNZ nonzeros on, when there are at
 least this many. On two cores it does not pay: whenever another process kept one core busy,
 waiting for the second thread made the scan 1.3–15× slower than on one thread."""
@@ -185,7 +190,8 @@ def canonical_features_and_lengths(csr: sp.csr_matrix, sample_rows: int | None =
     returned, without validating it again (the checks read every index: :func:`prepare` has
     just made them). ``uploaded``: the same matrix already on the GPU
     (:class:`autospmv.device.DeviceCSR`), where the passes over every index run (the same
-    features, see :func:`_scan`)."""
+    features, see :func:`_scan`; :func:`autospmv.prepare` hands it over from
+    :data:`DEVICE_PASSES_MIN_NNZ` nonzeros)."""
     if sample_rows is not None and sample_rows < 1:
         raise ValueError(
             f"sample_rows must be a positive number of rows or None; got {sample_rows}"

@@ -15,7 +15,7 @@ from .devices import (  # noqa: F401  (cuda_available: re-exported)
     check_device, cuda_available, resolve_device, target_device,
 )
 from .cpu_threads import check_threads
-from .features import canonical_features_and_lengths
+from .features import DEVICE_PASSES_MIN_NNZ, canonical_features_and_lengths
 from .formats.base import FormatTooLargeError
 from .operator import SpMVOperator
 from .selector import (
@@ -184,7 +184,8 @@ def prepare(A, *, kernel: str | None = None, device: str | None = None, model=No
         csr = canonicalize(A)
         borrowed = sp.issparse(A) and A.format == "csr" and np.may_share_memory(csr.data, A.data)
         uploaded = None if tune else _upload(csr, device)
-        decision = _decide(csr, kernel, device, model, params, uploaded)
+        device_passes = uploaded if csr.nnz >= DEVICE_PASSES_MIN_NNZ else None
+        decision = _decide(csr, kernel, device, model, params, device_passes)
         source = None
     if tune == "measure":
         return _measure(csr, decision, device, borrowed, threads)

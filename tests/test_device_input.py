@@ -252,10 +252,13 @@ def test_sampled_features_with_the_index_passes_on_the_device(threaded, monkeypa
 @pytest.mark.requires_gpu
 def test_automatic_prepare_of_a_host_matrix_uploads_once_and_decides_as_select(monkeypatch):
     """prepare() uploads the host matrix before deciding, runs the feature passes over every
-    index on the GPU, and the operator converts from that upload (a second would fail here)."""
+    index on the GPU (from DEVICE_PASSES_MIN_NNZ nonzeros, lowered here for a small matrix),
+    and the operator converts from that upload (a second would fail here)."""
     _cupy()
     import autospmv.operator
+    import autospmv.session
 
+    monkeypatch.setattr(autospmv.session, "DEVICE_PASSES_MIN_NNZ", 0)
     A = canonicalize(power_law(40_000, 30_000, 1.8, 9))
     expected = autospmv.select(A, device="cuda")
 
