@@ -138,8 +138,9 @@ SAMPLE_TOLERANCE = 0.02
 """Stated accuracy of sampled features (see the module docstring)."""
 PARALLEL_MIN_NNZ = 1 << 20
 PARALLEL_MIN_THREADS = 4
-DEVICE_PASSES_MIN_NNZ = 1 << 20
-"""From this many nonzeros, :func:`autospmv.prepare` has the feature passes over every index
+DEVICE_PASSES_MIN_NNZ = 1_000_000
+"""From this many nonzeros (the boundary of the large matrices, which the models decide on
+back-to-back time), :func:`autospmv.prepare` has the feature passes over every index
 of a matrix it has uploaded run on the GPU (:func:`canonical_features_and_lengths`): 20–40 ms
 less per decision on a 20M-nonzero matrix on an H200 host. Below, the host scan takes a few
 milliseconds, less than the first use of those passes in a process, which loads their GPU
