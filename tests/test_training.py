@@ -541,8 +541,10 @@ def _fabricated(n_per_family: int = 6, seed: int = 0) -> list[dict]:
 
 def test_training_learns_a_clean_rule():
     # One cross-validation on GroupKFold's folds: shuffled repeats may leave a kernel's only
-    # examples out of a training part (test_repeated_cross_validation covers them).
-    result = train.train(_fabricated(), n_splits=3, repeats=1)
+    # examples out of a training part (test_repeated_cross_validation covers them). Ten
+    # matrices per family: an inner training part then holds enough of them for the tree's gain
+    # over the cost model alone to exceed its standard error (with six, 18 matrices, it did not).
+    result = train.train(_fabricated(10), n_splits=3, repeats=1)
     cv = result.scores["cv"]
     assert cv["tree"]["geomean"] == pytest.approx(1.0) and cv["tree"]["misses"] == 0
     assert cv["always ell"]["misses"] > 0
@@ -668,6 +670,33 @@ def test_hyper_grid():
     for bad in ((), ("deepest",)):
         with pytest.raises(ValueError, match="objectives must be among"):
             train.hyper_grid(bad)
+
+
+def test_a_deeper_setting_must_beat_the_simpler_by_more_than_one_standard_error():
+    from training.crossval import _best
+
+    simple, deep = train.GRID[0], train.GRID[5]
+    # Two kernels; 40 matrices. Kernel 0 is fastest on all but two. The deep setting picks
+    # kernel 1 on four matrices: 10 % faster on two of them, 9 % slower on the other two. Its
+    # score is the better one, by a gain smaller than its spread...
+    times = np.ones((40, 2))
+    times[:, 1] = 2.0
+    times[36:38] = [1.1, 1.0]
+    times[38:] = [1.0, 1.09]
+    chosen = {simple: np.zeros(40, dtype=np.int64),
+              deep: np.r_[np.zeros(36), np.ones(4)].astype(np.int64)}
+    rows = np.arange(40)
+    scores = {h: train.selection_score(times, chosen[h]) for h in chosen}
+    assert scores[deep] > scores[simple]
+    assert _best([simple, deep], times, chosen, rows) == (simple, pytest.approx(scores[simple]))
+    # ...but a gain of 2x on half the matrices is kept.
+    times[20:] = [[2.0, 1.0]]
+    chosen[deep] = np.r_[np.zeros(20), np.ones(20)].astype(np.int64)
+    hyper, score = _best([simple, deep], times, chosen, rows)
+    assert hyper == deep and score == pytest.approx(0.0)
+    # Equal scores: the simpler wins.
+    chosen[simple] = chosen[deep].copy()
+    assert _best([simple, deep], times, chosen, rows)[0] == simple
 
 
 @pytest.mark.parametrize("objective", train.OBJECTIVES)

@@ -57,13 +57,18 @@ def selection_metrics(times: np.ndarray, chosen: np.ndarray) -> dict:
     }
 
 
-def selection_score(times: np.ndarray, chosen: np.ndarray) -> float:
-    """Mean log q, a miss scoring as the slowest ok kernel (the model-selection criterion)."""
+def selection_log_q(times: np.ndarray, chosen: np.ndarray) -> np.ndarray:
+    """log q of every matrix, a miss scoring as the slowest ok kernel."""
     n = len(chosen)
     best = times.min(axis=1)
     worst = np.where(np.isfinite(times), times, -np.inf).max(axis=1)
     t = np.where(chosen >= 0, times[np.arange(n), np.maximum(chosen, 0)], np.inf)
-    return float(np.mean(np.log(best / np.where(np.isfinite(t), t, worst))))
+    return np.log(best / np.where(np.isfinite(t), t, worst))
+
+
+def selection_score(times: np.ndarray, chosen: np.ndarray) -> float:
+    """Mean log q, a miss scoring as the slowest ok kernel (the model-selection criterion)."""
+    return float(np.mean(selection_log_q(times, chosen)))
 
 
 RULE_LONG, RULE_SHORT = selector.RULE_LONG, selector.RULE_SHORT

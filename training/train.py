@@ -75,8 +75,10 @@ Model selection: cross-validation grouped by (family, synthetic or real), so no 
 both the training and the test part, chooses among :func:`hyper_grid` the objective,
 ``max_depth``, ``min_samples_leaf`` and the sample weighting (``none``; ``ratio`` = t(worst ok
 kernel)/t(best); ``log_ratio`` = 1 + ln of that ratio: how much is at stake on a matrix) by
-the mean log q of the out-of-fold choices (a miss scores as the worst ok kernel); ties go to
-the simpler tree. In two size regimes, each regime's tree is chosen by that score on the
+the mean log q of the out-of-fold choices (a miss scores as the worst ok kernel): the
+simplest setting whose score is within one standard error of the best one wins (the error of
+the paired per-matrix differences, :func:`training.crossval._best`), so that a deeper tree
+is kept only for a gain larger than its spread over the matrices. In two size regimes, each regime's tree is chosen by that score on the
 regime's own matrices (:func:`training.crossval.select_hyper`).
 The reported per-fold scores come from nested cross-validation (the hyperparameters of each
 outer fold are chosen on its training part alone), so they are not biased by that choice. The
