@@ -178,7 +178,8 @@ def device_format(kernel: str, csr: DeviceCSR, params: dict) -> SparseFormat:
         ell.check_fill(m, longest, csr.nnz, ell.ELL_MAX_FILL)
         return split_at_width(csr, longest)[0]
     if format_class is hyb.HYBFormat:
-        width = hyb.check_width(params["width"], structure.indptr, csr.nnz, ell.ELL_MAX_FILL)
+        width = hyb.check_width(params["width"], structure.indptr, csr.nnz, ell.ELL_MAX_FILL,
+                                longest=_longest_row(csr))
         ell_part, coo_part = split_at_width(csr, width)
         return hyb.HYBFormat(csr.shape, width, ell_part, coo_part)
     if format_class is jds.JDSFormat:

@@ -386,11 +386,21 @@ def row_length_moments(indptr, m, parallel: bool = False):
 def row_length_counts(indptr, m, longest):
     """``counts[k]`` = rows of length exactly k, for k = 0..``longest`` (the longest row's
     length, from :func:`row_length_moments`), in one pass over the row pointer: no nnz- or
-    m-sized temporary, for the choosers that read the row-length histogram."""
-    counts = np.zeros(longest + 1, dtype=np.int64)
-    for i in range(m):
-        counts[indptr[i + 1] - indptr[i]] += 1
-    return counts
+    m-sized temporary, for the choosers that read the row-length histogram.
+
+    Four histograms take the rows in turn and are added at the end. With one, a run of rows
+    of equal length (a stencil's) makes each increment wait for the store of the one before
+    to the same counter; on the Intel hosts of the GPUs that took 10 ms for 4M rows."""
+    partial = np.zeros((4, longest + 1), dtype=np.int64)
+    whole = m - m % 4
+    for i in range(0, whole, 4):
+        partial[0, indptr[i + 1] - indptr[i]] += 1
+        partial[1, indptr[i + 2] - indptr[i + 1]] += 1
+        partial[2, indptr[i + 3] - indptr[i + 2]] += 1
+        partial[3, indptr[i + 4] - indptr[i + 3]] += 1
+    for i in range(whole, m):
+        partial[0, indptr[i + 1] - indptr[i]] += 1
+    return partial[0] + partial[1] + partial[2] + partial[3]
 
 
 def _scan_workers(indptr, indices, m, n, shift, narrow, selected, bounds, sums, hist, flags,

@@ -247,7 +247,7 @@ def _assemble(csr, scanned: tuple, device: str
         diagonals=diagonals, diagonals_per_row=_ratio(diagonals, m, 0.0),
     )  # fmt: skip
     out.update(_sampled_features(sums))
-    out.update(quantities(csr, device, values, counts, _threaded(nnz)))
+    out.update(quantities(csr, device, values, counts, threaded_passes(nnz)))
     return {name: float(out[name]) for name in feature_names()}, (values, counts)
 
 
@@ -268,7 +268,7 @@ def _scan(csr: sp.csr_matrix, sample_rows: int | None, uploaded=None, detail=Non
     scan_indptr, scan_indices = detail if detail is not None else (indptr, csr.indices)
     selected = _select_windows(m, _sampled_windows(m, csr.nnz, sample_rows))
     threads = numba.get_num_threads()
-    parallel = _threaded(csr.nnz)
+    parallel = threaded_passes(csr.nnz)
     longest = row_length_moments(indptr, m, parallel)[1]
     csr_bytes = indptr.nbytes + csr.nnz * (indptr.itemsize + np.dtype(csr.dtype).itemsize)
     workers = _workers(threads if parallel else 1, m, n, longest, csr_bytes, full)
@@ -291,7 +291,7 @@ def _scan(csr: sp.csr_matrix, sample_rows: int | None, uploaded=None, detail=Non
     )  # fmt: skip
 
 
-def _threaded(nnz: int) -> bool:
+def threaded_passes(nnz: int) -> bool:
     """Whether the passes over a matrix of ``nnz`` nonzeros run on numba's threads."""
     return nnz >= PARALLEL_MIN_NNZ and numba.get_num_threads() >= PARALLEL_MIN_THREADS
 

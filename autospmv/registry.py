@@ -182,9 +182,11 @@ def choose_threads_per_row(csr: sp.csr_matrix, device: str) -> dict:
     if check_device_name(device) == "cpu":
         return {"threads_per_row": 2}
     from .feature_scan import row_length_moments
+    from .features import threaded_passes
 
     m = csr.shape[0]
-    squares, longest = row_length_moments(csr.indptr, m) if m else (0.0, 0)
+    squares, longest = (row_length_moments(csr.indptr, m, threaded_passes(csr.nnz)) if m
+                        else (0.0, 0))
     return {"threads_per_row": _threads_per_row(m, csr.nnz, squares, int(longest))}
 
 
@@ -215,11 +217,12 @@ def choose_hyb_width(csr: sp.csr_matrix, device: str) -> dict:
     """HYB's ELL width (CUSP's rule, :data:`autospmv.formats.hyb.default_hyb_width`), from the
     row-length histogram counted in two compiled passes over the row pointer."""
     from .feature_scan import row_length_counts, row_length_moments
+    from .features import threaded_passes
 
     m = csr.shape[0]
     if m == 0:
         return {"width": 0}
-    _, longest = row_length_moments(csr.indptr, m)
+    _, longest = row_length_moments(csr.indptr, m, threaded_passes(csr.nnz))
     counts = row_length_counts(csr.indptr, m, int(longest))
     values = np.flatnonzero(counts)
     return choose_hyb_width_of_lengths(values, counts[values], device)

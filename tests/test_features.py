@@ -315,3 +315,18 @@ def test_parallel_scan_equals_serial(monkeypatch):
     for got, want in zip(parallel, serial, strict=True):
         assert got == pytest.approx(want, rel=1e-12)
         assert {k: got[k] for k in SAMPLED_FEATURES} == {k: want[k] for k in SAMPLED_FEATURES}
+
+
+@pytest.mark.parametrize("m", [0, 1, 3, 4, 5, 1001])
+@pytest.mark.parametrize("itype", [np.int32, np.int64])
+def test_row_length_counts_is_the_histogram_of_the_row_lengths(m, itype):
+    """Any row count (the four interleaved histograms leave up to three rows to the tail),
+    runs of equal lengths and empty rows."""
+    from autospmv.feature_scan import row_length_counts
+
+    rng = np.random.default_rng(m)
+    lengths = np.where(rng.random(m) < 0.5, 5, rng.integers(0, 12, m))
+    indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(itype)
+    longest = int(lengths.max(initial=0))
+    counts = row_length_counts(indptr, m, longest)
+    np.testing.assert_array_equal(counts, np.bincount(lengths, minlength=longest + 1))

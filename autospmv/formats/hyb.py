@@ -101,23 +101,26 @@ default_hyb_width_of_histogram = width_cusp_of_histogram
 """The same strategy from a row-length histogram (:mod:`autospmv.cost`)."""
 
 
-def check_width(width, indptr: np.ndarray, nnz: int, max_fill: float = ELL_MAX_FILL) -> int:
+def check_width(width, indptr: np.ndarray, nnz: int, max_fill: float = ELL_MAX_FILL,
+                longest: int | None = None) -> int:
     """The ELL width HYB uses for a requested ``width`` on the matrix with row pointer
     ``indptr`` (on the host): clamped to the longest row (wider slots would be all padding);
     ValueError if negative, FormatTooLargeError beyond the fill limit.
 
-    Only the longest row is needed, so the row lengths are computed once here; the chooser's
-    width, which the error suggests, is computed only when the width is refused."""
+    Only the longest row is needed: ``longest`` when the caller has it (reduced on the GPU
+    for a matrix there), else computed here; the chooser's width, which the error suggests, is
+    computed only when the width is refused."""
     width = operator.index(width)
     if width < 0:
         raise ValueError(f"the HYB width must be >= 0; got {width}")
     m = len(indptr) - 1
-    lengths = np.diff(indptr)
-    width = min(width, int(lengths.max()) if m else 0)
+    if longest is None:
+        longest = int(np.diff(indptr).max()) if m else 0
+    width = min(width, longest)
     if fill_exceeded(m * width, nnz, max_fill):
         raise too_large(
             "HYB", m * width, nnz, max_fill, f"ELL slots ({m:,} rows x width {width:,})",
-            f"choose a smaller width (the default is {default_hyb_width(lengths)}) "
+            f"choose a smaller width (the default is {default_hyb_width(np.diff(indptr))}) "
             "or use kernel 'csr5'",
         )
     return width
