@@ -248,6 +248,10 @@ def startup(device: str) -> dict:
         env = dict(os.environ, AUTOSPMV_CACHE_DIR=folder,
                    PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
         env.pop("NUMBA_CACHE_DIR", None)
+        # Python's bytecode is written as an installed package's is (pip compiles it at
+        # install): a warm start then reads it, as in a user's environment, instead of
+        # compiling every module of the project from source again.
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
         for label in ("cold", "warm", "warm_again"):
             done = subprocess.run([sys.executable, "-c", STARTUP, device], capture_output=True,
                                   text=True, env=env, timeout=900)
