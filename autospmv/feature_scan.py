@@ -476,6 +476,21 @@ def _warp_ratio_sum(indptr, m):
 _ratio_serial, _ratio_parallel = specialisations(_warp_ratio_sum)
 
 
+@njit(cache=True)
+def chunked_ratio_sum(ratios):
+    """The sum of per-warp ratios in :func:`_warp_ratio_sum`'s order (partial sums over
+    :data:`RATIO_CHUNK` warps, then the partial sums): the same float as that function for the
+    same ratios, for warps whose ratios were computed elsewhere (on the GPU)."""
+    chunks = -(-ratios.size // RATIO_CHUNK)
+    result = 0.0
+    for c in range(chunks):
+        total = 0.0
+        for w in range(c * RATIO_CHUNK, min((c + 1) * RATIO_CHUNK, ratios.size)):
+            total += ratios[w]
+        result += total
+    return result
+
+
 def warp_ratio_sum(indptr, m, parallel: bool = False) -> float:
     """The warp imbalance sum of :func:`_warp_ratio_sum` (on numba's threads if ``parallel``,
     with the same result): computed apart from the scan, so that the ``warp_imbalance``

@@ -96,7 +96,7 @@ from .devices import target_device
 from .feature_scan import (  # noqa: F401 (DETAIL_COST, SCRATCH_SHARE, _scratch_shapes: re-exported)
     _BAND, _FULL, _NARROW, _ROW_SECTORS, _SAMPLED_NNZ, _SAMPLED_NNZ3, _TOUCHED, _WARP_SECTORS,
     BLOCK_SIZES, DETAIL_COST, SCRATCH_SHARE, WARP, WINDOW_ROWS, _scan_parallel, row_length_counts,
-    sample_layout, warp_ratio_sum,
+    chunked_ratio_sum, sample_layout, warp_ratio_sum,
     _scan_serial, _scratch, _scratch_shapes, _split_windows, _workers, row_length_moments,
 )  # fmt: skip
 from .kernels import njit
@@ -258,8 +258,8 @@ def _scan(csr: sp.csr_matrix, sample_rows: int | None, uploaded=None, detail=Non
 
     ``uploaded``: the same matrix on the GPU (:class:`autospmv.device.DeviceCSR`). Then the
     scan reads the windows drawn for detail only; the bandwidth and the occupied diagonals,
-    which read every index, are reduced on the GPU (:func:`_band_and_diagonals`), and the
-    row lengths and warp imbalance come from the row pointer. ``detail``: the row pointer and
+    which read every index, are reduced on the GPU (:func:`_band_and_diagonals`), and so are
+    the passes over the row lengths (:func:`_device_length_passes`). ``detail``: the row pointer and
     indices the detail windows are read from, when ``csr`` has no indices on the host
     (:func:`_sampled_rows`); default ``csr``'s own."""
     m, n = csr.shape
@@ -269,7 +269,10 @@ def _scan(csr: sp.csr_matrix, sample_rows: int | None, uploaded=None, detail=Non
     selected = _select_windows(m, _sampled_windows(m, csr.nnz, sample_rows))
     threads = numba.get_num_threads()
     parallel = threaded_passes(csr.nnz)
-    longest = row_length_moments(indptr, m, parallel)[1]
+    if full:
+        longest = row_length_moments(indptr, m, parallel)[1]
+    else:
+        longest, values, counts, warp_sum = _device_length_passes(uploaded)
     csr_bytes = indptr.nbytes + csr.nnz * (indptr.itemsize + np.dtype(csr.dtype).itemsize)
     workers = _workers(threads if parallel else 1, m, n, longest, csr_bytes, full)
     bounds = _split_windows(indptr, m, selected, workers, full)
@@ -281,9 +284,7 @@ def _scan(csr: sp.csr_matrix, sample_rows: int | None, uploaded=None, detail=Non
          *work, full)  # fmt: skip
     if not full:
         band, diagonals = _band_and_diagonals(uploaded)
-        values, counts = _length_counts(indptr, m, longest)
-        return sums.sum(axis=0).tolist(), band, diagonals, \
-            warp_ratio_sum(indptr, m, parallel), values, counts
+        return sums.sum(axis=0).tolist(), band, diagonals, warp_sum, values, counts
     occupied = flags[0] if workers == 1 else np.bitwise_or.reduce(flags, axis=0)
     return (
         sums.sum(axis=0).tolist(), int(sums[:, _BAND].max()), int(np.count_nonzero(occupied)),
@@ -310,6 +311,41 @@ def _band_and_diagonals(csr) -> tuple[int, int]:
     occupied = xp.zeros(m + n - 1, dtype=np.bool_)
     occupied[offset + (m - 1)] = True
     return int(xp.abs(offset).max()), int(xp.count_nonzero(occupied))
+
+
+def _device_length_passes(csr) -> tuple[int, np.ndarray, np.ndarray, float]:
+    """The longest row, the distinct row lengths with their counts, and the warp imbalance sum
+    of a matrix on the GPU, from row lengths computed there: what :func:`row_length_moments`,
+    :func:`_length_counts` and :func:`warp_ratio_sum` compute from the host's row pointer, with
+    the same values (integer reductions, and each warp's ratio divided there as on the host
+    and summed on the host in the host's order, :func:`chunked_ratio_sum`). What comes back is
+    the histogram and one number per warp of rows, not the row pointer's m + 1."""
+    xp = csr.xp
+    m = csr.shape[0]
+    if m == 0:
+        return 0, np.zeros(0, np.int64), np.zeros(0, np.int64), 0.0
+    lengths = xp.diff(csr.indptr).astype(np.int64)
+    longest = int(lengths.max())
+    if longest > 8 * m + 64:
+        values, counts = np.unique(_host(lengths), return_counts=True)
+    else:
+        counts = _host(xp.bincount(lengths, minlength=longest + 1))
+        values = np.flatnonzero(counts)
+        counts = counts[values]
+    warps = -(-m // WINDOW_ROWS)
+    padded = xp.zeros(warps * WINDOW_ROWS, dtype=np.int64)
+    padded[:m] = lengths
+    padded = padded.reshape(warps, WINDOW_ROWS)
+    entries = padded.sum(axis=1)
+    rows = xp.full(warps, WINDOW_ROWS, dtype=np.int64)
+    rows[-1] = m - WINDOW_ROWS * (warps - 1)
+    ratio = xp.where(entries > 0, padded.max(axis=1) * rows / xp.maximum(entries, 1), 1.0)
+    return longest, values, counts, float(chunked_ratio_sum(_host(ratio)))
+
+
+def _host(array) -> np.ndarray:
+    """A device array copied to the host (a NumPy array as it is)."""
+    return array.get() if hasattr(array, "get") else np.asarray(array)
 
 
 def _length_counts(indptr: np.ndarray, m: int, longest: int) -> tuple[np.ndarray, np.ndarray]:

@@ -321,3 +321,27 @@ def test_large_cupy_input_is_decided_by_the_model_from_a_sample(no_large_downloa
     x = np.random.default_rng(2).standard_normal(A.shape[1]).astype(np.float32)
     assert relative_error(cupy.asnumpy(op @ cupy.asarray(x)), reference(A, x)) \
         <= TOLERANCE[np.dtype(np.float32)]
+
+
+@pytest.mark.parametrize("m", [1, 31, 33, 300_000])
+def test_length_passes_on_the_device_equal_the_host_passes(m):
+    """The longest row, the length histogram and the warp imbalance sum, computed from row
+    lengths on the device, equal the host passes over the row pointer bit for bit: also over
+    several of the imbalance sum's chunks (300,000 rows: three chunks of 4,096 warps), with
+    empty rows, a last warp that is not full, and a row much longer than the row count (the
+    lengths then counted by sorting)."""
+    from autospmv.feature_scan import row_length_moments, warp_ratio_sum
+    from autospmv.features import _device_length_passes, _length_counts
+
+    rng = np.random.default_rng(m)
+    lengths = rng.integers(0, 9, m) * (rng.random(m) < 0.9)
+    lengths[rng.integers(0, m)] = 40 if m > 1 else 200  # one row: a histogram too wide
+    indptr = np.concatenate([[0], np.cumsum(lengths)])
+    nnz = int(indptr[-1])
+    csr = sp.csr_matrix((np.ones(nnz), rng.integers(0, 50, nnz), indptr), shape=(m, 50))
+    longest, values, counts, warp_sum = _device_length_passes(_numpy_device_csr(csr))
+    assert longest == row_length_moments(csr.indptr, m)[1]
+    host_values, host_counts = _length_counts(csr.indptr, m, longest)
+    np.testing.assert_array_equal(values, host_values)
+    np.testing.assert_array_equal(counts, host_counts)
+    assert warp_sum == warp_ratio_sum(csr.indptr, m)
