@@ -95,7 +95,7 @@ from .cost import QUANTITY_NAMES, quantities, quantity_names
 from .devices import target_device
 from .feature_scan import (  # noqa: F401 (DETAIL_COST, SCRATCH_SHARE, _scratch_shapes: re-exported)
     _BAND, _FULL, _NARROW, _ROW_SECTORS, _SAMPLED_NNZ, _SAMPLED_NNZ3, _TOUCHED, _WARP_SECTORS,
-    BLOCK_SIZES, DETAIL_COST, SCRATCH_SHARE, WARP, WINDOW_ROWS, _scan_parallel, row_length_counts,
+    BLOCK_SIZES, DETAIL_COST, SCRATCH_SHARE, WARP, WINDOW_ROWS, _scan_parallel,
     chunked_ratio_sum, sample_layout, warp_ratio_sum,
     _scan_serial, _scratch, _scratch_shapes, _split_windows, _workers, row_length_moments,
 )  # fmt: skip
@@ -259,9 +259,9 @@ def _scan(csr: sp.csr_matrix, sample_rows: int | None, uploaded=None, detail=Non
     ``uploaded``: the same matrix on the GPU (:class:`autospmv.device.DeviceCSR`). Then the
     scan reads the windows drawn for detail only; the bandwidth and the occupied diagonals,
     which read every index, are reduced on the GPU (:func:`_band_and_diagonals`), and so are
-    the passes over the row lengths (:func:`_device_length_passes`). ``detail``: the row pointer and
-    indices the detail windows are read from, when ``csr`` has no indices on the host
-    (:func:`_sampled_rows`); default ``csr``'s own."""
+    the passes over the row lengths (:func:`_device_length_passes`). ``detail``: the row
+    pointer and indices the detail windows are read from, when ``csr`` has no indices on the
+    host (:func:`_sampled_rows`); default ``csr``'s own."""
     m, n = csr.shape
     indptr = csr.indptr
     full = uploaded is None
@@ -316,10 +316,12 @@ def _band_and_diagonals(csr) -> tuple[int, int]:
 def _device_length_passes(csr) -> tuple[int, np.ndarray, np.ndarray, float]:
     """The longest row, the distinct row lengths with their counts, and the warp imbalance sum
     of a matrix on the GPU, from row lengths computed there: what :func:`row_length_moments`,
-    :func:`_length_counts` and :func:`warp_ratio_sum` compute from the host's row pointer, with
-    the same values (integer reductions, and each warp's ratio divided there as on the host
-    and summed on the host in the host's order, :func:`chunked_ratio_sum`). What comes back is
-    the histogram and one number per warp of rows, not the row pointer's m + 1."""
+    the scan's length histogram (:func:`_length_histogram`) and :func:`warp_ratio_sum` compute
+    on the host, with the same values (integer reductions, and each warp's ratio divided there
+    as on the host and summed on the host in the host's order, :func:`chunked_ratio_sum`). The
+    lengths are sorted instead of counted when the longest row is much longer than m, as on
+    the host. What comes back is the histogram and one number per warp of rows, not the row
+    pointer's m + 1."""
     xp = csr.xp
     m = csr.shape[0]
     if m == 0:
@@ -346,18 +348,6 @@ def _device_length_passes(csr) -> tuple[int, np.ndarray, np.ndarray, float]:
 def _host(array) -> np.ndarray:
     """A device array copied to the host (a NumPy array as it is)."""
     return array.get() if hasattr(array, "get") else np.asarray(array)
-
-
-def _length_counts(indptr: np.ndarray, m: int, longest: int) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct row lengths (ascending) and their counts, from the row pointer (sorted, as
-    :func:`_length_histogram` does, when the longest row is much longer than m)."""
-    if m == 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    if longest > 8 * m + 64:
-        return np.unique(np.diff(indptr).astype(np.int64), return_counts=True)
-    counts = row_length_counts(indptr, m, longest)
-    values = np.flatnonzero(counts)
-    return values, counts[values]
 
 
 def _ratio(num, den, empty: float) -> float:

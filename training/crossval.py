@@ -84,8 +84,8 @@ def select_hyper(ds: Dataset, rows: np.ndarray, n_splits: int,
     regime's tree is chosen by the out-of-fold score on that regime's matrices: the large
     matrices' tree by how it does on large matrices, not by a score that small ones dominate.
     The pooled score is a mean over matrices, the two regimes' scores weighted by their
-    matrices; the two choices share an objective (the best pair per objective, then the objective whose pair
-    pools best), and the score returned is the pair's pooled one."""
+    matrices; the two choices share an objective (the best pair per objective, then the
+    objective whose pair pools best), and the score returned is the pair's pooled one."""
     splits = group_splits(ds.groups[rows], n_splits)
     if not splits:
         return FALLBACK_HYPER, math.nan
