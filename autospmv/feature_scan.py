@@ -444,43 +444,35 @@ def sample_layout(indptr, selected, m):
 
 
 RATIO_CHUNK = 4096
-"""Warps per partial sum of :func:`warp_ratio_sum`: a fixed chunking, so that the sum is the
-same whether the chunks run on one thread or many."""
+"""Warps per partial sum of :func:`chunked_ratio_sum`: the order in which the warp imbalance
+ratios are added (partial sums over this many warps, then the partial sums), the same wherever
+the ratios were computed, so that the feature has the same value on every path."""
 
 
-def _warp_ratio_sum(indptr, m):
-    """Σ over warps of 32 rows of (longest row · rows) / entries (1 for a warp of empty
-    rows), from the row pointer alone: partial sums over :data:`RATIO_CHUNK` warps in row
-    order, then the partial sums in order."""
+def _warp_ratios(indptr, m):
+    """Per warp of 32 rows, (longest row · rows) / entries (1 for a warp of empty rows), from
+    the row pointer alone."""
     warps = -(-m // WINDOW_ROWS)
-    chunks = -(-warps // RATIO_CHUNK)
-    partial = np.zeros(chunks)
-    for c in prange(chunks):
-        total = 0.0
-        for w in range(c * RATIO_CHUNK, min((c + 1) * RATIO_CHUNK, warps)):
-            lo = w * WINDOW_ROWS
-            hi = min(lo + WINDOW_ROWS, m)
-            longest = entries = 0
-            for i in range(lo, hi):
-                length = np.int64(indptr[i + 1] - indptr[i])
-                entries += length
-                longest = max(longest, length)
-            total += longest * (hi - lo) / entries if entries else 1.0
-        partial[c] = total
-    result = 0.0
-    for c in range(chunks):
-        result += partial[c]
-    return result
+    ratios = np.empty(warps)
+    for w in prange(warps):
+        lo = w * WINDOW_ROWS
+        hi = min(lo + WINDOW_ROWS, m)
+        longest = entries = 0
+        for i in range(lo, hi):
+            length = np.int64(indptr[i + 1] - indptr[i])
+            entries += length
+            longest = max(longest, length)
+        ratios[w] = longest * (hi - lo) / entries if entries else 1.0
+    return ratios
 
 
-_ratio_serial, _ratio_parallel = specialisations(_warp_ratio_sum)
+_ratios_serial, _ratios_parallel = specialisations(_warp_ratios)
 
 
 @njit(cache=True)
 def chunked_ratio_sum(ratios):
-    """The sum of per-warp ratios in :func:`_warp_ratio_sum`'s order (partial sums over
-    :data:`RATIO_CHUNK` warps, then the partial sums): the same float as that function for the
-    same ratios, for warps whose ratios were computed elsewhere (on the GPU)."""
+    """The sum of per-warp ratios in the order of :data:`RATIO_CHUNK`, whether the ratios were
+    computed on the host (:func:`warp_ratio_sum`) or on the GPU."""
     chunks = -(-ratios.size // RATIO_CHUNK)
     result = 0.0
     for c in range(chunks):
@@ -492,10 +484,11 @@ def chunked_ratio_sum(ratios):
 
 
 def warp_ratio_sum(indptr, m, parallel: bool = False) -> float:
-    """The warp imbalance sum of :func:`_warp_ratio_sum` (on numba's threads if ``parallel``,
-    with the same result): computed apart from the scan, so that the ``warp_imbalance``
-    feature does not depend on how the scan's windows are split between threads."""
-    return (_ratio_parallel if parallel else _ratio_serial)(indptr, m)
+    """The warp imbalance sum: the ratios of :func:`_warp_ratios` (on numba's threads if
+    ``parallel``) added by :func:`chunked_ratio_sum`, with the same result either way;
+    computed apart from the scan, so that the ``warp_imbalance`` feature does not depend on how
+    the scan's windows are split between threads."""
+    return chunked_ratio_sum((_ratios_parallel if parallel else _ratios_serial)(indptr, m))
 
 
 _scan_serial, _scan_parallel = specialisations(_scan_workers)

@@ -47,7 +47,7 @@ def model_choices(model: TreeModel, ds) -> np.ndarray:
 
 
 def score(model_path: Path, labels: Path, holdout: list[str]) -> dict:
-    model = TreeModel.from_dict(json.loads(model_path.read_text()))
+    model = TreeModel.load(model_path)
     _, held = split_holdout(read_records(labels), holdout)
     ds, _ = dataset(held, "auto")
     choices = {"model": model_choices(model, ds)}
