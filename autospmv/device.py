@@ -78,7 +78,7 @@ class DeviceCSR:
         return np.dtype(self.data.dtype)
 
     def structure(self) -> "RowStructure":
-        return RowStructure(self.shape, self.host_indptr, self.dtype)
+        return RowStructure(self.shape, self.host_indptr, self.dtype, self)
 
     def sparse(self):
         """The same matrix as a ``cupyx.scipy.sparse.csr_matrix`` on these arrays (no copy)."""
@@ -90,11 +90,15 @@ class DeviceCSR:
 @dataclasses.dataclass(frozen=True)
 class RowStructure:
     """The row pointer of a matrix whose nonzeros are elsewhere: what choosers and the rule read
-    (``shape``, ``indptr``, ``nnz``, ``dtype``)."""
+    (``shape``, ``indptr``, ``nnz``, ``dtype``), and the matrix on the GPU, from which a chooser
+    that reads a sample of the column indices gathers them
+    (:func:`autospmv.features.x_locality`)."""
 
     shape: tuple[int, int]
     indptr: np.ndarray
     dtype: np.dtype
+    device_matrix: "DeviceCSR | None" = dataclasses.field(default=None, repr=False,
+                                                          compare=False)
 
     @property
     def nnz(self) -> int:

@@ -443,6 +443,40 @@ def sample_layout(indptr, selected, m):
     return sample_indptr, positions
 
 
+@njit(cache=True)
+def window_positions(indptr, windows, m):
+    """The entries of some windows alone: their positions in the index array, window after
+    window (``windows``: ascending window numbers), and where each window's entries start
+    among them (``windows.size + 1`` offsets). O(entries of those windows), unlike
+    :func:`sample_layout`'s row pointer over all m rows."""
+    offsets = np.empty(windows.size + 1, dtype=np.int64)
+    offsets[0] = 0
+    for k in range(windows.size):
+        lo = windows[k] * WINDOW_ROWS
+        offsets[k + 1] = offsets[k] + indptr[min(lo + WINDOW_ROWS, m)] - indptr[lo]
+    positions = np.empty(offsets[-1], dtype=np.int64)
+    for k in range(windows.size):
+        start = indptr[windows[k] * WINDOW_ROWS]
+        for j in range(offsets[k + 1] - offsets[k]):
+            positions[offsets[k] + j] = start + j
+    return positions, offsets
+
+
+@njit(cache=True)
+def window_sectors(indices, offsets, shift):
+    """Σ over windows of the distinct 32-byte sectors of x (column >> ``shift``) that the
+    window's entries read: the scan's warp-sector counter (``_WARP_SECTORS``, stamped in
+    :func:`_flush8`), counted here by sorting each window's columns, which needs no scratch
+    array over the columns, for a sample of a few windows."""
+    total = 0
+    for k in range(offsets.size - 1):
+        sectors = np.sort(indices[offsets[k]:offsets[k + 1]] >> shift)
+        for j in range(sectors.size):
+            if j == 0 or sectors[j] != sectors[j - 1]:
+                total += 1
+    return total
+
+
 RATIO_CHUNK = 4096
 """Warps per partial sum of :func:`chunked_ratio_sum`: the order in which the warp imbalance
 ratios are added (partial sums over this many warps, then the partial sums), the same wherever

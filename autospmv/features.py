@@ -96,7 +96,7 @@ from .devices import target_device
 from .feature_scan import (  # noqa: F401 (DETAIL_COST, SCRATCH_SHARE, _scratch_shapes: re-exported)
     _BAND, _FULL, _NARROW, _ROW_SECTORS, _SAMPLED_NNZ, _SAMPLED_NNZ3, _TOUCHED, _WARP_SECTORS,
     BLOCK_SIZES, DETAIL_COST, SCRATCH_SHARE, WARP, WINDOW_ROWS, _scan_parallel,
-    chunked_ratio_sum, sample_layout, warp_ratio_sum,
+    chunked_ratio_sum, sample_layout, warp_ratio_sum, window_positions, window_sectors,
     _scan_serial, _scratch, _scratch_shapes, _split_windows, _workers, row_length_moments,
 )  # fmt: skip
 from .kernels import njit
@@ -220,6 +220,32 @@ def device_features_and_lengths(csr, device: str | None = None
     return _assemble(structure, _scan(structure, None, csr, detail), target_device(device))
 
 
+def x_locality(csr) -> float:
+    """``x_sectors_per_nnz_warp`` (see the module doc) estimated from about
+    :data:`SAMPLE_TARGET_NNZ` nonzeros whatever the matrix's size: the locality of x for a
+    parameter chooser (CSR5's tile height, :func:`autospmv.formats.csr5.choose_sigma`). The
+    windows are drawn as for the features (:func:`_select_windows`), fewer of them, and their
+    sectors counted by sorting (:func:`~autospmv.feature_scan.window_sectors`): well under a
+    millisecond, where the features' sixteenth of a 2·10⁷-nonzero matrix takes tens. With at
+    most :data:`SAMPLE_TARGET_NNZ` nonzeros every window is read and the value is the
+    feature's. ``csr``: a canonical host matrix, or the :class:`autospmv.device.RowStructure`
+    of a matrix on the GPU, whose sampled column indices are then gathered there and copied."""
+    m, n = csr.shape
+    nnz = int(csr.nnz)
+    if m == 0 or nnz == 0:
+        return 0.0
+    rows = math.ceil(SAMPLE_TARGET_NNZ * m / nnz)
+    windows = np.flatnonzero(_select_windows(m, _sampled_windows(m, nnz, rows)))
+    positions, offsets = window_positions(csr.indptr, windows, m)
+    matrix = getattr(csr, "device_matrix", None)
+    if matrix is not None:
+        indices = _host(matrix.indices[matrix.xp.asarray(positions)])
+    else:
+        indices = csr.indices[positions]
+    shift = _sector_shift_and_narrow(csr)[0]
+    return _ratio(window_sectors(indices, offsets, shift), positions.size, 0.0)
+
+
 def _sampled_rows(csr, selected: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """A host row pointer and column indices holding only the rows of the ``selected``
     windows (the other rows empty) of a matrix on the GPU: the indices of those rows are
@@ -277,11 +303,9 @@ def _scan(csr: sp.csr_matrix, sample_rows: int | None, uploaded=None, detail=Non
     workers = _workers(threads if parallel else 1, m, n, longest, csr_bytes, full)
     bounds = _split_windows(indptr, m, selected, workers, full)
     sums, hist, flags, *work = _scratch(workers, m, n, longest, full)
-    shift = 2 if np.dtype(csr.dtype).itemsize == 8 else 3  # log2(columns per 32-byte sector)
-    narrow = max(1, int(0.01 * max(m, n)))
     scan = _scan_parallel if parallel else _scan_serial
-    scan(scan_indptr, scan_indices, m, n, shift, narrow, selected, bounds, sums, hist, flags,
-         *work, full)  # fmt: skip
+    scan(scan_indptr, scan_indices, m, n, *_sector_shift_and_narrow(csr), selected, bounds, sums,
+         hist, flags, *work, full)  # fmt: skip
     if not full:
         band, diagonals = _band_and_diagonals(uploaded)
         return sums.sum(axis=0).tolist(), band, diagonals, warp_sum, values, counts
@@ -290,6 +314,13 @@ def _scan(csr: sp.csr_matrix, sample_rows: int | None, uploaded=None, detail=Non
         sums.sum(axis=0).tolist(), int(sums[:, _BAND].max()), int(np.count_nonzero(occupied)),
         warp_ratio_sum(indptr, m, parallel), *_length_histogram(hist, indptr),
     )  # fmt: skip
+
+
+def _sector_shift_and_narrow(csr) -> tuple[int, int]:
+    """The scan's log2(columns of x per 32-byte sector) and its narrow-band half-width (1 % of
+    max(m, n))."""
+    m, n = csr.shape
+    return 2 if np.dtype(csr.dtype).itemsize == 8 else 3, max(1, int(0.01 * max(m, n)))
 
 
 def threaded_passes(nnz: int) -> bool:

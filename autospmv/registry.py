@@ -237,9 +237,14 @@ def choose_hyb_width_of_lengths(values: np.ndarray, counts: np.ndarray, device: 
 
 
 def choose_csr5_sigma(csr: sp.csr_matrix, device: str) -> dict:
+    """CSR5's tile height (:func:`autospmv.formats.csr5.choose_sigma`), which on the GPU reads
+    the locality of x from a sample of the column indices (:func:`autospmv.features.x_locality`)
+    when the matrix is large enough for it to matter."""
+    from .features import x_locality
     from .formats.csr5 import choose_sigma
 
-    return {"sigma": int(choose_sigma(csr, check_device_name(device)))}
+    sigma = choose_sigma(csr, check_device_name(device), lambda: x_locality(csr))
+    return {"sigma": int(sigma)}
 
 
 THREADS_PER_ROW_VARIANTS = (2, 4, 8, 16, 32)

@@ -12,6 +12,7 @@ from matrices import ALL, from_row_lengths, poisson2d
 
 import autospmv
 from autospmv import registry
+from autospmv.features import SAMPLE_TARGET_NNZ, features, x_locality
 from autospmv.formats import csr5
 from autospmv.validation import canonicalize
 
@@ -64,10 +65,78 @@ def test_cuda_sigma_halves_for_few_tiles_or_very_short_rows(monkeypatch):
     assert registry.choose_csr5_sigma(nine, "cuda") == {"sigma": 8}
     assert registry.choose_csr5_sigma(nine, "cpu") == {"sigma": 32}
     monkeypatch.setattr(csr5, "CUDA_WARPS_IN_FLIGHT", 1)  # as many tiles as warps in flight
-    assert registry.choose_csr5_sigma(nine, "cuda") == {"sigma": 16}
+    # Then the locality of x counts too (see the next test): these 9 random columns of 400 a
+    # row come from few sectors per warp, so the wide tile.
+    assert x_locality(nine) < csr5.LOCAL_X
+    assert registry.choose_csr5_sigma(nine, "cuda") == {"sigma": csr5.WIDE_SIGMA}
     short = rows_of([1] * 300 + [2] * 100)  # mean 1.25 < 2: halved even with many tiles
     assert csr5.structural_sigma(short) == 12  # rounded up to 16 on CUDA, then halved
     assert registry.choose_csr5_sigma(short, "cuda") == {"sigma": 8}
+
+
+def banded(half_width: int, m: int, dtype=np.float64) -> sp.csr_matrix:
+    """Rows of 2·half_width + 1 consecutive columns around the diagonal (fewer at the ends)."""
+    offsets = range(-half_width, half_width + 1)
+    return canonicalize(sp.diags([np.ones(m)] * len(offsets), offsets, shape=(m, m),
+                                 format="csr", dtype=dtype))
+
+
+def scattered(length: int, m: int, dtype=np.float64) -> sp.csr_matrix:
+    """Rows of ``length`` random columns out of a million: each entry reads its own sector."""
+    return canonicalize(from_row_lengths(np.full(m, length), 10**6, seed=4).astype(dtype))
+
+
+def test_cuda_sigma_follows_the_locality_of_x(monkeypatch):
+    monkeypatch.setattr(csr5, "CUDA_WARPS_IN_FLIGHT", 1)  # every matrix has tiles enough
+    local_wide = banded(4, 3000)  # 9 a row from a few sectors: the wide tile
+    local_short = banded(2, 3000)  # 5 a row: rows shorter than SHORT_ROWS keep 16
+    far = scattered(9, 3000)  # a sector per entry: the short tile
+    assert x_locality(local_wide) < csr5.LOCAL_X
+    assert x_locality(local_short) < csr5.LOCAL_X
+    assert x_locality(far) >= csr5.SCATTERED_X
+    sigma = {name: registry.choose_csr5_sigma(csr, "cuda")["sigma"]
+             for name, csr in [("wide", local_wide), ("short", local_short), ("far", far)]}
+    assert sigma == {"wide": csr5.WIDE_SIGMA, "short": 16, "far": 8}
+    # The wide tile needs as many tiles as σ = 16 does.
+    monkeypatch.setattr(csr5, "CUDA_WARPS_IN_FLIGHT", local_wide.nnz // (32 * 20))
+    assert registry.choose_csr5_sigma(local_wide, "cuda") == {"sigma": 16}
+    # The CPU's tiles do not depend on x.
+    assert registry.choose_csr5_sigma(local_wide, "cpu") == {"sigma": 32}
+    assert registry.choose_csr5_sigma(far, "cpu") == {"sigma": 32}
+
+
+def test_cuda_sigma_on_long_rows_depends_on_the_dtype(monkeypatch):
+    monkeypatch.setattr(csr5, "CUDA_WARPS_IN_FLIGHT", 1)
+    lengths = np.full(8, csr5.LONG_ROWS)
+    single = canonicalize(from_row_lengths(lengths, 10**6, seed=5).astype(np.float32))
+    double = canonicalize(single.astype(np.float64))
+    assert registry.choose_csr5_sigma(single, "cuda") == {"sigma": 16}
+    assert registry.choose_csr5_sigma(double, "cuda") == {"sigma": 8}
+    monkeypatch.setattr(csr5, "CUDA_WARPS_IN_FLIGHT", 10**6)  # few tiles: halved
+    assert registry.choose_csr5_sigma(single, "cuda") == {"sigma": 8}
+    assert registry.choose_csr5_sigma(double, "cuda") == {"sigma": 4}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_x_locality_is_the_feature_on_a_small_matrix_and_close_on_a_large_one(dtype):
+    rng = np.random.default_rng(7)
+    for m, n, density in [(1, 1, 1.0), (33, 70, 0.2), (500, 3000, 0.01), (2000, 900, 0.015)]:
+        csr = canonicalize(sp.random(m, n, density=density, random_state=rng, dtype=dtype))
+        assert csr.nnz <= SAMPLE_TARGET_NNZ
+        assert x_locality(csr) == features(csr)["x_sectors_per_nnz_warp"]
+    assert x_locality(canonicalize(sp.csr_matrix((4, 4), dtype=dtype))) == 0.0
+    large = banded(6, 200_000, dtype)  # 2.6 M nonzeros: about 1/80 of its windows are read
+    assert abs(x_locality(large) - features(large)["x_sectors_per_nnz_warp"]) <= 0.02
+
+
+def test_x_locality_of_a_matrix_on_the_device_reads_its_sampled_indices():
+    from autospmv.device import DeviceCSR
+
+    csr = scattered(5, 40_000)
+    device = DeviceCSR(csr.shape, csr.indptr, csr.indices, csr.data, csr.indptr.copy(), np)
+    structure = device.structure()
+    assert structure.device_matrix is device
+    assert x_locality(structure) == x_locality(csr)
 
 
 def test_choosers_refuse_an_unknown_device():

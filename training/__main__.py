@@ -103,6 +103,15 @@ def _parser(prog: str = "python -m training") -> argparse.ArgumentParser:
                    help="tree objectives cross-validation may choose among (default: "
                         "%(default)s; see training/train.py)")
 
+    p = commands.add_parser("rechoose", help="update label files after a parameter chooser "
+                            "changed, from their timed variants (no timing)",
+                            description=RECHOOSE_HELP)
+    p.add_argument("labels", nargs="+", help="JSON-lines label files, updated in place")
+    corpus_options(p)
+    p.set_defaults(corpus="large")
+    p.add_argument("--only", nargs="+", metavar="NAME",
+                   help="only these matrices (default: every record; each is rebuilt)")
+
     p = commands.add_parser("retrain", help="label, train and install a model for this machine",
                             description=RETRAIN_HELP)
     p.add_argument("--matrices", nargs="*", default=_default_folders(), metavar="DIR")
@@ -127,6 +136,39 @@ it: <data dir>/models/<device>-<dtype>.json, where <data dir> is $AUTOSPMV_HOME,
 $XDG_DATA_HOME/autospmv, else ~/.local/share/autospmv. The labels are kept in <data
 dir>/labels/ so that an interrupted retrain resumes; --fresh starts over. `autospmv models`
 lists the installed and shipped models; `autospmv models --remove` undoes a retrain."""
+
+
+RECHOOSE_HELP = """Where a parameter chooser now picks other parameters than a label record
+holds, give the kernel the timing of the variant with those parameters and compute the record's
+features again (see training/rechoose.py). Each record's matrix is rebuilt from the corpus
+(--corpus, default large, and --matrices), so the corpus must hold its name."""
+
+
+def _rechoose(args) -> None:
+    from training.label import load_canonical
+    from training.rechoose import rechoose_files
+
+    entries = {e.name: e for e in _entries(args.corpus, args.matrices)}
+
+    def load(name: str, dtype: str):
+        if name not in entries:
+            raise ValueError(f"matrix {name!r} of the labels is not in the corpus "
+                             f"{args.corpus!r} with --matrices {args.matrices}")
+        return load_canonical(entries[name], dtype)[0]
+
+    changed = rechoose_files(args.labels, load, set(args.only) if args.only else None)
+    for path, changes in changed.items():
+        for c in changes:
+            what = ", ".join(f"{k} {old} -> {new}" for k, (old, new) in c.kernels.items())
+            if c.missing:
+                print(f"{path}: {c.name}: {what}: no variant timed {', '.join(c.missing)} "
+                      "with these parameters; left unchanged (label it again)",
+                      file=sys.stderr)
+            else:
+                print(f"{path}: {c.name}: {what}; features changed: "
+                      f"{', '.join(c.features) or 'none'}", file=sys.stderr)
+        updated = sum(not c.missing for c in changes)
+        print(f"{path}: {updated} records updated", file=sys.stderr)
 
 
 def _entries(preset: str, folders):
@@ -213,6 +255,8 @@ def main(argv=None, prog: str = "python -m training") -> int:
             print(f"wrote {args.out}: {result.model!r}; guard "
                   f"{'passed' if verdict['passed'] else 'FAILED'}: {verdict['reason']}",
                   file=sys.stderr)
+        elif args.command == "rechoose":
+            _rechoose(args)
         else:
             _retrain(args)
     except (ValueError, RuntimeError, OSError) as err:
