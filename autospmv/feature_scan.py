@@ -466,13 +466,30 @@ def window_positions(indptr, windows, m):
 def window_sectors(indices, offsets, shift):
     """Σ over windows of the distinct 32-byte sectors of x (column >> ``shift``) that the
     window's entries read: the scan's warp-sector counter (``_WARP_SECTORS``, stamped in
-    :func:`_flush8`), counted here by sorting each window's columns, which needs no scratch
-    array over the columns, for a sample of a few windows."""
+    :func:`_flush8`), counted here in a hash table of twice the largest window's entries,
+    stamped with the window's number, so that a sample of a few windows needs no scratch
+    array over the columns (nor sorting)."""
+    windows = offsets.size - 1
+    longest = 0
+    for k in range(windows):
+        longest = max(longest, offsets[k + 1] - offsets[k])
+    size = 64
+    while size < 2 * longest:
+        size *= 2
+    mask = size - 1
+    keys = np.empty(size, dtype=np.int64)
+    owner = np.zeros(size, dtype=np.int64)
     total = 0
-    for k in range(offsets.size - 1):
-        sectors = np.sort(indices[offsets[k]:offsets[k + 1]] >> shift)
-        for j in range(sectors.size):
-            if j == 0 or sectors[j] != sectors[j - 1]:
+    for k in range(windows):
+        stamp = k + 1
+        for p in range(offsets[k], offsets[k + 1]):
+            sector = np.int64(indices[p]) >> shift
+            slot = (sector * 2654435761) & mask
+            while owner[slot] == stamp and keys[slot] != sector:
+                slot = (slot + 1) & mask
+            if owner[slot] != stamp:
+                owner[slot] = stamp
+                keys[slot] = sector
                 total += 1
     return total
 
