@@ -7,7 +7,8 @@ value dtype: a small one (the serial CPU specialisations, below
 :data:`autospmv.kernels.cpu.PARALLEL_MIN_NNZ`) and a larger one (the parallel ones and the
 feature scan's threaded path: about a million nonzeros), each through
 ``prepare(A, kernel=...)`` (conversion, set-up) and
-one product. The feature scan and the prediction are compiled the same way, and the index range
+one product. The feature scan, the prediction and the sampled locality of x that CSR5's tile
+height reads are compiled the same way, and the index range
 check that validates large matrices (:func:`autospmv.validation.index_range`) for both index
 dtypes. Matrices with int64
 indices (more than 2**31 - 1 nonzeros or rows) use other specialisations, compiled on first use.
@@ -66,6 +67,14 @@ def _compile_index_range():
         index_range(np.zeros(COMPILED_MIN_SIZE, dtype=itype))
 
 
+def _compile_x_locality(matrices) -> list:
+    """The sampled locality of x that CSR5's tile height reads on the GPU for matrices of more
+    tiles than the warm-up matrices have (:func:`autospmv.features.x_locality`)."""
+    from .features import x_locality
+
+    return [x_locality(A) for A in matrices]
+
+
 def warmup(device: str = "cpu", dtypes=DTYPES, kernels=None, progress=None) -> list[Step]:
     """Compile the feature scan, the prediction and every kernel (with its conversion) for
     ``device`` and ``dtypes``; returns one :class:`Step` per kernel and dtype.
@@ -92,7 +101,7 @@ def warmup(device: str = "cpu", dtypes=DTYPES, kernels=None, progress=None) -> l
     for dtype in dtypes:
         matrices = warmup_matrices(np.dtype(dtype))
         run(f"features and prediction ({dtype})",
-            lambda: [select(A, device=device) for A in matrices])
+            lambda: [select(A, device=device) for A in matrices] + _compile_x_locality(matrices))
         for kernel in kernels or registry.names():
             def multiply(kernel=kernel):
                 for A in matrices:
