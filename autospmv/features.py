@@ -226,7 +226,7 @@ def x_locality(csr) -> float:
     parameter chooser (CSR5's tile height, :func:`autospmv.formats.csr5.choose_sigma`). The
     windows are drawn as for the features (:func:`_drawn_windows`), fewer of them, and their
     sectors counted in a small hash table (:func:`~autospmv.feature_scan.window_sectors`):
-    0.1–0.3 ms on a 2·10⁷-nonzero matrix, where the features' sixteenth of it takes tens of
+    0.1–0.4 ms on a 2·10⁷-nonzero matrix, where the features' sixteenth of it takes tens of
     milliseconds. With at most :data:`SAMPLE_TARGET_NNZ` nonzeros every window is read and the
     value is the feature's. ``csr``: a canonical host matrix, or the
     :class:`autospmv.device.RowStructure` of a matrix on the GPU, whose sampled column indices

@@ -108,6 +108,7 @@ or more entries, with tiles enough: x comes from few sectors, the time is the st
 and indices, and longer tiles spend less on descriptors and carries (:func:`choose_sigma`)."""
 
 WIDE_SIGMA = 24
+"""The GPU's tile height for local x on rows that are not short (:data:`LOCAL_X`)."""
 
 CUDA_LONG_ROW_SIGMA = {4: 16, 8: 8}
 """The GPU's tile height on rows of :data:`LONG_ROWS` or more entries on average, by the bytes
@@ -139,7 +140,8 @@ def choose_sigma(csr: sp.csr_matrix, device: str, x_locality: Callable[[], float
        about σ row results, one per step);
     3. otherwise, below :data:`LONG_ROWS`, by the locality of x: 8 from :data:`SCATTERED_X`
        sectors of x per entry, :data:`WIDE_SIGMA` below :data:`LOCAL_X` on rows of
-       :data:`SHORT_ROWS` or more when there are tiles enough for it.
+       :data:`SHORT_ROWS` or more when there are as many tiles of that height as warps in
+       flight.
 
     Step 1 was measured with the eight-entry kernel on an H100 (back-to-back, 10–20M nonzeros,
     ``benchmarks/results/csr5-ab-h100-2026-11-23.json``): on 12 grown real and regular matrices
@@ -150,8 +152,8 @@ def choose_sigma(csr: sp.csr_matrix, device: str, x_locality: Callable[[], float
     structural rule's 0.937 of the fastest of those (geometric mean) to 0.993; on the CPU 2σ
     reached 0.968 against 0.943.
 
-    The long-row and locality rules were fitted on the label variants, which time every σ back
-    to back (``models/labels``, both GPUs, both dtypes). On long rows, over the nine FIT2D and
+    The long-row and locality rules were fitted on the label variants, which time every σ of
+    ``registry.CSR5_SIGMAS`` (``models/labels``, both GPUs, both dtypes). On long rows, over the nine FIT2D and
     long-row matrices of 10⁴–2·10⁷ nonzeros, float32's σ = 16 (halved: 8) reaches 0.985 of the
     fastest σ against the structural 8's 0.943 on the H200, and 0.989 against 0.969 on the H100
     (geometric mean); in float64 it would lose (0.946 against 0.994 on the H200). With both
