@@ -57,6 +57,8 @@ def test_a_changed_choice_takes_its_variant_and_fresh_features():
     assert updated["best"] == {"per_call": "csr5", "b2b": "csr5"}
     assert updated["features"] == features(csr, device="cuda")
     assert change.kernels == {"csr5": (OLD, chosen)} and change.features == ("csr5_span",)
+    [stamp] = updated["rechosen"]
+    assert stamp["kernels"] == {"csr5": {"from": OLD, "to": chosen}} and stamp["date"]
     assert record["kernels"]["csr5"]["params"] == OLD  # the input record is not modified
     again, nothing = rechoose_record(updated, csr)
     assert nothing is None and again is updated

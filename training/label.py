@@ -30,11 +30,16 @@ Record layout (one JSON object per line; ``schema`` = :data:`SCHEMA`)::
     best {"per_call": kernel|null, "b2b": kernel|null},
     timing_mode,                        # the mode the row is decided on (target_mode)
     noise {"per_call": ratio, "b2b": ratio}, noisy,   # contention check (row_noise, is_noisy)
-    device {...}, versions {...}, timing {TimingOptions fields}, date
+    device {...}, versions {...}, timing {TimingOptions fields}, date,
+    rechosen [{date, kernels {kernel: {from, to}}}]   # only after python -m training rechoose
 
     result = {params, status, feasible, reason, error, prepare_ms,
               time_per_call_us, time_b2b_us,           # medians, µs (null unless ok)
               spread {per_call: {median, min, p90, n}, b2b: {...}, b2b_calls, retimed}}
+
+When a parameter chooser changes later, ``python -m training rechoose`` (:mod:`training.rechoose`)
+gives a kernel the time of the variant with its new parameters and recomputes the features,
+noting it in ``rechosen``.
 
 Every row records both times of every configuration. Which one decides the row's label is
 :func:`target_mode`'s rule (one constant, :data:`LARGE_NNZ`): back-to-back time from 10⁶

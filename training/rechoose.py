@@ -10,7 +10,9 @@ changed choice can be looked up instead of measured:
 - the kernel's result becomes the variant timed with the parameters the chooser now picks,
   from the same interleaved timing run as the rest of the record;
 - the features are computed again from the matrix (the cost features depend on the choice);
-- ``best``, ``noise`` and ``noisy`` follow from the updated kernels.
+- ``best``, ``noise`` and ``noisy`` follow from the updated kernels;
+- the record's ``rechosen`` list gains an entry: the date and, per kernel, the parameters it
+  had (``from``) and has now (``to``).
 
 A record whose choosers all still agree is left as it is. A changed choice that no variant
 timed cannot be looked up: the record is kept unchanged and reported, and only labelling
@@ -20,6 +22,7 @@ again can bring it up to date.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 import sys
 from pathlib import Path
@@ -82,6 +85,9 @@ def rechoose_record(record: dict, csr, features_of=None) -> tuple[dict, Change |
     if missing:
         return record, Change(record["name"], changed, missing=tuple(missing))
     out = {**record, "kernels": {**record["kernels"], **results}}
+    stamp = {"date": datetime.datetime.now(datetime.timezone.utc).date().isoformat(),
+             "kernels": {k: {"from": old, "to": new} for k, (old, new) in changed.items()}}
+    out["rechosen"] = [*record.get("rechosen", []), stamp]
     out["features"] = (features_of or (lambda d: features(csr, device=d)))(device)
     out["best"] = best_kernels(out["kernels"])
     out["noise"] = row_noise(out["kernels"])
