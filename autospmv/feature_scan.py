@@ -431,16 +431,7 @@ def sample_layout(indptr, selected, m):
             if selected[w]:
                 total += indptr[i + 1] - indptr[i]
             sample_indptr[i + 1] = total
-    positions = np.empty(total, dtype=np.int64)
-    k = 0
-    for w in range(selected.size):
-        if selected[w]:
-            lo = w * WINDOW_ROWS
-            hi = min(lo + WINDOW_ROWS, m)
-            for p in range(indptr[lo], indptr[hi]):
-                positions[k] = p
-                k += 1
-    return sample_indptr, positions
+    return sample_indptr, window_positions(indptr, np.flatnonzero(selected), m)[0]
 
 
 @njit(cache=True)

@@ -240,7 +240,7 @@ def x_locality(csr) -> float:
     positions, offsets = window_positions(csr.indptr, windows, m)
     matrix = getattr(csr, "device_matrix", None)
     if matrix is not None:
-        indices = _host(matrix.indices[matrix.xp.asarray(positions)])
+        indices = _gathered_indices(matrix, positions)
     else:
         indices = csr.indices[positions]
     shift = _sector_shift_and_narrow(csr)[0]
@@ -252,9 +252,13 @@ def _sampled_rows(csr, selected: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     windows (the other rows empty) of a matrix on the GPU: the indices of those rows are
     gathered there and copied to the host in one transfer."""
     sample_indptr, positions = sample_layout(csr.host_indptr, selected, csr.shape[0])
-    xp = csr.xp
-    gathered = csr.indices[xp.asarray(positions)]
-    return sample_indptr, gathered.get() if hasattr(gathered, "get") else gathered
+    return sample_indptr, _gathered_indices(csr, positions)
+
+
+def _gathered_indices(csr, positions: np.ndarray) -> np.ndarray:
+    """The column indices at ``positions`` of a matrix on the GPU, gathered there and copied
+    to the host in one transfer."""
+    return _host(csr.indices[csr.xp.asarray(positions)])
 
 
 def _assemble(csr, scanned: tuple, device: str

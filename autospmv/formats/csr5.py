@@ -153,28 +153,27 @@ def choose_sigma(csr: sp.csr_matrix, device: str, x_locality: Callable[[], float
     reached 0.968 against 0.943.
 
     The long-row and locality rules were fitted on the label variants, which time every σ of
-    ``registry.CSR5_SIGMAS`` (``models/labels``, both GPUs, both dtypes). On long rows, over the nine FIT2D and
-    long-row matrices of 10⁴–2·10⁷ nonzeros, float32's σ = 16 (halved: 8) reaches 0.985 of the
-    fastest σ against the structural 8's 0.943 on the H200, and 0.989 against 0.969 on the H100
-    (geometric mean); in float64 it would lose (0.946 against 0.994 on the H200). With both
-    rules, csr5 at the chosen σ reaches, over the 185 label matrices of 10⁶ nonzeros or more,
-    0.966 / 0.971 / 0.977 / 0.980 of its fastest σ (H100 float32 / float64, H200 float32 /
-    float64), where the structural rule reached 0.962 / 0.963 / 0.972 / 0.972. At 2·10⁷
-    nonzeros (``benchmarks/results/kernels-h200-2026-11-26.json``) it lifted the library's
-    fastest kernel against cuSPARSE in float32 from 1.145 to 1.163 (geometric mean over the
-    same 18 matrices); FIT2D grown 155 times runs at 3.14 TB/s with σ = 16, where σ = 8 gave
-    2.86 in the earlier run.
+    ``registry.CSR5_SIGMAS`` (``models/labels``, both GPUs, both dtypes). On long rows, over
+    the nine FIT2D and long-row matrices of 10⁴–2·10⁷ nonzeros, float32's σ = 16 (halved: 8)
+    reaches 0.985 of the fastest σ against the structural 8's 0.943 on the H200, and 0.989
+    against 0.969 on the H100 (geometric mean); in float64 it would lose (0.946 against 0.994
+    on the H200). With both rules, csr5 at the chosen σ reaches, over the 185 label matrices of
+    10⁶ nonzeros or more, 0.966 / 0.971 / 0.977 / 0.980 of its fastest σ (H100 float32 /
+    float64, H200 float32 / float64), where the structural rule reached 0.962 / 0.963 / 0.972 /
+    0.972. At 2·10⁷ nonzeros (``benchmarks/results/kernels-h200-2026-11-26.json``) it lifted
+    the library's fastest kernel against cuSPARSE in float32 from 1.145 to 1.163 (geometric
+    mean over the same 18 matrices); FIT2D grown 155 times runs at 3.14 TB/s with σ = 16, where
+    σ = 8 gave 2.86 in the earlier run.
     """
     sigma = structural_sigma(csr)
     if device == "cpu":
         return 2 * sigma
-    if _mean_row_length(csr) >= LONG_ROWS:
+    mean = _mean_row_length(csr)
+    if mean >= LONG_ROWS:
         sigma = CUDA_LONG_ROW_SIGMA[np.dtype(csr.dtype).itemsize]
     sigma = -(-sigma // CUDA_STEP) * CUDA_STEP
-    m = csr.shape[0]
-    if csr.nnz < OMEGA * sigma * CUDA_WARPS_IN_FLIGHT or (m > 0 and csr.nnz < VERY_SHORT_ROWS * m):
+    if csr.nnz < OMEGA * sigma * CUDA_WARPS_IN_FLIGHT or mean < VERY_SHORT_ROWS:
         return sigma // 2
-    mean = _mean_row_length(csr)
     if mean >= LONG_ROWS:
         return sigma
     locality = x_locality()
