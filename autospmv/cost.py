@@ -40,7 +40,7 @@ hyb          bytes m·w·(v+4) + o·(v+8); work 32·⌈m/32⌉·w + o; span w, p
 jds          bytes nnz·(v+4) + 4(m + K + 1); work as csr_scalar once rows are sorted by
              length; span K
 csr5         bytes nnz·(v+4) + tiles·(32·12 + 4); work 32·σ·tiles; span σ;
-             atomics ⌈K/(32σ)⌉ + 1; launches 2 (zero y, the tiles)
+             atomics ⌈K/(32σ)⌉ + 1; launches 2 (clearing y, the tiles)
 ============ ==============================================================================
 
 A matrix with no entries has zeros everywhere. Each kernel's registry entry names its function

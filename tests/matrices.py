@@ -180,6 +180,7 @@ TINY: dict[str, Maker] = {
     "rect_37x13": lambda: random_matrix(37, 13, 0.2, 30),
     "odd_33x33": lambda: random_matrix(33, 33, 0.15, 31),
     "explicit_zeros_20x20": lambda: with_explicit_zeros(20, 20, 0.25, 32),
+    "rows_of_2_and_1_64x64": lambda: from_row_lengths([2, 1] * 32, 64, 33),
 }
 """The same structural cases, small enough for the CUDA simulator (≤ 64 rows, ≤ 400 entries)."""
 
@@ -190,11 +191,15 @@ without ``out=``), and NaN/±Inf in x."""
 TINY_PARAMETER_CASES: list[tuple[str, str, dict]] = [
     *[("csr_vector", "power_law_48", {"threads_per_row": g}) for g in (1, 2, 4, 8, 16, 32)],
     *[("csr5", "dense_row_among_short_40x150", {"sigma": s}) for s in (2, 3, 16, 32)],
+    *[("csr5", "poisson2d_36", {"sigma": s}) for s in (2, 3)],
+    ("csr5", "rows_of_2_and_1_64x64", {"sigma": 2}),
     *[("hyb", "power_law_48", {"width": w}) for w in (0, 1, 3)],
 ]
 """(kernel, TINY matrix, params) beyond the tuned choice: every csr_vector group size, CSR5 tiles
 shorter than the long row (σ = 2: 64 entries a tile, so the 150-entry row spans three tiles) and
-the large-matrix σ = 16, and HYB from pure COO to mostly ELL."""
+the large-matrix σ = 16; rows of the 2-D Laplacian crossing tiles with no row empty, on the
+whole-step and the clamped path; in float64, y cleared at the tiles' ends only, with a row
+crossing from the first tile into the second), and HYB from pure COO to mostly ELL."""
 
 
 def parameter_case_name(matrix: str, params: dict) -> str:
@@ -271,13 +276,16 @@ CSR5_CORNERS: dict[str, Maker] = {
     "rect_37x61_seed45": lambda: random_matrix(37, 61, 0.15, 45),
     "power_law_2000": lambda: power_law(2000, 2000, 1.1, 46),
     "trailing_empty_rows": lambda: from_row_lengths([0, 0, 40, 0, 9] + [0] * 50, 60, 47),
+    "rows_cross_tiles_none_empty": lambda: from_row_lengths(np.arange(1, 80), 100, 48),
+    "rows_of_32_fill_whole_tiles": lambda: from_row_lengths(np.full(64, 32), 100, 49),
     **{f"nnz_128x{k}{d:+d}": (lambda k=k, d=d: nnz_near_tiles(4, k, d))
        for k in (1, 3) for d in (-1, 0, 1)},
     **{f"nnz_1024x2{d:+d}": (lambda d=d: nnz_near_tiles(32, 2, d)) for d in (-1, 0, 1)},
 }
 """Matrices aimed at CSR5's corner cases (tiles of ω·σ entries), run beside :data:`FAMILY`:
-empty rows inside tiles, rows longer than a tile, nnz one short of, at, and one past a multiple
-of the tile size."""
+empty rows inside tiles, rows longer than a tile, rows crossing tiles with no row empty, rows
+that end exactly where tiles end (σ rows of 32 per tile, whatever σ), nnz one short of, at, and
+one past a multiple of the tile size."""
 
 
 # --- decision snapshots ----------------------------------------------------------------------

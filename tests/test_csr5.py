@@ -67,6 +67,7 @@ def naive_descriptors(csr: sp.csr_matrix, sigma: int) -> dict:
         empty_ptr.append(len(out["empty_offset"]))
     out["tile_ptr"].append(m)
     out["empty_ptr"] = empty_ptr
+    out["has_empty_rows"] = bool(np.any(lengths == 0))
     return out
 
 
@@ -94,7 +95,10 @@ def test_descriptors_match_their_definitions(name):
         fmt = CSR5Format.from_csr(csr, sigma)
         expected = naive_descriptors(csr, sigma)
         for key, values in expected.items():
-            assert np.array_equal(getattr(fmt, key), np.asarray(values, dtype=np.int64)), key
+            if isinstance(values, bool):
+                assert getattr(fmt, key) is values, key
+            else:
+                assert np.array_equal(getattr(fmt, key), np.asarray(values, dtype=np.int64)), key
         assert fmt.bit_flag.dtype == np.uint32
         assert fmt.y_offset.dtype == fmt.seg_offset.dtype == np.int32
 
@@ -116,6 +120,7 @@ def test_descriptors_of_a_hand_checked_example():
     assert np.count_nonzero(tile1) == 3
     assert fmt.y_offset[:OMEGA].tolist() == [0, 1] + [2] * 30
     assert fmt.y_offset[OMEGA:].tolist() == [0, 1, 1, 1, 1, 2] + [3] * 26
+    assert fmt.has_empty_rows
     assert fmt.seg_offset[:OMEGA].tolist() == [1, 31] + (OMEGA - lanes[2:]).tolist()
     assert fmt.seg_offset[OMEGA:].tolist() == [4, 3, 2, 1, 1, 27] + (OMEGA - lanes[6:]).tolist()
     # Tile 0 is transposed (nonzero 2l + j at j·32 + l); tile 1 stays in CSR order.
@@ -251,3 +256,26 @@ def test_cuda_kernel_on_a_large_power_law_matrix(dtype, rng):
         op = autospmv.prepare(A, kernel="csr5", device="cuda", params={"sigma": sigma})
         error = relative_error(op @ x, y_ref)
         assert error <= TOLERANCE[np.dtype(dtype)], f"sigma={sigma}: relative error {error:.3g}"
+
+
+@pytest.mark.parametrize("matrix, dtype, sigma, steps", [
+    # Rows of 2: a tile holds 16σ rows, so y has 16σ·v bytes per 64 bytes cleared: σ (float32)
+    # or 2σ (float64) times as many.
+    (np.full(4096, 2), np.float64, 8, ["csr5_clear_tile_ends", "csr5_kernel"]),
+    (np.full(4096, 2), np.float32, 8, ["csr5_clear_tile_ends", "csr5_kernel"]),
+    (np.full(4096, 2), np.float32, 2, ["ZeroY", "csr5_kernel"]),  # 2 < CLEAR_ENDS_FROM
+    (np.r_[np.full(4095, 2), 0], np.float64, 8, ["ZeroY", "csr5_kernel"]),  # an empty row
+    (np.full(64, 32), np.float64, 4, ["ZeroY", "csr5_kernel"]),  # rows of 32: few per tile
+])
+def test_cuda_program_clears_tile_ends_only_where_y_is_large(matrix, dtype, sigma, steps):
+    """Built without a GPU (nothing is compiled): y is cleared in full when a row is empty or y
+    is small next to the tiles; otherwise a kernel clears only the rows at the tiles' ends."""
+    pytest.importorskip("numba.cuda")
+    from autospmv.kernels.cuda import csr5 as cuda_csr5
+
+    fmt = CSR5Format.from_csr(canonicalize(from_row_lengths(matrix, 64, 50).astype(dtype)), sigma)
+    assert fmt.has_empty_rows == (0 in matrix)
+    program = cuda_csr5.build(fmt, {"sigma": sigma}, fmt.arrays())
+    names = [step.dispatcher.py_func.__name__ if hasattr(step, "dispatcher")
+             else type(step).__name__ for step in program.steps]
+    assert names == steps

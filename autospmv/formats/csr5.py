@@ -40,9 +40,13 @@ Layout (ntiles = ⌈nnz / (ω·σ)⌉; ``itype`` is the CSR index dtype, int32 o
     In a dirty tile, segment s belongs to row ``tile_row + empty_offset[empty_ptr[t] + s]``
     (skipping empty rows); in a clean tile to ``tile_row + s``.
 
+``has_empty_rows`` (bool)
+    Whether some row of the matrix is empty.
+
 Empty rows own no segment: kernels give them their zeros by clearing y first. A row that crosses
 tiles is the last segment of the tile where it starts and segment 0 of the following ones; the
-kernels combine those partial sums. The CSR row pointer is not stored: the descriptors determine
+kernels combine those partial sums. Without empty rows, a tile's last row is either the next
+tile's first row or the one before it. The CSR row pointer is not stored: the descriptors determine
 every nonzero's row, which is how :meth:`CSR5Format.to_csr` rebuilds the matrix.
 """
 
@@ -244,7 +248,12 @@ def csr5_descriptors(indptr: np.ndarray, sigma: int, indices: np.ndarray | None 
 
     empty_ptr = np.zeros(ntiles + 1, dtype=np.int64)
     np.cumsum(np.where(dirty, segments, 0), out=empty_ptr[1:])
-    del segments
+    # Every segment is a distinct non-empty row, except the first segment of a tile whose first
+    # row began in an earlier tile; the rows are all non-empty iff the others make m.
+    continues = indptr[tile_row[:-1]] < np.arange(ntiles, dtype=np.int64) * (OMEGA * sigma)
+    rows = int(segments.sum()) - int(np.count_nonzero(continues))
+    has_empty_rows = rows < indptr.shape[0] - 1
+    del segments, continues
     ptr_type = itype if empty_ptr[-1] <= np.iinfo(itype).max else np.dtype(np.int64)
     empty_ptr = empty_ptr.astype(ptr_type, copy=False)
 
@@ -261,7 +270,8 @@ def csr5_descriptors(indptr: np.ndarray, sigma: int, indices: np.ndarray | None 
     tile_ptr = tile_row
     tile_ptr[:-1][dirty] = ~tile_ptr[:-1][dirty]
     fields = dict(sigma=sigma, tile_ptr=tile_ptr, bit_flag=bit_flag, y_offset=y_offset,
-                  seg_offset=seg_offset, empty_ptr=empty_ptr, empty_offset=empty_offset)
+                  seg_offset=seg_offset, empty_ptr=empty_ptr, empty_offset=empty_offset,
+                  has_empty_rows=has_empty_rows)
     if moved:
         fields.update(indices=out_indices, data=out_data)
     return fields
@@ -291,6 +301,7 @@ class CSR5Format(SparseFormat):
     seg_offset: np.ndarray
     empty_ptr: np.ndarray
     empty_offset: np.ndarray
+    has_empty_rows: bool
     indices: np.ndarray
     data: np.ndarray
 

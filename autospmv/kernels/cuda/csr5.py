@@ -37,9 +37,15 @@ atomic. The test is the same for the whole warp, so the branch does not diverge.
 
 Rows that cross tiles: only segment 0 of a tile (which may continue the previous tile's row) and
 the tile's last segment (which may continue into the next tile) can be shared with other tiles.
-Those two are added with ``atomic.add`` into y, cleared first by ``ZeroY`` (which also gives empty
-rows their zeros); every other segment is a whole row owned by this warp and is stored plainly.
-So a matvec is two steps: the memset and one kernel launch; no calibration pass is needed.
+Those two are added with ``atomic.add`` into y; every other segment is a whole row owned by this
+warp and is stored plainly. So only those rows need a zero first. A matvec is two steps, the
+clearing and one kernel launch; no calibration pass is needed. The clearing is one of:
+
+* ``ZeroY``, all of y: always when a row is empty (empty rows own no segment, so this gives them
+  their zeros), and when y is small next to the tiles (see :func:`clears_tile_ends`);
+* :func:`csr5_clear_tile_ends`, one thread per tile, which zeroes the tile's first row and the two
+  rows its last one can be: where y has many rows per tile, this saves most of a write of y per
+  call (``benchmarks/results/csr5-clear-2026-11-26.md``).
 
 Weaknesses: a row spread over k tiles receives k atomic adds in no fixed order, so its last bits
 may differ from call to call (rows inside one tile are always deterministic). Short rows make
@@ -227,10 +233,50 @@ def csr5_kernel(tile_ptr, bit_flag, y_offset, seg_offset, empty_ptr, empty_offse
             y[row] = total
 
 
+@jit(cache=True)
+def csr5_clear_tile_ends(tile_ptr, y):
+    """y = 0 on the rows :func:`csr5_kernel` adds to with atomics, for a matrix without empty
+    rows: thread t clears tile t's first row, and the row before tile t+1's first row. A tile's
+    last row is the next tile's first row (cleared by that tile's thread) or the one before it,
+    so both rows each tile adds to are cleared. Rows cleared that the kernel then stores plainly
+    are merely written twice."""
+    tile = cuda.grid(1)
+    ntiles = tile_ptr.shape[0] - 1
+    if tile < ntiles:
+        y[tile_ptr[tile]] = 0
+        y[tile_ptr[tile + 1] - 1] = 0
+
+
+CLEAR_ENDS_FROM = 4
+"""y's bytes over the bytes that :func:`csr5_clear_tile_ends` touches (two 32-byte sectors per
+tile) from which it replaces clearing all of y (:func:`clears_tile_ends`)."""
+
+
+def clears_tile_ends(fmt) -> bool:
+    """Whether y is cleared at the tiles' ends only (:func:`csr5_clear_tile_ends`) rather than
+    in full: never with empty rows; otherwise when y holds at least :data:`CLEAR_ENDS_FROM` times
+    the bytes of the two sectors per tile that the clearing kernel writes.
+
+    Measured back-to-back at 2·10⁷ nonzeros on an H200 (``csr5-clear-2026-11-26.md``): on the
+    matrices at 4 or more, the kernel with the clearing ran 0.7–5.8 % faster than with all of y
+    cleared (most in float64, where y is twice the bytes); at 2.7 or less, where the tiles are
+    short (σ = 8) or hold few rows, 0.2–2 % slower.
+    """
+    y_bytes = fmt.shape[0] * fmt.dtype.itemsize
+    return (not fmt.has_empty_rows and fmt.ntiles > 0
+            and y_bytes >= CLEAR_ENDS_FROM * 2 * 32 * fmt.ntiles)
+
+
 def build(fmt, params, arrays) -> DeviceProgram:
-    """ZeroY, then one launch of :func:`csr5_kernel` with a warp per tile (none for nnz = 0)."""
+    """One launch of :func:`csr5_kernel` with a warp per tile (none for nnz = 0), after y is
+    cleared (see :func:`clears_tile_ends`)."""
     m = fmt.shape[0]
-    steps = [ZeroY(m, fmt.dtype.itemsize)] if m else []
+    steps = []
+    if clears_tile_ends(fmt):
+        steps.append(Launch(csr5_clear_tile_ends, -(-fmt.ntiles // BLOCK), BLOCK,
+                            [arrays["tile_ptr"], Y], fmt.dtype))
+    elif m:
+        steps.append(ZeroY(m, fmt.dtype.itemsize))
     if fmt.ntiles:
         args = [arrays[name] for name in ("tile_ptr", "bit_flag", "y_offset", "seg_offset",
                                           "empty_ptr", "empty_offset")]
