@@ -142,9 +142,13 @@ class CostModel:
         """``log2(t̂_k / min_j t̂_j)`` per row: the ``est_<kernel>`` columns."""
         return np.log2(times / times.min(axis=1, keepdims=True))
 
+    def input_names(self) -> list[str]:
+        """The features the estimates are computed from (sorted)."""
+        return sorted({n for k in self.kernels for n in self.regressor_names(k)[1:]})
+
     def estimates(self, features: Mapping) -> dict[str, float]:
         """Estimated µs per kernel for one feature dict."""
-        names = sorted({n for k in self.kernels for n in self.regressor_names(k)[1:]})
+        names = self.input_names()
         missing = [n for n in names if n not in features]
         if missing:
             raise ValueError(f"features missing for the cost model: {', '.join(missing)}")

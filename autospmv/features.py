@@ -186,22 +186,44 @@ def features_and_lengths(A, sample_rows: int | None = None, device: str | None =
 
 
 def canonical_features_and_lengths(csr: sp.csr_matrix, sample_rows: int | None = None,
-                                   device: str | None = None, uploaded=None
+                                   device: str | None = None, uploaded=None, needed=None
                                    ) -> tuple[dict[str, float], tuple[np.ndarray, np.ndarray]]:
     """:func:`features_and_lengths` of a matrix that :func:`autospmv.validation.canonicalize`
     returned, without validating it again (the checks read every index: :func:`prepare` has
     just made them). ``uploaded``: the same matrix already on the GPU
     (:class:`autospmv.device.DeviceCSR`), where the passes over every index run (the same
     features, see :func:`_scan`; :func:`autospmv.prepare` hands it over from
-    :data:`DEVICE_PASSES_MIN_NNZ` nonzeros)."""
+    :data:`DEVICE_PASSES_MIN_NNZ` nonzeros). ``needed``: the names a caller reads (a model's
+    :meth:`~autospmv.model.TreeModel.features_read`), or None for all; see :func:`passes_needed`
+    for what is then left out."""
     if sample_rows is not None and sample_rows < 1:
         raise ValueError(
             f"sample_rows must be a positive number of rows or None; got {sample_rows}"
         )
-    return _assemble(csr, _scan(csr, sample_rows, uploaded), device)
+    sampled, index_passes = passes_needed(needed)
+    return _assemble(csr, _scan(csr, sample_rows, uploaded, sampled=sampled,
+                                index_passes=index_passes), device)
 
 
-def device_features_and_lengths(csr, device: str | None = None
+INDEX_PASS_FEATURES = ("bandwidth", "bandwidth_rel", "diagonals", "diagonals_per_row")
+"""The features a matrix on the GPU needs a pass over every column index for (reduced there,
+:func:`_band_and_diagonals`); on the host the scan's pass over every row computes them anyway."""
+
+
+def passes_needed(needed) -> tuple[bool, bool]:
+    """Which of the costly passes the features ``needed`` (None: all) call for: the scan of the
+    sampled windows (:data:`SAMPLED_FEATURES`), and the GPU's passes over every column index
+    (:data:`INDEX_PASS_FEATURES`). A pass that is not called for is not run, and its features
+    are left out of the dict. A decision by a model whose tree compares only row-length and
+    size features, with a cost model over the row lengths, skips both: on a 2·10⁷-nonzero
+    matrix on the GPU that is most of the decision's time."""
+    if needed is None:
+        return True, True
+    needed = set(needed)
+    return bool(needed & set(SAMPLED_FEATURES)), bool(needed & set(INDEX_PASS_FEATURES))
+
+
+def device_features_and_lengths(csr, device: str | None = None, needed=None
                                 ) -> tuple[dict[str, float], tuple[np.ndarray, np.ndarray]]:
     """The features of a canonical matrix on the GPU (:class:`autospmv.device.DeviceCSR`) with
     more than :data:`SAMPLE_THRESHOLD` nonzeros, equal to those of the same matrix on the host:
@@ -209,15 +231,19 @@ def device_features_and_lengths(csr, device: str | None = None
     the row pointer (on the host), and the column indices of the rows drawn for the sampled
     features, the only nonzero data that leaves the GPU, are copied to the host and scanned
     there (about ``max(SAMPLE_TARGET_NNZ, SAMPLE_SHARE · nnz)`` of them: a sixteenth of a large
-    matrix's indices, none of its values)."""
+    matrix's indices, none of its values). ``needed``: as for
+    :func:`canonical_features_and_lengths`; without sampled features nothing is copied."""
     if csr.nnz <= SAMPLE_THRESHOLD:
         raise ValueError(f"device features need more than {SAMPLE_THRESHOLD} nonzeros (below, "
                          "the host computes every feature exactly from every index)")
     structure = csr.structure()
-    m = csr.shape[0]
-    selected = _select_windows(m, _sampled_windows(m, csr.nnz, None))
-    detail = _sampled_rows(csr, selected)
-    return _assemble(structure, _scan(structure, None, csr, detail), target_device(device))
+    sampled, index_passes = passes_needed(needed)
+    detail = None
+    if sampled:
+        m = csr.shape[0]
+        detail = _sampled_rows(csr, _select_windows(m, _sampled_windows(m, csr.nnz, None)))
+    scanned = _scan(structure, None, csr, detail, sampled=sampled, index_passes=index_passes)
+    return _assemble(structure, scanned, target_device(device))
 
 
 def x_locality(csr) -> float:
@@ -274,18 +300,26 @@ def _assemble(csr, scanned: tuple, device: str
         rows=m, cols=n, nnz=nnz, density=_ratio(nnz, m * n, 0.0),
         log10_rows=math.log10(1 + m), log10_cols=math.log10(1 + n), log10_nnz=math.log10(1 + nnz),
         warp_imbalance=_ratio(warp_sum, -(-m // WARP), 1.0),
-        bandwidth=band, bandwidth_rel=_ratio(band, max(m, n), 0.0),
-        diagonals=diagonals, diagonals_per_row=_ratio(diagonals, m, 0.0),
     )  # fmt: skip
-    out.update(_sampled_features(sums))
+    if band is not None:
+        out.update(bandwidth=band, bandwidth_rel=_ratio(band, max(m, n), 0.0),
+                   diagonals=diagonals, diagonals_per_row=_ratio(diagonals, m, 0.0))
+    if sums is not None:
+        out.update(_sampled_features(sums))
     out.update(quantities(csr, device, values, counts, threaded_passes(nnz)))
-    return {name: float(out[name]) for name in feature_names()}, (values, counts)
+    return {name: float(out[name]) for name in feature_names() if name in out}, (values, counts)
 
 
-def _scan(csr: sp.csr_matrix, sample_rows: int | None, uploaded=None, detail=None) -> tuple:
+def _scan(csr: sp.csr_matrix, sample_rows: int | None, uploaded=None, detail=None,
+          sampled: bool = True, index_passes: bool = True) -> tuple:
     """Run the numba scan over the rows of a canonical matrix. Returns the summed counters,
     the bandwidth, the number of occupied diagonals, the sum of the warp imbalance ratios,
     and the distinct row lengths with their counts.
+
+    ``sampled`` False: no window is scanned in detail and the counters are None (with
+    ``uploaded``, nothing is scanned on the host at all); ``index_passes`` False: with
+    ``uploaded``, the bandwidth and the diagonals are not reduced on the GPU and are None (see
+    :func:`passes_needed`). On the host's full scan both come at no extra cost and are returned.
 
     ``uploaded``: the same matrix on the GPU (:class:`autospmv.device.DeviceCSR`). Then the
     scan reads the windows drawn for detail only; the bandwidth and the occupied diagonals,
@@ -296,8 +330,13 @@ def _scan(csr: sp.csr_matrix, sample_rows: int | None, uploaded=None, detail=Non
     m, n = csr.shape
     indptr = csr.indptr
     full = uploaded is None
+    if not full and not sampled:
+        longest, values, counts, warp_sum = _device_length_passes(uploaded)
+        band, diagonals = _band_and_diagonals(uploaded) if index_passes else (None, None)
+        return None, band, diagonals, warp_sum, values, counts
     scan_indptr, scan_indices = detail if detail is not None else (indptr, csr.indices)
-    selected = _select_windows(m, _sampled_windows(m, csr.nnz, sample_rows))
+    windows = _sampled_windows(m, csr.nnz, sample_rows) if sampled else 0
+    selected = _select_windows(m, windows)
     threads = numba.get_num_threads()
     parallel = threaded_passes(csr.nnz)
     if full:
@@ -311,12 +350,13 @@ def _scan(csr: sp.csr_matrix, sample_rows: int | None, uploaded=None, detail=Non
     scan = _scan_parallel if parallel else _scan_serial
     scan(scan_indptr, scan_indices, m, n, *_sector_shift_and_narrow(csr), selected, bounds, sums,
          hist, flags, *work, full)  # fmt: skip
+    counters = sums.sum(axis=0).tolist() if sampled else None
     if not full:
-        band, diagonals = _band_and_diagonals(uploaded)
-        return sums.sum(axis=0).tolist(), band, diagonals, warp_sum, values, counts
+        band, diagonals = _band_and_diagonals(uploaded) if index_passes else (None, None)
+        return counters, band, diagonals, warp_sum, values, counts
     occupied = flags[0] if workers == 1 else np.bitwise_or.reduce(flags, axis=0)
     return (
-        sums.sum(axis=0).tolist(), int(sums[:, _BAND].max()), int(np.count_nonzero(occupied)),
+        counters, int(sums[:, _BAND].max()), int(np.count_nonzero(occupied)),
         warp_ratio_sum(indptr, m, parallel), *_length_histogram(hist, indptr),
     )  # fmt: skip
 
@@ -433,6 +473,8 @@ def _select_windows(m: int, count: int) -> np.ndarray:
     if count >= total:
         return np.ones(total, np.uint8)
     selected = np.zeros(total, np.uint8)
+    if count <= 0:
+        return selected
     selected[_drawn_windows(total, count)] = 1
     return selected
 

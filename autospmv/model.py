@@ -297,20 +297,39 @@ class TreeModel:
 
     # -- prediction -------------------------------------------------------------------------
 
-    def evaluate(self, features: Mapping) -> Evaluation:
+    def features_read(self) -> frozenset[str]:
+        """The features a decision reads: those the tree compares (but the ``est_<kernel>``
+        values, which the cost model derives) and those the cost model's estimates are computed
+        from. :func:`autospmv.prepare` computes only these (:meth:`evaluate` with
+        ``only_read``)."""
+        derived = set(self.cost_model.derived_names) if self.cost_model is not None else set()
+        inputs = self.cost_model.input_names() if self.cost_model is not None else []
+        return frozenset((self._compared() - derived) | set(inputs))
+
+    def _compared(self) -> set[str]:
+        """The features the tree's split nodes compare."""
+        return {self.feature_names[i] for i, left in zip(self.feature, self.children_left)
+                if left != LEAF}
+
+    def evaluate(self, features: Mapping, only_read: bool = False) -> Evaluation:
         """One pass of the tree over a feature dict (extra keys are ignored): the inputs row and
         the cost model's estimates are computed once, the tree is walked once, and the ranking is
         read from the leaf reached. Everything a decision and its explanation need comes from
         this one pass, so they cannot disagree and a ``prepare()`` pays for the pass only once.
 
-        ValueError when a feature the tree or its cost model reads is missing, or a value the
-        tree compares is not finite."""
+        ValueError when a feature of :attr:`feature_names` is missing or not finite; with
+        ``only_read``, only the features the tree compares and those its cost model reads
+        (:meth:`features_read`) are required, and the others may be absent."""
         inputs, estimates = self._inputs(features)
-        missing = [name for name in self.feature_names if name not in inputs]
+        required = self.feature_names
+        if only_read:
+            compared = self._compared()
+            required = [name for name in self.feature_names if name in compared]
+        missing = [name for name in required if name not in inputs]
         if missing:
             raise ValueError(f"features missing for the model: {', '.join(missing)}")
-        row = np.array([float(inputs[name]) for name in self.feature_names])
-        bad = [n for n, v in zip(self.feature_names, row) if not math.isfinite(v)]
+        row = np.array([float(inputs.get(name, math.nan)) for name in self.feature_names])
+        bad = [n for n in required if not math.isfinite(float(inputs[n]))]
         if bad:
             raise ValueError(f"feature values must be finite; not finite: {', '.join(bad)}")
         node, path = self._walk(row)

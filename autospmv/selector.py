@@ -294,11 +294,13 @@ def model_decision(csr: sp.csr_matrix, choice: ModelChoice, features: dict,
 
     Everything is read from one :meth:`~autospmv.model.TreeModel.evaluate` of ``features``:
     the cost model's estimates are computed and the tree is walked once per decision.
+    ``features`` needs only those the model reads (its
+    :meth:`~autospmv.model.TreeModel.features_read`).
     ``lengths``: the row-length histogram the feature scan built
     (:func:`autospmv.features.features_and_lengths`), from which the chosen kernel's
     parameters are chosen when its chooser reads only the row lengths."""
     model = choice.model
-    evaluation = model.evaluate(features)
+    evaluation = model.evaluate(features, only_read=True)
     ranked, leaf = list(evaluation.ranked), evaluation.leaf
     path = [f"{step.feature} = {_comparison(step)}" for step in evaluation.path]
     notes = [f"model {choice.name} ({choice.reason}{trained_on(model.provenance)})"]

@@ -15,7 +15,7 @@ from .devices import (  # noqa: F401  (cuda_available: re-exported)
     check_device, cuda_available, resolve_device, target_device,
 )
 from .cpu_threads import check_threads
-from .features import DEVICE_PASSES_MIN_NNZ, canonical_features_and_lengths
+from .features import DEVICE_PASSES_MIN_NNZ, canonical_features_and_lengths, passes_needed
 from .formats.base import FormatTooLargeError
 from .operator import SpMVOperator
 from .selector import (
@@ -60,15 +60,15 @@ def _decide_device(csr, kernel, device, params, model=None) -> Decision:
         raise ValueError("params= needs kernel= (parameters belong to one kernel)")
     choice = find_model(device, model, csr.dtype) if csr.nnz > SAMPLE_THRESHOLD else None
     if choice is not None:
+        needed = choice.model.features_read()
         with compile_timer() as compiled:
             started = time.perf_counter()
-            values, lengths = device_features_and_lengths(csr, device)
+            values, lengths = device_features_and_lengths(csr, device, needed=needed)
             decision = model_decision(structure, choice, values, device, lengths)
             elapsed = time.perf_counter() - started
         decision.notes.append(
             f"device input: features and prediction took {(elapsed - compiled.total) * 1e3:.2f}"
-            " ms (bandwidth and diagonals reduced on the GPU; the column indices of the sampled"
-            " rows, a sixteenth, copied to the host)")
+            f" ms ({_passes_note(needed)})")
         if compiled.total:
             decision.notes.append(compiled.note("the feature scan"))
         return decision
@@ -77,6 +77,18 @@ def _decide_device(csr, kernel, device, params, model=None) -> Decision:
                          f"{SAMPLE_THRESHOLD:,} nonzeros the model's features read every column "
                          "index, which stay on the GPU); pass kernel= to choose"]
     return decision
+
+
+def _passes_note(needed) -> str:
+    """What the features of a decision on a matrix on the GPU were computed from, for its
+    notes: the passes that the model's features call for (:func:`passes_needed`)."""
+    sampled, index_passes = passes_needed(needed)
+    note = ("row lengths, bandwidth and diagonals reduced on the GPU" if index_passes
+            else "row lengths reduced on the GPU")
+    if sampled:
+        return note + "; the column indices of the sampled rows, a sixteenth, copied to the host"
+    return note + ("; the model reads no sampled feature" if index_passes
+                   else "; the model reads no sampled, bandwidth or diagonal feature")
 
 
 def _upload(csr, device: str):
@@ -101,7 +113,8 @@ def _decide(csr, kernel, device, model, params=None, uploaded=None) -> Decision:
         return rule_decision(csr, device)
     with compile_timer() as compiled:
         started = time.perf_counter()
-        values, lengths = canonical_features_and_lengths(csr, device=device, uploaded=uploaded)
+        values, lengths = canonical_features_and_lengths(
+            csr, device=device, uploaded=uploaded, needed=choice.model.features_read())
         try:
             decision = model_decision(csr, choice, values, device, lengths)
         except ValueError as error:  # a model that loads but cannot decide (see find_model)
@@ -111,11 +124,14 @@ def _decide(csr, kernel, device, model, params=None, uploaded=None) -> Decision:
             choice = find_model(device, model, csr.dtype, retrained=False)
             if choice is None:
                 return rule_decision(csr, device)
+            if not choice.model.features_read() <= values.keys():
+                values, lengths = canonical_features_and_lengths(
+                    csr, device=device, uploaded=uploaded, needed=choice.model.features_read())
             decision = model_decision(csr, choice, values, device, lengths)
         elapsed = time.perf_counter() - started
     decision.notes.append(
         f"features and prediction took {(elapsed - compiled.total) * 1e3:.2f} ms"
-        + (" (the passes over every column index on the GPU)" if uploaded is not None else ""))
+        + (f" ({_passes_note(choice.model.features_read())})" if uploaded is not None else ""))
     if compiled.total:
         decision.notes.append(compiled.note("the feature scan"))
     return decision

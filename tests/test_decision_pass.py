@@ -107,10 +107,10 @@ def test_a_skipped_retrained_model_does_not_rescan(calls, monkeypatch):
     path.write_text(json.dumps(doc))
     evaluate = TreeModel.evaluate
 
-    def failing(self, features):
+    def failing(self, features, only_read=False):
         if self.provenance.get("marker") == "retrained":
             raise ValueError("features missing for the model: something")
-        return evaluate(self, features)
+        return evaluate(self, features, only_read)
 
     monkeypatch.setattr(TreeModel, "evaluate", failing)
     with pytest.warns(RuntimeWarning, match="retrained on this machine is skipped"):
@@ -207,3 +207,27 @@ def test_an_automatic_prepare_validates_the_matrix_once(monkeypatch):
     assert op.decision.source.startswith("model ") and checks == {"structure": 1}
     assert autospmv.features(poisson2d(30))  # the public functions still validate their input
     assert checks == {"structure": 2}
+
+
+@pytest.mark.parametrize("model", SHIPPED, ids=[path.stem for path in SHIPPED])
+def test_a_decision_from_the_features_read_is_the_decision_from_all(model):
+    """prepare() computes only the features its model reads (features_read): the tree and its
+    cost model decide exactly as from every feature, and the full check still stands."""
+    from autospmv.features import canonical_features_and_lengths, feature_names
+    from autospmv.validation import canonicalize
+
+    tree = TreeModel.load(model)
+    device = "cuda" if model.stem.startswith("cuda-") else "cpu"
+    read = tree.features_read()
+    assert read < set(feature_names())
+    for A in (poisson2d(30), FAMILY["block3x3_120"](), FAMILY["parallel_long_rows_24x40000"]()):
+        csr = canonicalize(A)
+        full, _ = canonical_features_and_lengths(csr, device=device)
+        lazy, _ = canonical_features_and_lengths(csr, device=device, needed=read)
+        assert read <= set(lazy)
+        evaluation = tree.evaluate(full)
+        from_read = tree.evaluate({k: lazy[k] for k in read}, only_read=True)
+        assert from_read.ranked == evaluation.ranked and from_read.path == evaluation.path
+        assert from_read.leaf == evaluation.leaf and from_read.estimates == evaluation.estimates
+        with pytest.raises(ValueError, match="features missing for the model"):
+            tree.evaluate({k: lazy[k] for k in read})

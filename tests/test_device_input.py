@@ -251,9 +251,9 @@ def test_sampled_features_with_the_index_passes_on_the_device(threaded, monkeypa
 
 @pytest.mark.requires_gpu
 def test_automatic_prepare_of_a_host_matrix_uploads_once_and_decides_as_select(monkeypatch):
-    """prepare() uploads the host matrix before deciding, runs the feature passes over every
-    index on the GPU (from DEVICE_PASSES_MIN_NNZ nonzeros, lowered here for a small matrix),
-    and the operator converts from that upload (a second would fail here)."""
+    """prepare() uploads the host matrix before deciding, runs the feature passes that its
+    model's features call for on the GPU (from DEVICE_PASSES_MIN_NNZ nonzeros, lowered here for
+    a small matrix), and the operator converts from that upload (a second would fail here)."""
     _cupy()
     import autospmv.operator
     import autospmv.session
@@ -268,7 +268,7 @@ def test_automatic_prepare_of_a_host_matrix_uploads_once_and_decides_as_select(m
     monkeypatch.setattr(autospmv.operator, "upload_csr", no_second_upload)
     op = autospmv.prepare(A, device="cuda")
     assert (op.kernel, op.params) == (expected.kernel, expected.params)
-    assert any("on the GPU)" in note for note in op.decision.notes), op.decision.notes
+    assert any("reduced on the GPU" in note for note in op.decision.notes), op.decision.notes
     x = np.random.default_rng(1).standard_normal(A.shape[1])
     assert relative_error(op @ x, reference(A, x)) <= TOLERANCE[np.dtype(np.float64)]
 
@@ -345,3 +345,47 @@ def test_length_passes_on_the_device_equal_the_host_passes(m):
     np.testing.assert_array_equal(values, host_values)
     np.testing.assert_array_equal(counts, host_counts)
     assert warp_sum == warp_ratio_sum(csr.indptr, m)
+
+
+@pytest.mark.parametrize("needed, sampled, index_passes", [
+    (["nnz", "row_mean"], False, False),
+    (["nnz", "x_sectors_per_nnz_warp"], True, False),
+    (["diagonals", "row_std"], False, True),
+    (None, True, True),
+])
+def test_features_leave_out_the_passes_a_caller_does_not_read(needed, sampled, index_passes,
+                                                              monkeypatch):
+    """Only the passes whose features are needed run (on the host, from an uploaded matrix, and
+    for a matrix on the GPU); every feature they return equals the full computation's."""
+    import importlib
+
+    features_module = importlib.import_module("autospmv.features")
+    csr = canonicalize(power_law(100_000, 80_000, 1.6, 9).astype(np.float32))
+    full, full_lengths = features_module.canonical_features_and_lengths(csr, device="cuda")
+    ran = []
+    for name in ("_sampled_rows", "_band_and_diagonals"):
+        original = getattr(features_module, name)
+
+        def spy(*args, original=original, name=name):
+            ran.append(name)
+            return original(*args)
+
+        monkeypatch.setattr(features_module, name, spy)
+    results = [
+        features_module.canonical_features_and_lengths(csr, device="cuda", needed=needed),
+        features_module.canonical_features_and_lengths(
+            csr, device="cuda", uploaded=_numpy_device_csr(csr), needed=needed),
+        features_module.device_features_and_lengths(_numpy_device_csr(csr), "cuda",
+                                                    needed=needed),
+    ]
+    expected_runs = ["_band_and_diagonals"] * 2 * index_passes + ["_sampled_rows"] * sampled
+    assert sorted(ran) == sorted(expected_runs)
+    for got, lengths in results:
+        assert set(got) <= set(full) and all(got[k] == full[k] for k in got)
+        assert set(needed or full) <= set(got)
+        assert any(k in got for k in features_module.SAMPLED_FEATURES) == sampled
+        for a, b in zip(lengths, full_lengths):
+            np.testing.assert_array_equal(a, b)
+    # The host's full scan returns the bandwidth and the diagonals whatever is needed.
+    assert "diagonals" in results[0][0]
+    assert ("diagonals" in results[1][0]) == index_passes == ("diagonals" in results[2][0])

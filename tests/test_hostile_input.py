@@ -304,10 +304,10 @@ def test_user_model_that_cannot_decide_falls_back(user_home, cpu_model_doc, monk
     user_home.write_text(json.dumps(cpu_model_doc))
     evaluate = TreeModel.evaluate
 
-    def failing(self, features):
+    def failing(self, features, only_read=False):
         if self.provenance.get("marker") == "user":
             raise ValueError("features missing for the model: something")
-        return evaluate(self, features)
+        return evaluate(self, features, only_read)
 
     monkeypatch.setattr(TreeModel, "evaluate", failing)
     with pytest.warns(RuntimeWarning, match="skipped: features missing"):

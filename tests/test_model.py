@@ -419,3 +419,21 @@ def test_cost_model_rejects_a_bad_second_regime(large, message):
 
     with pytest.raises(ValueError, match=message):
         CostModel({"coo": [1] * 8}, **large)
+
+
+def test_only_the_features_read_are_required_when_asked(doc):
+    model = TreeModel.from_dict(doc, **KNOWN)
+    read = model.features_read()
+    compared = {NAMES[i] for i in doc["tree"]["feature"] if i >= 0}
+    assert read == compared and read < set(NAMES)  # no cost model: the tree's splits
+    features = dict(zip(NAMES, _data(1, 1)[0][0]))
+    partial = {k: v for k, v in features.items() if k in read}
+    lazy, full = model.evaluate(partial, only_read=True), model.evaluate(features)
+    assert (lazy.ranked, lazy.path, lazy.leaf) == (full.ranked, full.path, full.leaf)
+    with pytest.raises(ValueError, match="features missing for the model"):
+        model.evaluate(partial)
+    missing = sorted(read)[0]
+    with pytest.raises(ValueError, match=f"features missing for the model: {missing}"):
+        model.evaluate({k: v for k, v in partial.items() if k != missing}, only_read=True)
+    with pytest.raises(ValueError, match=f"not finite: {missing}"):
+        model.evaluate(dict(partial, **{missing: float("nan")}), only_read=True)
