@@ -279,3 +279,9 @@ def test_cuda_program_clears_tile_ends_only_where_y_is_large(matrix, dtype, sigm
     names = [step.dispatcher.py_func.__name__ if hasattr(step, "dispatcher")
              else type(step).__name__ for step in program.steps]
     assert names == steps
+    from numba import cuda
+
+    if not cuda.config.ENABLE_CUDASIM:  # the clearing kernel compiles, in the matrix's dtype
+        for step in program.steps[:1]:
+            if hasattr(step, "dispatcher"):
+                assert ".entry" in step.ptx((9, 0)) and str(step.argtypes[-1].dtype) == fmt.dtype.name
