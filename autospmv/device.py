@@ -9,9 +9,9 @@ CSR tensors on a CUDA device. Their nonzeros never travel to the host:
   then the tensors are viewed as CuPy arrays through ``__cuda_array_interface__`` (no copy).
   CuPy is needed in both cases (the ``cuda`` extra's natural companion).
 * **What goes to the host: the row pointer** (m + 1 integers, not nnz-sized). The parameter
-  choosers, the fill limits and the CSR5 tile descriptors depend on the row lengths alone and
-  are computed from it on the host; the ELL width and the JDS row order are computed on the
-  device.
+  choosers and the fill limits depend on the row lengths alone and are computed from it on the
+  host; the ELL width, the JDS row order and (for large matrices without empty rows) the CSR5
+  tile descriptors are computed on the device.
 * **The decision.** With ``kernel=`` the kernel is used as on host input. Automatic selection
   on a matrix of more than :data:`autospmv.features.SAMPLE_THRESHOLD` nonzeros uses the model,
   with the features a host matrix would get
@@ -26,7 +26,10 @@ CSR tensors on a CUDA device. Their nonzeros never travel to the host:
   csr_scalar/csr_vector use the CSR arrays as they are; COO builds the row of every
   nonzero (a search in the row pointer); ELL/HYB scatter each entry to its slot; JDS sorts the
   rows by length on the device (a stable sort) and scatters each entry to its diagonal; CSR5
-  transposes the tiles with one reshape and uploads the descriptors computed on the host.
+  transposes the tiles with one reshape and computes the tile descriptors there
+  (:func:`autospmv.formats.csr5.descriptors_without_empty_rows`, from
+  :data:`CSR5_DEVICE_DESCRIPTORS_MIN_NNZ` nonzeros) or, for a smaller matrix or one with empty
+  rows (dirty tiles), uploads those the host's compiled passes compute.
 
 Every function taking ``xp`` works with NumPy arrays too, which is how the tests prove on any
 machine that the device conversions build exactly the host formats.
@@ -160,6 +163,17 @@ def row_of_each_nonzero(indptr, nnz: int, itype, xp=np):
     return (xp.searchsorted(indptr, positions, side="right") - 1).astype(itype)
 
 
+CSR5_DEVICE_DESCRIPTORS_MIN_NNZ = 5_000_000
+"""From this many nonzeros a matrix on the GPU without empty rows gets its CSR5 descriptors
+computed there (:func:`autospmv.formats.csr5.descriptors_without_empty_rows`); below, the
+host's compiled passes over the row pointer and one upload are faster. On the H200, a forced
+csr5 prepare() of a CuPy matrix took 7.2–9.1 ms with the device's descriptors against
+10.2–12.6 ms with the host's at 2·10⁷ nonzeros, and 3.8–4.5 against 2.3–3.0 ms at 10⁶ (the
+dozens of small array operations cost about 2 ms whatever the size). Between those two sizes
+nothing was measured; the threshold lies where the host's share, about 0.3 ms per 10⁶
+nonzeros, reaches that cost."""
+
+
 def device_format(kernel: str, csr: DeviceCSR, params: dict) -> SparseFormat:
     """The storage format of ``kernel`` for a matrix on the device, built there (see the module
     docstring); its arrays are arrays of ``csr.xp``. Fill limits apply as on the host."""
@@ -201,9 +215,13 @@ def device_format(kernel: str, csr: DeviceCSR, params: dict) -> SparseFormat:
         return jds.JDSFormat(csr.shape, perm_d, jd_ptr_d, col, data)
     if format_class is csr5.CSR5Format:
         sigma = params["sigma"]
-        fields = csr5.csr5_descriptors(structure.indptr, sigma)
-        fields = {k: (xp.asarray(v) if isinstance(v, np.ndarray) else v)
-                  for k, v in fields.items()}
+        if (csr.nnz >= CSR5_DEVICE_DESCRIPTORS_MIN_NNZ
+                and not bool((csr.indptr[1:] == csr.indptr[:-1]).any())):
+            fields = csr5.descriptors_without_empty_rows(csr.indptr, sigma, xp)
+        else:  # empty rows make dirty tiles, whose runs the host's compiled passes build
+            fields = csr5.csr5_descriptors(structure.indptr, sigma)
+            fields = {k: (xp.asarray(v) if isinstance(v, np.ndarray) else v)
+                      for k, v in fields.items()}
         return csr5.CSR5Format(csr.shape, indices=csr5.transpose_tiles(csr.indices, sigma, xp),
                                data=csr5.transpose_tiles(csr.data, sigma, xp), **fields)
     raise ValueError(f"no device conversion for kernel {kernel!r}")

@@ -285,3 +285,25 @@ def test_cuda_program_clears_tile_ends_only_where_y_is_large(matrix, dtype, sigm
         for step in program.steps[:1]:
             if hasattr(step, "dispatcher"):
                 assert ".entry" in step.ptx((9, 0)) and str(step.argtypes[-1].dtype) == fmt.dtype.name
+
+
+@pytest.mark.parametrize("name", sorted(n for n in MATRICES
+                                         if MATRICES[n]().nnz and not np.any(
+                                             np.diff(canonical(n).indptr) == 0)))
+def test_array_descriptors_equal_the_compiled_ones_without_empty_rows(name):
+    """The descriptors the GPU computes with array operations (NumPy standing in for CuPy) are
+    those of the host's compiled passes, values and dtypes, for int32 and int64 row pointers."""
+    from autospmv.formats.csr5 import csr5_descriptors, descriptors_without_empty_rows
+
+    for itype in (np.int32, np.int64):
+        indptr = canonical(name).indptr.astype(itype)
+        for sigma in SIGMAS:
+            expected = csr5_descriptors(indptr, sigma)
+            got = descriptors_without_empty_rows(indptr, sigma, np)
+            assert got.keys() == expected.keys()
+            for key, value in expected.items():
+                if isinstance(value, np.ndarray):
+                    assert got[key].dtype == value.dtype, key
+                    np.testing.assert_array_equal(got[key], value, err_msg=key)
+                else:
+                    assert got[key] == value, key

@@ -55,6 +55,44 @@ def test_device_conversions_build_the_host_formats(kernel, name):
         assert getattr(device, field, None) == getattr(host, field, None)
 
 
+@pytest.mark.parametrize("name", sorted(FAMILY))
+def test_csr5_descriptors_built_on_the_device_are_the_host_format(name, monkeypatch):
+    """From CSR5_DEVICE_DESCRIPTORS_MIN_NNZ nonzeros (lowered here) a matrix without empty rows
+    gets its CSR5 descriptors from array operations on the device: the same format as on the
+    host, array for array, and the same flags."""
+    import autospmv.device
+
+    monkeypatch.setattr(autospmv.device, "CSR5_DEVICE_DESCRIPTORS_MIN_NNZ", 0)
+    csr = canonicalize(FAMILY[name]())
+    host, device = _convert_both("csr5", csr)
+    for key, value in host.arrays().items():
+        assert device.arrays()[key].dtype == value.dtype, key
+        np.testing.assert_array_equal(device.arrays()[key], value, err_msg=key)
+    assert (device.sigma, device.has_empty_rows) == (host.sigma, host.has_empty_rows)
+
+
+@pytest.mark.requires_gpu
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_cupy_csr5_with_descriptors_built_on_the_gpu(dtype, monkeypatch, rng):
+    """The descriptors CuPy computes (threshold lowered) run the kernel to SciPy's result, on
+    every family matrix without empty rows, for the σ of a large matrix and a small one."""
+    cupy = _cupy()
+    import cupyx.scipy.sparse as cusp
+
+    import autospmv.device
+
+    monkeypatch.setattr(autospmv.device, "CSR5_DEVICE_DESCRIPTORS_MIN_NNZ", 0)
+    for name, make in sorted(FAMILY.items()):
+        A = canonicalize(make().astype(dtype))
+        if not A.nnz or np.any(np.diff(A.indptr) == 0):
+            continue
+        x = rng.uniform(-1, 1, A.shape[1]).astype(dtype)
+        for sigma in (3, 16, 32):
+            op = autospmv.prepare(cusp.csr_matrix(A), kernel="csr5", params={"sigma": sigma})
+            error = relative_error(cupy.asnumpy(op @ cupy.asarray(x)), reference(A, x))
+            assert error <= TOLERANCE[np.dtype(dtype)], f"{name}, sigma={sigma}: {error:.3g}"
+
+
 @pytest.mark.parametrize("kernel", ["hyb", "jds", "csr5"])
 def test_device_conversions_on_a_larger_power_law_matrix(kernel):
     csr = canonicalize(power_law(5000, 4000, 1.8, 11).astype(np.float32))

@@ -277,6 +277,52 @@ def csr5_descriptors(indptr: np.ndarray, sigma: int, indices: np.ndarray | None 
     return fields
 
 
+def descriptors_without_empty_rows(indptr, sigma: int, xp=np) -> dict:
+    """:func:`csr5_descriptors` (without ``indices`` and ``data``) for the row pointer of a
+    matrix with at least one nonzero and no empty row, computed with array operations of ``xp``
+    (NumPy, or CuPy for a row pointer on the GPU: no transfer to the host but scalars), with the
+    same values.
+
+    Without empty rows no tile is dirty, a tile's first row is the last row starting at or
+    before its first nonzero, and the flagged nonzeros are the rows' first ones plus the first
+    nonzero of every tile that continues a row. A lane's bits are summed as powers of two (exact
+    in float64 below 2³²; made by shifts, since CuPy's ``exp2`` is not exact), its segments
+    counted, and ``seg_offset`` found by a suffix minimum over the lanes of each tile in five
+    doubling steps."""
+    sigma = _check_sigma(sigma)
+    itype = indptr.dtype
+    m = indptr.shape[0] - 1
+    size = OMEGA * sigma
+    ntiles = -(-int(indptr[-1]) // size)
+    bases = xp.arange(ntiles, dtype=np.int64) * size
+    tile_ptr = xp.empty(ntiles + 1, dtype=itype)
+    tile_ptr[:-1] = xp.searchsorted(indptr, bases, side="right") - 1
+    tile_ptr[-1] = m
+    continued = bases[indptr[tile_ptr[:-1]] < bases]
+    flagged = xp.concatenate([indptr[:-1].astype(np.int64), continued])
+    tile = flagged // size
+    local = flagged - tile * size
+    word = tile * OMEGA + local // sigma
+    bits = xp.left_shift(xp.ones_like(local), local % sigma).astype(np.float64)  # exp2 rounds
+    bit_flag = xp.bincount(word, weights=bits, minlength=ntiles * OMEGA)
+    segments = xp.bincount(word, minlength=ntiles * OMEGA).reshape(ntiles, OMEGA)
+    y_offset = (xp.cumsum(segments, axis=1) - segments).astype(np.int32)
+    lanes = xp.arange(OMEGA)
+    later = xp.full((ntiles, OMEGA), OMEGA, dtype=np.int64)  # the next lane that starts one
+    later[:, :-1] = xp.where(segments[:, 1:] > 0, lanes[1:], OMEGA)
+    shift = 1
+    while shift < OMEGA:
+        shifted = xp.full_like(later, OMEGA)
+        shifted[:, :-shift] = later[:, shift:]
+        later = xp.minimum(later, shifted)
+        shift *= 2
+    seg_offset = (later - lanes).astype(np.int32)
+    return dict(sigma=sigma, tile_ptr=tile_ptr, bit_flag=bit_flag.astype(np.uint32),
+                y_offset=y_offset.reshape(-1), seg_offset=seg_offset.reshape(-1),
+                empty_ptr=xp.zeros(ntiles + 1, dtype=itype),
+                empty_offset=xp.empty(0, dtype=itype), has_empty_rows=False)
+
+
 def transpose_tiles(values, sigma: int, xp=np, to_tiles: bool = True):
     """``values`` (nnz,) in CSR order -> CSR5's order: every full tile transposed (nonzero
     ``base + l·σ + j`` to ``base + j·ω + l``), the incomplete last tile unchanged; with
