@@ -167,10 +167,11 @@ CSR5_DEVICE_DESCRIPTORS_MIN_NNZ = 5_000_000
 """From this many nonzeros a matrix on the GPU without empty rows gets its CSR5 descriptors
 computed there (:func:`autospmv.formats.csr5.descriptors_without_empty_rows`); below, the
 host's compiled passes over the row pointer and one upload are faster. On the H200, a forced
-csr5 prepare() of a CuPy matrix took 7.2–9.1 ms with the device's descriptors against
-10.2–12.6 ms with the host's at 2·10⁷ nonzeros, and 3.8–4.5 against 2.3–3.0 ms at 10⁶ (the
-dozens of small array operations cost about 2 ms whatever the size). Between those two sizes
-nothing was measured; the threshold lies where the host's share, about 0.3 ms per 10⁶
+csr5 prepare() of a CuPy matrix (a 2-D Laplacian and a power-law matrix, no empty rows, both
+dtypes) took 6.7–9.1 ms with the device's descriptors against 8.7–12.6 ms with the host's at
+1.5–2·10⁷ nonzeros, and 2.6–4.5 ms (median 4.0) against 2.3–3.0 ms (median 2.6) at 10⁶: the
+dozens of small array operations cost about 1.5 ms whatever the size. Between those sizes
+nothing was measured; the threshold lies where the host's share, about 0.2–0.3 ms per 10⁶
 nonzeros, reaches that cost."""
 
 
