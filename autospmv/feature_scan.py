@@ -75,37 +75,40 @@ many threads would otherwise need many times the matrix (4 GB at 128 threads for
 matrix). Fewer workers than threads only coarsens the work split."""
 
 
-def _scratch_shapes(m: int, n: int, longest: int, full: bool = True) -> list[tuple[int, type]]:
+def _scratch_shapes(m: int, n: int, longest: int, full: bool = True,
+                    detail: bool = True) -> list[tuple[int, type]]:
     """One worker's row of each scratch array: (length, dtype), in :func:`_scratch` order.
     The row-length histogram has no columns when the longest row is much longer than m (see
     :func:`_length_histogram`); neither it nor the diagonal flags have any when the scan is
-    not ``full`` (the detail windows only)."""
+    not ``full`` (the detail windows only); the detail arrays (sectors, block masks) have none
+    when no window is scanned in detail (``detail`` False)."""
+    d = int(detail)
     return [
         (_N_SUMS, np.int64),
         (longest + 1 if full and longest <= 8 * m + 64 else 0, np.int64),
         (max(m + n - 1, 0) if full else 0, np.uint8),  # occupied diagonals
-        ((n + 7) // 8 * 2, np.int32),  # last warp that read each sector
-        ((n + 7) // 8, np.uint64),  # 8×8 block masks, block columns
-        ((n + 7) // 8 + 1, np.int64),  # touched block columns
-        ((n + 2) // 3, np.uint16),  # 3×3 block masks
-        ((n + 2) // 3 + 1, np.int64),
+        ((n + 7) // 8 * 2 * d, np.int32),  # last warp that read each sector
+        ((n + 7) // 8 * d, np.uint64),  # 8×8 block masks, block columns
+        (((n + 7) // 8 + 1) * d, np.int64),  # touched block columns
+        ((n + 2) // 3 * d, np.uint16),  # 3×3 block masks
+        (((n + 2) // 3 + 1) * d, np.int64),
     ]
 
 
 def _workers(threads: int, m: int, n: int, longest: int, csr_bytes: int,
-             full: bool = True) -> int:
+             full: bool = True, detail: bool = True) -> int:
     """How many workers the scan splits into: ``threads``, but no more than the scratch
     budget (:data:`SCRATCH_SHARE`) allows, and at least one."""
     per_worker = sum(length * np.dtype(dtype).itemsize
-                     for length, dtype in _scratch_shapes(m, n, longest, full))
+                     for length, dtype in _scratch_shapes(m, n, longest, full, detail))
     return max(1, min(threads, int(SCRATCH_SHARE * csr_bytes) // max(per_worker, 1)))
 
 
-def _scratch(workers: int, m: int, n: int, longest: int,
-             full: bool = True) -> tuple[np.ndarray, ...]:
+def _scratch(workers: int, m: int, n: int, longest: int, full: bool = True,
+             detail: bool = True) -> tuple[np.ndarray, ...]:
     """Per-worker counters and work arrays (see :func:`_scratch_shapes`)."""
     return tuple(np.zeros((workers, length), dtype)
-                 for length, dtype in _scratch_shapes(m, n, longest, full))
+                 for length, dtype in _scratch_shapes(m, n, longest, full, detail))
 
 
 # ---------------------------------------------------------------------------------------------

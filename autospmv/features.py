@@ -344,9 +344,9 @@ def _scan(csr: sp.csr_matrix, sample_rows: int | None, uploaded=None, detail=Non
     else:
         longest, values, counts, warp_sum = _device_length_passes(uploaded)
     csr_bytes = indptr.nbytes + csr.nnz * (indptr.itemsize + np.dtype(csr.dtype).itemsize)
-    workers = _workers(threads if parallel else 1, m, n, longest, csr_bytes, full)
+    workers = _workers(threads if parallel else 1, m, n, longest, csr_bytes, full, sampled)
     bounds = _split_windows(indptr, m, selected, workers, full)
-    sums, hist, flags, *work = _scratch(workers, m, n, longest, full)
+    sums, hist, flags, *work = _scratch(workers, m, n, longest, full, sampled)
     scan = _scan_parallel if parallel else _scan_serial
     scan(scan_indptr, scan_indices, m, n, *_sector_shift_and_narrow(csr), selected, bounds, sums,
          hist, flags, *work, full)  # fmt: skip

@@ -111,10 +111,11 @@ def _decide(csr, kernel, device, model, params=None, uploaded=None) -> Decision:
     choice = find_model(device, model, csr.dtype)
     if choice is None:
         return rule_decision(csr, device)
+    needed = choice.model.features_read()
     with compile_timer() as compiled:
         started = time.perf_counter()
-        values, lengths = canonical_features_and_lengths(
-            csr, device=device, uploaded=uploaded, needed=choice.model.features_read())
+        values, lengths = canonical_features_and_lengths(csr, device=device, uploaded=uploaded,
+                                                         needed=needed)
         try:
             decision = model_decision(csr, choice, values, device, lengths)
         except ValueError as error:  # a model that loads but cannot decide (see find_model)
@@ -124,14 +125,15 @@ def _decide(csr, kernel, device, model, params=None, uploaded=None) -> Decision:
             choice = find_model(device, model, csr.dtype, retrained=False)
             if choice is None:
                 return rule_decision(csr, device)
-            if not choice.model.features_read() <= values.keys():
+            needed = choice.model.features_read()
+            if not needed <= values.keys():
                 values, lengths = canonical_features_and_lengths(
-                    csr, device=device, uploaded=uploaded, needed=choice.model.features_read())
+                    csr, device=device, uploaded=uploaded, needed=needed)
             decision = model_decision(csr, choice, values, device, lengths)
         elapsed = time.perf_counter() - started
     decision.notes.append(
         f"features and prediction took {(elapsed - compiled.total) * 1e3:.2f} ms"
-        + (f" ({_passes_note(choice.model.features_read())})" if uploaded is not None else ""))
+        + (f" ({_passes_note(needed)})" if uploaded is not None else ""))
     if compiled.total:
         decision.notes.append(compiled.note("the feature scan"))
     return decision
