@@ -9,6 +9,10 @@ call below): q = t(fastest kernel) / t(chosen). No GPU is needed.
 
     python benchmarks/heldout_selection.py --out benchmarks/results/selection-heldout-DATE.json
 
+``--labels DIR`` scores on another labelling of the same matrices (a repeat run, whose times
+differ from the first by the run-to-run spread) and ``--models DIR`` scores other models (e.g.
+retrained on that labelling); models and label files are paired by name.
+
 Per model and size band it reports the model, every fixed kernel and the targets of the
 large-matrix selection (geomean q ≥ 0.97, ≥ 90 % within 10 %, worst q ≥ 0.80, above every
 fixed kernel), and per matrix the choice, the fastest kernel and q.
@@ -80,11 +84,17 @@ def score(model_path: Path, labels: Path, holdout: list[str]) -> dict:
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--labels", type=Path, default=MODELS / "labels",
+                        help="the folder of label files cuda-<gpu>-<dtype>.jsonl.gz to score on "
+                             "(default: the shipped models' own labels)")
+    parser.add_argument("--models", type=Path, default=MODELS,
+                        help="the folder of the models named after the label files (default: "
+                             "the shipped models)")
     args = parser.parse_args(argv)
     holdout = read_holdout(MODELS / "holdout.txt")
     results = []
-    for labels in sorted((MODELS / "labels").glob("cuda-*.jsonl.gz")):
-        model_path = MODELS / labels.name.replace(".jsonl.gz", ".json")
+    for labels in sorted(args.labels.resolve().glob("cuda-*.jsonl.gz")):
+        model_path = args.models.resolve() / labels.name.replace(".jsonl.gz", ".json")
         if not model_path.exists():
             continue
         result = score(model_path, labels, holdout)
@@ -96,8 +106,9 @@ def main(argv=None):
         print(f"{model_path.stem:40s} large-matrix targets: {result['large_targets']}")
     if args.out:
         args.out.write_text(json.dumps({
-            "benchmark": "held-out selection of the shipped GPU models, from their labels",
-            "command": "python benchmarks/heldout_selection.py --out " + str(args.out),
+            "benchmark": "held-out selection of GPU models, from labelled times",
+            "command": "python benchmarks/heldout_selection.py " + " ".join(
+                sys.argv[1:] if argv is None else argv),
             "date": datetime.date.today().isoformat(), "targets": TARGETS,
             "results": results}, indent=1) + "\n")
 

@@ -63,16 +63,20 @@ def main(argv=None) -> int:
     parser.add_argument("--matrices", required=True, help="the folder of the grown .npz files")
     parser.add_argument("--large-nnz", type=float, default=20e6)
     parser.add_argument("--out", help="write the per-matrix choices and scores here")
+    parser.add_argument("--models", type=Path,
+                        help="a folder of models named <device>-<dtype>.json to replay instead "
+                             "of the shipped ones (e.g. models retrained on another labelling)")
     args = parser.parse_args(argv)
 
     bench = json.loads(Path(args.results).read_text())
     slug = "cuda-" + slugify(bench["device"]["gpu"])
-    shipped = selector.shipped_models()
+    shipped = (selector.shipped_models() if args.models is None
+               else {path.stem: path for path in args.models.glob("*.json")})
     rows, built = [], (None, None)  # the last matrix built: records come per matrix, by dtype
     for record in bench["records"]:
         model = shipped.get(f"{slug}-{record['dtype']}")
         if model is None:
-            print(f"no shipped {record['dtype']} model for {slug}", file=sys.stderr)
+            print(f"no {record['dtype']} model for {slug}", file=sys.stderr)
             return 2
         key = record["matrix"]
         if built[0] != key:
@@ -92,8 +96,10 @@ def main(argv=None) -> int:
         near = sum(q >= 1 / 1.1 for q in qs)
         print(f"{dtype}: geomean q {geo:.3f}, {near}/{len(qs)} within 10 %, worst {min(qs):.3f}")
     if args.out:
-        Path(args.out).write_text(json.dumps({"benchmark": args.results, "gpu":
-                                              bench["device"]["gpu"], "rows": rows}, indent=1))
+        Path(args.out).write_text(json.dumps({
+            "benchmark": args.results, "gpu": bench["device"]["gpu"],
+            "models": "shipped" if args.models is None else str(args.models), "rows": rows},
+            indent=1))
     return 0
 
 
