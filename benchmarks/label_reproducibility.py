@@ -11,6 +11,12 @@ nonzeros, per call below), as training reads them.
     python benchmarks/label_reproducibility.py models/labels/cuda-nvidia-h200-float64.jsonl.gz \\
         benchmarks/results/label-h200-holdout-rerun-2026-11-23/cuda-nvidia-h200-float64.jsonl.gz \\
         --holdout models/holdout.txt
+
+``--shift KERNEL`` also prints how one kernel's time moved between the runs against the others:
+per matrix, its time over the fastest other kernel's in run B, divided by the same in run A,
+geometric mean per size band (below 1: the kernel got faster relative to the others). The
+division by the same run's other kernels cancels what moves every kernel alike between runs
+(another machine of the same kind, its host's speed), so a change to one kernel shows.
 """
 
 from __future__ import annotations
@@ -55,11 +61,38 @@ def summary(q: np.ndarray) -> str:
     return f"{geomean:.3f} / {np.mean(q >= 1 / 1.1):.1%} / worst {q.min():.3f}"
 
 
+SHIFT_BANDS = (("< 1M", 0, 1e6), ("1M-3M", 1e6, 3e6), ("3M-10M", 3e6, 1e7), ("≥ 10M", 1e7, math.inf))
+"""Size bands (nonzeros) of ``--shift``: finer among the large matrices, where the back-to-back
+times go from launch-paced (10–20 µs) to traffic-paced."""
+
+
+def relative_to_others(ds, kernel: str) -> np.ndarray:
+    """Per row, ``kernel``'s time over the fastest other kernel's (inf where it did not run)."""
+    k = ds.kernels.index(kernel)
+    others = np.delete(ds.times, k, axis=1).min(axis=1)
+    return ds.times[:, k] / others
+
+
+def shift(ds_a, ds_b, kernel: str) -> None:
+    """Print :func:`relative_to_others` of run B over run A per :data:`SHIFT_BANDS`."""
+    ratio = relative_to_others(ds_b, kernel) / relative_to_others(ds_a, kernel)
+    print(f"{kernel} against the fastest other kernel, run B over run A (geometric mean):")
+    for name, low, high in SHIFT_BANDS:
+        rows = (ds_a.nnz >= low) & (ds_a.nnz < high) & np.isfinite(ratio)
+        if rows.any():
+            values = np.log(ratio[rows])
+            print(f"{name:>8} ({int(rows.sum()):3d}): {math.exp(values.mean()):.3f} "
+                  f"(middle half {math.exp(np.percentile(values, 25)):.3f}–"
+                  f"{math.exp(np.percentile(values, 75)):.3f})")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("run_a")
     parser.add_argument("run_b")
     parser.add_argument("--holdout", help="compare only the matrices this file holds out")
+    parser.add_argument("--shift", metavar="KERNEL",
+                        help="also print how KERNEL's time moved against the others")
     args = parser.parse_args(argv)
     holdout = read_holdout(args.holdout) if args.holdout else ()
     a, b = common(read_records(args.run_a), read_records(args.run_b), holdout)
@@ -76,6 +109,12 @@ def main(argv=None) -> int:
             b_in_a = oracle_in_other(ds_b, ds_a)[rows]
             print(f"{band[0]:>8} ({rows.size:3d}): A's fastest in B {summary(a_in_b)}; "
                   f"B's fastest in A {summary(b_in_a)}")
+    if args.shift:
+        if args.shift not in ds_a.kernels:
+            print(f"no kernel {args.shift!r} in the runs ({', '.join(ds_a.kernels)})",
+                  file=sys.stderr)
+            return 2
+        shift(ds_a, ds_b, args.shift)
     return 0
 
 
