@@ -32,7 +32,7 @@ def select(A, *, kernel: str | None = None, device: str | None = None, model=Non
     ``decision.candidates`` when a format refuses the matrix, and records it.
     """
     if is_device_matrix(A):
-        return _decide_device(canonical_device_csr(A).structure(), kernel,
+        return _decide_device(canonical_device_csr(A), kernel,
                               _device_for_device_input(device, resolve=False), params=None)
     return _decide(canonicalize(A), kernel, target_device(device), model)
 

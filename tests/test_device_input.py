@@ -361,6 +361,23 @@ def test_large_cupy_input_is_decided_by_the_model_from_a_sample(no_large_downloa
         <= TOLERANCE[np.dtype(np.float32)]
 
 
+@pytest.mark.requires_gpu
+@pytest.mark.parametrize("rows", [2_000, 100_000], ids=["rule", "model"])
+def test_select_of_a_cupy_matrix_is_prepare_s_decision(rows, no_large_downloads):
+    """select() of a matrix on the GPU decides as prepare() of it does, below the sampling
+    threshold (the built-in rule) and above it (the model), without downloading its nonzeros."""
+    _cupy()
+    import cupyx.scipy.sparse as cusp
+
+    A = cusp.csr_matrix(canonicalize(power_law(rows, rows, 1.6, 9).astype(np.float32)))
+    no_large_downloads["limit"] = max(A.nnz // 4, A.shape[0] + 2)
+    decision = autospmv.select(A, device="cuda")
+    op = autospmv.prepare(A, device="cuda")
+    assert (decision.kernel, decision.params) == (op.kernel, op.params)
+    for notes in (decision.notes, op.decision.notes):
+        assert any(note.startswith("device input:") for note in notes), notes
+
+
 @pytest.mark.parametrize("m", [1, 31, 33, 300_000])
 def test_length_passes_on_the_device_equal_the_host_passes(m):
     """The longest row, the length histogram and the warp imbalance sum, computed from row
