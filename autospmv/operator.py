@@ -112,7 +112,7 @@ class SpMVOperator(LinearOperator):
             host += self._source.indptr.nbytes
         if self._on_device is not None:
             host += self._on_device[1].nbytes
-        self.memory = {"host": host, "device": getattr(self._backend, "device_nbytes", 0)}
+        self._host_nbytes = host
         self._transposed = None
 
     @property
@@ -129,13 +129,22 @@ class SpMVOperator(LinearOperator):
         return getattr(self._backend, "threads", None)
 
     @property
-    def nbytes(self) -> int:
-        """Bytes the operator holds on the host and the device (see :attr:`memory`).
+    def memory(self) -> dict[str, int]:
+        """Bytes the operator holds now, ``{"host": ..., "device": ...}``.
 
         Host bytes are those of the CPU format's arrays, some of which may be the canonical
-        CSR's own (CSR kernels run on it directly, COO shares its column and value arrays);
-        device bytes are the uploaded format plus the operator's two vector buffers."""
-        return self.memory["host"] + self.memory["device"]
+        CSR's own (CSR kernels run on it directly, COO shares its column and value arrays), and
+        what Aᵀ is built from (see the class docstring); device bytes are the uploaded format,
+        plus the two staging buffers of host vectors from the first product of a host vector
+        on (:mod:`autospmv.kernels.cuda.backend`)."""
+        return {"host": self._host_nbytes,
+                "device": getattr(self._backend, "device_nbytes", 0)}
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the operator holds on the host and the device now (see :attr:`memory`)."""
+        memory = self.memory
+        return memory["host"] + memory["device"]
 
     def explain(self) -> str:
         """Human-readable account of the decision (see :class:`Decision`)."""
@@ -203,7 +212,7 @@ class SpMVOperator(LinearOperator):
             fmt, indptr, xp = self._on_device
             self._transposed = self._transpose_on_device(csr_from_format(fmt, indptr, xp).sparse())
             self._on_device = None  # the rebuilt CSR goes with this call
-            self.memory["host"] -= indptr.nbytes
+            self._host_nbytes -= indptr.nbytes
         if self._transposed is None and is_device_matrix(self._source):
             self._transposed = self._transpose_on_device(self._source)
         if self._transposed is None:

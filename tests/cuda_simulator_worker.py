@@ -8,7 +8,8 @@ its output. Run by hand::
 
 Output (stdout): ``{"kernel/dtype/case": {"error": float | null, "exception": str | null}}`` where
 ``case`` is a name from ``matrices.TINY`` (host vectors, ``prepare(A, kernel=K, device="cuda")``),
-``device_out`` (numba device vectors, with and without ``out=``), ``nan_inf`` (NaN and ±Inf in
+``device_out`` (numba device vectors, with and without ``out=``, then a host vector, which
+allocates the staging buffers: ``op.memory`` must grow by them then and not before), ``nan_inf`` (NaN and ±Inf in
 x: any difference from SciPy's NaN/Inf pattern is reported as an exception) or a parameter case
 from ``matrices.TINY_PARAMETER_CASES`` (``matrix[name=value]``). ``error`` is the relative error
 against SciPy in float64. Timings go to stderr.
@@ -70,6 +71,14 @@ def device_case(kernel: str, dtype, A, rng, params=None) -> dict:
     if not hasattr(y, "__cuda_array_interface__"):
         raise TypeError(f"a device x gave a {type(y).__name__}, not a device array")
     errors.append(relative_error(y.copy_to_host(), reference(A, x)))
+    held = op.memory["device"]  # the format only: device vectors need no staging buffers
+    x = random_vector(rng, A.shape[1], dtype)
+    errors.append(relative_error(op @ x, reference(A, x)))
+    staging = sum(A.shape) * np.dtype(dtype).itemsize
+    if op.memory["device"] != held + staging:
+        raise AssertionError(f"device bytes {held} before the first host product and "
+                             f"{op.memory['device']} after it; expected {staging} more, the "
+                             "staging buffers of x and y")
     return {"error": max(errors), "exception": None}
 
 

@@ -1,6 +1,7 @@
 """The CUDA side of an operator: uploads the format once, then launches its program per call.
 
-Host vectors go through two device buffers allocated once per operator; device vectors (anything
+Host vectors go through two device buffers of the operator, allocated at its first product of a
+host vector (an operator fed only device vectors never holds them); device vectors (anything
 with ``__cuda_array_interface__``: CuPy, PyTorch, numba) are used in place, without a copy, and the
 result is allocated as the same kind of array as x unless ``out`` is given.
 
@@ -175,17 +176,28 @@ class CudaBackend:
         self.device = None if SIMULATOR else cuda.current_context().device.id
         arrays = upload(fmt, extra_bytes=sum(self.shape) * self.dtype.itemsize)  # + staging
         self.program: DeviceProgram = spec.cuda_builder()(fmt, params, arrays).load()
-        self._x = cuda.device_array(self.shape[1], dtype=self.dtype)
-        self._y = cuda.device_array(self.shape[0], dtype=self.dtype)
-        # What the program takes for these buffers: the arrays under the simulator, their
-        # addresses (fixed for the buffers' life) on a GPU.
-        self._x_arg, self._y_arg = ((self._x, self._y) if SIMULATOR
-                                    else (device_pointer(self._x), device_pointer(self._y)))
+        self._format_nbytes = sum(a.nbytes for a in arrays.values())
+        self._staging = None  # (x buffer, y buffer, what the program takes for them)
         self._vectors = CheckedVectors(self.dtype, self.device)
         self._lock = threading.Lock()
-        self.device_nbytes = (sum(a.nbytes for a in arrays.values())
-                              + self._x.nbytes + self._y.nbytes)
-        """Device bytes held: the uploaded format and the two vector buffers."""
+
+    @property
+    def device_nbytes(self) -> int:
+        """Device bytes held: the uploaded format, and the two staging buffers of host vectors
+        once a product of a host vector has allocated them."""
+        if self._staging is None:
+            return self._format_nbytes
+        return self._format_nbytes + self._staging[0].nbytes + self._staging[1].nbytes
+
+    def _staging_buffers(self):
+        """The staging buffers of host vectors and the program's arguments for them (the arrays
+        under the simulator, their addresses, fixed for the buffers' life, on a GPU), allocated
+        on first use; called with the lock held."""
+        if self._staging is None:
+            x = cuda.device_array(self.shape[1], dtype=self.dtype)
+            y = cuda.device_array(self.shape[0], dtype=self.dtype)
+            self._staging = (x, y, (x, y) if SIMULATOR else (device_pointer(x), device_pointer(y)))
+        return self._staging
 
     def _check_current_device(self) -> None:
         """The calling thread's current GPU must be the operator's; a thread that has not used
@@ -205,9 +217,10 @@ class CudaBackend:
             return
         self._check_current_device()
         with self._lock:
-            self._x.copy_to_device(x)
-            self.program.run(self._x_arg, self._y_arg, 0)
-            self._y.copy_to_host(y)
+            staged_x, staged_y, (x_arg, y_arg) = self._staging_buffers()
+            staged_x.copy_to_device(x)
+            self.program.run(x_arg, y_arg, 0)
+            staged_y.copy_to_host(y)
 
     def device_matvec(self, x, out):
         """``y = A @ x`` for a CUDA array x, on the device; None if x is not a CUDA array."""
