@@ -184,17 +184,47 @@ class SpMVOperator(LinearOperator):
         # device arrays must, since LinearOperator would turn them into numpy arrays.
         if isinstance(x, np.ndarray) and x.ndim == 1:
             return self.matvec(x)
-        y = self._device_matvec(x, None)
+        y = self._device_product(x)
         return y if y is not None else super().__matmul__(x)
 
     def dot(self, x):
-        y = self._device_matvec(x, None)
+        y = self._device_product(x)
         return y if y is not None else super().dot(x)
+
+    def matmat(self, X):
+        """``A @ X`` for a 2-D X: a numpy array (or anything SciPy's ``matmat`` takes) gives a
+        numpy result; a 2-D CuPy array or PyTorch tensor gives a device result of its kind,
+        column by column on the GPU."""
+        if _is_device_array(X) and len(X.shape) == 2:
+            return self._backend.device_matmat(X)
+        return super().matmat(X)
+
+    def rmatvec(self, x):
+        """``Aᵀ @ x``. A CUDA array goes to the transposed operator on the device (see
+        :meth:`transpose_operator`) and gives a device result; anything else is SciPy's
+        ``rmatvec``."""
+        if _is_device_array(x):
+            return self.transpose_operator().matvec(x)
+        return super().rmatvec(x)
+
+    def rmatmat(self, X):
+        """``Aᵀ @ X`` for a 2-D X, on the device for a CuPy array or PyTorch tensor (as
+        :meth:`matmat` of the transposed operator)."""
+        if _is_device_array(X):
+            return self.transpose_operator().matmat(X)
+        return super().rmatmat(X)
 
     def _device_matvec(self, x, out):
         """``A @ x`` when x is a CUDA array (the backend's result); None for anything else.
         A numpy array is never one, and is let through without asking for the interface."""
         return None if type(x) is np.ndarray else self._backend.device_matvec(x, out)
+
+    def _device_product(self, x):
+        """``A @ x`` for a CUDA array x: a vector as :meth:`matvec`, a 2-D array as
+        :meth:`matmat`; None for anything else."""
+        if _is_device_array(x) and len(x.shape) == 2:
+            return self._backend.device_matmat(x)
+        return self._device_matvec(x, None)
 
     def _matmat(self, X):
         X = np.asarray(X)
@@ -244,6 +274,12 @@ class SpMVOperator(LinearOperator):
         return self.transpose_operator()
 
 
+def _is_device_array(x) -> bool:
+    """Whether x is a CUDA array (it has ``__cuda_array_interface__``); a numpy array is not,
+    and is answered without asking."""
+    return type(x) is not np.ndarray and getattr(x, "__cuda_array_interface__", None) is not None
+
+
 def _own_arrays(fmt: SparseFormat, sources: tuple) -> SparseFormat:
     """``fmt`` with copies of its arrays (also those of nested formats) that may share memory
     with any of ``sources``."""
@@ -277,6 +313,10 @@ class CpuBackend:
     def host_matvec(self, x: np.ndarray, y: np.ndarray) -> None:
         if y.shape[0]:
             self._run(x, y)
+
+    def device_matmat(self, X):
+        """Refuses CUDA arrays, as :meth:`device_matvec`."""
+        return self.device_matvec(X, None)
 
     def device_matvec(self, x, out):
         """Refuses CUDA arrays; None for anything else (the caller takes the host path)."""

@@ -82,6 +82,41 @@ def test_device_vectors(kernel, dtype, name, library, rng):
         assert_close(to_host(out), reference(A, x), dtype)
 
 
+@pytest.mark.parametrize("library", ["cupy", "torch"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_device_columns_and_transposed_products(kernel, dtype, library, rng):
+    """A 2-D CuPy array or PyTorch tensor multiplies column by column on the device (``@``,
+    ``dot``, ``matmat``; k = 3, 1 and 0 columns), and ``rmatvec``/``rmatmat`` take device
+    arrays too, each giving SciPy's result as the same kind of array."""
+    to_device, _, to_host, array_type = LIBRARIES[library]()
+    A = random_matrix(300, 200, 0.05, 3).astype(dtype)
+    op = prepare_gpu(A, kernel)
+    if op is None:
+        return
+    for k in (3, 1, 0):
+        X = rng.standard_normal((A.shape[1], k)).astype(dtype)
+        for product in (op @ to_device(X), op.dot(to_device(X)), op.matmat(to_device(X))):
+            assert isinstance(product, array_type) and tuple(product.shape) == (A.shape[0], k)
+            assert_close(to_host(product), A.astype(np.float64) @ X.astype(np.float64), dtype)
+    z = random_vector(rng, A.shape[0], dtype)
+    y = op.rmatvec(to_device(z))
+    assert isinstance(y, array_type)
+    assert_close(to_host(y), reference(A.T.tocsr(), z), dtype)
+    Z = rng.standard_normal((A.shape[0], 2)).astype(dtype)
+    Y = op.rmatmat(to_device(Z))
+    assert isinstance(Y, array_type) and tuple(Y.shape) == (A.shape[1], 2)
+    assert_close(to_host(Y), A.T.astype(np.float64) @ Z.astype(np.float64), dtype)
+
+
+def test_two_dimensional_numba_arrays_are_refused_with_a_hint():
+    op = autospmv.prepare(random_matrix(6, 4, 0.5, 1), kernel="csr_scalar", device="cuda")
+    with pytest.raises(TypeError, match="takes a CuPy array or a PyTorch tensor.*columns one at a"):
+        op @ cuda.to_device(np.ones((4, 2)))
+    with pytest.raises(ValueError, match=r"X must have shape \(4, k\); got \(5, 2\)"):
+        op @ pytest.importorskip("cupy").ones((5, 2))
+
+
 LARGE_NNZ = 200_000
 
 

@@ -95,6 +95,27 @@ def stream_of(x) -> int:
     return 0
 
 
+def _columns_and_stack(X):
+    """For a 2-D CuPy array or PyTorch tensor X: a function giving X's column j as a contiguous
+    vector, and one stacking result vectors into a 2-D array of the same kind; TypeError for
+    other 2-D device arrays."""
+    module = type(X).__module__.split(".")[0]
+    if module == "cupy":
+        import cupy
+
+        return (lambda j: cupy.ascontiguousarray(X[:, j]),
+                lambda columns, m, dtype: (cupy.stack(columns, axis=1) if columns
+                                           else cupy.empty((m, 0), dtype=dtype)))
+    if module == "torch":
+        import torch
+
+        return (lambda j: X[:, j].contiguous(),
+                lambda columns, m, dtype: (torch.stack(columns, dim=1) if columns else torch.empty(
+                    (m, 0), dtype=getattr(torch, dtype.name), device=X.device)))
+    raise TypeError(f"A @ X for a 2-D device array takes a CuPy array or a PyTorch tensor; got "
+                    f"{type(X).__name__}: multiply its columns one at a time")
+
+
 def _empty_like_input(x, m: int, dtype: np.dtype):
     """A device vector of length m of the same kind as x (CuPy, PyTorch, else numba)."""
     module = type(x).__module__.split(".")[0]
@@ -221,6 +242,19 @@ class CudaBackend:
             staged_x.copy_to_device(x)
             self.program.run(x_arg, y_arg, 0)
             staged_y.copy_to_host(y)
+
+    def device_matmat(self, X):
+        """``A @ X`` for a 2-D CUDA array X of shape (n, k), a CuPy array or a PyTorch tensor:
+        its columns multiplied one at a time on the device (as :meth:`device_matvec`), the result
+        (m, k) of the same kind; None if X is not a CUDA array."""
+        if getattr(X, "__cuda_array_interface__", None) is None:
+            return None
+        m, n = self.shape
+        if X.shape[0] != n:
+            raise ValueError(f"X must have shape ({n}, k); got {tuple(X.shape)}")
+        column, stack = _columns_and_stack(X)
+        return stack([self.device_matvec(column(j), None) for j in range(X.shape[1])], m,
+                     self.dtype)
 
     def device_matvec(self, x, out):
         """``y = A @ x`` for a CUDA array x, on the device; None if x is not a CUDA array."""
