@@ -267,11 +267,27 @@ class SpMVOperator(LinearOperator):
         run(z, y)
         return y
 
+    def __reduce__(self):
+        """Pickling: an operator on the CPU pickles as its matrix (the canonical CSR) and its
+        decision, and unpickles by converting that matrix again with the same kernel, parameters
+        and thread request; nothing is decided again. An operator on the GPU refuses: its matrix
+        lives in device memory, and pickling would copy it to the host."""
+        if self.device != "cpu":
+            raise TypeError("an operator on the GPU cannot be pickled (its matrix lives in device "
+                            "memory); pickle the matrix and prepare it again where it is loaded")
+        csr = self._source if self._source is not None else self.format.to_csr()
+        return _unpickled_operator, (csr, self.decision, self._threads_request)
+
     def _adjoint(self):  # real matrices only, so the adjoint is the transpose
         return self.transpose_operator()
 
     def _transpose(self):
         return self.transpose_operator()
+
+
+def _unpickled_operator(csr, decision: Decision, threads) -> SpMVOperator:
+    """The CPU operator that :meth:`SpMVOperator.__reduce__` pickled."""
+    return SpMVOperator(csr, decision, "cpu", threads)
 
 
 def _is_device_array(x) -> bool:

@@ -109,6 +109,14 @@ def test_device_columns_and_transposed_products(kernel, dtype, library, rng):
     assert_close(to_host(Y), A.T.astype(np.float64) @ Z.astype(np.float64), dtype)
 
 
+def test_an_operator_on_the_gpu_refuses_to_be_pickled():
+    import pickle
+
+    op = autospmv.prepare(random_matrix(6, 4, 0.5, 1), kernel="csr_scalar", device="cuda")
+    with pytest.raises(TypeError, match="an operator on the GPU cannot be pickled"):
+        pickle.dumps(op)
+
+
 def test_two_dimensional_numba_arrays_are_refused_with_a_hint():
     op = autospmv.prepare(random_matrix(6, 4, 0.5, 1), kernel="csr_scalar", device="cuda")
     with pytest.raises(TypeError, match="takes a CuPy array or a PyTorch tensor.*columns one at a"):
