@@ -312,12 +312,17 @@ def test_automatic_prepare_of_a_host_matrix_uploads_once_and_decides_as_select(m
 
 
 @pytest.mark.parametrize("threaded", [False, True])
-def test_device_features_are_the_host_features(threaded, monkeypatch):
+@pytest.mark.parametrize("passes_on_the_device", [True, False], ids=["length passes on device",
+                                                                     "length passes on host"])
+def test_device_features_are_the_host_features(threaded, passes_on_the_device, monkeypatch):
     # Above the sampling threshold a matrix on the device gets the host's features from its
-    # row pointer, reductions on the device and its sampled rows' indices only.
+    # row pointer, reductions on the device and its sampled rows' indices only; the passes
+    # over its row lengths run on the device or on the host by its row count.
     import importlib
 
     features_module = importlib.import_module("autospmv.features")
+    monkeypatch.setattr(features_module, "DEVICE_LENGTH_PASSES_MIN_ROWS",
+                        0 if passes_on_the_device else 1 << 40)
     if threaded:
         monkeypatch.setattr(features_module, "PARALLEL_MIN_NNZ", 1)
         monkeypatch.setattr(features_module, "PARALLEL_MIN_THREADS", 1)
@@ -386,7 +391,7 @@ def test_length_passes_on_the_device_equal_the_host_passes(m):
     empty rows, a last warp that is not full, and a row much longer than the row count (the
     lengths then counted by sorting)."""
     from autospmv.feature_scan import row_length_moments, warp_ratio_sum
-    from autospmv.features import _device_length_passes
+    from autospmv.features import _device_length_passes, _host_length_passes
 
     rng = np.random.default_rng(m)
     lengths = rng.integers(0, 9, m) * (rng.random(m) < 0.9)
@@ -394,12 +399,17 @@ def test_length_passes_on_the_device_equal_the_host_passes(m):
     indptr = np.concatenate([[0], np.cumsum(lengths)])
     nnz = int(indptr[-1])
     csr = sp.csr_matrix((np.ones(nnz), rng.integers(0, 50, nnz), indptr), shape=(m, 50))
-    longest, values, counts, warp_sum = _device_length_passes(_numpy_device_csr(csr))
-    assert longest == row_length_moments(csr.indptr, m)[1]
     host_values, host_counts = np.unique(lengths, return_counts=True)
-    np.testing.assert_array_equal(values, host_values)
-    np.testing.assert_array_equal(counts, host_counts)
-    assert warp_sum == warp_ratio_sum(csr.indptr, m)
+    # The same passes on the host's row pointer, as matrices on the GPU with fewer than
+    # DEVICE_LENGTH_PASSES_MIN_ROWS rows get them.
+    for passes in (_device_length_passes(_numpy_device_csr(csr)),
+                   _host_length_passes(csr.indptr, m)):
+        longest, values, counts, warp_sum = passes
+        assert longest == row_length_moments(csr.indptr, m)[1]
+        np.testing.assert_array_equal(values, host_values)
+        np.testing.assert_array_equal(counts, host_counts)
+        assert values.dtype == counts.dtype == np.int64
+        assert warp_sum == warp_ratio_sum(csr.indptr, m)
 
 
 @pytest.mark.parametrize("needed, sampled, index_passes", [
