@@ -399,11 +399,17 @@ def _band_and_diagonals(csr) -> tuple[int, int]:
     return int(xp.abs(offset).max()), int(xp.count_nonzero(occupied))
 
 
+def length_passes_on_device(rows: int) -> bool:
+    """Whether the row-length passes of a matrix on the GPU with ``rows`` rows run there
+    (:data:`DEVICE_LENGTH_PASSES_MIN_ROWS`) rather than on the host's row pointer."""
+    return rows >= DEVICE_LENGTH_PASSES_MIN_ROWS
+
+
 def _length_passes(uploaded, indptr) -> tuple[int, np.ndarray, np.ndarray, float]:
     """The passes over the row lengths of a matrix on the GPU (``uploaded``), whose host row
-    pointer is ``indptr``: on the GPU from :data:`DEVICE_LENGTH_PASSES_MIN_ROWS` rows, else on
-    the host; the same values either way."""
-    if uploaded.shape[0] >= DEVICE_LENGTH_PASSES_MIN_ROWS:
+    pointer is ``indptr``: on the GPU or on the host by :func:`length_passes_on_device`; the
+    same values either way."""
+    if length_passes_on_device(uploaded.shape[0]):
         return _device_length_passes(uploaded)
     return _host_length_passes(indptr, uploaded.shape[0])
 

@@ -15,7 +15,9 @@ from .devices import (  # noqa: F401  (cuda_available: re-exported)
     check_device, cuda_available, resolve_device, target_device,
 )
 from .cpu_threads import check_threads
-from .features import DEVICE_PASSES_MIN_NNZ, canonical_features_and_lengths, passes_needed
+from .features import (
+    DEVICE_PASSES_MIN_NNZ, canonical_features_and_lengths, length_passes_on_device, passes_needed,
+)
 from .formats.base import FormatTooLargeError
 from .operator import SpMVOperator
 from .selector import (
@@ -68,7 +70,7 @@ def _decide_device(csr, kernel, device, params, model=None) -> Decision:
             elapsed = time.perf_counter() - started
         decision.notes.append(
             f"device input: features and prediction took {(elapsed - compiled.total) * 1e3:.2f}"
-            f" ms ({_passes_note(needed)})")
+            f" ms ({_passes_note(needed, csr.shape[0])})")
         if compiled.total:
             decision.notes.append(compiled.note("the feature scan"))
         return decision
@@ -79,12 +81,19 @@ def _decide_device(csr, kernel, device, params, model=None) -> Decision:
     return decision
 
 
-def _passes_note(needed) -> str:
-    """What the features of a decision on a matrix on the GPU were computed from, for its
-    notes: the passes that the model's features call for (:func:`passes_needed`)."""
+def _passes_note(needed, rows: int) -> str:
+    """What the features of a decision on a matrix on the GPU with ``rows`` rows were computed
+    from, for its notes: the passes that the model's features call for (:func:`passes_needed`),
+    the row lengths' where :func:`length_passes_on_device` puts them."""
     sampled, index_passes = passes_needed(needed)
-    note = ("row lengths, bandwidth and diagonals reduced on the GPU" if index_passes
-            else "row lengths reduced on the GPU")
+    on_device = length_passes_on_device(rows)
+    if index_passes:
+        note = ("row lengths, bandwidth and diagonals reduced on the GPU" if on_device else
+                "row lengths from the host's row pointer, bandwidth and diagonals reduced on the "
+                "GPU")
+    else:
+        note = ("row lengths reduced on the GPU" if on_device
+                else "row lengths from the host's row pointer")
     if sampled:
         return note + "; the column indices of the sampled rows, a sixteenth, copied to the host"
     return note + ("; the model reads no sampled feature" if index_passes
@@ -133,7 +142,7 @@ def _decide(csr, kernel, device, model, params=None, uploaded=None) -> Decision:
         elapsed = time.perf_counter() - started
     decision.notes.append(
         f"features and prediction took {(elapsed - compiled.total) * 1e3:.2f} ms"
-        + (f" ({_passes_note(needed)})" if uploaded is not None else ""))
+        + (f" ({_passes_note(needed, csr.shape[0])})" if uploaded is not None else ""))
     if compiled.total:
         decision.notes.append(compiled.note("the feature scan"))
     return decision

@@ -291,12 +291,17 @@ def test_sampled_features_with_the_index_passes_on_the_device(threaded, monkeypa
 def test_automatic_prepare_of_a_host_matrix_uploads_once_and_decides_as_select(monkeypatch):
     """prepare() uploads the host matrix before deciding, runs the feature passes that its
     model's features call for on the GPU (from DEVICE_PASSES_MIN_NNZ nonzeros, lowered here for
-    a small matrix), and the operator converts from that upload (a second would fail here)."""
+    a small matrix, as is DEVICE_LENGTH_PASSES_MIN_ROWS), and the operator converts from that
+    upload (a second would fail here)."""
+    import importlib
+
     _cupy()
     import autospmv.operator
     import autospmv.session
 
     monkeypatch.setattr(autospmv.session, "DEVICE_PASSES_MIN_NNZ", 0)
+    monkeypatch.setattr(importlib.import_module("autospmv.features"),
+                        "DEVICE_LENGTH_PASSES_MIN_ROWS", 0)
     A = canonicalize(power_law(40_000, 30_000, 1.8, 9))
     expected = autospmv.select(A, device="cuda")
 
@@ -309,6 +314,19 @@ def test_automatic_prepare_of_a_host_matrix_uploads_once_and_decides_as_select(m
     assert any("reduced on the GPU" in note for note in op.decision.notes), op.decision.notes
     x = np.random.default_rng(1).standard_normal(A.shape[1])
     assert relative_error(op @ x, reference(A, x)) <= TOLERANCE[np.dtype(np.float64)]
+
+
+def test_decision_notes_say_where_the_row_length_passes_ran():
+    from autospmv.features import DEVICE_LENGTH_PASSES_MIN_ROWS
+    from autospmv.session import _passes_note
+
+    few, many = DEVICE_LENGTH_PASSES_MIN_ROWS - 1, DEVICE_LENGTH_PASSES_MIN_ROWS
+    assert _passes_note(["row_mean"], few).startswith("row lengths from the host's row pointer;")
+    assert _passes_note(["row_mean"], many).startswith("row lengths reduced on the GPU;")
+    assert _passes_note(None, few).startswith(
+        "row lengths from the host's row pointer, bandwidth and diagonals reduced on the GPU;")
+    assert _passes_note(None, many).startswith(
+        "row lengths, bandwidth and diagonals reduced on the GPU;")
 
 
 @pytest.mark.parametrize("threaded", [False, True])
