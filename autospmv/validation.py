@@ -59,11 +59,13 @@ def index_dtype(nnz: int, shape: tuple[int, int]) -> np.dtype:
 def canonicalize(A) -> sp.csr_matrix:
     """Return A as canonical CSR (see the module docstring); never modifies A.
 
-    Accepts any ``scipy.sparse`` matrix or array, or anything ``numpy.asarray`` turns into a
-    2-D numeric array (numpy arrays, nested lists). A canonical ``csr_matrix`` is returned
+    Accepts any ``scipy.sparse`` matrix or array, a torch sparse COO or CSR tensor in host
+    memory, or anything ``numpy.asarray`` turns into a 2-D numeric array (numpy arrays, nested
+    lists). A canonical ``csr_matrix`` is returned
     itself (a ``csr_array`` as a ``csr_matrix`` over the same arrays); anything else is copied.
     Raises ValueError for a malformed sparse matrix (:func:`check_structure`).
     """
+    A = _from_torch_sparse(A)
     if sp.issparse(A):
         if A.ndim != 2:
             raise ValueError(f"autospmv needs a 2-D matrix; got a {A.ndim}-D sparse array")
@@ -95,6 +97,34 @@ def canonicalize(A) -> sp.csr_matrix:
     csr.indptr = csr.indptr.astype(itype, copy=False)
     csr.indices = csr.indices.astype(itype, copy=False)
     return csr
+
+
+def _from_torch_sparse(A):
+    """A torch sparse COO or CSR tensor in host memory as a SciPy matrix over its arrays (a
+    COO tensor coalesced first); anything else as it is. Other sparse layouts are refused (a
+    sparse tensor is no array NumPy could read), and so is a tensor on the GPU, which
+    :func:`autospmv.prepare` takes on the device."""
+    if type(A).__module__.split(".")[0] != "torch":
+        return A
+    import torch
+
+    if not isinstance(A, torch.Tensor) or A.layout == torch.strided:
+        return A
+    if A.device.type != "cpu":
+        raise ValueError(f"this torch sparse tensor lives on {A.device}; prepare it with "
+                         "device='cuda' (or None), which takes it there")
+    if A.ndim != 2:
+        raise ValueError(f"autospmv needs a 2-D matrix; got a {A.ndim}-D sparse tensor")
+    shape = tuple(A.shape)
+    if A.layout == torch.sparse_csr:
+        return sp.csr_matrix((A.values().numpy(), A.col_indices().numpy(),
+                              A.crow_indices().numpy()), shape=shape)
+    if A.layout == torch.sparse_coo:
+        A = A.coalesce()
+        rows, cols = A.indices().numpy()
+        return sp.coo_matrix((A.values().numpy(), (rows, cols)), shape=shape)
+    raise TypeError(f"autospmv takes torch sparse COO and CSR tensors; got layout {A.layout}: "
+                    "convert it with .to_sparse_csr()")
 
 
 def is_canonical(A) -> bool:

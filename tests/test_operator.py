@@ -209,6 +209,21 @@ def test_a_pickled_operator_unpickles_to_the_same_products(kernel, borrowed, A, 
         assert np.any(copy @ x)
 
 
+@pytest.mark.parametrize("layout", ["csr", "coo"])
+def test_a_torch_sparse_tensor_in_host_memory_is_a_host_matrix(layout, A, rng):
+    """A torch sparse CSR or COO tensor on the CPU is prepared as the SciPy matrix over its
+    arrays (before, NumPy's conversion of the tensor failed); other layouts are refused."""
+    torch = pytest.importorskip("torch")
+    dense = torch.from_numpy(A.toarray())
+    tensor = dense.to_sparse_csr() if layout == "csr" else dense.to_sparse()
+    op = autospmv.prepare(tensor, device="cpu")
+    x = random_vector(rng, A.shape[1], np.float64)
+    assert op.shape == A.shape and op.dtype == A.dtype
+    assert_close(op @ x, reference(A, x), np.float64)
+    with pytest.raises(TypeError, match="takes torch sparse COO and CSR tensors"):
+        autospmv.prepare(dense.to_sparse_csc(), device="cpu")
+
+
 def test_decision_notes_conversion_time(A):
     op = autospmv.prepare(A, kernel="ell", device="cpu")
     assert any(note.startswith("conversion to ell and set-up took") for note in op.decision.notes)
