@@ -126,7 +126,9 @@ def canonical_device_csr(A) -> DeviceCSR:
             raise ValueError(f"autospmv needs a 2-D matrix; got a {A.ndim}-D sparse tensor")
         A = A.coalesce().to_sparse_csr()
         shape = tuple(int(s) for s in A.shape)
-        matrix = cusp.csr_matrix((cupy.asarray(A.values()), cupy.asarray(A.col_indices()),
+        values = cupy.asarray(A.values())  # integer, bool and float16 values converted first,
+        values = values.astype(value_dtype(values.dtype), copy=False)  # as on the host
+        matrix = cusp.csr_matrix((values, cupy.asarray(A.col_indices()),
                                   cupy.asarray(A.crow_indices())), shape=shape)
         canonical = True  # coalesce() sorted and summed
     else:

@@ -199,6 +199,22 @@ def test_torch_sparse_cuda_input(layout, no_large_downloads, rng):
 
 
 @pytest.mark.requires_gpu
+@pytest.mark.parametrize("dtype, computed", [("int32", np.float64), ("bool", np.float64),
+                                             ("float16", np.float32)])
+def test_torch_cuda_values_are_converted_as_on_the_host(dtype, computed, rng):
+    """Integer, bool and float16 values of a torch sparse tensor on the GPU become float64,
+    float64 and float32, as those of a host matrix do (CuPy's sparse matrices take neither)."""
+    torch = pytest.importorskip("torch")
+    dense = (rng.random((40, 30)) < 0.2) * rng.integers(1, 5, (40, 30))
+    tensor = torch.from_numpy(dense).to(getattr(torch, dtype)).cuda().to_sparse()
+    op = autospmv.prepare(tensor, device="cuda")
+    assert op.dtype == computed
+    x = rng.standard_normal(30).astype(computed)
+    expected = sp.csr_matrix(dense.astype(dtype).astype(computed))
+    assert relative_error(op @ x, reference(expected, x)) <= TOLERANCE[np.dtype(computed)]
+
+
+@pytest.mark.requires_gpu
 def test_device_input_transpose_and_refusals(rng):
     cupy = _cupy()
     import cupyx.scipy.sparse as cusp
