@@ -271,7 +271,8 @@ class SpMVOperator(LinearOperator):
         """Pickling: an operator on the CPU pickles as its matrix (the canonical CSR) and its
         decision, and unpickles by converting that matrix again with the same kernel, parameters
         and thread request; nothing is decided again. An operator on the GPU refuses: its matrix
-        lives in device memory, and pickling would copy it to the host."""
+        lives in device memory, and pickling would copy it to the host. ``copy.copy`` and
+        ``copy.deepcopy`` go the same way (a converted copy on the CPU, a TypeError on the GPU)."""
         if self.device != "cpu":
             raise TypeError("an operator on the GPU cannot be pickled (its matrix lives in device "
                             "memory); pickle the matrix and prepare it again where it is loaded")
