@@ -195,7 +195,7 @@ class SpMVOperator(LinearOperator):
         """``A @ X`` for a 2-D X: a numpy array (or anything SciPy's ``matmat`` takes) gives a
         numpy result; a 2-D CuPy array or PyTorch tensor gives a device result of its kind,
         column by column on the GPU."""
-        if _is_device_array(X) and len(X.shape) == 2:
+        if _is_device_array(X) and len(getattr(X, "shape", ())) == 2:
             return self._backend.device_matmat(X)
         return super().matmat(X)
 
@@ -222,7 +222,7 @@ class SpMVOperator(LinearOperator):
     def _device_product(self, x):
         """``A @ x`` for a CUDA array x: a vector as :meth:`matvec`, a 2-D array as
         :meth:`matmat`; None for anything else."""
-        if _is_device_array(x) and len(x.shape) == 2:
+        if _is_device_array(x) and len(getattr(x, "shape", ())) == 2:
             return self._backend.device_matmat(x)
         return self._device_matvec(x, None)
 
