@@ -75,17 +75,26 @@ many threads would otherwise need many times the matrix (4 GB at 128 threads for
 matrix). Fewer workers than threads only coarsens the work split."""
 
 
+def lengths_counted(longest: int, m: int) -> bool:
+    """Whether the row lengths of m rows, the longest ``longest``, are counted in a histogram
+    of ``longest + 1`` bins; if not (the longest row is much longer than m), they are sorted
+    instead, so that a few very long rows cannot make the histogram far larger than the row
+    pointer. The one rule for the scan's histogram and the row-length passes on either side
+    (:mod:`autospmv.features`)."""
+    return longest <= 8 * m + 64
+
+
 def _scratch_shapes(m: int, n: int, longest: int, full: bool = True,
                     detail: bool = True) -> list[tuple[int, type]]:
     """One worker's row of each scratch array: (length, dtype), in :func:`_scratch` order.
-    The row-length histogram has no columns when the longest row is much longer than m (see
-    :func:`_length_histogram`); neither it nor the diagonal flags have any when the scan is
+    The row-length histogram has no columns when :func:`lengths_counted` says the lengths are
+    sorted instead (see :func:`_length_histogram`); neither it nor the diagonal flags have any when the scan is
     not ``full`` (the detail windows only); the detail arrays (sectors, block masks) have none
     when no window is scanned in detail (``detail`` False)."""
     d = int(detail)
     return [
         (_N_SUMS, np.int64),
-        (longest + 1 if full and longest <= 8 * m + 64 else 0, np.int64),
+        (longest + 1 if full and lengths_counted(longest, m) else 0, np.int64),
         (max(m + n - 1, 0) if full else 0, np.uint8),  # occupied diagonals
         ((n + 7) // 8 * 2 * d, np.int32),  # last warp that read each sector
         ((n + 7) // 8 * d, np.uint64),  # 8×8 block masks, block columns

@@ -97,8 +97,8 @@ from .feature_scan import (  # noqa: F401 (DETAIL_COST, SCRATCH_SHARE, _scratch_
     _BAND, _FULL, _NARROW, _ROW_SECTORS, _SAMPLED_NNZ, _SAMPLED_NNZ3, _TOUCHED, _WARP_SECTORS,
     BLOCK_SIZES, DETAIL_COST, SCRATCH_SHARE, WARP, WINDOW_ROWS, _scan_parallel,
     chunked_ratio_sum, sample_layout, warp_ratio_sum, window_positions, window_sectors,
-    _scan_serial, _scratch, _scratch_shapes, _split_windows, _workers, row_length_counts,
-    row_length_moments,
+    _scan_serial, _scratch, _scratch_shapes, _split_windows, _workers, lengths_counted,
+    row_length_counts, row_length_moments,
 )  # fmt: skip
 from .kernels import njit
 from .validation import canonicalize
@@ -422,7 +422,7 @@ def _host_length_passes(indptr, m: int) -> tuple[int, np.ndarray, np.ndarray, fl
         return 0, np.zeros(0, np.int64), np.zeros(0, np.int64), 0.0
     parallel = threaded_passes(int(indptr[m] - indptr[0]))
     longest = int(row_length_moments(indptr, m, parallel)[1])
-    if longest > 8 * m + 64:
+    if not lengths_counted(longest, m):
         values, counts = np.unique(np.diff(indptr).astype(np.int64), return_counts=True)
     else:
         counts = row_length_counts(indptr, m, longest)
@@ -446,7 +446,7 @@ def _device_length_passes(csr) -> tuple[int, np.ndarray, np.ndarray, float]:
         return 0, np.zeros(0, np.int64), np.zeros(0, np.int64), 0.0
     lengths = xp.diff(csr.indptr).astype(np.int64)
     longest = int(lengths.max())
-    if longest > 8 * m + 64:
+    if not lengths_counted(longest, m):
         values, counts = np.unique(_host(lengths), return_counts=True)
     else:
         counts = _host(xp.bincount(lengths, minlength=longest + 1))
