@@ -96,3 +96,16 @@ def test_compiles_with_int64_indices(kernel):
     program = build_program(kernel, csr)
     assert any(a.dtype == np.int64 for a in program.arrays.values())
     check_program(program, csr)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_csr_vector_carries_its_launch_bounds(dtype):
+    """csr_vector is held to full occupancy (autospmv.kernels.cuda.csr.BLOCKS_PER_SM): the bound
+    must reach the compiled kernel, or float64 takes more registers and runs slower."""
+    from autospmv.kernels.cuda import csr as cuda_csr
+
+    csr = canonicalize(FAMILY["power_law_500"]().astype(dtype))
+    launch = build_program("csr_vector", csr).steps[0]
+    ptx = compiled_ptx(launch)
+    assert re.search(rf"\.maxntid\s+{cuda_csr.BLOCK}\b", ptx)
+    assert re.search(rf"\.minnctapersm\s+{cuda_csr.BLOCKS_PER_SM}\b", ptx)

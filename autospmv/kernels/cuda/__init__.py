@@ -18,7 +18,11 @@ from .. import cached as _cached  # noqa: E402
 
 
 def jit(function=None, **options):
-    """``numba.cuda.jit`` with the cache fallback of :func:`autospmv.kernels.cached`."""
+    """``numba.cuda.jit`` with the cache fallback of :func:`autospmv.kernels.cached`.
+    ``launch_bounds`` (a hint to the compiler about registers) is dropped under numba-cuda's
+    simulator, which does not take it."""
+    if _cuda.config.ENABLE_CUDASIM:
+        options.pop("launch_bounds", None)
     if function is None:
         return lambda f: _cached(_cuda.jit, f, options)
     return _cached(_cuda.jit, function, options)

@@ -87,7 +87,9 @@ class Launch:
 
     def ptx(self, cc=(9, 0)) -> str:
         """PTX for this launch's argument types (compiles without a GPU)."""
-        ptx, _ = cuda.compile_ptx(self.dispatcher.py_func, self.argtypes, cc=cc)
+        bounds = getattr(self.dispatcher, "targetoptions", {}).get("launch_bounds")
+        ptx, _ = cuda.compile_ptx(self.dispatcher.py_func, self.argtypes, cc=cc,
+                                  launch_bounds=bounds)
         return ptx
 
     def load(self, x_len: int, y_len: int) -> None:
