@@ -13,6 +13,13 @@ reported:
   layout it has;
 * the device's measured copy bandwidth, the ceiling both are compared with.
 
+A kernel whose one synchronised call runs below ``--slowest`` (2 %) of the copy bandwidth is
+checked but not timed further: its run carries ``once_us`` and ``skipped`` instead of timings.
+Timing such kernels took an estimated 240 s of the 308 s float32 run on the H200 in
+``results/kernels-h200-2026-11-26-unsigned-float32.json`` (JDS and csr_scalar on power_law_2.0
+and dense_rows, 48–508 ms a call). The summary's selection score counts such a kernel, when
+chosen, by that one call.
+
 ``--compare NAME=FILE`` (repeatable) times, beside the registered CUDA module of kernel NAME,
 another implementation of that module (a file with the same ``build(fmt, params, arrays)``),
 built on the same uploaded arrays: an A/B of versions of a kernel in one process on one device.
@@ -85,9 +92,14 @@ def format_bytes(fmt) -> int:
     return int(fmt.nbytes) + (m + n) * np.dtype(fmt.dtype).itemsize
 
 
-def run(op, bench: Bench, timed: bool, ref, program=None):
+def run(op, bench: Bench, timed: bool, ref, program=None, slowest_us: float | None = None):
     """Check and time one operator (or ``program`` built on its arrays) on the bench's vectors;
-    with ``timed`` false, run it once (for the profiler) and return {}."""
+    with ``timed`` false, run it once (for the profiler) and return {}. A kernel whose second,
+    synchronised call takes longer than ``slowest_us`` is not timed further (``skipped``): a
+    kernel that far below the memory system cannot be the best one, and timing it back-to-back
+    took most of a run's time (see the module docstring)."""
+    import time
+
     from numba import cuda
 
     target = op
@@ -102,6 +114,16 @@ def run(op, bench: Bench, timed: bool, ref, program=None):
         cuda.synchronize()
         return {}
     results = {0: {"error": relative_error(bench.ys[0].copy_to_host(), ref)}}
+    if slowest_us is not None:
+        cuda.synchronize()
+        started = time.perf_counter()
+        target.matvec(bench.xs[0], out=bench.ys[0])
+        cuda.synchronize()
+        once_us = (time.perf_counter() - started) * 1e6
+        if once_us > slowest_us:
+            results[0].update(once_us=once_us, skipped=f"one call took {once_us:,.0f} µs, above "
+                                                       f"{slowest_us:,.0f} µs: not timed")
+            return results[0]
     gpu.add_timings(results, bench.time_all({0: target}))
     return results[0]
 
@@ -123,6 +145,9 @@ def main(argv=None):
     parser.add_argument("--once", action="store_true", help="run each once, untimed (for ncu)")
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--b2b", type=int, default=50)
+    parser.add_argument("--slowest", type=float, default=0.02,
+                        help="time a kernel only if one call runs at this fraction of the copy "
+                             "bandwidth or more (effective bytes); 0 times every kernel")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
 
@@ -164,6 +189,8 @@ def main(argv=None):
             x = rng.standard_normal(A.shape[1]).astype(A.dtype)
             ref = A.astype(np.float64) @ x.astype(np.float64)
             bench = Bench("cuda", x, A.shape[0], options)
+            slowest_us = (gpu.min_bytes(A) / (args.slowest * info["copy_tbs"] * 1e6)
+                          if timed and args.slowest > 0 else None)
             record = {"matrix": name, "group": group, "dtype": dtype, "shape": list(A.shape),
                       "nnz": int(A.nnz), "min_bytes": gpu.min_bytes(A), "runs": []}
             choice = autospmv.select(A, device="cuda")
@@ -185,7 +212,7 @@ def main(argv=None):
                                                op._backend.program.arrays).load()
                         implementations.append((label, program))
                     for label, program in implementations:
-                        result = run(op, bench, timed, ref, program)
+                        result = run(op, bench, timed, ref, program, slowest_us)
                         result.update({"kernel": kernel, "implementation": label,
                                        "params": op.params, "feasible": True,
                                        "format_bytes": format_bytes(fmt)})
@@ -213,12 +240,21 @@ def main(argv=None):
     print(f"wrote {out}")
 
 
-def correct_runs(record) -> list[dict]:
+def correct_runs(record, with_skipped: bool = False) -> list[dict]:
     """The record's runs of the registered kernels that ran, were timed back-to-back and
-    matched the reference within the dtype's tolerance: the ones a best kernel is among."""
+    matched the reference within the dtype's tolerance: the ones a best kernel is among. With
+    ``with_skipped``, also those that matched but were too slow to be timed (``once_us`` only),
+    which a selection can still land on (:func:`time_us`)."""
     tolerance = TOLERANCE[np.dtype(record["dtype"])]
     return [x for x in record["runs"] if x.get("feasible") and x["implementation"] == "registered"
-            and x["error"] <= tolerance and "b2b_us" in x]
+            and x["error"] <= tolerance
+            and ("b2b_us" in x or with_skipped and "once_us" in x)]
+
+
+def time_us(run: dict) -> float:
+    """A run's back-to-back time, or for a kernel too slow to be timed its one synchronised
+    call (launch included: at those times, a few µs more than back-to-back)."""
+    return run["b2b_us"] if "b2b_us" in run else run["once_us"]
 
 
 def summary(records, copy_tbs) -> list[str]:
@@ -235,10 +271,11 @@ def summary(records, copy_tbs) -> list[str]:
             rates.append(best["eff_tbs"])
             if "b2b_us" in r.get("cusparse", {}):
                 ratios.append(r["cusparse"]["b2b_us"] / best["b2b_us"])
-            chosen = [x for x in ok if x["kernel"] == r["selected"]["kernel"]
+            chosen = [x for x in correct_runs(r, with_skipped=True)
+                      if x["kernel"] == r["selected"]["kernel"]
                       and x["params"] == r["selected"]["params"]]
             if chosen:
-                quality.append(best["b2b_us"] / chosen[0]["b2b_us"])
+                quality.append(best["b2b_us"] / time_us(chosen[0]))
 
         def geomean(v):
             return float(np.exp(np.mean(np.log(v)))) if v else float("nan")
@@ -264,7 +301,8 @@ def summary_line(record) -> str:
         tag = r["kernel"] + ("" if implementation == "registered" else f"[{implementation}]")
         tag += "".join(f":{v}" for v in r["params"].values()) if r["params"] else ""
         bad = not r["error"] <= TOLERANCE[np.dtype(record["dtype"])]
-        rate = format(r["eff_tbs"], ".2f") if "eff_tbs" in r else "failed"
+        rate = (format(r["eff_tbs"], ".2f") if "eff_tbs" in r
+                else "slow" if "skipped" in r else "failed")
         cells.append(f"{tag}={'WRONG' if bad else rate}")
     cus = record.get("cusparse", {})
     if "eff_tbs" in cus:

@@ -28,7 +28,7 @@ sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import gpu  # noqa: E402  (the benchmark's generated large matrices)
-from kernel_profile import correct_runs  # noqa: E402
+from kernel_profile import correct_runs, time_us  # noqa: E402
 
 import autospmv  # noqa: E402
 from autospmv import selector  # noqa: E402
@@ -47,14 +47,14 @@ def rebuild(name: str, group: str, folder: Path, large_nnz: float):
 
 
 def score(record: dict, kernel: str, params: dict) -> tuple[float, bool]:
-    """q of ``kernel``/``params`` among the record's correct timed runs (as the benchmark's
-    summary counts them), and whether params matched."""
-    ok = correct_runs(record)
-    best = min(r["b2b_us"] for r in ok)
-    same = [r for r in ok if r["kernel"] == kernel and r["params"] == params]
+    """q of ``kernel``/``params`` among the record's correct runs (as the benchmark's summary
+    counts them: a kernel too slow to be timed by its one call), and whether params matched."""
+    best = min(r["b2b_us"] for r in correct_runs(record))
+    candidates = correct_runs(record, with_skipped=True)
+    same = [r for r in candidates if r["kernel"] == kernel and r["params"] == params]
     matched = bool(same)
-    same = same or [r for r in ok if r["kernel"] == kernel]
-    return (best / min(r["b2b_us"] for r in same) if same else 0.0), matched
+    same = same or [r for r in candidates if r["kernel"] == kernel]
+    return (best / min(time_us(r) for r in same) if same else 0.0), matched
 
 
 def main(argv=None) -> int:
