@@ -189,10 +189,10 @@ def main(argv=None):
             x = rng.standard_normal(A.shape[1]).astype(A.dtype)
             ref = A.astype(np.float64) @ x.astype(np.float64)
             bench = Bench("cuda", x, A.shape[0], options)
-            slowest_us = (gpu.min_bytes(A) / (args.slowest * info["copy_tbs"] * 1e6)
-                          if timed and args.slowest > 0 else None)
             record = {"matrix": name, "group": group, "dtype": dtype, "shape": list(A.shape),
                       "nnz": int(A.nnz), "min_bytes": gpu.min_bytes(A), "runs": []}
+            slowest_us = (record["min_bytes"] / (args.slowest * info["copy_tbs"] * 1e6)
+                          if timed and args.slowest > 0 else None)
             choice = autospmv.select(A, device="cuda")
             record["selected"] = {"kernel": choice.kernel, "params": choice.params,
                                   "model": next((n for n in choice.notes if n.startswith("model ")),

@@ -61,7 +61,8 @@ def summary(q: np.ndarray) -> str:
     return f"{geomean:.3f} / {np.mean(q >= 1 / 1.1):.1%} / worst {q.min():.3f}"
 
 
-SHIFT_BANDS = (("< 1M", 0, 1e6), ("1M-3M", 1e6, 3e6), ("3M-10M", 3e6, 1e7), ("≥ 10M", 1e7, math.inf))
+SHIFT_BANDS = (("< 1M", 0, 1e6), ("1M-3M", 1e6, 3e6), ("3M-10M", 3e6, 1e7),
+               ("≥ 10M", 1e7, math.inf))
 """Size bands (nonzeros) of ``--shift``: finer among the large matrices, where the back-to-back
 times go from launch-paced (10–20 µs) to traffic-paced."""
 

@@ -9,29 +9,66 @@ Needs a GPU and CuPy:
 
     PYTHONPATH=. python benchmarks/length_passes.py
 """
-import sys, time, importlib
-sys.path.insert(0, '.'); sys.path.insert(1, 'benchmarks')  # run from the repository root
-import numpy as np, cupy, cupyx.scipy.sparse as cusp
-import autospmv
-F = importlib.import_module("autospmv.features"); D = importlib.import_module("autospmv.device")
-from prepare_cost import make_matrices
-sync = cupy.cuda.Device().synchronize
-def t(f, n=30):
-    for _ in range(3): f()
-    sync(); ts = []
-    for _ in range(n):
-        s = time.perf_counter(); f(); sync(); ts.append(time.perf_counter() - s)
-    return np.median(ts) * 1e3, np.min(ts) * 1e3
-for name, A in make_matrices([1e6, 5e6, 2e7], ['float32']):
-    dA = cusp.csr_matrix(A); sync()
-    csr = D.canonical_device_csr(dA); m = A.shape[0]
-    dev = t(lambda: F._device_length_passes(csr)); host = t(lambda: F._host_length_passes(csr.host_indptr, m))
-    same = F._device_length_passes(csr)[0] == F._host_length_passes(csr.host_indptr, m)[0]
-    print(f"{name:16s} rows {m:>9,d}  device passes median {dev[0]:.3f} min {dev[1]:.3f} ms | host passes median {host[0]:.3f} min {host[1]:.3f} ms  same={same}", flush=True)
-    for label, rows in ((f"threshold {F.DEVICE_LENGTH_PASSES_MIN_ROWS:,} rows",
-                         F.DEVICE_LENGTH_PASSES_MIN_ROWS), ("always device", 0)):
-        old = F.DEVICE_LENGTH_PASSES_MIN_ROWS; F.DEVICE_LENGTH_PASSES_MIN_ROWS = rows
-        p = t(lambda: autospmv.prepare(dA, device="cuda"), 15)
-        F.DEVICE_LENGTH_PASSES_MIN_ROWS = old
-        print(f"    automatic prepare, {label}: median {p[0]:.2f} min {p[1]:.2f} ms", flush=True)
-    del dA, csr
+
+from __future__ import annotations
+
+import importlib
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import cupy  # noqa: E402
+import cupyx.scipy.sparse as cusp  # noqa: E402
+
+import autospmv  # noqa: E402
+from autospmv.device import canonical_device_csr  # noqa: E402
+from prepare_cost import make_matrices  # noqa: E402
+
+features = importlib.import_module("autospmv.features")  # the module, not the package's name
+
+
+def milliseconds(call, repeats: int = 30) -> tuple[float, float]:
+    """(median, min) in ms of ``call`` synchronised, after three calls that are not timed."""
+    sync = cupy.cuda.Device().synchronize
+    for _ in range(3):
+        call()
+    sync()
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        call()
+        sync()
+        times.append(time.perf_counter() - started)
+    return float(np.median(times)) * 1e3, float(np.min(times)) * 1e3
+
+
+def main() -> None:
+    for name, A in make_matrices([1e6, 5e6, 2e7], ["float32"]):
+        matrix = cusp.csr_matrix(A)
+        cupy.cuda.Device().synchronize()
+        csr = canonical_device_csr(matrix)
+        m = A.shape[0]
+        on_device = milliseconds(lambda: features._device_length_passes(csr))
+        on_host = milliseconds(lambda: features._host_length_passes(csr.host_indptr, m))
+        same = (features._device_length_passes(csr)[0]
+                == features._host_length_passes(csr.host_indptr, m)[0])
+        print(f"{name:16s} rows {m:>9,d}  device passes median {on_device[0]:.3f} "
+              f"min {on_device[1]:.3f} ms | host passes median {on_host[0]:.3f} "
+              f"min {on_host[1]:.3f} ms  same={same}", flush=True)
+        shipped = features.DEVICE_LENGTH_PASSES_MIN_ROWS
+        for label, rows in ((f"threshold {shipped:,} rows", shipped), ("always device", 0)):
+            features.DEVICE_LENGTH_PASSES_MIN_ROWS = rows
+            prepare = milliseconds(lambda: autospmv.prepare(matrix, device="cuda"), 15)
+            features.DEVICE_LENGTH_PASSES_MIN_ROWS = shipped
+            print(f"    automatic prepare, {label}: median {prepare[0]:.2f} "
+                  f"min {prepare[1]:.2f} ms", flush=True)
+        del matrix, csr
+
+
+if __name__ == "__main__":
+    main()

@@ -9,8 +9,9 @@ its output. Run by hand::
 Output (stdout): ``{"kernel/dtype/case": {"error": float | null, "exception": str | null}}`` where
 ``case`` is a name from ``matrices.TINY`` (host vectors, ``prepare(A, kernel=K, device="cuda")``),
 ``device_out`` (numba device vectors, with and without ``out=``, then a host vector, which
-allocates the staging buffers: ``op.memory`` must grow by them then and not before), ``nan_inf`` (NaN and ±Inf in
-x: any difference from SciPy's NaN/Inf pattern is reported as an exception) or a parameter case
+allocates the staging buffers: ``op.memory`` must grow by them then and not before),
+``nan_inf`` (NaN and ±Inf in x: any difference from SciPy's NaN/Inf pattern is reported as an
+exception) or a parameter case
 from ``matrices.TINY_PARAMETER_CASES`` (``matrix[name=value]``). ``error`` is the relative error
 against SciPy in float64. Timings go to stderr.
 """

@@ -119,7 +119,8 @@ def test_an_operator_on_the_gpu_refuses_to_be_pickled():
 
 def test_two_dimensional_numba_arrays_are_refused_with_a_hint():
     op = autospmv.prepare(random_matrix(6, 4, 0.5, 1), kernel="csr_scalar", device="cuda")
-    with pytest.raises(TypeError, match="takes a CuPy array or a PyTorch tensor.*columns one at a"):
+    with pytest.raises(TypeError,
+                       match="takes a CuPy array or a PyTorch tensor.*columns one at a"):
         op @ cuda.to_device(np.ones((4, 2)))
     with pytest.raises(ValueError, match=r"X must have shape \(4, k\); got \(5, 2\)"):
         op @ pytest.importorskip("cupy").ones((5, 2))
