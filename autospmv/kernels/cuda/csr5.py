@@ -18,14 +18,25 @@ complete tiles whose σ is a multiple of 8 load at constant offsets from one uns
 (numba tests every signed index for a negative value; unsigned ones compile to plain loads), and
 column indices are read as uint32 so the gathers of x carry no such test either.
 Other steps (σ not a multiple of 8, the incomplete last tile) clamp their positions to the lane's
-last entry and add zeros past it, so the loads carry no branches.
+last entry and add zeros past it, so the loads carry no branches. At a flag, the lane's state is
+updated by selects and the row is stored plainly at an unsigned position; whether the tile is
+dirty (below) is fixed for the warp, and the lane's pass is compiled once for each case. That
+cut a flag's handling from about 58 instructions to about 21 (sm_90, float32) and made the
+kernel 2 % faster back-to-back in geometric mean, up to 8 % on short-row matrices
+(``benchmarks/results/csr5-flags-2026-11-26.md``). With counters, the float32 kernel on short
+rows now waits on memory (long-scoreboard stalls, about half the issue slots used) with 32 of
+the SM's 64 warps resident (56 registers); more loads in flight per warp or smaller blocks did
+not make it faster there.
 
 Segments that start and end inside the lane are written at once; what the lane summed before its
 first flag (its *head*) belongs to a segment opened by an earlier lane, and what it sums after its
-last flag (its *tail*) to a segment that may continue in later lanes. A segmented suffix scan of
+last flag (its *tail*) to a segment that may continue in later lanes. Lane 0 drops the flag of
+the tile's first entry, so that segment 0 (which may continue an earlier tile's row) is its
+head: every segment closed inside a lane is then a whole row. A segmented suffix scan of
 the heads across the warp (five ``shfl_down``; ``seg_offset`` tells each lane how far its run of
 heads reaches, so no flags are exchanged) gives every lane the heads that follow it in its segment,
-and the lane adds them to its tail and writes that segment's row once. Rows come from ``tile_ptr``
+and the lane adds them to its tail and writes that segment's row once; lane 0 adds its head,
+with the heads that follow it, to segment 0's row. Rows come from ``tile_ptr``
 plus the segment number (``y_offset`` numbers a lane's segments), through ``empty_offset`` in tiles
 that contain empty rows. The incomplete last tile is stored in CSR order; its warp runs the same
 code with lane ``l`` reading ``tile_base + l·σ + j`` (strided, for that one tile only) and skipping
@@ -61,7 +72,7 @@ carry zeros through the shuffles, and no thread leaves before the shuffles of a 
 from __future__ import annotations
 
 import numpy as np
-from numba import cuda, uint64
+from numba import cuda, uint32, uint64
 
 from ...formats.csr5 import OMEGA
 from . import jit
@@ -71,7 +82,7 @@ BLOCK = 256
 """Threads per block: eight warps, hence eight tiles."""
 
 STEP = 8
-"""Entries a lane loads before it handles their flags (the unrolled step of :func:`csr5_kernel`)."""
+"""Entries a lane loads before it handles their flags (the unrolled step of its pass)."""
 
 _FULL_MASK = 0xFFFFFFFF
 
@@ -130,9 +141,12 @@ def csr5_kernel(tile_ptr, bit_flag, y_offset, seg_offset, empty_ptr, empty_offse
     bits = bit_flag[descriptor]
     segment = y_offset[descriptor]
     next_start = seg_offset[descriptor]
-    head = zero  # sum before the lane's first flag: belongs to an earlier lane's segment
-    starts = False  # whether the lane starts a segment
-    acc = zero
+    if lane == 0:
+        # Segment 0 may continue an earlier tile's row: lane 0 sums it as a head (its flag is
+        # dropped) and adds it to y with an atomic after the scan, so that every segment closed
+        # inside a lane is a whole row, stored plainly.
+        bits &= ~uint32(1)
+        segment = 1
     # Complete tiles are transposed: the lane's j-th entry is at base + j·ω + lane. The
     # incomplete last tile is in CSR order: base + lane·σ + j, while below nnz.
     if full:
@@ -145,10 +159,62 @@ def csr5_kernel(tile_ptr, bit_flag, y_offset, seg_offset, empty_ptr, empty_offse
         count = min(sigma, max(0, nnz - start))
     if not active:
         count = 0
-    # Whole steps of a complete tile load with unsigned positions at constant offsets; any other
-    # step clamps its positions to the lane's last entry and zeroes the products past it (their
-    # flag bits are clear, so they only add zeros).
     whole = full and sigma % STEP == 0
+    # `dirty` is the same for the whole warp; each call is compiled with it constant.
+    if dirty:
+        head, acc, starts, segment = _lane_segments(
+            indices, data, x, y, bits, start, stride, count, whole, row0, segment, True,
+            empty_offset, empty_base)
+    else:
+        head, acc, starts, segment = _lane_segments(
+            indices, data, x, y, bits, start, stride, count, whole, row0, segment, False,
+            empty_offset, empty_base)
+    # From here on `acc` is the lane's tail. `reach`: how many following lanes' heads join this
+    # lane's head in the scan (none after a lane that starts a segment).
+    reach = 0
+    if not starts:
+        head = acc  # the whole lane continues an earlier lane's segment
+        reach = min(next_start, OMEGA - 1 - lane)
+    # Segmented suffix scan: afterwards `head` = heads of this lane up to the end of its run
+    # (the next lane that starts a segment, included, or the last lane).
+    offset = 1
+    while offset < OMEGA:
+        other = cuda.shfl_down_sync(_FULL_MASK, head, offset)
+        if offset <= reach:
+            head += other
+        offset *= 2
+    following = cuda.shfl_down_sync(_FULL_MASK, head, 1)
+    if starts:
+        if lane == OMEGA - 1:
+            following = zero
+        total = acc + following
+        row = _segment_row(row0, segment, dirty, empty_offset, empty_base)
+        if lane + next_start == OMEGA:  # the tile's last segment: may continue in the next
+            cuda.atomic.add(y, row, total)
+        else:
+            y[row] = total
+    if lane == 0 and active:  # segment 0, from lane 0's head and the heads that follow it
+        cuda.atomic.add(y, _segment_row(row0, 0, dirty, empty_offset, empty_base), head)
+
+
+@cuda.jit(device=True, inline=True)
+def _lane_segments(indices, data, x, y, bits, start, stride, count, whole, row0, segment, dirty,
+                   empty_offset, empty_base):
+    """One lane's pass over its ``count`` entries from ``start`` (``stride`` apart): stores the
+    segments that start and end in the lane into y and returns ``(head, tail, starts,
+    segment)``: the sum before its first flag, the sum after its last, whether it has a flag,
+    and the number of its last segment.
+
+    Whole steps (``whole``: a complete tile with σ a multiple of 8) load with unsigned
+    positions at constant offsets; any other step clamps its positions to the lane's last entry
+    and zeroes the products past it (their flag bits are clear, so they only add zeros). At a
+    flag the segment closes (a plain store of a whole row) or, at the lane's first flag,
+    becomes its head; the lane's state is updated by selects, so only the store is
+    conditional."""
+    zero = data.dtype.type(0)
+    head = zero
+    starts = False
+    acc = zero
     k = uint64(start)
     last = start + (count - 1) * stride
     j = 0
@@ -185,17 +251,14 @@ def csr5_kernel(tile_ptr, bit_flag, y_offset, seg_offset, empty_ptr, empty_offse
             acc += ((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7))
         else:
             for step in range(STEP):  # a constant trip count, unrolled: p0..p7 in registers
-                if (flags >> step) & 1:
-                    if starts:  # a segment that starts and ends in this lane
-                        row = row0 + (empty_offset[empty_base + segment] if dirty else segment)
-                        if segment == 0:  # may continue the previous tile's row
-                            cuda.atomic.add(y, row, acc)
-                        else:
-                            y[row] = acc
-                        segment += 1
-                    else:
-                        head = acc
-                        starts = True
+                flag = (flags >> step) & 1 != 0
+                if flag and starts:  # a segment that starts and ends in this lane: a whole row
+                    y[_segment_row(row0, segment, dirty, empty_offset, empty_base)] = acc
+                    segment += 1
+                if flag and not starts:
+                    head = acc
+                starts = starts or flag
+                if flag:
                     acc = zero
                 acc += p0
                 p0 = p1
@@ -206,31 +269,17 @@ def csr5_kernel(tile_ptr, bit_flag, y_offset, seg_offset, empty_ptr, empty_offse
                 p5 = p6
                 p6 = p7
         j += STEP
-    # From here on `acc` is the lane's tail. `reach`: how many following lanes' heads join this
-    # lane's head in the scan (none after a lane that starts a segment).
-    reach = 0
-    if not starts:
-        head = acc  # the whole lane continues an earlier lane's segment
-        reach = min(next_start, OMEGA - 1 - lane)
-    # Segmented suffix scan: afterwards `head` = heads of this lane up to the end of its run
-    # (the next lane that starts a segment, included, or the last lane).
-    offset = 1
-    while offset < OMEGA:
-        other = cuda.shfl_down_sync(_FULL_MASK, head, offset)
-        if offset <= reach:
-            head += other
-        offset *= 2
-    following = cuda.shfl_down_sync(_FULL_MASK, head, 1)
-    if starts:
-        if lane == OMEGA - 1:
-            following = zero
-        total = acc + following
-        row = row0 + (empty_offset[empty_base + segment] if dirty else segment)
-        # Segment 0 and the tile's last segment (no later lane starts one) may be shared.
-        if segment == 0 or lane + next_start == OMEGA:
-            cuda.atomic.add(y, row, total)
-        else:
-            y[row] = total
+    return head, acc, starts, segment
+
+
+@cuda.jit(device=True, inline=True)
+def _segment_row(row0, segment, dirty, empty_offset, empty_base):
+    """Row of a tile's segment, as an unsigned position (no negative-index test): the tile's
+    first row plus the segment number, or plus the segment's entry of empty_offset in a dirty
+    tile."""
+    if dirty:
+        return uint64(row0 + empty_offset[uint64(empty_base + segment)])
+    return uint64(row0 + segment)
 
 
 @jit(cache=True)
