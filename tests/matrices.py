@@ -181,8 +181,13 @@ TINY: dict[str, Maker] = {
     "odd_33x33": lambda: random_matrix(33, 33, 0.15, 31),
     "explicit_zeros_20x20": lambda: with_explicit_zeros(20, 20, 0.25, 32),
     "rows_of_2_and_1_64x64": lambda: from_row_lengths([2, 1] * 32, 64, 33),
+    "rows_of_6_two_tiles_100x100": lambda: from_row_lengths(np.full(100, 6), 100, 34),
+    "rows_of_7_and_gaps_two_tiles_120x100": lambda: from_row_lengths([7, 7, 0] * 40, 100, 35),
 }
-"""The same structural cases, small enough for the CUDA simulator (≤ 64 rows, ≤ 400 entries)."""
+"""The same structural cases, small enough for the CUDA simulator (≤ 120 rows, ≤ 600 entries).
+The last two hold two complete CSR5 tiles at the σ = 8 chosen for them (256 entries a tile) and a
+partial third, with rows crossing the tiles' ends: CSR5's whole-step path, where a tile's lane 0
+may continue the previous tile's row, on clean tiles and on tiles with empty rows."""
 
 TINY_EXTRA_CASES = {"device_out": "odd_33x33", "nan_inf": "power_law_48"}
 """Simulator cases beyond host vectors, and the TINY matrix each runs on: device vectors (with and
