@@ -22,7 +22,7 @@ last entry and add zeros past it, so the loads carry no branches. At a flag, the
 updated by selects and the row is stored plainly at an unsigned position; whether the tile is
 dirty (below) is fixed for the warp, and the lane's pass is compiled once for each case. That
 cut a flag's handling from about 58 instructions to about 21 (sm_90, float32) and made the
-kernel 2 % faster back-to-back in geometric mean, up to 8 % on short-row matrices
+kernel 1–2 % faster back-to-back in geometric mean, up to 7 % on short-row matrices
 (``benchmarks/results/csr5-flags-2026-11-26.md``). With counters, the float32 kernel on short
 rows now waits on memory (long-scoreboard stalls, about half the issue slots used) with 32 of
 the SM's 64 warps resident (56 registers); more loads in flight per warp or smaller blocks did
@@ -59,10 +59,10 @@ clearing and one kernel launch; no calibration pass is needed. The clearing is o
   call (``benchmarks/results/csr5-clear-2026-11-26.md``).
 
 Weaknesses: a row spread over k tiles receives k atomic adds in no fixed order, so its last bits
-may differ from call to call (rows inside one tile are always deterministic). Short rows make
-lanes branch at many flags and store many scattered rows. The per-tile overhead — 12 bytes of
-descriptors per lane (12/σ bytes per nonzero) and the six shuffles — weighs most at small σ, and
-a σ that is not a multiple of 8 takes the slower clamped path.
+may differ from call to call (rows inside one tile are always deterministic). Short rows give
+lanes a flag at almost every position and many scattered rows to store. The per-tile overhead —
+12 bytes of descriptors per lane (12/σ bytes per nonzero) and the six shuffles — weighs most at
+small σ, and a σ that is not a multiple of 8 takes the slower clamped path.
 Gathers of x are as irregular as the column pattern, as in every CSR-like kernel.
 
 Warp-uniform discipline: the tile index is the same for the whole warp; warps past the last tile
