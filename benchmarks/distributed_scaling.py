@@ -56,6 +56,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import autospmv  # noqa: E402
 import autospmv.distributed as adist  # noqa: E402
+from autospmv.timing import time_calls  # noqa: E402
 
 
 def log(*args):
@@ -75,14 +76,9 @@ def band_matrix(m: int, per_row: int, band: int, dtype) -> sp.csr_matrix:
 
 
 def median_time(fn, repeats: int) -> float:
-    fn()
-    fn()
-    samples = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - started)
-    return float(np.median(samples))
+    """Median seconds of ``repeats`` calls of ``fn`` on the host's clock, after two untimed."""
+    fn()  # time_calls makes the second untimed call
+    return time_calls(fn, "cpu", budget=0.0, min_samples=repeats)["median"] / 1e6
 
 
 def cg_iteration_time(op, b, iterations: int) -> float:

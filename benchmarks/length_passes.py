@@ -14,10 +14,7 @@ from __future__ import annotations
 
 import importlib
 import sys
-import time
 from pathlib import Path
-
-import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -27,24 +24,20 @@ import cupyx.scipy.sparse as cusp  # noqa: E402
 
 import autospmv  # noqa: E402
 from autospmv.device import canonical_device_csr  # noqa: E402
+from autospmv.timing import time_calls  # noqa: E402
 from prepare_cost import make_matrices  # noqa: E402
 
 features = importlib.import_module("autospmv.features")  # the module, not the package's name
 
 
 def milliseconds(call, repeats: int = 30) -> tuple[float, float]:
-    """(median, min) in ms of ``call`` synchronised, after three calls that are not timed."""
+    """(median, min) in ms of ``call`` and a device synchronisation on the host's clock (host
+    work between launches counts), after three calls that are not timed."""
     sync = cupy.cuda.Device().synchronize
-    for _ in range(3):
-        call()
-    sync()
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        call()
-        sync()
-        times.append(time.perf_counter() - started)
-    return float(np.median(times)) * 1e3, float(np.min(times)) * 1e3
+    call()
+    call()  # time_calls makes the third untimed call
+    timed = time_calls(lambda: (call(), sync()), "cpu", budget=0.0, min_samples=repeats)
+    return timed["median"] / 1e3, timed["min"] / 1e3
 
 
 def main() -> None:
