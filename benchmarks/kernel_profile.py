@@ -52,7 +52,7 @@ import autospmv  # noqa: E402
 from autospmv import registry  # noqa: E402
 from autospmv.formats.base import FormatTooLargeError  # noqa: E402
 from autospmv.validation import canonicalize  # noqa: E402
-from training.timing import TOLERANCE, Bench, relative_error  # noqa: E402
+from training.timing import TOLERANCE, Bench, CpuClock, relative_error  # noqa: E402
 
 DEFAULT_GROWN = ("80BAU3B", "PILOT87", "PGPgiantcompo", "polblogs", "netscience", "rajat19",
                  "adder_dcop_05", "G51", "fe_4elt2", "cryg2500", "bcsstk16", "FIT2D")
@@ -98,8 +98,6 @@ def run(op, bench: Bench, timed: bool, ref, program=None, slowest_us: float | No
     synchronised call takes longer than ``slowest_us`` is not timed further (``skipped``): a
     kernel that far below the memory system cannot be the best one, and timing it back-to-back
     took most of a run's time (see the module docstring)."""
-    import time
-
     from numba import cuda
 
     target = op
@@ -116,10 +114,11 @@ def run(op, bench: Bench, timed: bool, ref, program=None, slowest_us: float | No
     results = {0: {"error": relative_error(bench.ys[0].copy_to_host(), ref)}}
     if slowest_us is not None:
         cuda.synchronize()
-        started = time.perf_counter()
+        timer = CpuClock()
+        timer.start()
         target.matvec(bench.xs[0], out=bench.ys[0])
         cuda.synchronize()
-        once_us = (time.perf_counter() - started) * 1e6
+        once_us = timer.stop()
         if once_us > slowest_us:
             results[0].update(once_us=once_us, skipped=f"one call took {once_us:,.0f} µs, above "
                                                        f"{slowest_us:,.0f} µs: not timed")
