@@ -89,8 +89,8 @@ def _scratch_shapes(m: int, n: int, longest: int, full: bool = True,
     """One worker's row of each scratch array: (length, dtype), in :func:`_scratch` order.
     The row-length histogram has no columns when :func:`lengths_counted` says the lengths are
     sorted instead (see :func:`_length_histogram`); neither it nor the diagonal flags have any
-    when the scan is not ``full`` (the detail windows only); the detail arrays (sectors, block masks) have none
-    when no window is scanned in detail (``detail`` False)."""
+    when the scan is not ``full`` (the detail windows only); the detail arrays (sectors, block
+    masks) have none when no window is scanned in detail (``detail`` False)."""
     d = int(detail)
     return [
         (_N_SUMS, np.int64),
