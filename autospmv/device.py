@@ -18,7 +18,8 @@ CSR tensors on a CUDA device. Their nonzeros never travel to the host:
   (:func:`autospmv.features.device_features_and_lengths`): bandwidth and occupied diagonals
   reduced on the GPU, row lengths from the row pointer, and the column indices of the rows
   drawn for the sampled features (a sixteenth of a large matrix's; no values) copied to the
-  host. A smaller matrix, whose features are all exact and so read every index, is decided by
+  host, unless x's locality is the only sampled feature the model reads: then it is counted
+  on the GPU from the same rows and nothing is copied. A smaller matrix, whose features are all exact and so read every index, is decided by
   the built-in rule of :func:`autospmv.selector.rule_decision` (row lengths only). The
   decision's notes say which.
 * **Conversion on the device** (:func:`device_format`), with CuPy array operations from the

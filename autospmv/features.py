@@ -212,7 +212,9 @@ def canonical_features_and_lengths(csr: sp.csr_matrix, sample_rows: int | None =
         )
     sampled, index_passes = passes_needed(needed)
     return _assemble(csr, _scan(csr, sample_rows, uploaded, sampled=sampled,
-                                index_passes=index_passes), device)
+                                index_passes=index_passes,
+                                warp_sectors=sample_rows is None and warp_sectors_only(needed)),
+                     device)
 
 
 INDEX_PASS_FEATURES = ("bandwidth", "bandwidth_rel", "diagonals", "diagonals_per_row")
@@ -233,6 +235,21 @@ def passes_needed(needed) -> tuple[bool, bool]:
     return bool(needed & set(SAMPLED_FEATURES)), bool(needed & set(INDEX_PASS_FEATURES))
 
 
+WARP_SECTOR_FEATURES = ("x_sectors_per_nnz_warp",)
+"""The sampled features that a matrix on the GPU can have counted there, over the same sampled
+windows as the host's scan, without the scan (:func:`_device_warp_sectors`)."""
+
+
+def warp_sectors_only(needed) -> bool:
+    """Whether the sampled features among ``needed`` (None: all) are only those of
+    :data:`WARP_SECTOR_FEATURES`, so that a matrix on the GPU needs no host scan of its sampled
+    rows (the shipped float64 models read x's locality and no other sampled feature)."""
+    if needed is None:
+        return False
+    wanted = set(needed) & set(SAMPLED_FEATURES)
+    return bool(wanted) and wanted <= set(WARP_SECTOR_FEATURES)
+
+
 def device_features_and_lengths(csr, device: str | None = None, needed=None
                                 ) -> tuple[dict[str, float], tuple[np.ndarray, np.ndarray]]:
     """The features of a canonical matrix on the GPU (:class:`autospmv.device.DeviceCSR`) with
@@ -242,17 +259,20 @@ def device_features_and_lengths(csr, device: str | None = None, needed=None
     features, the only nonzero data that leaves the GPU, are copied to the host and scanned
     there (about ``max(SAMPLE_TARGET_NNZ, SAMPLE_SHARE · nnz)`` of them: a sixteenth of a large
     matrix's indices, none of its values). ``needed``: as for
-    :func:`canonical_features_and_lengths`; without sampled features nothing is copied."""
+    :func:`canonical_features_and_lengths`; without sampled features nothing is copied, and
+    when x's locality is the only one (:func:`warp_sectors_only`) it is counted on the GPU
+    from the same rows and nothing is copied either."""
     if csr.nnz <= SAMPLE_THRESHOLD:
         raise ValueError(f"device features need more than {SAMPLE_THRESHOLD} nonzeros (below, "
                          "the host computes every feature exactly from every index)")
     structure = csr.structure()
     sampled, index_passes = passes_needed(needed)
     detail = None
-    if sampled:
+    if sampled and not warp_sectors_only(needed):
         m = csr.shape[0]
         detail = _sampled_rows(csr, _select_windows(m, _sampled_windows(m, csr.nnz, None)))
-    scanned = _scan(structure, None, csr, detail, sampled=sampled, index_passes=index_passes)
+    scanned = _scan(structure, None, csr, detail, sampled=sampled, index_passes=index_passes,
+                    warp_sectors=warp_sectors_only(needed))
     return _assemble(structure, scanned, target_device(device))
 
 
@@ -304,7 +324,7 @@ def _assemble(csr, scanned: tuple, device: str
     device = target_device(device)
     m, n = csr.shape
     nnz = int(csr.nnz)
-    sums, band, diagonals, warp_sum, values, counts = scanned
+    sampled, band, diagonals, warp_sum, values, counts = scanned
     out = dict(zip(_LENGTH_NAMES, _length_features(values, counts, m, nnz), strict=True))
     out.update(
         rows=m, cols=n, nnz=nnz, density=_ratio(nnz, m * n, 0.0),
@@ -314,20 +334,23 @@ def _assemble(csr, scanned: tuple, device: str
     if band is not None:
         out.update(bandwidth=band, bandwidth_rel=_ratio(band, max(m, n), 0.0),
                    diagonals=diagonals, diagonals_per_row=_ratio(diagonals, m, 0.0))
-    if sums is not None:
-        out.update(_sampled_features(sums))
+    if sampled is not None:
+        out.update(sampled)
     out.update(quantities(csr, device, values, counts, threaded_passes(nnz)))
     return {name: float(out[name]) for name in feature_names() if name in out}, (values, counts)
 
 
 def _scan(csr: sp.csr_matrix, sample_rows: int | None, uploaded=None, detail=None,
-          sampled: bool = True, index_passes: bool = True) -> tuple:
-    """Run the numba scan over the rows of a canonical matrix. Returns the summed counters,
-    the bandwidth, the number of occupied diagonals, the sum of the warp imbalance ratios,
-    and the distinct row lengths with their counts.
+          sampled: bool = True, index_passes: bool = True, warp_sectors: bool = False) -> tuple:
+    """Run the numba scan over the rows of a canonical matrix. Returns the sampled features
+    (:data:`SAMPLED_FEATURES`, from the summed counters), the bandwidth, the number of occupied
+    diagonals, the sum of the warp imbalance ratios, and the distinct row lengths with their
+    counts.
 
-    ``sampled`` False: no window is scanned in detail and the counters are None (with
-    ``uploaded``, nothing is scanned on the host at all); ``index_passes`` False: with
+    ``sampled`` False: no window is scanned in detail and the sampled features are None (with
+    ``uploaded``, nothing is scanned on the host at all); ``warp_sectors`` True, with
+    ``uploaded``: only those of :data:`WARP_SECTOR_FEATURES`, counted on the GPU over the
+    windows the scan would read (:func:`_device_warp_sectors`), with no host scan; ``index_passes`` False: with
     ``uploaded``, the bandwidth and the diagonals are not reduced on the GPU and are None (see
     :func:`passes_needed`). On the host's full scan both come at no extra cost and are returned.
 
@@ -340,10 +363,11 @@ def _scan(csr: sp.csr_matrix, sample_rows: int | None, uploaded=None, detail=Non
     m, n = csr.shape
     indptr = csr.indptr
     full = uploaded is None
-    if not full and not sampled:
+    if not full and (not sampled or warp_sectors):
         longest, values, counts, warp_sum = _length_passes(uploaded, indptr)
         band, diagonals = _band_and_diagonals(uploaded) if index_passes else (None, None)
-        return None, band, diagonals, warp_sum, values, counts
+        features = _device_warp_sectors(uploaded) if sampled else None
+        return features, band, diagonals, warp_sum, values, counts
     scan_indptr, scan_indices = detail if detail is not None else (indptr, csr.indices)
     windows = _sampled_windows(m, csr.nnz, sample_rows) if sampled else 0
     selected = _select_windows(m, windows)
@@ -360,7 +384,7 @@ def _scan(csr: sp.csr_matrix, sample_rows: int | None, uploaded=None, detail=Non
     scan = _scan_parallel if parallel else _scan_serial
     scan(scan_indptr, scan_indices, m, n, *_sector_shift_and_narrow(csr), selected, bounds, sums,
          hist, flags, *work, full)  # fmt: skip
-    counters = sums.sum(axis=0).tolist() if sampled else None
+    counters = _sampled_features(sums.sum(axis=0).tolist()) if sampled else None
     if not full:
         band, diagonals = _band_and_diagonals(uploaded) if index_passes else (None, None)
         return counters, band, diagonals, warp_sum, values, counts
@@ -397,6 +421,33 @@ def _band_and_diagonals(csr) -> tuple[int, int]:
     occupied = xp.zeros(m + n - 1, dtype=np.bool_)
     occupied[offset + (m - 1)] = True
     return int(xp.abs(offset).max()), int(xp.count_nonzero(occupied))
+
+
+def _device_warp_sectors(csr) -> dict[str, float]:
+    """``x_sectors_per_nnz_warp`` of a matrix on the GPU (:class:`autospmv.device.DeviceCSR`)
+    counted there, over the windows the host's scan samples (:func:`_select_windows`), with the
+    scan's value: every entry of those windows gets a key (window number, sector of x), the
+    keys are sorted, and the distinct ones counted. Only the windows' bounds go up (from the
+    host's row pointer) and two scalars come back; the scan would copy the windows' column
+    indices to the host and read them there."""
+    xp = csr.xp
+    m = csr.shape[0]
+    windows = np.flatnonzero(_select_windows(m, _sampled_windows(m, csr.nnz, None)))
+    first = windows * WINDOW_ROWS
+    starts = csr.host_indptr[first].astype(np.int64)
+    ends = csr.host_indptr[np.minimum(first + WINDOW_ROWS, m)].astype(np.int64)
+    stops = np.cumsum(ends - starts)
+    entries = int(stops[-1]) if stops.size else 0
+    if entries == 0:
+        return {"x_sectors_per_nnz_warp": 0.0}
+    entry = xp.arange(entries, dtype=np.int64)
+    window = xp.searchsorted(xp.asarray(stops), entry, side="right")
+    positions = xp.asarray(starts - (stops - (ends - starts)))[window] + entry
+    shift = _sector_shift_and_narrow(csr)[0]
+    keys = (window << 32) | (csr.indices[positions].astype(np.int64) >> shift)
+    keys.sort()
+    distinct = 1 + int(xp.count_nonzero(keys[1:] != keys[:-1]))
+    return {"x_sectors_per_nnz_warp": distinct / entries}
 
 
 def length_passes_on_device(rows: int) -> bool:

@@ -17,6 +17,7 @@ from .devices import (  # noqa: F401  (cuda_available: re-exported)
 from .cpu_threads import check_threads
 from .features import (
     DEVICE_PASSES_MIN_NNZ, canonical_features_and_lengths, length_passes_on_device, passes_needed,
+    warp_sectors_only,
 )
 from .formats.base import FormatTooLargeError
 from .operator import SpMVOperator
@@ -49,8 +50,8 @@ def _device_for_device_input(device, resolve: bool = True) -> str:
 def _decide_device(csr, kernel, device, params, model=None) -> Decision:
     """The decision for a matrix on the GPU (see :mod:`autospmv.device`): ``kernel=`` as on the
     host; else, above :data:`autospmv.features.SAMPLE_THRESHOLD` nonzeros, the model from the
-    same features as on the host (:func:`autospmv.features.device_features_and_lengths`: a
-    sixteenth of the column indices come to the host, no values); else the built-in rule,
+    same features as on the host (:func:`autospmv.features.device_features_and_lengths`: at
+    most a sixteenth of the column indices come to the host, no values); else the built-in rule,
     which reads the row lengths only."""
     from .features import SAMPLE_THRESHOLD, device_features_and_lengths
 
@@ -94,6 +95,8 @@ def _passes_note(needed, rows: int) -> str:
     else:
         note = ("row lengths reduced on the GPU" if on_device
                 else "row lengths from the host's row pointer")
+    if sampled and warp_sectors_only(needed):
+        return note + "; x's locality counted on the GPU over the sampled rows, a sixteenth"
     if sampled:
         return note + "; the column indices of the sampled rows, a sixteenth, copied to the host"
     return note + ("; the model reads no sampled feature" if index_passes

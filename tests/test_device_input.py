@@ -17,8 +17,8 @@ from autospmv.device import DeviceCSR, csr_from_format, device_format, is_device
 from autospmv.formats.base import FormatTooLargeError
 from autospmv.validation import canonicalize
 from autospmv.formats.csr import CSRFormat
-from matrices import (FAMILY, TOLERANCE, power_law, random_matrix, random_vector, reference,
-                      relative_error)
+from matrices import (FAMILY, TOLERANCE, block3, poisson2d, power_law, random_matrix,
+                      random_vector, reference, relative_error)
 
 DTYPES = [np.float32, np.float64]
 
@@ -446,23 +446,26 @@ def test_length_passes_on_the_device_equal_the_host_passes(m):
         assert warp_sum == warp_ratio_sum(csr.indptr, m)
 
 
-@pytest.mark.parametrize("needed, sampled, index_passes", [
-    (["nnz", "row_mean"], False, False),
-    (["nnz", "x_sectors_per_nnz_warp"], True, False),
-    (["diagonals", "row_std"], False, True),
-    (None, True, True),
+@pytest.mark.parametrize("needed, sampled, index_passes, gpu_sectors", [
+    (["nnz", "row_mean"], False, False, False),
+    (["nnz", "x_sectors_per_nnz_warp"], True, False, True),
+    (["nnz", "x_sectors_per_nnz_warp", "block4_share"], True, False, False),
+    (["diagonals", "row_std"], False, True, False),
+    (None, True, True, False),
 ])
 def test_features_leave_out_the_passes_a_caller_does_not_read(needed, sampled, index_passes,
-                                                              monkeypatch):
+                                                              gpu_sectors, monkeypatch):
     """Only the passes whose features are needed run (on the host, from an uploaded matrix, and
-    for a matrix on the GPU); every feature they return equals the full computation's."""
+    for a matrix on the GPU); every feature they return equals the full computation's. When
+    x's locality is the only sampled feature, a matrix on the GPU (uploaded or not) has it
+    counted there instead of copying the sampled rows' indices to the host."""
     import importlib
 
     features_module = importlib.import_module("autospmv.features")
     csr = canonicalize(power_law(100_000, 80_000, 1.6, 9).astype(np.float32))
     full, full_lengths = features_module.canonical_features_and_lengths(csr, device="cuda")
     ran = []
-    for name in ("_sampled_rows", "_band_and_diagonals"):
+    for name in ("_sampled_rows", "_band_and_diagonals", "_device_warp_sectors"):
         original = getattr(features_module, name)
 
         def spy(*args, original=original, name=name):
@@ -477,7 +480,9 @@ def test_features_leave_out_the_passes_a_caller_does_not_read(needed, sampled, i
         features_module.device_features_and_lengths(_numpy_device_csr(csr), "cuda",
                                                     needed=needed),
     ]
-    expected_runs = ["_band_and_diagonals"] * 2 * index_passes + ["_sampled_rows"] * sampled
+    expected_runs = (["_band_and_diagonals"] * 2 * index_passes
+                     + ["_sampled_rows"] * (sampled and not gpu_sectors)
+                     + ["_device_warp_sectors"] * 2 * gpu_sectors)
     assert sorted(ran) == sorted(expected_runs)
     for got, lengths in results:
         assert set(got) <= set(full) and all(got[k] == full[k] for k in got)
@@ -488,3 +493,24 @@ def test_features_leave_out_the_passes_a_caller_does_not_read(needed, sampled, i
     # The host's full scan returns the bandwidth and the diagonals whatever is needed.
     assert "diagonals" in results[0][0]
     assert ("diagonals" in results[1][0]) == index_passes == ("diagonals" in results[2][0])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("build", [
+    lambda: poisson2d(400),
+    lambda: block3(15_000, 2e-4, 0),
+    lambda: power_law(60_000, 2_000_000, 1.3, 2),
+    lambda: random_matrix(40_000, 40_000, 3e-4, 5),
+], ids=["poisson2d", "block3", "power_law_wide", "uniform"])
+def test_x_locality_counted_on_the_device_equals_the_host_scan(build, dtype):
+    """x_sectors_per_nnz_warp counted from a matrix on the GPU (:func:`_device_warp_sectors`,
+    NumPy stand-in) equals the host scan's sampled value exactly, on structures where it is
+    small (stencils, blocks) and near 1 (scattered columns)."""
+    import importlib
+
+    features_module = importlib.import_module("autospmv.features")
+    csr = canonicalize(build().astype(dtype))
+    assert csr.nnz > features_module.SAMPLE_THRESHOLD
+    host = features_module.features(csr, device="cuda")["x_sectors_per_nnz_warp"]
+    counted = features_module._device_warp_sectors(_numpy_device_csr(csr))
+    assert counted == {"x_sectors_per_nnz_warp": host}
