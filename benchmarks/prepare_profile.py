@@ -1,0 +1,68 @@
+"""Profile automatic prepare() of matrices already on the GPU (cProfile and decision notes).
+
+Where the time goes: a cProfile of ten calls per matrix (after three untimed ones), with the
+decision's notes, which split the features and prediction from the conversion.
+
+The matrices are those of :mod:`benchmarks.prepare_cost` (a 2-D Laplacian and a power-law
+matrix per size), as CuPy CSR matrices, in float32 and float64. Needs a GPU and CuPy.
+
+    PYTHONPATH=. python benchmarks/prepare_profile.py --sizes 1e6 2e7 --out FOLDER
+
+Writes ``FOLDER/prof-MATRIX_DTYPE.txt`` (the 45 most expensive calls, cumulative) and prints
+each matrix's median prepare() time over ten synchronised calls and its decision notes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import pstats
+import statistics
+import time
+from pathlib import Path
+
+import autospmv
+from prepare_cost import make_matrices
+
+CALLS = 10
+UNTIMED = 3
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=float, nargs="+", default=[1e6, 2e7])
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    import cupy
+    import cupyx.scipy.sparse as cps
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    for name, A in make_matrices(args.sizes, ["float32", "float64"]):
+        matrix = cps.csr_matrix(A)
+        for _ in range(UNTIMED):
+            autospmv.prepare(matrix)
+        cupy.cuda.runtime.deviceSynchronize()
+        times = []
+        for _ in range(CALLS):
+            started = time.perf_counter()
+            op = autospmv.prepare(matrix)
+            cupy.cuda.runtime.deviceSynchronize()
+            times.append(time.perf_counter() - started)
+        profile = cProfile.Profile()
+        profile.enable()
+        for _ in range(CALLS):
+            autospmv.prepare(matrix)
+        cupy.cuda.runtime.deviceSynchronize()
+        profile.disable()
+        text = io.StringIO()
+        pstats.Stats(profile, stream=text).sort_stats("cumulative").print_stats(45)
+        label = f"{name}_{A.dtype}"
+        (args.out / f"prof-{label}.txt").write_text(text.getvalue())
+        notes = [line.strip() for line in op.explain().splitlines() if "took" in line]
+        print(f"{label}: {op.kernel}, median {statistics.median(times) * 1e3:.2f} ms; "
+              + "; ".join(notes), flush=True)
+
+
+if __name__ == "__main__":
+    main()
