@@ -30,6 +30,8 @@ SIMULATOR = bool(cuda.config.ENABLE_CUDASIM)
 if not SIMULATOR:
     from cuda.bindings import driver
 
+    from . import cubins
+
 
 class Slot:
     """Placeholder for a vector that changes on every call (``X`` or ``Y``)."""
@@ -93,11 +95,12 @@ class Launch:
         return ptx
 
     def load(self, x_len: int, y_len: int) -> None:
-        """Compile for the argument types and build the driver's parameter buffer (GPU only)."""
+        """Compile for the argument types (or load the kernel from the cubin cache,
+        :mod:`autospmv.kernels.cuda.cubins`) and build the driver's parameter buffer (GPU
+        only)."""
         if SIMULATOR:
             return
-        kernel = self.dispatcher.compile(self.argtypes)
-        self._function = driver.CUkernel(int(kernel._codelibrary.get_cufunc().handle))
+        self._function = driver.CUkernel(cubins.function_handle(self.dispatcher, self.argtypes))
         lengths = {"X": x_len, "Y": y_len}
         self._storage = []  # the ctypes values the parameter array points into
         self._slots = {}  # slot name -> ctypes value holding that vector's data pointer
