@@ -33,8 +33,9 @@ from numba import cuda
 from ...cache import cache_dir
 
 _LOADED = {}
-"""Entry key -> (module, function): the driver modules loaded in this process, kept alive for
-as long as the process runs (a kernel's function handle is valid while its module is)."""
+"""(entry key, device id) -> (module, function): the driver modules loaded in this process, one
+per device's context, kept alive for as long as the process runs (a kernel's function handle is
+valid while its module is, and only in the context it was loaded into)."""
 
 
 @functools.lru_cache(maxsize=1)
@@ -78,7 +79,7 @@ def function_handle(dispatcher, argtypes) -> int:
     numba-cuda and stored for the next process."""
     device = cuda.current_context().device  # creates the context the module is loaded into
     key = entry_key(dispatcher, argtypes, device.compute_capability)
-    loaded = _LOADED.get(key) or _load(key)
+    loaded = _LOADED.get((key, device.id)) or _load(key, device.id)
     if loaded is not None:
         return int(loaded[1])
     library = dispatcher.compile(argtypes)._codelibrary
@@ -95,9 +96,9 @@ def _image(cubin) -> bytes | None:
     return bytes(image) if isinstance(image, (bytes, bytearray, memoryview)) else None
 
 
-def _load(key: str):
-    """The (module, function) of a stored entry, loaded into the current context; None when
-    there is none or it cannot be used."""
+def _load(key: str, device_id: int = 0):
+    """The (module, function) of a stored entry, loaded into the current context (that of
+    device ``device_id``); None when there is none or it cannot be used."""
     from cuda.bindings import driver
 
     cubin, meta = folder() / f"{key}.cubin", folder() / f"{key}.json"
@@ -113,8 +114,8 @@ def _load(key: str):
     if status != driver.CUresult.CUDA_SUCCESS:
         driver.cuModuleUnload(module)
         return None
-    _LOADED[key] = (module, function)
-    return _LOADED[key]
+    _LOADED[key, device_id] = (module, function)
+    return _LOADED[key, device_id]
 
 
 def _store(key: str, cubin: bytes | None, entry_name: str) -> None:
