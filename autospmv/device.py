@@ -19,9 +19,9 @@ CSR tensors on a CUDA device. Their nonzeros never travel to the host:
   reduced on the GPU, row lengths from the row pointer, and the column indices of the rows
   drawn for the sampled features (a sixteenth of a large matrix's; no values) copied to the
   host, unless x's locality is the only sampled feature the model reads: then it is counted
-  on the GPU from the same rows and nothing is copied. A smaller matrix, whose features are all exact and so read every index, is decided by
-  the built-in rule of :func:`autospmv.selector.rule_decision` (row lengths only). The
-  decision's notes say which.
+  on the GPU from the same rows and nothing is copied. A smaller matrix, whose features are
+  all exact and so read every index, is decided by the built-in rule of
+  :func:`autospmv.selector.rule_decision` (row lengths only). The decision's notes say which.
 * **Conversion on the device** (:func:`device_format`), with CuPy array operations from the
   uploaded CSR (also for host input on the GPU when CuPy is installed: :func:`upload_csr`):
   csr_scalar/csr_vector use the CSR arrays as they are; COO builds the row of every

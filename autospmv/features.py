@@ -350,9 +350,10 @@ def _scan(csr: sp.csr_matrix, sample_rows: int | None, uploaded=None, detail=Non
     ``sampled`` False: no window is scanned in detail and the sampled features are None (with
     ``uploaded``, nothing is scanned on the host at all); ``warp_sectors`` True, with
     ``uploaded``: only those of :data:`WARP_SECTOR_FEATURES`, counted on the GPU over the
-    windows the scan would read (:func:`_device_warp_sectors`), with no host scan; ``index_passes`` False: with
-    ``uploaded``, the bandwidth and the diagonals are not reduced on the GPU and are None (see
-    :func:`passes_needed`). On the host's full scan both come at no extra cost and are returned.
+    windows the scan would read (:func:`_device_warp_sectors`), with no host scan;
+    ``index_passes`` False: with ``uploaded``, the bandwidth and the diagonals are not reduced
+    on the GPU and are None (see :func:`passes_needed`). On the host's full scan both come at
+    no extra cost and are returned.
 
     ``uploaded``: the same matrix on the GPU (:class:`autospmv.device.DeviceCSR`). Then the
     scan reads the windows drawn for detail only; the bandwidth and the occupied diagonals,

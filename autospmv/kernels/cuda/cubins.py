@@ -70,6 +70,7 @@ def _numba_cuda_version() -> str:
 
 
 def folder() -> Path:
+    """Where the entries live: ``cubins`` in the folder numba caches autospmv's code in."""
     return cache_dir() / "cubins"
 
 
