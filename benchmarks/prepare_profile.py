@@ -1,10 +1,12 @@
-"""Profile automatic prepare() of matrices already on the GPU (cProfile and decision notes).
+"""Profile automatic prepare() for the GPU (cProfile and decision notes).
 
 Where the time goes: a cProfile of ten calls per matrix (after three untimed ones), with the
 decision's notes, which split the features and prediction from the conversion.
 
 The matrices are those of :mod:`benchmarks.prepare_cost` (a 2-D Laplacian and a power-law
-matrix per size), as CuPy CSR matrices, in float32 and float64. Needs a GPU and CuPy.
+matrix per size) in float32 and float64, already on the GPU as CuPy CSR matrices
+(``--input device``, the default) or SciPy matrices on the host (``--input host``). Needs a GPU
+and CuPy.
 
     PYTHONPATH=. python benchmarks/prepare_profile.py --sizes 1e6 2e7 --out FOLDER
 
@@ -32,6 +34,7 @@ UNTIMED = 3
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=float, nargs="+", default=[1e6, 2e7])
+    parser.add_argument("--input", choices=["device", "host"], default="device")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     import cupy
@@ -39,7 +42,7 @@ def main(argv=None):
 
     args.out.mkdir(parents=True, exist_ok=True)
     for name, A in make_matrices(args.sizes, ["float32", "float64"]):
-        matrix = cps.csr_matrix(A)
+        matrix = cps.csr_matrix(A) if args.input == "device" else A
         for _ in range(UNTIMED):
             autospmv.prepare(matrix)
         cupy.cuda.runtime.deviceSynchronize()
@@ -57,7 +60,7 @@ def main(argv=None):
         profile.disable()
         text = io.StringIO()
         pstats.Stats(profile, stream=text).sort_stats("cumulative").print_stats(45)
-        label = f"{name}_{A.dtype}"
+        label = f"{name}_{A.dtype}_{args.input}"
         (args.out / f"prof-{label}.txt").write_text(text.getvalue())
         notes = [line.strip() for line in op.explain().splitlines() if "took" in line]
         print(f"{label}: {op.kernel}, median {statistics.median(times) * 1e3:.2f} ms; "
