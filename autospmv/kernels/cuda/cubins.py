@@ -15,8 +15,8 @@ constants and device functions from other modules, so any change to the package 
 entry). Files live in ``<cache folder>/cubins`` (:func:`autospmv.cache.cache_dir`), written
 atomically; a missing, unreadable or unloadable entry is compiled again through numba-cuda and
 rewritten. Kernels whose module needs set-up or tear-down functions (none of autospmv's) are
-always loaded through numba-cuda. Entries of earlier sources are not removed (a few megabytes
-per version of the package); deleting the folder is always safe.
+always loaded through numba-cuda. Entries of earlier sources are not removed;
+deleting the folder is always safe.
 """
 
 from __future__ import annotations
