@@ -267,12 +267,13 @@ def device_features_and_lengths(csr, device: str | None = None, needed=None
                          "the host computes every feature exactly from every index)")
     structure = csr.structure()
     sampled, index_passes = passes_needed(needed)
+    on_device = warp_sectors_only(needed)
     detail = None
-    if sampled and not warp_sectors_only(needed):
+    if sampled and not on_device:
         m = csr.shape[0]
         detail = _sampled_rows(csr, _select_windows(m, _sampled_windows(m, csr.nnz, None)))
     scanned = _scan(structure, None, csr, detail, sampled=sampled, index_passes=index_passes,
-                    warp_sectors=warp_sectors_only(needed))
+                    warp_sectors=on_device)
     return _assemble(structure, scanned, target_device(device))
 
 
@@ -426,24 +427,24 @@ def _band_and_diagonals(csr) -> tuple[int, int]:
 
 def _device_warp_sectors(csr) -> dict[str, float]:
     """``x_sectors_per_nnz_warp`` of a matrix on the GPU (:class:`autospmv.device.DeviceCSR`)
-    counted there, over the windows the host's scan samples (:func:`_select_windows`), with the
-    scan's value: every entry of those windows gets a key (window number, sector of x), the
-    keys are sorted, and the distinct ones counted. Only the windows' bounds go up (from the
-    host's row pointer) and two scalars come back; the scan would copy the windows' column
-    indices to the host and read them there."""
+    counted there, over the windows the host's scan samples (:func:`_drawn_windows`, as
+    :func:`_select_windows` flags them), with the scan's value: every entry of those windows
+    gets a key (window, sector of x), the keys are sorted, and the distinct ones counted. Only
+    the windows' bounds go up (from the host's row pointer) and two scalars come back; the scan
+    would copy the windows' column indices to the host and read them there."""
     xp = csr.xp
     m = csr.shape[0]
-    windows = np.flatnonzero(_select_windows(m, _sampled_windows(m, csr.nnz, None)))
+    windows = _drawn_windows(-(-m // WINDOW_ROWS), _sampled_windows(m, csr.nnz, None))
     first = windows * WINDOW_ROWS
     starts = csr.host_indptr[first].astype(np.int64)
-    ends = csr.host_indptr[np.minimum(first + WINDOW_ROWS, m)].astype(np.int64)
-    stops = np.cumsum(ends - starts)
+    lengths = csr.host_indptr[np.minimum(first + WINDOW_ROWS, m)].astype(np.int64) - starts
+    stops = np.cumsum(lengths)  # where each window's entries end among the sampled ones
     entries = int(stops[-1]) if stops.size else 0
     if entries == 0:
         return {"x_sectors_per_nnz_warp": 0.0}
     entry = xp.arange(entries, dtype=np.int64)
     window = xp.searchsorted(xp.asarray(stops), entry, side="right")
-    positions = xp.asarray(starts - (stops - (ends - starts)))[window] + entry
+    positions = xp.asarray(starts - (stops - lengths))[window] + entry
     shift = _sector_shift_and_narrow(csr)[0]
     keys = (window << 32) | (csr.indices[positions].astype(np.int64) >> shift)
     keys.sort()
