@@ -29,7 +29,9 @@ import tempfile
 from pathlib import Path
 
 import numba
+from cuda.bindings import driver
 from numba import cuda
+from numba_cuda import __version__ as numba_cuda_version
 
 from ...cache import cache_dir
 
@@ -57,17 +59,8 @@ def entry_key(dispatcher, argtypes, cc) -> str:
                      for key, value in getattr(dispatcher, "targetoptions", {}).items())
     parts = [dispatcher.py_func.__module__, dispatcher.py_func.__qualname__,
              repr(tuple(argtypes)), repr(options), repr(tuple(cc)), numba.__version__,
-             _numba_cuda_version(), source_digest()]
+             numba_cuda_version, source_digest()]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
-
-
-def _numba_cuda_version() -> str:
-    try:
-        import numba_cuda
-
-        return numba_cuda.__version__
-    except (ImportError, AttributeError):  # pragma: no cover - older layouts
-        return "unknown"
 
 
 def folder() -> Path:
@@ -101,8 +94,6 @@ def _image(cubin) -> bytes | None:
 def _load(key: str, device_id: int = 0):
     """The (module, function) of a stored entry, loaded into the current context (that of
     device ``device_id``); None when there is none or it cannot be used."""
-    from cuda.bindings import driver
-
     cubin, meta = folder() / f"{key}.cubin", folder() / f"{key}.json"
     try:
         name = json.loads(meta.read_text())["entry_name"]
