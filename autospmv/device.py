@@ -30,7 +30,7 @@ CSR tensors on a CUDA device. Their nonzeros never travel to the host:
   transposes the tiles with one reshape and computes the tile descriptors there
   (:func:`autospmv.formats.csr5.descriptors_without_empty_rows`, from
   :data:`CSR5_DEVICE_DESCRIPTORS_MIN_NNZ` nonzeros) or, for a smaller matrix or one with empty
-  rows (dirty tiles), uploads those the host's compiled passes compute.
+  rows (placeholders), uploads those the host's compiled passes compute.
 
 Every function taking ``xp`` works with NumPy arrays too, which is how the tests prove on any
 machine that the device conversions build exactly the host formats.
@@ -219,15 +219,19 @@ def device_format(kernel: str, csr: DeviceCSR, params: dict) -> SparseFormat:
         return jds.JDSFormat(csr.shape, perm_d, jd_ptr_d, col, data)
     if format_class is csr5.CSR5Format:
         sigma = params["sigma"]
+        indices, data = csr.indices, csr.data
         if (csr.nnz >= CSR5_DEVICE_DESCRIPTORS_MIN_NNZ
                 and not bool((csr.indptr[1:] == csr.indptr[:-1]).any())):
             fields = csr5.descriptors_without_empty_rows(csr.indptr, sigma, xp)
-        else:  # empty rows make dirty tiles, whose runs the host's compiled passes build
+        else:  # the host's compiled passes build the descriptors, and place the placeholders
             fields = csr5.csr5_descriptors(structure.indptr, sigma)
             fields = {k: (xp.asarray(v) if isinstance(v, np.ndarray) else v)
                       for k, v in fields.items()}
-        return csr5.CSR5Format(csr.shape, indices=csr5.transpose_tiles(csr.indices, sigma, xp),
-                               data=csr5.transpose_tiles(csr.data, sigma, xp), **fields)
+            positions = xp.asarray(csr5.placeholder_rows(structure.indptr)[1])
+            indices = csr5.insert_placeholders(indices, positions, csr5.PLACEHOLDER, xp)
+            data = csr5.insert_placeholders(data, positions, 0, xp)
+        return csr5.CSR5Format(csr.shape, indices=csr5.transpose_tiles(indices, sigma, xp),
+                               data=csr5.transpose_tiles(data, sigma, xp), **fields)
     raise ValueError(f"no device conversion for kernel {kernel!r}")
 
 
@@ -252,8 +256,12 @@ def csr_from_format(fmt: SparseFormat, indptr, xp) -> DeviceCSR:
     if isinstance(fmt, coo.COOFormat):  # row-sorted, in CSR order
         return csr_of(fmt.col, fmt.data)
     if isinstance(fmt, csr5.CSR5Format):
-        return csr_of(csr5.transpose_tiles(fmt.indices, fmt.sigma, xp, to_tiles=False),
-                      csr5.transpose_tiles(fmt.data, fmt.sigma, xp, to_tiles=False))
+        indices = csr5.transpose_tiles(fmt.indices, fmt.sigma, xp, to_tiles=False)
+        data = csr5.transpose_tiles(fmt.data, fmt.sigma, xp, to_tiles=False)
+        if indices.shape[0] > nnz:  # drop the empty rows' placeholders
+            real = xp.nonzero(indices != csr5.PLACEHOLDER)[0]
+            indices, data = indices[real], data[real]
+        return csr_of(indices, data)
     row = row_of_each_nonzero(indptr_d, nnz, np.int64, xp)
     position = xp.arange(nnz, dtype=np.int64) - indptr_d[row].astype(np.int64)
     if isinstance(fmt, ell.ELLFormat):  # column-major slots: position·m + row

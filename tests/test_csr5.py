@@ -15,7 +15,9 @@ import pytest
 import scipy.sparse as sp
 
 import autospmv
-from autospmv.formats.csr5 import LONG_ROWS, OMEGA, SHORT_ROWS, CSR5Format, structural_sigma
+from autospmv.formats.csr5 import (
+    LONG_ROWS, OMEGA, PLACEHOLDER, SHORT_ROWS, CSR5Format, structural_sigma,
+)
 from autospmv.kernels.cpu import csr5 as cpu_csr5
 from autospmv.validation import canonicalize
 from matrices import (
@@ -33,19 +35,21 @@ def canonical(name: str, dtype=np.float64) -> sp.csr_matrix:
 
 
 def naive_descriptors(csr: sp.csr_matrix, sigma: int) -> dict:
-    """The descriptors built one nonzero at a time, straight from their definitions."""
+    """The descriptors built one entry at a time, straight from their definitions: every empty
+    row of a matrix with nonzeros holds one placeholder entry."""
     m = csr.shape[0]
     size = OMEGA * sigma
     lengths = np.diff(csr.indptr)
-    nnz = int(csr.indptr[-1])
-    row_of = np.repeat(np.arange(m), lengths)
-    row_start = set(int(p) for p in csr.indptr[:-1][lengths > 0])
-    out = {key: [] for key in ("tile_ptr", "bit_flag", "y_offset", "seg_offset", "empty_offset")}
-    empty_ptr = [0]
-    for first in range(0, nnz, size):
-        last = min(nnz, first + size) - 1
-        row0, row_last = int(row_of[first]), int(row_of[last])
-        dirty = bool(np.any(lengths[row0:row_last + 1] == 0))
+    padded = np.maximum(lengths, 1) if csr.nnz else lengths
+    total = int(padded.sum())
+    row_of = np.repeat(np.arange(m), padded)
+    row_start = set(np.concatenate([[0], np.cumsum(padded)[:-1]]).tolist()) if m else set()
+    placeholder_at = set(int(p) for p, r in zip(np.concatenate([[0], np.cumsum(padded)[:-1]]),
+                                                range(m)) if lengths[r] == 0 and csr.nnz)
+    out = {key: [] for key in ("tile_ptr", "bit_flag", "y_offset", "seg_offset")}
+    for first in range(0, total, size):
+        last = min(total, first + size) - 1
+        row0 = int(row_of[first])
         bits = [0] * OMEGA
         segment_rows = []
         for position in range(first, last + 1):
@@ -53,20 +57,16 @@ def naive_descriptors(csr: sp.csr_matrix, sigma: int) -> dict:
             if local == 0 or position in row_start:
                 bits[local // sigma] |= 1 << (local % sigma)
                 segment_rows.append(int(row_of[position]))
+        assert segment_rows == list(range(row0, row0 + len(segment_rows)))
         counts = [bin(b).count("1") for b in bits]
         for lane in range(OMEGA):
             out["bit_flag"].append(bits[lane])
             out["y_offset"].append(sum(counts[:lane]))
             later = [k for k in range(lane + 1, OMEGA) if bits[k]]
             out["seg_offset"].append((later[0] if later else OMEGA) - lane)
-        out["tile_ptr"].append(~row0 if dirty else row0)
-        if dirty:
-            out["empty_offset"] += [row - row0 for row in segment_rows]
-        else:
-            assert segment_rows == list(range(row0, row0 + len(segment_rows)))
-        empty_ptr.append(len(out["empty_offset"]))
+        holds = any(first <= p <= last for p in placeholder_at)
+        out["tile_ptr"].append(~row0 if holds else row0)
     out["tile_ptr"].append(m)
-    out["empty_ptr"] = empty_ptr
     out["has_empty_rows"] = bool(np.any(lengths == 0))
     return out
 
@@ -85,7 +85,11 @@ def test_round_trip_is_exact(name):
         assert np.array_equal(back.data, csr.data)
         assert fmt.indices.dtype == csr.indices.dtype and fmt.tile_ptr.dtype == csr.indptr.dtype
         assert fmt.dtype == csr.dtype
-        assert fmt.ntiles == -(-csr.nnz // (OMEGA * sigma))
+        empty = int(np.count_nonzero(np.diff(csr.indptr) == 0)) if csr.nnz else 0
+        assert fmt.ntiles == -(-(csr.nnz + empty) // (OMEGA * sigma))
+        assert fmt.data.shape[0] == csr.nnz + empty
+        placeholders = fmt.indices == PLACEHOLDER
+        assert np.count_nonzero(placeholders) == empty and not fmt.data[placeholders].any()
 
 
 @pytest.mark.parametrize("name", sorted(n for n in MATRICES if MATRICES[n]().nnz <= 20_000))
@@ -104,30 +108,31 @@ def test_descriptors_match_their_definitions(name):
 
 
 def test_descriptors_of_a_hand_checked_example():
-    # σ = 2 (64 nonzeros per tile); rows of 3, 0, 70, 0, 0, 1, 2 entries: 76 nonzeros.
-    # Tile 0 (nonzeros 0..63): row 0 at 0, row 2 from 3 on; empty row 1 between -> dirty.
-    # Tile 1 (64..75, incomplete, CSR order): row 2 continues to 72, rows 3-4 empty, row 5 at 73,
-    # row 6 at 74..75 -> dirty; its segments are rows 2, 5, 6.
+    # σ = 2 (64 entries per tile); rows of 3, 0, 70, 0, 0, 1, 2 entries: 76 nonzeros and three
+    # placeholders (rows 1, 3, 4), 79 entries.
+    # Tile 0 (entries 0..63): row 0 at 0..2, row 1's placeholder at 3, row 2 from 4 on.
+    # Tile 1 (64..78, incomplete, CSR order): row 2 continues to 73, the placeholders of rows 3
+    # and 4 at 74 and 75, row 5 at 76, row 6 at 77..78. Both tiles hold placeholders.
     csr = canonicalize(from_row_lengths([3, 0, 70, 0, 0, 1, 2], 80, seed=3))
     fmt = CSR5Format.from_csr(csr, 2)
     lanes = np.arange(OMEGA)
     assert fmt.tile_ptr.tolist() == [~0, ~2, 7]
-    assert fmt.empty_ptr.tolist() == [0, 2, 5]
-    assert fmt.empty_offset.tolist() == [0, 2, 0, 3, 4]
     tile0, tile1 = fmt.bit_flag[:OMEGA], fmt.bit_flag[OMEGA:]
-    assert tile0[:2].tolist() == [0b01, 0b10] and not tile0[2:].any()  # nonzeros 0 and 3
-    assert tile1[[0, 4, 5]].tolist() == [0b01, 0b10, 0b01]  # local 0, 9, 10
+    assert tile0[:3].tolist() == [0b01, 0b10, 0b01] and not tile0[3:].any()  # entries 0, 3, 4
+    assert tile1[[0, 5, 6]].tolist() == [0b01, 0b11, 0b11]  # local 0, 10, 11, 12, 13
     assert np.count_nonzero(tile1) == 3
-    assert fmt.y_offset[:OMEGA].tolist() == [0, 1] + [2] * 30
-    assert fmt.y_offset[OMEGA:].tolist() == [0, 1, 1, 1, 1, 2] + [3] * 26
+    assert fmt.y_offset[:OMEGA].tolist() == [0, 1, 2] + [3] * 29
+    assert fmt.y_offset[OMEGA:].tolist() == [0, 1, 1, 1, 1, 1, 3] + [5] * 25
     assert fmt.has_empty_rows
-    assert fmt.seg_offset[:OMEGA].tolist() == [1, 31] + (OMEGA - lanes[2:]).tolist()
-    assert fmt.seg_offset[OMEGA:].tolist() == [4, 3, 2, 1, 1, 27] + (OMEGA - lanes[6:]).tolist()
-    # Tile 0 is transposed (nonzero 2l + j at j·32 + l); tile 1 stays in CSR order.
+    assert fmt.seg_offset[:OMEGA].tolist() == [1, 1, 30] + (OMEGA - lanes[3:]).tolist()
+    assert fmt.seg_offset[OMEGA:].tolist() == [5, 4, 3, 2, 1, 1, 26] + (OMEGA - lanes[7:]).tolist()
+    # Tile 0 is transposed (entry 2l + j at j·32 + l); tile 1 stays in CSR order.
     assert fmt.data[0] == csr.data[0] and fmt.data[1] == csr.data[2]
-    assert fmt.data[OMEGA] == csr.data[1] and fmt.data[2 * OMEGA - 1] == csr.data[63]
-    assert np.array_equal(fmt.data[64:], csr.data[64:])
-    assert np.array_equal(fmt.indices[64:], csr.indices[64:])
+    assert fmt.data[OMEGA] == csr.data[1] and fmt.data[2 * OMEGA - 1] == csr.data[62]
+    assert fmt.indices[OMEGA + 1] == PLACEHOLDER and fmt.data[OMEGA + 1] == 0  # entry 3
+    assert np.array_equal(fmt.data[64:74], csr.data[63:73])
+    assert fmt.indices[74:76].tolist() == [PLACEHOLDER] * 2 and not fmt.data[74:76].any()
+    assert np.array_equal(fmt.indices[76:], csr.indices[73:])
 
 
 def test_empty_matrices_have_no_tiles():
@@ -196,8 +201,8 @@ def test_cpu_parallel_and_serial_agree_bitwise(rng):
     results = []
     for kernel in (cpu_csr5._csr5_serial, cpu_csr5._csr5_parallel, cpu_csr5._csr5_parallel):
         y = np.empty(csr.shape[0])
-        kernel(fmt.tile_ptr, fmt.bit_flag, fmt.y_offset, fmt.empty_ptr, fmt.empty_offset,
-               fmt.indices, fmt.data, x, y, fmt.sigma, tiles_per_task)
+        kernel(fmt.tile_ptr, fmt.bit_flag, fmt.y_offset, fmt.indices, fmt.data, x, y, fmt.sigma,
+               tiles_per_task)
         results.append(y)
     assert np.array_equal(results[0], results[1]) and np.array_equal(results[1], results[2])
     assert relative_error(results[0], reference(csr, x)) <= 1e-12
@@ -264,12 +269,13 @@ def test_cuda_kernel_on_a_large_power_law_matrix(dtype, rng):
     (np.full(4096, 2), np.float64, 8, ["csr5_clear_tile_ends", "csr5_kernel"]),
     (np.full(4096, 2), np.float32, 8, ["csr5_clear_tile_ends", "csr5_kernel"]),
     (np.full(4096, 2), np.float32, 2, ["ZeroY", "csr5_kernel"]),  # 2 < CLEAR_ENDS_FROM
-    (np.r_[np.full(4095, 2), 0], np.float64, 8, ["ZeroY", "csr5_kernel"]),  # an empty row
+    # An empty row: its placeholder gives it a segment, so the ends are enough there too.
+    (np.r_[np.full(4095, 2), 0], np.float64, 8, ["csr5_clear_tile_ends", "csr5_kernel"]),
     (np.full(64, 32), np.float64, 4, ["ZeroY", "csr5_kernel"]),  # rows of 32: few per tile
 ])
 def test_cuda_program_clears_tile_ends_only_where_y_is_large(matrix, dtype, sigma, steps):
-    """Built without a GPU (nothing is compiled): y is cleared in full when a row is empty or y
-    is small next to the tiles; otherwise a kernel clears only the rows at the tiles' ends."""
+    """Built without a GPU (nothing is compiled): y is cleared in full when y is small next to
+    the tiles; otherwise a kernel clears only the rows at the tiles' ends."""
     pytest.importorskip("numba.cuda")
     from autospmv.kernels.cuda import csr5 as cuda_csr5
 

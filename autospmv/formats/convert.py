@@ -205,55 +205,51 @@ def _row_of(indptr, p):
 
 
 @_jit
-def csr5_tiles(indptr, sigma, omega, tile_row, dirty, segments):
-    """First pass of CSR5 over the tiles: each tile's first row, whether an empty row lies
-    between its first and last row, and its number of segments (non-empty rows it touches)."""
-    nnz = indptr[indptr.shape[0] - 1]
+def csr5_tiles(indptr, sigma, omega, tile_row):
+    """First pass of CSR5 over the tiles: each tile's first row."""
     size = omega * sigma
     for t in prange(tile_row.shape[0]):
-        base = t * size
-        first = _row_of(indptr, base)
-        last = _row_of(indptr, min(base + size, nnz) - 1)
-        tile_row[t] = first
-        count = 0
-        has_empty = False
-        for r in range(first, last + 1):
-            if indptr[_u(r + 1)] > indptr[_u(r)]:
-                count += 1
-            else:
-                has_empty = True
-        dirty[t] = has_empty
-        segments[t] = count
+        tile_row[t] = _row_of(indptr, t * size)
 
 
 @_jit
-def csr5_fill(indptr, indices, data, sigma, omega, tile_row, dirty, empty_ptr, bit_flag,
-              y_offset, seg_offset, empty_offset, out_indices, out_data):
-    """Second pass of CSR5: every tile's descriptors (see :mod:`autospmv.formats.csr5`) and its
-    nonzeros in the transposed tile order (the incomplete last tile stays in CSR order). With
-    empty ``out_indices`` only the descriptors are written (they depend on ``indptr`` alone), for
-    a matrix whose nonzeros stay on the GPU (:mod:`autospmv.device`)."""
-    m = indptr.shape[0] - 1
-    nnz = indptr[m]
+def csr5_fill(indptr, padded, indices, data, sigma, omega, tile_row, bit_flag, y_offset,
+              seg_offset, out_indices, out_data, placeholder):
+    """Second pass of CSR5: every tile's descriptors (see :mod:`autospmv.formats.csr5`) from the
+    row pointer ``padded`` (``indptr`` with one entry in every empty row) and the entries in
+    the transposed tile order (the incomplete last tile stays in CSR order), an empty row's
+    being its placeholder (column ``placeholder``, value 0). With empty ``out_indices`` only the
+    descriptors are written (they depend on the row pointers alone), for a matrix whose
+    nonzeros stay on the GPU (:mod:`autospmv.device`)."""
+    m = padded.shape[0] - 1
+    total = padded[m]
     size = omega * sigma
+    moved = out_indices.shape[0] > 0
     for t in prange(tile_row.shape[0]):
         base = t * size
-        end = min(base + size, nnz)
+        end = min(base + size, total)
+        full = end - base == size
         lanes = t * omega
         lane_segments = np.zeros(omega, dtype=np.int32)
         words = np.zeros(omega, dtype=np.uint32)
-        first = tile_row[t]
-        segment = 0
-        r = first
-        while r < m and indptr[_u(r)] < end:
-            if indptr[_u(r + 1)] > indptr[_u(r)]:
-                start = max(indptr[_u(r)], base) - base  # a row begun earlier: segment 0
-                lane = start // sigma
-                words[lane] |= np.uint32(1) << np.uint32(start - lane * sigma)
-                lane_segments[lane] += 1
-                if dirty[t]:
-                    empty_offset[_u(empty_ptr[t] + segment)] = r - first
-                segment += 1
+        r = tile_row[t]
+        while r < m and padded[_u(r)] < end:
+            first = max(padded[_u(r)], base)  # a row begun earlier: segment 0
+            lane = (first - base) // sigma
+            words[lane] |= np.uint32(1) << np.uint32(first - base - lane * sigma)
+            lane_segments[lane] += 1
+            if moved:
+                shift = indptr[_u(r)] - padded[_u(r)]
+                empty = indptr[_u(r + 1)] == indptr[_u(r)]
+                for q in range(first, min(padded[_u(r + 1)], end)):
+                    local = q - base
+                    target = _u(base + (local % sigma) * omega + local // sigma if full else q)
+                    if empty:
+                        out_indices[target] = placeholder
+                        out_data[target] = 0
+                    else:
+                        out_indices[target] = indices[_u(q + shift)]
+                        out_data[target] = data[_u(q + shift)]
             r += 1
         before = 0
         following = omega
@@ -265,16 +261,3 @@ def csr5_fill(indptr, indices, data, sigma, omega, tile_row, dirty, empty_ptr, b
             seg_offset[_u(lanes + lane)] = following - lane
             if lane_segments[lane] > 0:
                 following = lane
-        if out_indices.shape[0] == 0:
-            continue
-        if end - base == size:
-            for lane in range(omega):
-                for j in range(sigma):
-                    source = _u(base + lane * sigma + j)
-                    target = _u(base + j * omega + lane)
-                    out_indices[target] = indices[source]
-                    out_data[target] = data[source]
-        else:
-            for p in range(base, end):
-                out_indices[_u(p)] = indices[_u(p)]
-                out_data[_u(p)] = data[_u(p)]

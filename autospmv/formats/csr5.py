@@ -7,47 +7,51 @@ whatever the row lengths: the load balance does not depend on the matrix structu
 
 A row *starts a segment* at its first nonzero; the tile's first nonzero also starts one (segment
 0), which may continue a row begun in an earlier tile. A tile's segments are numbered 0, 1, ...
-in nonzero order; each belongs to one row. What a lane sums before its first segment start (its
-*head*) belongs to the segment left open by the lanes before it and is added to that segment by a
-segmented sum across the lanes.
+in nonzero order; segment s is row ``tile_row + s``. What a lane sums before its first segment
+start (its *head*) belongs to the segment left open by the lanes before it and is added to that
+segment by a segmented sum across the lanes.
 
-Layout (ntiles = ⌈nnz / (ω·σ)⌉; ``itype`` is the CSR index dtype, int32 or int64):
+Empty rows: each gets one *placeholder* entry, column :data:`PLACEHOLDER` and value 0, so that
+every row owns a segment and rows follow from segment numbers alone. The kernels skip
+placeholders (never read x there: the result is exact whatever x holds) in the tiles that are
+flagged as holding one, and their segments store the empty rows' zeros. Before placeholders, an
+empty row broke the numbering: such tiles looked each segment's row up in a table, and y was
+cleared in full before every product. Measured on an H100 at 2·10⁷ nonzeros against that
+layout, back-to-back, the CUDA kernel ran 19 % (float32) and 33 % (float64) faster on
+netscience grown (8 % of rows empty), 4–7 % on polblogs and 80BAU3B grown (18 % and 1 %), and
+0–2 % on the matrices without empty rows (``benchmarks/results/csr5-placeholders-2026-11-26.md``).
 
-``indices``, ``data`` (nnz,)
-    Full tiles transposed: nonzero ``tile_base + l·σ + j`` is stored at ``tile_base + j·ω + l``,
-    so lane l reads its j-th entry next to lane l+1's (coalesced warp loads). The last tile, when
-    incomplete (nnz not a multiple of ω·σ), stays in CSR order: its lane l reads
-    ``tile_base + l·σ + j`` while that is below nnz.
+Layout (ntiles = ⌈nnz' / (ω·σ)⌉, nnz' = nnz + the number of empty rows; ``itype`` is the CSR
+index dtype, int32 or int64):
+
+``indices``, ``data`` (nnz',)
+    The nonzeros in CSR order with the placeholders in place, full tiles transposed: entry
+    ``tile_base + l·σ + j`` is stored at ``tile_base + j·ω + l``, so lane l reads its j-th entry
+    next to lane l+1's (coalesced warp loads). The last tile, when incomplete (nnz' not a
+    multiple of ω·σ), stays in CSR order: its lane l reads ``tile_base + l·σ + j`` while that is
+    below nnz'.
 ``tile_ptr`` (ntiles+1,) itype
-    Row of each tile's first nonzero, stored as its bitwise complement ``~row`` (negative)
-    when the tile is *dirty*: an empty row lies between its first and its last row.
-    ``tile_ptr[ntiles] = m``.
+    Row of each tile's first entry, stored as its bitwise complement ``~row`` (negative) when the
+    tile holds a placeholder. ``tile_ptr[ntiles] = m``.
 ``bit_flag`` (ntiles·ω,) uint32
-    Entry ``t·ω + l``, bit j: set iff nonzero ``t·ω·σ + l·σ + j`` starts a segment (the first
-    nonzero of a non-empty row, or of the tile). σ ≤ 32 bits per lane.
+    Entry ``t·ω + l``, bit j: set iff entry ``t·ω·σ + l·σ + j`` starts a segment (the first
+    entry of a row, or of the tile). σ ≤ 32 bits per lane.
 ``y_offset`` (ntiles·ω,) int32
     Segments started in the tile's lanes before l, i.e. the number of the first segment lane l
-    starts, relative to tile_ptr: a row offset in a clean tile, an index into the tile's
-    empty_offset run in a dirty one.
+    starts: its row relative to the tile's first row.
 ``seg_offset`` (ntiles·ω,) int32
     Distance from lane l to the next lane of the tile that starts a segment, ω − l when none
     does. The heads of lanes l+1 .. l+seg_offset (clipped to ω−1) belong to the last segment
     lane l starts; ``l + seg_offset == ω`` marks the tile's last segment, the one that may
     continue into the next tile.
-``empty_ptr`` (ntiles+1,) itype (int64 if the runs would overflow itype)
-    Start of tile t's run in empty_offset; the run is empty for a clean tile.
-``empty_offset`` (total run length,) itype
-    In a dirty tile, segment s belongs to row ``tile_row + empty_offset[empty_ptr[t] + s]``
-    (skipping empty rows); in a clean tile to ``tile_row + s``.
-
 ``has_empty_rows`` (bool)
-    Whether some row of the matrix is empty.
+    Whether some row of the matrix is empty (then placeholders are stored, unless the matrix has
+    no nonzeros and so no tiles).
 
-Empty rows own no segment: kernels give them their zeros by clearing y first. A row that crosses
-tiles is the last segment of the tile where it starts and segment 0 of the following ones; the
-kernels combine those partial sums. Without empty rows, a tile's last row is either the next
-tile's first row or the one before it. The CSR row pointer is not stored: the descriptors determine
-every nonzero's row, which is how :meth:`CSR5Format.to_csr` rebuilds the matrix.
+A row that crosses tiles is the last segment of the tile where it starts and segment 0 of the
+following ones; the kernels combine those partial sums. A tile's last row is either the next
+tile's first row or the one before it. The CSR row pointer is not stored: the descriptors
+determine every entry's row, which is how :meth:`CSR5Format.to_csr` rebuilds the matrix.
 """
 
 from __future__ import annotations
@@ -68,6 +72,48 @@ OMEGA = 32
 
 SIGMA_RANGE = (2, 32)
 """Allowed tile heights σ (inclusive); a lane's bit flags fit one uint32."""
+
+PLACEHOLDER = -1
+"""Column index of an empty row's placeholder entry: every bit set, never a real column (read as
+unsigned, as the kernels read int32 indices, it is 0xFFFFFFFF, past the last column of any
+matrix)."""
+
+
+def placeholder_rows(indptr, xp=np):
+    """``(padded, positions)``: the row pointer with one entry more in every empty row, and the
+    positions of those placeholder entries in the padded CSR order; ``indptr`` itself and no
+    positions when no row is empty or none has an entry (a matrix without nonzeros has no
+    tiles). The padded pointer is int64 where the extra entries would overflow ``indptr``'s
+    dtype. ``xp``: the array module of ``indptr`` (NumPy, or CuPy on the GPU)."""
+    lengths = indptr[1:] - indptr[:-1]
+    empty = lengths == 0
+    count = int(xp.count_nonzero(empty))
+    if int(indptr[-1]) == 0 or count == 0:
+        return indptr, xp.empty(0, dtype=indptr.dtype)
+    wide = int(indptr[-1]) + count > np.iinfo(indptr.dtype).max
+    padded = xp.zeros(indptr.shape[0], dtype=np.int64 if wide else indptr.dtype)
+    xp.maximum(lengths, 1, out=lengths)
+    xp.cumsum(lengths, dtype=padded.dtype, out=padded[1:])
+    return padded, padded[:-1][empty]
+
+
+def insert_placeholders(values, positions, fill, xp=np):
+    """``values`` (CSR order) with ``fill`` inserted at ``positions`` (from
+    :func:`placeholder_rows`); ``values`` itself when there are none."""
+    if positions.shape[0] == 0:
+        return values
+    out = xp.full(values.shape[0] + positions.shape[0], fill, dtype=values.dtype)
+    real = xp.ones(out.shape[0], dtype=bool)
+    real[positions] = False
+    out[xp.nonzero(real)[0]] = values
+    return out
+
+
+def flag_placeholder_tiles(tile_ptr, positions, sigma: int) -> None:
+    """Store the first row of every tile holding a placeholder as its complement (in place)."""
+    if positions.shape[0]:
+        tiles = positions // (OMEGA * sigma)
+        tile_ptr[tiles] = ~tile_ptr[tiles]
 
 
 @njit(cache=True, nogil=True)
@@ -229,49 +275,38 @@ def csr5_descriptors(indptr: np.ndarray, sigma: int, indices: np.ndarray | None 
                      data: np.ndarray | None = None) -> dict:
     """The fields of a :class:`CSR5Format` (all but ``shape``) for a CSR row pointer.
 
-    With ``indices`` and ``data`` (host arrays), their tile-transposed copies are included;
-    without, ``indices`` and ``data`` are left out: the descriptors depend on ``indptr`` alone,
-    and :func:`transpose_tiles` moves the nonzeros wherever they are (the GPU path of
-    :mod:`autospmv.device`).
+    With ``indices`` and ``data`` (host arrays), their tile-transposed copies with the
+    placeholders in place are included, written by the compiled pass from the arrays as they
+    are; without, ``indices`` and ``data`` are left out: the descriptors depend on ``indptr``
+    alone, and :func:`insert_placeholders` and :func:`transpose_tiles` place the nonzeros
+    wherever they are (the GPU path of :mod:`autospmv.device`).
     """
     sigma = _check_sigma(sigma)
     itype = indptr.dtype
-    nnz = int(indptr[-1])
-    ntiles = -(-nnz // (OMEGA * sigma))
+    m = indptr.shape[0] - 1
+    has_empty_rows = bool(np.any(indptr[1:] == indptr[:-1]))
+    padded, positions = placeholder_rows(indptr)
+    total = int(padded[-1])
+    ntiles = -(-total // (OMEGA * sigma))
 
-    tile_row = np.empty(ntiles + 1, dtype=itype)
-    dirty = np.empty(ntiles, dtype=np.bool_)
-    segments = np.empty(ntiles, dtype=np.int64)
-    convert.csr5_tiles(indptr, sigma, OMEGA, tile_row[:-1], dirty, segments)
-    # Past the last nonzero: m (the last row whose start is at or before ntiles·ω·σ ≥ nnz).
-    tile_row[-1] = indptr.shape[0] - 1
-
-    empty_ptr = np.zeros(ntiles + 1, dtype=np.int64)
-    np.cumsum(np.where(dirty, segments, 0), out=empty_ptr[1:])
-    # Every segment is a distinct non-empty row, except the first segment of a tile whose first
-    # row began in an earlier tile; the rows are all non-empty iff the others make m.
-    continues = indptr[tile_row[:-1]] < np.arange(ntiles, dtype=np.int64) * (OMEGA * sigma)
-    rows = int(segments.sum()) - int(np.count_nonzero(continues))
-    has_empty_rows = rows < indptr.shape[0] - 1
-    del segments, continues
-    ptr_type = itype if empty_ptr[-1] <= np.iinfo(itype).max else np.dtype(np.int64)
-    empty_ptr = empty_ptr.astype(ptr_type, copy=False)
-
+    tile_ptr = np.empty(ntiles + 1, dtype=itype)
+    convert.csr5_tiles(padded, sigma, OMEGA, tile_ptr[:-1])
+    tile_ptr[-1] = m
     bit_flag = np.empty(ntiles * OMEGA, dtype=np.uint32)
     y_offset = np.empty(ntiles * OMEGA, dtype=np.int32)
     seg_offset = np.empty(ntiles * OMEGA, dtype=np.int32)
-    empty_offset = np.empty(int(empty_ptr[-1]), dtype=itype)
     moved = indices is not None
-    out_indices = np.empty_like(indices) if moved else np.empty(0, dtype=itype)
-    out_data = np.empty_like(data) if moved else np.empty(0, dtype=np.float64)
-    convert.csr5_fill(indptr, indices if moved else out_indices, data if moved else out_data,
-                      sigma, OMEGA, tile_row[:-1], dirty, empty_ptr, bit_flag, y_offset,
-                      seg_offset, empty_offset, out_indices, out_data)
-    tile_ptr = tile_row
-    tile_ptr[:-1][dirty] = ~tile_ptr[:-1][dirty]
+    if moved:
+        out_indices = np.empty(total, dtype=indices.dtype)
+        out_data = np.empty(total, dtype=data.dtype)
+    else:
+        indices = out_indices = np.empty(0, dtype=itype)
+        data = out_data = np.empty(0, dtype=np.float64)
+    convert.csr5_fill(indptr, padded, indices, data, sigma, OMEGA, tile_ptr[:-1], bit_flag,
+                      y_offset, seg_offset, out_indices, out_data, PLACEHOLDER)
+    flag_placeholder_tiles(tile_ptr, positions, sigma)
     fields = dict(sigma=sigma, tile_ptr=tile_ptr, bit_flag=bit_flag, y_offset=y_offset,
-                  seg_offset=seg_offset, empty_ptr=empty_ptr, empty_offset=empty_offset,
-                  has_empty_rows=has_empty_rows)
+                  seg_offset=seg_offset, has_empty_rows=has_empty_rows)
     if moved:
         fields.update(indices=out_indices, data=out_data)
     return fields
@@ -283,7 +318,7 @@ def descriptors_without_empty_rows(indptr, sigma: int, xp=np) -> dict:
     (NumPy, or CuPy for a row pointer on the GPU: no transfer to the host but scalars), with the
     same values.
 
-    Without empty rows no tile is dirty, a tile's first row is the last row starting at or
+    Without empty rows there are no placeholders, a tile's first row is the last row starting at or
     before its first nonzero, and the flagged nonzeros are the rows' first ones plus the first
     nonzero of every tile that continues a row. A lane's bits are summed as powers of two (exact
     in float64 below 2³²; made by shifts, since CuPy's ``exp2`` is not exact), its segments
@@ -319,8 +354,7 @@ def descriptors_without_empty_rows(indptr, sigma: int, xp=np) -> dict:
     seg_offset = (later - lanes).astype(np.int32)
     return dict(sigma=sigma, tile_ptr=tile_ptr, bit_flag=bit_flag.astype(np.uint32),
                 y_offset=y_offset.reshape(-1), seg_offset=seg_offset.reshape(-1),
-                empty_ptr=xp.zeros(ntiles + 1, dtype=itype),
-                empty_offset=xp.empty(0, dtype=itype), has_empty_rows=False)
+                has_empty_rows=False)
 
 
 def transpose_tiles(values, sigma: int, xp=np, to_tiles: bool = True):
@@ -345,8 +379,6 @@ class CSR5Format(SparseFormat):
     bit_flag: np.ndarray
     y_offset: np.ndarray
     seg_offset: np.ndarray
-    empty_ptr: np.ndarray
-    empty_offset: np.ndarray
     has_empty_rows: bool
     indices: np.ndarray
     data: np.ndarray
@@ -366,35 +398,33 @@ class CSR5Format(SparseFormat):
     def from_csr(cls, csr: sp.csr_matrix, sigma: int) -> "CSR5Format":
         """Build CSR5 with tile height ``sigma`` from canonical CSR.
 
-        Two compiled passes over the tiles (:mod:`autospmv.formats.convert`): the first finds
-        each tile's first row, whether it is dirty and its number of segments, which give the
-        runs of ``empty_offset``; the second writes the descriptors and the transposed tiles.
+        Empty rows get their placeholders (:func:`placeholder_rows`), then two compiled passes
+        over the tiles (:mod:`autospmv.formats.convert`) find each tile's first row and write
+        the descriptors and the transposed tiles.
         """
         descriptors = csr5_descriptors(csr.indptr, sigma, csr.indices, csr.data)
         return cls(csr.shape, **descriptors)
 
     def to_csr(self) -> sp.csr_matrix:
-        """Rebuild the CSR matrix from the tiles and their descriptors alone."""
+        """Rebuild the CSR matrix from the tiles and their descriptors alone (placeholders
+        dropped)."""
         m = self.shape[0]
         sigma, size, ntiles = self.sigma, self.tile_size, self.ntiles
-        nnz = self.data.shape[0]
+        stored = self.data.shape[0]
         indices = np.empty_like(self.indices)
         data = np.empty_like(self.data)
         _permute_tiles(self.indices, indices, sigma, False)
         _permute_tiles(self.data, data, sigma, False)
 
         bits = (self.bit_flag[:, None] >> np.arange(sigma, dtype=np.uint32)) & 1
-        flags = bits.astype(bool).reshape(-1)[:nnz]
+        flags = bits.astype(bool).reshape(-1)[:stored]
         segment = np.cumsum(flags) - 1
-        tile = np.arange(nnz, dtype=np.int64) // size
+        tile = np.arange(stored, dtype=np.int64) // size
         segment -= segment[np.arange(ntiles, dtype=np.int64) * size][tile]
-        stored = self.tile_ptr[:-1].astype(np.int64)
-        dirty = stored < 0
-        tile_row = np.where(dirty, ~stored, stored)
-        row = tile_row[tile] + segment
-        in_dirty = dirty[tile]
-        row[in_dirty] = tile_row[tile[in_dirty]] + self.empty_offset[
-            self.empty_ptr[tile[in_dirty]] + segment[in_dirty]]
+        first = self.tile_ptr[:-1].astype(np.int64)
+        row = np.where(first < 0, ~first, first)[tile] + segment
+        real = indices != PLACEHOLDER
+        row, indices, data = row[real], indices[real], data[real]
         indptr = np.zeros(m + 1, dtype=self.tile_ptr.dtype)
         np.cumsum(np.bincount(row, minlength=m), out=indptr[1:])
         return sp.csr_matrix((data, indices, indptr), shape=self.shape)

@@ -7,13 +7,14 @@ its ``bit_flag`` word; ``y_offset`` numbers the lane's segments. A lane's *head*
 before its first flag) belongs to the last segment opened in an earlier lane. One backward pass
 over the lanes adds the heads to the segment that owns them; it is the serial form of the GPU's
 segmented scan and finds the end of each run of heads itself, so it needs no ``seg_offset``.
-Dirty tiles map segment numbers to rows through ``empty_offset``.
+In tiles flagged as holding an empty row's placeholder, entries whose column lies past x are
+skipped.
 
 Rows crossing tiles: a row's only segment that is not segment 0 of its tile is the one where the
 row starts, so every row receives at most one store. Segment 0 of each tile (which may continue a
 row of an earlier tile) goes to a per-tile carry instead, and the carries are added serially after
 the parallel loop, in tile order: the result is deterministic and does not depend on the
-threading. ``y`` is cleared first, which also gives empty rows their zeros.
+threading. ``y`` is cleared first (a matrix without nonzeros has no tiles).
 """
 
 from __future__ import annotations
@@ -27,9 +28,9 @@ from . import specialisations, unsigned, use_parallel
 _NNZ_PER_TASK = 16384
 
 
-def _csr5(tile_ptr, bit_flag, y_offset, empty_ptr, empty_offset, indices, data, x, y, sigma,
-          tiles_per_task):
+def _csr5(tile_ptr, bit_flag, y_offset, indices, data, x, y, sigma, tiles_per_task):
     y[:] = 0
+    columns = np.uint64(x.shape[0])
     ntiles = tile_ptr.shape[0] - 1
     nnz = data.shape[0]
     size = OMEGA * sigma
@@ -43,10 +44,9 @@ def _csr5(tile_ptr, bit_flag, y_offset, empty_ptr, empty_offset, indices, data, 
         for tile in range(task * tiles_per_task, min(ntiles, (task + 1) * tiles_per_task)):
             base = tile * size
             row0 = tile_ptr[tile]
-            dirty = row0 < 0
-            if dirty:
+            placeholders = row0 < 0
+            if placeholders:
                 row0 = ~row0
-            empty_base = empty_ptr[tile]
             transposed = base + size <= nnz  # the incomplete last tile is in CSR order
             for lane in range(OMEGA):
                 bits = bit_flag[tile * OMEGA + lane]
@@ -68,13 +68,12 @@ def _csr5(tile_ptr, bit_flag, y_offset, empty_ptr, empty_offset, indices, data, 
                             if segment == 0:
                                 carry[tile] = acc
                             else:
-                                row = row0 + (empty_offset[empty_base + segment] if dirty
-                                              else segment)
-                                y[row] = acc
+                                y[row0 + segment] = acc
                             segment += 1
                         acc = zero
                     k = start + j * stride
-                    acc += data[k] * x[indices[k]]
+                    if not placeholders or np.uint64(indices[k]) < columns:
+                        acc += data[k] * x[indices[k]]
                 if opened:
                     heads[lane] = head
                     tails[lane] = acc
@@ -94,8 +93,7 @@ def _csr5(tile_ptr, bit_flag, y_offset, empty_ptr, empty_offset, indices, data, 
                 if segment == 0:
                     carry[tile] = total
                 else:
-                    row = row0 + (empty_offset[empty_base + segment] if dirty else segment)
-                    y[row] = total
+                    y[row0 + segment] = total
                 following = heads[lane]
     for tile in range(ntiles):
         row0 = tile_ptr[tile]
@@ -112,7 +110,6 @@ def bind(fmt, params, parallel=None):
         parallel = use_parallel(nnz)
     kernel = _csr5_parallel if parallel else _csr5_serial
     tiles_per_task = max(1, _NNZ_PER_TASK // fmt.tile_size)
-    arrays = (fmt.tile_ptr, fmt.bit_flag, fmt.y_offset, fmt.empty_ptr, fmt.empty_offset,
-              unsigned(fmt.indices), fmt.data)
+    arrays = (fmt.tile_ptr, fmt.bit_flag, fmt.y_offset, unsigned(fmt.indices), fmt.data)
     sigma = fmt.sigma
     return lambda x, y: kernel(*arrays, x, y, sigma, tiles_per_task)

@@ -19,9 +19,9 @@ complete tiles whose σ is a multiple of 8 load at constant offsets from one uns
 column indices are read as uint32 so the gathers of x carry no such test either.
 Other steps (σ not a multiple of 8, the incomplete last tile) clamp their positions to the lane's
 last entry and add zeros past it, so the loads carry no branches. At a flag, the lane's state is
-updated by selects and the row is stored plainly at an unsigned position; whether the tile is
-dirty (below) is fixed for the warp, and the lane's pass is compiled once for each case. That
-cut a flag's handling from about 58 instructions to about 21 (sm_90, float32) and made the
+updated by selects and the row is stored plainly at an unsigned position; whether the tile holds
+a placeholder (below) is fixed for the warp, and the lane's pass is compiled once for each case.
+That cut a flag's handling from about 58 instructions to about 21 (sm_90, float32) and made the
 kernel 1–2 % faster back-to-back in geometric mean, up to 7 % on short-row matrices
 (``benchmarks/results/csr5-flags-2026-11-26.md``). With counters, the float32 kernel on short
 rows now waits on memory (long-scoreboard stalls, about half the issue slots used) with 32 of
@@ -36,9 +36,13 @@ head: every segment closed inside a lane is then a whole row. A segmented suffix
 the heads across the warp (five ``shfl_down``; ``seg_offset`` tells each lane how far its run of
 heads reaches, so no flags are exchanged) gives every lane the heads that follow it in its segment,
 and the lane adds them to its tail and writes that segment's row once; lane 0 adds its head,
-with the heads that follow it, to segment 0's row. Rows come from ``tile_ptr``
-plus the segment number (``y_offset`` numbers a lane's segments), through ``empty_offset`` in tiles
-that contain empty rows. The incomplete last tile is stored in CSR order; its warp runs the same
+with the heads that follow it, to segment 0's row. A segment's row is the tile's first row
+(``tile_ptr``) plus the segment number (``y_offset`` numbers a lane's segments). An empty row is
+a placeholder entry (:mod:`autospmv.formats.csr5`): its segment stores the row's zero, and in
+tiles flagged as holding one, every product tests its column first (the placeholder column is
+read as a uint32 0xFFFFFFFF, or -1 for int64 indices, and compared in the indices' own type):
+x is not read there and the product is zero, so NaN or Inf in x cannot reach the row. The
+incomplete last tile is stored in CSR order; its warp runs the same
 code with lane ``l`` reading ``tile_base + l·σ + j`` (strided, for that one tile only) and skipping
 positions past ``nnz``.
 
@@ -52,8 +56,8 @@ Those two are added with ``atomic.add`` into y; every other segment is a whole r
 warp and is stored plainly. So only those rows need a zero first. A matvec is two steps, the
 clearing and one kernel launch; no calibration pass is needed. The clearing is one of:
 
-* ``ZeroY``, all of y: always when a row is empty (empty rows own no segment, so this gives them
-  their zeros), and when y is small next to the tiles (see :func:`clears_tile_ends`);
+* ``ZeroY``, all of y: when y is small next to the tiles (see :func:`clears_tile_ends`), or the
+  matrix has no nonzeros (no tiles);
 * :func:`csr5_clear_tile_ends`, one thread per tile, which zeroes the tile's first row and the two
   rows its last one can be: where y has many rows per tile, this saves most of a write of y per
   call (``benchmarks/results/csr5-clear-2026-11-26.md``).
@@ -74,7 +78,7 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda, uint32, uint64
 
-from ...formats.csr5 import OMEGA
+from ...formats.csr5 import OMEGA, PLACEHOLDER
 from . import jit
 from .launch import X, Y, DeviceProgram, Launch, ZeroY, unsigned
 
@@ -88,8 +92,8 @@ _FULL_MASK = 0xFFFFFFFF
 
 
 @jit(cache=True)
-def csr5_kernel(tile_ptr, bit_flag, y_offset, seg_offset, empty_ptr, empty_offset, indices, data,
-                x, y, sigma):
+def csr5_kernel(tile_ptr, bit_flag, y_offset, seg_offset, indices, data, x, y, sigma,
+                placeholder):
     lane = cuda.threadIdx.x % OMEGA
     tile = cuda.grid(1) // OMEGA
     ntiles = tile_ptr.shape[0] - 1
@@ -103,13 +107,13 @@ def csr5_kernel(tile_ptr, bit_flag, y_offset, seg_offset, empty_ptr, empty_offse
     base = tile * size
     full = base + size <= nnz
     row0 = tile_ptr[tile]
-    dirty = row0 < 0
-    if dirty:
+    placeholders = row0 < 0
+    if placeholders:
         row0 = ~row0
     next_row0 = tile_ptr[tile + 1]
     if next_row0 < 0:
         next_row0 = ~next_row0
-    if active and full and next_row0 == row0:  # a complete tile inside one row
+    if active and full and next_row0 == row0:  # a complete tile inside one row (no placeholder)
         # Unsigned positions index without numba's negative-index test.
         k = uint64(base + lane)
         stop = uint64(base + size)
@@ -136,7 +140,6 @@ def csr5_kernel(tile_ptr, bit_flag, y_offset, seg_offset, empty_ptr, empty_offse
         if lane == 0:
             cuda.atomic.add(y, row0, acc)
         return
-    empty_base = empty_ptr[tile]
     descriptor = tile * OMEGA + lane
     bits = bit_flag[descriptor]
     segment = y_offset[descriptor]
@@ -160,15 +163,15 @@ def csr5_kernel(tile_ptr, bit_flag, y_offset, seg_offset, empty_ptr, empty_offse
     if not active:
         count = 0
     whole = full and sigma % STEP == 0
-    # `dirty` is the same for the whole warp; each call is compiled with it constant.
-    if dirty:
+    # `placeholders` is the same for the whole warp; each call is compiled with it constant.
+    if placeholders:
         head, acc, starts, segment = _lane_segments(
             indices, data, x, y, bits, start, stride, count, whole, row0, segment, True,
-            empty_offset, empty_base)
+            placeholder)
     else:
         head, acc, starts, segment = _lane_segments(
             indices, data, x, y, bits, start, stride, count, whole, row0, segment, False,
-            empty_offset, empty_base)
+            placeholder)
     # From here on `acc` is the lane's tail. `reach`: how many following lanes' heads join this
     # lane's head in the scan (none after a lane that starts a segment).
     reach = 0
@@ -188,18 +191,18 @@ def csr5_kernel(tile_ptr, bit_flag, y_offset, seg_offset, empty_ptr, empty_offse
         if lane == OMEGA - 1:
             following = zero
         total = acc + following
-        row = _segment_row(row0, segment, dirty, empty_offset, empty_base)
+        row = uint64(row0 + segment)
         if lane + next_start == OMEGA:  # the tile's last segment: may continue in the next
             cuda.atomic.add(y, row, total)
         else:
             y[row] = total
     if lane == 0 and active:  # segment 0, from lane 0's head and the heads that follow it
-        cuda.atomic.add(y, _segment_row(row0, 0, dirty, empty_offset, empty_base), head)
+        cuda.atomic.add(y, uint64(row0), head)
 
 
 @cuda.jit(device=True, inline=True)
-def _lane_segments(indices, data, x, y, bits, start, stride, count, whole, row0, segment, dirty,
-                   empty_offset, empty_base):
+def _lane_segments(indices, data, x, y, bits, start, stride, count, whole, row0, segment,
+                   holds, placeholder):
     """One lane's pass over its ``count`` entries from ``start`` (``stride`` apart): stores the
     segments that start and end in the lane into y and returns ``(head, tail, starts,
     segment)``: the sum before its first flag, the sum after its last, whether it has a flag,
@@ -207,7 +210,8 @@ def _lane_segments(indices, data, x, y, bits, start, stride, count, whole, row0,
 
     Whole steps (``whole``: a complete tile with σ a multiple of 8) load with unsigned
     positions at constant offsets; any other step clamps its positions to the lane's last entry
-    and zeroes the products past it (their flag bits are clear, so they only add zeros). At a
+    and zeroes the products past it (their flag bits are clear, so they only add zeros). When
+    the tile ``holds`` placeholders, products test their column (:func:`_product`). At a
     flag the segment closes (a plain store of a whole row) or, at the lane's first flag,
     becomes its head; the lane's state is updated by selects, so only the store is
     conditional."""
@@ -221,14 +225,14 @@ def _lane_segments(indices, data, x, y, bits, start, stride, count, whole, row0,
     while j < count:
         if whole:
             q = k + uint64(j * OMEGA)
-            p0 = data[q] * x[indices[q]]
-            p1 = data[q + uint64(OMEGA)] * x[indices[q + uint64(OMEGA)]]
-            p2 = data[q + uint64(2 * OMEGA)] * x[indices[q + uint64(2 * OMEGA)]]
-            p3 = data[q + uint64(3 * OMEGA)] * x[indices[q + uint64(3 * OMEGA)]]
-            p4 = data[q + uint64(4 * OMEGA)] * x[indices[q + uint64(4 * OMEGA)]]
-            p5 = data[q + uint64(5 * OMEGA)] * x[indices[q + uint64(5 * OMEGA)]]
-            p6 = data[q + uint64(6 * OMEGA)] * x[indices[q + uint64(6 * OMEGA)]]
-            p7 = data[q + uint64(7 * OMEGA)] * x[indices[q + uint64(7 * OMEGA)]]
+            p0 = _product(data, indices, x, q, holds, placeholder)
+            p1 = _product(data, indices, x, q + uint64(OMEGA), holds, placeholder)
+            p2 = _product(data, indices, x, q + uint64(2 * OMEGA), holds, placeholder)
+            p3 = _product(data, indices, x, q + uint64(3 * OMEGA), holds, placeholder)
+            p4 = _product(data, indices, x, q + uint64(4 * OMEGA), holds, placeholder)
+            p5 = _product(data, indices, x, q + uint64(5 * OMEGA), holds, placeholder)
+            p6 = _product(data, indices, x, q + uint64(6 * OMEGA), holds, placeholder)
+            p7 = _product(data, indices, x, q + uint64(7 * OMEGA), holds, placeholder)
         else:
             q0 = start + j * stride
             q1 = min(q0 + stride, last)
@@ -238,14 +242,14 @@ def _lane_segments(indices, data, x, y, bits, start, stride, count, whole, row0,
             q5 = min(q0 + 5 * stride, last)
             q6 = min(q0 + 6 * stride, last)
             q7 = min(q0 + 7 * stride, last)
-            p0 = data[q0] * x[indices[q0]]
-            p1 = data[q1] * x[indices[q1]] if j + 1 < count else zero
-            p2 = data[q2] * x[indices[q2]] if j + 2 < count else zero
-            p3 = data[q3] * x[indices[q3]] if j + 3 < count else zero
-            p4 = data[q4] * x[indices[q4]] if j + 4 < count else zero
-            p5 = data[q5] * x[indices[q5]] if j + 5 < count else zero
-            p6 = data[q6] * x[indices[q6]] if j + 6 < count else zero
-            p7 = data[q7] * x[indices[q7]] if j + 7 < count else zero
+            p0 = _product(data, indices, x, q0, holds, placeholder)
+            p1 = _product(data, indices, x, q1, holds, placeholder) if j + 1 < count else zero
+            p2 = _product(data, indices, x, q2, holds, placeholder) if j + 2 < count else zero
+            p3 = _product(data, indices, x, q3, holds, placeholder) if j + 3 < count else zero
+            p4 = _product(data, indices, x, q4, holds, placeholder) if j + 4 < count else zero
+            p5 = _product(data, indices, x, q5, holds, placeholder) if j + 5 < count else zero
+            p6 = _product(data, indices, x, q6, holds, placeholder) if j + 6 < count else zero
+            p7 = _product(data, indices, x, q7, holds, placeholder) if j + 7 < count else zero
         flags = (bits >> j) & 0xFF
         if flags == 0:  # no row starts in this step: a tree of adds
             acc += ((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7))
@@ -253,7 +257,7 @@ def _lane_segments(indices, data, x, y, bits, start, stride, count, whole, row0,
             for step in range(STEP):  # a constant trip count, unrolled: p0..p7 in registers
                 flag = (flags >> step) & 1 != 0
                 if flag and starts:  # a segment that starts and ends in this lane: a whole row
-                    y[_segment_row(row0, segment, dirty, empty_offset, empty_base)] = acc
+                    y[uint64(row0 + segment)] = acc
                     segment += 1
                 if flag and not starts:
                     head = acc
@@ -273,27 +277,31 @@ def _lane_segments(indices, data, x, y, bits, start, stride, count, whole, row0,
 
 
 @cuda.jit(device=True, inline=True)
-def _segment_row(row0, segment, dirty, empty_offset, empty_base):
-    """Row of a tile's segment, as an unsigned position (no negative-index test): the tile's
-    first row plus the segment number, or plus the segment's entry of empty_offset in a dirty
-    tile."""
-    if dirty:
-        return uint64(row0 + empty_offset[uint64(empty_base + segment)])
-    return uint64(row0 + segment)
+def _product(data, indices, x, q, holds, placeholder):
+    """``data[q] * x[indices[q]]``; in a tile that ``holds`` placeholders, zero at an empty row's
+    placeholder entry (column ``placeholder``, of the indices' type), without reading x there."""
+    if holds:
+        column = indices[q]
+        real = column != placeholder
+        product = data[q] * x[column if real else indices.dtype.type(0)]
+        return product if real else data.dtype.type(0)
+    return data[q] * x[indices[q]]
 
 
 @jit(cache=True)
 def csr5_clear_tile_ends(tile_ptr, y):
-    """y = 0 on the rows :func:`csr5_kernel` adds to with atomics, for a matrix without empty
-    rows: thread t clears tile t's first row, and the row before tile t+1's first row. A tile's
-    last row is the next tile's first row (cleared by that tile's thread) or the one before it,
-    so both rows each tile adds to are cleared. Rows cleared that the kernel then stores plainly
-    are merely written twice."""
+    """y = 0 on the rows :func:`csr5_kernel` adds to with atomics: thread t clears tile t's first
+    row, and the row before tile t+1's first row. A tile's last row is the next tile's first row
+    (cleared by that tile's thread) or the one before it (every row, empty ones through their
+    placeholders, owns a segment), so both rows each tile adds to are cleared. Rows cleared that
+    the kernel then stores plainly are merely written twice."""
     tile = cuda.grid(1)
     ntiles = tile_ptr.shape[0] - 1
     if tile < ntiles:
-        y[tile_ptr[tile]] = 0
-        y[tile_ptr[tile + 1] - 1] = 0
+        first = tile_ptr[tile]
+        after = tile_ptr[tile + 1]
+        y[~first if first < 0 else first] = 0
+        y[(~after if after < 0 else after) - 1] = 0
 
 
 CLEAR_ENDS_FROM = 4
@@ -303,8 +311,8 @@ tile) from which it replaces clearing all of y (:func:`clears_tile_ends`)."""
 
 def clears_tile_ends(fmt) -> bool:
     """Whether y is cleared at the tiles' ends only (:func:`csr5_clear_tile_ends`) rather than
-    in full: never with empty rows; otherwise when y holds at least :data:`CLEAR_ENDS_FROM` times
-    the bytes of the two sectors per tile that the clearing kernel writes.
+    in full: when there are tiles and y holds at least :data:`CLEAR_ENDS_FROM` times the bytes
+    of the two sectors per tile that the clearing kernel writes.
 
     Measured back-to-back at 2·10⁷ nonzeros on an H200 (``csr5-clear-2026-11-26.md``): on the
     matrices at 4 or more, the kernel with the clearing ran 0.7–5.8 % faster than with all of y
@@ -312,8 +320,7 @@ def clears_tile_ends(fmt) -> bool:
     short (σ = 8) or hold few rows, 0.2–2 % slower.
     """
     y_bytes = fmt.shape[0] * fmt.dtype.itemsize
-    return (not fmt.has_empty_rows and fmt.ntiles > 0
-            and y_bytes >= CLEAR_ENDS_FROM * 2 * 32 * fmt.ntiles)
+    return fmt.ntiles > 0 and y_bytes >= CLEAR_ENDS_FROM * 2 * 32 * fmt.ntiles
 
 
 def build(fmt, params, arrays) -> DeviceProgram:
@@ -327,9 +334,11 @@ def build(fmt, params, arrays) -> DeviceProgram:
     elif m:
         steps.append(ZeroY(m, fmt.dtype.itemsize))
     if fmt.ntiles:
-        args = [arrays[name] for name in ("tile_ptr", "bit_flag", "y_offset", "seg_offset",
-                                          "empty_ptr", "empty_offset")]
-        args += [unsigned(arrays["indices"]), arrays["data"]]
+        args = [arrays[name] for name in ("tile_ptr", "bit_flag", "y_offset", "seg_offset")]
+        indices = unsigned(arrays["indices"])
+        # The placeholder column as the kernel reads it: 0xFFFFFFFF of a uint32 view, or -1.
+        placeholder = unsigned(np.full(1, PLACEHOLDER, dtype=fmt.indices.dtype))[0]
+        args += [indices, arrays["data"]]
         steps.append(Launch(csr5_kernel, -(-fmt.ntiles * OMEGA // BLOCK), BLOCK,
-                            args + [X, Y, np.int32(fmt.sigma)], fmt.dtype))
+                            args + [X, Y, np.int32(fmt.sigma), placeholder], fmt.dtype))
     return DeviceProgram(fmt.shape, fmt.dtype, arrays, steps)
