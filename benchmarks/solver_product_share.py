@@ -19,6 +19,13 @@ beyond that overhead.
 
     python benchmarks/solver_product_share.py \\
         --out benchmarks/results/solver-product-share-<host>.json
+
+With ``--operator`` it also times, alone and back to back (no solver around it), SciPy's product
+and autospmv's with one thread and with every core, and reports ``1 - f + f / k`` for the fastest
+of them (``k``: its speed-up over SciPy's product): the solve time an operator with that product
+reaches at best, since inside a solver a product never runs faster than alone. Run it again with
+``OMP_WAIT_POLICY=ACTIVE`` to see what spinning workers give alone (they fight the BLAS inside a
+solver: see :mod:`autospmv.cpu_threads`).
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import solvers  # noqa: E402  (benchmarks/solvers.py: the problems and solver calls)
 
 sys.path.insert(0, str(solvers.ROOT))
+from autospmv.cpu_threads import wait_policy  # noqa: E402
 from autospmv.model_store import cpu_model  # noqa: E402
 from autospmv.validation import canonicalize  # noqa: E402
 
@@ -80,6 +88,37 @@ def share(solve, operand, rounds: int) -> dict:
     return {"solve_s": total, "products_s": products, "share": products / total}
 
 
+def product_seconds(call, rounds: int = 5, min_seconds: float = 0.02) -> float:
+    """Seconds per call of ``call()`` run back to back: the minimum over ``rounds`` batches of
+    at least ``min_seconds`` each, after untimed calls."""
+    for _ in range(10):
+        call()
+    started = time.perf_counter()
+    call()
+    calls = max(1, int(min_seconds / max(time.perf_counter() - started, 1e-7)))
+    best = math.inf
+    for _ in range(rounds):
+        started = time.perf_counter()
+        for _ in range(calls):
+            call()
+        best = min(best, (time.perf_counter() - started) / calls)
+    return best
+
+
+def product_speedups(matrix, operand, cores: int) -> dict:
+    """``{threads: SciPy's product time / autospmv's}`` for one thread and for ``cores``, each
+    product timed alone (:func:`product_seconds`)."""
+    import autospmv
+
+    x = np.random.default_rng(0).standard_normal(matrix.shape[1])
+    scipy_s = product_seconds(lambda: operand @ x)
+    out = {}
+    for threads in sorted({1, cores}):
+        op = autospmv.prepare(matrix, device="cpu", threads=threads)
+        out[threads] = scipy_s / product_seconds(lambda: op @ x)
+    return out
+
+
 def geomean(values) -> float:
     values = list(values)
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
@@ -91,6 +130,8 @@ def main(argv=None) -> int:
     parser.add_argument("--min-nnz", type=int, default=solvers.LARGE_NNZ)
     parser.add_argument("--solvers", default=",".join(solvers.SOLVERS))
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--operator", action="store_true",
+                        help="also time autospmv's products alone and bound the solves by them")
     parser.add_argument("--out", help="write the records and summary here (JSON)")
     args = parser.parse_args(argv)
     if args.matrices is None:
@@ -106,7 +147,7 @@ def main(argv=None) -> int:
         A = canonicalize(sp.load_npz(path)).astype(np.float64)
         scipy_side = solvers.build_problems(A)[0]
         for name in names:
-            solve, _, operand_key = solvers.solver_calls(name, scipy_side)
+            solve, matrix_key, operand_key = solvers.solver_calls(name, scipy_side)
             operand = scipy_side[operand_key]
             nnz = int(getattr(operand, "nnz", scipy_side["heat"].nnz))
             if nnz < args.min_nnz:
@@ -117,10 +158,18 @@ def main(argv=None) -> int:
             f = record["share"]
             record["bound_all_cores"] = 1 - f + f / cores
             record["bound_infinitely_fast"] = 1 - f
+            line = ""
+            if args.operator:
+                speedups = product_speedups(scipy_side[matrix_key], operand, cores)
+                k = max(speedups.values())
+                record["product_speedup_by_threads"] = {str(t): v for t, v in speedups.items()}
+                record["bound_measured_product"] = 1 - f + f / k
+                line = (f"  product alone {' '.join(f'{t}t {v:.2f}x' for t, v in speedups.items())}"
+                        f"  bound with it {record['bound_measured_product']:.3f}")
             records.append(record)
             print(f"{name:13s} {path.stem:22s} {nnz:9,d} nnz  solve {record['solve_s'] * 1e3:8.1f}"
                   f" ms  products {f:6.1%}  bound on {cores} cores {record['bound_all_cores']:.3f}"
-                  f"  with free products {record['bound_infinitely_fast']:.3f}", flush=True)
+                  f"  with free products {record['bound_infinitely_fast']:.3f}{line}", flush=True)
     summary = []
     for name in names:
         rows = [r for r in records if r["solver"] == name]
@@ -130,12 +179,19 @@ def main(argv=None) -> int:
                             "geomean_bound_all_cores": geomean(r["bound_all_cores"] for r in rows),
                             "geomean_bound_infinitely_fast":
                                 geomean(r["bound_infinitely_fast"] for r in rows)})
+            if args.operator:
+                summary[-1]["geomean_bound_measured_product"] = geomean(
+                    r["bound_measured_product"] for r in rows)
             s = summary[-1]
             print(f"{name:13s} {len(rows)} matrices: geomean bound "
-                  f"{s['geomean_bound_all_cores']:.3f} on {cores} cores, {s['geomean_bound_infinitely_fast']:.3f} with free products")
+                  f"{s['geomean_bound_all_cores']:.3f} on {cores} cores, "
+                  f"{s['geomean_bound_infinitely_fast']:.3f} with free products"
+                  + (f", {s['geomean_bound_measured_product']:.3f} with the measured product"
+                     if args.operator else ""))
     if args.out:
         load = os.getloadavg() if hasattr(os, "getloadavg") else None
         doc = {"benchmark": "solver_product_share", "date": datetime.date.today().isoformat(),
+               "omp_wait_policy": wait_policy(),
                "command": " ".join([Path(sys.argv[0]).name] + (argv or sys.argv[1:])),
                "device": {"cpu": cpu_model(), "cores": cores, "load_average_at_end": load,
                           "blas": solvers.blas_info()},
