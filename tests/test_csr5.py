@@ -135,6 +135,23 @@ def test_descriptors_of_a_hand_checked_example():
     assert np.array_equal(fmt.indices[76:], csr.indices[73:])
 
 
+def test_placeholder_rows_widen_a_row_pointer_they_would_overflow():
+    """Placeholders add entries: where nnz plus the empty rows passes int32, the padded row
+    pointer is int64 (only the pointer is built here, no nonzeros)."""
+    from autospmv.formats.csr5 import placeholder_rows
+
+    top = np.iinfo(np.int32).max
+    padded, positions = placeholder_rows(np.array([0, top - 1, top - 1, top - 1], np.int32))
+    assert padded.dtype == np.int64 and padded.tolist() == [0, top - 1, top, top + 1]
+    assert positions.tolist() == [top - 1, top]
+    padded, positions = placeholder_rows(np.array([0, 5, 5, 7], np.int32))
+    assert padded.dtype == np.int32 and padded.tolist() == [0, 5, 6, 8]
+    assert positions.tolist() == [5]
+    same = np.array([0, 2, 4], np.int32)
+    padded, positions = placeholder_rows(same)
+    assert padded is same and positions.size == 0
+
+
 def test_empty_matrices_have_no_tiles():
     for shape in [(0, 0), (3, 0), (0, 4), (6, 5)]:
         fmt = CSR5Format.from_csr(canonicalize(sp.csr_matrix(shape)), 4)
