@@ -284,9 +284,9 @@ def csr5_descriptors(indptr: np.ndarray, sigma: int, indices: np.ndarray | None 
     sigma = _check_sigma(sigma)
     itype = indptr.dtype
     m = indptr.shape[0] - 1
-    has_empty_rows = bool(np.any(indptr[1:] == indptr[:-1]))
     padded, positions = placeholder_rows(indptr)
     total = int(padded[-1])
+    has_empty_rows = positions.shape[0] > 0 or (total == 0 and m > 0)
     ntiles = -(-total // (OMEGA * sigma))
 
     tile_ptr = np.empty(ntiles + 1, dtype=itype)
@@ -318,12 +318,12 @@ def descriptors_without_empty_rows(indptr, sigma: int, xp=np) -> dict:
     (NumPy, or CuPy for a row pointer on the GPU: no transfer to the host but scalars), with the
     same values.
 
-    Without empty rows there are no placeholders, a tile's first row is the last row starting at or
-    before its first nonzero, and the flagged nonzeros are the rows' first ones plus the first
-    nonzero of every tile that continues a row. A lane's bits are summed as powers of two (exact
-    in float64 below 2³²; made by shifts, since CuPy's ``exp2`` is not exact), its segments
-    counted, and ``seg_offset`` found by a suffix minimum over the lanes of each tile in five
-    doubling steps."""
+    Without empty rows there are no placeholders, a tile's first row is the last row starting
+    at or before its first nonzero, and the flagged nonzeros are the rows' first ones plus the
+    first nonzero of every tile that continues a row. A lane's bits are summed as powers of two
+    (exact in float64 below 2³²; made by shifts, since CuPy's ``exp2`` is not exact), its
+    segments counted, and ``seg_offset`` found by a suffix minimum over the lanes of each tile
+    in five doubling steps."""
     sigma = _check_sigma(sigma)
     itype = indptr.dtype
     m = indptr.shape[0] - 1
