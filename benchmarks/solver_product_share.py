@@ -164,7 +164,8 @@ def main(argv=None) -> int:
                 k = max(speedups.values())
                 record["product_speedup_by_threads"] = {str(t): v for t, v in speedups.items()}
                 record["bound_measured_product"] = 1 - f + f / k
-                line = (f"  product alone {' '.join(f'{t}t {v:.2f}x' for t, v in speedups.items())}"
+                alone = " ".join(f"{t}t {v:.2f}x" for t, v in speedups.items())
+                line = (f"  product alone {alone}"
                         f"  bound with it {record['bound_measured_product']:.3f}")
             records.append(record)
             print(f"{name:13s} {path.stem:22s} {nnz:9,d} nnz  solve {record['solve_s'] * 1e3:8.1f}"
