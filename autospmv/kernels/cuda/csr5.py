@@ -42,9 +42,8 @@ a placeholder entry (:mod:`autospmv.formats.csr5`): its segment stores the row's
 tiles flagged as holding one, every product tests its column first (the placeholder column is
 read as a uint32 0xFFFFFFFF, or -1 for int64 indices, and compared in the indices' own type):
 x is not read there and the product is zero, so NaN or Inf in x cannot reach the row. The
-incomplete last tile is stored in CSR order; its warp runs the same
-code with lane ``l`` reading ``tile_base + l·σ + j`` (strided, for that one tile only) and skipping
-positions past ``nnz``.
+incomplete last tile is stored in CSR order; its warp runs the same code with lane ``l`` reading
+``tile_base + l·σ + j`` (strided, for that one tile only) and skipping positions past ``nnz``.
 
 Tiles inside one row (``tile_ptr`` equal for the tile and the next, complete tile) skip the
 descriptors: the warp sums the tile, reduces it with five shuffles and adds it to the row with one
