@@ -224,10 +224,11 @@ def device_format(kernel: str, csr: DeviceCSR, params: dict) -> SparseFormat:
                 and not bool((csr.indptr[1:] == csr.indptr[:-1]).any())):
             fields = csr5.descriptors_without_empty_rows(csr.indptr, sigma, xp)
         else:  # the host's compiled passes build the descriptors, and place the placeholders
-            fields = csr5.csr5_descriptors(structure.indptr, sigma)
+            placeholders = csr5.placeholder_rows(structure.indptr)
+            fields = csr5.csr5_descriptors(structure.indptr, sigma, placeholders=placeholders)
             fields = {k: (xp.asarray(v) if isinstance(v, np.ndarray) else v)
                       for k, v in fields.items()}
-            positions = xp.asarray(csr5.placeholder_rows(structure.indptr)[1])
+            positions = xp.asarray(placeholders[1])
             indices = csr5.insert_placeholders(indices, positions, csr5.PLACEHOLDER, xp)
             data = csr5.insert_placeholders(data, positions, 0, xp)
         return csr5.CSR5Format(csr.shape, indices=csr5.transpose_tiles(indices, sigma, xp),

@@ -272,8 +272,9 @@ def _check_sigma(sigma) -> int:
 
 
 def csr5_descriptors(indptr: np.ndarray, sigma: int, indices: np.ndarray | None = None,
-                     data: np.ndarray | None = None) -> dict:
+                     data: np.ndarray | None = None, placeholders: tuple | None = None) -> dict:
     """The fields of a :class:`CSR5Format` (all but ``shape``) for a CSR row pointer.
+    ``placeholders``: :func:`placeholder_rows` of ``indptr``, when the caller has it already.
 
     With ``indices`` and ``data`` (host arrays), their tile-transposed copies with the
     placeholders in place are included, written by the compiled pass from the arrays as they
@@ -284,7 +285,7 @@ def csr5_descriptors(indptr: np.ndarray, sigma: int, indices: np.ndarray | None 
     sigma = _check_sigma(sigma)
     itype = indptr.dtype
     m = indptr.shape[0] - 1
-    padded, positions = placeholder_rows(indptr)
+    padded, positions = placeholder_rows(indptr) if placeholders is None else placeholders
     total = int(padded[-1])
     has_empty_rows = positions.shape[0] > 0 or (total == 0 and m > 0)
     ntiles = -(-total // (OMEGA * sigma))
