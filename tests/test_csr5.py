@@ -43,9 +43,9 @@ def naive_descriptors(csr: sp.csr_matrix, sigma: int) -> dict:
     padded = np.maximum(lengths, 1) if csr.nnz else lengths
     total = int(padded.sum())
     row_of = np.repeat(np.arange(m), padded)
-    row_start = set(np.concatenate([[0], np.cumsum(padded)[:-1]]).tolist()) if m else set()
-    placeholder_at = set(int(p) for p, r in zip(np.concatenate([[0], np.cumsum(padded)[:-1]]),
-                                                range(m)) if lengths[r] == 0 and csr.nnz)
+    starts = np.concatenate([[0], np.cumsum(padded)])[:m]
+    row_start = set(starts.tolist())
+    placeholder_at = set(starts[padded > lengths].tolist())
     out = {key: [] for key in ("tile_ptr", "bit_flag", "y_offset", "seg_offset")}
     for first in range(0, total, size):
         last = min(total, first + size) - 1
