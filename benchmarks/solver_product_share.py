@@ -49,6 +49,7 @@ import solvers  # noqa: E402  (benchmarks/solvers.py: the problems and solver ca
 sys.path.insert(0, str(solvers.ROOT))
 from autospmv.cpu_threads import wait_policy  # noqa: E402
 from autospmv.model_store import cpu_model  # noqa: E402
+from autospmv.timing import time_calls  # noqa: E402
 from autospmv.validation import canonicalize  # noqa: E402
 
 
@@ -88,34 +89,24 @@ def share(solve, operand, rounds: int) -> dict:
     return {"solve_s": total, "products_s": products, "share": products / total}
 
 
-def product_seconds(call, rounds: int = 5, min_seconds: float = 0.02) -> float:
-    """Seconds per call of ``call()`` run back to back: the minimum over ``rounds`` batches of
-    at least ``min_seconds`` each, after untimed calls."""
-    for _ in range(10):
-        call()
-    started = time.perf_counter()
-    call()
-    calls = max(1, int(min_seconds / max(time.perf_counter() - started, 1e-7)))
-    best = math.inf
-    for _ in range(rounds):
-        started = time.perf_counter()
-        for _ in range(calls):
-            call()
-        best = min(best, (time.perf_counter() - started) / calls)
-    return best
-
-
 def product_speedups(matrix, operand, cores: int) -> dict:
     """``{threads: SciPy's product time / autospmv's}`` for one thread and for ``cores``, each
-    product timed alone (:func:`product_seconds`)."""
+    product called back to back, alone (median of :func:`autospmv.timing.time_calls`, after
+    untimed calls)."""
     import autospmv
 
     x = np.random.default_rng(0).standard_normal(matrix.shape[1])
-    scipy_s = product_seconds(lambda: operand @ x)
+
+    def median_us(call) -> float:
+        for _ in range(10):
+            call()
+        return time_calls(call, "cpu", budget=0.1)["median"]
+
+    scipy_us = median_us(lambda: operand @ x)
     out = {}
     for threads in sorted({1, cores}):
         op = autospmv.prepare(matrix, device="cpu", threads=threads)
-        out[threads] = scipy_s / product_seconds(lambda: op @ x)
+        out[threads] = scipy_us / median_us(lambda: op @ x)
     return out
 
 
