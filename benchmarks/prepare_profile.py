@@ -20,11 +20,10 @@ import argparse
 import cProfile
 import io
 import pstats
-import statistics
-import time
 from pathlib import Path
 
 import autospmv
+from autospmv.timing import time_calls
 from prepare_cost import make_matrices
 
 CALLS = 10
@@ -43,15 +42,16 @@ def main(argv=None):
     args.out.mkdir(parents=True, exist_ok=True)
     for name, A in make_matrices(args.sizes, ["float32", "float64"]):
         matrix = cps.csr_matrix(A) if args.input == "device" else A
-        for _ in range(UNTIMED):
-            autospmv.prepare(matrix)
-        cupy.cuda.runtime.deviceSynchronize()
-        times = []
-        for _ in range(CALLS):
-            started = time.perf_counter()
-            op = autospmv.prepare(matrix)
+        last = {}
+
+        def prepare():
+            last["op"] = autospmv.prepare(matrix)
             cupy.cuda.runtime.deviceSynchronize()
-            times.append(time.perf_counter() - started)
+
+        for _ in range(UNTIMED - 1):  # time_calls makes the last untimed call
+            prepare()
+        median_ms = time_calls(prepare, "cpu", budget=0.0, min_samples=CALLS)["median"] / 1e3
+        op = last["op"]
         profile = cProfile.Profile()
         profile.enable()
         for _ in range(CALLS):
@@ -63,7 +63,7 @@ def main(argv=None):
         label = f"{name}_{A.dtype}_{args.input}"
         (args.out / f"prof-{label}.txt").write_text(text.getvalue())
         notes = [line.strip() for line in op.explain().splitlines() if "took" in line]
-        print(f"{label}: {op.kernel}, median {statistics.median(times) * 1e3:.2f} ms; "
+        print(f"{label}: {op.kernel}, median {median_ms:.2f} ms; "
               + "; ".join(notes), flush=True)
 
 
