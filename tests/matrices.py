@@ -183,11 +183,15 @@ TINY: dict[str, Maker] = {
     "rows_of_2_and_1_64x64": lambda: from_row_lengths([2, 1] * 32, 64, 33),
     "rows_of_6_two_tiles_100x100": lambda: from_row_lengths(np.full(100, 6), 100, 34),
     "rows_of_7_and_gaps_two_tiles_120x100": lambda: from_row_lengths([7, 7, 0] * 40, 100, 35),
+    "long_row_among_short_10x3000": lambda: one_long_row(10, 3000, 4, 3, 36),
 }
 """The same structural cases, small enough for the CUDA simulator (≤ 120 rows, ≤ 600 entries).
-The last two hold two complete CSR5 tiles at the σ = 8 chosen for them (256 entries a tile) and a
+Two hold two complete CSR5 tiles at the σ = 8 chosen for them (256 entries a tile) and a
 partial third, with rows crossing the tiles' ends: CSR5's whole-step path, where a tile's lane 0
-may continue the previous tile's row, on clean tiles and on tiles with empty rows."""
+may continue the previous tile's row, on clean tiles and on tiles with empty rows. The last one is
+the exception to the size: a 3,000-entry row, which at σ = 2 (64 entries a tile, see
+:data:`TINY_PARAMETER_CASES`) fills whole blocks of eight tiles with the next
+``CONTENDED_ROW_TILES`` tiles, CSR5's one-atomic-per-block path."""
 
 TINY_EXTRA_CASES = {"device_out": "odd_33x33", "nan_inf": "power_law_48"}
 """Simulator cases beyond host vectors, and the TINY matrix each runs on: device vectors (with and
@@ -198,13 +202,15 @@ TINY_PARAMETER_CASES: list[tuple[str, str, dict]] = [
     *[("csr5", "dense_row_among_short_40x150", {"sigma": s}) for s in (2, 3, 16, 32)],
     *[("csr5", "poisson2d_36", {"sigma": s}) for s in (2, 3)],
     ("csr5", "rows_of_2_and_1_64x64", {"sigma": 2}),
+    ("csr5", "long_row_among_short_10x3000", {"sigma": 2}),
     *[("hyb", "power_law_48", {"width": w}) for w in (0, 1, 3)],
 ]
 """(kernel, TINY matrix, params) beyond the tuned choice: every csr_vector group size, CSR5 tiles
 shorter than the long row (σ = 2: 64 entries a tile, so the 150-entry row spans three tiles) and
 the large-matrix σ = 16; rows of the 2-D Laplacian crossing tiles with no row empty, on the
 whole-step and the clamped path; in float64, y cleared at the tiles' ends only, with a row
-crossing from the first tile into the second), and HYB from pure COO to mostly ELL."""
+crossing from the first tile into the second); a row filling 46 tiles of σ = 2, where one block
+of eight adds its tiles' sums with a single atomic; and HYB from pure COO to mostly ELL."""
 
 
 def parameter_case_name(matrix: str, params: dict) -> str:
