@@ -51,10 +51,10 @@ atomic. The test is the same for the whole warp, so the branch does not diverge.
 thousands of tiles would have thousands of warps, all in flight together, add to one address of
 y, and atomics on one address are served one at a time; so where a block's eight tiles lie in a
 row that also fills the next :data:`CONTENDED_ROW_TILES` tiles, the block adds its warps' sums in
-shared memory and makes one atomic. On the H200, back-to-back at 2·10⁷ nonzeros, that
-made the dense_rows family (eight rows of 1.25·10⁶ entries) 19 % faster in float32 and 9 % in
-float64 (``benchmarks/results/csr5-contended-rows-2026-11-27.md``); rows of tens of tiles (FIT2D's)
-keep one atomic per warp, since the barrier made them slower where the atomics did not contend.
+shared memory and makes one atomic. Back-to-back at 2·10⁷ nonzeros, that made the dense_rows
+family (eight rows of 1.25·10⁶ entries) 19 % (float32) and 10 % (float64) faster on an H200, 14 %
+and 7 % on an H100 (``benchmarks/results/csr5-contended-rows-2026-11-27.md``). Rows of tens of
+tiles (FIT2D's) keep one atomic per warp: there the barrier cost more than the atomics it saved.
 
 Rows that cross tiles: only segment 0 of a tile (which may continue the previous tile's row) and
 the tile's last segment (which may continue into the next tile) can be shared with other tiles.
