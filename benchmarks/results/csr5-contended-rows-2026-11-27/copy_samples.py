@@ -5,9 +5,9 @@
 Writes ``first_calls`` (three calls of ``benchmarks.gpu.copy_bandwidth_tbs`` at the start),
 ``samples_3s`` (the rate of every single 2 GiB device-to-device copy for three seconds, on one
 pair of buffers) and ``after_warm`` (three more calls of ``copy_bandwidth_tbs``), in TB/s (bytes
-read + bytes written per second). ``copy_bandwidth_tbs`` was the median of ten copies in the runs
-of calls 1 and 2, and the highest of five such medians after a second of copies in calls 5 and 6
-(see the results note).
+read + bytes written per second). ``copy_bandwidth_tbs`` was the median of ten copies in calls 1
+and 2, the highest of five such medians after a second of copies in calls 5 and 6, and its
+current form in call 7 (see the results note).
 """
 
 import json
