@@ -64,9 +64,13 @@ clearing and one kernel launch; no calibration pass is needed. The clearing is o
 
 * ``ZeroY``, all of y: when y is small next to the tiles (see :func:`clears_tile_ends`), or the
   matrix has no nonzeros (no tiles);
-* :func:`csr5_clear_tile_ends`, one thread per tile, which zeroes the tile's first row and the two
-  rows its last one can be: where y has many rows per tile, this saves most of a write of y per
-  call (``benchmarks/results/csr5-clear-2026-11-26.md``).
+* :func:`csr5_clear_tile_ends`, one thread per tile, which zeroes the tile's first and last rows
+  and no other: where y has many rows per tile, this saves most of a write of y per call
+  (``benchmarks/results/csr5-clear-2026-11-26.md``). Since the kernel stores every other row
+  plainly, it is launched to overlap this one (:mod:`.grid_dependency`): it starts while the
+  clearing runs and waits for it only before its atomics. Back-to-back on an H200 at 2·10⁷
+  nonzeros, that made csr5 2–3 % faster where the tile ends are cleared, against the kernel
+  launched after the clearing had ended (``benchmarks/results/csr5-overlap-2026-11-27.md``).
 
 Weaknesses: a row spread over k tiles receives k atomic adds in no fixed order, so its last bits
 may differ from call to call (rows inside one tile are always deterministic). Short rows give
@@ -86,6 +90,7 @@ from numba import cuda, uint32, uint64
 
 from ...formats.csr5 import OMEGA, PLACEHOLDER
 from . import jit
+from .grid_dependency import release_dependents, wait_for_previous
 from .launch import X, Y, DeviceProgram, Launch, ZeroY, unsigned
 
 BLOCK = 256
@@ -154,6 +159,7 @@ def csr5_kernel(tile_ptr, bit_flag, y_offset, seg_offset, indices, data, x, y, s
         while offset > 0:
             acc += cuda.shfl_down_sync(_FULL_MASK, acc, offset)
             offset //= 2
+        wait_for_previous()  # the rows the clearing zeroes, before adding to them
         # Every warp of a `contended` block takes this path (tile_ptr[ntiles] = m is no row),
         # so the barrier below is reached by the whole block or by none of it.
         if contended:
@@ -217,6 +223,7 @@ def csr5_kernel(tile_ptr, bit_flag, y_offset, seg_offset, indices, data, x, y, s
             head += other
         offset *= 2
     following = cuda.shfl_down_sync(_FULL_MASK, head, 1)
+    wait_for_previous()  # the rows the clearing zeroes, before adding to them
     if starts:
         if lane == OMEGA - 1:
             following = zero
@@ -319,19 +326,23 @@ def _product(data, indices, x, q, holds, placeholder):
 
 
 @jit(cache=True)
-def csr5_clear_tile_ends(tile_ptr, y):
-    """y = 0 on the rows :func:`csr5_kernel` adds to with atomics: thread t clears tile t's first
-    row, and the row before tile t+1's first row. A tile's last row is the next tile's first row
-    (cleared by that tile's thread) or the one before it (every row, empty ones through their
-    placeholders, owns a segment), so both rows each tile adds to are cleared. Rows cleared that
-    the kernel then stores plainly are merely written twice."""
+def csr5_clear_tile_ends(tile_ptr, bit_flag, y_offset, y):
+    """y = 0 on the rows :func:`csr5_kernel` adds to with atomics, and on no other: thread t
+    clears tile t's first row (its segment 0) and its last row (its last segment: the first row
+    plus the tile's segments, ``y_offset`` and the flags of its last lane, less one). The kernel
+    stores every other row plainly, so it may start while this one runs
+    (:mod:`.grid_dependency`): it waits for this kernel only before its atomics."""
+    release_dependents()
     tile = cuda.grid(1)
     ntiles = tile_ptr.shape[0] - 1
     if tile < ntiles:
         first = tile_ptr[tile]
-        after = tile_ptr[tile + 1]
-        y[~first if first < 0 else first] = 0
-        y[(~after if after < 0 else after) - 1] = 0
+        if first < 0:
+            first = ~first
+        last_lane = tile * OMEGA + OMEGA - 1
+        segments = y_offset[last_lane] + cuda.popc(bit_flag[last_lane])
+        y[first] = 0
+        y[first + segments - 1] = 0
 
 
 CLEAR_ENDS_FROM = 4
@@ -358,9 +369,11 @@ def build(fmt, params, arrays) -> DeviceProgram:
     cleared (see :func:`clears_tile_ends`)."""
     m = fmt.shape[0]
     steps = []
-    if clears_tile_ends(fmt):
+    overlaps = clears_tile_ends(fmt)
+    if overlaps:
         steps.append(Launch(csr5_clear_tile_ends, -(-fmt.ntiles // BLOCK), BLOCK,
-                            [arrays["tile_ptr"], Y], fmt.dtype))
+                            [arrays[name] for name in ("tile_ptr", "bit_flag", "y_offset")] + [Y],
+                            fmt.dtype))
     elif m:
         steps.append(ZeroY(m, fmt.dtype.itemsize))
     if fmt.ntiles:
@@ -370,5 +383,6 @@ def build(fmt, params, arrays) -> DeviceProgram:
         placeholder = unsigned(np.full(1, PLACEHOLDER, dtype=fmt.indices.dtype))[0]
         args += [indices, arrays["data"]]
         steps.append(Launch(csr5_kernel, -(-fmt.ntiles * OMEGA // BLOCK), BLOCK,
-                            args + [X, Y, np.int32(fmt.sigma), placeholder], fmt.dtype))
+                            args + [X, Y, np.int32(fmt.sigma), placeholder], fmt.dtype,
+                            overlaps_previous=overlaps))
     return DeviceProgram(fmt.shape, fmt.dtype, arrays, steps)

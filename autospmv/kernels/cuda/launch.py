@@ -76,15 +76,20 @@ class Launch:
     ``args`` mixes arrays, numpy scalars (typed: ``np.int32(n)``) and the slots ``X``/``Y``.
     ``dispatcher`` is a ``cuda.jit`` function. Nothing is compiled until :meth:`load` (for the GPU)
     or :meth:`ptx` (for inspection, no GPU needed, so host arrays may stand in for device arrays).
+    ``overlaps_previous``: launched as a programmatic dependent launch, which may start while the
+    kernel before it runs; the kernel must follow :mod:`.grid_dependency`.
     """
 
-    def __init__(self, dispatcher, grid: int, block: int, args: list, vector_dtype):
+    def __init__(self, dispatcher, grid: int, block: int, args: list, vector_dtype,
+                 overlaps_previous: bool = False):
         self.dispatcher = dispatcher
         self.grid = max(1, int(grid))
         self.block = int(block)
         self.args = list(args)
+        self.overlaps_previous = overlaps_previous
         slot_type = vector_type(vector_dtype)
-        self.argtypes = tuple(slot_type if isinstance(a, Slot) else numba_type(a) for a in self.args)
+        self.argtypes = tuple(slot_type if isinstance(a, Slot) else numba_type(a)
+                              for a in self.args)
         self._function = None
 
     def ptx(self, cc=(9, 0)) -> str:
@@ -133,6 +138,8 @@ class Launch:
         x_slot, y_slot, launch = self._x, self._y, driver.cuLaunchKernel
         function, grid, block, params = (self._function, self.grid, self.block,
                                          ctypes.addressof(self._params))
+        if self.overlaps_previous:
+            return self._fire_overlapping(function, params)
 
         def launch_kernel(x, y, stream):
             x_slot.value = x
@@ -140,6 +147,31 @@ class Launch:
             status, = launch(function, grid, 1, 1, block, 1, 1, 0, stream, params, 0)
             if status:
                 raise _driver_error(status, "cuLaunchKernel")
+
+        return launch_kernel
+
+    def _fire_overlapping(self, function, params):
+        """:meth:`fire` through ``cuLaunchKernelEx`` with programmatic stream serialization
+        allowed (see :mod:`.grid_dependency`); the launch configuration is built once."""
+        attribute = driver.CUlaunchAttribute()
+        ids = driver.CUlaunchAttributeID
+        attribute.id = ids.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+        attribute.value.programmaticStreamSerializationAllowed = 1
+        config = driver.CUlaunchConfig()
+        config.gridDimX, config.gridDimY, config.gridDimZ = self.grid, 1, 1
+        config.blockDimX, config.blockDimY, config.blockDimZ = self.block, 1, 1
+        config.sharedMemBytes = 0
+        config.attrs = [attribute]
+        config.numAttrs = 1
+        x_slot, y_slot, launch = self._x, self._y, driver.cuLaunchKernelEx
+
+        def launch_kernel(x, y, stream):
+            x_slot.value = x
+            y_slot.value = y
+            config.hStream = stream
+            status, = launch(config, function, params, 0)
+            if status:
+                raise _driver_error(status, "cuLaunchKernelEx")
 
         return launch_kernel
 
