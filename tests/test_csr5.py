@@ -250,6 +250,31 @@ def test_cuda_program_compiles_to_ptx(dtype, itype):
     assert f"atom.global.add.{suffix}" in ptx  # a native atomic, not a compare-and-swap loop
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
+def test_cuda_kernel_overlaps_the_clearing_of_tile_ends(dtype):
+    """Where only the tile ends of y are cleared, the kernel is launched to overlap that
+    clearing: the clearing releases it at once, and the kernel waits for the clearing before
+    its atomics. Where all of y is cleared (a memset), it is launched after it."""
+    cuda_csr5 = pytest.importorskip("autospmv.kernels.cuda.csr5")
+    from autospmv.kernels.cuda.launch import Launch, ZeroY
+
+    short_rows = canonicalize(sp.diags([1.0, 2.0, 3.0], [-1, 0, 1], shape=(4096, 4096),
+                                       format="csr", dtype=dtype))
+    fmt = CSR5Format.from_csr(short_rows, 16)
+    assert cuda_csr5.clears_tile_ends(fmt)
+    clear, kernel = cuda_csr5.build(fmt, {"sigma": 16}, fmt.arrays()).steps
+    assert clear.dispatcher is cuda_csr5.csr5_clear_tile_ends and not clear.overlaps_previous
+    assert kernel.dispatcher is cuda_csr5.csr5_kernel and kernel.overlaps_previous
+    assert "griddepcontrol.launch_dependents;" in clear.ptx((9, 0))
+    assert "griddepcontrol.wait;" in kernel.ptx((9, 0))
+
+    long_rows = canonical("long_rows_mid_tile_and_gaps", dtype)
+    fmt = CSR5Format.from_csr(long_rows, 7)
+    zero, kernel = cuda_csr5.build(fmt, {"sigma": 7}, fmt.arrays()).steps
+    assert isinstance(zero, ZeroY) and isinstance(kernel, Launch)
+    assert not kernel.overlaps_previous
+
+
 def test_cuda_program_steps_for_empty_matrices():
     cuda_csr5 = pytest.importorskip("autospmv.kernels.cuda.csr5")
     from autospmv.kernels.cuda.launch import ZeroY

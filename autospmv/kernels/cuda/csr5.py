@@ -68,9 +68,10 @@ clearing and one kernel launch; no calibration pass is needed. The clearing is o
   and no other: where y has many rows per tile, this saves most of a write of y per call
   (``benchmarks/results/csr5-clear-2026-11-26.md``). Since the kernel stores every other row
   plainly, it is launched to overlap this one (:mod:`.grid_dependency`): it starts while the
-  clearing runs and waits for it only before its atomics. Back-to-back on an H200 at 2·10⁷
-  nonzeros, that made csr5 2–3 % faster where the tile ends are cleared, against the kernel
-  launched after the clearing had ended (``benchmarks/results/csr5-overlap-2026-11-27.md``).
+  clearing runs and waits for it only before its atomics. Back-to-back at 2·10⁷ nonzeros on
+  an H100 and an H200, that made csr5 1–4 % faster where the tile ends are cleared, against
+  the kernel launched after the clearing had ended
+  (``benchmarks/results/csr5-overlap-2026-11-27.md``).
 
 Weaknesses: a row spread over k tiles receives k atomic adds in no fixed order, so its last bits
 may differ from call to call (rows inside one tile are always deterministic). Short rows give
