@@ -9,12 +9,18 @@ kernel cannot end before the one it overlaps.
 
 Both are the PTX instructions ``griddepcontrol.launch_dependents`` and ``griddepcontrol.wait``;
 in a kernel launched without overlap, ``wait`` returns at once and ``launch_dependents`` does
-nothing. Under numba-cuda's simulator (one kernel at a time) both do nothing.
+nothing. Compiled for a GPU older than :data:`SUPPORTED_FROM`, which has neither instruction,
+they emit nothing, and such a GPU launches every kernel after the previous one has ended
+(:meth:`autospmv.kernels.cuda.launch.Launch.load`). Under numba-cuda's simulator (one kernel at
+a time) both do nothing.
 """
 
 from __future__ import annotations
 
 from numba import cuda
+
+SUPPORTED_FROM = (9, 0)
+"""The first compute capability with programmatic dependent launch (Hopper)."""
 
 if cuda.config.ENABLE_CUDASIM:
     def wait_for_previous():
@@ -26,18 +32,20 @@ if cuda.config.ENABLE_CUDASIM:
 else:
     from llvmlite import ir
     from numba import types
+    from numba.cuda.core import targetconfig
     from numba.cuda.extending import intrinsic
 
     def _instruction(text: str):
         """An intrinsic emitting one PTX instruction with no operands, kept where it is
         written (it orders memory accesses, so the compiler may not move loads or stores across
-        it)."""
+        it); nothing when compiling for a compute capability below :data:`SUPPORTED_FROM`."""
         @intrinsic
         def emit(typingctx):
             def codegen(context, builder, signature, args):
-                asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), text, "~{memory}",
-                                   side_effect=True)
-                builder.call(asm, [])
+                if targetconfig.ConfigStack().top().compute_capability >= SUPPORTED_FROM:
+                    asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), text, "~{memory}",
+                                       side_effect=True)
+                    builder.call(asm, [])
                 return context.get_dummy_value()
 
             return types.void(), codegen

@@ -25,6 +25,8 @@ import numpy as np
 from numba import cuda, types
 from numba.np.numpy_support import from_dtype
 
+from . import grid_dependency
+
 SIMULATOR = bool(cuda.config.ENABLE_CUDASIM)
 
 if not SIMULATOR:
@@ -77,7 +79,8 @@ class Launch:
     ``dispatcher`` is a ``cuda.jit`` function. Nothing is compiled until :meth:`load` (for the GPU)
     or :meth:`ptx` (for inspection, no GPU needed, so host arrays may stand in for device arrays).
     ``overlaps_previous``: launched as a programmatic dependent launch, which may start while the
-    kernel before it runs; the kernel must follow :mod:`.grid_dependency`.
+    kernel before it runs, where the GPU has it (compute capability
+    :data:`.grid_dependency.SUPPORTED_FROM`); the kernel must follow :mod:`.grid_dependency`.
     """
 
     def __init__(self, dispatcher, grid: int, block: int, args: list, vector_dtype,
@@ -105,6 +108,9 @@ class Launch:
         only)."""
         if SIMULATOR:
             return
+        device = cuda.current_context().device
+        self._overlaps = (self.overlaps_previous
+                          and device.compute_capability >= grid_dependency.SUPPORTED_FROM)
         self._function = driver.CUkernel(cubins.function_handle(self.dispatcher, self.argtypes))
         lengths = {"X": x_len, "Y": y_len}
         self._storage = []  # the ctypes values the parameter array points into
@@ -138,7 +144,7 @@ class Launch:
         x_slot, y_slot, launch = self._x, self._y, driver.cuLaunchKernel
         function, grid, block, params = (self._function, self.grid, self.block,
                                          ctypes.addressof(self._params))
-        if self.overlaps_previous:
+        if self._overlaps:
             return self._fire_overlapping(function, params)
 
         def launch_kernel(x, y, stream):
