@@ -277,6 +277,24 @@ def test_cuda_kernel_overlaps_the_clearing_of_tile_ends(dtype):
     assert not kernel.overlaps_previous
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
+def test_cuda_kernel_reads_float32_matrices_with_the_evict_first_hint(dtype):
+    """float32 values and their columns are read with L1::evict_first (x stays in the L1
+    cache), in every path that reads the matrix; float64 ones plainly."""
+    cuda_csr5 = pytest.importorskip("autospmv.kernels.cuda.csr5")
+    fmt = CSR5Format.from_csr(canonical("long_rows_mid_tile_and_gaps", dtype), 16)
+    kernel = cuda_csr5.build(fmt, {"sigma": 16}, fmt.arrays()).steps[-1]
+    ptx = kernel.ptx((9, 0))
+    hinted = ptx.count("ld.global.L1::evict_first.b32")
+    if dtype == np.float32:
+        # Two loads per entry: the one-row path's 8 + 1, and the lane passes' 8 + 8 for tiles
+        # with and without placeholders, whole or clamped, are at least this many.
+        assert hinted >= 2 * (9 + 8 + 8)
+        assert "ld.global.L1::evict_first.b64" not in ptx
+    else:
+        assert "evict_first" not in ptx
+
+
 def test_cuda_program_steps_for_empty_matrices():
     cuda_csr5 = pytest.importorskip("autospmv.kernels.cuda.csr5")
     from autospmv.kernels.cuda.launch import ZeroY
