@@ -151,17 +151,17 @@ def csr5_kernel(tile_ptr, bit_flag, y_offset, seg_offset, indices, data, x, y, s
         acc = zero
         other = zero  # a second accumulator: two independent chains of adds
         while k + uint64(7 * OMEGA) < stop:  # eight loads in flight per lane
-            acc += (_entry_product(data, indices, x, k)
-                    + _entry_product(data, indices, x, k + uint64(OMEGA))
-                    + _entry_product(data, indices, x, k + uint64(2 * OMEGA))
-                    + _entry_product(data, indices, x, k + uint64(3 * OMEGA)))
-            other += (_entry_product(data, indices, x, k + uint64(4 * OMEGA))
-                      + _entry_product(data, indices, x, k + uint64(5 * OMEGA))
-                      + _entry_product(data, indices, x, k + uint64(6 * OMEGA))
-                      + _entry_product(data, indices, x, k + uint64(7 * OMEGA)))
+            acc += (_product(data, indices, x, k, False, placeholder)
+                    + _product(data, indices, x, k + uint64(OMEGA), False, placeholder)
+                    + _product(data, indices, x, k + uint64(2 * OMEGA), False, placeholder)
+                    + _product(data, indices, x, k + uint64(3 * OMEGA), False, placeholder))
+            other += (_product(data, indices, x, k + uint64(4 * OMEGA), False, placeholder)
+                      + _product(data, indices, x, k + uint64(5 * OMEGA), False, placeholder)
+                      + _product(data, indices, x, k + uint64(6 * OMEGA), False, placeholder)
+                      + _product(data, indices, x, k + uint64(7 * OMEGA), False, placeholder))
             k += uint64(8 * OMEGA)
         while k < stop:
-            acc += _entry_product(data, indices, x, k)
+            acc += _product(data, indices, x, k, False, placeholder)
             k += uint64(OMEGA)
         acc += other
         offset = OMEGA // 2
@@ -331,13 +331,6 @@ def _product(data, indices, x, q, holds, placeholder):
         real = column != placeholder
         product = value * x[column if real else indices.dtype.type(0)]
         return product if real else data.dtype.type(0)
-    return value * x[column]
-
-
-@cuda.jit(device=True, inline=True)
-def _entry_product(data, indices, x, k):
-    """``data[k] * x[indices[k]]``, the matrix entry read once (:func:`matrix_entry`)."""
-    value, column = matrix_entry(data, indices, k)
     return value * x[column]
 
 
