@@ -278,21 +278,38 @@ def test_cuda_kernel_overlaps_the_clearing_of_tile_ends(dtype):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
-def test_cuda_kernel_reads_float32_matrices_with_the_evict_first_hint(dtype):
-    """float32 values and their columns are read with L1::evict_first (x stays in the L1
-    cache), in every path that reads the matrix; float64 ones plainly."""
+def test_cuda_kernel_reads_the_matrix_with_the_evict_first_hint(dtype):
+    """Values and their columns are read with L1::evict_first (x stays in the L1 cache): in
+    float32 in every path that reads the matrix, in float64 in the path of tiles inside one row
+    only (the lanes' passes read float64 plainly)."""
     cuda_csr5 = pytest.importorskip("autospmv.kernels.cuda.csr5")
     fmt = CSR5Format.from_csr(canonical("long_rows_mid_tile_and_gaps", dtype), 16)
     kernel = cuda_csr5.build(fmt, {"sigma": 16}, fmt.arrays()).steps[-1]
     ptx = kernel.ptx((9, 0))
-    hinted = ptx.count("ld.global.L1::evict_first.b32")
+    hinted_words = ptx.count("ld.global.L1::evict_first.b32")
+    hinted_doubles = ptx.count("ld.global.L1::evict_first.b64")
+    # Entries read: the one-row path's 8 + 1 (at least; its last loop may be unrolled), and the
+    # lane passes' 8 + 8 for tiles with and without placeholders, whole or clamped.
     if dtype == np.float32:
-        # Two loads per entry: the one-row path's 8 + 1, and the lane passes' 8 + 8 for tiles
-        # with and without placeholders, whole or clamped, are at least this many.
-        assert hinted >= 2 * (9 + 8 + 8)
-        assert "ld.global.L1::evict_first.b64" not in ptx
+        assert hinted_words >= 2 * (9 + 8 + 8)  # a value and a column per entry
+        assert hinted_doubles == 0
     else:
-        assert "evict_first" not in ptx
+        assert hinted_doubles == hinted_words  # a value and its column, as pairs
+        assert 9 <= hinted_doubles < 9 + 8 + 8
+
+
+def test_cuda_kernel_finds_the_next_flagged_lane_with_a_ballot():
+    """seg_offset is not read on the GPU: the distance to the next lane with a flag comes from
+    one ballot per tile (the kernel takes the tile pointer, two descriptor arrays and the
+    matrix)."""
+    cuda_csr5 = pytest.importorskip("autospmv.kernels.cuda.csr5")
+    fmt = CSR5Format.from_csr(canonical("long_rows_mid_tile_and_gaps", np.float32), 16)
+    program = cuda_csr5.build(fmt, {"sigma": 16}, fmt.arrays())
+    kernel = program.steps[-1]
+    arrays = fmt.arrays()
+    assert not any(argument is arrays["seg_offset"] for argument in kernel.args)
+    ptx = kernel.ptx((9, 0))
+    assert ptx.count("vote.sync.ballot.b32") == 1
 
 
 def test_cuda_program_steps_for_empty_matrices():

@@ -28,22 +28,30 @@ rows now waits on memory (long-scoreboard stalls, about half the issue slots use
 the SM's 64 warps resident (56 registers); more loads in flight per warp or smaller blocks did
 not make it faster there.
 
-Values and columns are read by :func:`~.matrix_loads.matrix_entry`: in float32 with the L1
-eviction hint ``evict_first``, so that the SM's L1 cache keeps the pieces of x that nearby tiles
-gather again rather than the matrix, which is read once. Back-to-back at 2·10⁷ nonzeros on an
-H200, float32 csr5 ran 4 % faster with it in geometric mean (up to 12 %, on PILOT87 grown), and
-the kernel needs 48 registers instead of 56; float64 keeps plain loads, with which it ran 1 %
-faster than with the hint (``benchmarks/results/csr5-evict-first-2026-11-27.md``).
+Values and columns are read with the L1 eviction hint ``evict_first``
+(:mod:`.matrix_loads`), so that the SM's L1 cache keeps the pieces of x that nearby tiles gather
+again rather than the matrix, which is read once: in the lanes' passes in float32 only
+(:func:`~.matrix_loads.matrix_entry`), in tiles inside one row in every dtype
+(:func:`~.matrix_loads.streamed_entry`). Back-to-back at 2·10⁷ nonzeros on an H200, float32
+csr5 ran 4 % faster with it in geometric mean (up to 12 %, on PILOT87 grown), and the kernel
+needs 48 registers instead of 56; in float64 the lanes' passes ran 1 % faster with plain loads
+(``benchmarks/results/csr5-evict-first-2026-11-27.md``), while the tiles inside one row ran 3 %
+faster with the hint on FIT2D grown and 4 % on the dense_rows family
+(``benchmarks/results/csr5-ballot-2026-11-27.md``).
 
 Segments that start and end inside the lane are written at once; what the lane summed before its
 first flag (its *head*) belongs to a segment opened by an earlier lane, and what it sums after its
 last flag (its *tail*) to a segment that may continue in later lanes. Lane 0 drops the flag of
 the tile's first entry, so that segment 0 (which may continue an earlier tile's row) is its
 head: every segment closed inside a lane is then a whole row. A segmented suffix scan of
-the heads across the warp (five ``shfl_down``; ``seg_offset`` tells each lane how far its run of
-heads reaches, so no flags are exchanged) gives every lane the heads that follow it in its segment,
-and the lane adds them to its tail and writes that segment's row once; lane 0 adds its head,
-with the heads that follow it, to segment 0's row. A segment's row is the tile's first row
+the heads across the warp (five ``shfl_down``; how far each lane's run of heads reaches, the
+distance to the next lane with a flag, comes from one ballot of the lanes' flags:
+:func:`_next_flagged_lane`) gives every lane the heads that follow it in its segment, and the
+lane adds them to its tail and writes that segment's row once; lane 0 adds its head, with the
+heads that follow it, to segment 0's row. The ballot replaced a third descriptor word per lane
+(4 bytes, stored): back-to-back at 2·10⁷ nonzeros, float32 csr5 ran 2 % faster with it on an
+H200 and an H100 in geometric mean (up to 6 %), float64 equal
+(``benchmarks/results/csr5-ballot-2026-11-27.md``). A segment's row is the tile's first row
 (``tile_ptr``) plus the segment number (``y_offset`` numbers a lane's segments). An empty row is
 a placeholder entry (:mod:`autospmv.formats.csr5`): its segment stores the row's zero, and in
 tiles flagged as holding one, every product tests its column first (the placeholder column is
@@ -83,8 +91,8 @@ clearing and one kernel launch; no calibration pass is needed. The clearing is o
 Weaknesses: a row spread over k tiles receives k atomic adds in no fixed order, so its last bits
 may differ from call to call (rows inside one tile are always deterministic). Short rows give
 lanes a flag at almost every position and many scattered rows to store. The per-tile overhead —
-12 bytes of descriptors per lane (12/σ bytes per nonzero) and the six shuffles — weighs most at
-small σ, and a σ that is not a multiple of 8 takes the slower clamped path.
+8 bytes of descriptors per lane (8/σ bytes per nonzero), a ballot and six shuffles — weighs
+most at small σ, and a σ that is not a multiple of 8 takes the slower clamped path.
 Gathers of x are as irregular as the column pattern, as in every CSR-like kernel.
 
 Warp-uniform discipline: the tile index is the same for the whole warp; warps past the last tile
@@ -100,7 +108,7 @@ from ...formats.csr5 import OMEGA, PLACEHOLDER
 from . import jit
 from .grid_dependency import release_dependents, wait_for_previous
 from .launch import X, Y, DeviceProgram, Launch, ZeroY, unsigned
-from .matrix_loads import matrix_entry
+from .matrix_loads import matrix_entry, streamed_entry
 
 BLOCK = 256
 """Threads per block: eight warps, hence eight tiles."""
@@ -118,8 +126,7 @@ tiles' sums to y with one atomic instead of eight (see the module docstring)."""
 
 
 @jit(cache=True)
-def csr5_kernel(tile_ptr, bit_flag, y_offset, seg_offset, indices, data, x, y, sigma,
-                placeholder):
+def csr5_kernel(tile_ptr, bit_flag, y_offset, indices, data, x, y, sigma, placeholder):
     lane = cuda.threadIdx.x % OMEGA
     tile = cuda.grid(1) // OMEGA
     ntiles = tile_ptr.shape[0] - 1
@@ -151,17 +158,17 @@ def csr5_kernel(tile_ptr, bit_flag, y_offset, seg_offset, indices, data, x, y, s
         acc = zero
         other = zero  # a second accumulator: two independent chains of adds
         while k + uint64(7 * OMEGA) < stop:  # eight loads in flight per lane
-            acc += (_product(data, indices, x, k, False, placeholder)
-                    + _product(data, indices, x, k + uint64(OMEGA), False, placeholder)
-                    + _product(data, indices, x, k + uint64(2 * OMEGA), False, placeholder)
-                    + _product(data, indices, x, k + uint64(3 * OMEGA), False, placeholder))
-            other += (_product(data, indices, x, k + uint64(4 * OMEGA), False, placeholder)
-                      + _product(data, indices, x, k + uint64(5 * OMEGA), False, placeholder)
-                      + _product(data, indices, x, k + uint64(6 * OMEGA), False, placeholder)
-                      + _product(data, indices, x, k + uint64(7 * OMEGA), False, placeholder))
+            acc += (_streamed_product(data, indices, x, k)
+                    + _streamed_product(data, indices, x, k + uint64(OMEGA))
+                    + _streamed_product(data, indices, x, k + uint64(2 * OMEGA))
+                    + _streamed_product(data, indices, x, k + uint64(3 * OMEGA)))
+            other += (_streamed_product(data, indices, x, k + uint64(4 * OMEGA))
+                      + _streamed_product(data, indices, x, k + uint64(5 * OMEGA))
+                      + _streamed_product(data, indices, x, k + uint64(6 * OMEGA))
+                      + _streamed_product(data, indices, x, k + uint64(7 * OMEGA)))
             k += uint64(8 * OMEGA)
         while k < stop:
-            acc += _product(data, indices, x, k, False, placeholder)
+            acc += _streamed_product(data, indices, x, k)
             k += uint64(OMEGA)
         acc += other
         offset = OMEGA // 2
@@ -188,7 +195,6 @@ def csr5_kernel(tile_ptr, bit_flag, y_offset, seg_offset, indices, data, x, y, s
     descriptor = tile * OMEGA + lane
     bits = bit_flag[descriptor]
     segment = y_offset[descriptor]
-    next_start = seg_offset[descriptor]
     if lane == 0:
         # Segment 0 may continue an earlier tile's row: lane 0 sums it as a head (its flag is
         # dropped) and adds it to y with an atomic after the scan, so that every segment closed
@@ -217,6 +223,7 @@ def csr5_kernel(tile_ptr, bit_flag, y_offset, seg_offset, indices, data, x, y, s
         head, acc, starts, segment = _lane_segments(
             indices, data, x, y, bits, start, stride, count, whole, row0, segment, False,
             placeholder)
+    next_start = _next_flagged_lane(starts, lane)
     # From here on `acc` is the lane's tail. `reach`: how many following lanes' heads join this
     # lane's head in the scan (none after a lane that starts a segment).
     reach = 0
@@ -244,6 +251,16 @@ def csr5_kernel(tile_ptr, bit_flag, y_offset, seg_offset, indices, data, x, y, s
             y[row] = total
     if lane == 0 and active:  # segment 0, from lane 0's head and the heads that follow it
         cuda.atomic.add(y, uint64(row0), head)
+
+
+@cuda.jit(device=True, inline=True)
+def _next_flagged_lane(starts, lane):
+    """The distance from ``lane`` to the next lane of the warp that ``starts`` a segment, or
+    ``OMEGA - lane`` when none does: one ballot of the lanes' flags, the lanes after this one
+    shifted down, a stop bit for lane ``OMEGA`` added, and the lowest set bit found."""
+    flagged = uint32(cuda.ballot_sync(_FULL_MASK, starts))
+    later = ((flagged >> uint32(lane)) >> uint32(1)) | (uint32(1) << uint32(OMEGA - 1 - lane))
+    return cuda.ffs(later)
 
 
 @cuda.jit(device=True, inline=True)
@@ -334,6 +351,14 @@ def _product(data, indices, x, q, holds, placeholder):
     return value * x[column]
 
 
+@cuda.jit(device=True, inline=True)
+def _streamed_product(data, indices, x, q):
+    """``data[q] * x[indices[q]]`` in a tile inside one row (no placeholder), the entry read by
+    :func:`~.matrix_loads.streamed_entry`."""
+    value, column = streamed_entry(data, indices, q)
+    return value * x[column]
+
+
 @jit(cache=True)
 def csr5_clear_tile_ends(tile_ptr, bit_flag, y_offset, y):
     """y = 0 on the rows :func:`csr5_kernel` adds to with atomics, and on no other: thread t
@@ -386,7 +411,7 @@ def build(fmt, params, arrays) -> DeviceProgram:
     elif m:
         steps.append(ZeroY(m, fmt.dtype.itemsize))
     if fmt.ntiles:
-        args = [arrays[name] for name in ("tile_ptr", "bit_flag", "y_offset", "seg_offset")]
+        args = [arrays[name] for name in ("tile_ptr", "bit_flag", "y_offset")]
         indices = unsigned(arrays["indices"])
         # The placeholder column as the kernel reads it: 0xFFFFFFFF of a uint32 view, or -1.
         placeholder = unsigned(np.full(1, PLACEHOLDER, dtype=fmt.indices.dtype))[0]

@@ -3,16 +3,23 @@
 A kernel streams the matrix (each value and column index is read once per product) but gathers
 x (each element is read by every entry of its column, from nearby tiles). Loaded plainly, both
 compete for the SM's L1 cache, and the stream, far larger, pushes out the pieces of x that the
-next gathers would find there. :func:`matrix_entry` reads the value and the column with the PTX
+next gathers would find there. Both readers below take the value and the column with the PTX
 eviction hint ``L1::evict_first``, so that the L1 keeps x rather than lines of the matrix that
-will not be read again. The hint is emitted for 4-byte values only (float32): for float64
-values the csr5 kernel with it ran about 1 % slower on an H200, in float32 4 % faster
-(``benchmarks/results/csr5-evict-first-2026-11-27.md``). Every GPU that numba-cuda compiles for
-with the CUDA 13 toolkit (compute capability 7.5 and later) has the hint (PTX 7.4, sm_70).
+will not be read again:
+
+* :func:`matrix_entry` emits the hint for 4-byte values only (float32): in csr5's lanes, which
+  also store rows, float64 with it ran about 1 % slower on an H200, float32 4 % faster
+  (``benchmarks/results/csr5-evict-first-2026-11-27.md``);
+* :func:`streamed_entry` emits it for every value type: csr5's tiles inside one row, which only
+  read the matrix and x, ran with it in float64 3 % faster on FIT2D grown and 4 % on the
+  dense_rows family, equal elsewhere (``benchmarks/results/csr5-ballot-2026-11-27.md``).
+
+Every GPU that numba-cuda compiles for with the CUDA 13 toolkit (compute capability 7.5 and
+later) has the hint (PTX 7.4, sm_70).
 
 The loads are emitted as inline PTX without side effects, so the compiler may schedule them as
 freely as plain loads (the kernels never write the matrix). Under numba-cuda's simulator,
-:func:`matrix_entry` is plain indexing.
+both are plain indexing.
 """
 
 from __future__ import annotations
@@ -20,12 +27,14 @@ from __future__ import annotations
 from numba import cuda
 
 HINTED_VALUE_BYTES = 4
-"""Values of this many bytes are loaded with the hint; others plainly (see the module)."""
+""":func:`matrix_entry` loads values of this many bytes with the hint, others plainly."""
 
 if cuda.config.ENABLE_CUDASIM:
     def matrix_entry(data, indices, q):
         """``(data[q], indices[q])``."""
         return data[q], indices[q]
+
+    streamed_entry = matrix_entry
 
 else:
     from llvmlite import ir
@@ -48,25 +57,35 @@ else:
     def _getitem(array, q):
         return array[q]
 
-    @intrinsic
-    def matrix_entry(typingctx, data, indices, q):
-        """``(data[q], indices[q])`` for a position ``q`` in range, read with the eviction hint
-        where the values are :data:`HINTED_VALUE_BYTES` bytes."""
-        def codegen(context, builder, signature, args):
-            data_type, indices_type, q_type = signature.args
-            data, indices, q = args
-            if data_type.dtype.bitwidth != 8 * HINTED_VALUE_BYTES:
-                # Plain indexing, compiled as the kernel's own `data[q]` would be.
-                value, column = (
-                    context.compile_internal(builder, _getitem, ty.dtype(ty, q_type), [a, q])
-                    for ty, a in ((data_type, data), (indices_type, indices)))
-            else:
-                position = q
-                if q.type.width < 64:
-                    extend = builder.sext if q_type.signed else builder.zext
-                    position = extend(q, ir.IntType(64))
-                value = _hinted_load(context, builder, data_type, data, position)
-                column = _hinted_load(context, builder, indices_type, indices, position)
-            return context.make_tuple(builder, signature.return_type, (value, column))
+    def _entry(name, hinted):
+        """The intrinsic ``name``: ``(data[q], indices[q])`` for a position ``q`` in range,
+        both read with the eviction hint where ``hinted(value_bits)``, else as plain indexing."""
+        def entry(typingctx, data, indices, q):
+            def codegen(context, builder, signature, args):
+                data_type, indices_type, q_type = signature.args
+                data, indices, q = args
+                if not hinted(data_type.dtype.bitwidth):
+                    # Plain indexing, compiled as the kernel's own `data[q]` would be.
+                    value, column = (
+                        context.compile_internal(builder, _getitem, ty.dtype(ty, q_type), [a, q])
+                        for ty, a in ((data_type, data), (indices_type, indices)))
+                else:
+                    position = q
+                    if q.type.width < 64:
+                        extend = builder.sext if q_type.signed else builder.zext
+                        position = extend(q, ir.IntType(64))
+                    value = _hinted_load(context, builder, data_type, data, position)
+                    column = _hinted_load(context, builder, indices_type, indices, position)
+                return context.make_tuple(builder, signature.return_type, (value, column))
 
-        return types.Tuple((data.dtype, indices.dtype))(data, indices, q), codegen
+            return types.Tuple((data.dtype, indices.dtype))(data, indices, q), codegen
+
+        entry.__name__ = entry.__qualname__ = name
+        return intrinsic(entry)
+
+    matrix_entry = _entry("matrix_entry", lambda bits: bits == 8 * HINTED_VALUE_BYTES)
+    """``(data[q], indices[q])`` for a position ``q`` in range, read with the eviction hint
+    where the values are :data:`HINTED_VALUE_BYTES` bytes."""
+
+    streamed_entry = _entry("streamed_entry", lambda bits: True)
+    """``(data[q], indices[q])`` for a position ``q`` in range, read with the eviction hint."""

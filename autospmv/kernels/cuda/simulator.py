@@ -1,12 +1,14 @@
-"""Warp shuffles for numba-cuda's CUDA simulator, so every kernel runs unchanged under it.
+"""Warp shuffles and ballots for numba-cuda's CUDA simulator, so every kernel runs unchanged
+under it.
 
 The simulator (``NUMBA_ENABLE_CUDASIM=1``) executes each CUDA thread as a Python thread but
 implements no warp-level primitives. autospmv's kernels only use them in *warp-uniform* code: every
-live thread of a block reaches the same sequence of shuffles (threads without work carry a zero
-instead of returning early). Under that discipline a shuffle is a block barrier around an exchange
-of values, which is what :func:`install` adds to the simulator's fake ``cuda`` module. Lanes outside
-the warp, or lanes whose thread has already exited, read back the caller's own value, as
-``__shfl_*_sync`` does for out-of-range source lanes.
+live thread of a block reaches the same sequence of shuffles and ballots (threads without work
+carry a zero instead of returning early). Under that discipline a shuffle or a ballot is a block
+barrier around an exchange of values, which is what :func:`install` adds to the simulator's fake
+``cuda`` module. Lanes outside the warp, or lanes whose thread has already exited, read back the
+caller's own value, as ``__shfl_*_sync`` does for out-of-range source lanes; in a ballot they
+count as false.
 
 The simulator's device arrays also lack ``__cuda_array_interface__``, which autospmv uses to tell
 device vectors from host vectors; :func:`install` adds it.
@@ -19,18 +21,27 @@ import threading
 WARP = 32
 
 
-def _exchange(value, source_lane):
+def _warp_values(value) -> tuple[int, list]:
+    """``(lane, values)``: the calling thread's lane and the value every lane of its warp posted
+    (None for a lane without a live thread), after a block barrier on both sides."""
     thread = threading.current_thread()
-    manager = thread._manager
-    board = manager.__dict__.setdefault("_warp_board", {})
+    board = thread._manager.__dict__.setdefault("_warp_board", {})
     me = thread.thread_id
     board[me] = value
     thread.syncthreads()
     lane = me % WARP
-    source = source_lane(lane)
-    result = board.get(me - lane + source, value) if 0 <= source < WARP else value
+    values = [board.get(me - lane + other) for other in range(WARP)]
     thread.syncthreads()
-    return result
+    # A thread that exits leaves its last value behind: clear the board for the next exchange.
+    board.pop(me, None)
+    return lane, values
+
+
+def _exchange(value, source_lane):
+    lane, values = _warp_values(value)
+    source = source_lane(lane)
+    result = values[source] if 0 <= source < WARP else None
+    return value if result is None else result
 
 
 def _segment_source(lane, target, width):
@@ -55,6 +66,12 @@ def shfl_sync(self, mask, value, source):
     return _exchange(value, lambda lane: source % WARP)
 
 
+def ballot_sync(self, mask, predicate):
+    """Bit l set where lane l's predicate is true (``__ballot_sync``)."""
+    _, values = _warp_values(bool(predicate))
+    return sum(1 << lane for lane, flag in enumerate(values) if flag)
+
+
 def syncwarp(self, mask=0xFFFFFFFF):
     threading.current_thread().syncthreads()
 
@@ -68,11 +85,13 @@ def _array_interface(self) -> dict:
 
 
 def install() -> None:
-    """Add the shuffles above to the simulator's fake ``cuda`` module, and the CUDA array
-    interface to its device arrays so that they are recognised like real ones (idempotent)."""
+    """Add the shuffles and the ballot above to the simulator's fake ``cuda`` module, and the
+    CUDA array interface to its device arrays so that they are recognised like real ones
+    (idempotent)."""
     from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
     from numba.cuda.simulator.kernelapi import FakeCUDAModule
 
-    for function in (shfl_down_sync, shfl_up_sync, shfl_xor_sync, shfl_sync, syncwarp):
+    for function in (shfl_down_sync, shfl_up_sync, shfl_xor_sync, shfl_sync, ballot_sync,
+                     syncwarp):
         setattr(FakeCUDAModule, function.__name__, function)
     FakeCUDAArray.__cuda_array_interface__ = property(_array_interface)
