@@ -68,8 +68,8 @@ QUANTITY_NAMES = tuple(f"{kernel}_{q}" for kernel in registry.KERNELS for q in Q
 
 WARP = 32
 INDEX_BYTES = 4
-CSR5_DESCRIPTOR_BYTES = 12
-"""Per lane and tile: its ``bit_flag``, ``y_offset`` and ``seg_offset`` words."""
+CSR5_DESCRIPTOR_BYTES = 8
+"""Per lane and tile: its ``bit_flag`` and ``y_offset`` words."""
 
 
 def quantity_names() -> tuple[str, ...]:

@@ -46,7 +46,7 @@ def naive_descriptors(csr: sp.csr_matrix, sigma: int) -> dict:
     starts = np.concatenate([[0], np.cumsum(padded)])[:m]
     row_start = set(starts.tolist())
     placeholder_at = set(starts[padded > lengths].tolist())
-    out = {key: [] for key in ("tile_ptr", "bit_flag", "y_offset", "seg_offset")}
+    out = {key: [] for key in ("tile_ptr", "bit_flag", "y_offset")}
     for first in range(0, total, size):
         last = min(total, first + size) - 1
         row0 = int(row_of[first])
@@ -62,8 +62,6 @@ def naive_descriptors(csr: sp.csr_matrix, sigma: int) -> dict:
         for lane in range(OMEGA):
             out["bit_flag"].append(bits[lane])
             out["y_offset"].append(sum(counts[:lane]))
-            later = [k for k in range(lane + 1, OMEGA) if bits[k]]
-            out["seg_offset"].append((later[0] if later else OMEGA) - lane)
         holds = any(first <= p <= last for p in placeholder_at)
         out["tile_ptr"].append(~row0 if holds else row0)
     out["tile_ptr"].append(m)
@@ -104,7 +102,7 @@ def test_descriptors_match_their_definitions(name):
             else:
                 assert np.array_equal(getattr(fmt, key), np.asarray(values, dtype=np.int64)), key
         assert fmt.bit_flag.dtype == np.uint32
-        assert fmt.y_offset.dtype == fmt.seg_offset.dtype == np.int32
+        assert fmt.y_offset.dtype == np.int32
 
 
 def test_descriptors_of_a_hand_checked_example():
@@ -115,7 +113,6 @@ def test_descriptors_of_a_hand_checked_example():
     # and 4 at 74 and 75, row 5 at 76, row 6 at 77..78. Both tiles hold placeholders.
     csr = canonicalize(from_row_lengths([3, 0, 70, 0, 0, 1, 2], 80, seed=3))
     fmt = CSR5Format.from_csr(csr, 2)
-    lanes = np.arange(OMEGA)
     assert fmt.tile_ptr.tolist() == [~0, ~2, 7]
     tile0, tile1 = fmt.bit_flag[:OMEGA], fmt.bit_flag[OMEGA:]
     assert tile0[:3].tolist() == [0b01, 0b10, 0b01] and not tile0[3:].any()  # entries 0, 3, 4
@@ -124,8 +121,6 @@ def test_descriptors_of_a_hand_checked_example():
     assert fmt.y_offset[:OMEGA].tolist() == [0, 1, 2] + [3] * 29
     assert fmt.y_offset[OMEGA:].tolist() == [0, 1, 1, 1, 1, 1, 3] + [5] * 25
     assert fmt.has_empty_rows
-    assert fmt.seg_offset[:OMEGA].tolist() == [1, 1, 30] + (OMEGA - lanes[3:]).tolist()
-    assert fmt.seg_offset[OMEGA:].tolist() == [5, 4, 3, 2, 1, 1, 26] + (OMEGA - lanes[7:]).tolist()
     # Tile 0 is transposed (entry 2l + j at j·32 + l); tile 1 stays in CSR order.
     assert fmt.data[0] == csr.data[0] and fmt.data[1] == csr.data[2]
     assert fmt.data[OMEGA] == csr.data[1] and fmt.data[2 * OMEGA - 1] == csr.data[62]
@@ -299,16 +294,12 @@ def test_cuda_kernel_reads_the_matrix_with_the_evict_first_hint(dtype):
 
 
 def test_cuda_kernel_finds_the_next_flagged_lane_with_a_ballot():
-    """seg_offset is not read on the GPU: the distance to the next lane with a flag comes from
-    one ballot per tile (the kernel takes the tile pointer, two descriptor arrays and the
-    matrix)."""
+    """The distance from a lane to the next lane with a flag comes from one ballot per tile, so
+    the format stores two descriptor words per lane (``bit_flag``, ``y_offset``)."""
     cuda_csr5 = pytest.importorskip("autospmv.kernels.cuda.csr5")
     fmt = CSR5Format.from_csr(canonical("long_rows_mid_tile_and_gaps", np.float32), 16)
-    program = cuda_csr5.build(fmt, {"sigma": 16}, fmt.arrays())
-    kernel = program.steps[-1]
-    arrays = fmt.arrays()
-    assert not any(argument is arrays["seg_offset"] for argument in kernel.args)
-    ptx = kernel.ptx((9, 0))
+    assert set(fmt.arrays()) == {"tile_ptr", "bit_flag", "y_offset", "indices", "data"}
+    ptx = cuda_csr5.build(fmt, {"sigma": 16}, fmt.arrays()).steps[-1].ptx((9, 0))
     assert ptx.count("vote.sync.ballot.b32") == 1
 
 

@@ -214,7 +214,7 @@ def csr5_tiles(indptr, sigma, omega, tile_row):
 
 @_jit
 def csr5_fill(indptr, padded, indices, data, sigma, omega, tile_row, bit_flag, y_offset,
-              seg_offset, out_indices, out_data, placeholder):
+              out_indices, out_data, placeholder):
     """Second pass of CSR5: every tile's descriptors (see :mod:`autospmv.formats.csr5`) from the
     row pointer ``padded`` (``indptr`` with one entry in every empty row) and the entries in
     the transposed tile order (the incomplete last tile stays in CSR order), an empty row's
@@ -252,12 +252,7 @@ def csr5_fill(indptr, padded, indices, data, sigma, omega, tile_row, bit_flag, y
                         out_data[target] = data[_u(q + shift)]
             r += 1
         before = 0
-        following = omega
         for lane in range(omega):
             bit_flag[_u(lanes + lane)] = words[lane]
             y_offset[_u(lanes + lane)] = before
             before += lane_segments[lane]
-        for lane in range(omega - 1, -1, -1):
-            seg_offset[_u(lanes + lane)] = following - lane
-            if lane_segments[lane] > 0:
-                following = lane

@@ -39,14 +39,14 @@ index dtype, int32 or int64):
 ``y_offset`` (ntiles·ω,) int32
     Segments started in the tile's lanes before l, i.e. the number of the first segment lane l
     starts: its row relative to the tile's first row.
-``seg_offset`` (ntiles·ω,) int32
-    Distance from lane l to the next lane of the tile that starts a segment, ω − l when none
-    does. The heads of lanes l+1 .. l+seg_offset (clipped to ω−1) belong to the last segment
-    lane l starts; ``l + seg_offset == ω`` marks the tile's last segment, the one that may
-    continue into the next tile.
 ``has_empty_rows`` (bool)
     Whether some row of the matrix is empty (then placeholders are stored, unless the matrix has
     no nonzeros and so no tiles).
+
+The paper's third descriptor, each lane's distance to the next lane that starts a segment
+(``seg_offset``), is not stored: the GPU kernel takes it from one ballot of its lanes' flags,
+and the CPU kernel's backward pass over the lanes finds it on the way
+(``benchmarks/results/csr5-ballot-2026-11-27.md``).
 
 A row that crosses tiles is the last segment of the tile where it starts and segment 0 of the
 following ones; the kernels combine those partial sums. A tile's last row is either the next
@@ -239,7 +239,7 @@ def structural_sigma(csr: sp.csr_matrix) -> int:
     """Tile height σ from the mean row length μ: 16; 12 when μ < :data:`SHORT_ROWS`; 8 when
     μ ≥ :data:`LONG_ROWS`.
 
-    σ trades the per-tile work (12 bytes of descriptors per lane, the cross-lane scan, up to two
+    σ trades the per-tile work (8 bytes of descriptors per lane, the cross-lane scan, up to two
     atomics), paid once per σ multiply-adds per lane, against the length of the lanes' loops.
     With the GPU kernel loading four entries per step, long loops cost little, so 16 wins on most
     large matrices. Very short rows make every step branch at row starts and store rows, and
@@ -295,7 +295,6 @@ def csr5_descriptors(indptr: np.ndarray, sigma: int, indices: np.ndarray | None 
     tile_ptr[-1] = m
     bit_flag = np.empty(ntiles * OMEGA, dtype=np.uint32)
     y_offset = np.empty(ntiles * OMEGA, dtype=np.int32)
-    seg_offset = np.empty(ntiles * OMEGA, dtype=np.int32)
     moved = indices is not None
     if moved:
         out_indices = np.empty(total, dtype=indices.dtype)
@@ -304,10 +303,10 @@ def csr5_descriptors(indptr: np.ndarray, sigma: int, indices: np.ndarray | None 
         indices = out_indices = np.empty(0, dtype=itype)
         data = out_data = np.empty(0, dtype=np.float64)
     convert.csr5_fill(indptr, padded, indices, data, sigma, OMEGA, tile_ptr[:-1], bit_flag,
-                      y_offset, seg_offset, out_indices, out_data, PLACEHOLDER)
+                      y_offset, out_indices, out_data, PLACEHOLDER)
     flag_placeholder_tiles(tile_ptr, positions, sigma)
     fields = dict(sigma=sigma, tile_ptr=tile_ptr, bit_flag=bit_flag, y_offset=y_offset,
-                  seg_offset=seg_offset, has_empty_rows=has_empty_rows)
+                  has_empty_rows=has_empty_rows)
     if moved:
         fields.update(indices=out_indices, data=out_data)
     return fields
@@ -322,9 +321,8 @@ def descriptors_without_empty_rows(indptr, sigma: int, xp=np) -> dict:
     Without empty rows there are no placeholders, a tile's first row is the last row starting
     at or before its first nonzero, and the flagged nonzeros are the rows' first ones plus the
     first nonzero of every tile that continues a row. A lane's bits are summed as powers of two
-    (exact in float64 below 2³²; made by shifts, since CuPy's ``exp2`` is not exact), its
-    segments counted, and ``seg_offset`` found by a suffix minimum over the lanes of each tile
-    in five doubling steps."""
+    (exact in float64 below 2³²; made by shifts, since CuPy's ``exp2`` is not exact) and its
+    segments counted."""
     sigma = _check_sigma(sigma)
     itype = indptr.dtype
     m = indptr.shape[0] - 1
@@ -343,19 +341,8 @@ def descriptors_without_empty_rows(indptr, sigma: int, xp=np) -> dict:
     bit_flag = xp.bincount(word, weights=bits, minlength=ntiles * OMEGA)
     segments = xp.bincount(word, minlength=ntiles * OMEGA).reshape(ntiles, OMEGA)
     y_offset = (xp.cumsum(segments, axis=1) - segments).astype(np.int32)
-    lanes = xp.arange(OMEGA)
-    later = xp.full((ntiles, OMEGA), OMEGA, dtype=np.int64)  # the next lane that starts one
-    later[:, :-1] = xp.where(segments[:, 1:] > 0, lanes[1:], OMEGA)
-    shift = 1
-    while shift < OMEGA:
-        shifted = xp.full_like(later, OMEGA)
-        shifted[:, :-shift] = later[:, shift:]
-        later = xp.minimum(later, shifted)
-        shift *= 2
-    seg_offset = (later - lanes).astype(np.int32)
     return dict(sigma=sigma, tile_ptr=tile_ptr, bit_flag=bit_flag.astype(np.uint32),
-                y_offset=y_offset.reshape(-1), seg_offset=seg_offset.reshape(-1),
-                has_empty_rows=False)
+                y_offset=y_offset.reshape(-1), has_empty_rows=False)
 
 
 def transpose_tiles(values, sigma: int, xp=np, to_tiles: bool = True):
@@ -379,7 +366,6 @@ class CSR5Format(SparseFormat):
     tile_ptr: np.ndarray
     bit_flag: np.ndarray
     y_offset: np.ndarray
-    seg_offset: np.ndarray
     has_empty_rows: bool
     indices: np.ndarray
     data: np.ndarray

@@ -6,7 +6,7 @@ transposed layout; the tile is a few KiB and stays in L1), closing a segment at 
 its ``bit_flag`` word; ``y_offset`` numbers the lane's segments. A lane's *head* (the entries
 before its first flag) belongs to the last segment opened in an earlier lane. One backward pass
 over the lanes adds the heads to the segment that owns them; it is the serial form of the GPU's
-segmented scan and finds the end of each run of heads itself, so it needs no ``seg_offset``.
+segmented scan and finds the end of each run of heads itself.
 In tiles flagged as holding an empty row's placeholder, entries whose column lies past x are
 skipped.
 
