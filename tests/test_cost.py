@@ -54,7 +54,7 @@ def cost_reference(csr, device: str) -> dict[str, float]:
                 math.ceil(overflow.max() / 32), 1 + (overflow.sum() > 0)),
         "jds": (nnz * (v + 4) + 4 * (m + longest + 1) + vectors,
                 32 * _warp_loops(np.sort(lengths)[::-1], 32, 1), longest, 0, 1),
-        "csr5": (nnz * (v + 4) + tiles * (32 * 12 + 4) + vectors, 32 * sigma * tiles, sigma,
+        "csr5": (nnz * (v + 4) + tiles * (32 * 8 + 4) + vectors, 32 * sigma * tiles, sigma,
                  math.ceil(longest / (32 * sigma)) + 1, 2),
     }
     return {f"{kernel}_{q}": float(value) for kernel in KERNELS
