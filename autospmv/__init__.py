@@ -8,9 +8,26 @@
 See :func:`prepare`, :data:`KERNELS` and ``op.explain()``.
 """
 
-from __future__ import annotations
 
-from . import cache
+def _find_folders_of_a_source_checkout() -> None:
+    """Let ``autospmv.training`` and ``autospmv.models`` import from a source checkout.
+
+    The repository keeps ``training/`` and ``models/`` beside this package and the wheel
+    installs them inside it (pyproject.toml's package-dir); scripts run from the checkout with
+    ``PYTHONPATH=.`` find them through the repository folder added to this package's search
+    path. An installed copy has no pyproject.toml beside it and is left as it is."""
+    import os
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if (os.path.isfile(os.path.join(root, "pyproject.toml"))
+            and os.path.isfile(os.path.join(root, "training", "__init__.py"))):
+        __path__.append(root)
+
+
+_find_folders_of_a_source_checkout()
+del _find_folders_of_a_source_checkout
+
+from . import cache  # noqa: E402
 
 cache.configure()  # before any numba function is defined: see autospmv/cache.py
 

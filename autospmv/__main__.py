@@ -4,13 +4,17 @@ Run as ``python -m autospmv`` or ``autospmv`` (the installed entry point).
 
 ``explain`` and ``bench`` take ``--model FILE`` to decide with a model file instead of the one
 found for the device (see :func:`autospmv.selector.find_model`); ``info`` says which model that
-is and why. ``retrain`` runs ``python -m training retrain`` with the same options; ``models``
-lists the models it installed beside the shipped ones, and ``models --remove`` deletes them.
+is and why. ``retrain`` runs ``python -m autospmv.training retrain`` with the same options;
+``models`` lists the models it installed beside the shipped ones, and ``models --remove`` deletes
+them.
 
 ``demo`` and ``bench`` time with autospmv's one timer (:mod:`autospmv.timing`, the labeller's):
-the kernels' "µs per call" is its per-call median (one synchronised ``op.matvec(x, out=y)``
-between two readings of the device's clock), and the baselines and ``select()`` are timed per
-call on the same clocks (:func:`autospmv.timing.time_calls`).
+``bench``'s rows, every kernel and the baseline (SciPy's ``A @ x`` on the CPU, cuSPARSE's through
+CuPy on the GPU), are timed together by one :class:`autospmv.timing.Bench` on the same vectors,
+in the same interleaved rounds: each row's "µs per call" is its per-call median (one synchronised
+call between two readings of the device's clock; the kernels fill ``out=``, the baseline
+allocates its result, as it does in use). ``demo``'s figures and ``select()`` are timed per call
+on the same clocks (:func:`autospmv.timing.time_calls`).
 
 User mistakes (a missing or unreadable file, an unknown kernel, a damaged model) end with a
 one-line error and exit status 2, not a traceback.
@@ -29,10 +33,11 @@ import scipy.sparse as sp
 from . import (  # noqa: F401 (KERNELS: the built-in names, read here by scripts)
     KERNELS, Decision, devices, glossary, prepare, registry, select, selector, timing,
 )
+from .examples import demo_matrices
 from .formats.base import FormatTooLargeError
 from .model_store import device_slug, user_data_dir
 from .devices import DEVICES
-from .validation import SUPPORTED_DTYPES, canonicalize
+from .validation import SUPPORTED_DTYPES, canonicalize, load_matrix_file
 
 
 class UserError(Exception):
@@ -40,23 +45,15 @@ class UserError(Exception):
 
 
 def load_matrix(path: str) -> sp.csr_matrix:
-    """Read a ``.npz`` (scipy.sparse.save_npz) or ``.mtx`` (Matrix Market) file."""
-    file = Path(path)
-    if not file.is_file():
-        raise UserError(f"no such file: {path}")
+    """Read a ``.npz`` (scipy.sparse.save_npz) or ``.mtx`` (Matrix Market) file as canonical
+    CSR (:func:`autospmv.validation.load_matrix_file` checks it before anything converts it)."""
     try:
-        if file.suffix == ".npz":
-            A = sp.load_npz(file)
-        elif file.suffix == ".mtx":
-            import scipy.io
-
-            A = scipy.io.mmread(file)
-        else:
-            raise UserError(f"{path}: unsupported file type {file.suffix!r}; use .npz or .mtx")
+        A = load_matrix_file(path)
+    except ValueError as error:
+        raise UserError(str(error)) from None
+    try:
         return canonicalize(A)
-    except UserError:
-        raise
-    except Exception as error:  # any parse failure is the file's fault, reported in one line
+    except (ValueError, TypeError) as error:  # reported in one line, with the file
         raise UserError(f"cannot read a sparse matrix from {path}: {error}") from None
 
 
@@ -103,28 +100,6 @@ CLI_TIMING = timing.TimingOptions(warmup=1, repeats=1_000_000, min_repeats=5, ma
 """``bench``'s per-kernel timing: per-call samples for about 0.2 s (at least five) on one pair of
 vectors, a single back-to-back call (not printed), no re-timing: a quick look at one matrix,
 where the labeller's defaults would take seconds per kernel."""
-
-
-def demo_matrices() -> dict[str, sp.csr_matrix]:
-    """A handful of representative structures, generated in well under a second."""
-    rng = np.random.default_rng(0)
-
-    def from_rows(lengths, n: int, columns=None) -> sp.csr_matrix:
-        rows = np.repeat(np.arange(lengths.size), lengths)
-        cols = rng.integers(0, n, rows.size) if columns is None else columns
-        return sp.csr_matrix((rng.standard_normal(rows.size), (rows, cols)),
-                             shape=(lengths.size, n))
-
-    lap1 = sp.diags([-1.0, 2.0, -1.0], [-1, 0, 1], shape=(300, 300))
-    poisson = sp.kronsum(lap1, lap1, format="csr")
-    powerlaw = from_rows(np.minimum((rng.pareto(1.5, 50_000) * 3 + 1).astype(int), 5_000), 50_000)
-    mesh = from_rows(rng.integers(4, 9, 20_000), 20_000) + sp.identity(20_000)
-    fem = sp.kron(mesh, np.ones((3, 3)), format="csr")
-    lengths = 1 + rng.poisson(3.0, 60_000)
-    lengths[:3] = 60_000
-    dense_rows = from_rows(lengths, 60_000)
-    return {"2-D Poisson 300×300 grid": poisson, "power-law rows": powerlaw,
-            "3×3-block FEM-like": fem, "3 dense rows among short ones": dense_rows}
 
 
 def cmd_demo(args) -> None:
@@ -196,14 +171,42 @@ def without_model_note(decision: Decision) -> Decision:
     return dataclasses.replace(decision, notes=decision.notes[1:])
 
 
+class Baseline:
+    """Another library's product as :class:`autospmv.timing.Bench` times an operator:
+    ``matvec(x, out)`` returns ``product(x)`` and leaves ``out`` alone (the library allocates
+    its result, as it does in use)."""
+
+    def __init__(self, product):
+        self.product = product
+
+    def matvec(self, x, out=None):
+        return self.product(x)
+
+
+def baseline(A, device: str, vectors: list):
+    """(row name, :class:`Baseline`) of the library ``bench`` compares with on ``device``:
+    SciPy's CSR product on the CPU; on CUDA, cuSPARSE's through CuPy over ``vectors`` (the
+    bench's device vectors, viewed as CuPy arrays once), or None for it without CuPy."""
+    if device == "cpu":
+        return "SciPy", Baseline(lambda x: A @ x)
+    try:
+        import cupy
+        import cupyx.scipy.sparse as csp
+    except ImportError:
+        return "cuSPARSE", None
+    M = csp.csr_matrix(A)
+    views = {id(v): cupy.asarray(v) for v in vectors}
+    return "cuSPARSE", Baseline(lambda x: M @ views[id(x)])
+
+
 def cmd_bench(args) -> None:
     A = load_matrix(args.file)
     device = resolve_device(args.device)
     resolve_model(device, args.model)
     x = np.random.default_rng(0).standard_normal(A.shape[1]).astype(A.dtype)
-    print(f"{args.file}: {A.shape[0]}×{A.shape[1]}, {A.nnz:,} nonzeros, on {device}")
+    print(f"{args.file}: {A.shape[0]}×{A.shape[1]}, {A.nnz:,} nonzeros, {A.dtype}, on {device}")
     bench = timing.Bench(device, x, A.shape[0], CLI_TIMING)
-    times = {}
+    rows = {}
     for kernel in registry.names():
         try:
             op = prepare(A, kernel=kernel, device=device)
@@ -211,11 +214,19 @@ def cmd_bench(args) -> None:
             print(f"  {kernel:11s}  not feasible: {error}")
             continue
         bench.result(op)  # compiled (or loaded) first, so the warm-up estimates one call
-        measured = bench.time_all({kernel: op})[kernel]
+        rows[kernel] = op
+    name, product = baseline(A, device, bench.xs)
+    if product is None:
+        print(f"  {name:11s}  not timed: CuPy is not installed")
+    else:
+        rows[name] = product
+    times = {}
+    for row, measured in bench.time_all(rows).items():
         if isinstance(measured, Exception):
             raise measured
-        times[kernel] = measured["per_call"]["median"] * 1e-6
-        print(f"  {kernel:11s} {times[kernel] * 1e6:10.1f} µs per call")
+        times[row] = measured["per_call"]["median"] * 1e-6
+    for row in rows:
+        print(f"  {row:11s} {times[row] * 1e6:10.1f} µs per call")
     # Timed after every kernel and the feature extractor have run once, so that it excludes
     # one-off JIT compilation (or loading it from numba's cache).
     select(A, device=device, model=args.model)
@@ -224,30 +235,28 @@ def cmd_bench(args) -> None:
     host.start()
     picked = prepare(A, device=device, model=args.model)
     prepare_s = host.stop() * 1e-6
-    scipy_s = time_per_call(lambda: A @ x)
-    best = min(times, key=times.get)
+    kernels = [kernel for kernel in rows if kernel in registry.names()]
+    best = min(kernels, key=times.get)
     spmv_s = times[picked.kernel]
-    print(f"picked {picked.kernel} ({spmv_s * 1e6:.1f} µs), best {best} "
-          f"({times[best] * 1e6:.1f} µs): quality {times[best] / spmv_s:.3f}")
+    line = (f"picked {picked.kernel} ({spmv_s * 1e6:.1f} µs), best {best} "
+            f"({times[best] * 1e6:.1f} µs): quality {times[best] / spmv_s:.3f}")
+    if name in times:
+        line += f"; {times[name] / spmv_s:.2f}× {name}'s speed"
+    print(line)
+    scipy_s = times.get("SciPy") or timing.time_calls(lambda: A @ x)["median"] * 1e-6
     print(f"deciding (features and prediction, select()) took {select_s * 1e3:.2f} ms = "
           f"{select_s / scipy_s:.1f}× SciPy's A @ x on the CPU ({scipy_s * 1e3:.2f} ms) = "
           f"{select_s / spmv_s:.0f} SpMVs of {picked.kernel}")
-    print(f"prepare() in all (deciding, conversion to {picked.format.name}, set-up) took "
+    stored = registry.get(picked.kernel).format_class().name
+    print(f"prepare() in all (deciding, conversion to {stored}, set-up) took "
           f"{prepare_s * 1e3:.2f} ms = {prepare_s / spmv_s:.0f} SpMVs of {picked.kernel}")
 
 
 def cmd_bench_solvers(options: list[str]) -> int:
-    """Run ``benchmarks/solvers.py`` (part of the source tree, not of an installed package)."""
-    script = Path(__file__).resolve().parent.parent / "benchmarks" / "solvers.py"
-    if not script.is_file():
-        raise UserError("the solver benchmark ships with the source tree (benchmarks/solvers.py);"
-                        " run it from a checkout of autospmv")
-    import importlib.util
+    """Run the solver benchmark (:mod:`autospmv.bench_solvers`) with ``options``."""
+    from .bench_solvers import main as bench_solvers
 
-    spec = importlib.util.spec_from_file_location("autospmv_solver_benchmark", script)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.main(options)
+    return bench_solvers(options)
 
 
 def cmd_info(args) -> None:
@@ -300,6 +309,10 @@ def cmd_warmup(args) -> None:
 def cmd_models(args) -> None:
     """List the shipped and installed models and the one used for each device and dtype, or
     (``--remove``) delete installed models so that the shipped ones decide again."""
+    try:
+        user_data_dir()
+    except ValueError as error:  # AUTOSPMV_HOME names no folder: said in one line
+        raise UserError(str(error)) from None
     if args.remove is not None:
         remove_installed(args.remove, labels=args.labels)
         print()
@@ -338,21 +351,25 @@ def _trained(path) -> str:
 
 def remove_installed(names: list[str], labels: bool = False) -> None:
     """Undo ``autospmv retrain``: delete the installed models of the devices ``names`` (all
-    when empty) with their training reports and, with ``labels``, those devices' labels."""
+    when empty) with their training reports (also that of a model the guard rejected) and,
+    with ``labels``, those devices' labels."""
     models, label_dir = user_data_dir() / "models", user_data_dir() / "labels"
     names = [name.removesuffix(".json") for name in names]
     installed = selector.installed_models()
-    label_files = sorted(label_dir.glob("*.jsonl*"))
+    # A retrain whose model the guard rejected leaves its report, with or without a model.
+    rejected = [path.name.removesuffix(".rejected.md") for path in models.glob("*.rejected.md")]
+    label_files = sorted(f for f in label_dir.glob("*.jsonl*") if f.suffix != ".lock")
 
     def labels_of(name: str) -> list[Path]:
         return [f for f in label_files if f.name.startswith(f"{name}-")]
 
-    unknown = [n for n in names if n not in installed and not (labels and labels_of(n))]
+    unknown = [n for n in names if n not in installed and n not in rejected
+               and not (labels and labels_of(n))]
     if unknown:
         raise UserError(f"no installed model {', '.join(unknown)}; installed: "
                         f"{', '.join(installed) or 'none'}")
-    files = [models / f"{name}{suffix}" for name in names or installed
-             for suffix in (".json", ".md")]
+    files = [models / f"{name}{suffix}" for name in names or sorted({*installed, *rejected})
+             for suffix in (".json", ".md", ".rejected.md")]
     if labels:
         files += [f for f in label_files if not names or any(f in labels_of(n) for n in names)]
     removed = [file for file in files if file.exists()]
@@ -369,12 +386,9 @@ def remove_installed(names: list[str], labels: bool = False) -> None:
 
 
 def cmd_retrain(options: list[str]) -> int:
-    """Run ``python -m training retrain`` with ``options``."""
-    try:
-        from training.__main__ import main as training_main
-    except ImportError as error:
-        raise UserError(f"the training pipeline is not installed ({error}); install it with "
-                        "pip install 'autospmv[training]'") from None
+    """Run ``python -m autospmv.training retrain`` with ``options``."""
+    from .training.__main__ import main as training_main
+
     try:
         return training_main(["retrain", *options], prog="autospmv")
     except ImportError as error:
@@ -395,7 +409,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file")
     p.add_argument("--solver", action="store_true",
                    help="instead: SciPy solvers with the operator against the SciPy matrix on "
-                        "the shared matrices (benchmarks/solvers.py; takes its options, no file)")
+                        "generated matrices or --matrices DIR (takes its options, no file; "
+                        "`autospmv bench --solver --help` lists them)")
     p.add_argument("--device", choices=["cuda", "cpu"], help="default: cuda when usable")
     p.add_argument("--model", metavar="FILE", help="decide with this model file")
     sub.add_parser("info", help="device, versions, the model in use and kernels")
@@ -415,7 +430,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="value dtype to compile for (repeatable; default: both)")
     sub.add_parser("retrain", add_help=False,
                    help="label this machine's device, train and install a model (python -m "
-                        "training retrain; `autospmv retrain --help` lists its options)")
+                        "autospmv.training retrain; `autospmv retrain --help` lists its options)")
     return parser
 
 
@@ -433,10 +448,25 @@ def main(argv=None) -> int:
         args = build_parser().parse_args(argv)
         command, run = args.command, lambda: COMMANDS[args.command](args)
     try:
-        return run() or 0
+        status = run() or 0
+        sys.stdout.flush()  # a reader that went away shows here, not at the exit's flush
+        return status
     except (UserError, MemoryError) as error:
         print(f"autospmv {command}: error: {error}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        return reader_gone()
+
+
+def reader_gone() -> int:
+    """Stop quietly when the reader of stdout has gone (``autospmv info | head``), as
+    command-line tools do, rather than with a traceback: stdout is pointed at the null device,
+    so that Python's flush at exit meets no closed pipe either. Returns 141, the status of a
+    tool stopped by the closed pipe (128 + SIGPIPE)."""
+    import os
+
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 141
 
 
 if __name__ == "__main__":

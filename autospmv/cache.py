@@ -21,8 +21,9 @@ keeps the machine code of different numba versions apart.
 inherited by subprocesses) and, when numba is already imported, ``numba.config.CACHE_DIR``. numba
 has one cache folder per process, so other libraries' ``cache=True`` functions defined afterwards
 in the same process are cached there too. If the folder cannot be created or written, a
-:class:`CacheWarning` says so and compiled code goes to a temporary folder removed at exit:
-nothing persists, but importing and running work.
+:class:`CacheWarning` says so and compiled code goes to a temporary folder removed at exit, or,
+when no temporary folder can be created either, stays in memory: nothing persists, but
+importing and running work.
 
 :func:`compile_timer` measures the time spent in numba's compiler (compiling, or loading from
 the on-disk cache) during a block of code, so that decisions can report it apart from the work
@@ -89,7 +90,8 @@ class CacheState:
     """The outcome of :func:`configure`."""
 
     path: Path
-    """Where numba writes compiled code in this process."""
+    """Where numba writes compiled code in this process (when not :attr:`persistent` and no
+    temporary folder could be made, the unusable folder: nothing is written)."""
     source: str
     """Which setting chose it (``NUMBA_CACHE_DIR``, ``AUTOSPMV_CACHE_DIR``, the user cache
     folder), or why a temporary folder is used."""
@@ -129,16 +131,35 @@ def configure() -> CacheState:
     if problem is None:
         _state = CacheState(path, source, True)
     else:
-        temporary = Path(tempfile.mkdtemp(prefix="autospmv-numba-"))
-        atexit.register(shutil.rmtree, temporary, ignore_errors=True)
-        warnings.warn(
-            f"autospmv cannot use {path} (chosen by {source}) for compiled kernels ({problem}); "
-            f"compiled code is kept in {temporary} until this process exits, so the next "
-            "process compiles again. Set AUTOSPMV_CACHE_DIR to a writable folder to keep it.",
-            CacheWarning, stacklevel=3)
-        _state = CacheState(temporary, f"temporary: {source} {path} is not writable", False)
+        _state = _stand_in(path, source, problem)
     _apply(_state.path)
     return _state
+
+
+def _stand_in(path: Path, source: str, problem: str) -> CacheState:
+    """The cache when the requested folder is unusable: a temporary folder removed at exit,
+    or, when no temporary folder can be created either (read-only temporary folders), the
+    unusable folder itself, which numba then skips for its other places (beside the package),
+    compiling in memory when none is writable (:func:`autospmv.kernels.cached`). Either way a
+    :class:`CacheWarning` says so."""
+    advice = "Set AUTOSPMV_CACHE_DIR to a writable folder to keep it."
+    try:
+        temporary = Path(tempfile.mkdtemp(prefix="autospmv-numba-"))
+    except OSError as error:
+        warnings.warn(
+            f"autospmv cannot use {path} (chosen by {source}) for compiled kernels ({problem}), "
+            f"nor a temporary folder ({type(error).__name__}: {error}); numba caches compiled "
+            "code beside the package if that folder is writable, else keeps it in memory only, "
+            f"and the next process compiles again. {advice}",
+            CacheWarning, stacklevel=4)
+        return CacheState(path, f"none: {source} {path} and the temporary folders are not "
+                                "writable", False)
+    atexit.register(shutil.rmtree, temporary, ignore_errors=True)
+    warnings.warn(
+        f"autospmv cannot use {path} (chosen by {source}) for compiled kernels ({problem}); "
+        f"compiled code is kept in {temporary} until this process exits, so the next "
+        f"process compiles again. {advice}", CacheWarning, stacklevel=4)
+    return CacheState(temporary, f"temporary: {source} {path} is not writable", False)
 
 
 def cache_dir() -> Path:

@@ -64,6 +64,7 @@ means the serial kernel.
 
 from __future__ import annotations
 
+import operator
 import os
 
 ENV_THREADS = "AUTOSPMV_NUM_THREADS"
@@ -139,17 +140,23 @@ def blas_threads() -> int:
 
 
 def check_threads(threads, source: str = "threads") -> int | None:
-    """``threads`` as a positive int (None stays None); anything else is a ValueError."""
+    """``threads`` as a positive Python int (None stays None): an integer of any kind (NumPy's
+    too, anything with ``__index__`` but a bool) or a string of digits; anything else is a
+    ValueError."""
     if threads is None:
         return None
     if isinstance(threads, str):
         text = threads.strip()
         if not text.isdigit():
             raise ValueError(f"{source} must be a positive integer; got {threads!r}")
-        threads = int(text)
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        return check_threads(int(text), source)
+    try:
+        count = 0 if isinstance(threads, bool) else operator.index(threads)
+    except TypeError:  # a float, NumPy's bool, anything else that is no integer
+        count = 0
+    if count < 1:
         raise ValueError(f"{source} must be a positive integer; got {threads!r}")
-    return threads
+    return count
 
 
 def requested_threads(threads=None) -> tuple[int | None, str]:

@@ -65,7 +65,7 @@ import scipy.sparse as sp
 from scipy.sparse.linalg import LinearOperator
 
 from .devices import check_device
-from .validation import canonicalize, check_vector
+from .validation import canonicalize, check_vector, result_dtype
 
 COMPACT_BELOW = 0.8
 """A part whose column footprint has fewer than this share of A's columns receives only
@@ -203,13 +203,27 @@ class DistributedOperator(LinearOperator):
 
     def __init__(self, client, shape, dtype, nnz, parts, futures, compact_below):
         super().__init__(dtype=dtype, shape=shape)
-        self.client = client
+        self._client = client
         self.nnz = nnz
         self.parts = parts
         self.compact_below = compact_below
         self._futures = futures
         self._device_footprints = {}
         self.last_transfer = None
+
+    @property
+    def client(self):
+        """The Dask client the products go through; an unpickled operator takes the loading
+        process's client at first use (in a task on a worker, that worker's client)."""
+        if self._client is None:
+            distributed = _require_distributed()
+            try:
+                self._client = distributed.get_client()
+            except ValueError:
+                raise ValueError("this unpickled DistributedOperator needs a Dask client "
+                                 "connected to the cluster that holds its parts; start one "
+                                 "first") from None
+        return self._client
 
     @property
     def kernels(self) -> list[str]:
@@ -249,7 +263,9 @@ class DistributedOperator(LinearOperator):
     # NumPy arrays.
 
     def matvec(self, x):
-        """``A @ x`` for a NumPy, dask or CuPy vector (see the module docs for what comes back)."""
+        """``A @ x`` for a NumPy, dask or CuPy vector (see the module docs for what comes back),
+        in SciPy's dtype, ``numpy.result_type(op.dtype, x.dtype)``, as
+        :meth:`autospmv.SpMVOperator.matvec`."""
         if _is_dask_array(x):
             return self._dask_matvec(x)
         if _is_cupy_array(x):
@@ -319,15 +335,14 @@ class DistributedOperator(LinearOperator):
         if x.ndim != 1 or x.shape[0] != self.shape[1]:
             raise ValueError(f"x must be a vector of length {self.shape[1]}; got a dask array "
                              f"with shape {x.shape}")
-        if x.dtype.kind == "c":
-            raise TypeError(f"x has complex dtype {x.dtype}; supported: float32, float64")
-        x = x.astype(self.dtype)
+        dtype = result_dtype(self.dtype, x.dtype)
+        x = x.astype(dtype)
         inputs = [x[part.footprint] if part.compacted else x for part in self.parts]
         # One compute: x's chunks are computed once however many parts read them.
         computed = self.client.compute(inputs)
         futures = [self.client.submit(_part_matvec, op, xs, workers=[part.worker], pure=False)
                    for part, op, xs in zip(self.parts, self._live_futures(), computed)]
-        blocks = [da.from_delayed(future, shape=(part.rows[1] - part.rows[0],), dtype=self.dtype)
+        blocks = [da.from_delayed(future, shape=(part.rows[1] - part.rows[0],), dtype=dtype)
                   for part, future in zip(self.parts, futures)]
         y = da.concatenate(blocks)
         rows = tuple(part.rows[1] - part.rows[0] for part in self.parts)
@@ -342,7 +357,7 @@ class DistributedOperator(LinearOperator):
         if x.ndim != 1 or x.shape[0] != self.shape[1]:
             raise ValueError(f"x must be a vector of length {self.shape[1]}; got a CuPy array "
                              f"with shape {x.shape}")
-        x = cupy.ascontiguousarray(x, dtype=self.dtype)
+        x = cupy.ascontiguousarray(x, dtype=result_dtype(self.dtype, x.dtype))
         pieces = [x[self._device_footprint(part)] if part.compacted else None
                   for part in self.parts]
         shared = x if any(piece is None for piece in pieces) else None
@@ -359,6 +374,12 @@ class DistributedOperator(LinearOperator):
 
     def _rmatvec(self, x):
         raise NotImplementedError("DistributedOperator has no transpose; prepare A.T for Aᵀ @ x")
+
+    def __getstate__(self):
+        """Pickling keeps the parts where they are: the state holds the parts' futures, which
+        Dask pickles by key, and not the client (its connection and event-loop tasks cannot be
+        pickled; see :attr:`client`) nor the client-side GPU copies of the footprints."""
+        return {**self.__dict__, "_client": None, "_device_footprints": {}}
 
     def close(self):
         """Release the parts held on the workers now (otherwise when the operator is collected);

@@ -8,7 +8,11 @@ rows of the windows drawn for detail also for the block, x-sector and narrow-ban
 (the entries ``_T2`` … ``_SAMPLED_NNZ3`` of a worker's ``sums``). The work is split between
 workers (:func:`_split_windows`), each with its own scratch arrays within a memory budget
 (:func:`_workers`, :data:`SCRATCH_SHARE`); :data:`_scan_serial` runs the workers in turn,
-:data:`_scan_parallel` on numba's threads. It lives apart from the feature definitions
+:data:`_scan_parallel` on numba's threads. A worker's scratch grows with the columns; when one
+worker's would outweigh the matrix (:func:`scratch_fits`: far more columns than nonzeros), the
+same counters are counted over the nonzeros instead, by sorting keys per group of rows
+(:func:`nonzero_counters`, :func:`band_and_diagonals`), in memory bounded by the nonzeros.
+It lives apart from the feature definitions
 (:mod:`autospmv.features`: names, sampling policy, row-length statistics, the public
 :func:`~autospmv.features.features`) because it is the bit-level machinery: block masks,
 sector stamps and the per-worker split, which the features only consume as counters.
@@ -104,13 +108,35 @@ def _scratch_shapes(m: int, n: int, longest: int, full: bool = True,
     ]
 
 
+def _worker_bytes(m: int, n: int, longest: int, full: bool = True, detail: bool = True) -> int:
+    """Bytes of one worker's scratch arrays (:func:`_scratch_shapes`)."""
+    return sum(length * np.dtype(dtype).itemsize
+               for length, dtype in _scratch_shapes(m, n, longest, full, detail))
+
+
 def _workers(threads: int, m: int, n: int, longest: int, csr_bytes: int,
              full: bool = True, detail: bool = True) -> int:
     """How many workers the scan splits into: ``threads``, but no more than the scratch
     budget (:data:`SCRATCH_SHARE`) allows, and at least one."""
-    per_worker = sum(length * np.dtype(dtype).itemsize
-                     for length, dtype in _scratch_shapes(m, n, longest, full, detail))
+    per_worker = _worker_bytes(m, n, longest, full, detail)
     return max(1, min(threads, int(SCRATCH_SHARE * csr_bytes) // max(per_worker, 1)))
+
+
+SCRATCH_ALWAYS = 1 << 22
+"""One worker's scratch arrays up to this many bytes are always accepted (see
+:func:`scratch_fits`): a matrix of up to about 500,000 columns is scanned whatever its
+nonzeros."""
+
+
+def scratch_fits(m: int, n: int, longest: int, csr_bytes: int, full: bool = True,
+                 detail: bool = True) -> bool:
+    """Whether one worker's scratch arrays (about m + 7.3 n bytes) stay within
+    :data:`SCRATCH_SHARE` of the CSR arrays' ``csr_bytes`` or :data:`SCRATCH_ALWAYS`. They do
+    not when the matrix has far more columns than nonzeros (a 10 × 10⁹ matrix of 10⁵ nonzeros,
+    1.2 MB, would need 7 GB); its counters are then counted over the nonzeros
+    (:func:`nonzero_counters`, :func:`band_and_diagonals`)."""
+    return _worker_bytes(m, n, longest, full, detail) <= max(SCRATCH_SHARE * csr_bytes,
+                                                             SCRATCH_ALWAYS)
 
 
 def _scratch(workers: int, m: int, n: int, longest: int, full: bool = True,
@@ -495,6 +521,115 @@ def window_sectors(indices, offsets, shift):
                 keys[slot] = sector
                 total += 1
     return total
+
+
+# ---------------------------------------------------------------------------------------------
+# The same counters over the nonzeros, for matrices whose scratch would outweigh them
+# (:func:`scratch_fits`): every counter counts distinct keys (block, sector) in groups of rows,
+# found by sorting each group's keys; memory in proportion to the largest group's entries.
+
+
+@njit(cache=True)
+def _group_counts(indptr, indices, m, n, lo, hi, rows, cols):
+    """Over rows lo..hi-1 cut into groups of ``rows`` rows from lo (lo a multiple of
+    ``rows``, hi too or m), the (row group, ``cols``-column group) cells that hold entries:
+    how many there are, and the entries of those whose every position inside the matrix is
+    stored (a full block)."""
+    largest = 0
+    for r0 in range(lo, hi, rows):
+        largest = max(largest, np.int64(indptr[min(r0 + rows, hi)] - indptr[r0]))
+    keys = np.empty(largest, dtype=np.int64)
+    touched = full = 0
+    for r0 in range(lo, hi, rows):
+        a = indptr[r0]
+        count = np.int64(indptr[min(r0 + rows, hi)] - a)
+        for k in range(count):
+            keys[k] = np.int64(indices[a + k]) // cols
+        group = keys[:count]
+        group.sort()
+        height = min(rows, m - r0)
+        k = 0
+        while k < count:
+            start = k
+            while k < count and group[k] == group[start]:
+                k += 1
+            touched += 1
+            if k - start == height * min(cols, n - group[start] * cols):
+                full += k - start
+    return touched, full
+
+
+@njit(cache=True)
+def _run_counters(indptr, indices, m, n, shift, narrow, lo, hi, sums):
+    """What :func:`_detail_rows` adds to ``sums`` for the rows lo..hi-1 of a run of drawn
+    windows, counted over their entries."""
+    for i in range(lo, hi):
+        for p in range(indptr[i], indptr[i + 1]):
+            sums[_NARROW] += abs(np.int64(indices[p]) - i) <= narrow
+    sums[_SAMPLED_NNZ] += indptr[hi] - indptr[lo]
+    for b, t, f in ((2, _T2, _F2), (4, _T4, _F4), (8, _T8, _F8)):
+        touched, full = _group_counts(indptr, indices, m, n, lo, hi, b, b)
+        sums[t] += touched
+        sums[f] += full
+    sums[_ROW_SECTORS] += _group_counts(indptr, indices, m, n, lo, hi, 1, 1 << shift)[0]
+    sums[_WARP_SECTORS] += _group_counts(indptr, indices, m, n, lo, hi, WARP, 1 << shift)[0]
+    lo3 = -(-lo // 3) * 3  # 3×3 blocks: the whole 3-row block rows of the run
+    hi3 = hi if hi == m else hi // 3 * 3
+    if hi3 > lo3:
+        touched, full = _group_counts(indptr, indices, m, n, lo3, hi3, 3, 3)
+        sums[_T3] += touched
+        sums[_F3] += full
+        sums[_SAMPLED_NNZ3] += indptr[hi3] - indptr[lo3]
+
+
+@njit(cache=True)
+def nonzero_counters(indptr, indices, m, n, shift, narrow, selected):
+    """The counters that the scan's detail pass (:func:`_detail_rows`) sums over the
+    ``selected`` windows, with the same values, counted over their entries by
+    :func:`_run_counters`, one run of consecutive drawn windows at a time: no scratch array
+    over the columns."""
+    sums = np.zeros(_N_SUMS, dtype=np.int64)
+    w = 0
+    while w < selected.size:
+        start = w
+        while w < selected.size and selected[w]:
+            w += 1
+        if w > start:
+            _run_counters(indptr, indices, m, n, shift, narrow, start * WINDOW_ROWS,
+                          min(w * WINDOW_ROWS, m), sums)
+        else:
+            w += 1
+    return sums
+
+
+@njit(cache=True)
+def _diagonal_offsets(indptr, indices, m, offsets):
+    """``offsets[p]`` = j − i of entry p (row i, column j); returns the largest |j − i|."""
+    band = 0
+    for i in range(m):
+        for p in range(indptr[i], indptr[i + 1]):
+            offsets[p] = np.int64(indices[p]) - i
+            band = max(band, abs(offsets[p]))
+    return band
+
+
+@njit(cache=True)
+def _distinct_sorted(values):
+    """The number of distinct values of a sorted array."""
+    count = min(values.size, 1)
+    for k in range(1, values.size):
+        count += values[k] != values[k - 1]
+    return count
+
+
+def band_and_diagonals(indptr, indices, m) -> tuple[int, int]:
+    """The bandwidth and the number of occupied diagonals that the full scan counts in its
+    flags over the m + n − 1 diagonals, from the entries' sorted offsets j − i: 8 bytes per
+    nonzero."""
+    offsets = np.empty(int(indptr[m]), dtype=np.int64)
+    band = _diagonal_offsets(indptr, indices, m, offsets)
+    offsets.sort()
+    return int(band), int(_distinct_sorted(offsets))
 
 
 RATIO_CHUNK = 4096

@@ -97,8 +97,8 @@ from .feature_scan import (  # noqa: F401 (DETAIL_COST, SCRATCH_SHARE, _scratch_
     _BAND, _FULL, _NARROW, _ROW_SECTORS, _SAMPLED_NNZ, _SAMPLED_NNZ3, _TOUCHED, _WARP_SECTORS,
     BLOCK_SIZES, DETAIL_COST, SCRATCH_SHARE, WARP, WINDOW_ROWS, _scan_parallel,
     chunked_ratio_sum, sample_layout, warp_ratio_sum, window_positions, window_sectors,
-    _scan_serial, _scratch, _scratch_shapes, _split_windows, _workers, lengths_counted,
-    row_length_counts, row_length_moments,
+    _scan_serial, _scratch, _scratch_shapes, _split_windows, _workers, band_and_diagonals,
+    lengths_counted, nonzero_counters, row_length_counts, row_length_moments, scratch_fits,
 )  # fmt: skip
 from .kernels import njit
 from .validation import canonicalize
@@ -380,12 +380,22 @@ def _scan(csr: sp.csr_matrix, sample_rows: int | None, uploaded=None, detail=Non
     else:
         longest, values, counts, warp_sum = _length_passes(uploaded, indptr)
     csr_bytes = indptr.nbytes + csr.nnz * (indptr.itemsize + np.dtype(csr.dtype).itemsize)
+    shift, narrow = _sector_shift_and_narrow(csr)
+    if not scratch_fits(m, n, longest, csr_bytes, full, sampled):
+        # far more columns than nonzeros: the same values, counted over the nonzeros
+        counters = None if not sampled else _sampled_features(nonzero_counters(
+            scan_indptr, scan_indices, m, n, shift, narrow, selected).tolist())
+        if not full:
+            band, diagonals = _band_and_diagonals(uploaded) if index_passes else (None, None)
+            return counters, band, diagonals, warp_sum, values, counts
+        _, values, counts, warp_sum = _host_length_passes(indptr, m)
+        return counters, *band_and_diagonals(indptr, csr.indices, m), warp_sum, values, counts
     workers = _workers(threads if parallel else 1, m, n, longest, csr_bytes, full, sampled)
     bounds = _split_windows(indptr, m, selected, workers, full)
     sums, hist, flags, *work = _scratch(workers, m, n, longest, full, sampled)
     scan = _scan_parallel if parallel else _scan_serial
-    scan(scan_indptr, scan_indices, m, n, *_sector_shift_and_narrow(csr), selected, bounds, sums,
-         hist, flags, *work, full)  # fmt: skip
+    scan(scan_indptr, scan_indices, m, n, shift, narrow, selected, bounds, sums, hist, flags,
+         *work, full)  # fmt: skip
     counters = _sampled_features(sums.sum(axis=0).tolist()) if sampled else None
     if not full:
         band, diagonals = _band_and_diagonals(uploaded) if index_passes else (None, None)

@@ -36,14 +36,18 @@ File layout (``schema_version`` 1 or 2)::
         "large_nnz": 1000000,                 # version 2, optional: from this many nonzeros
         "large_coefficients": {"coo": [...], ...}  # on, these coefficients estimate instead
       },
+      "defaults": {"bands": [...]},           # version 3, optional: a default kernel per size
+                                              # band (autospmv.default_policy.DefaultPolicy)
       "provenance": {...}                     # free-form: device, versions, date, data hash, scores
     }
 
 Version 2 added the cost model's second coefficient table, for matrices of at least
 ``large_nnz`` nonzeros (:class:`CostModel`, "two size regimes"); a file is written as version
 1 when it has none, so that such a model stays readable by an autospmv that reads version 1
-only. An autospmv of either version refuses a file of a version it does not know, rather than
-ignoring entries it would not understand.
+only. Version 3 added ``defaults``: per size band a default kernel that the tree's choice
+replaces only when the tree's margin for it reaches the band's calibrated threshold
+(:mod:`autospmv.default_policy`). An autospmv refuses a file of a version it does not know,
+rather than ignoring entries it would not understand.
 
 With a cost model, the tree may also compare the *estimates* ``est_<kernel>`` it derives from
 the features (:meth:`CostModel.derived`, which :meth:`TreeModel.evaluate` shares through
@@ -74,13 +78,14 @@ from typing import NamedTuple
 import numpy as np
 
 from .cost_model import CostModel
+from .default_policy import DefaultPolicy, Override, margins
 from .model_check import LEAF, LEAF_FEATURE, _check, _default_features
 from .model_store import write_atomically
 
 FORMAT = "autospmv-tree"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """The newest file layout this autospmv reads and writes (see the module docstring)."""
-SCHEMA_VERSIONS = (1, 2)
+SCHEMA_VERSIONS = (1, 2, 3)
 """The layouts it reads."""
 RANKINGS = ("value", "correction")
 
@@ -137,7 +142,8 @@ class TreeModel:
 
     def __init__(self, feature_names, classes, tree: Mapping, provenance: Mapping | None = None,
                  *, cost_model: CostModel | None = None, ranking: str = "value",
-                 known_features=None, known_kernels=None):
+                 defaults: DefaultPolicy | None = None, known_features=None,
+                 known_kernels=None):
         if ranking not in RANKINGS:
             raise ValueError(f"unknown ranking {ranking!r}; expected one of {', '.join(RANKINGS)}")
         if ranking == "correction":
@@ -152,8 +158,15 @@ class TreeModel:
             known_features = (*known_features, *cost_model.derived_names)
         _check(feature_names, classes, tree, provenance, known_features, known_kernels,
                negative_values=ranking == "correction")
+        if defaults is not None:
+            unknown = [b.kernel for b in defaults.bands if b.kernel not in classes]
+            if unknown:
+                raise ValueError(f"a default kernel is not among the tree's classes: "
+                                 f"{', '.join(unknown)}")
         self.cost_model = cost_model
         self.ranking = ranking
+        self.defaults = defaults
+        """The default kernel per size band, or None: the tree's first choice always stands."""
         self.feature_names: tuple[str, ...] = tuple(feature_names)
         self.classes: tuple[str, ...] = tuple(classes)
         self.provenance: dict = dict(provenance or {})
@@ -170,7 +183,8 @@ class TreeModel:
     @classmethod
     def from_sklearn(cls, clf, feature_names, provenance: Mapping | None = None, *,
                      cost_model: CostModel | None = None, ranking: str = "value",
-                     known_features=None, known_kernels=None) -> "TreeModel":
+                     defaults: DefaultPolicy | None = None, known_features=None,
+                     known_kernels=None) -> "TreeModel":
         """Export a fitted single-output ``DecisionTreeClassifier`` trained on features in the
         order of ``feature_names``, with kernel names as class labels (``est_<kernel>`` names
         when ``cost_model`` derives them). ``ranking="correction"``: a regression tree whose
@@ -196,7 +210,7 @@ class TreeModel:
         }
         classes = [str(c) for c in clf.classes_]
         return cls(list(feature_names), classes, arrays, provenance, cost_model=cost_model,
-                   ranking=ranking, known_features=known_features,
+                   ranking=ranking, defaults=defaults, known_features=known_features,
                    known_kernels=known_kernels)
 
     def to_dict(self) -> dict:
@@ -221,6 +235,8 @@ class TreeModel:
             doc["cost_model"] = self.cost_model.to_dict()
         if self.ranking != "value":
             doc["ranking"] = self.ranking
+        if self.defaults is not None:
+            doc["defaults"] = self.defaults.to_dict()
         doc["provenance"] = self.provenance
         return doc
 
@@ -260,9 +276,16 @@ class TreeModel:
             if cost_model.large_nnz is not None and version < 2:
                 raise ValueError("the cost model's large_coefficients need schema_version 2; "
                                  f"the file says {version}")
+        defaults = doc.get("defaults")
+        if defaults is not None:
+            if version < 3:
+                raise ValueError(f"the model's defaults need schema_version 3; the file says "
+                                 f"{version}")
+            defaults = DefaultPolicy.from_dict(defaults, known_kernels)
         return cls(doc["feature_names"], doc["classes"], doc["tree"], doc.get("provenance"),
                    cost_model=cost_model, ranking=doc.get("ranking", "value"),
-                   known_features=known_features, known_kernels=known_kernels)
+                   defaults=defaults, known_features=known_features,
+                   known_kernels=known_kernels)
 
     @classmethod
     def load(cls, source, *, known_features=None, known_kernels=None) -> "TreeModel":
@@ -436,9 +459,31 @@ class TreeModel:
 
     @property
     def schema_version(self) -> int:
-        """The oldest file layout that holds this model: 2 with a cost model of two size
-        regimes, else 1 (readable by every autospmv that reads model files)."""
+        """The oldest file layout that holds this model: 3 with defaults, 2 with a cost model
+        of two size regimes, else 1 (readable by every autospmv that reads model files)."""
+        if self.defaults is not None:
+            return 3
         return 2 if self.cost_model is not None and self.cost_model.large_nnz is not None else 1
+
+    def decide(self, features: Mapping, nnz: int,
+               only_read: bool = False) -> tuple[Evaluation, list[str], "Override | None"]:
+        """The kernels in the order a matrix of ``nnz`` nonzeros tries them: the tree's
+        ranking of :meth:`evaluate`, with the band's default first where it stands
+        (:attr:`defaults`); also the evaluation and what the default policy did (None
+        without one)."""
+        evaluation = self.evaluate(features, only_read=only_read)
+        ranked = list(evaluation.ranked)
+        if self.defaults is None:
+            return evaluation, ranked, None
+        decided = self.defaults.decide(nnz, ranked, self.margins(evaluation))
+        return evaluation, [decided.kernel] + [k for k in ranked if k != decided.kernel], decided
+
+    def margins(self, evaluation: Evaluation) -> dict[str, float]:
+        """The margin of ``evaluation``'s first-ranked kernel over each class, in the units
+        :func:`autospmv.default_policy.margins` describes."""
+        scores = (evaluation.corrected if evaluation.corrected is not None
+                  else [evaluation.leaf.proba[c] for c in self.classes])
+        return margins(self.ranking, self.classes, scores)
 
     @property
     def n_nodes(self) -> int:
@@ -473,12 +518,25 @@ class TreeModel:
             out.write(f"{indent}{text}\n")
 
         def subtree_depth(node: int) -> int:
-            if self.children_left[node] == LEAF:
-                return 1
-            return 1 + max(subtree_depth(self.children_left[node]),
-                           subtree_depth(self.children_right[node]))
+            deepest, pending = 0, [(node, 1)]
+            while pending:
+                node, level = pending.pop()
+                if self.children_left[node] == LEAF:
+                    deepest = max(deepest, level)
+                else:
+                    pending += [(int(self.children_left[node]), level + 1),
+                                (int(self.children_right[node]), level + 1)]
+            return deepest
 
-        def walk(node: int, depth: int) -> None:
+        # Depth first with a stack of (node, depth) to visit and lines to write (str), not
+        # recursion: a loaded model may be deeper than Python's recursion limit.
+        pending: list = [(0, 1)]
+        while pending:
+            item = pending.pop()
+            if isinstance(item, str):
+                out.write(item)
+                continue
+            node, depth = item
             indent = ("|" + " " * spacing) * depth
             indent = indent[:-spacing] + "-" * spacing
             if depth > max_depth + 1:
@@ -493,11 +551,9 @@ class TreeModel:
                 name = self.feature_names[self.feature[node]]
                 threshold = f"{float(self.threshold[node]):.{decimals}f}"
                 out.write(f"{indent} {name} <= {threshold}\n")
-                walk(int(self.children_left[node]), depth + 1)
-                out.write(f"{indent} {name} >  {threshold}\n")
-                walk(int(self.children_right[node]), depth + 1)
-
-        walk(0, 1)
+                pending += [(int(self.children_right[node]), depth + 1),
+                            f"{indent} {name} >  {threshold}\n",
+                            (int(self.children_left[node]), depth + 1)]
         return out.getvalue()
 
     def __repr__(self):

@@ -45,12 +45,28 @@ def write_atomically(path, text: str) -> None:
 
 def user_data_dir() -> Path:
     """autospmv's per-user data folder: ``$AUTOSPMV_HOME`` if set, else
-    ``$XDG_DATA_HOME/autospmv`` (default ``~/.local/share/autospmv``)."""
+    ``$XDG_DATA_HOME/autospmv`` (default ``~/.local/share/autospmv``).
+
+    A setting whose ``~`` or ``~user`` cannot be expanded (an unknown user, no home folder)
+    raises a ValueError naming it rather than standing for some other folder: retrain and the
+    command line stop with that error, and automatic selection skips the retrained models with
+    a warning (:func:`autospmv.selector.find_model`)."""
     home = os.environ.get("AUTOSPMV_HOME")
     if home:
-        return Path(home).expanduser()
-    data = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
-    return Path(data).expanduser() / "autospmv"
+        return _expanded(home, "AUTOSPMV_HOME")
+    data = os.environ.get("XDG_DATA_HOME")
+    if data:
+        return _expanded(data, "XDG_DATA_HOME") / "autospmv"
+    return _expanded("~/.local/share", "the default data folder") / "autospmv"
+
+
+def _expanded(value: str, setting: str) -> Path:
+    """``value`` with ``~`` expanded, or a ValueError naming ``setting``."""
+    try:
+        return Path(value).expanduser()
+    except RuntimeError:  # pathlib: "Could not determine home directory."
+        raise ValueError(f"cannot expand {setting}={value!r}: no home folder found for its "
+                         "user; set AUTOSPMV_HOME to a folder path") from None
 
 
 DTYPES = ("float64", "float32")

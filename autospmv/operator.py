@@ -8,6 +8,7 @@ the operator is built, so a call only validates, launches and (for host vectors)
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 
 import numpy as np
@@ -19,18 +20,24 @@ from .formats.base import SparseFormat
 from .cache import compile_timer
 from .device import (DeviceCSR, canonical_device_csr, csr_from_format, device_format,
                      is_device_matrix, transposed, upload_csr)
-from .cpu_threads import choose_threads
+from .cpu_threads import check_threads, choose_threads
+from .devices import check_device, resolve_device
+from .formats.base import FormatTooLargeError
+from .formats.coo import COOFormat
 from .formats.csr import CSRFormat
 from .kernels.cpu import bind_threaded
 from .kernels.cpu.csr import bind_transposed
+from .kernels.cpu.spmm import MultiVector
 from .selector import Decision, forced_decision
-from .validation import canonicalize, check_out, check_vector
+from .validation import canonicalize, check_out, check_vector, index_dtype, result_dtype
 
 
 class SpMVOperator(LinearOperator):
     """``y = A @ x`` with a fixed kernel; a ``scipy.sparse.linalg.LinearOperator``.
 
-    Attributes: ``kernel``, ``params``, ``device``, ``decision``, ``shape``, ``dtype``, ``nnz``;
+    Attributes: ``kernel``, ``params``, ``device``, ``decision``, ``shape``, ``nnz``; ``dtype``,
+    the matrix's value dtype (float32 or float64), as a SciPy matrix's: a product's dtype is
+    ``numpy.result_type(op.dtype, x.dtype)`` (see :meth:`matvec`);
     ``format``, the converted storage the CPU kernel runs on (None on the GPU: the format lives
     in device memory only, and the host copy is released after the upload); ``memory``, the
     bytes the operator holds, ``{"host": ..., "device": ...}``, and ``nbytes``, their sum;
@@ -42,17 +49,58 @@ class SpMVOperator(LinearOperator):
     counted in ``memory["host"]`` (Aᵀ is rebuilt there from the format); on the CPU the
     canonical CSR when ``canonicalize`` made it (a copy the operator owns), and nothing more
     when the caller's CSR was already canonical (Aᵀ is rebuilt from the format).
+
+    :func:`autospmv.prepare` decides and builds in one call; ``SpMVOperator(A, decision,
+    device)`` builds from a decision the caller holds (``select``'s, or one written by hand)
+    and checks A just as ``prepare`` does.
     """
 
-    def __init__(self, csr: sp.csr_matrix, decision: Decision, device: str, threads=None, *,
-                 source=None, borrowed: bool = False, uploaded=None):
-        """``source``: a matrix on the GPU (CuPy, torch) the operator was prepared from; its
-        transpose is built from it. ``borrowed``: csr's arrays belong to the caller, who may
-        change them later; the operator then copies the arrays of its format that share memory
-        with them (a CSR kernel's format is csr's own arrays), so that it is a snapshot of the
-        matrix as it was when built (see :meth:`transpose_operator` for Aᵀ). ``uploaded``: the
-        host ``csr`` already on the GPU (:func:`autospmv.device.upload_csr`, a copy), converted
-        from instead of uploading again."""
+    def __init__(self, A, decision: Decision, device: str | None, threads=None):
+        """The operator of A with ``decision``'s kernel and parameters on ``device`` (``"cpu"``,
+        ``"cuda"``, or None: CUDA when a usable GPU is present), checked as
+        :func:`autospmv.prepare` checks its arguments: A is canonicalised
+        (:func:`autospmv.validation.canonicalize`: a malformed matrix raises ValueError before
+        any kernel reads it; a matrix on the GPU is canonicalised there), and so are the
+        kernel's parameters and ``threads``."""
+        if not isinstance(decision, Decision):
+            raise TypeError(f"decision must be an autospmv.Decision; got "
+                            f"{type(decision).__name__}")
+        threads = check_threads(threads)
+        if is_device_matrix(A):
+            if check_device(device) == "cpu":
+                raise ValueError("this matrix lives on the GPU; build its operator with "
+                                 "device='cuda' (or None)")
+            csr, source, borrowed = canonical_device_csr(A), A, False
+            device = resolve_device("cuda")
+        else:
+            device = resolve_device(device)
+            csr, source = canonicalize(A), None
+            borrowed = borrows(A, csr)
+        self._build(csr, decision, device, threads, source=source, borrowed=borrowed)
+
+    @classmethod
+    def _canonical(cls, csr, decision: Decision, device: str, threads=None,
+                   **options) -> "SpMVOperator":
+        """The operator of a matrix that :func:`~autospmv.validation.canonicalize` (or
+        :func:`autospmv.device.canonical_device_csr`) has just returned, built without checking
+        it again: :func:`autospmv.prepare` and the transposes hand over what they checked.
+        ``threads``: checked by the caller; ``options``: as :meth:`_build`'s."""
+        op = cls.__new__(cls)
+        op._build(csr, decision, device, threads, **options)
+        return op
+
+    def _build(self, csr, decision: Decision, device: str, threads=None, *, source=None,
+               borrowed: bool = False, uploaded=None) -> None:
+        """Convert and bind. ``csr``: a canonical host CSR matrix, a
+        :class:`~autospmv.device.DeviceCSR`, or the kernel's format already built (the COO
+        transpose of a very wide matrix, :meth:`_coo_transpose`). ``source``: a matrix on the GPU
+        (CuPy, torch) the operator was prepared from; its transpose is built from it.
+        ``borrowed``: csr's arrays belong to the caller, who may change them later; the operator
+        then copies the arrays of its format that share memory with them (a CSR kernel's format
+        is csr's own arrays), so that it is a snapshot of the matrix as it was when built (see
+        :meth:`transpose_operator` for Aᵀ). ``uploaded``: the host ``csr`` already on the GPU
+        (:func:`autospmv.device.upload_csr`, a copy), converted from instead of uploading
+        again."""
         super().__init__(dtype=csr.dtype, shape=csr.shape)
         self.decision = decision
         self.device = device
@@ -70,6 +118,8 @@ class SpMVOperator(LinearOperator):
                 csr = uploaded or upload_csr(csr) or csr
             if isinstance(csr, DeviceCSR):  # a matrix on the GPU: converted there
                 fmt = device_format(decision.kernel, csr, decision.params)
+            elif isinstance(csr, SparseFormat):  # built by the caller
+                fmt = csr
             else:
                 fmt = spec.convert(csr, decision.params, device)
                 if borrowed:
@@ -102,6 +152,8 @@ class SpMVOperator(LinearOperator):
             self._source = None
             indptr = host_csr.indptr.copy() if borrowed else host_csr.indptr
             self._on_device = (fmt, indptr, csr.xp)
+        elif isinstance(csr, SparseFormat):
+            self._source = None
         elif not borrowed:
             self._source = host_csr
         else:
@@ -113,6 +165,8 @@ class SpMVOperator(LinearOperator):
         if self._on_device is not None:
             host += self._on_device[1].nbytes
         self._host_nbytes = host
+        self._kept = _host_arrays(self.format, self._source)
+        """The host arrays the operator holds, which ``out=`` must not overlap."""
         self._transposed = None
 
     @property
@@ -136,7 +190,9 @@ class SpMVOperator(LinearOperator):
         CSR's own (CSR kernels run on it directly, COO shares its column and value arrays), and
         what Aᵀ is built from (see the class docstring); device bytes are the uploaded format,
         plus the two staging buffers of host vectors from the first product of a host vector
-        on (:mod:`autospmv.kernels.cuda.backend`)."""
+        on (:mod:`autospmv.kernels.cuda.backend`). From the first multi-vector product on
+        (:meth:`matmat`), the CSR arrays it runs on where they are not the format's or the kept
+        CSR's, and on the GPU its list of long-row pieces, count too."""
         return {"host": self._host_nbytes,
                 "device": getattr(self._backend, "device_nbytes", 0)}
 
@@ -158,10 +214,15 @@ class SpMVOperator(LinearOperator):
     def matvec(self, x, out=None):
         """``A @ x``. Host (numpy) x gives a numpy result; a CUDA array gives a device result.
 
-        ``out`` (optional) receives the result: same kind as x, shape (m,), the operator's dtype,
-        writable, not overlapping x (refused with ValueError: the kernels read x while they
-        write out). x is converted to the operator's dtype. An (n, 1) column gives an (m, 1)
-        result. Any number of threads may call one operator at once.
+        The result's dtype is SciPy's, ``numpy.result_type(op.dtype, x.dtype)``: a float32
+        operator gives float32 for a float32 x (the fast path: half the bytes of x and y) and
+        float64, accumulated in float64, for a float64 x; integer and bool x count as NumPy
+        says (int64 as float64). Complex x is refused (TypeError: the kernels are real).
+
+        ``out`` (optional) receives the result: same kind as x, shape (m,), exactly the
+        result's dtype, writable, not overlapping x (refused with ValueError: the kernels read x
+        while they write out). An (n, 1) column gives an (m, 1) result. Any number of threads
+        may call one operator at once.
         """
         y = self._device_matvec(x, out)
         if y is not None:
@@ -169,9 +230,9 @@ class SpMVOperator(LinearOperator):
         column = np.ndim(x) == 2
         x = check_vector(x, self.shape[1], self.dtype)
         if out is None:
-            y = np.empty(self.shape[0], dtype=self.dtype)
+            y = np.empty(self.shape[0], dtype=x.dtype)
         else:
-            check_out(out, self.shape[0], self.dtype, x)
+            check_out(out, self.shape[0], x.dtype, x, self._kept)
             y = out
         self._backend.host_matvec(x, y)
         return y.reshape(-1, 1) if column and out is None else y
@@ -180,10 +241,13 @@ class SpMVOperator(LinearOperator):
         return self.matvec(x)
 
     def __matmul__(self, x):
-        # Vectors go straight to matvec (LinearOperator's generic dispatch costs microseconds);
-        # device arrays must, since LinearOperator would turn them into numpy arrays.
+        # Vectors go straight to matvec, blocks to matmat (LinearOperator's generic dispatch
+        # costs microseconds); device arrays must, since LinearOperator would turn them into
+        # numpy arrays.
         if isinstance(x, np.ndarray) and x.ndim == 1:
             return self.matvec(x)
+        if isinstance(x, np.ndarray) and x.ndim == 2:
+            return self.matmat(x)
         y = self._device_product(x)
         return y if y is not None else super().__matmul__(x)
 
@@ -192,11 +256,15 @@ class SpMVOperator(LinearOperator):
         return y if y is not None else super().dot(x)
 
     def matmat(self, X):
-        """``A @ X`` for a 2-D X: a numpy array (or anything SciPy's ``matmat`` takes) gives a
-        numpy result; a 2-D CuPy array or PyTorch tensor gives a device result of its kind,
-        column by column on the GPU."""
+        """``A @ X`` for a 2-D X of k columns, in one pass over the matrix for all columns (a
+        multi-vector product, SpMM; see :meth:`_multi_vector`): a numpy array (or anything
+        SciPy's ``matmat`` takes) gives a numpy result; a 2-D CuPy array, PyTorch tensor or
+        numba device array gives a device result of its kind. The result is row-major (C
+        order) with the dtype :meth:`matvec` gives. Row-major X is read in place; other host X,
+        and CuPy or torch X, are copied to row-major first (numba device X must be row-major).
+        On the CPU, k = 1 runs the operator's own kernel (:meth:`matvec`)."""
         if _is_device_array(X) and len(getattr(X, "shape", ())) == 2:
-            return self._backend.device_matmat(X)
+            return self._device_matmat(X)
         return super().matmat(X)
 
     def rmatvec(self, x):
@@ -208,11 +276,9 @@ class SpMVOperator(LinearOperator):
         return super().rmatvec(x)
 
     def rmatmat(self, X):
-        """``Aᵀ @ X`` for a 2-D X, on the device for a CuPy array or PyTorch tensor (as
-        :meth:`matmat` of the transposed operator)."""
-        if _is_device_array(X):
-            return self.transpose_operator().matmat(X)
-        return super().rmatmat(X)
+        """``Aᵀ @ X`` for a 2-D X: the multi-vector product of the transposed operator
+        (:meth:`matmat` of :meth:`transpose_operator`), for host X and device arrays alike."""
+        return self.transpose_operator().matmat(X)
 
     def _device_matvec(self, x, out):
         """``A @ x`` when x is a CUDA array (the backend's result); None for anything else.
@@ -223,21 +289,70 @@ class SpMVOperator(LinearOperator):
         """``A @ x`` for a CUDA array x: a vector as :meth:`matvec`, a 2-D array as
         :meth:`matmat`; None for anything else."""
         if _is_device_array(x) and len(getattr(x, "shape", ())) == 2:
-            return self._backend.device_matmat(x)
+            return self._device_matmat(x)
         return self._device_matvec(x, None)
+
+    def _device_matmat(self, X):
+        """``A @ X`` for a 2-D CUDA array X (the backend's result, or its refusal on the CPU)."""
+        if self.device == "cuda":
+            self._multi_vector()
+        return self._backend.device_matmat(X)
 
     def _matmat(self, X):
         X = np.asarray(X)
         if X.ndim != 2 or X.shape[0] != self.shape[1]:
             raise ValueError(f"X must have shape ({self.shape[1]}, k); got {X.shape}")
-        Y = np.empty((self.shape[0], X.shape[1]), dtype=self.dtype)
-        for j in range(X.shape[1]):
-            Y[:, j] = self.matvec(np.ascontiguousarray(X[:, j]))
+        if X.shape[1] == 1 and self.device == "cpu":
+            return self.matvec(X)
+        dtype = result_dtype(self.dtype, X.dtype)
+        Y = np.empty((self.shape[0], X.shape[1]), dtype=dtype)
+        if Y.size:
+            self._multi_vector()
+            self._backend.host_matmat(np.ascontiguousarray(X, dtype=dtype), Y)
         return Y
+
+    def _multi_vector(self) -> None:
+        """Set up the backend's multi-vector product at the first 2-D product (once, whichever
+        thread gets here first). It runs on A's CSR arrays: a CSR kernel's format holds them;
+        for any other format they are taken from the host CSR the operator keeps, or rebuilt
+        from its format (:meth:`_matrix_csr`) and kept from then on, counted in
+        :attr:`memory`. The rule and where the arrays came from go to the decision's notes
+        (``op.explain()``)."""
+        if self._backend.multi is not None:
+            return
+        with _MULTI_VECTOR_SET_UP:
+            if self._backend.multi is None:
+                note, arrays = self._backend.set_up_multi(self._matrix_csr)
+                extra = sum(a.nbytes for a in arrays if not any(
+                    np.may_share_memory(a, kept) for kept in self._kept))
+                self._host_nbytes += extra
+                self.decision.notes.append(
+                    f"{note}; {extra:,} bytes more kept on the host for it" if extra else note)
+
+    def _matrix_csr(self):
+        """A as CSR (valid, not necessarily with sorted columns), for a backend whose format is
+        not CSR: the host CSR the operator keeps, else rebuilt from what it keeps for Aᵀ (on the
+        GPU, there: a :class:`~autospmv.device.DeviceCSR`), else from the CPU format."""
+        if isinstance(self._source, sp.csr_matrix):
+            return self._source
+        if self._on_device is not None:
+            fmt, indptr, xp = self._on_device
+            return csr_from_format(fmt, indptr, xp)
+        source = self._source
+        if source is None and self._transposed is not None:  # Aᵀ's operator holds it now
+            source_t = self._transposed._source
+            source = transposed(source_t) if is_device_matrix(source_t) else None
+        if is_device_matrix(source):
+            return canonical_device_csr(source)
+        return canonicalize(self.format.to_csr())
 
     def transpose_operator(self) -> "SpMVOperator":
         """The operator for Aᵀ with the same kernel and device (built on first use, from the
-        matrix the operator was prepared from)."""
+        matrix the operator was prepared from), but for two cases that its decision notes:
+        a kernel whose format refuses Aᵀ (ELL or JDS beyond the fill limit) gives way to
+        :data:`TRANSPOSE_FALLBACK`, and on the CPU an Aᵀ whose row pointer would outweigh A
+        (:func:`tall_transpose`: A has far more columns than nonzeros) runs on the COO kernel,
+        built from A's arrays (:meth:`_coo_transpose`)."""
         if self._transposed is None and self._on_device is not None:
             fmt, indptr, xp = self._on_device
             self._transposed = self._transpose_on_device(csr_from_format(fmt, indptr, xp).sparse())
@@ -247,23 +362,55 @@ class SpMVOperator(LinearOperator):
             self._transposed = self._transpose_on_device(self._source)
         if self._transposed is None:
             source = self._source if self._source is not None else self.format.to_csr()
-            csr_t = canonicalize(source.T)
-            decision = forced_decision(csr_t, self.kernel, self.device)
-            self._transposed = SpMVOperator(csr_t, decision, self.device, self._threads_request)
+            if self.device == "cpu" and tall_transpose(source):
+                self._transposed = self._coo_transpose(source)
+            else:
+                csr_t = canonicalize(source.T)
+                self._transposed = self._transpose_with(csr_t, csr_t)
         return self._transposed
 
     def _transpose_on_device(self, source) -> "SpMVOperator":
         source_t = transposed(source)
         csr_t = canonical_device_csr(source_t)
-        decision = forced_decision(csr_t.structure(), self.kernel, self.device)
-        return SpMVOperator(csr_t, decision, self.device, self._threads_request, source=source_t)
+        return self._transpose_with(csr_t, csr_t.structure(), source=source_t)
+
+    def _transpose_with(self, csr_t, structure, source=None) -> "SpMVOperator":
+        """The operator of Aᵀ (``csr_t``, canonical, on the host or the GPU; ``structure``: what
+        the kernel's parameters are chosen from) with this operator's kernel, or with
+        :data:`TRANSPOSE_FALLBACK` when that kernel's format refuses Aᵀ: A's own operator was
+        built, so its transpose is too, whatever the shape of Aᵀ."""
+        decision = forced_decision(structure, self.kernel, self.device)
+        try:
+            return SpMVOperator._canonical(csr_t, decision, self.device, self._threads_request,
+                                           source=source)
+        except FormatTooLargeError as error:
+            decision = forced_decision(structure, TRANSPOSE_FALLBACK, self.device)
+            decision.path[:] = [f"{self.kernel} refused Aᵀ"]
+            decision.notes.append(f"guardrail: {self.kernel} could not be built for Aᵀ "
+                                  f"({error}); fell back to {TRANSPOSE_FALLBACK}")
+            return SpMVOperator._canonical(csr_t, decision, self.device, self._threads_request,
+                                           source=source)
+
+    def _coo_transpose(self, csr) -> "SpMVOperator":
+        """The operator of Aᵀ on the COO kernel, from A's canonical host CSR ``csr`` without
+        Aᵀ's row pointer (:meth:`autospmv.formats.coo.COOFormat.transposed`); its own
+        transpose is this operator."""
+        n, nnz = csr.shape[1], csr.nnz
+        decision = Decision("coo", {}, "forced", [f"transpose of a {self.kernel} operator"],
+                            notes=[f"Aᵀ has {n:,} rows for {nnz:,} nonzeros: as CSR its row "
+                                   "pointer alone would outweigh A, so it runs on coo, which "
+                                   f"needs none, instead of {self.kernel}"])
+        op = SpMVOperator._canonical(COOFormat.transposed(csr), decision, "cpu",
+                                     self._threads_request)
+        op._transposed = self
+        return op
 
     def _rmatvec(self, x):
         run = getattr(self._backend, "host_rmatvec", None)
         if run is None:
             return self.transpose_operator().matvec(x)
         z = check_vector(x, self.shape[0], self.dtype)
-        y = np.empty(self.shape[1], dtype=self.dtype)
+        y = np.empty(self.shape[1], dtype=z.dtype)
         run(z, y)
         return y
 
@@ -286,9 +433,49 @@ class SpMVOperator(LinearOperator):
         return self.transpose_operator()
 
 
+_MULTI_VECTOR_SET_UP = threading.Lock()
+"""Serialises the set-up of multi-vector products (:meth:`SpMVOperator._multi_vector`)."""
+
+
 def _unpickled_operator(csr, decision: Decision, threads) -> SpMVOperator:
-    """The CPU operator that :meth:`SpMVOperator.__reduce__` pickled."""
-    return SpMVOperator(csr, decision, "cpu", threads)
+    """The CPU operator that :meth:`SpMVOperator.__reduce__` pickled, its matrix checked as
+    any input is (the unpickled arrays are its own: nothing is copied again)."""
+    return SpMVOperator._canonical(canonicalize(csr), decision, "cpu", check_threads(threads))
+
+
+TRANSPOSE_FALLBACK = "hyb"
+"""The kernel of Aᵀ when the operator's own kernel's format refuses it (ELL, or JDS on a GPU,
+beyond the fill limit): ELL for the typical row and COO for the rest, which fits any matrix."""
+
+TALL_TRANSPOSE_BYTES = 1 << 23
+"""Below this many bytes, Aᵀ's CSR row pointer is always built (see :func:`tall_transpose`)."""
+
+
+def tall_transpose(csr) -> bool:
+    """Whether Aᵀ of the canonical host matrix ``csr`` runs on the COO kernel rather than its
+    operator's: when the row pointer of Aᵀ as CSR (one index per column of A, plus one) would
+    take more bytes than A's own arrays and than :data:`TALL_TRANSPOSE_BYTES`. Every row-based
+    format of Aᵀ needs memory in proportion to its rows; COO only to the nonzeros (SciPy's
+    ``A.T`` likewise keeps A's arrays)."""
+    n = csr.shape[1]
+    row_pointer = (n + 1) * index_dtype(csr.nnz, csr.shape).itemsize
+    matrix = csr.data.nbytes + csr.indices.nbytes + csr.indptr.nbytes
+    return row_pointer > max(matrix, TALL_TRANSPOSE_BYTES)
+
+
+def borrows(A, csr) -> bool:
+    """Whether the canonical ``csr`` that :func:`~autospmv.validation.canonicalize` returned for
+    A holds A's own arrays (A was canonical CSR already), which the caller may change later."""
+    return sp.issparse(A) and A.format == "csr" and np.may_share_memory(csr.data, A.data)
+
+
+def _host_arrays(fmt, source) -> tuple:
+    """The host arrays of an operator: its CPU format's (None on the GPU) and those of the
+    host CSR it keeps for its transpose, if any."""
+    arrays = list(fmt.arrays().values()) if fmt is not None else []
+    if isinstance(source, sp.csr_matrix):
+        arrays += [source.data, source.indices, source.indptr]
+    return tuple(arrays)
 
 
 def _is_device_array(x) -> bool:
@@ -320,6 +507,10 @@ class CpuBackend:
     def __init__(self, spec: registry.KernelSpec, fmt, params: dict, nnz: int, threads=None):
         self.threads, self.threads_reason = choose_threads(nnz, threads, max(fmt.shape))
         self._run = bind_threaded(spec.cpu_kernel(), fmt, params, self.threads)
+        self._format = fmt
+        self._threads_request = threads
+        self.multi: MultiVector | None = None
+        """The multi-vector product (:meth:`set_up_multi`), None until the first one."""
         self.host_rmatvec = None
         """``run(z, y)``: y = Aᵀ z without building Aᵀ, for a CSR format run serially (its
         transposed operator would run serially too: same nonzeros, same dimensions); None
@@ -330,6 +521,25 @@ class CpuBackend:
     def host_matvec(self, x: np.ndarray, y: np.ndarray) -> None:
         if y.shape[0]:
             self._run(x, y)
+
+    def set_up_multi(self, matrix_csr) -> tuple[str, tuple]:
+        """Set up :attr:`multi` on A's CSR arrays: the format's own for a CSR kernel, else
+        those of ``matrix_csr()``. Returns the decision's note and the arrays it runs on."""
+        fmt = self._format
+        if isinstance(fmt, CSRFormat):
+            where = "the format's own"
+        else:
+            fmt = CSRFormat.from_csr(matrix_csr())
+            where = f"besides the {self._format.name} format"
+        self.multi = MultiVector(fmt, self._threads_request)
+        return (f"multi-vector products (A @ X, X of k ≥ 2 columns) run one pass over A's CSR "
+                f"arrays ({where}) for all k columns, on the threads of a product of nnz·k "
+                f"nonzeros"), tuple(fmt.arrays().values())
+
+    def host_matmat(self, X: np.ndarray, Y: np.ndarray) -> None:
+        """Y = A @ X for C-contiguous X and Y of the product's dtype (after
+        :meth:`set_up_multi`)."""
+        self.multi.run(X, Y)
 
     def device_matmat(self, X):
         """Refuses CUDA arrays, as :meth:`device_matvec`."""

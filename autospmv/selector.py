@@ -13,7 +13,7 @@ found by :func:`find_model` in this order:
 3. models are per (device, dtype): first for the matrix's dtype, then, only when no model of
    that dtype exists for this kind of device, for the other one:
 
-   a. a model retrained on this machine for this device (``python -m training retrain``,
+   a. a model retrained on this machine for this device (``python -m autospmv.training retrain``,
       ``<slug>-<dtype>.json``; an older ``<slug>.json`` counts as float64);
    b. the shipped model for this device (by GPU or CPU name);
    c. the nearest shipped model of the same kind of device (another GPU's for a GPU, another
@@ -84,10 +84,15 @@ class Decision:
     tuning: dict = dataclasses.field(default_factory=dict)
     """With ``prepare(A, tune="measure")``: the predicted kernel, the measured candidates'
     times (µs, back-to-back and per call), the kept kernel and the cost of tuning."""
+    margins: dict[str, float] = dataclasses.field(default_factory=dict)
+    """For a model's decision: how far the tree ranks each kernel behind its first choice (the
+    units of :func:`autospmv.default_policy.margins`; empty for a rule or a forced kernel).
+    ``tune="measure"`` skips candidates far behind."""
 
     def explain(self) -> str:
         params = ", ".join(f"{k}={v}" for k, v in self.params.items()) or "no parameters"
-        lines = [f"kernel {self.kernel} ({params}), chosen by {self.source}"]
+        who = "forced by the caller" if self.source == "forced" else f"chosen by {self.source}"
+        lines = [f"kernel {self.kernel} ({params}), {who}"]
         if self.path:
             lines.append("  " + " → ".join(self.path + [self.kernel]))
         lines += [f"  note: {note}" for note in self.notes]
@@ -225,9 +230,7 @@ def find_model(device: str, model=None, dtype=None, *,
 def _find_for_dtype(slug: str, dtype: str, shipped: dict[str, Path],
                     retrained: bool = True) -> ModelChoice | None:
     """Steps a-c of the module docstring for one dtype."""
-    users = [user_model_path(slug, dtype)] + ([user_model_path(slug)]
-                                              if dtype == "float64" else [])
-    for user in users if retrained else []:
+    for user in _retrained_paths(slug, dtype) if retrained else []:
         if user.is_file():
             try:
                 return dataclasses.replace(_choice(user, "retrained on this machine"),
@@ -252,6 +255,20 @@ def _find_for_dtype(slug: str, dtype: str, shipped: dict[str, Path],
     stem = nearest_model(slug, same_kind)
     return _choice(same_kind[stem], f"shipped for {split_stem(stem)[0]}, the nearest to this "
                                     f"device ({slug})")
+
+
+def _retrained_paths(slug: str, dtype: str) -> list[Path]:
+    """Where a model retrained for ``slug`` and ``dtype`` may be installed (the older name
+    without a dtype too, for float64); none, with a warning, when the per-user data folder
+    cannot be determined (:func:`autospmv.model_store.user_data_dir`): automatic selection
+    goes on with the shipped models."""
+    try:
+        return [user_model_path(slug, dtype)] + ([user_model_path(slug)]
+                                                 if dtype == "float64" else [])
+    except ValueError as error:
+        warnings.warn(f"autospmv: models retrained on this machine are not looked for: {error}",
+                      RuntimeWarning, stacklevel=5)
+        return []
 
 
 def nearest_model(slug: str, candidates: dict[str, Path]) -> str:
@@ -307,8 +324,8 @@ def model_decision(csr: sp.csr_matrix, choice: ModelChoice, features: dict,
     (:func:`autospmv.features.features_and_lengths`), from which the chosen kernel's
     parameters are chosen when its chooser reads only the row lengths."""
     model = choice.model
-    evaluation = model.evaluate(features, only_read=True)
-    ranked, leaf = list(evaluation.ranked), evaluation.leaf
+    evaluation, ranked, decided = model.decide(features, csr.nnz, only_read=True)
+    leaf = evaluation.leaf
     path = [f"{step.feature} = {_comparison(step)}" for step in evaluation.path]
     notes = [f"model {choice.name} ({choice.reason}{trained_on(model.provenance)})"]
     matrix_dtype = np.dtype(csr.dtype).name
@@ -316,13 +333,14 @@ def model_decision(csr: sp.csr_matrix, choice: ModelChoice, features: dict,
         corrected = dict(zip(model.classes, np.exp2(evaluation.corrected).tolist()))
         notes.append(
             f"the path ends in leaf {leaf.node} ({leaf.samples} training matrices), which "
-            "corrects the cost model's estimate of each kernel; the kernel is the one with the "
-            "smallest corrected estimate (µs, best first): "
-            + ", ".join(f"{kernel} {corrected[kernel]:.3g}" for kernel in ranked))
+            "corrects the cost model's estimate of each kernel; the tree's kernel is the one "
+            "with the smallest corrected estimate (µs, best first): "
+            + ", ".join(f"{kernel} {corrected[kernel]:.3g}" for kernel in evaluation.ranked))
     else:
+        top = evaluation.ranked[0]
         notes.append(f"the path ends in leaf {leaf.node} ({leaf.samples} training matrices); "
-                     f"the kernel is the one with the largest score there: score({ranked[0]}) "
-                     f"= {leaf.proba[ranked[0]]:.2f} (the leaf's normalised class value)")
+                     f"the tree's kernel is the one with the largest score there: score({top}) "
+                     f"= {leaf.proba[top]:.2f} (the leaf's normalised class value)")
     if evaluation.estimates is not None:
         large_nnz, regime = model.cost_model.large_nnz, ""
         if large_nnz is not None:
@@ -332,11 +350,14 @@ def model_decision(csr: sp.csr_matrix, choice: ModelChoice, features: dict,
                      + ", ".join(f"{kernel} {t:.3g}" for kernel, t in
                                  sorted(evaluation.estimates.items(), key=lambda e: e[1])))
     notes.append(f"a {choice.dtype} model, deciding for a {matrix_dtype} matrix")
+    if decided is not None:
+        notes.append(decided.note)
     used = {step.feature for step in evaluation.path}
     inputs = evaluation.inputs
     return Decision(ranked[0], registry.choose_params(ranked[0], csr, device, lengths=lengths),
                     f"model {choice.name}", path,
-                    {name: inputs[name] for name in inputs if name in used}, notes, ranked[1:])
+                    {name: inputs[name] for name in inputs if name in used}, notes, ranked[1:],
+                    margins=model.margins(evaluation))
 
 
 def forced_decision(csr: sp.csr_matrix, kernel: str, device: str,

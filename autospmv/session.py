@@ -6,7 +6,6 @@ import dataclasses
 import time
 
 import numpy as np
-import scipy.sparse as sp
 
 from . import registry
 from .cache import compile_timer
@@ -20,7 +19,7 @@ from .features import (
     warp_sectors_only,
 )
 from .formats.base import FormatTooLargeError
-from .operator import SpMVOperator
+from .operator import SpMVOperator, borrows
 from .selector import (
     Decision, find_model, forced_decision, model_decision, rule_decision, warn_skipped,
 )
@@ -152,7 +151,16 @@ def _decide(csr, kernel, device, model, params=None, uploaded=None) -> Decision:
 
 
 TUNE_CANDIDATES = 3
-"""How many of the tree's best-ranked kernels ``tune="measure"`` times."""
+"""How many of the tree's best-ranked kernels ``tune="measure"`` times at most."""
+TUNE_MARGIN = 1.0
+"""A candidate the tree ranks this far behind its first choice (in the model's units: log2 of
+the estimated slow-down for a correction tree) is not built or timed: on the labels the tree's
+estimates at such margins were never wrong about which kernel is faster."""
+TUNE_TIMING = dict(warmup=1, repeats=3, min_repeats=3, max_seconds=0.02, b2b_calls=10,
+                   b2b_repeats=3, vectors=2, rounds=2, retries=1)
+"""The timer's options for ``tune="measure"`` (:class:`autospmv.timing.TimingOptions`): a few
+batches of back-to-back products per candidate, interleaved, enough to order kernels that
+differ by more than a few per cent."""
 
 
 def prepare(A, *, kernel: str | None = None, device: str | None = None, model=None,
@@ -177,12 +185,14 @@ def prepare(A, *, kernel: str | None = None, device: str | None = None, model=No
     memory, the tree's next choice is tried, and ``op.decision`` records it; a forced kernel
     raises instead.
 
-    ``tune="measure"`` (in the manner of FFTW_MEASURE) builds the tree's
-    :data:`TUNE_CANDIDATES` best-ranked kernels that A's formats accept (without a model: the
-    rule's kernel, then the registry's kernels in order), times each on A back-to-back (the
-    kernel's own time, what an iterative solver's loop of products sees) with the labeller's
-    timer (:class:`autospmv.timing.Bench`: warm-up, then a few batches, all candidates
-    interleaved) and keeps the fastest; on CUDA it needs a real GPU (under numba-cuda's
+    ``tune="measure"`` (in the manner of FFTW_MEASURE) builds up to :data:`TUNE_CANDIDATES`
+    of the decision's best-ranked kernels that A's formats accept (without a model: the rule's
+    kernel, then the registry's kernels in order; those the tree ranks :data:`TUNE_MARGIN` or
+    more behind its first choice are skipped; on the GPU all are converted from one upload of
+    A), times each on A back-to-back (the kernel's own time, what an iterative solver's loop of
+    products sees) with the labeller's timer (:class:`autospmv.timing.Bench` with
+    :data:`TUNE_TIMING`: a warm-up, then a few batches, all candidates interleaved) and keeps
+    the fastest; on CUDA it needs a real GPU (under numba-cuda's
     simulator it would time a Python interpreter, and raises RuntimeError).
     ``op.decision.tuning`` records the predicted kernel, every candidate's times, the kept one
     and the seconds tuning took, also as a count of the kept kernel's products. It pays off
@@ -212,17 +222,17 @@ def prepare(A, *, kernel: str | None = None, device: str | None = None, model=No
     else:
         device = resolve_device(device)
         csr = canonicalize(A)
-        borrowed = sp.issparse(A) and A.format == "csr" and np.may_share_memory(csr.data, A.data)
-        uploaded = None if tune else _upload(csr, device)
+        borrowed = borrows(A, csr)
+        uploaded = _upload(csr, device)
         device_passes = uploaded if csr.nnz >= DEVICE_PASSES_MIN_NNZ else None
         decision = _decide(csr, kernel, device, model, params, device_passes)
         source = None
     if tune == "measure":
-        return _measure(csr, decision, device, borrowed, threads)
+        return _measure(csr, decision, device, borrowed, threads, uploaded)
     while True:
         try:
-            return SpMVOperator(csr, decision, device, threads, source=source,
-                                borrowed=borrowed, uploaded=uploaded)
+            return SpMVOperator._canonical(csr, decision, device, threads, source=source,
+                                           borrowed=borrowed, uploaded=uploaded)
         except (FormatTooLargeError, MemoryError) as error:
             if kernel is not None or not decision.candidates:
                 raise
@@ -235,8 +245,10 @@ def prepare(A, *, kernel: str | None = None, device: str | None = None, model=No
 
 
 def _measure(csr, decision: Decision, device: str, borrowed: bool,
-             threads=None) -> SpMVOperator:
-    """``prepare(..., tune="measure")``: build and time the top candidates, keep the fastest."""
+             threads=None, uploaded=None) -> SpMVOperator:
+    """``prepare(..., tune="measure")``: build the top candidates (on the GPU from the CSR
+    uploaded once, when CuPy is there), time them back-to-back, keep the fastest. Candidates the
+    tree ranks :data:`TUNE_MARGIN` or more behind its first choice are skipped."""
     from . import devices
     from .timing import Bench, TimingOptions, release_device_memory
 
@@ -247,21 +259,24 @@ def _measure(csr, decision: Decision, device: str, borrowed: bool,
     ranking = [decision.kernel] + list(decision.candidates)
     ranking += [k for k in registry.names() if k not in ranking]
     ops, refused = {}, []
+    far = {k for k, m in decision.margins.items() if m >= TUNE_MARGIN}
     for k in ranking:
         if len(ops) == TUNE_CANDIDATES:
             break
+        if k in far and k != decision.kernel:
+            continue
         params = decision.params if k == decision.kernel else registry.choose_params(k, csr,
                                                                                       device)
         candidate = dataclasses.replace(
             decision, kernel=k, params=params, notes=list(decision.notes),
             candidates=[c for c in ranking if c != k])
         try:
-            ops[k] = SpMVOperator(csr, candidate, device, threads, borrowed=borrowed)
+            ops[k] = SpMVOperator._canonical(csr, candidate, device, threads,
+                                             borrowed=borrowed, uploaded=uploaded)
         except (FormatTooLargeError, MemoryError):
             refused.append(k)
     x = np.random.default_rng(0).uniform(-1.0, 1.0, csr.shape[1]).astype(csr.dtype)
-    options = TimingOptions(warmup=2, repeats=5, min_repeats=3, max_seconds=0.05, b2b_calls=20,
-                            b2b_repeats=3, vectors=2, rounds=3, retries=1)
+    options = TimingOptions(**TUNE_TIMING)
     timings = Bench(device, x, csr.shape[0], options).time_all(ops)
     times = {k: t for k, t in timings.items() if isinstance(t, dict)}
     if not times:
@@ -276,7 +291,8 @@ def _measure(csr, decision: Decision, device: str, borrowed: bool,
         "predicted": decision.kernel, "kept": best, "timing": "b2b",
         "times_us": {k: {"b2b": t["b2b"]["median"], "per_call": t["per_call"]["median"]}
                      for k, t in times.items()},
-        "refused": refused, "seconds": seconds, "products": seconds * 1e6 / best_us,
+        "refused": refused, "skipped": sorted(far - {decision.kernel}),
+        "seconds": seconds, "products": seconds * 1e6 / best_us,
     }
     measured = ", ".join(f"{k} {t['b2b']['median']:.3g}" for k, t in
                          sorted(times.items(), key=lambda kt: kt[1]["b2b"]["median"]))

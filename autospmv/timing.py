@@ -24,17 +24,17 @@ a slow phase of the machine affects all kernels of the matrix alike.
 Contention check: a timing whose median is more than ``noise_limit`` (1.5) times its minimum
 was disturbed (another process, a clock change) and is taken again, up to ``retries`` times;
 the least disturbed attempt is kept and the figures record the ratio, so that the labeller
-(:func:`training.label.row_noise`) can leave a matrix whose timings stay disturbed out of
-training rather than silently use it.
+(:func:`autospmv.training.label.row_noise`) can leave a matrix whose timings stay disturbed out
+of training rather than silently use it.
 
 Callables that are not operators (SciPy's or CuPy's ``A @ x``, :func:`autospmv.select`) are
 timed per call on the same clocks by :func:`time_calls`, as the command line's ``demo`` and
 ``bench`` compare them with the operators.
 
 This module imports only NumPy and the standard library when imported (numba-cuda when a CUDA
-clock or CUDA vectors are made), so every part of autospmv may use it; the ``training`` package
-adds what only labelling needs (:mod:`training.timing`: the correctness tolerance, the quick
-options, the refusal to time numba-cuda's simulator, the device description).
+clock or CUDA vectors are made), so every part of autospmv may use it; the training pipeline
+adds what only labelling needs (:mod:`autospmv.training.timing`: the correctness tolerance, the
+quick options, the refusal to time numba-cuda's simulator, the device description).
 """
 
 from __future__ import annotations

@@ -15,12 +15,16 @@ defect. Input already canonical is used as is, without a copy; the operator take
 whatever it keeps (:class:`autospmv.operator.SpMVOperator`), so that later changes to the user's
 arrays never reach it.
 
-Vectors handed to an operator are checked by :func:`check_vector` and :func:`check_out`.
+Vectors handed to an operator are checked by :func:`check_vector` and :func:`check_out`; matrix
+files (the command line's, the training corpus's) are read by :func:`load_matrix_file`.
 """
 
 from __future__ import annotations
 
+import copy
 import operator
+import zipfile
+from pathlib import Path
 
 import numba
 import numpy as np
@@ -35,18 +39,45 @@ _INT32_MAX = np.iinfo(np.int32).max
 
 
 def value_dtype(dtype) -> np.dtype:
-    """Map an input dtype to the dtype autospmv computes in, or raise TypeError."""
+    """Map an input dtype to the dtype autospmv computes in, or raise TypeError. Byte order
+    does not matter: big-endian values are computed in the native type, as SciPy does."""
     dtype = np.dtype(dtype)
+    if dtype.kind in "biuf":
+        dtype = dtype.newbyteorder("=")
     if dtype in SUPPORTED_DTYPES:
         return dtype
     if dtype.kind in "iub":
         return np.dtype(np.float64)
     if dtype == np.float16:
         return np.dtype(np.float32)
+    if dtype.kind == "c":
+        raise TypeError(f"autospmv does not support complex matrices ({dtype}): {COMPLEX_REASON}; "
+                        "store the real and imaginary parts as two real matrices")
     raise TypeError(
         f"autospmv does not support dtype {dtype}; supported: float32, float64 "
         "(integer and bool matrices are converted to float64)"
     )
+
+
+COMPLEX_REASON = ("its kernels are real-valued (the GPU kernels combine partial sums with warp "
+                  "shuffles and atomic adds, which numba-cuda provides for real types only)")
+"""Why complex matrices and vectors are refused (in each TypeError that refuses them)."""
+
+
+def result_dtype(matrix_dtype, x_dtype) -> np.dtype:
+    """The dtype of ``A @ x``: ``numpy.result_type`` of the matrix's and the vector's dtypes,
+    as SciPy gives it. A float32 matrix times a float64 vector is float64 (the kernels then
+    accumulate in float64); times a float32 vector it stays float32. Raises TypeError for a
+    complex or non-numeric vector."""
+    x_dtype = np.dtype(x_dtype)
+    if x_dtype.kind == "c":
+        raise TypeError(f"x has complex dtype {x_dtype}: autospmv does not support complex "
+                        f"vectors, since {COMPLEX_REASON}; for a real matrix, multiply the parts: "
+                        "op @ x.real + 1j * (op @ x.imag)")
+    if x_dtype.kind not in "biuf":  # NumPy would parse strings and convert objects
+        raise TypeError(f"x has dtype {x_dtype}; autospmv multiplies numbers (float32, "
+                        "float64; integer and bool vectors are converted)")
+    return np.result_type(matrix_dtype, x_dtype)
 
 
 def index_dtype(nnz: int, shape: tuple[int, int]) -> np.dtype:
@@ -76,7 +107,7 @@ def canonicalize(A) -> sp.csr_matrix:
             csr = sp.csr_matrix((A.data, A.indices, A.indptr), shape=A.shape, copy=False)
             csr.has_sorted_indices = csr.has_canonical_format = True
             return csr
-        csr = sp.csr_matrix(A, dtype=value_dtype(A.dtype), copy=True)
+        csr = sp.csr_matrix(_with_native_values(A), dtype=value_dtype(A.dtype), copy=True)
         check_structure(csr)  # what SciPy built from a LIL or DOK matrix, before sum_duplicates
     elif isinstance(A, (list, tuple)) or hasattr(A, "__array__"):
         dense = np.asarray(A)
@@ -97,6 +128,17 @@ def canonicalize(A) -> sp.csr_matrix:
     csr.indptr = csr.indptr.astype(itype, copy=False)
     csr.indices = csr.indices.astype(itype, copy=False)
     return csr
+
+
+def _with_native_values(A):
+    """A, or a shallow copy of it whose values are in native byte order: SciPy multiplies with
+    big-endian values but refuses to convert them (its dtype check knows native types only);
+    index arrays of either order convert. A itself is not modified."""
+    if A.dtype.isnative:
+        return A
+    native = copy.copy(A)
+    native.data = A.data.astype(A.dtype.newbyteorder("="))
+    return native
 
 
 def _from_torch_sparse(A):
@@ -183,6 +225,7 @@ def check_structure(A) -> None:
         if offsets.dtype.kind not in "iu":
             raise ValueError(f"malformed DIA matrix: offsets has dtype {offsets.dtype}; "
                              "expected integers")
+        _check_offsets(offsets, shape)
     elif fmt == "coo":
         coords = A.coords if hasattr(A, "coords") else (A.row, A.col)
         if len(coords) != 2:
@@ -190,6 +233,24 @@ def check_structure(A) -> None:
         nnz = _vector_length(A.data, "COO", "data")
         for name, index, size in zip(("row", "column"), coords, shape):
             _check_indices("COO", name, index, nnz, size)
+
+
+def _check_offsets(offsets, shape: tuple[int, int]) -> None:
+    """DIA offsets lie in ``-m..n`` (the range of SciPy's ``diags``), each once. SciPy's
+    conversion casts them to its index type before its compiled loop, which writes out of
+    bounds for an offset that does not fit; SciPy's constructor refuses repeated offsets."""
+    if offsets.shape[0] == 0:
+        return
+    m, n = shape
+    low, high = int(offsets.min()), int(offsets.max())
+    if low < -m or high > n:
+        bad = low if low < -m else high
+        raise ValueError(f"malformed DIA matrix: offset {bad} lies outside the {m}x{n} matrix "
+                         f"(valid: {-m}..{n})")
+    distinct, counts = np.unique(offsets, return_counts=True)
+    if distinct.shape[0] != offsets.shape[0]:
+        raise ValueError(f"malformed DIA matrix: offset {int(distinct[counts > 1][0])} appears "
+                         "more than once")
 
 
 def _check_shape(shape) -> tuple[int, int]:
@@ -293,8 +354,45 @@ def _check_compressed(fmt: str, indptr, indices, data, major: int, minor: int,
     _check_indices(fmt, f"{names[1]}", indices, nnz, minor)
 
 
-def check_vector(x, n: int, dtype: np.dtype) -> np.ndarray:
-    """Return x as a contiguous 1-D numpy array of ``dtype`` and length n, or raise."""
+def load_matrix_file(path):
+    """The matrix stored in a ``.npz`` (``scipy.sparse.save_npz``) or ``.mtx`` (Matrix Market)
+    file, as stored (a SciPy sparse matrix, or a dense array from a Matrix Market array file),
+    its arrays checked by :func:`check_structure` before anything converts it: SciPy's
+    conversions index memory with them unchecked. A ValueError names the file and what is
+    wrong, also when the path is not a regular file (opening a FIFO would wait for a writer).
+    ``allow_pickle`` stays off: loading executes nothing from the file."""
+    path = Path(path)
+    if not path.exists():
+        raise ValueError(f"no such file: {path}")
+    if not path.is_file():
+        raise ValueError(f"{path} is not a regular file")
+    if path.suffix not in (".npz", ".mtx"):
+        raise ValueError(f"{path}: unsupported file type {path.suffix!r}; use .npz or .mtx")
+    if path.suffix == ".npz" and not zipfile.is_zipfile(path):
+        # NumPy would read the bytes as a pickle and say that allow_pickle is off
+        raise ValueError(f"cannot read a sparse matrix from {path}: not an .npz archive (the "
+                         "zip file scipy.sparse.save_npz writes); the file is damaged or of "
+                         "another kind")
+    try:
+        if path.suffix == ".npz":
+            A = sp.load_npz(path)
+        else:
+            import scipy.io
+
+            A = scipy.io.mmread(path)
+    except Exception as error:  # any parse failure is the file's fault, named with it
+        raise ValueError(f"cannot read a sparse matrix from {path}: {error}") from None
+    if sp.issparse(A):
+        try:
+            check_structure(A)
+        except ValueError as error:
+            raise ValueError(f"{path}: {error}") from None
+    return A
+
+
+def check_vector(x, n: int, matrix_dtype: np.dtype) -> np.ndarray:
+    """Return x as a contiguous 1-D numpy array of length n for a product with a matrix of
+    ``matrix_dtype``, in the product's dtype (:func:`result_dtype`), or raise."""
     arr = np.asarray(x)
     if arr.ndim == 2 and 1 in arr.shape and arr.size == n:
         arr = arr.reshape(n)
@@ -302,19 +400,23 @@ def check_vector(x, n: int, dtype: np.dtype) -> np.ndarray:
         raise ValueError(f"x must be a vector of length {n}; got an array with shape {arr.shape}")
     if arr.shape[0] != n:
         raise ValueError(f"x has length {arr.shape[0]}, but the matrix has {n} columns")
-    if arr.dtype.kind == "c":
-        raise TypeError(f"x has complex dtype {arr.dtype}; supported: float32, float64")
-    return np.ascontiguousarray(arr, dtype=dtype)
+    return np.ascontiguousarray(arr, dtype=result_dtype(matrix_dtype, arr.dtype))
 
 
 OUT_OVERLAPS_X = ("out overlaps x: the kernel would overwrite x while reading it; pass a "
                   "separate output array")
 
 
-def check_out(out, m: int, dtype: np.dtype, x: np.ndarray) -> None:
+OUT_OVERLAPS_MATRIX = ("out overlaps the operator's own arrays: the product would overwrite "
+                       "the matrix; pass a separate output array")
+
+
+def check_out(out, m: int, dtype: np.dtype, x: np.ndarray, kept: tuple = ()) -> None:
     """Check a user-supplied output buffer for a host x (the array the kernel reads): a
     writable, contiguous numpy array of length m and exactly ``dtype``, sharing no memory with
-    x (a kernel reads x while it writes out, so an overlap would give wrong results)."""
+    x (a kernel reads x while it writes out, so an overlap would give wrong results) nor with
+    the arrays in ``kept``, those the operator holds (writing there would change the matrix
+    of every later product)."""
     shape = getattr(out, "shape", None)
     if shape != (m,):
         raise ValueError(f"out must have shape ({m},); got {shape}")
@@ -329,3 +431,5 @@ def check_out(out, m: int, dtype: np.dtype, x: np.ndarray) -> None:
         raise ValueError("out is read-only; pass a writable array")
     if np.may_share_memory(out, x):
         raise ValueError(OUT_OVERLAPS_X)
+    if any(np.may_share_memory(out, array) for array in kept):
+        raise ValueError(OUT_OVERLAPS_MATRIX)

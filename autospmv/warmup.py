@@ -2,16 +2,18 @@
 
 numba compiles a function for each combination of argument types on its first call, then keeps
 the machine code in its on-disk cache (:mod:`autospmv.cache`), from which later processes load
-it far faster than compiling. :func:`warmup` makes those first calls for every kernel on two matrices per
-value dtype: a small one (the serial CPU specialisations, below
+it far faster than compiling. :func:`warmup` makes those first calls for every kernel on two
+matrices per value dtype: a small one (the serial CPU specialisations, below
 :data:`autospmv.kernels.cpu.PARALLEL_MIN_NNZ`) and a larger one (the parallel ones and the
 feature scan's threaded path: about a million nonzeros), each through
-``prepare(A, kernel=...)`` (conversion, set-up) and
-one product. The feature scan, the prediction and the sampled locality of x that CSR5's tile
-height reads are compiled the same way, and the index range
+``prepare(A, kernel=...)`` (conversion, set-up) and one product (for a float32 matrix, also one
+with a float64 x: the float64-accumulating specialisations that SciPy's solvers reach with a
+float64 right-hand side), and the multi-vector products (``op @ X``: the kernels for a few and
+for many columns, with X of the same dtypes). The feature scan, the prediction and the sampled
+locality of x that CSR5's tile height reads are compiled the same way, and the index range
 check that validates large matrices (:func:`autospmv.validation.index_range`) for both index
-dtypes. Matrices with int64
-indices (more than 2**31 - 1 nonzeros or rows) use other specialisations, compiled on first use.
+dtypes. Matrices with int64 indices (more than 2**31 - 1 nonzeros or rows) use other
+specialisations, compiled on first use.
 """
 
 from __future__ import annotations
@@ -106,6 +108,15 @@ def warmup(device: str = "cpu", dtypes=DTYPES, kernels=None, progress=None) -> l
             def multiply(kernel=kernel):
                 for A in matrices:
                     op = prepare(A, kernel=kernel, device=device)
-                    op @ np.ones(A.shape[1], dtype=A.dtype)
+                    for x_dtype in {A.dtype, np.result_type(A.dtype, np.float64)}:
+                        op @ np.ones(A.shape[1], dtype=x_dtype)
             run(f"{kernel} ({dtype})", multiply)
+
+        def multiply_blocks(matrices=matrices):
+            for A in matrices:
+                op = prepare(A, kernel="csr_scalar", device=device)
+                for x_dtype in {A.dtype, np.result_type(A.dtype, np.float64)}:
+                    for k in (2, 5):  # a few columns, many columns
+                        op @ np.ones((A.shape[1], k), dtype=x_dtype)
+        run(f"multi-vector products ({dtype})", multiply_blocks)
     return steps

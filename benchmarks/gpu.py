@@ -4,9 +4,9 @@ For each matrix (the real matrices as given, the same grown to ~20M nonzeros as 
 copies, and generated large matrices), every kernel of the registry (``--kernels`` picks some)
 runs with its chooser's parameters for the GPU and, with ``--variants``, with the parameter
 variants its registry entry names: the configurations the labeller times
-(:func:`training.label.configurations`). Each result is checked against SciPy in float64, and
-then every configuration and baseline of the matrix is timed with the labeller's timer
-(:class:`autospmv.timing.Bench` as :mod:`training.timing` gives it, refusing numba-cuda's
+(:func:`autospmv.training.label.configurations`). Each result is checked against SciPy in
+float64, and then every configuration and baseline of the matrix is timed with the labeller's timer
+(:class:`autospmv.timing.Bench` as :mod:`autospmv.training.timing` gives it, refusing numba-cuda's
 simulator: CUDA events, interleaved rounds, contention check; design.md, "Measurement method")
 two ways:
 
@@ -48,8 +48,8 @@ import autospmv  # noqa: E402
 from autospmv import registry  # noqa: E402
 from autospmv.formats.base import FormatTooLargeError  # noqa: E402
 from autospmv.validation import canonicalize  # noqa: E402
-from training.label import Config, configurations  # noqa: E402
-from training.timing import (TOLERANCE, Bench, TimingOptions, relative_error,  # noqa: E402
+from autospmv.training.label import Config, configurations  # noqa: E402
+from autospmv.training.timing import (TOLERANCE, Bench, TimingOptions, relative_error,  # noqa: E402
                              release_device_memory)
 
 VECTORS = 4
@@ -257,7 +257,7 @@ def bench_matrix(A, kernels, with_variants: bool, with_baselines: bool,
 
 def large_matrices(nnz: float):
     """The generated large matrices (≥ 10M nonzeros each) from the training corpus generators."""
-    from training import corpus
+    from autospmv.training import corpus
 
     n = int(nnz)
     yield "stencil2d_5pt", corpus.stencil("bench/stencil2d", n, points=5)
@@ -279,7 +279,7 @@ def matrices(args):
         for name, A in large_matrices(args.large_nnz):
             yield name, "large", A
     if args.grown:
-        from training import corpus
+        from autospmv.training import corpus
 
         for path in real:
             A = sp.load_npz(path)

@@ -3,8 +3,8 @@
 For each matrix (real matrices grown to ~20M nonzeros, generated large matrices), dtype and kernel
 (optionally several parameter settings of one kernel), the result is checked against SciPy and
 timed back-to-back and per call (the labeller's timer, :class:`autospmv.timing.Bench` through
-:mod:`training.timing`, with the sample counts of :func:`gpu.timing_options`). Three rates are
-reported:
+:mod:`autospmv.training.timing`, with the sample counts of :func:`gpu.timing_options`). Three
+rates are reported:
 
 * effective bandwidth: the minimum CSR traffic (design.md) over the time, comparable across
   kernels and with cuSPARSE;
@@ -52,7 +52,7 @@ import autospmv  # noqa: E402
 from autospmv import registry  # noqa: E402
 from autospmv.formats.base import FormatTooLargeError  # noqa: E402
 from autospmv.validation import canonicalize  # noqa: E402
-from training.timing import TOLERANCE, Bench, CpuClock, relative_error  # noqa: E402
+from autospmv.training.timing import TOLERANCE, Bench, CpuClock, relative_error  # noqa: E402
 
 DEFAULT_GROWN = ("80BAU3B", "PILOT87", "PGPgiantcompo", "polblogs", "netscience", "rajat19",
                  "adder_dcop_05", "G51", "fe_4elt2", "cryg2500", "bcsstk16", "FIT2D")
@@ -170,7 +170,7 @@ def main(argv=None):
     def matrices():
         folder = Path(args.matrices) if args.matrices else None
         names = None if args.grown == "all" else set(args.grown.split(","))
-        from training import corpus
+        from autospmv.training import corpus
 
         for path in sorted(folder.glob("*.npz")) if folder else []:
             if names is not None and path.stem not in names:

@@ -31,10 +31,10 @@ import numpy as np
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from training.dataset import dataset  # noqa: E402
-from training.label import read_records  # noqa: E402
-from training.metrics import BANDS, band_rows  # noqa: E402
-from training.train import read_holdout, split_holdout  # noqa: E402
+from autospmv.training.dataset import dataset  # noqa: E402
+from autospmv.training.label import read_records  # noqa: E402
+from autospmv.training.metrics import BANDS, band_rows  # noqa: E402
+from autospmv.training.train import read_holdout, split_holdout  # noqa: E402
 
 
 def common(a, b, holdout):

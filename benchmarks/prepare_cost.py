@@ -10,7 +10,7 @@ dtype it records:
   ``prepare(A, kernel=...)`` on canonical host input (kernels compiled beforehand), its ratio to
   the baseline, the peak host memory allocated during prepare (``tracemalloc``; numba's own
   scratch arrays are not traced) over the CSR bytes, the per-call SpMV time (the labeller's
-  timer, :class:`autospmv.timing.Bench` through :mod:`training.timing`) and prepare in
+  timer, :class:`autospmv.timing.Bench` through :mod:`autospmv.training.timing`) and prepare in
   SpMV-equivalents;
 * on a GPU with CuPy, the same for device input: ``prepare(cupyx csr)``, whose time does not
   include the upload.
@@ -50,7 +50,7 @@ import autospmv  # noqa: E402
 from autospmv import registry  # noqa: E402
 from autospmv.devices import default_device  # noqa: E402
 from autospmv.validation import canonicalize  # noqa: E402
-from training.timing import Bench, TimingOptions  # noqa: E402
+from autospmv.training.timing import Bench, TimingOptions  # noqa: E402
 
 STARTUP = """
 import sys, time, json
@@ -77,7 +77,7 @@ def log(*parts):
 
 
 def make_matrices(sizes, dtypes):
-    from training import corpus
+    from autospmv.training import corpus
 
     for nnz in sizes:
         for family, build in (("laplace2d", lambda n: corpus.stencil("bench/stencil2d", n, 5)),
@@ -169,8 +169,8 @@ def timed(fn, repeats: int, sync=lambda: None) -> tuple[float, object]:
 
 def spmv_seconds(op, A, device: Device, repeats: int = 20) -> float:
     """Median seconds per call of ``op.matvec(x, out=y)`` (synchronised each time), with the
-    labeller's timer (:class:`autospmv.timing.Bench` through :mod:`training.timing`), ``repeats``
-    per-call samples."""
+    labeller's timer (:class:`autospmv.timing.Bench` through
+    :mod:`autospmv.training.timing`), ``repeats`` per-call samples."""
     x = np.random.default_rng(0).standard_normal(A.shape[1]).astype(A.dtype)
     options = TimingOptions(warmup=1, repeats=repeats, min_repeats=repeats, b2b_calls=1,
                             b2b_repeats=1, rounds=1)

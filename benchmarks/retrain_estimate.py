@@ -4,14 +4,16 @@ A label file records when each matrix was finished, so a finished run can be rep
 the first k matrices (and after the first minute), compare the time the run really had left
 with two estimates of it,
 
-* **forecast**: :class:`training.label.Forecast` (what ``retrain`` prints), each pending
+* **forecast**: :class:`autospmv.training.label.Forecast` (what ``retrain`` prints), each pending
   matrix's time in a reference run scaled by this run's pace on the matrices done so far;
 * **count**: the elapsed time per matrix times the matrices left, which is what a progress
   bar that counts matrices shows (tqdm's own estimate).
 
 Each run is replayed against the label file of the other run on the same kind of machine
 (committed runs only: ``models/labels`` and ``benchmarks/results``), so a run never predicts
-itself. Prints a table and writes ``benchmarks/results/retrain-estimate-<date>.json``.
+itself. Prints a table and writes ``benchmarks/results/retrain-estimate-<date>.json``. The
+committed result also replays two H200 runs of 2026-11-22, whose label files are in the
+repository's history (``benchmarks/results/README.md`` says how to get them back).
 
     python benchmarks/retrain_estimate.py
 """
@@ -26,18 +28,13 @@ import sys
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from training.corpus import Entry  # noqa: E402
-from training.label import Forecast, labelling_seconds, read_records  # noqa: E402
+from autospmv.training.corpus import Entry  # noqa: E402
+from autospmv.training.label import Forecast, labelling_seconds, read_records  # noqa: E402
 
 CPU_LABELS = "cpu-intel-r-xeon-r-processor-2-10ghz-float64.jsonl.gz"
-GPU_LABELS = "cuda-nvidia-h200-float64.jsonl.gz"
 RUNS = [  # (run replayed, reference run of the same kind of machine)
     (f"benchmarks/results/retrain-cpu-2026-11-22/{CPU_LABELS}", f"models/labels/{CPU_LABELS}"),
     (f"models/labels/{CPU_LABELS}", f"benchmarks/results/retrain-cpu-2026-11-22/{CPU_LABELS}"),
-    (f"benchmarks/results/retrain-h200-2026-11-22/{GPU_LABELS}",
-     f"benchmarks/results/label-h200-2026-11-22/{GPU_LABELS}"),
-    (f"benchmarks/results/label-h200-run3-2026-11-22/{GPU_LABELS}",
-     f"benchmarks/results/label-h200-2026-11-22/{GPU_LABELS}"),
 ]
 CHECKPOINTS = (5, 10, 20, 40, 80)
 

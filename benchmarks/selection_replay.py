@@ -9,7 +9,8 @@ GPU and the record's dtype, and scores its choice against the recorded back-to-b
 (q = t(fastest kernel) / t(chosen)). A choice whose parameters were not timed in the benchmark
 is scored with the same kernel's timed run and flagged.
 
-    python benchmarks/selection_replay.py benchmarks/results/kernels-h100-2026-11-23.json \\
+    python benchmarks/selection_replay.py \\
+        benchmarks/results/kernels-h100-2026-11-27-ballot-float32.json \\
         --matrices ../shared/matrices --out benchmarks/results/selection-replay-h100-DATE.json
 """
 
@@ -38,7 +39,7 @@ from autospmv.validation import canonicalize  # noqa: E402
 
 def rebuild(name: str, group: str, folder: Path, large_nnz: float):
     """The benchmark's matrix ``name`` (``<file>_x<k>`` grown, or a generated family)."""
-    from training import corpus
+    from autospmv.training import corpus
 
     if group == "grown":
         stem, k = name.rsplit("_x", 1)

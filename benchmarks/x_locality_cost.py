@@ -23,7 +23,7 @@ import cupyx.scipy.sparse as cusp  # noqa: E402
 import autospmv  # noqa: E402
 from autospmv.device import canonical_device_csr  # noqa: E402
 from autospmv.validation import canonicalize  # noqa: E402
-from training import corpus  # noqa: E402
+from autospmv.training import corpus  # noqa: E402
 
 FEATURES = sys.modules["autospmv.features"]  # the package's attribute of that name is a function
 NNZ = 20_000_000

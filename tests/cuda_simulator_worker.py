@@ -7,13 +7,16 @@ its output. Run by hand::
     PYTHONPATH=. python tests/cuda_simulator_worker.py [KERNEL ...]
 
 Output (stdout): ``{"kernel/dtype/case": {"error": float | null, "exception": str | null}}`` where
-``case`` is a name from ``matrices.TINY`` (host vectors, ``prepare(A, kernel=K, device="cuda")``),
+``dtype`` is the matrix's and ``case`` is a name from ``matrices.TINY`` (host vectors,
+``prepare(A, kernel=K, device="cuda")``),
 ``device_out`` (numba device vectors, with and without ``out=``, then a host vector, which
 allocates the staging buffers: ``op.memory`` must grow by them then and not before),
 ``nan_inf`` (NaN and ±Inf in x: any difference from SciPy's NaN/Inf pattern is reported as an
 exception) or a parameter case
-from ``matrices.TINY_PARAMETER_CASES`` (``matrix[name=value]``). ``error`` is the relative error
-against SciPy in float64. Timings go to stderr.
+from ``matrices.TINY_PARAMETER_CASES`` (``matrix[name=value]``); ``mixed/<case>`` runs a matrix of
+``matrices.TINY_MIXED_MATRICES`` or a case of ``matrices.TINY_MIXED_PARAMETER_CASES`` with x of
+the other dtype (:func:`mixed_case`). ``error`` is the relative error against SciPy in float64.
+Timings go to stderr.
 """
 
 from __future__ import annotations
@@ -34,8 +37,8 @@ import numpy as np  # noqa: E402
 
 import autospmv  # noqa: E402
 from matrices import (  # noqa: E402
-    TINY, TINY_EXTRA_CASES, TINY_PARAMETER_CASES, parameter_case_name, random_vector, reference,
-    relative_error,
+    TINY, TINY_EXTRA_CASES, TINY_MIXED_MATRICES, TINY_MIXED_PARAMETER_CASES,
+    TINY_PARAMETER_CASES, parameter_case_name, random_vector, reference, relative_error,
 )
 
 DTYPES = {"float32": np.float32, "float64": np.float64}
@@ -100,6 +103,28 @@ def nan_case(kernel: str, dtype, A, rng, params=None) -> dict:
     return {"error": relative_error(y[finite], y_ref[finite]), "exception": None}
 
 
+def mixed_case(kernel: str, dtype, A, rng, params=None) -> dict:
+    """x of the other dtype than the matrix's: the result must be float64 (numpy.result_type
+    of float32 and float64), accumulated in float64, so its error is measured against
+    float64's tolerance. With the tuned parameters, x on the host and on the device, with and
+    without ``out=``; with other parameters (the kernel's other paths), a device x into
+    ``out=`` only, to keep the simulator's time down."""
+    from numba import cuda
+
+    op = autospmv.prepare(A, kernel=kernel, device="cuda", params=params)
+    other = np.float64 if dtype == np.float32 else np.float32
+    x = random_vector(rng, A.shape[1], other)
+    out = cuda.device_array(A.shape[0], dtype=np.float64)
+    op.matvec(cuda.to_device(x), out=out)
+    results = [out] if params else [out, op @ x, op @ cuda.to_device(x)]
+    for result in results:
+        if result.dtype != np.float64:
+            raise TypeError(f"{np.dtype(dtype)} A times {np.dtype(other)} x gave {result.dtype}")
+    y_ref = reference(A, x)
+    hosted = [r if isinstance(r, np.ndarray) else r.copy_to_host() for r in results]
+    return {"error": max(relative_error(y, y_ref) for y in hosted), "exception": None}
+
+
 EXTRA_RUNNERS = {"device_out": device_case, "nan_inf": nan_case}
 
 
@@ -110,6 +135,10 @@ def cases(kernel: str) -> list:
               for case, matrix in TINY_EXTRA_CASES.items()]
     found += [(parameter_case_name(matrix, params), host_case, matrix, params)
               for name, matrix, params in TINY_PARAMETER_CASES if name == kernel]
+    mixed = [(name, name, None) for name in TINY_MIXED_MATRICES]
+    mixed += [(parameter_case_name(matrix, params), matrix, params)
+              for name, matrix, params in TINY_MIXED_PARAMETER_CASES if name == kernel]
+    found += [(f"mixed/{case}", mixed_case, matrix, params) for case, matrix, params in mixed]
     return found
 
 

@@ -1,17 +1,28 @@
-"""Feed random, mostly malformed, CSR and CSC matrices to every kernel on the CPU and check each
-outcome against an independent oracle; run in a subprocess by ``test_hostile_input.py``, since a
-regression could crash the process.
+"""Feed random, mostly malformed, CSR, CSC and DIA matrices to every kernel on the CPU and check
+each outcome against an independent oracle; run in a subprocess by ``test_hostile_input.py``,
+since a regression could crash the process.
 
-Usage: ``python tests/fuzz_worker.py COUNT [SEED]``. Prints one JSON object on stdout:
-``{"matrices": COUNT, "refused": n, "computed": n, "failures": [...]}``. A malformed matrix
-(by the oracle, a plain Python loop over the arrays) must raise a ValueError starting with
-"malformed"; a valid one must give SciPy's result to rounding (or, for ELL/HYB, the format's
-documented FormatTooLargeError refusal).
+Usage: ``python tests/fuzz_worker.py COUNT [SEED] [--without-validation]``. Prints one JSON
+object on stdout: ``{"matrices": COUNT, "refused": n, "computed": n, "failures": [...]}``.
+
+Every matrix goes through :func:`autospmv.features`, and, for the automatic choice and every
+kernel, through :func:`autospmv.prepare` or the public ``SpMVOperator(A, decision, device)``
+(in turn), then ``op @ x`` and ``op.T @ z``. A malformed matrix (by the oracle, NumPy over the
+arrays, apart from autospmv's checks) must raise a ValueError starting with "malformed"; a
+valid one must give SciPy's result to rounding (or, for ELL/HYB, the format's documented
+FormatTooLargeError refusal). Most shapes have up to 8 rows and columns; some are wide or tall,
+with one dimension of millions and a few nonzeros (where the features count over the nonzeros
+and Aᵀ of a wide matrix runs on COO).
+
+``--without-validation`` replaces autospmv's structure check with one that accepts anything:
+the fuzz must then report failures (or the process crash), which shows that it would catch a
+validation that lets malformed matrices through.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import pathlib
 import sys
 
@@ -29,16 +40,43 @@ MUTATIONS = (
     "indices too short", "data too short", "indptr too long", "indptr too short",
     "negative indptr", "unsorted with duplicates",
 )
+DIA_MUTATIONS = (
+    "none", "none", "none", "offset past the end", "offset before the start", "huge offset",
+    "repeated offset", "more offsets than diagonals", "float offsets", "1-D data",
+)
+HUGE = (2_200_000, 2_600_000)
+"""The range of the long dimension of a wide or tall matrix: past the sizes from which the
+features count over the nonzeros and Aᵀ of a wide matrix runs on COO."""
+PARAMS = {"csr_vector": {"threads_per_row": 2}, "hyb": {"width": 2}, "csr5": {"sigma": 4}}
+"""Parameters for the decisions handed to ``SpMVOperator`` (the choosers need a valid matrix)."""
+
+
+def random_dims(rng) -> tuple[int, int]:
+    """(major, minor) of the compressed arrays: mostly up to 8 each, sometimes one of them
+    in :data:`HUGE` (a wide or a tall matrix) with the other up to 8."""
+    kind = rng.random()
+    small = int(rng.integers(0, 9))
+    huge = int(rng.integers(*HUGE))
+    if kind < 0.025:
+        return max(small, 1), huge
+    if kind < 0.05:
+        return huge, max(small, 1)
+    return small, int(rng.integers(0, 9))
 
 
 def random_arrays(rng):
-    """Valid compressed arrays (major x minor), then one random mutation."""
-    major, minor = int(rng.integers(0, 9)), int(rng.integers(0, 9))
+    """Valid compressed arrays (major x minor, at most 8 nonzero rows), then one random
+    mutation."""
+    major, minor = random_dims(rng)
     itype = np.int32 if rng.random() < 0.8 else np.int64
-    lengths = rng.integers(0, minor + 1, major) if minor else np.zeros(major, np.int64)
+    lengths = np.zeros(major, np.int64)
+    if minor:
+        filled = rng.choice(major, min(major, 8), replace=False) if major else []
+        lengths[filled] = rng.integers(0, min(minor, 8) + 1, len(filled))
     indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(itype)
-    indices = np.concatenate([np.sort(rng.choice(minor, k, replace=False)) for k in lengths]
-                             + [np.zeros(0, np.int64)]).astype(itype)
+    indices = np.concatenate([np.sort(rng.choice(minor, k, replace=False))
+                              for k in lengths[lengths > 0]] + [np.zeros(0, np.int64)])
+    indices = indices.astype(itype)
     dtype = np.float64 if rng.random() < 0.6 else np.float32
     data = rng.uniform(-1, 1, indices.size).astype(dtype)
     mutation = MUTATIONS[int(rng.integers(len(MUTATIONS)))]
@@ -74,22 +112,80 @@ def random_arrays(rng):
     return major, minor, data, indices, indptr, mutation
 
 
-def oracle(major, minor, data, indices, indptr):
-    """The dense matrix (major x minor) the arrays describe, or None when malformed."""
+def compressed_oracle(major, minor, data, indices, indptr):
+    """The entries (major index, minor index, value) the arrays describe, or None when they
+    are malformed."""
+    indptr = np.asarray(indptr, dtype=np.int64)
     if len(indptr) != major + 1 or len(indices) != len(data) or indptr[0] != 0:
         return None
-    if int(indptr[-1]) != len(data):
+    if indptr[-1] != len(data) or (np.diff(indptr) < 0).any():
         return None
-    for i in range(major):
-        if indptr[i + 1] < indptr[i]:
-            return None
-    dense = np.zeros((major, minor))
-    for i in range(major):
-        for p in range(int(indptr[i]), int(indptr[i + 1])):
-            if not 0 <= int(indices[p]) < minor:
-                return None
-            dense[i, int(indices[p])] += float(data[p])
-    return dense
+    cols = np.asarray(indices, dtype=np.int64)
+    if cols.size and (cols.min() < 0 or cols.max() >= minor):
+        return None
+    rows = np.repeat(np.arange(major), np.diff(indptr))
+    return rows, cols, np.asarray(data, dtype=np.float64)
+
+
+def random_dia(rng):
+    """A DIA matrix of up to 8x8 built valid, then given one random mutation past SciPy's
+    constructor; (matrix, mutation)."""
+    m, n = (int(v) for v in rng.integers(0, 9, 2))
+    count = int(rng.integers(0, 4))
+    offsets = rng.choice(np.arange(-m, n + 1), min(count, m + n + 1), replace=False)
+    dtype = np.float64 if rng.random() < 0.6 else np.float32
+    data = rng.uniform(-1, 1, (offsets.size, int(rng.integers(0, n + 2)))).astype(dtype)
+    A = sp.dia_matrix((data, offsets.astype(np.int32)), shape=(m, n))
+    mutation = DIA_MUTATIONS[int(rng.integers(len(DIA_MUTATIONS)))]
+    if mutation == "offset past the end" and offsets.size:
+        A.offsets[rng.integers(offsets.size)] = n + int(rng.integers(1, 4))
+    elif mutation == "offset before the start" and offsets.size:
+        A.offsets[rng.integers(offsets.size)] = -m - int(rng.integers(1, 4))
+    elif mutation == "huge offset" and offsets.size:
+        A.offsets = A.offsets.astype(np.int64)
+        A.offsets[rng.integers(offsets.size)] = 2**40
+    elif mutation == "repeated offset" and offsets.size >= 2:
+        A.offsets[-1] = A.offsets[0]
+    elif mutation == "more offsets than diagonals":
+        A.offsets = np.append(A.offsets, A.offsets[:1] + 1).astype(np.int32)
+    elif mutation == "float offsets":
+        A.offsets = A.offsets.astype(np.float64)
+    elif mutation == "1-D data":
+        A.data = A.data.ravel()
+    return A, mutation
+
+
+def dia_oracle(A):
+    """The entries (row, column, value) of a DIA matrix: diagonal k holds ``data[d, j]`` at
+    (j − k, j) for every column j inside the matrix and the data; None when malformed (data
+    not 2-D, a count of offsets other than of diagonals, offsets not distinct integers in
+    -m..n)."""
+    m, n = A.shape
+    data, offsets = A.data, A.offsets
+    if data.ndim != 2 or offsets.ndim != 1 or len(offsets) != data.shape[0]:
+        return None
+    if offsets.dtype.kind not in "iu" or len(set(offsets.tolist())) != len(offsets):
+        return None
+    if any(not -m <= k <= n for k in offsets.tolist()):
+        return None
+    rows, cols, values = [], [], []
+    for d, k in enumerate(offsets.tolist()):
+        for j in range(min(n, data.shape[1])):
+            if 0 <= j - k < m:
+                rows.append(j - k)
+                cols.append(j)
+                values.append(float(data[d, j]))
+    return np.array(rows, np.int64), np.array(cols, np.int64), np.array(values)
+
+
+def product(entries, length: int, x, transposed: bool = False) -> np.ndarray:
+    """``A @ x`` (``Aᵀ @ x``) from the oracle's entries (row, column, value), in float64."""
+    rows, cols, values = entries
+    if transposed:
+        rows, cols = cols, rows
+    y = np.zeros(length)
+    np.add.at(y, rows, values * x[cols])
+    return y
 
 
 def build(major, minor, data, indices, indptr, csc: bool):
@@ -101,48 +197,99 @@ def build(major, minor, data, indices, indptr, csc: bool):
     return A
 
 
+def random_case(rng):
+    """(a fresh copy of the matrix, its oracle's entries or None, its shape, its value dtype,
+    a description)."""
+    if rng.random() < 0.15:
+        A, mutation = random_dia(rng)
+
+        def make_dia():  # A's arrays copied past SciPy's constructor, which would check them
+            copy = sp.dia_matrix(A.shape, dtype=A.dtype)
+            copy.data, copy.offsets = A.data.copy(), A.offsets.copy()
+            return copy
+
+        return make_dia, dia_oracle(A), A.shape, A.data.dtype, f"DIA {A.shape}, {mutation}"
+    major, minor, data, indices, indptr, mutation = random_arrays(rng)
+    csc = bool(rng.random() < 0.25)
+    entries = compressed_oracle(major, minor, data, indices, indptr)
+    if entries is not None and csc:
+        entries = (entries[1], entries[0], entries[2])
+    shape = (minor, major) if csc else (major, minor)
+
+    def make():
+        return build(major, minor, data.copy(), indices.copy(), indptr.copy(), csc)
+
+    return make, entries, shape, data.dtype, f"{'CSC' if csc else 'CSR'} {shape}, {mutation}"
+
+
+def operator(A, kernel, public: bool):
+    """The CPU operator of A: ``prepare`` (the automatic choice, or ``kernel=``), or, when
+    ``public``, the public constructor with a decision for ``kernel``."""
+    if kernel is None or not public:
+        return autospmv.prepare(A, kernel=kernel, device="cpu")
+    decision = autospmv.Decision(kernel, dict(PARAMS.get(kernel, {})), "fuzz")
+    return autospmv.SpMVOperator(A, decision, "cpu")
+
+
+def close(y, expected, dtype) -> bool:
+    tolerance = 1e-5 if dtype == np.float32 else 1e-12
+    scale = np.linalg.norm(expected)
+    error = np.linalg.norm(y - expected) / scale if scale else np.linalg.norm(y)
+    return bool(error <= tolerance)
+
+
 def main(count: int, seed: int) -> dict:
     rng = np.random.default_rng(seed)
     refused = computed = 0
     failures = []
+
+    def refusal(where: str, error: Exception, valid: bool) -> None:
+        nonlocal refused
+        if valid or not isinstance(error, ValueError) or not str(error).startswith("malformed"):
+            failures.append(f"{where}: {type(error).__name__} {error}")
+        else:
+            refused += 1
+
     for case in range(count):
-        major, minor, data, indices, indptr, mutation = random_arrays(rng)
-        csc = bool(rng.random() < 0.25)
-        dense = oracle(major, minor, data, indices, indptr)
-        if dense is not None and csc:
-            dense = dense.T
-        shape = (minor, major) if csc else (major, minor)
+        make, entries, shape, dtype, what = random_case(rng)
+        valid = entries is not None
         x = rng.uniform(-1, 1, shape[1])
+        z = rng.uniform(-1, 1, shape[0])
+        try:
+            values = autospmv.features(make(), device="cpu")
+            if not valid:
+                failures.append(f"case {case} ({what}), features: malformed, but computed")
+            elif not all(math.isfinite(v) for v in values.values()):
+                failures.append(f"case {case} ({what}), features: not finite: {values}")
+        except Exception as error:  # noqa: BLE001 (any other exception is a failure)
+            refusal(f"case {case} ({what}), features", error, valid)
         for kernel in (None, *autospmv.KERNELS):
-            A = build(major, minor, data.copy(), indices.copy(), indptr.copy(), csc)
-            where = f"case {case} ({'CSC' if csc else 'CSR'} {shape}, {mutation}), {kernel}"
+            public = kernel is not None and case % 2 == 1
+            where = (f"case {case} ({what}), {kernel}"
+                     f"{' through SpMVOperator' if public else ''}")
             try:
-                y = autospmv.prepare(A, kernel=kernel, device="cpu") @ x
+                op = operator(make(), kernel, public)
+                y, w = op @ x, op.T @ z
             except FormatTooLargeError:
-                if dense is None:
+                if not valid:
                     failures.append(f"{where}: malformed, but a format refused it for its size")
                 continue
-            except ValueError as error:
-                if dense is not None or not str(error).startswith("malformed"):
-                    failures.append(f"{where}: ValueError {error}")
-                else:
-                    refused += 1
-                continue
             except Exception as error:  # noqa: BLE001 (any other exception is a failure)
-                failures.append(f"{where}: {type(error).__name__} {error}")
+                refusal(where, error, valid)
                 continue
-            if dense is None:
+            if not valid:
                 failures.append(f"{where}: malformed, but computed {y!r}")
                 continue
-            expected = dense @ x
-            tolerance = 1e-5 if data.dtype == np.float32 else 1e-12
-            scale = np.linalg.norm(expected)
-            error = np.linalg.norm(y - expected) / scale if scale else np.linalg.norm(y)
-            if not error <= tolerance:
-                failures.append(f"{where}: relative error {error:.3g}")
+            if not close(y, product(entries, shape[0], x), dtype):
+                failures.append(f"{where}: wrong A @ x")
+            if not close(w, product(entries, shape[1], z, transposed=True), dtype):
+                failures.append(f"{where}: wrong Aᵀ @ z ({op.T.kernel})")
             computed += 1
     return {"matrices": count, "refused": refused, "computed": computed, "failures": failures}
 
 
 if __name__ == "__main__":
-    print(json.dumps(main(int(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else 0)))
+    arguments = [a for a in sys.argv[1:] if a != "--without-validation"]
+    if "--without-validation" in sys.argv:
+        autospmv.validation.check_structure = lambda A: None
+    print(json.dumps(main(int(arguments[0]), int(arguments[1]) if len(arguments) > 1 else 0)))

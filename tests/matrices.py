@@ -20,7 +20,7 @@ Families for one format or test sit beside them: ``PADDED`` (ELL, HYB, JDS layou
 trips), ``CSR5_CORNERS`` (CSR5's tiles) and ``REPRESENTATIVE`` (the decision snapshots).
 
 This module only needs NumPy and SciPy at import, so benchmarks can import it too (a few makers
-import autospmv or ``training.corpus`` when called).
+import autospmv or ``autospmv.training.corpus`` when called).
 """
 
 from __future__ import annotations
@@ -197,6 +197,22 @@ TINY_EXTRA_CASES = {"device_out": "odd_33x33", "nan_inf": "power_law_48"}
 """Simulator cases beyond host vectors, and the TINY matrix each runs on: device vectors (with and
 without ``out=``), and NaN/±Inf in x."""
 
+TINY_MIXED_MATRICES = ("power_law_48", "rows_of_7_and_gaps_two_tiles_120x100", "rect_13x37",
+                       "empty_5x0")
+"""The TINY matrices every kernel multiplies under the simulator with x of the other dtype than
+the matrix's: rows of many lengths; CSR5 tiles with rows crossing them and empty rows; a wide
+shape; no columns."""
+
+TINY_MIXED_PARAMETER_CASES: list[tuple[str, str, dict]] = [
+    ("csr_vector", "power_law_48", {"threads_per_row": 32}),
+    ("csr5", "dense_row_among_short_40x150", {"sigma": 3}),
+    ("csr5", "long_row_among_short_10x3000", {"sigma": 2}),
+    ("hyb", "power_law_48", {"width": 1}),
+]
+"""Kernel paths beyond the tuned choice that the simulator also runs with x of the other dtype:
+the longest shuffle reduction, CSR5's clamped steps and its one atomic per block of a long row,
+HYB's ELL part and COO overflow together (cases of :data:`TINY_PARAMETER_CASES`)."""
+
 TINY_PARAMETER_CASES: list[tuple[str, str, dict]] = [
     *[("csr_vector", "power_law_48", {"threads_per_row": g}) for g in (1, 2, 4, 8, 16, 32)],
     *[("csr5", "dense_row_among_short_40x150", {"sigma": s}) for s in (2, 3, 16, 32)],
@@ -302,7 +318,7 @@ one past a multiple of the tile size."""
 # --- decision snapshots ----------------------------------------------------------------------
 
 def _corpus():
-    from training import corpus
+    from autospmv.training import corpus
 
     return corpus
 
@@ -324,7 +340,7 @@ REPRESENTATIVE: dict[str, Maker] = {
         lambda: _corpus().dense_rows("dense-rows", 1_000_000, 1, 1.0),
 }
 """Representative structures whose decisions are snapshotted in ``tests/golden/`` (the names
-appear there), built in well under a second each; some come from ``training.corpus``."""
+appear there), built in well under a second each; some come from ``autospmv.training.corpus``."""
 
 
 def load_real(name: str) -> sp.csr_matrix:

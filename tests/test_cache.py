@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import numba
+import numpy as np
 import pytest
 
 from autospmv import cache
@@ -101,6 +102,29 @@ def test_an_unusable_folder_warns_and_autospmv_still_works(tmp_path):
     assert "CacheWarning" in done.stderr and "AUTOSPMV_CACHE_DIR" in done.stderr
 
 
+def test_import_works_when_no_temporary_folder_can_be_created_either(tmp_path):
+    # As with read-only temporary folders: tempfile finds no usable one (its tempdir is set
+    # below a plain file here, since chmod does not stop root). Compiled code then stays in
+    # memory or goes beside the package, wherever numba finds a writable place.
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    done = _python(f"""
+    import tempfile, warnings
+    tempfile.tempdir = {str(blocker / "tmp")!r}
+    warnings.simplefilter("always")
+    import numpy as np, scipy.sparse as sp
+    import autospmv
+    state = autospmv.cache.configure()
+    print(state.persistent, state.source.startswith("none: "), sep="|")
+    A = sp.random(30, 20, density=0.2, format="csr", random_state=2)
+    op = autospmv.prepare(A, kernel="csr_scalar", device="cpu")
+    print(np.allclose(op @ np.ones(20), A @ np.ones(20)))
+    """, AUTOSPMV_CACHE_DIR=blocker / "cache", NUMBA_CACHE_DIR=None)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["False|True", "True"]
+    assert "CacheWarning" in done.stderr and "nor a temporary folder" in done.stderr
+
+
 def test_compile_timer_separates_compiling_from_other_work():
     @numba.njit  # not cached: compiled in this test
     def add(a, b):
@@ -121,12 +145,25 @@ def test_warmup_compiles_and_reports_each_kernel():
     steps = warmup("cpu", ["float64"], kernels=["csr_scalar", "coo"])
     assert [step.name for step in steps] == [
         "index range check (large matrices)", "features and prediction (float64)",
-        "csr_scalar (float64)", "coo (float64)"]
+        "csr_scalar (float64)", "coo (float64)", "multi-vector products (float64)"]
     assert all(step.error is None and step.seconds >= step.compile_seconds >= 0
                for step in steps)
     # Everything is compiled now: a second warm-up compiles nothing.
     steps = warmup("cpu", ["float64"], kernels=["csr_scalar", "coo"])
     assert all(step.compile_seconds == 0 for step in steps)
+
+
+def test_warmup_compiles_a_float32_matrixs_products_with_float64_x():
+    """SciPy's solvers hand a float32 operator float64 vectors: warm-up compiles that too."""
+    warmup("cpu", ["float32"], kernels=["csr_scalar"])
+    from autospmv import prepare
+    from autospmv.warmup import warmup_matrices
+
+    for A in warmup_matrices(np.float32):
+        op = prepare(A, kernel="csr_scalar", device="cpu")
+        with cache.compile_timer() as compiled:
+            assert (op @ np.ones(A.shape[1])).dtype == np.float64
+        assert compiled.total == 0
 
 
 def test_warmup_command_line():

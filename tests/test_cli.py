@@ -1,4 +1,5 @@
-"""The command lines: ``python -m autospmv`` and the label files ``python -m training`` reads.
+"""The command lines: ``python -m autospmv`` and the label files that
+``python -m autospmv.training`` reads.
 
 Commands run in-process through ``main([...])``; output is captured with ``capsys``. User mistakes
 must end with exit status 2 and a one-line message on stderr, never a traceback.
@@ -17,8 +18,8 @@ import scipy.sparse as sp
 import autospmv
 from autospmv import __main__ as cli
 from matrices import poisson2d
-from training import label
-from training.__main__ import main as training_main
+from autospmv.training import label
+from autospmv.training.__main__ import main as training_main
 
 REPO = Path(__file__).resolve().parent.parent
 GPU_MODEL = REPO / "models" / "cuda-nvidia-h200-float64.json"
@@ -115,12 +116,13 @@ def test_explain_for_a_gpu_on_a_machine_without_one(capsys, matrix_file, monkeyp
 @pytest.mark.parametrize("make, message", [
     (lambda tmp: tmp / "missing.npz", "no such file: "),
     (lambda tmp: _write(tmp / "garbage.npz", b"not a zip archive"),
-     "cannot read a sparse matrix from "),
+     "garbage.npz: not an .npz archive (the zip file scipy.sparse.save_npz writes)"),
     (lambda tmp: _write(tmp / "matrix.csv", b"1,2\n"), "unsupported file type '.csv'"),
 ], ids=["missing", "unreadable", "wrong-type"])
 def test_explain_reports_bad_files_in_one_line(capsys, tmp_path, make, message):
     status, _, err = run(capsys, "explain", str(make(tmp_path)))
     assert_user_error(status, err, "explain", message)
+    assert "pickle" not in err
 
 
 def _write(path: Path, data: bytes) -> Path:
@@ -141,14 +143,19 @@ def test_bad_model_is_a_user_error(capsys, tmp_path, matrix_file, monkeypatch):
 def test_bench_a_tiny_matrix_on_the_cpu(capsys, matrix_file):
     status, out, _ = run(capsys, "bench", str(matrix_file), "--device", "cpu")
     assert status == 0
-    for kernel in autospmv.KERNELS:
-        assert f"  {kernel:11s}" in out
-    assert "picked csr_scalar" in out and "quality " in out
+    for row in (*autospmv.KERNELS, "SciPy"):
+        assert f"  {row:11s}" in out
+    assert "picked csr_scalar" in out and "quality " in out and "× SciPy's speed" in out
     # Deciding is reported against SciPy's product (the README's figure) and prepare() in all,
     # conversion included, against the picked kernel's SpMV: two different numbers, each named.
     assert "deciding (features and prediction, select()) took " in out
     assert "× SciPy's A @ x on the CPU (" in out
     assert "prepare() in all (deciding, conversion to csr, set-up) took " in out
+
+
+def test_bench_on_the_gpu_says_when_cusparse_cannot_be_timed(monkeypatch):
+    monkeypatch.setitem(sys.modules, "cupy", None)  # makes the import fail
+    assert cli.baseline(poisson2d(4), "cuda", []) == ("cuSPARSE", None)
 
 
 class _FixedClock:
@@ -163,15 +170,16 @@ class _FixedClock:
 
 def test_demo_and_bench_time_with_autospmvs_timer(capsys, matrix_file, monkeypatch):
     """Every figure demo and bench print comes from autospmv.timing's clocks: with a clock
-    reading 7 µs, every time printed is 7 µs."""
+    reading 7 µs, every time printed is 7 µs, SciPy's row in bench's table too."""
     from autospmv import timing
 
     monkeypatch.setattr(timing, "clock", lambda device: _FixedClock())
     status, out, _ = run(capsys, "bench", str(matrix_file), "--device", "cpu")
     assert status == 0
-    for kernel in autospmv.KERNELS:
-        assert f"  {kernel:11s} {7.0:10.1f} µs per call\n" in out
+    for row in (*autospmv.KERNELS, "SciPy"):
+        assert f"  {row:11s} {7.0:10.1f} µs per call\n" in out
     assert "picked csr_scalar (7.0 µs), best " in out and "quality 1.000" in out
+    assert "1.00× SciPy's speed" in out
     assert ("deciding (features and prediction, select()) took 0.01 ms = 1.0× SciPy's A @ x on "
             "the CPU (0.01 ms) = 1 SpMVs of csr_scalar") in out
     assert "prepare() in all (deciding, conversion to csr, set-up) took 0.01 ms = 1 SpMVs" in out
@@ -179,6 +187,38 @@ def test_demo_and_bench_time_with_autospmvs_timer(capsys, matrix_file, monkeypat
     status, out, _ = run(capsys, "demo")
     assert status == 0
     assert "      7.0 µs per call vs SciPy       7.0 µs (1.00×), relative error " in out
+
+
+def test_a_reader_that_goes_away_ends_the_output_quietly(tmp_path):
+    """``autospmv info | head``: the pipe closes before autospmv writes; it stops with the
+    closed pipe's status (141) and nothing on stderr, not a BrokenPipeError traceback."""
+    import subprocess
+
+    process = subprocess.Popen([sys.executable, "-m", "autospmv", "info"], cwd=tmp_path,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process.stdout.close()  # long before the interpreter has imported autospmv
+    stderr = process.stderr.read().decode()
+    assert process.wait(timeout=300) == 141
+    assert stderr == ""
+
+
+def test_models_remove_deletes_rejected_reports_too(capsys):
+    """A retrain whose model the guard rejected leaves ``<model>.rejected.md``, beside an
+    installed model or alone; ``models --remove`` deletes it with the rest."""
+    folder = autospmv.model.user_data_dir() / "models"
+    folder.mkdir(parents=True)
+    installed = folder / "cpu-test-float64.json"
+    installed.write_bytes(GPU_MODEL.read_bytes())
+    files = [installed, folder / "cpu-test-float64.md", folder / "cpu-test-float64.rejected.md",
+             folder / "cpu-test-float32.rejected.md"]  # no float32 model was ever installed
+    for file in files[1:]:
+        file.write_text("report")
+    status, out, _ = run(capsys, "models", "--remove", "cpu-test-float32")
+    assert status == 0 and f"removed {files[3]}" in out and files[0].exists()
+    status, out, _ = run(capsys, "models", "--remove")
+    assert status == 0
+    assert [file.exists() for file in files] == [False] * 4
+    assert all(f"removed {file}" in out for file in files[:3])
 
 
 def test_info_names_the_model_and_why(capsys, monkeypatch):
@@ -209,9 +249,9 @@ def test_retrain_delegates_to_the_training_pipeline(capsys):
     assert out.startswith("usage: autospmv retrain") and "--budget-minutes" in out
 
 
-def test_retrain_without_the_training_package(capsys, monkeypatch):
-    monkeypatch.setitem(sys.modules, "training.__main__", None)  # makes the import fail
-    status, _, err = run(capsys, "retrain")
+def test_retrain_without_the_training_extra(capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # makes the import fail
+    status, _, err = run(capsys, "retrain", "--device", "cpu", "--corpus", "tiny")
     assert_user_error(status, err, "retrain", "pip install 'autospmv[training]'")
 
 
@@ -274,10 +314,10 @@ def test_retrain_can_be_restarted_and_undone(capsys, monkeypatch):
     monkeypatch.setenv("TQDM_DISABLE", "1")
     # The install guard on nine noisy quick timings could go either way; this test is about the
     # life cycle, so the guard passes here (it has tests of its own).
-    import training.train
+    import autospmv.training.train
 
-    real_guard = training.train.guard
-    monkeypatch.setattr(training.train, "guard",
+    real_guard = autospmv.training.train.guard
+    monkeypatch.setattr(autospmv.training.train, "guard",
                         lambda cv: {**real_guard(cv), "passed": True, "reason": "test"})
     home = autospmv.model.user_data_dir()
     slug = autospmv.model.device_slug("cpu")

@@ -2,7 +2,8 @@
 
 Each kernel's device program is built from host arrays (they stand in for device arrays: only
 their types matter) and every launch is compiled with ``cuda.compile_ptx``. This gives real numba
-type inference and code generation for every kernel, in float32 and float64, on any machine.
+type inference and code generation for every kernel, in float32 and float64, on any machine, and
+for vectors of the other dtype than the matrix's (a float32 matrix with float64 vectors).
 Compilation is memoised: a kernel compiles once per argument types per session.
 """
 
@@ -48,8 +49,11 @@ def build_program(kernel: str, csr):
     return spec.cuda_builder()(fmt, params, fmt.arrays())
 
 
-def check_program(program, csr):
-    """Every launch compiles to PTX with its kernel's entry; the steps can write all of y."""
+def check_program(program, csr, y_dtype=None):
+    """Every launch compiles to PTX with its kernel's entry; the steps can write all of y.
+    Arithmetic is in y's dtype (the matrix's unless ``y_dtype`` names another): no float64
+    operation in a float32 product, and no float32 one in a float64 product, whose float32
+    operands are converted first."""
     from autospmv.kernels.cuda.launch import DeviceProgram, Launch
 
     assert isinstance(program, DeviceProgram)
@@ -70,9 +74,15 @@ def check_program(program, csr):
         entries = [line for line in ptx.splitlines() if ".entry" in line]
         assert len(entries) == 1
         assert launch.dispatcher.py_func.__name__ in entries[0]
-        if csr.dtype == np.float32:
+        if np.dtype(y_dtype or csr.dtype) == np.float32:
             float64_ops = sorted(set(re.findall(r"^\s*[a-z][\w.]*\.f64\b", ptx, re.MULTILINE)))
             assert not float64_ops, f"a float32 kernel computes in float64: {float64_ops}"
+        elif launch.dispatcher.py_func.__name__ != "csr5_clear_tile_ends":  # it only stores 0
+            float32_ops = sorted(set(re.findall(r"^\s*(?:add|sub|mul|fma|mad)[\w.]*\.f32\b",
+                                                ptx, re.MULTILINE)))
+            assert not float32_ops, f"a float64 product computes in float32: {float32_ops}"
+            if y_dtype is not None and csr.nnz:
+                assert "cvt.f64.f32" in ptx, "no float32 operand converted to float64"
 
 
 @pytest.mark.parametrize("name", MATRICES)
@@ -85,6 +95,30 @@ def test_compiles_to_ptx(kernel, dtype, name):
             build_program(kernel, csr)
         return
     check_program(build_program(kernel, csr), csr)
+
+
+MIXED = [(np.float32, np.float64), (np.float64, np.float32)]
+"""(matrix dtype, x dtype) pairs whose product is float64 with a matrix kept in its own dtype."""
+
+
+@pytest.mark.parametrize("name", ["power_law_500", "huge_row_among_short_300x3000"])
+@pytest.mark.parametrize("matrix_dtype, x_dtype", MIXED,
+                         ids=["float32_matrix-float64_x", "float64_matrix-float32_x"])
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_compiles_for_vectors_of_the_other_dtype(kernel, matrix_dtype, x_dtype, name):
+    """The program for x of the other dtype (``DeviceProgram.for_vectors``) takes the matrix's
+    arrays as they are, x and y in their own types, and computes in float64."""
+    from autospmv.kernels.cuda.launch import Launch
+
+    csr = canonicalize(FAMILY[name]().astype(matrix_dtype))
+    if conversion_refused(kernel, csr):
+        return  # test_compiles_to_ptx checks the refusal
+    program = build_program(kernel, csr).for_vectors(np.dtype(x_dtype), np.dtype(np.float64))
+    for launch in (step for step in program.steps if isinstance(step, Launch)):
+        types = dict(zip(map(repr, launch.args), launch.argtypes))
+        assert str(types["Y"].dtype) == "float64"
+        assert "X" not in types or str(types["X"].dtype) == np.dtype(x_dtype).name
+    check_program(program, csr, np.float64)
 
 
 @pytest.mark.parametrize("kernel", KERNELS)

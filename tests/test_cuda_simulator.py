@@ -20,14 +20,14 @@ pytest.importorskip("numba.cuda")
 
 import autospmv  # noqa: E402
 from matrices import (  # noqa: E402
-    TINY, TINY_EXTRA_CASES, TINY_PARAMETER_CASES, TOLERANCE, conversion_refused,
-    parameter_case_name,
+    TINY, TINY_EXTRA_CASES, TINY_MIXED_MATRICES, TINY_MIXED_PARAMETER_CASES,
+    TINY_PARAMETER_CASES, TOLERANCE, conversion_refused, parameter_case_name,
 )
 
 WORKER = pathlib.Path(__file__).with_name("cuda_simulator_worker.py")
 REPO_ROOT = WORKER.parent.parent
-TIMEOUT_S = 480
-"""The worker takes one to two minutes on two cores; the limit only stops a hang."""
+TIMEOUT_S = 900
+"""The worker takes two to four minutes on two cores; the limit only stops a hang."""
 
 CASES = [*TINY, *TINY_EXTRA_CASES]
 
@@ -72,3 +72,17 @@ PARAMETER_IDS = [f"{k}-{parameter_case_name(m, p)}" for k, m, p in TINY_PARAMETE
 def test_simulated_kernel_with_parameters(simulated, dtype, kernel, matrix, params):
     result = simulated[f"{kernel}/{dtype}/{parameter_case_name(matrix, params)}"]
     check(result, dtype, conversion_refused(kernel, TINY[matrix](), params))
+
+
+MIXED_CASES = [*[(kernel, name, {}) for kernel in autospmv.KERNELS
+                 for name in TINY_MIXED_MATRICES], *TINY_MIXED_PARAMETER_CASES]
+MIXED_IDS = [f"{k}-{parameter_case_name(m, p)}" for k, m, p in MIXED_CASES]
+
+
+@pytest.mark.parametrize("kernel, matrix, params", MIXED_CASES, ids=MIXED_IDS)
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_simulated_kernel_with_x_of_the_other_dtype(simulated, dtype, kernel, matrix, params):
+    """A float32 matrix with float64 x, and a float64 matrix with float32 x: a float64 result
+    within float64's tolerance (so a float32 matrix's product is accumulated in float64)."""
+    result = simulated[f"{kernel}/{dtype}/mixed/{parameter_case_name(matrix, params)}"]
+    check(result, "float64", conversion_refused(kernel, TINY[matrix](), params or None))

@@ -40,14 +40,14 @@ def test_without_the_simulator_a_real_gpu_is_a_usable_one(simulator, monkeypatch
 
 @pytest.mark.parametrize("real, expected", [(True, "cuda"), (False, "cpu")])
 def test_training_labels_for_the_device_devices_reports(monkeypatch, real, expected):
-    from training.__main__ import _default_device
+    from autospmv.training.__main__ import _default_device
 
     monkeypatch.setattr(devices, "real_gpu_available", lambda: real)
     assert _default_device() == expected
 
 
 def test_gpu_timing_asks_devices_whether_a_real_gpu_is_present(simulator, monkeypatch):
-    from training.timing import require_real_gpu
+    from autospmv.training.timing import require_real_gpu
 
     simulator(False)
     monkeypatch.setattr(devices, "real_gpu_available", lambda: True)

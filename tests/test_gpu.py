@@ -82,13 +82,43 @@ def test_device_vectors(kernel, dtype, name, library, rng):
         assert_close(to_host(out), reference(A, x), dtype)
 
 
+@pytest.mark.parametrize("library", list(LIBRARIES))
+@pytest.mark.parametrize("name", ["power_law_500", "huge_row_among_short_300x3000",
+                                  "half_rows_empty_200x150", "parallel_long_rows_24x40000"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_device_vectors_of_the_other_dtype(kernel, dtype, name, library, rng):
+    """x of the other dtype than the matrix's (float64 x for a float32 matrix, float32 x for a
+    float64 one): a float64 result of x's kind, accumulated in float64 (float64's tolerance),
+    also into a float64 ``out``, while x of the matrix's dtype keeps its dtype."""
+    to_device, full_of_nan, to_host, array_type = LIBRARIES[library]()
+    A = matrix(name, dtype)
+    op = prepare_gpu(A, kernel)
+    if op is None:
+        return
+    other = np.float32 if dtype == np.float64 else np.float64
+    x = random_vector(rng, A.shape[1], other)
+    y = op @ to_device(x)
+    assert isinstance(y, array_type) and to_host(y).dtype == np.float64
+    assert_close(to_host(y), reference(A, x), np.float64)
+    out = full_of_nan(A.shape[0], np.float64)
+    assert op.matvec(to_device(x), out=out) is out
+    cuda.synchronize()
+    assert_close(to_host(out), reference(A, x), np.float64)
+    with pytest.raises(TypeError, match="out must have dtype float64; got float32"):
+        op.matvec(to_device(x), out=full_of_nan(A.shape[0], np.float32))
+    x = random_vector(rng, A.shape[1], dtype)
+    assert to_host(op @ to_device(x)).dtype == dtype
+
+
 @pytest.mark.parametrize("library", ["cupy", "torch"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_device_columns_and_transposed_products(kernel, dtype, library, rng):
-    """A 2-D CuPy array or PyTorch tensor multiplies column by column on the device (``@``,
-    ``dot``, ``matmat``; k = 3, 1 and 0 columns), and ``rmatvec``/``rmatmat`` take device
-    arrays too, each giving SciPy's result as the same kind of array."""
+    """A 2-D CuPy array or PyTorch tensor multiplies in one multi-vector product on the device
+    (``@``, ``dot``, ``matmat``; k = 3, 1 and 0 columns; more in ``test_spmm.py``), and
+    ``rmatvec``/``rmatmat`` take device arrays too, each giving SciPy's result as the same kind
+    of array."""
     to_device, _, to_host, array_type = LIBRARIES[library]()
     A = random_matrix(300, 200, 0.05, 3).astype(dtype)
     op = prepare_gpu(A, kernel)
@@ -117,15 +147,6 @@ def test_an_operator_on_the_gpu_refuses_to_be_pickled():
         pickle.dumps(op)
 
 
-def test_two_dimensional_numba_arrays_are_refused_with_a_hint():
-    op = autospmv.prepare(random_matrix(6, 4, 0.5, 1), kernel="csr_scalar", device="cuda")
-    with pytest.raises(TypeError,
-                       match="takes a CuPy array or a PyTorch tensor.*columns one at a"):
-        op @ cuda.to_device(np.ones((4, 2)))
-    with pytest.raises(ValueError, match=r"X must have shape \(4, k\); got \(5, 2\)"):
-        op @ pytest.importorskip("cupy").ones((5, 2))
-
-
 LARGE_NNZ = 200_000
 
 
@@ -140,6 +161,22 @@ def test_large_random_matrix(kernel, dtype, rng):
     assert_close(op @ x, reference(A, x), dtype)
     x_device = cuda.to_device(x)
     assert_close((op @ x_device).copy_to_host(), reference(A, x), dtype)
+
+
+def test_bench_times_cusparse_as_a_row_of_its_table(capsys, tmp_path):
+    """``autospmv bench`` on the GPU: cuSPARSE through CuPy is a row of the kernels' table,
+    timed by the same Bench, and the chosen kernel is compared with it."""
+    import scipy.sparse as sp
+
+    from autospmv.__main__ import main
+
+    pytest.importorskip("cupy")
+    path = tmp_path / "matrix.npz"
+    sp.save_npz(path, random_matrix(3000, 2000, 0.01, 4))
+    assert main(["bench", str(path), "--device", "cuda"]) == 0
+    out = capsys.readouterr().out
+    assert f"  {'cuSPARSE':11s} " in out and " µs per call" in out
+    assert "× cuSPARSE's speed" in out
 
 
 def test_automatic_device_is_cuda():
@@ -162,8 +199,8 @@ def test_rejects_device_x_of_wrong_shape(op):
 
 
 def test_rejects_device_x_of_wrong_dtype(op):
-    with pytest.raises(TypeError, match="x must have dtype float64; got float32"):
-        op @ cuda.to_device(np.ones(4, dtype=np.float32))
+    with pytest.raises(TypeError, match="x must have dtype float32 or float64; got int32"):
+        op @ cuda.to_device(np.ones(4, dtype=np.int32))
 
 
 def test_rejects_non_contiguous_device_x(op):

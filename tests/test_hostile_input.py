@@ -11,6 +11,7 @@ import pathlib
 import re
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 
@@ -107,6 +108,18 @@ MALFORMED_OTHER_KINDS = {
         "malformed BSR matrix: indptr decreases at block row 1"),
     "dia-offsets": (lambda: _with(sp.dia_matrix(np.eye(4)), offsets=np.array([0, 1, 2], np.int32)),
                     "malformed DIA matrix: 3 offsets for 1 diagonals of data"),
+    "dia-huge-offset": (  # SciPy's conversion corrupted the heap with it
+        lambda: _with(sp.dia_matrix((np.ones((1, 4)), [0]), shape=(4, 4)),
+                      offsets=np.array([2**40])),
+        "malformed DIA matrix: offset 1099511627776 lies outside the 4x4 matrix (valid: -4..4)"),
+    "dia-offset-below": (
+        lambda: _with(sp.dia_matrix((np.ones((1, 4)), [0]), shape=(3, 4)),
+                      offsets=np.array([-4], np.int32)),
+        "malformed DIA matrix: offset -4 lies outside the 3x4 matrix (valid: -3..4)"),
+    "dia-repeated-offset": (
+        lambda: _with(sp.dia_matrix((np.ones((2, 4)), [0, 1]), shape=(4, 4)),
+                      offsets=np.array([1, 1], np.int32)),
+        "malformed DIA matrix: offset 1 appears more than once"),
     "lil-column": (lambda: _lil_with_row(1, [5]),
                    "malformed CSR matrix: column index 5 out of range for 3 columns"),
 }
@@ -127,6 +140,10 @@ def test_every_valid_kind_passes_the_structure_check():
                  sp.dok_matrix):
         check_structure(kind(A))
     check_structure(sp.csr_matrix((0, 0)))
+    for k in (-3, 3):  # SciPy's diags makes empty diagonals just outside the matrix
+        E = sp.eye(3, k=k, format="dia")
+        check_structure(E)
+        np.testing.assert_array_equal(autospmv.prepare(E, device="cpu") @ np.ones(3), np.zeros(3))
 
 
 def test_the_structure_check_costs_less_than_one_scipy_matvec():
@@ -164,7 +181,8 @@ def test_cli_explain_refuses_a_crafted_npz(tmp_path, indices, indptr, message):
 
 
 def test_fuzzed_matrices_give_an_error_or_the_right_answer():
-    """fuzz_worker.py: 1200 random matrices, most of them malformed, through every kernel."""
+    """fuzz_worker.py: 1200 random CSR, CSC and DIA matrices, most of them malformed, some wide
+    or tall, through the features, every kernel, prepare and SpMVOperator, A and Aᵀ."""
     done = subprocess.run([sys.executable, str(HERE / "fuzz_worker.py"), "1200"],
                           capture_output=True, text=True, cwd=HERE.parent, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -172,6 +190,19 @@ def test_fuzzed_matrices_give_an_error_or_the_right_answer():
     assert report["matrices"] == 1200
     assert report["failures"] == [], report["failures"][:5]
     assert report["refused"] > 300 and report["computed"] > 300  # both kinds were exercised
+
+
+def test_the_fuzz_catches_a_validation_that_lets_malformed_matrices_through():
+    """With the structure check replaced by one that accepts anything, the fuzz reports
+    failures, or the process dies of what the kernels or SciPy then do."""
+    done = subprocess.run([sys.executable, str(HERE / "fuzz_worker.py"), "200", "0",
+                           "--without-validation"],
+                          capture_output=True, text=True, cwd=HERE.parent, timeout=600)
+    if done.returncode < 0:  # killed by a signal: SIGSEGV, or SIGABRT for a corrupted heap
+        return
+    assert done.returncode == 0, done.stderr[-3000:]
+    failures = json.loads(done.stdout)["failures"]
+    assert any("malformed, but computed" in failure for failure in failures), failures[:5]
 
 
 # --- parameters -------------------------------------------------------------------------------
@@ -422,3 +453,213 @@ def test_large_index_arrays_are_range_checked_by_the_compiled_pass(itype, bad, m
     A = sp.csr_matrix((np.ones(nnz), indices, np.array([0, nnz], dtype=itype)), shape=(1, 4000))
     with pytest.raises(ValueError, match=message):
         autospmv.prepare(A, device="cpu")
+
+
+# --- the public constructor ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("kernel", autospmv.KERNELS)
+def test_the_public_constructor_checks_the_matrix_as_prepare_does(kernel):
+    # The reproducer: an index past the columns made coo, csr_scalar and ell read out of bounds.
+    A = random_matrix(50, 50, 0.1, 4)
+    params = registry.choose_params(kernel, canonicalize(A), "cpu")
+    A.indices[1] = 10**9
+    with pytest.raises(ValueError, match="malformed CSR matrix: column index 1000000000 out of "
+                                         "range for 50 columns"):
+        autospmv.SpMVOperator(A, autospmv.Decision(kernel, params, "u"), "cpu")
+
+
+def test_the_public_constructor_builds_a_checked_snapshot(rng):
+    A = random_matrix(40, 30, 0.2, 5)
+    decision = autospmv.select(A, kernel="csr_scalar", device="cpu")
+    op = autospmv.SpMVOperator(A, decision, "cpu", threads=np.int64(1))
+    x = random_vector(rng, 30, np.float64)
+    expected = reference(A, x)
+    A.data[:] = 0  # the caller's arrays change; the operator does not
+    assert relative_error(op @ x, expected) <= TOLERANCE[np.dtype(np.float64)]
+    with pytest.raises(TypeError, match="decision must be an autospmv.Decision; got dict"):
+        autospmv.SpMVOperator(A, {"kernel": "coo"}, "cpu")
+    with pytest.raises(ValueError, match="unknown device 'tpu'"):
+        autospmv.SpMVOperator(A, decision, "tpu")
+    with pytest.raises(ValueError, match="threads must be a positive integer; got 0"):
+        autospmv.SpMVOperator(A, decision, "cpu", threads=0)
+
+
+# --- transposes -------------------------------------------------------------------------------
+
+def test_an_ell_operator_whose_transpose_ell_refuses_falls_back_to_hyb():
+    import scipy.sparse.linalg as spla
+
+    n = 3000  # one dense column: Aᵀ has a row of n entries among rows of one
+    A = (sp.csr_matrix((np.ones(n), (np.arange(n), np.zeros(n, int))), shape=(n, n))
+         + sp.eye(n, format="csr")).tocsr()
+    op = autospmv.prepare(A, kernel="ell", device="cpu")
+    z = np.linspace(-1.0, 1.0, n)
+    expected = A.T @ z
+    for y in (op.rmatvec(z), op.T @ z, op.H @ z):
+        assert relative_error(y, expected) <= TOLERANCE[np.dtype(np.float64)]
+    assert op.T.kernel == "hyb"
+    assert "guardrail: ell could not be built for Aᵀ (ELL would need" in op.T.explain()
+    b = A @ np.ones(n)
+    x, istop = spla.lsqr(op, b, atol=1e-12, btol=1e-12)[:2]
+    assert istop in (1, 2) and np.linalg.norm(A @ x - b) <= 1e-8 * np.linalg.norm(b)
+
+
+def test_the_transpose_of_a_very_wide_matrix_runs_on_coo_from_its_nonzeros(rng):
+    n = 3_000_000  # Aᵀ's CSR row pointer, 12 MB, would outweigh A's few hundred bytes
+    columns = np.array([5, 17, 2**20, n - 1] * 2, np.int32)
+    A = sp.csr_matrix((np.arange(1.0, 9.0), columns, np.array([0, 4, 4, 8, 8])), shape=(4, n))
+    z = rng.uniform(-1.0, 1.0, 4)
+    expected = A.T @ z
+    for kernel in autospmv.KERNELS:
+        op = autospmv.prepare(A, kernel=kernel, device="cpu")
+        transpose = op.T
+        assert transpose.kernel == "coo" and transpose.T is op
+        assert f"so it runs on coo, which needs none, instead of {kernel}" in transpose.explain()
+        assert transpose.nbytes < 1000
+        np.testing.assert_array_equal(transpose @ z, expected)
+        np.testing.assert_array_equal(op.rmatvec(z), expected)
+
+
+# --- vectors and outputs ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kernel", autospmv.KERNELS)
+def test_out_overlapping_the_operators_own_arrays_is_refused(kernel, rng):
+    A = random_matrix(60, 60, 0.3, 6)
+    op = autospmv.prepare(A, kernel=kernel, device="cpu")
+    x = random_vector(rng, 60, np.float64)
+    expected = op @ x
+    owned = [array for array in op.format.arrays().values()
+             if array.dtype == op.dtype and array.size >= 60]
+    assert owned
+    for array in owned:
+        with pytest.raises(ValueError, match="out overlaps the operator's own arrays"):
+            op.matvec(x, out=array[:60])
+    np.testing.assert_array_equal(op @ x, expected)  # nothing was written
+
+
+def test_big_endian_matrices_and_vectors_are_converted_as_scipy_does(rng):
+    A = random_matrix(30, 20, 0.3, 7)
+    x = random_vector(rng, 20, np.float64)
+    expected = A @ x
+    C = A.tocsc()
+    for M in (sp.csr_matrix((A.data.astype(">f8"), A.indices.astype(">i4"),
+                             A.indptr.astype(">i4")), shape=A.shape),
+              sp.csc_matrix((C.data.astype(">f4"), C.indices, C.indptr), shape=A.shape),
+              A.toarray().astype(">f8"), A.toarray().astype(">f4")):
+        op = autospmv.prepare(M, device="cpu")
+        assert op.dtype.isnative
+        tolerance = TOLERANCE[np.dtype(op.dtype)]
+        assert relative_error(op @ x.astype(">f8"), expected) <= tolerance
+
+
+def test_thread_counts_of_any_integer_type_are_accepted():
+    A = random_matrix(30, 30, 0.2, 8)
+    x = np.ones(30)
+    for threads in (np.int64(2), np.int32(1), np.uint8(2)):
+        op = autospmv.prepare(A, device="cpu", threads=threads)
+        assert 1 <= op.threads <= int(threads)
+        assert relative_error(op @ x, reference(A, x)) <= TOLERANCE[np.dtype(np.float64)]
+    for threads in (True, 2.0, np.float64(2), "two"):
+        with pytest.raises(ValueError, match="threads must be a positive integer"):
+            autospmv.prepare(A, device="cpu", threads=threads)
+
+
+def test_x_of_strings_or_objects_is_refused():
+    op = autospmv.prepare(random_matrix(4, 3, 1.0, 9), device="cpu")
+    for x in (np.array(["1", "2", "3"]), np.array([1.0, 2.0, 3.0], dtype=object),
+              ["1", "2", "3"]):
+        with pytest.raises(TypeError, match="autospmv multiplies numbers"):
+            op @ x
+
+
+# --- settings, model files, matrix files --------------------------------------------------------
+
+def test_an_autospmv_home_that_cannot_be_expanded(monkeypatch, capsys):
+    """Automatic selection goes on without the retrained models, with a warning; what writes
+    or lists the data folder stops with a one-line error naming the setting."""
+    from autospmv.__main__ import main as cli
+    from autospmv.training.__main__ import main as training
+
+    monkeypatch.setenv("AUTOSPMV_HOME", "~nosuchuser/x")
+    monkeypatch.delenv("AUTOSPMV_MODEL", raising=False)
+    A = random_matrix(30, 30, 0.2, 10)
+    message = "cannot expand AUTOSPMV_HOME='~nosuchuser/x': no home folder found for its user"
+    with pytest.warns(RuntimeWarning, match="models retrained on this machine are not looked "
+                                            "for: " + re.escape(message)):
+        op = autospmv.prepare(A, device="cpu")
+    assert relative_error(op @ np.ones(30), reference(A, np.ones(30))) <= 1e-12
+    assert cli(["models"]) == 2
+    assert training(["retrain", "--device", "cpu", "--budget-minutes", "1e-9",
+                     "--matrices"]) == 2
+    err = capsys.readouterr().err
+    assert f"autospmv models: error: {message}" in err and f"error: {message}" in err
+
+
+def test_export_text_of_a_model_deeper_than_the_recursion_limit(cpu_model_doc):
+    tree = cpu_model_doc["tree"]
+    internal = tree["children_left"].index(max(tree["children_left"]))  # some split
+    leaf = tree["children_left"].index(-1)
+    depth = sys.getrecursionlimit() + 500
+    chain = {key: [] for key in tree}
+    for i in range(depth):  # split i: a leaf on the left, split i + 1 on the right
+        for node, left, right in ((internal, 2 * i + 1, 2 * i + 2), (leaf, -1, -1)):
+            for key in tree:
+                chain[key].append(tree[key][node])
+            chain["children_left"][-1], chain["children_right"][-1] = left, right
+    for key in tree:
+        chain[key].append(tree[key][leaf])
+    cpu_model_doc["tree"] = chain
+    model = TreeModel.from_dict(cpu_model_doc)
+    assert model.depth == depth
+    name = model.feature_names[tree["feature"][internal]]
+    lines = model.export_text().splitlines()
+    assert lines[-1].endswith(f"--- truncated branch of depth {depth - 10}")
+    assert lines[0].startswith(f"|--- {name} <= ")
+    lines = model.export_text(max_depth=depth).splitlines()
+    assert len(lines) == 3 * depth + 1 and lines[-1].endswith("corrections: " + lines[1].split(
+        "corrections: ")[1])
+
+
+MATRIX_FILES = textwrap.dedent("""
+    import os, warnings
+    import numpy as np, scipy.sparse as sp
+    from autospmv.training import corpus
+
+    folder = {folder!r}
+    np.savez(os.path.join(folder, "bad-csc.npz"), format=b"csc", shape=np.array([3, 3]),
+             data=np.ones(3), indices=np.array([0, 1, 10**6]), indptr=np.array([0, 1, 2, 3]))
+    A = sp.dia_matrix((np.ones((1, 4)), [0]), shape=(4, 4))
+    np.savez(os.path.join(folder, "bad-dia.npz"), format=b"dia", shape=np.array([4, 4]),
+             data=A.data, offsets=np.array([7]))
+    sp.save_npz(os.path.join(folder, "good.npz"), sp.random(5, 5, density=0.4, format="csr",
+                                                             random_state=0))
+    os.mkfifo(os.path.join(folder, "x.npz"))  # reading it would wait for a writer
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        entries = {{e.name: e for e in corpus.corpus("tiny", [folder])
+                    if e.source != corpus.SYNTHETIC}}
+    print(sorted(entries))
+    print([str(w.message) for w in caught])
+    print(entries["good"].load().nnz)
+    for name in ("bad-csc", "bad-dia"):
+        try:
+            entries[name].load()
+        except ValueError as error:
+            print(error)
+""")
+
+
+def test_the_corpus_refuses_malformed_files_and_skips_what_is_not_a_regular_file(tmp_path):
+    # The reproducers: retrain --matrices DIR crashed in SciPy's conversion of the CSC file
+    # and hung on the FIFO.
+    done = subprocess.run([sys.executable, "-c", MATRIX_FILES.format(folder=str(tmp_path))],
+                          capture_output=True, text=True, cwd=HERE.parent, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines[0] == "['bad-csc', 'bad-dia', 'good']"
+    assert f"skipping {tmp_path / 'x.npz'}: not a regular file" in lines[1]
+    assert lines[2] == "10"
+    assert lines[3] == (f"{tmp_path / 'bad-csc.npz'}: malformed CSC matrix: row index 1000000 "
+                        "out of range for 3 rows (first at entry 2; valid: 0..2)")
+    assert lines[4] == (f"{tmp_path / 'bad-dia.npz'}: malformed DIA matrix: offset 7 lies "
+                        "outside the 4x4 matrix (valid: -4..4)")

@@ -177,7 +177,7 @@ def _leaf_value_len(d):
 
 INVALID = [
     (lambda d: d.__setitem__("format", "sklearn-pickle"), "not an autospmv tree model"),
-    (lambda d: d.__setitem__("schema_version", 3), "unsupported schema_version 3"),
+    (lambda d: d.__setitem__("schema_version", 4), "unsupported schema_version 4"),
     (lambda d: d.pop("classes"), "the model has no 'classes' entry"),
     (lambda d: d.__setitem__("feature_names", "row_max"), "feature_names must be a non-empty"),
     (lambda d: d.__setitem__("feature_names", []), "feature_names must be a non-empty"),

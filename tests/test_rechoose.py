@@ -13,8 +13,8 @@ from matrices import poisson2d
 from autospmv import registry
 from autospmv.features import features
 from autospmv.validation import canonicalize
-from training.records import read_records
-from training.rechoose import rechoose_files, rechoose_record
+from autospmv.training.records import read_records
+from autospmv.training.rechoose import rechoose_files, rechoose_record
 
 OLD = {"sigma": 30}
 """Parameters no chooser picks for the test matrix: what an earlier chooser had recorded."""

@@ -20,7 +20,7 @@ from autospmv import cost, registry, selector
 from autospmv.__main__ import main as cli_main
 from autospmv.features import FEATURE_NAMES
 from autospmv.model import TreeModel
-from training import label
+from autospmv.training import label
 
 TOY = "toy"
 

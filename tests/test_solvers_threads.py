@@ -1,5 +1,5 @@
-"""The CPU operator inside SciPy's solvers, and its thread settings (no timings here: those are in
-benchmarks/solvers.py)."""
+"""The CPU operator inside SciPy's solvers, and its thread settings (no timings here: those are
+the solver benchmark's, :mod:`autospmv.bench_solvers`, ``autospmv bench --solver``)."""
 
 from __future__ import annotations
 
@@ -346,20 +346,11 @@ def test_a_users_wait_policy_is_kept():
 
 # ------------------------------------------------------------------------- solver benchmark
 
-def _solver_benchmark():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("solver_benchmark",
-                                                  ROOT / "benchmarks" / "solvers.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize("rectangular", [False, True])
 def test_solver_benchmark_checks_every_solver_on_a_small_matrix(rectangular):
     """The benchmark's untimed check: equal product counts, iterations and solutions."""
-    bench = _solver_benchmark()
+    from autospmv import bench_solvers as bench
+
     A = sp.random(150, 110 if rectangular else 150, density=0.05, format="csr", random_state=7)
     A = (A + sp.eye(*A.shape)).tocsr()
     scipy_side, ops, _ = bench.build_problems(A)
@@ -383,3 +374,26 @@ def test_bench_solver_flag_reaches_the_solver_benchmark(capsys):
         main(["bench", "--solver", "--solvers", "cg,nope"])
     assert stop.value.code == 2
     assert "unknown solvers ['nope']" in capsys.readouterr().err
+
+
+def test_bench_solver_runs_on_a_users_folder(tmp_path, capsys):
+    """``--quick`` in a folder without the project's quick set takes its first matrices; the
+    results go to ``--out``, one record per matrix and solver."""
+    import json
+
+    from autospmv.__main__ import main
+
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    for name, size in (("a_small", 30), ("b_smaller", 20)):
+        A = sp.random(size, size, density=0.2, format="csr", random_state=size)
+        sp.save_npz(folder / f"{name}.npz", (A + sp.eye(size)).tocsr())
+    out = tmp_path / "result.json"
+    assert main(["bench", "--solver", "--matrices", str(folder), "--quick", "--solvers", "cg",
+                 "--rounds", "2", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    [config] = result["configs"]
+    assert config["config"]["env"] == "default"
+    assert [(r["matrix"], r["solver"]) for r in config["records"]] == [("a_small", "cg"),
+                                                                       ("b_smaller", "cg")]
+    assert f"wrote {out}" in capsys.readouterr().err

@@ -15,9 +15,9 @@ import scipy.sparse as sp
 import autospmv
 from autospmv.features import FEATURE_NAMES, features
 from autospmv.model import TreeModel
-from training import corpus, label, train
-from training.__main__ import main
-from training.timing import (QUICK, Bench, noise_ratio, relative_error, require_real_gpu,
+from autospmv.training import corpus, label, train
+from autospmv.training.__main__ import main
+from autospmv.training.timing import (QUICK, Bench, noise_ratio, relative_error, require_real_gpu,
                              summary)
 
 INF = math.inf
@@ -247,7 +247,7 @@ def test_the_labellers_timer_is_autospmvs():
     """training.timing re-exports autospmv.timing's objects (one timer, not a copy) and adds
     the labeller's parts; its Bench is autospmv's with the simulator refused."""
     from autospmv import timing as core
-    from training import timing as labeller
+    from autospmv.training import timing as labeller
 
     for name in ("TimingOptions", "summary", "relative_error", "noise_ratio", "clock",
                  "time_calls", "release_device_memory", "CpuClock", "CudaClock"):
@@ -599,7 +599,8 @@ def test_b2b_mode_and_dataset_checks():
                                                    dict.fromkeys(autospmv.KERNELS))], "b2b")
     assert dropped == ["broken"] and len(ds) == len(records)
     assert ds.times[0].min() == 5.0 and set(ds.groups) >= {"fem/real", "lp/synthetic"}
-    with pytest.raises(ValueError, match="appears in more than one label record"):
+    with pytest.raises(ValueError, match="appears in more than one label record .* start over "
+                                         "with `autospmv retrain --fresh`"):
         train.dataset(records + records[:1])
     with pytest.raises(ValueError, match="unknown timing mode 'wall'"):
         train.dataset(records, "wall")
@@ -673,7 +674,7 @@ def test_hyper_grid():
 
 
 def test_a_deeper_setting_must_beat_the_simpler_by_more_than_one_standard_error():
-    from training.crossval import _best
+    from autospmv.training.crossval import _best
 
     simple, deep = train.GRID[0], train.GRID[5]
     # Two kernels; 40 matrices. Kernel 0 is fastest on all but two. The deep setting picks
@@ -855,7 +856,7 @@ def test_training_in_two_regimes_chooses_per_regime_and_reports_both():
     assert "its root splitting the regimes on nnz." in report
     assert "From 1,000,000 nonzeros (back-to-back times):" in report
     assert "| small correction/" in report or "| small cost model alone;" in report
-    assert json.loads(result.model.to_json())["schema_version"] == 2
+    assert json.loads(result.model.to_json())["schema_version"] == 3  # two regimes and defaults
 
 
 def test_labels_without_cost_quantities_are_refused():
@@ -1060,8 +1061,78 @@ def test_a_model_worse_than_the_best_fixed_kernel_is_not_installed(tmp_path, mon
     assert "the best fixed kernel (always csr_scalar) would do better" in err
     assert _retrain(_as_labels(_fabricated(), tmp_path / "good.jsonl", "float64"),
                     "float64") == 0
-    good = path.read_bytes()
+    good, report = path.read_bytes(), path.with_suffix(".md").read_text()
+    assert not path.with_suffix(".rejected.md").exists()  # the first run's, replaced
     assert _retrain(_as_labels(_one_kernel_wins(), tmp_path / "bad.jsonl", "float64"),
                     "float64") == 0
     assert path.read_bytes() == good
+    assert path.with_suffix(".md").read_text() == report  # the installed model's report
+    rejected = path.with_suffix(".rejected.md")
+    assert rejected.read_text() != report
     assert f"not installed (kept {path})" in capsys.readouterr().err
+
+
+def test_retrain_holds_the_labels_lock_while_it_labels_and_trains(tmp_path, monkeypatch):
+    import fcntl
+
+    from autospmv.training import __main__ as cli
+
+    lock = tmp_path / "labels.jsonl.lock"
+
+    def held() -> bool:
+        with open(lock, "a") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            return False
+
+    seen = []
+
+    def train_files(*args, **kwargs):
+        seen.append(("train", held()))
+        raise RuntimeError("stopped after training")
+
+    monkeypatch.setenv("AUTOSPMV_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(cli, "_label", lambda *args: seen.append(("label", held())))
+    monkeypatch.setattr(train, "train_files", train_files)
+    assert main(["retrain", "--device", "cpu", "--labels", str(tmp_path / "labels.jsonl"),
+                 "--matrices"]) == 2
+    assert seen == [("label", True), ("train", True)]
+    assert not held()
+
+
+def test_two_labelling_runs_on_one_file_take_turns(tmp_path):
+    """Two processes start labelling the tiny corpus into one file while its lock is held
+    (here, by the test): both wait, then one labels every matrix and the other finds them
+    labelled; the file holds each matrix once."""
+    import fcntl
+    import os
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "labels.jsonl"
+    command = [sys.executable, "-m", "autospmv.training", "label", "--device", "cpu",
+               "--corpus", "tiny", "--quick", "--no-variants", "--jobs", "1", "--matrices",
+               "--out", str(out)]
+    environment = dict(os.environ, TQDM_DISABLE="1")
+    logs = [tmp_path / "first.err", tmp_path / "second.err"]
+    with open(tmp_path / "labels.jsonl.lock", "a") as lock, open(logs[0], "w") as first, \
+            open(logs[1], "w") as second:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        runs = [subprocess.Popen(command, stderr=err, env=environment)
+                for err in (first, second)]
+        waiting = f"waiting for another run that writes {out} to finish"
+        deadline = time.monotonic() + 300
+        while not all(waiting in log.read_text() for log in logs):
+            assert time.monotonic() < deadline and all(r.poll() is None for r in runs), [
+                log.read_text()[-2000:] for log in logs]
+            time.sleep(0.1)
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        codes = [run.wait(timeout=600) for run in runs]
+    assert codes == [0, 0], [log.read_text()[-2000:] for log in logs]
+    summaries = sorted(log.read_text().split("labelled ")[1][:2] for log in logs)
+    assert summaries == ["0 ", "9 "]
+    names = [record["name"] for record in label.read_records(out)]
+    assert sorted(names) == sorted(e.name for e in corpus.corpus("tiny"))

@@ -80,11 +80,12 @@ def test_a_refused_format_is_skipped():
 
 
 def test_measure_times_with_autospmvs_timer_without_the_training_package(monkeypatch):
-    """training is an optional extra: tune='measure' times with autospmv.timing alone."""
+    """The training pipeline is no part of the library: tune='measure' times with
+    autospmv.timing alone."""
     from autospmv import timing
 
-    monkeypatch.setitem(sys.modules, "training", None)  # makes any import of it fail
-    monkeypatch.setitem(sys.modules, "training.timing", None)
+    monkeypatch.setitem(sys.modules, "autospmv.training", None)  # makes any import of it fail
+    monkeypatch.setitem(sys.modules, "autospmv.training.timing", None)
     clocks = []
     clock = timing.clock
     monkeypatch.setattr(timing, "clock", lambda device: clocks.append(device) or clock(device))

@@ -1,13 +1,12 @@
-"""The training pipeline of autospmv's kernel selector.
+"""The training pipeline of autospmv's kernel selector, installed as ``autospmv.training``.
 
-:mod:`training.corpus` builds the matrices (:mod:`training.generators` the synthetic ones),
-:mod:`training.label` times every kernel on each of them on the local device
-(:mod:`training.timing`, autospmv's timer :mod:`autospmv.timing` with the labeller's
-tolerance and options, does one measurement; :mod:`training.records` reads and writes the
-label records, :mod:`training.forecast` predicts how long labelling takes),
-:mod:`training.train` fits and cross-validates the decision tree and exports it with
-:mod:`autospmv.model` (its parts: :mod:`training.dataset`, :mod:`training.metrics`,
-:mod:`training.fitting`, :mod:`training.crossval`, :mod:`training.report`).
-``python -m training --help`` runs the steps from the command line; ``python -m training
-retrain`` does all of them for the current machine and installs the result.
+:mod:`.corpus` builds the matrices (:mod:`.generators` the synthetic ones), :mod:`.label` times
+every kernel on each of them on the local device (:mod:`.timing`, autospmv's timer
+:mod:`autospmv.timing` with the labeller's tolerance and options, does one measurement;
+:mod:`.records` reads and writes the label records, :mod:`.forecast` predicts how long labelling
+takes), :mod:`.train` fits and cross-validates the decision tree and exports it with
+:mod:`autospmv.model` (its parts: :mod:`.dataset`, :mod:`.metrics`, :mod:`.fitting`,
+:mod:`.crossval`, :mod:`.report`). ``python -m autospmv.training --help`` runs the steps from
+the command line; ``python -m autospmv.training retrain`` does all of them for the current
+machine and installs the result.
 """

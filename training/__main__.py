@@ -2,20 +2,23 @@
 
 ::
 
-    python -m training corpus  [--corpus default] [--matrices DIR ...]
-    python -m training label   --corpus default --device cuda --out labels.jsonl[.gz]
-                               [--budget-minutes 15] [--matrices DIR ...] [--dtype float64]
-    python -m training train   labels.jsonl[.gz] [...] --out model.json [--report report.md]
-                               [--timing auto|per_call|b2b] [--objectives correction ...]
-                               [--repeats 3] [--holdout FILE]
-    python -m training retrain [--device cuda|cpu] [--budget-minutes N] [--dtype float64] [--fresh]
+    python -m autospmv.training corpus  [--corpus default] [--matrices DIR ...]
+    python -m autospmv.training label   --corpus default --device cuda --out labels.jsonl[.gz]
+                                        [--budget-minutes 15] [--matrices DIR ...]
+                                        [--dtype float64]
+    python -m autospmv.training train   labels.jsonl[.gz] [...] --out model.json
+                                        [--report report.md] [--timing auto|per_call|b2b]
+                                        [--objectives correction ...] [--repeats 3]
+                                        [--holdout FILE]
+    python -m autospmv.training retrain [--device cuda|cpu] [--budget-minutes N]
+                                        [--dtype float64] [--fresh]
 
 ``retrain`` labels a corpus sized for this machine's device within the time budget (default
 15 minutes on a GPU with the ``default`` corpus, 30 minutes on the CPU with ``small``), trains,
 prints the report and installs the model where autospmv looks for it
 (:func:`autospmv.model.user_model_path`: ``<device>-<dtype>.json``, so a float32 retrain never
 replaces the float64 model), but only if its cross-validated score beats the best fixed kernel
-on the same labels (:func:`training.train.guard`); otherwise the previous model stays and the
+on the same labels (:func:`.train.guard`); otherwise the previous model stays and the
 reason is printed. The labels are kept in the same per-user folder
 (``labels/<device>-<dtype>.jsonl``), so an interrupted retrain continues where it stopped;
 ``--fresh`` deletes them first and starts over. Labels timed with other options (``--quick``)
@@ -48,10 +51,10 @@ def _default_device() -> str:
     return "cuda" if real_gpu_available() else "cpu"
 
 
-def _parser(prog: str = "python -m training") -> argparse.ArgumentParser:
-    from training.corpus import PRESETS
-    from training.label import TRAINING_MODES
-    from training.train import DEFAULT_OBJECTIVES, OBJECTIVES, REPEATS
+def _parser(prog: str = "python -m autospmv.training") -> argparse.ArgumentParser:
+    from .corpus import PRESETS
+    from .label import TRAINING_MODES
+    from .train import DEFAULT_OBJECTIVES, OBJECTIVES, REPEATS
 
     parser = argparse.ArgumentParser(prog=prog, description=(
         "Label matrices with every kernel's time, train the kernel-selection tree, export it."))
@@ -145,8 +148,8 @@ features again (see training/rechoose.py). Each record's matrix is rebuilt from 
 
 
 def _rechoose(args) -> None:
-    from training.label import load_canonical
-    from training.rechoose import rechoose_files
+    from .label import load_canonical
+    from .rechoose import rechoose_files
 
     entries = {e.name: e for e in _entries(args.corpus, args.matrices)}
 
@@ -172,14 +175,14 @@ def _rechoose(args) -> None:
 
 
 def _entries(preset: str, folders):
-    from training.corpus import corpus
+    from .corpus import corpus
 
     return corpus(preset, folders)
 
 
 def _label(args, preset: str, out, budget_minutes) -> dict:
-    from training.label import label
-    from training.timing import QUICK, TimingOptions
+    from .label import label
+    from .timing import QUICK, TimingOptions
 
     summary = label(
         _entries(preset, args.matrices), out, args.device, dtype=args.dtype,
@@ -195,44 +198,56 @@ def _label(args, preset: str, out, budget_minutes) -> dict:
 
 
 def _retrain(args) -> None:
+    """``retrain``: label, train and install, holding the labels file's lock throughout
+    (:func:`.records.labels_lock`), so that a second retrain for the same device and dtype
+    waits for the first and then resumes from its labels."""
     from autospmv.model_store import device_slug, user_data_dir, user_model_path
-    from training.train import train_files
+    from .records import labels_lock
+    from .train import train_files
 
     args.device = args.device or _default_device()
     preset, budget = RETRAIN[args.device]
     slug = device_slug(args.device)
     model_path = user_model_path(slug, args.dtype)
     labels = Path(args.labels or user_data_dir() / "labels" / f"{slug}-{args.dtype}.jsonl")
-    if args.fresh and labels.exists():
-        labels.unlink()
-        print(f"--fresh: deleted the earlier labels {labels}", file=sys.stderr)
-    _label(args, args.corpus or preset, labels, args.budget_minutes or budget)
-    report_path = model_path.with_suffix(".md")
-    result = train_files([labels], None, report_path, mode=args.timing, holdout=args.holdout)
-    print(result.report)
-    install(result, model_path, report_path)
+    with labels_lock(labels):
+        if args.fresh and labels.exists():
+            labels.unlink()
+            print(f"--fresh: deleted the earlier labels {labels}", file=sys.stderr)
+        _label(args, args.corpus or preset, labels, args.budget_minutes or budget)
+        result = train_files([labels], None, None, mode=args.timing, holdout=args.holdout)
+        print(result.report)
+        install(result, model_path)
 
 
-def install(result, model_path, report_path) -> bool:
-    """Install ``result``'s model at ``model_path`` if it passes the guard
-    (:func:`training.train.guard`: its cross-validated score beats the best fixed kernel on
-    the same labels); otherwise keep the model there, if any, and say why. The report is
-    written either way."""
+def install(result, model_path) -> bool:
+    """Install ``result``'s model at ``model_path``, with its report beside it (``.md``), if
+    it passes the guard (:func:`.train.guard`: its cross-validated score beats the best fixed
+    kernel on the same labels); otherwise keep the model there and its report, if any, write
+    this run's report as ``<model>.rejected.md`` (which a later installed model removes) and
+    say why."""
+    from autospmv.model_store import write_atomically
+
     verdict = result.scores["guard"]
+    model_path.parent.mkdir(parents=True, exist_ok=True)
     if not verdict["passed"]:
+        report_path = model_path.with_suffix(".rejected.md")
+        write_atomically(report_path, result.report)
         kept = f"kept {model_path}" if model_path.is_file() else "no model installed"
         print(f"not installed ({kept}): {verdict['reason']}; the best fixed kernel "
               f"(always {verdict['best_fixed']}) would do better on these labels "
               f"(report: {report_path})", file=sys.stderr)
         return False
-    model_path.parent.mkdir(parents=True, exist_ok=True)
+    report_path = model_path.with_suffix(".md")
     result.model.to_json(model_path)
+    write_atomically(report_path, result.report)
+    model_path.with_suffix(".rejected.md").unlink(missing_ok=True)
     print(f"installed {model_path} ({verdict['reason']}; report: {report_path})",
           file=sys.stderr)
     return True
 
 
-def main(argv=None, prog: str = "python -m training") -> int:
+def main(argv=None, prog: str = "python -m autospmv.training") -> int:
     """Run a command; ``prog`` names the program in help and usage messages (``autospmv``
     delegates ``autospmv retrain`` here)."""
     args = _parser(prog).parse_args(argv)
@@ -241,10 +256,13 @@ def main(argv=None, prog: str = "python -m training") -> int:
             for e in _entries(args.corpus, args.matrices):
                 print(f"{e.name}\t{e.family}\t{e.size}\t{e.nnz}\t{e.source}")
         elif args.command == "label":
+            from .records import labels_lock
+
             args.device = args.device or _default_device()
-            _label(args, args.corpus, args.out, args.budget_minutes)
+            with labels_lock(args.out):
+                _label(args, args.corpus, args.out, args.budget_minutes)
         elif args.command == "train":
-            from training.train import train_files
+            from .train import train_files
 
             result = train_files(args.labels, args.out, args.report, mode=args.timing,
                                  n_splits=args.folds, objectives=args.objectives,

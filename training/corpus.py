@@ -55,6 +55,7 @@ import csv
 import dataclasses
 import functools
 import math
+import warnings
 import zipfile
 from pathlib import Path
 from typing import Callable
@@ -63,8 +64,10 @@ import numpy as np
 import scipy.io
 import scipy.sparse as sp
 
+from autospmv.validation import load_matrix_file
+
 # The synthetic generators live in training/generators.py; their names stay importable here.
-from training.generators import (GENERATORS, _from_rows, _pareto_lengths,  # noqa: F401
+from .generators import (GENERATORS, _from_rows, _pareto_lengths,  # noqa: F401
                                  _rng, _rows_for, _side, _stencil_pattern,
                                  _tridiagonal_pattern, _with_values, banded, block_diagonal,
                                  block_fem, dense_rows, diagonal, long_rows, lp, permuted,
@@ -148,6 +151,11 @@ PRESETS: dict[str, dict] = {
     "large": {"sizes": (10_000, 100_000, 1_600_000), "family_sizes": (5_000_000, 20_000_000),
               "max_nnz": 20_000_000, "grow_sizes": (1_000_000, 5_000_000, 20_000_000),
               "grow_every": (1, 3)},
+    "kinds": {"sizes": (10_000, 100_000, 1_600_000), "family_sizes": (5_000_000,),
+              "max_nnz": 20_000_000,
+              "draws": ((1_000_000, 1.0, "xcp"), (5_000_000, 1 / 8, "xcp"),
+                        (20_000_000, 1 / 16, "xp")),
+              "held_out_sizes": ((20_000_000, "xp"),)},
 }
 """Synthetic sizes (target nnz) and variants of each preset, the largest file it takes, and the
 size to which smaller files are also grown (block-diagonal copies, :func:`grown_entries`).
@@ -157,7 +165,15 @@ size to which smaller files are also grown (block-diagonal copies, :func:`grown_
 long-rows generators' shortfalls included, land above the 10⁶ threshold of the timing
 rule), the first variant of every family at 5·10⁶ and 2·10⁷ (``family_sizes``), and each real
 file grown (:func:`large_grown_entries`) in all three ways (:data:`GROWTHS`) to ≥ 10⁶,
-in one way (rotating) to ≥ 5·10⁶, and every third file in one way to ≥ 2·10⁷."""
+in one way (rotating) to ≥ 5·10⁶, and every third file in one way to ≥ 2·10⁷.
+
+``kinds`` is built for many real bases of many kinds (the 31 shared files and the 345 of the
+UF collection): every base as given, and grown copies drawn per base (:func:`drawn_grown_entries`)
+rather than every base at every size: ``draws`` lists (size, probability, ways), each drawn
+with its own seeded coin and growth way, so that one labelling of about 400 bases fits a few
+device calls. The bases named in :data:`HOLDOUT_FILE` are grown instead to ``held_out_sizes``
+in each listed way (block-diagonal and permuted copies of about 2·10⁷ nonzeros), the matrices
+on which a model trained without them is scored."""
 
 
 def synthetic(preset: str = "default") -> list[Entry]:
@@ -190,10 +206,10 @@ def _preset(preset: str) -> dict:
 
 
 def load_file(path: str) -> sp.csr_matrix:
-    """A matrix from ``.npz`` (``scipy.sparse.save_npz``) or ``.mtx`` (Matrix Market)."""
-    if path.endswith(".npz"):
-        return sp.csr_matrix(sp.load_npz(path))
-    return sp.csr_matrix(scipy.io.mmread(path))
+    """A matrix from ``.npz`` (``scipy.sparse.save_npz``) or ``.mtx`` (Matrix Market), read by
+    :func:`autospmv.validation.load_matrix_file`: a malformed file raises a ValueError naming
+    it before SciPy converts its arrays."""
+    return sp.csr_matrix(load_matrix_file(path))
 
 
 def _stored_nnz(path: Path) -> int:
@@ -216,11 +232,25 @@ def _manifest(folder: Path) -> dict[str, dict]:
         return {row["name"]: row for row in csv.DictReader(handle, delimiter="\t")}
 
 
+def kind_of(row: dict) -> str:
+    """A file's family from its manifest row: the ``family`` column, else the collection's
+    ``kind`` without the words that only say where the matrix stands in a series ("duplicate
+    structural problem" and "subsequent 2D/3D problem" are "structural" and "2D/3D"), else
+    ``"unknown"``."""
+    if row.get("family"):
+        return row["family"]
+    kind = (row.get("kind") or "unknown").lower()
+    for word in ("duplicate ", "subsequent "):
+        kind = kind.removeprefix(word)
+    return kind.removesuffix(" sequence").removesuffix(" problem") or "unknown"
+
+
 def folder_entries(folder, max_nnz: int | None = None) -> list[Entry]:
     """Entries for every ``.npz``/``.mtx`` file in ``folder`` (not recursive), sorted by name.
 
-    The family comes from ``MANIFEST.tsv`` when it lists the file, else ``"unknown"``; files
-    with more than ``max_nnz`` stored entries are left out.
+    The family comes from ``MANIFEST.tsv`` when it lists the file (:func:`kind_of`); files
+    with more than ``max_nnz`` stored entries are left out, and so, with a warning, is anything
+    that is not a regular file.
     """
     folder = Path(folder)
     if not folder.is_dir():
@@ -228,12 +258,15 @@ def folder_entries(folder, max_nnz: int | None = None) -> list[Entry]:
     manifest = _manifest(folder)
     entries = []
     for path in sorted(p for p in folder.iterdir() if p.suffix in (".npz", ".mtx")):
+        if not path.is_file():  # a FIFO or a device would block the reader
+            warnings.warn(f"skipping {path}: not a regular file", RuntimeWarning, stacklevel=2)
+            continue
         row = manifest.get(path.stem, {})
         nnz = int(row["nnz"]) if row.get("nnz") else _stored_nnz(path)
         if max_nnz is not None and nnz > max_nnz:
             continue
         loader = functools.partial(load_file, str(path))
-        entries.append(Entry(path.stem, row.get("family") or "unknown", str(path),
+        entries.append(Entry(path.stem, kind_of(row), str(path),
                              size_tag(nnz), nnz, loader))
     return entries
 
@@ -323,6 +356,37 @@ def large_grown_entries(files: list[Entry], spec: dict) -> list[Entry]:
     return out
 
 
+HOLDOUT_FILE = Path(__file__).resolve().parent.parent / "models" / "holdout.txt"
+"""The frozen list of held-out bases (one name a line, ``#`` comments)."""
+
+
+def read_names(path) -> list[str]:
+    """Names from a list file: one a line; blank lines and ``#`` comments ignored."""
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    return [line.split("#")[0].strip() for line in lines if line.split("#")[0].strip()]
+
+
+def drawn_grown_entries(files: list[Entry], spec: dict, held_out=()) -> list[Entry]:
+    """The ``kinds`` preset's grown copies (see :data:`PRESETS`): for each base not in
+    ``held_out``, each ``(size, probability, ways)`` of ``spec["draws"]`` is drawn with a coin
+    seeded by the base's name and, when drawn, grown in one of ``ways`` (letters of
+    :data:`GROWTHS`), also drawn; each held-out base is grown to every size of
+    ``spec["held_out_sizes"]`` in every listed way."""
+    held_out = set(held_out)
+    out = []
+    for entry in files:
+        if entry.name in held_out:
+            for target, ways in spec.get("held_out_sizes", ()):
+                out += grown_entries([entry], target, tuple(ways), at_least=True)
+            continue
+        rng = _rng(f"draw/{entry.name}")
+        for target, probability, ways in spec["draws"]:
+            coin, way = rng.random(), ways[int(rng.integers(len(ways)))]
+            if coin < probability:
+                out += grown_entries([entry], target, (way,), at_least=True)
+    return out
+
+
 def corpus(preset: str = "default", folders=()) -> list[Entry]:
     """A preset's synthetic entries plus the files in ``folders`` that fit its size limit,
     ordered by size (so a time-limited run covers every family before the largest sizes)."""
@@ -335,6 +399,8 @@ def corpus(preset: str = "default", folders=()) -> list[Entry]:
             entries += grown_entries(files, spec["grow_to"])
         if "grow_sizes" in spec:
             entries += large_grown_entries(files, spec)
+        if "draws" in spec:
+            entries += drawn_grown_entries(files, spec, read_names(HOLDOUT_FILE))
     seen: dict[str, str] = {}
     for entry in entries:
         if entry.name in seen:

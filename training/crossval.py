@@ -16,10 +16,10 @@ import math
 import numpy as np
 from sklearn.model_selection import GroupKFold
 
-from training.dataset import Dataset
-from training.fitting import (OBJECTIVES, WEIGHTINGS, Hyper, RegimeHyper, fit, fit_cost_model,
+from .dataset import Dataset
+from .fitting import (OBJECTIVES, WEIGHTINGS, Hyper, RegimeHyper, fit, fit_cost_model,
                               regimes)
-from training.metrics import (best_fixed, cost_policy, fixed_kernel, fixed_name, fixed_policy,
+from .metrics import (best_fixed, cost_policy, fixed_kernel, fixed_name, fixed_policy,
                               rule_policy, selection_log_q, selection_metrics, tree_policy)
 
 

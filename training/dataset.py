@@ -19,7 +19,7 @@ import numpy as np
 
 from autospmv import registry
 from autospmv.features import FEATURE_NAMES
-from training.label import LARGE_NNZ, TRAINING_MODES, is_noisy, target_mode
+from .label import LARGE_NNZ, TRAINING_MODES, is_noisy, target_mode
 
 
 @dataclasses.dataclass
@@ -79,7 +79,9 @@ def dataset(records, mode: str = "auto") -> tuple[Dataset, list[str]]:
     kept, dropped, noisy = [], [], []
     for record in records:
         if record["name"] in seen:
-            raise ValueError(f"matrix {record['name']!r} appears in more than one label record")
+            raise ValueError(f"matrix {record['name']!r} appears in more than one label record "
+                             "(labelled twice into one file); start over with `autospmv "
+                             "retrain --fresh`, or delete all but one of its records")
         seen.add(record["name"])
         if tuple(record["features"]) != feature_names:
             raise ValueError(f"record {record['name']!r} has different feature names than "

@@ -29,7 +29,7 @@ from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
 from autospmv.cost import QUANTITY_NAMES
 from autospmv.features import FEATURE_NAMES
 from autospmv.model import CostModel, TreeModel
-from training.dataset import Dataset
+from .dataset import Dataset
 
 
 WEIGHTINGS = ("none", "log_ratio", "ratio")
@@ -187,11 +187,13 @@ class Fitted:
         columns = ds.X[rows][:, [ds.feature_names.index(f) for f in self._base_features]]
         return np.hstack([columns, self.cost_model.relative(estimates)])
 
-    def export(self, provenance: dict | None = None) -> TreeModel:
-        """The model file's content: the tree, its cost model and how its leaves rank."""
+    def export(self, provenance: dict | None = None, defaults=None) -> TreeModel:
+        """The model file's content: the tree, its cost model, how its leaves rank and the
+        default kernels (:class:`autospmv.default_policy.DefaultPolicy`) it may override."""
         return TreeModel.from_sklearn(
             self.tree, self.feature_names, provenance, cost_model=self.cost_model,
-            ranking="correction" if self.objective == "correction" else "value")
+            ranking="correction" if self.objective == "correction" else "value",
+            defaults=defaults)
 
     def ranking(self, ds: Dataset, rows) -> np.ndarray:
         """Kernel columns of ``ds`` per row, best first, as :meth:`TreeModel.ranked` orders

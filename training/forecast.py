@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from training.records import read_records
+from .records import read_records
 
 
 def _predicted_seconds(history: list[tuple[int, float]], nnz: int) -> float:

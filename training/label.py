@@ -31,13 +31,13 @@ Record layout (one JSON object per line; ``schema`` = :data:`SCHEMA`)::
     timing_mode,                        # the mode the row is decided on (target_mode)
     noise {"per_call": ratio, "b2b": ratio}, noisy,   # contention check (row_noise, is_noisy)
     device {...}, versions {...}, timing {TimingOptions fields}, date,
-    rechosen [{date, kernels {kernel: {from, to}}}]   # only after python -m training rechoose
+    rechosen [{date, kernels {kernel: {from, to}}}]   # only after python -m autospmv.training rechoose
 
     result = {params, status, feasible, reason, error, prepare_ms,
               time_per_call_us, time_b2b_us,           # medians, µs (null unless ok)
               spread {per_call: {median, min, p90, n}, b2b: {...}, b2b_calls, retimed}}
 
-When a parameter chooser changes later, ``python -m training rechoose`` (:mod:`training.rechoose`)
+When a parameter chooser changes later, ``python -m autospmv.training rechoose`` (:mod:`training.rechoose`)
 gives a kernel the time of the variant with its new parameters and recomputes the features,
 noting it in ``rechosen``.
 
@@ -79,17 +79,17 @@ from autospmv import registry
 from autospmv.features import features
 from autospmv.formats.base import FormatTooLargeError
 from autospmv.validation import canonicalize
-from training import corpus as corpus_module
-from training.timing import (QUICK, TOLERANCE, Bench, TimingOptions, device_info,  # noqa: F401
+from . import corpus as corpus_module
+from .timing import (QUICK, TOLERANCE, Bench, TimingOptions, device_info,  # noqa: F401
                              relative_error, release_device_memory, require_real_gpu)
 
 # Records, timing modes and the labels file: training/records.py (names kept importable here)
-from training.records import (GZIP_MAGIC, LARGE_NNZ, NOISE_LIMIT, SCHEMA,  # noqa: F401
+from .records import (GZIP_MAGIC, LARGE_NNZ, NOISE_LIMIT, SCHEMA,  # noqa: F401
                               TIMING_MODES, TRAINING_MODES, _append, _compressed, _decode,
                               _parse, _resume, _rewrite, _timing_name, is_noisy, read_records,
                               row_noise, target_mode)
 # The labelling-time forecast: training/forecast.py (names kept importable here)
-from training.forecast import (Forecast, _minutes, _predicted_seconds,  # noqa: F401
+from .forecast import (Forecast, _minutes, _predicted_seconds,  # noqa: F401
                                labelling_seconds, reference_labels)
 
 THREADS_PER_ROW = registry.THREADS_PER_ROW_VARIANTS

@@ -16,11 +16,11 @@ import numpy as np
 
 from autospmv import selector
 from autospmv.model import CostModel
-from training.dataset import Dataset, _time
-from training.label import target_mode
+from .dataset import Dataset, _time
+from .label import target_mode
 
 if TYPE_CHECKING:  # only named in an annotation; fitting.py does not import this module
-    from training.fitting import Fitted
+    from .fitting import Fitted
 
 
 RULE_ROW = selector.LONG_ROW

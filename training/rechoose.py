@@ -29,8 +29,8 @@ from pathlib import Path
 
 from autospmv import registry
 from autospmv.features import features
-from training.label import best_kernels
-from training.records import _rewrite, is_noisy, read_records, row_noise
+from .label import best_kernels
+from .records import _rewrite, is_noisy, read_records, row_noise
 
 VARIANT_ONLY_KEYS = ("kernel", "strategy")
 """Keys of a variant result that a kernel result does not have."""

@@ -5,20 +5,27 @@ the CLI and the benchmarks, which need none of the labelling machinery: which ti
 matrix is decided on (:func:`target_mode`), whether a record's timings stayed disturbed
 (:func:`row_noise`, :func:`is_noisy`), and reading and appending the JSON-lines file, plain or
 gzip-compressed (:func:`read_records`, and the resumption and durable appends the labeller
-uses).
+uses), and the lock a run holds on a labels file (:func:`labels_lock`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gzip
 import json
 import os
+import sys
 import zlib
 from pathlib import Path
 
+try:
+    import fcntl
+except ImportError:  # Windows: no advisory file locks
+    fcntl = None
+
 from autospmv.cost import launches_of_features
-from training.timing import QUICK, TimingOptions
+from .timing import QUICK, TimingOptions
 
 
 SCHEMA = "autospmv-labels/1"
@@ -208,3 +215,24 @@ def _append(path: Path, record: dict) -> None:
         handle.write(data)
         handle.flush()
         os.fsync(handle.fileno())
+
+
+@contextlib.contextmanager
+def labels_lock(path):
+    """Hold an exclusive lock on the labels file ``path`` for the block: an advisory
+    ``flock`` on ``<name>.lock`` beside it, released when the block ends (or the process
+    does). Two runs on one file take turns, the second saying on stderr that it waits, instead
+    of labelling the same matrices into it twice (the trainer refuses duplicate records). Where
+    the platform has no ``fcntl`` the block runs unlocked."""
+    path = Path(path)
+    lock = path.with_name(path.name + ".lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a", encoding="utf-8") as handle:
+        if fcntl is not None:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                print(f"waiting for another run that writes {path} to finish", file=sys.stderr,
+                      flush=True)
+                fcntl.flock(handle, fcntl.LOCK_EX)
+        yield

@@ -13,10 +13,10 @@ import math
 import numpy as np
 
 from autospmv.model import CostModel, TreeModel
-from training.dataset import Dataset
-from training.fitting import QUALITY_FLOOR, Hyper, RegimeHyper
-from training.label import LARGE_NNZ, NOISE_LIMIT
-from training.metrics import (best_fixed, chooser_quality, fixed_policy, rule_policy,
+from .dataset import Dataset
+from .fitting import QUALITY_FLOOR, Hyper, RegimeHyper
+from .label import LARGE_NNZ, NOISE_LIMIT
+from .metrics import (best_fixed, chooser_quality, fixed_policy, rule_policy,
                               selection_metrics)
 
 
@@ -153,6 +153,52 @@ def _cost_model_table(cost_model: CostModel) -> str:
             + table(cost_model.large_coefficients))
 
 
+def _band_name(low: float, high: float) -> str:
+    return f"≥ {low:,.0f}" if math.isinf(high) else f"{low:,.0f}–{high:,.0f}"
+
+
+def _defaults_section(table: list[dict]) -> str:
+    """The default kernel per size band, the tree's out-of-kind score beside it, the margin
+    threshold calibrated for overriding (``training.defaults``) and the calibration table."""
+    rows = []
+    for row in table:
+        chosen = next((c for c in row["candidates"] if c["threshold"] == row["threshold"]),
+                      None)
+        policy = chosen["metrics"] if chosen else row["default_metrics"]
+        rows.append([_band_name(row["low"], row["high"]), row["n"], row["bases"],
+                     row["default"], _fmt(row["default_metrics"]["geomean"]),
+                     _fmt(row["tree_metrics"]["geomean"]),
+                     "never" if math.isinf(row["threshold"]) else _fmt(row["threshold"], 2),
+                     _fmt(policy["geomean"]), _pct(policy["within_10pct"]),
+                     _fmt(policy["worst"]),
+                     f"{row['gain']:+.4f} ± {row['error']:.4f}" if row["error"] is not None
+                     else "–"])
+    intro = ("## Default kernels and the tree's overrides, leave one kind out\n\n"
+             "Per band of nonzeros the default is the best fixed kernel of the labels; the tree "
+             "replaces it only where its margin (log2 of its estimated speed-up over the default) "
+             "reaches the threshold. Each matrix is scored by a tree fitted without its group "
+             "(kind × real/synthetic); a threshold is eligible only when its gain in mean log q "
+             "over the default, averaged per base (a file and its grown copies), exceeds the "
+             "gain's standard error, and the eligible one of largest gain is kept.")
+    parts = [intro, _table(["nonzeros", "n", "bases", "default", "default geomean q",
+                            "tree alone geomean q", "threshold", "model geomean q",
+                            "within 10 %", "worst q", "gain ± error (mean log q)"], rows)]
+    calibration = []
+    for row in table:
+        for b in row["calibration"]:
+            if b["n"]:
+                calibration.append([_band_name(row["low"], row["high"]),
+                                    f"{b['low']:g}–{b['high']:g}", b["n"],
+                                    f"{b['realised']:+.3f}", _pct(b["faster"])])
+    if calibration:
+        parts.append("Calibration: where the out-of-kind tree ranked another kernel first, by "
+                     "its margin over the default: how often, the realised log2 speed-up of "
+                     "its kernel over the default's (mean), and the share where it was faster.")
+        parts.append(_table(["nonzeros", "margin", "n", "realised log2 speed-up",
+                             "faster"], calibration))
+    return "\n\n".join(parts)
+
+
 def _report(ds: Dataset, model: TreeModel, scores: dict, records, mode: str) -> str:
     hyper, cv, folds = scores["hyper"], scores["cv"], scores["folds"]
     device = (records[0].get("device") or {}).get("name", "unknown device")
@@ -203,6 +249,8 @@ def _report(ds: Dataset, model: TreeModel, scores: dict, records, mode: str) -> 
             f"{_fmt(m['geomean'])} / {_pct(m['within_10pct'])} / worst {_fmt(m['worst'])}"
             for m in repeats) + " (geomean q / within 10 % / worst q).")
     parts.append("## By size (nonzeros), out of fold\n\n" + _band_table(scores["bands"]))
+    if scores.get("defaults"):
+        parts.append(_defaults_section(scores["defaults"]))
     held = scores["held_out"]
     if held:
         parts.append(f"## Held-out matrices ({len(held['names'])}; never used for training "

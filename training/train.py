@@ -113,30 +113,32 @@ import numpy as np
 import autospmv
 from autospmv.model import TreeModel
 from autospmv.session import TUNE_CANDIDATES
-from training.label import LARGE_NNZ, read_records
+from .label import LARGE_NNZ, read_records
 
 # The pieces of training live in their own modules; their names stay importable from here.
 # Label records as arrays: training/dataset.py
-from training.dataset import Dataset, _time, dataset  # noqa: F401
+from .dataset import Dataset, _time, dataset  # noqa: F401
 # Selection metrics and policies: training/metrics.py
-from training.metrics import (BANDS, FIXED, RULE_LONG, RULE_NNZ, RULE_ROW,  # noqa: F401
+from .metrics import (BANDS, FIXED, RULE_LONG, RULE_NNZ, RULE_ROW,  # noqa: F401
                               RULE_SHORT, band_rows, best_fixed, chooser_quality, cost_policy,
                               first_feasible, fixed_kernel, fixed_name, fixed_policy,
                               mean_metrics, measure_policy, policies, rule_policy,
                               selection_metrics, selection_score, tree_policy)
 # Cost model, objectives and tree fitting: training/fitting.py
-from training.fitting import (CORRECTION_CLIP, CORRECTION_FEATURES,  # noqa: F401
+from .fitting import (CORRECTION_CLIP, CORRECTION_FEATURES,  # noqa: F401
                               MIN_REGIME_MATRICES, OBJECTIVES, QUALITY_FLOOR,
                               TREE_BASE_FEATURES, WEIGHTINGS, CorrectionTree, Fitted, Hyper,
                               QualityTree, RegimeHyper, RegimeTree, correction_targets, fit,
                               fit_coefficients, fit_cost_model, quality_gains, regimes,
                               sample_weights)
 # Hyperparameter grid, cross-validation and the install guard: training/crossval.py
-from training.crossval import (DEFAULT_OBJECTIVES, FALLBACK_HYPER, GRID, REPEATS,  # noqa: F401
+from .crossval import (DEFAULT_OBJECTIVES, FALLBACK_HYPER, GRID, REPEATS,  # noqa: F401
                                Fold, group_splits, guard, hyper_grid, leave_one_family_out,
                                nested_cv, select_hyper)
 # The Markdown report: training/report.py
-from training.report import (METRIC_HEADERS, _all_real_row, _band_table,  # noqa: F401
+from .defaults import (calibrate, first_in_ranking, out_of_kind, overrides_lose, policy_choices,
+                       tree_scores)
+from .report import (METRIC_HEADERS, _all_real_row, _band_table,  # noqa: F401
                              _cost_model_table, _describe, _fmt, _metric_cells, _MODE_WORDS,
                              _pct, _real_counts, _real_matrix_table, _report, _table)
 
@@ -213,10 +215,17 @@ def train(records, *, mode: str = "auto", n_splits: int = 5, grid=GRID,
                        for name, cs in chosen.items()}
              for band in BANDS if (rows := band_rows(ds, band)).size}
     verdict = guard(cv)
+    ranking_ok, scores_ok = out_of_kind(ds, hyper)
+    policy, default_table = calibrate(ds, ranking_ok, scores_ok)
+    lost = overrides_lose(default_table)
+    if lost:
+        verdict = dict(verdict, passed=False,
+                       reason=verdict["reason"] + "; but the tree's overrides lose to the "
+                       "default out of kind in " + ", ".join(lost))
     lofo, lofo_chosen = leave_one_family_out(ds, n_splits, grid)
     real = np.flatnonzero(ds.as_given)
     lofo_all = selection_metrics(ds.times[real], lofo_chosen[real]) if lofo else None
-    held_out = evaluate_holdout(fitted, held, mode) if held else None
+    held_out = evaluate_holdout(fitted, held, mode, policy) if held else None
     provenance = {
         "trained": datetime.datetime.now(datetime.timezone.utc).isoformat(),
         "timing_mode": mode,
@@ -240,28 +249,46 @@ def train(records, *, mode: str = "auto", n_splits: int = 5, grid=GRID,
                               if name in m}
                        for band, m in bands.items()},
         "guard": verdict,
+        "defaults_out_of_kind": [
+            {"min_nnz": int(row["low"]), "kernel": row["default"],
+             "threshold": None if math.isinf(row["threshold"]) else row["threshold"],
+             "default": row["default_metrics"], "tree": row["tree_metrics"],
+             "gain": row["gain"], "error": row["error"]} for row in default_table],
         "real_leave_one_family_out": lofo_all,
-        "held_out_scores": held_out["all"]["tree"] if held_out else None,
+        "held_out_scores": held_out["all"][MODEL_POLICY] if held_out else None,
         "in_sample": selection_metrics(ds.times, tree_policy(fitted, ds, np.arange(len(ds)))),
     }
-    model = fitted.export(provenance)
+    model = fitted.export(provenance, policy)
     scores = {"hyper": hyper, "grid": grid, "cv": cv, "folds": folds, "lofo": lofo,
               "lofo_all": lofo_all, "lofo_chosen": lofo_chosen, "dropped": dropped,
               "noisy": ds.noisy, "repeats": [selection_metrics(ds.times, o) for o in oofs]
-              if folds else [], "bands": bands, "guard": verdict, "held_out": held_out}
+              if folds else [], "bands": bands, "guard": verdict, "held_out": held_out,
+              "defaults": default_table}
     report = _report(ds, model, scores, records, mode)
     return TrainResult(model, report, scores)
 
 
-def evaluate_holdout(fitted: "Fitted", records, mode: str) -> dict:
-    """The fitted tree on held-out records, next to the hand rule and every fixed kernel:
-    ``{"all" | band: {policy: metrics}}`` (noisy held-out records left out as in training)."""
+MODEL_POLICY = "model (defaults and overrides)"
+"""The held-out policy name of what prepare() does with the exported model."""
+
+
+def evaluate_holdout(fitted: "Fitted", records, mode: str, policy=None) -> dict:
+    """The fitted model on held-out records (with ``policy``, its default kernels and the
+    tree's calibrated overrides, as prepare() decides; the tree alone too), next to the hand
+    rule and every fixed kernel: ``{"all" | band: {policy: metrics}}`` (noisy held-out records
+    left out as in training)."""
     ds, _ = dataset(records, mode)
     rows = np.arange(len(ds))
-    choices = {"tree": tree_policy(fitted, ds, rows),
-               f"tune='measure' (top {TUNE_CANDIDATES})":
-                   measure_policy(ds.times, fitted.ranking(ds, rows), TUNE_CANDIDATES),
-               "cost model alone": cost_policy(fitted.cost_model, ds, rows)}
+    ranking = fitted.ranking(ds, rows)
+    choices = {}
+    if policy is not None:
+        chosen = policy_choices(ds, rows, ranking, tree_scores(fitted, ds, rows), policy)
+        choices[MODEL_POLICY] = chosen
+        ranking = first_in_ranking(ranking, chosen)
+    choices.update({"tree": tree_policy(fitted, ds, rows),
+                    f"tune='measure' (top {TUNE_CANDIDATES})":
+                        measure_policy(ds.times, ranking, TUNE_CANDIDATES),
+                    "cost model alone": cost_policy(fitted.cost_model, ds, rows)})
     choices.update(policies(ds))
     out = {"all": {name: selection_metrics(ds.times, c) for name, c in choices.items()}}
     for band in BANDS:

@@ -31,5 +31,21 @@ class COOFormat(SparseFormat):
             convert.coo_rows(csr.indptr, convert.row_tasks(csr.indptr), row)
         return cls(csr.shape, row, csr.indices, csr.data)
 
+    @classmethod
+    def transposed(cls, csr: sp.csr_matrix) -> "COOFormat":
+        """Aᵀ of a canonical CSR matrix A, from A's arrays: a stable sort of A's column indices
+        orders the triples by Aᵀ's row, then column. Nothing is sized by A's columns (Aᵀ's
+        rows), as Aᵀ's CSR row pointer would be: memory in proportion to the nonzeros,
+        whatever the shape."""
+        order = np.argsort(csr.indices, kind="stable")
+        row = np.empty(csr.nnz, dtype=csr.indices.dtype)  # A's rows: Aᵀ's columns
+        if csr.nnz:
+            convert.coo_rows(csr.indptr, convert.row_tasks(csr.indptr), row)
+        return cls(csr.shape[::-1], csr.indices[order], row[order], csr.data[order])
+
+    @property
+    def nnz(self) -> int:
+        return self.data.shape[0]
+
     def to_csr(self) -> sp.csr_matrix:
         return sp.csr_matrix((self.data, (self.row, self.col)), shape=self.shape)

@@ -4,6 +4,11 @@ Every kernel module exposes ``bind(fmt, params, parallel=None) -> run``, where `
 overwrites ``y`` with ``A @ x``. Binding does once what every call would otherwise repeat: choosing the serial or
 the parallel specialisation, computing task counts, and taking unsigned views of the index arrays.
 
+x and y have the product's dtype (:func:`autospmv.validation.result_dtype`): the matrix's, or
+float64 for a float32 matrix and a float64 x. Every sum is accumulated in y's dtype, so that
+mixed product reads the float32 values and computes in float64, as SciPy does; numba compiles
+each kernel once per combination of argument types.
+
 Work is split over threads with ``prange`` when the matrix is large enough for threading to pay;
 below that a serial specialisation avoids the thread pool altogether. ``bind(fmt, params,
 parallel)`` takes the choice from the caller (the operator, through :func:`bind_threaded` and the

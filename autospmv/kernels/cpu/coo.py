@@ -19,12 +19,12 @@ def _coo(row, col, data, x, y, ntasks):
     y[:] = 0
     nnz = data.shape[0]
     first_row = np.empty(ntasks, dtype=np.int64)
-    first_sum = np.zeros(ntasks, dtype=data.dtype)
+    first_sum = np.zeros(ntasks, dtype=y.dtype)
     for t in numba.prange(ntasks):
         start, end = t * _NNZ_PER_TASK, min(nnz, (t + 1) * _NNZ_PER_TASK)
         r0 = row[start]
         first_row[t] = r0
-        acc = data.dtype.type(0)
+        acc = y.dtype.type(0)
         current = r0
         head = True  # still in the run of the task's first row, which may continue a previous task's row
         for k in range(start, end):
@@ -35,7 +35,7 @@ def _coo(row, col, data, x, y, ntasks):
                     head = False
                 else:
                     y[current] = acc
-                acc = data.dtype.type(0)
+                acc = y.dtype.type(0)
                 current = r
             acc += data[k] * x[col[k]]
         if head:

@@ -23,7 +23,7 @@ def _scalar(indptr, indices, data, x, y):
     # and the serial specialisation is the plain CSR loop (a loop over 256-row tasks, as the
     # vector kernel needs for its scratch, made the serial product 5-20 % slower than SciPy's).
     for i in numba.prange(y.shape[0]):
-        acc = data.dtype.type(0)
+        acc = y.dtype.type(0)
         for k in range(indptr[i], indptr[i + 1]):
             acc += data[k] * x[indices[k]]
         y[i] = acc
@@ -32,11 +32,11 @@ def _scalar(indptr, indices, data, x, y):
 def _vector(indptr, indices, data, x, y, group, nchunks):
     m = y.shape[0]
     for chunk in numba.prange(nchunks):
-        lanes = np.empty(group, dtype=data.dtype)
+        lanes = np.empty(group, dtype=y.dtype)
         for i in range(chunk * _ROWS_PER_TASK, min(m, (chunk + 1) * _ROWS_PER_TASK)):
             start, end = indptr[i], indptr[i + 1]
             for lane in range(group):
-                acc = data.dtype.type(0)
+                acc = y.dtype.type(0)
                 for k in range(start + lane, end, group):
                     acc += data[k] * x[indices[k]]
                 lanes[lane] = acc

@@ -34,12 +34,12 @@ def _csr5(tile_ptr, bit_flag, y_offset, indices, data, x, y, sigma, tiles_per_ta
     ntiles = tile_ptr.shape[0] - 1
     nnz = data.shape[0]
     size = OMEGA * sigma
-    zero = data.dtype.type(0)
-    carry = np.zeros(ntiles, dtype=data.dtype)
+    zero = y.dtype.type(0)
+    carry = np.zeros(ntiles, dtype=y.dtype)
     ntasks = (ntiles + tiles_per_task - 1) // tiles_per_task
     for task in numba.prange(ntasks):
-        heads = np.empty(OMEGA, dtype=data.dtype)
-        tails = np.empty(OMEGA, dtype=data.dtype)
+        heads = np.empty(OMEGA, dtype=y.dtype)
+        tails = np.empty(OMEGA, dtype=y.dtype)
         last_segment = np.empty(OMEGA, dtype=np.int64)  # -1: the lane starts no segment
         for tile in range(task * tiles_per_task, min(ntiles, (task + 1) * tiles_per_task)):
             base = tile * size

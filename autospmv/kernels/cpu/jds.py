@@ -22,7 +22,7 @@ def _jds(perm, jd_ptr, col, data, x, y, nchunks):
     for chunk in numba.prange(nchunks):
         start = chunk * _ROWS_PER_TASK
         end = min(m, start + _ROWS_PER_TASK)
-        acc = np.zeros(end - start, dtype=data.dtype)
+        acc = np.zeros(end - start, dtype=y.dtype)
         for d in range(ndiag):
             base = jd_ptr[d]
             stop = min(end, jd_ptr[d + 1] - base)  # the diagonal holds sorted rows 0..stop-1

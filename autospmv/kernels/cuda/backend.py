@@ -13,6 +13,18 @@ host vectors, they go to the legacy default stream, which orders them after work
 blocking stream (numba's default). Host vectors are copied synchronously: the result is ready
 when the call returns.
 
+Dtypes: the result has SciPy's dtype, ``numpy.result_type`` of the matrix's and x's. A device x
+may be float32 or float64; a host x arrives already in the result's dtype
+(:func:`autospmv.validation.check_vector`). The matrix stays in its own dtype on the GPU: for
+vectors of another dtype (float64 vectors for a float32 matrix, or a float32 device x for a
+float64 matrix) the same kernels run compiled for those vector types, accumulating in y's dtype
+(:meth:`autospmv.kernels.cuda.launch.DeviceProgram.for_vectors`), compiled at the first such
+product; host vectors of each dtype get their own pair of staging buffers.
+
+Multi-vector products (``A @ X`` for a 2-D X, :mod:`.spmm`) follow the same rules for streams,
+dtypes and threads. A device X (CuPy, PyTorch, numba) is read in place when row-major; a host X
+is copied to and from device buffers made for the call.
+
 Threads: any number of threads may call one operator. The staging buffers of host vectors and
 the launches' parameter buffers belong to the operator, so a lock serialises what uses them: a
 host call holds it for its copy in, kernels and copy out; a device call only while it queues its
@@ -29,15 +41,24 @@ import weakref
 import numpy as np
 from numba import cuda
 
-from ...validation import OUT_OVERLAPS_X
+from ...device import DeviceCSR
+from ...formats.csr import CSRFormat
+from ...validation import OUT_OVERLAPS_X, result_dtype
 from .launch import SIMULATOR, DeviceProgram, device_pointer, upload
+from .spmm import RULE, MultiVectorProgram
 
 if not SIMULATOR:
     from cuda.bindings import driver
 
 
-def _check_device_vector(cai: dict, length: int, dtype: np.dtype, what: str) -> int:
-    """Validate a ``__cuda_array_interface__`` dict and return its data pointer.
+VECTOR_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+"""The dtypes a device x may have (the kernels are compiled for float vectors only)."""
+
+
+def _check_device_vector(cai: dict, length: int, dtypes: tuple, what: str
+                         ) -> tuple[int, np.dtype]:
+    """Validate a ``__cuda_array_interface__`` dict for a vector of one of ``dtypes``; return
+    its data pointer and dtype.
 
     Runs on every call, so the common case costs a few dictionary look-ups: the type string is
     compared as a string (``dtype.str``) before anything is parsed.
@@ -45,15 +66,22 @@ def _check_device_vector(cai: dict, length: int, dtype: np.dtype, what: str) -> 
     shape = cai["shape"]
     if len(shape) != 1 or shape[0] != length:
         raise ValueError(f"{what} must have shape ({length},); got {tuple(shape)}")
-    if cai["typestr"] != dtype.str and np.dtype(cai["typestr"]) != dtype:
-        raise TypeError(f"{what} must have dtype {dtype}; got {np.dtype(cai['typestr'])}")
+    typestr = cai["typestr"]
+    for dtype in dtypes:
+        if dtype.str == typestr:
+            break
+    else:
+        dtype = np.dtype(typestr)
+    if dtype not in dtypes:
+        allowed = " or ".join(str(d) for d in dtypes)
+        raise TypeError(f"{what} must have dtype {allowed}; got {dtype}")
     strides = cai.get("strides")
     if strides is not None and length > 1 and strides[0] != dtype.itemsize:
         raise ValueError(f"{what} must be contiguous; got strides {tuple(strides)}")
     pointer, read_only = cai["data"]
     if read_only and what == "out":
         raise ValueError(READ_ONLY_OUT)
-    return pointer
+    return pointer, dtype
 
 
 READ_ONLY_OUT = ("out is read-only (its __cuda_array_interface__ says so); pass a writable "
@@ -95,39 +123,42 @@ def stream_of(x) -> int:
     return 0
 
 
-def _columns_and_stack(X):
-    """For a 2-D CuPy array or PyTorch tensor X: a function giving X's column j as a contiguous
-    vector, and one stacking result vectors into a 2-D array of the same kind; TypeError for
-    other 2-D device arrays."""
+def _row_major(X, cai: dict) -> tuple:
+    """``(X, its interface)`` for a 2-D device array X with interface ``cai``: X itself when
+    row-major (C-contiguous), else a row-major copy made by its library (CuPy, PyTorch);
+    ValueError for other kinds (numba), which have no such copy."""
+    rows, columns = cai["shape"]
+    itemsize = np.dtype(cai["typestr"]).itemsize
+    strides = cai.get("strides")
+    if (strides is None or rows * columns == 0
+            or ((rows == 1 or strides[0] == columns * itemsize)
+                and (columns == 1 or strides[1] == itemsize))):
+        return X, cai
     module = type(X).__module__.split(".")[0]
     if module == "cupy":
         import cupy
 
-        return (lambda j: cupy.ascontiguousarray(X[:, j]),
-                lambda columns, m, dtype: (cupy.stack(columns, axis=1) if columns
-                                           else cupy.empty((m, 0), dtype=dtype)))
+        X = cupy.ascontiguousarray(X)
+        return X, X.__cuda_array_interface__
     if module == "torch":
-        import torch
-
-        return (lambda j: X[:, j].contiguous(),
-                lambda columns, m, dtype: (torch.stack(columns, dim=1) if columns else torch.empty(
-                    (m, 0), dtype=getattr(torch, dtype.name), device=X.device)))
-    raise TypeError(f"A @ X for a 2-D device array takes a CuPy array or a PyTorch tensor; got "
-                    f"{type(X).__name__}: multiply its columns one at a time")
+        X = X.contiguous()
+        return X, X.__cuda_array_interface__
+    raise ValueError(f"X must be row-major (C-contiguous); got strides {tuple(strides)}")
 
 
-def _empty_like_input(x, m: int, dtype: np.dtype):
-    """A device vector of length m of the same kind as x (CuPy, PyTorch, else numba)."""
+def _empty_like_input(x, shape, dtype: np.dtype):
+    """A device array of ``shape`` (an int for a vector) of the same kind as x (CuPy, PyTorch,
+    else numba)."""
     module = type(x).__module__.split(".")[0]
     if module == "cupy":
         import cupy
 
-        return cupy.empty(m, dtype=dtype)
+        return cupy.empty(shape, dtype=dtype)
     if module == "torch":
         import torch
 
-        return torch.empty(m, dtype=getattr(torch, dtype.name), device=x.device)
-    return cuda.device_array(m, dtype=dtype)
+        return torch.empty(shape, dtype=getattr(torch, dtype.name), device=x.device)
+    return cuda.device_array(shape, dtype=dtype)
 
 
 _FIXED_POINTER_MODULES = ("numba", "cupy")
@@ -146,27 +177,28 @@ class CheckedVectors:
 
     SIZE = 16
 
-    def __init__(self, dtype: np.dtype, device: int | None = None):
+    def __init__(self, device: int | None = None):
         """``device``: the ordinal of the GPU the vectors must be on (None: not checked)."""
-        self.dtype = dtype
         self.device = device
-        # id(vector) -> (weak reference, length checked, data pointer, read-only)
+        # id(vector) -> (weak reference, length checked, data pointer, read-only, dtype)
         self._entries = {}
 
-    def pointer(self, vector, length: int, what: str) -> int | None:
-        """The data pointer of a valid device vector of ``length``; None if ``vector`` is not a
-        CUDA array. Raises like :func:`_check_device_vector` for a CUDA array that does not fit
-        (or, as ``out``, is read-only), and ValueError for one on another GPU than
-        :attr:`device`."""
+    def check(self, vector, length: int, what: str, dtypes: tuple
+              ) -> tuple[int, np.dtype] | None:
+        """The data pointer and dtype of a valid device vector of ``length`` and one of
+        ``dtypes``; None if ``vector`` is not a CUDA array. Raises like
+        :func:`_check_device_vector` for a CUDA array that does not fit (or, as ``out``, is
+        read-only), and ValueError for one on another GPU than :attr:`device`."""
         entry = self._entries.get(id(vector))
-        if entry is not None and entry[0]() is vector and entry[1] == length:
+        if (entry is not None and entry[0]() is vector and entry[1] == length
+                and entry[4] in dtypes):
             if entry[3] and what == "out":
                 raise ValueError(READ_ONLY_OUT)
-            return entry[2]
+            return entry[2], entry[4]
         cai = getattr(vector, "__cuda_array_interface__", None)
         if cai is None:
             return None
-        pointer = _check_device_vector(cai, length, self.dtype, what)
+        pointer, dtype = _check_device_vector(cai, length, dtypes, what)
         if self.device is not None and length:
             ordinal = device_ordinal(pointer)
             if ordinal != self.device:
@@ -177,19 +209,19 @@ class CheckedVectors:
             try:
                 reference = weakref.ref(vector)
             except TypeError:  # a kind without weak references is checked on every call
-                return pointer
+                return pointer, dtype
             if len(self._entries) >= self.SIZE:
                 try:  # the oldest; other threads may be evicting at the same time
                     self._entries.pop(next(iter(self._entries)), None)
                 except (StopIteration, RuntimeError):
                     pass
-            self._entries[id(vector)] = (reference, length, pointer, bool(cai["data"][1]))
-        return pointer
+            self._entries[id(vector)] = (reference, length, pointer, bool(cai["data"][1]), dtype)
+        return pointer, dtype
 
 
 class CudaBackend:
     """An operator's matrix on the current GPU and the calls that multiply it (see the module
-    docstring for streams, threads and checks)."""
+    docstring for dtypes, streams, threads and checks)."""
 
     def __init__(self, spec, fmt, params: dict):
         self.shape = fmt.shape
@@ -197,28 +229,48 @@ class CudaBackend:
         self.device = None if SIMULATOR else cuda.current_context().device.id
         arrays = upload(fmt, extra_bytes=sum(self.shape) * self.dtype.itemsize)  # + staging
         self.program: DeviceProgram = spec.cuda_builder()(fmt, params, arrays).load()
+        """The program for vectors of the matrix's dtype."""
+        self._programs = {self.dtype: self.program}  # x's dtype -> its loaded program
+        self._y_dtypes = {d: result_dtype(self.dtype, d) for d in VECTOR_DTYPES}
+        """x's dtype -> the product's dtype, looked up on every device call."""
         self._format_nbytes = sum(a.nbytes for a in arrays.values())
-        self._staging = None  # (x buffer, y buffer, what the program takes for them)
-        self._vectors = CheckedVectors(self.dtype, self.device)
+        self._format_name = fmt.name
+        self._csr_arrays = arrays if isinstance(fmt, CSRFormat) else None
+        self.multi: MultiVectorProgram | None = None
+        """The multi-vector product (:meth:`set_up_multi`), None until the first one."""
+        self._multi_nbytes = 0
+        self._staging = {}  # dtype -> (x buffer, y buffer, what the program takes for them)
+        self._vectors = CheckedVectors(self.device)
         self._lock = threading.Lock()
 
     @property
     def device_nbytes(self) -> int:
-        """Device bytes held: the uploaded format, and the two staging buffers of host vectors
-        once a product of a host vector has allocated them."""
-        if self._staging is None:
-            return self._format_nbytes
-        return self._format_nbytes + self._staging[0].nbytes + self._staging[1].nbytes
+        """Device bytes held: the uploaded format, the two staging buffers of host vectors of
+        each dtype that a product of a host vector has allocated, and what the multi-vector
+        product keeps (:meth:`set_up_multi`)."""
+        return (self._format_nbytes + self._multi_nbytes
+                + sum(x.nbytes + y.nbytes for x, y, _ in self._staging.values()))
 
-    def _staging_buffers(self):
-        """The staging buffers of host vectors and the program's arguments for them (the arrays
-        under the simulator, their addresses, fixed for the buffers' life, on a GPU), allocated
-        on first use; called with the lock held."""
-        if self._staging is None:
-            x = cuda.device_array(self.shape[1], dtype=self.dtype)
-            y = cuda.device_array(self.shape[0], dtype=self.dtype)
-            self._staging = (x, y, (x, y) if SIMULATOR else (device_pointer(x), device_pointer(y)))
-        return self._staging
+    def _program_for(self, x_dtype: np.dtype) -> DeviceProgram:
+        """The loaded program for an x of ``x_dtype`` (and y of the product's dtype), compiled
+        at its first use; called with the lock held."""
+        program = self._programs.get(x_dtype)
+        if program is None:
+            program = self.program.for_vectors(x_dtype, self._y_dtypes[x_dtype]).load()
+            self._programs[x_dtype] = program
+        return program
+
+    def _staging_buffers(self, dtype: np.dtype):
+        """The staging buffers of host vectors of ``dtype`` and the program's arguments for
+        them (the arrays under the simulator, their addresses, fixed for the buffers' life, on
+        a GPU), allocated on first use; called with the lock held."""
+        staging = self._staging.get(dtype)
+        if staging is None:
+            x = cuda.device_array(self.shape[1], dtype=dtype)
+            y = cuda.device_array(self.shape[0], dtype=dtype)
+            staging = (x, y, (x, y) if SIMULATOR else (device_pointer(x), device_pointer(y)))
+            self._staging[dtype] = staging
+        return staging
 
     def _check_current_device(self) -> None:
         """The calling thread's current GPU must be the operator's; a thread that has not used
@@ -234,47 +286,119 @@ class CudaBackend:
                              f"numba.cuda.gpus[{self.device}] or the equivalent of your library")
 
     def host_matvec(self, x: np.ndarray, y: np.ndarray) -> None:
+        """y = A @ x for host vectors of one dtype, the product's."""
         if not y.shape[0]:
             return
         self._check_current_device()
         with self._lock:
-            staged_x, staged_y, (x_arg, y_arg) = self._staging_buffers()
+            program = self._program_for(x.dtype)
+            staged_x, staged_y, (x_arg, y_arg) = self._staging_buffers(x.dtype)
             staged_x.copy_to_device(x)
-            self.program.run(x_arg, y_arg, 0)
+            program.run(x_arg, y_arg, 0)
             staged_y.copy_to_host(y)
 
+    def set_up_multi(self, matrix_csr) -> tuple[str, tuple]:
+        """Set up :attr:`multi` (:mod:`.spmm`) on A's CSR arrays on the device: the format's own
+        for a CSR kernel, else those of ``matrix_csr()`` (a host CSR, uploaded, or a
+        :class:`~autospmv.device.DeviceCSR`, used in place). Returns the decision's note and
+        the host arrays it keeps (none)."""
+        if self._csr_arrays is not None:
+            arrays = self._csr_arrays
+            host_indptr = arrays["indptr"].copy_to_host()
+            where = "the format's own CSR arrays"
+        else:
+            csr = matrix_csr()
+            host_indptr = csr.host_indptr if isinstance(csr, DeviceCSR) else csr.indptr
+            arrays = upload(CSRFormat(csr.shape, csr.indptr, csr.indices, csr.data))
+            where = f"CSR arrays besides the {self._format_name} format"
+        multi = MultiVectorProgram(self.shape, arrays, host_indptr)
+        held = {device_pointer(a) for a in self.program.arrays.values() if a.size}
+        self._multi_nbytes = multi.nbytes + sum(a.nbytes for a in arrays.values()
+                                                if a.size and device_pointer(a) not in held)
+        self.multi = multi
+        kept = (f"; {self._multi_nbytes:,} bytes more kept on the GPU for it"
+                if self._multi_nbytes else "")
+        return f"{RULE} (on {where}{kept})", ()
+
+    def host_matmat(self, X: np.ndarray, Y: np.ndarray) -> None:
+        """Y = A @ X for host arrays (C-contiguous, the product's dtype), through device copies
+        made for the call (after :meth:`set_up_multi`)."""
+        m, n = self.shape
+        k = X.shape[1]
+        self._check_current_device()
+        with self._lock:
+            x = (cuda.to_device(X.reshape(n * k)) if n else
+                 cuda.device_array(0, dtype=X.dtype))  # (no copy of an empty X)
+            y = cuda.device_array(m * k, dtype=Y.dtype)
+            if SIMULATOR:
+                self.multi.run(k, X.dtype, Y.dtype, x, y, 0)
+            else:
+                self.multi.run(k, X.dtype, Y.dtype, device_pointer(x), device_pointer(y), 0)
+            if Y.flags.c_contiguous:
+                y.copy_to_host(Y.reshape(m * k))  # a view: the copy lands in Y
+            else:  # reshape would copy: the result goes through a host array of its own
+                Y[...] = y.copy_to_host().reshape(m, k)
+
     def device_matmat(self, X):
-        """``A @ X`` for a 2-D CUDA array X of shape (n, k), a CuPy array or a PyTorch tensor:
-        its columns multiplied one at a time on the device (as :meth:`device_matvec`), the result
-        (m, k) of the same kind; None if X is not a CUDA array."""
-        if getattr(X, "__cuda_array_interface__", None) is None:
+        """``A @ X`` for a 2-D CUDA array X of shape (n, k), float32 or float64 (CuPy, PyTorch,
+        numba): one multi-vector product (:attr:`multi`, set up first) queued as
+        :meth:`device_matvec` queues its kernels; the result (m, k), row-major, of X's kind and
+        the product's dtype. CuPy and PyTorch X that is not row-major is copied first. None if
+        X is not a CUDA array."""
+        cai = getattr(X, "__cuda_array_interface__", None)
+        if cai is None:
             return None
         m, n = self.shape
-        if X.shape[0] != n:
-            raise ValueError(f"X must have shape ({n}, k); got {tuple(X.shape)}")
-        column, stack = _columns_and_stack(X)
-        return stack([self.device_matvec(column(j), None) for j in range(X.shape[1])], m,
-                     self.dtype)
+        shape = tuple(cai["shape"])
+        if len(shape) != 2 or shape[0] != n:
+            raise ValueError(f"X must have shape ({n}, k); got {shape}")
+        k = shape[1]
+        x_dtype = np.dtype(cai["typestr"])
+        if x_dtype not in VECTOR_DTYPES:
+            allowed = " or ".join(str(d) for d in VECTOR_DTYPES)
+            raise TypeError(f"X must have dtype {allowed}; got {x_dtype}")
+        y_dtype = self._y_dtypes[x_dtype]
+        X, cai = _row_major(X, cai)
+        Y = _empty_like_input(X, (m, k), y_dtype)
+        if m and k:
+            x_ptr = cai["data"][0]
+            if n and self.device is not None and device_ordinal(x_ptr) != self.device:
+                raise ValueError(f"X is on GPU {device_ordinal(x_ptr)}, but the operator's "
+                                 f"matrix is on GPU {self.device}; move X there or prepare the "
+                                 f"matrix on GPU {device_ordinal(x_ptr)}")
+            self._check_current_device()
+            stream = stream_of(X)
+            with self._lock:
+                if SIMULATOR:
+                    self.multi.run(k, x_dtype, y_dtype, X.reshape(n * k), Y.reshape(m * k),
+                                   stream)
+                else:
+                    self.multi.run(k, x_dtype, y_dtype, x_ptr, device_pointer(Y), stream)
+        return Y
 
     def device_matvec(self, x, out):
         """``y = A @ x`` for a CUDA array x, on the device; None if x is not a CUDA array."""
         m, n = self.shape
-        x_ptr = self._vectors.pointer(x, n, "x")
-        if x_ptr is None:
+        checked = self._vectors.check(x, n, "x", VECTOR_DTYPES)
+        if checked is None:
             return None
-        y = _empty_like_input(x, m, self.dtype) if out is None else out
-        y_ptr = self._vectors.pointer(y, m, "out")
-        if y_ptr is None:
+        x_ptr, x_dtype = checked
+        y_dtype = self._y_dtypes[x_dtype]
+        y = _empty_like_input(x, m, y_dtype) if out is None else out
+        checked = self._vectors.check(y, m, "out", (y_dtype,))
+        if checked is None:
             raise TypeError(f"out must be a CUDA device array like x; got {type(y).__name__}")
-        size = self.dtype.itemsize
-        if m and n and x_ptr < y_ptr + m * size and y_ptr < x_ptr + n * size:
+        y_ptr = checked[0]
+        if (m and n and x_ptr < y_ptr + m * y_dtype.itemsize
+                and y_ptr < x_ptr + n * x_dtype.itemsize):
             raise ValueError(OUT_OVERLAPS_X)
         if m:
             self._check_current_device()
             stream = stream_of(x)
             with self._lock:
+                run = self._program_for(x_dtype).run
                 if SIMULATOR:
-                    self.program.run(x, y, stream)
+                    run(x, y, stream)
                 else:
-                    self.program.run(x_ptr, y_ptr, stream)
+                    run(x_ptr, y_ptr, stream)
         return y

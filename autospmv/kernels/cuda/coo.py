@@ -41,7 +41,7 @@ def coo_kernel(row, col, data, x, y):
     nnz = data.shape[0]
     k = cuda.grid(1) * ITEMS
     none = row.dtype.type(-1)
-    zero = data.dtype.type(0)
+    zero = y.dtype.type(0)  # sums in y's dtype: float64 for a float32 matrix too
     if k + ITEMS <= nnz:  # four loads of each array issued before any is used
         u = uint64(k)  # unsigned positions index without numba's negative-index test
         r0, r1, r2, r3 = row[u], row[u + uint64(1)], row[u + uint64(2)], row[u + uint64(3)]

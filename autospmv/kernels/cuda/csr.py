@@ -38,7 +38,7 @@ to 11 %."""
 def csr_scalar_kernel(indptr, indices, data, x, y):
     row = cuda.grid(1)
     if row < y.shape[0]:
-        acc = data.dtype.type(0)
+        acc = y.dtype.type(0)  # sums in y's dtype: float64 for a float32 matrix too
         # Unsigned positions (and uint32 columns, see build_scalar): numba tests every signed
         # index for a negative value, while an unsigned one compiles to a plain load. Four
         # entries per step while the row has that many left, so that four loads are in flight;
@@ -66,7 +66,7 @@ def csr_vector_kernel(indptr, indices, data, x, y, log_group):
     thread = cuda.grid(1)
     row = thread >> log_group
     lane = thread & (group - 1)
-    acc = data.dtype.type(0)
+    acc = y.dtype.type(0)
     if row < y.shape[0]:
         # Unsigned positions and (uint32) columns, as in csr_scalar_kernel.
         g = uint64(group)

@@ -131,7 +131,7 @@ def csr5_kernel(tile_ptr, bit_flag, y_offset, indices, data, x, y, sigma, placeh
     tile = cuda.grid(1) // OMEGA
     ntiles = tile_ptr.shape[0] - 1
     nnz = data.shape[0]
-    zero = data.dtype.type(0)
+    zero = y.dtype.type(0)  # sums in y's dtype: float64 for a float32 matrix too
     # Warps past the last tile read the last tile's descriptors but sum nothing (count = 0).
     active = tile < ntiles
     if not active:
@@ -179,7 +179,7 @@ def csr5_kernel(tile_ptr, bit_flag, y_offset, indices, data, x, y, sigma, placeh
         # Every warp of a `contended` block takes this path (tile_ptr[ntiles] = m is no row),
         # so the barrier below is reached by the whole block or by none of it.
         if contended:
-            sums = cuda.shared.array(TILES_PER_BLOCK, data.dtype)
+            sums = cuda.shared.array(TILES_PER_BLOCK, y.dtype)
             if lane == 0:
                 sums[cuda.threadIdx.x // OMEGA] = acc
             cuda.syncthreads()
@@ -278,7 +278,7 @@ def _lane_segments(indices, data, x, y, bits, start, stride, count, whole, row0,
     flag the segment closes (a plain store of a whole row) or, at the lane's first flag,
     becomes its head; the lane's state is updated by selects, so only the store is
     conditional."""
-    zero = data.dtype.type(0)
+    zero = y.dtype.type(0)
     head = zero
     starts = False
     acc = zero

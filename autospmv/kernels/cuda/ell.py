@@ -31,7 +31,7 @@ def ell_kernel(col, data, width, x, y):
     row = cuda.grid(1)
     m = y.shape[0]
     if row < m:
-        acc = data.dtype.type(0)
+        acc = y.dtype.type(0)  # sums in y's dtype: float64 for a float32 matrix too
         # Four slots per step: their loads are independent, so four are in flight at once
         # instead of one (padding sits at the end of a row, so a negative column ends the row).
         # Slots are unsigned: numba tests every signed index for a negative value, and an

@@ -26,7 +26,7 @@ BLOCK = 256
 def jds_kernel(perm, jd_ptr, col, data, x, y):
     i = cuda.grid(1)
     if i < y.shape[0]:
-        acc = data.dtype.type(0)
+        acc = y.dtype.type(0)  # sums in y's dtype: float64 for a float32 matrix too
         # Unsigned positions and (uint32) columns: plain loads, without numba's test of a
         # signed index for a negative value.
         row = uint64(i)

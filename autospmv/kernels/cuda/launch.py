@@ -19,6 +19,7 @@ the same code path up to the launch itself.
 
 from __future__ import annotations
 
+import copy
 import ctypes
 
 import numpy as np
@@ -75,7 +76,8 @@ def numba_type(value) -> types.Type:
 class Launch:
     """One kernel launch with its grid, block and arguments fixed in advance.
 
-    ``args`` mixes arrays, numpy scalars (typed: ``np.int32(n)``) and the slots ``X``/``Y``.
+    ``args`` mixes arrays, numpy scalars (typed: ``np.int32(n)``) and the slots ``X``/``Y``,
+    typed as 1-D arrays of ``vector_dtype`` (see :meth:`for_vectors` for other vector types).
     ``dispatcher`` is a ``cuda.jit`` function. Nothing is compiled until :meth:`load` (for the GPU)
     or :meth:`ptx` (for inspection, no GPU needed, so host arrays may stand in for device arrays).
     ``overlaps_previous``: launched as a programmatic dependent launch, which may start while the
@@ -94,6 +96,17 @@ class Launch:
         self.argtypes = tuple(slot_type if isinstance(a, Slot) else numba_type(a)
                               for a in self.args)
         self._function = None
+
+    def for_vectors(self, x_dtype, y_dtype) -> "Launch":
+        """This launch (same grid, block and arrays) compiled for x of ``x_dtype`` and y of
+        ``y_dtype``: numba-cuda compiles a kernel per argument types, so a float32 matrix's
+        kernel runs on float64 vectors without a copy of the matrix."""
+        launch = copy.copy(self)
+        types_of = {"X": vector_type(x_dtype), "Y": vector_type(y_dtype)}
+        launch.argtypes = tuple(types_of[a.name] if isinstance(a, Slot) else ty
+                                for a, ty in zip(self.args, self.argtypes))
+        launch._function = None
+        return launch
 
     def ptx(self, cc=(9, 0)) -> str:
         """PTX for this launch's argument types (compiles without a GPU)."""
@@ -191,7 +204,12 @@ class ZeroY:
     """Set ``y`` to zero before a kernel that accumulates into it with atomics."""
 
     def __init__(self, m: int, itemsize: int):
+        self.m = m
         self.words = m * itemsize // 4
+
+    def for_vectors(self, x_dtype, y_dtype) -> "ZeroY":
+        """The zeroing of a y of ``y_dtype`` (see :meth:`Launch.for_vectors`)."""
+        return ZeroY(self.m, np.dtype(y_dtype).itemsize)
 
     def load(self, x_len: int, y_len: int) -> None:
         pass
@@ -219,6 +237,8 @@ class DeviceProgram:
     """A converted matrix on the GPU plus the launches that multiply it by a vector.
 
     ``arrays`` keeps the device arrays alive for as long as the launches reference them.
+    ``dtype`` is the matrix's value dtype; the builders make programs for vectors of that
+    dtype, and :meth:`for_vectors` the same program for other vector dtypes.
     """
 
     def __init__(self, shape: tuple[int, int], dtype: np.dtype, arrays: dict, steps: list):
@@ -226,6 +246,14 @@ class DeviceProgram:
         self.dtype = np.dtype(dtype)
         self.arrays = arrays
         self.steps = steps
+
+    def for_vectors(self, x_dtype, y_dtype) -> "DeviceProgram":
+        """This program (same arrays, not loaded) for x of ``x_dtype`` and y of ``y_dtype``,
+        e.g. float64 vectors for a float32 matrix: every step is compiled for those types, and
+        the kernels accumulate in y's dtype. The steps stay those chosen for the matrix's dtype
+        (csr5's choice of clearing, for one, is correct for any y)."""
+        steps = [step.for_vectors(x_dtype, y_dtype) for step in self.steps]
+        return DeviceProgram(self.shape, self.dtype, self.arrays, steps)
 
     def load(self) -> "DeviceProgram":
         """Compile every launch and fix its parameters; returns self.

@@ -1,0 +1,304 @@
+"""Multi-vector product (SpMM) on the GPU: ``Y = A @ X`` for a row-major X of k columns, in one
+pass over A's CSR arrays.
+
+X (n × k) and Y (m × k) are C-contiguous (row-major): the k values of one row of X are adjacent,
+so the lanes that read them for one nonzero read consecutive words. Two kernels, one work split
+each:
+
+* **k ≤ 4 columns** (:func:`spmm_few_columns_kernel`): csr_vector's split. A group of g lanes
+  (g chosen as for csr_vector, from the row lengths) shares a row; lane l reads nonzeros
+  ``l, l+g, ...`` (coalesced within the group) and multiplies each into up to four accumulators
+  (one per column; the k values of ``X[c, :]`` lie in one or two 32-byte sectors); the group
+  then reduces its accumulators with shuffles. Each nonzero is read once for all k columns.
+* **k > 4 columns** (:func:`spmm_many_columns_kernel`): a group of G = 8, 16 or 32 lanes (the
+  power of two that covers k, at most a warp) owns a row, its lanes spread over the columns:
+  lane l accumulates columns ``l, l+G, l+2G, l+3G``. Every lane walks the row's nonzeros (the
+  group reads each one with one broadcast load), and for each nonzero the group reads
+  ``X[c, j:j+G]``, G consecutive words: coalesced gathers of X and coalesced writes of Y. Wider
+  X is covered in passes of 4G columns, each walking the row again (its entries are then in
+  cache). Each nonzero is read from memory once per pass.
+
+Long rows: a group handles at most :data:`PIECE` nonzeros of a row. The first launch gives every
+row its first piece and writes Y's row; rows longer than that have their further pieces listed
+(:func:`long_row_pieces`, computed once from the row pointer) and a second launch of the same
+kernel adds them to Y with atomic adds. A few long rows then spread over many groups instead of
+holding one group for their whole length; a matrix without long rows has no second launch.
+Where a row has several pieces, its sum's rounding depends on the order of the atomics, so it is
+not bitwise reproducible from run to run.
+
+Sums are accumulated in Y's dtype (the product's, :func:`autospmv.validation.result_dtype`): a
+float32 matrix in a float64 product is read as float32 and computed in float64. Shuffles appear
+only in the few-columns kernel, after the loop over the nonzeros, where every thread of the block
+(also those without a row) takes part, as numba-cuda's simulator requires
+(:mod:`autospmv.kernels.cuda.simulator`).
+
+Weak where k is 5-7 or 17-31 (a group's lanes beyond k idle) and where rows are much shorter than
+g in the few-columns kernel (idle lanes, as csr_vector).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import cuda, uint64
+
+from ... import registry
+from ...device import RowStructure
+from . import jit
+from .launch import SIMULATOR, X, Y, Launch, unsigned
+
+BLOCK = 256
+
+BLOCKS_PER_SM = 6
+"""The kernels' launch bound: six blocks of :data:`BLOCK` threads per SM (75 % occupancy), which
+holds them to 40 registers a thread, what they take in float64 without it (float32 with many
+columns took 42, which leaves room for five blocks only); no registers spill."""
+
+PIECE = 128
+"""Most nonzeros of a row that one group handles (see the module docstring)."""
+
+FEW_COLUMNS = 4
+"""Products with at most this many columns use :func:`spmm_few_columns_kernel`."""
+
+FULL_MASK = 0xFFFFFFFF
+
+
+@cuda.jit(device=True, inline=True)
+def _work_item(item, indptr, piece_row, piece_start, pieces):
+    """``(row, start, end, valid)`` of work item ``item``: in the row launch (``pieces`` 0) the
+    first :data:`PIECE` nonzeros of row ``item``; in the piece launch the piece ``item`` of the
+    long-row pieces. ``valid`` is False past the last item (then start = end)."""
+    row = uint64(0)
+    start = uint64(0)
+    end = uint64(0)
+    if pieces:
+        valid = item < piece_row.shape[0]
+        if valid:
+            row = uint64(piece_row[item])
+            start = uint64(piece_start[item])
+    else:
+        valid = item < indptr.shape[0] - 1
+        if valid:
+            row = uint64(item)
+            start = uint64(indptr[item])
+    if valid:
+        end = min(uint64(indptr[row + uint64(1)]), start + uint64(PIECE))
+    return row, start, end, valid
+
+
+@cuda.jit(device=True, inline=True)
+def _store(y, position, value, pieces):
+    """Write a sum into y (row launch) or add it atomically (piece launch)."""
+    if pieces:
+        cuda.atomic.add(y, position, value)
+    else:
+        y[position] = value
+
+
+@jit(cache=True, launch_bounds=(BLOCK, BLOCKS_PER_SM))
+def spmm_few_columns_kernel(indptr, indices, data, x, y, k, log_group, piece_row, piece_start,
+                            pieces):
+    group = 1 << log_group
+    thread = cuda.grid(1)
+    lane = thread & (group - 1)
+    row, start, end, valid = _work_item(thread >> log_group, indptr, piece_row, piece_start,
+                                        pieces)
+    columns = uint64(k)
+    zero = y.dtype.type(0)
+    acc0 = acc1 = acc2 = acc3 = zero
+    g = uint64(group)
+    p = start + uint64(lane)
+    # Two nonzeros per step while a lane has two left: their loads are in flight together.
+    while p + g < end:
+        a, b = data[p], uint64(indices[p]) * columns
+        c, d = data[p + g], uint64(indices[p + g]) * columns
+        acc0 += a * x[b] + c * x[d]
+        if k > 1:
+            acc1 += a * x[b + uint64(1)] + c * x[d + uint64(1)]
+        if k > 2:
+            acc2 += a * x[b + uint64(2)] + c * x[d + uint64(2)]
+        if k > 3:
+            acc3 += a * x[b + uint64(3)] + c * x[d + uint64(3)]
+        p += uint64(2) * g
+    if p < end:
+        a, b = data[p], uint64(indices[p]) * columns
+        acc0 += a * x[b]
+        if k > 1:
+            acc1 += a * x[b + uint64(1)]
+        if k > 2:
+            acc2 += a * x[b + uint64(2)]
+        if k > 3:
+            acc3 += a * x[b + uint64(3)]
+    # Every thread of the warp takes part in the reduction, including those without a row.
+    offset = group >> 1
+    while offset > 0:
+        acc0 += cuda.shfl_down_sync(FULL_MASK, acc0, offset)
+        if k > 1:
+            acc1 += cuda.shfl_down_sync(FULL_MASK, acc1, offset)
+        if k > 2:
+            acc2 += cuda.shfl_down_sync(FULL_MASK, acc2, offset)
+        if k > 3:
+            acc3 += cuda.shfl_down_sync(FULL_MASK, acc3, offset)
+        offset >>= 1
+    if valid and lane == 0:
+        out = row * columns
+        _store(y, out, acc0, pieces)
+        if k > 1:
+            _store(y, out + uint64(1), acc1, pieces)
+        if k > 2:
+            _store(y, out + uint64(2), acc2, pieces)
+        if k > 3:
+            _store(y, out + uint64(3), acc3, pieces)
+
+
+@jit(cache=True, launch_bounds=(BLOCK, BLOCKS_PER_SM))
+def spmm_many_columns_kernel(indptr, indices, data, x, y, k, log_group, piece_row, piece_start,
+                             pieces):
+    thread = cuda.grid(1)
+    row, start, end, valid = _work_item(thread >> log_group, indptr, piece_row, piece_start,
+                                        pieces)
+    if not valid:
+        return
+    columns = uint64(k)
+    g = uint64(1 << log_group)
+    out = row * columns
+    zero = y.dtype.type(0)
+    j0 = uint64(thread & ((1 << log_group) - 1))  # this lane's first column in this pass
+    while j0 < columns:
+        j1, j2, j3 = j0 + g, j0 + uint64(2) * g, j0 + uint64(3) * g
+        acc0 = acc1 = acc2 = acc3 = zero
+        p = start
+        # Two nonzeros per step: their loads (and their gathers of X) are in flight together.
+        while p + uint64(1) < end:
+            a, b = data[p], uint64(indices[p]) * columns
+            c, d = data[p + uint64(1)], uint64(indices[p + uint64(1)]) * columns
+            acc0 += a * x[b + j0] + c * x[d + j0]
+            if j1 < columns:
+                acc1 += a * x[b + j1] + c * x[d + j1]
+            if j2 < columns:
+                acc2 += a * x[b + j2] + c * x[d + j2]
+            if j3 < columns:
+                acc3 += a * x[b + j3] + c * x[d + j3]
+            p += uint64(2)
+        if p < end:
+            a, b = data[p], uint64(indices[p]) * columns
+            acc0 += a * x[b + j0]
+            if j1 < columns:
+                acc1 += a * x[b + j1]
+            if j2 < columns:
+                acc2 += a * x[b + j2]
+            if j3 < columns:
+                acc3 += a * x[b + j3]
+        _store(y, out + j0, acc0, pieces)
+        if j1 < columns:
+            _store(y, out + j1, acc1, pieces)
+        if j2 < columns:
+            _store(y, out + j2, acc2, pieces)
+        if j3 < columns:
+            _store(y, out + j3, acc3, pieces)
+        j0 += uint64(4) * g
+
+
+def long_row_pieces(indptr: np.ndarray, piece: int = PIECE) -> tuple[np.ndarray, np.ndarray]:
+    """``(rows, starts)``: every piece of :data:`PIECE` nonzeros of a row after its first, as
+    the row it belongs to and the position of its first nonzero (arrays of indptr's dtype, in
+    row order; empty when no row is longer than a piece)."""
+    indptr = np.asarray(indptr)
+    lengths = np.diff(indptr).astype(np.int64)
+    extra = np.maximum(-(-lengths // piece) - 1, 0)
+    rows = np.repeat(np.arange(lengths.size, dtype=np.int64), extra)
+    first = np.cumsum(extra) - extra  # each long row's first entry in the list
+    rank = np.arange(rows.size, dtype=np.int64) - np.repeat(first, extra) + 1
+    starts = indptr[:-1].astype(np.int64)[rows] + rank * piece
+    return rows.astype(indptr.dtype), starts.astype(indptr.dtype)
+
+
+RULE = (f"multi-vector products (A @ X, X of k columns) run one pass over A's CSR arrays: for "
+        f"k ≤ {FEW_COLUMNS}, a group of lanes per row over its nonzeros (csr_vector's group "
+        f"size) with k sums each; for larger k, 8, 16 or 32 lanes per row over the columns of "
+        f"X; rows longer than {PIECE} nonzeros are split among groups")
+"""The rule :class:`MultiVectorProgram` follows, as the decision notes it."""
+
+
+def launches(shape: tuple[int, int], arrays: dict, pieces: tuple, few_group: int, k: int,
+             x_dtype, y_dtype) -> list[Launch]:
+    """The launches of ``Y = A @ X`` for X of k columns (not loaded): the row launch, and the
+    piece launch where ``pieces`` (the rows and starts of :func:`long_row_pieces`) has any.
+    ``arrays``: A's CSR arrays (``indptr``, ``indices``, ``data``; host arrays stand in for
+    device arrays when only PTX is compiled); ``few_group``: the lanes per row of the
+    few-columns kernel."""
+    few = k <= FEW_COLUMNS
+    kernel = spmm_few_columns_kernel if few else spmm_many_columns_kernel
+    group = few_group if few else min(32, max(8, 1 << (k - 1).bit_length()))
+    piece_row, piece_start = pieces
+    steps = []
+    for items, in_pieces in ((shape[0], 0), (piece_row.shape[0], 1)):
+        if items:
+            args = [arrays["indptr"], unsigned(arrays["indices"]), arrays["data"], X, Y,
+                    np.int64(k), np.int32(group.bit_length() - 1), piece_row, piece_start,
+                    np.int32(in_pieces)]
+            launch = Launch(kernel, -(-items * group // BLOCK), BLOCK, args, y_dtype)
+            if np.dtype(x_dtype) != np.dtype(y_dtype):
+                launch = launch.for_vectors(x_dtype, y_dtype)
+            steps.append(launch)
+    return steps
+
+
+def few_columns_group(shape: tuple[int, int], host_indptr: np.ndarray) -> int:
+    """The lanes per row of the few-columns kernel: csr_vector's group size for the matrix."""
+    structure = RowStructure(shape, host_indptr, np.dtype(np.float64))
+    return registry.choose_params("csr_vector", structure, "cuda")["threads_per_row"]
+
+
+class MultiVectorProgram:
+    """A's CSR arrays on the GPU and the launches of ``Y = A @ X``, loaded for each column
+    count and vector dtype at its first product (the kernels take k as an argument: one
+    compilation per dtype serves every k).
+
+    ``arrays``: the CSR arrays on the device (``indptr``, ``indices``, ``data``);
+    ``host_indptr``: the row pointer on the host, which the long-row pieces (uploaded here) and
+    the few-columns group size come from. Not safe to run from two threads at once (see
+    :meth:`Launch.fire <autospmv.kernels.cuda.launch.Launch.fire>`): the caller holds a lock.
+    """
+
+    PROGRAMS = 32
+    """Launch sets kept (one per column count and dtypes: the launches, which own their
+    parameter buffers, and their closures); the oldest gives way beyond this."""
+
+    def __init__(self, shape: tuple[int, int], arrays: dict, host_indptr: np.ndarray):
+        self.shape = shape
+        self.arrays = arrays
+        self.pieces = tuple(_to_device(a) for a in long_row_pieces(host_indptr))
+        self.few_group = few_columns_group(shape, host_indptr)
+        self._programs = {}
+
+    @property
+    def nbytes(self) -> int:
+        """Device bytes of the long-row piece list."""
+        return sum(a.nbytes for a in self.pieces)
+
+    def run(self, k: int, x_dtype, y_dtype, x, y, stream) -> None:
+        """``Y = A @ X`` for k columns: ``x``, ``y`` the device addresses of X and Y (arrays,
+        flattened, under the simulator), queued on ``stream``."""
+        key = (k, np.dtype(x_dtype), np.dtype(y_dtype))
+        program = self._programs.get(key)
+        if program is None:
+            m, n = self.shape
+            steps = launches(self.shape, self.arrays, self.pieces, self.few_group, k, x_dtype,
+                             y_dtype)
+            for step in steps:
+                step.load(n * k, m * k)
+            fires = [step.simulate if SIMULATOR else step.fire() for step in steps]
+            if len(self._programs) >= self.PROGRAMS:
+                self._programs.pop(next(iter(self._programs)))
+            # The launches are kept with their closures: a closure of Launch.fire holds only
+            # the address of its launch's parameter buffer, which the driver reads at every
+            # launch; the buffer, and the values it points to, live as long as the Launch.
+            program = (steps, fires)
+            self._programs[key] = program
+        for fire in program[1]:
+            fire(x, y, stream)
+
+
+def _to_device(array: np.ndarray):
+    """A host array copied to the device (an empty one too: the kernels take it all the same)."""
+    return cuda.to_device(np.ascontiguousarray(array))

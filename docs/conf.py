@@ -1,0 +1,36 @@
+"""Sphinx configuration of autospmv's documentation.
+
+Pages are Markdown (MyST). Build with warnings as errors, as ``tests/test_docs.py`` does:
+
+    python -m sphinx -W -b html docs docs/_build/html
+"""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from autospmv import __version__  # noqa: E402
+from autospmv.glossary import markdown_table  # noqa: E402
+
+project = "autospmv"
+author = "the autospmv authors"
+copyright = "2026, the autospmv authors"
+release = __version__
+
+extensions = ["myst_parser", "sphinx.ext.autodoc", "sphinx.ext.napoleon"]
+source_suffix = {".md": "markdown"}
+exclude_patterns = ["_build"]
+
+myst_enable_extensions = ["substitution"]
+myst_heading_anchors = 3
+myst_substitutions = {"glossary_table": markdown_table()}
+"""The feature glossary of explain.md, from the code that ``autospmv explain`` prints."""
+
+autodoc_member_order = "bysource"
+autodoc_inherit_docstrings = False
+"""SciPy's LinearOperator docstrings describe SciPy's methods, not the operator's."""
+napoleon_google_docstring = False
+
+html_theme = "alabaster"
+html_title = f"autospmv {__version__}"

@@ -1,0 +1,28 @@
+"""The cases of the GPU multi-vector product (SpMM) that ``spmm_simulator_worker.py`` runs in
+numba-cuda's simulator and ``test_spmm_simulator.py`` asserts: kept apart from both, since the
+worker must switch the simulator on before it imports numba and the test must not."""
+
+from __future__ import annotations
+
+from matrices import TINY
+
+KERNELS = ("csr_scalar", "coo", "ell", "csr5")
+"""A CSR format, which the product runs on directly, and formats it gets CSR arrays from (COO
+shares its columns and values with them; ELL and CSR5 rebuild them)."""
+MATRICES = ("empty_0x0", "empty_5x0", "empty_0x7", "all_rows_empty_9x11", "row_1x150",
+            "dense_row_among_short_40x150", "rect_13x37", "rect_37x13", "power_law_48",
+            "long_row_among_short_10x3000")
+"""Empty matrices and rows, a single dense row, rectangular shapes, rows longer than a piece
+(:data:`autospmv.kernels.cuda.spmm.PIECE`: 150 and 3,000 entries)."""
+COLUMNS = (1, 4, 5, 16, 40)
+"""Both kernels (k ≤ 4 and k > 4), groups of 8, 16 and 32 lanes, and k > 32 (a second column
+slot per lane). k = 1 on a matrix without columns is left out: SciPy's ``dot`` sends an (0, 1)
+X to ``matvec``, whose copy of an empty vector numba-cuda's simulator refuses."""
+CASES = [("csr_scalar", name, k) for name in MATRICES for k in COLUMNS
+         if k > 1 or TINY[name]().shape[1]]
+CASES += [("csr_scalar", name, 2) for name in ("row_1x150", "rect_13x37", "rect_37x13")]
+CASES += [(kernel, name, k) for kernel in KERNELS[1:] for k in (3, 40)
+          for name in ("rect_13x37", "dense_row_among_short_40x150")]
+"""Every column count on every matrix on the CSR format; on the formats whose CSR arrays are
+derived (the kernels are the same) both kernels on two matrices, one with a row longer than a
+piece."""

@@ -1,0 +1,123 @@
+"""Run the GPU multi-vector product (SpMM) in numba-cuda's CUDA simulator and print the results
+as one JSON object.
+
+The simulator replaces ``numba.cuda`` process-wide and cannot share a process with real
+compilation, so ``test_spmm_simulator.py`` runs this script once in a subprocess and asserts on
+its output. Run by hand::
+
+    PYTHONPATH=. python tests/spmm_simulator_worker.py
+
+Output (stdout): ``{"kernel/dtype/matrix/k=K": {"error": float | null, "exception": str |
+null}}`` for every case of :data:`spmm_cases.CASES` in both dtypes: ``op @ X`` with a host X,
+against SciPy in float64. Besides, ``kernel/dtype/device_X`` multiplies a numba device X (k = 5;
+a float32 X for a float64 matrix too, whose product is float64) and checks the result's kind,
+shape and dtype, and ``kernel/dtype/nan_inf`` checks that NaN and ±Inf in X give SciPy's
+pattern, for every kernel of :data:`spmm_cases.KERNELS`. Timings go to stderr.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ["NUMBA_ENABLE_CUDASIM"] = "1"  # before anything imports numba
+
+import json  # noqa: E402
+import pathlib  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+import warnings  # noqa: E402
+
+sys.path[:0] = [str(pathlib.Path(__file__).resolve().parent.parent)]
+
+import numpy as np  # noqa: E402
+
+import autospmv  # noqa: E402
+from matrices import TINY, reference, relative_error  # noqa: E402
+from spmm_cases import CASES, KERNELS  # noqa: E402
+
+DTYPES = {"float32": np.float32, "float64": np.float64}
+
+
+def describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def block(rng, n: int, k: int, dtype) -> np.ndarray:
+    """Positive values (see ``matrices``: no cancellation, so the tolerance measures rounding)."""
+    return rng.uniform(0.5, 1.5, (n, k)).astype(dtype)
+
+
+def host_case(op, A, rng, k: int) -> dict:
+    X = block(rng, A.shape[1], k, op.dtype)
+    Y = op @ X
+    if not isinstance(Y, np.ndarray) or Y.dtype != op.dtype or Y.shape != (A.shape[0], k):
+        raise TypeError(f"host X gave {type(Y).__name__} {getattr(Y, 'dtype', '')} "
+                        f"{getattr(Y, 'shape', '')}")
+    return {"error": relative_error(Y, reference(A, X)), "exception": None}
+
+
+def device_case(op, A, rng) -> dict:
+    from numba import cuda
+
+    errors = []
+    for x_dtype in (np.float32, op.dtype):
+        X = block(rng, A.shape[1], 5, x_dtype)
+        Y = op @ cuda.to_device(X)
+        expected = np.result_type(op.dtype, x_dtype)
+        if not hasattr(Y, "__cuda_array_interface__") or Y.shape != (A.shape[0], 5):
+            raise TypeError(f"a device X gave a {type(Y).__name__} of shape {Y.shape}")
+        if Y.dtype != expected:
+            raise TypeError(f"a {np.dtype(x_dtype)} X gave {Y.dtype}; expected {expected}")
+        errors.append(relative_error(Y.copy_to_host(), reference(A, X)))
+    return {"error": max(errors), "exception": None}
+
+
+def nan_case(op, A, rng) -> dict:
+    n = A.shape[1]
+    X = block(rng, n, 6, op.dtype)
+    X[0, 1], X[n // 2, 3], X[n - 1, 5] = np.nan, np.inf, -np.inf
+    with warnings.catch_warnings():  # inf - inf = nan, in SciPy and in the simulated threads
+        warnings.simplefilter("ignore", RuntimeWarning)
+        Y_ref = reference(A, X)
+        Y = op @ X
+    for test in (np.isnan, np.isposinf, np.isneginf):
+        differ = np.argwhere(test(Y) != test(Y_ref))
+        if differ.size:
+            raise AssertionError(f"{test.__name__} differs from SciPy at {differ.tolist()}")
+    finite = np.isfinite(Y_ref)
+    return {"error": relative_error(Y[finite], Y_ref[finite]), "exception": None}
+
+
+def run(results: dict, key: str, case) -> None:
+    try:
+        results[key] = case()
+    except Exception as exc:  # reported per case; the test shows the message
+        results[key] = {"error": None, "exception": describe(exc)}
+
+
+def main() -> dict:
+    results = {}
+    for kernel in KERNELS:
+        started = time.perf_counter()
+        columns = {}  # matrix -> the column counts of this kernel's cases on it
+        for case_kernel, name, k in CASES:
+            if case_kernel == kernel:
+                columns.setdefault(name, []).append(k)
+        for dtype_name, dtype in DTYPES.items():
+            rng = np.random.default_rng(7)
+            for name, counts in columns.items():
+                A = TINY[name]().astype(dtype)
+                op = autospmv.prepare(A, kernel=kernel, device="cuda")
+                for k in counts:
+                    run(results, f"{kernel}/{dtype_name}/{name}/k={k}",
+                        lambda: host_case(op, A, rng, k))
+            A = TINY["power_law_48"]().astype(dtype)
+            op = autospmv.prepare(A, kernel=kernel, device="cuda")
+            run(results, f"{kernel}/{dtype_name}/device_X", lambda: device_case(op, A, rng))
+            run(results, f"{kernel}/{dtype_name}/nan_inf", lambda: nan_case(op, A, rng))
+        print(f"{kernel}: {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
+    return results
+
+
+if __name__ == "__main__":
+    json.dump(main(), sys.stdout)

@@ -1,0 +1,321 @@
+"""Multi-vector products (``op @ X`` for a 2-D X, SpMM) against SciPy in float64.
+
+Host X runs on the CPU and, through the ``device`` fixture, on a real GPU; CuPy, PyTorch and
+numba device X need a real GPU (the simulator runs the GPU kernels in
+``test_spmm_simulator.py``). Covered: every matrix of the family on the CSR arrays the product
+runs on, every kernel's operator (whose CSR arrays are its format's or derived from what it
+keeps), column counts of both GPU kernels, the result's dtype and layout, X of any layout, NaN
+and ±Inf, the memory the operator keeps for the product, its note in ``explain()``, the
+transpose's product (``rmatmat``), threads sharing an operator, and a block solver.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import warnings
+
+import numpy as np
+import pytest
+from scipy.sparse.linalg import lobpcg
+
+import autospmv
+from matrices import (
+    DTYPE_IDS, DTYPES, FAMILY, assert_close, matrix, one_long_row, poisson2d, power_law,
+    prepare_or_refuse, random_matrix, reference,
+)
+
+COLUMNS = (0, 2, 4, 5, 16, 33)
+"""No columns; the GPU's few-columns kernel (k ≤ 4) and its many-columns kernel with groups of
+8, 16 and 32 lanes, the last with a second column per lane."""
+
+NOTE = "multi-vector products (A @ X"
+
+
+def block(rng, n: int, k: int, dtype=np.float64) -> np.ndarray:
+    return rng.random((n, k)).astype(dtype)
+
+
+@pytest.mark.parametrize("k", COLUMNS)
+@pytest.mark.parametrize("name", sorted(FAMILY))
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_product_matches_scipy_on_every_matrix(device, dtype, name, k, rng):
+    """On csr_scalar, whose format holds the CSR arrays the product runs on."""
+    A = matrix(name, dtype)
+    op = prepare_or_refuse(A, "csr_scalar", device)
+    X = block(rng, A.shape[1], k, dtype)
+    Y = op @ X
+    assert isinstance(Y, np.ndarray) and Y.shape == (A.shape[0], k) and Y.dtype == dtype
+    assert Y.flags.c_contiguous
+    assert_close(Y, reference(A, X), dtype)
+
+
+@pytest.mark.parametrize("name", ["huge_row_among_short_300x3000", "half_rows_empty_200x150",
+                                  "duplicates_coo_60x50", "rect_37x61"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("kernel", autospmv.KERNELS)
+def test_every_kernels_operator_multiplies_blocks(device, kernel, dtype, name, rng):
+    A = matrix(name, dtype)
+    op = prepare_or_refuse(A, kernel, device)
+    if op is None:
+        return
+    for k in (3, 7):
+        X = block(rng, A.shape[1], k, dtype)
+        for Y in (op @ X, op.matmat(X), op.dot(X)):
+            assert Y.shape == (A.shape[0], k) and Y.dtype == dtype
+            assert_close(Y, reference(A, X), dtype)
+
+
+@pytest.mark.parametrize("x_dtype", [np.float32, np.float64, np.int64, np.int8, np.bool_])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_result_has_scipys_dtype_and_accuracy(device, dtype, x_dtype, rng):
+    """numpy.result_type(A, X), as SciPy gives it, accumulated in that dtype: a float32 matrix
+    with float64 X is exact to float64 rounding of the float32 values."""
+    A = matrix("power_law_500", dtype)
+    op = autospmv.prepare(A, kernel="csr_scalar", device=device)
+    X = (rng.random((A.shape[1], 6)) * 3).astype(x_dtype)
+    Y = op @ X
+    assert Y.dtype == np.result_type(dtype, x_dtype) == (A @ X).dtype
+    assert_close(Y, reference(A, X), Y.dtype)
+
+
+def test_complex_X_is_refused_with_the_reason():
+    op = autospmv.prepare(random_matrix(6, 4, 0.5, 1), device="cpu")
+    with pytest.raises(TypeError, match="complex"):
+        op @ np.ones((4, 3), dtype=np.complex128)
+
+
+def test_X_of_any_layout(device, rng):
+    A = matrix("rect_61x37", np.float64)
+    op = autospmv.prepare(A, kernel="csr_vector", device=device)
+    wide = block(rng, 2 * A.shape[1], 10)
+    for X in (np.asfortranarray(wide[:A.shape[1]]), wide[::2, ::3], wide[1::2].T.copy().T):
+        assert_close(op @ X, reference(A, X), np.float64)
+
+
+def test_nan_and_inf_follow_scipy(device, rng):
+    A = matrix("power_law_500", np.float64)
+    op = autospmv.prepare(A, kernel="csr_scalar", device=device)
+    X = block(rng, A.shape[1], 6)
+    X[3, 0], X[70, 2], X[-1, 5] = np.nan, np.inf, -np.inf
+    with warnings.catch_warnings():  # inf - inf = nan
+        warnings.simplefilter("ignore", RuntimeWarning)
+        Y, Y_ref = op @ X, reference(A, X)
+    for test in (np.isnan, np.isposinf, np.isneginf):
+        np.testing.assert_array_equal(test(Y), test(Y_ref))
+    finite = np.isfinite(Y_ref)
+    assert_close(Y[finite], Y_ref[finite], np.float64)
+
+
+def test_one_column_runs_the_operators_own_kernel(rng):
+    A = matrix("power_law_500", np.float64)
+    op = autospmv.prepare(A, kernel="csr_vector", device="cpu")
+    X = block(rng, A.shape[1], 1)
+    Y = op.matmat(X)
+    assert Y.shape == (A.shape[0], 1)
+    np.testing.assert_array_equal(Y[:, 0], op @ X[:, 0])
+    assert NOTE not in op.explain()
+
+
+def csr_bytes(A) -> int:
+    return A.data.nbytes + A.indices.nbytes + A.indptr.nbytes
+
+
+@pytest.mark.parametrize("kernel", ["csr_scalar", "csr_vector"])
+def test_csr_kernels_multiply_on_their_own_arrays(kernel, rng):
+    A = matrix("power_law_500", np.float64)
+    op = autospmv.prepare(A, kernel=kernel, device="cpu")
+    held = op.memory
+    op @ block(rng, A.shape[1], 4)
+    assert op.memory == held
+    assert "CSR arrays (the format's own)" in op.explain()
+
+
+@pytest.mark.parametrize("kernel", ["ell", "hyb", "jds", "csr5"])
+def test_other_formats_keep_csr_arrays_counted_in_memory(kernel, rng):
+    A = random_matrix(300, 200, 0.05, 4)  # canonical CSR: the operator keeps only its format
+    op = autospmv.prepare(A, kernel=kernel, device="cpu")
+    held = op.memory["host"]
+    assert NOTE not in op.explain()
+    X = block(rng, A.shape[1], 5)
+    assert_close(op @ X, reference(A, X), np.float64)
+    assert op.memory["host"] == held + csr_bytes(A)
+    assert op.explain().count(NOTE) == 1
+    op @ X  # set up once
+    assert op.memory["host"] == held + csr_bytes(A) and op.explain().count(NOTE) == 1
+
+
+def test_a_kept_csr_serves_the_product_without_more_memory(rng):
+    A = random_matrix(300, 200, 0.05, 4).tocoo()  # canonicalised into a copy the operator keeps
+    op = autospmv.prepare(A, kernel="ell", device="cpu")
+    held = op.memory["host"]
+    op @ block(rng, A.shape[1], 5)
+    assert op.memory["host"] == held
+
+
+@pytest.mark.parametrize("kernel", autospmv.KERNELS)
+def test_rmatmat_is_the_transposes_multi_vector_product(kernel, rng):
+    A = matrix("rect_37x61", np.float64)
+    op = autospmv.prepare(A, kernel=kernel, device="cpu")
+    Z = block(rng, A.shape[0], 6)
+    for Y in (op.rmatmat(Z), op.T @ Z, op.H.matmat(Z)):
+        assert Y.shape == (A.shape[1], 6)
+        assert_close(Y, reference(A.T, Z), np.float64)
+    assert NOTE in op.T.explain()
+
+
+def test_threads_share_an_operator(rng):
+    A = power_law(3000, 3000, 1.1, 6)
+    op = autospmv.prepare(A, kernel="hyb", device="cpu")
+    blocks = [block(rng, A.shape[1], k) for k in (2, 3, 5, 8) * 4]
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(op.matmat, blocks))
+    for X, Y in zip(blocks, results):
+        assert_close(Y, reference(A, X), np.float64)
+    assert op.explain().count(NOTE) == 1
+
+
+def test_lobpcg_finds_scipys_eigenvalues(rng):
+    A = poisson2d(20)
+    op = autospmv.prepare(A, device="cpu")
+    X = block(rng, A.shape[0], 4)
+    values, _ = lobpcg(op, X, largest=False, tol=1e-9, maxiter=500)
+    expected, _ = lobpcg(A, X, largest=False, tol=1e-9, maxiter=500)
+    np.testing.assert_allclose(np.sort(values), np.sort(expected), rtol=1e-7)
+
+
+def test_long_row_pieces():
+    from autospmv.kernels.cuda.spmm import long_row_pieces
+
+    lengths = [0, 3, 9, 4, 0, 10, 1]
+    indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    rows, starts = long_row_pieces(indptr, piece=4)
+    expected = [(row, indptr[row] + offset) for row, length in enumerate(lengths)
+                for offset in range(4, length, 4)]
+    assert list(zip(rows.tolist(), starts.tolist())) == expected
+    assert rows.dtype == starts.dtype == np.int32
+    rows, starts = long_row_pieces(np.array([0, 2, 4], dtype=np.int64), piece=4)
+    assert rows.size == starts.size == 0
+
+
+# --- device arrays on a real GPU --------------------------------------------------------------
+
+def numba_blocks():
+    from numba import cuda
+
+    return cuda.to_device, lambda a: a.copy_to_host(), cuda.devicearray.DeviceNDArray
+
+
+def cupy_blocks():
+    cupy = pytest.importorskip("cupy")
+    return cupy.asarray, cupy.asnumpy, cupy.ndarray
+
+
+def torch_blocks():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA")
+    return lambda a: torch.from_numpy(a).cuda(), lambda t: t.cpu().numpy(), torch.Tensor
+
+
+LIBRARIES = {"numba": numba_blocks, "cupy": cupy_blocks, "torch": torch_blocks}
+
+
+@pytest.mark.requires_gpu
+@pytest.mark.parametrize("library", list(LIBRARIES))
+@pytest.mark.parametrize("name", ["power_law_500", "huge_row_among_short_300x3000",
+                                  "all_rows_empty_9x11"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("kernel", ["csr_scalar", "csr5"])
+def test_device_blocks(kernel, dtype, name, library, rng):
+    to_device, to_host, kind = LIBRARIES[library]()
+    A = matrix(name, dtype)
+    op = autospmv.prepare(A, kernel=kernel, device="cuda")
+    for k in (1, 3, 4, 5, 16, 33, 64):
+        for x_dtype in DTYPES:
+            X = block(rng, A.shape[1], k, x_dtype)
+            Y = op @ to_device(X)
+            assert isinstance(Y, kind) and tuple(Y.shape) == (A.shape[0], k)
+            result = to_host(Y)
+            assert result.dtype == np.result_type(dtype, x_dtype)
+            assert_close(result, reference(A, X), result.dtype)
+
+
+@pytest.mark.requires_gpu
+def test_device_blocks_of_any_layout(rng):
+    cupy = pytest.importorskip("cupy")
+    A = matrix("rect_61x37", np.float64)
+    op = autospmv.prepare(A, kernel="ell", device="cuda")
+    X = block(rng, A.shape[1], 6)
+    assert_close(cupy.asnumpy(op @ cupy.asfortranarray(cupy.asarray(X))), reference(A, X),
+                 np.float64)
+    torch = pytest.importorskip("torch")
+    Y = op @ torch.from_numpy(X.T.copy()).cuda().T
+    assert_close(Y.cpu().numpy(), reference(A, X), np.float64)
+
+
+@pytest.mark.requires_gpu
+def test_repeated_products_keep_their_launch_parameters(rng):
+    """The launches of a column count, made at its first product, serve every later one: their
+    parameter buffers (which the driver reads at each launch) live with the operator. Python
+    objects made and freed between the products would overwrite a buffer that was let go."""
+    import ctypes
+    import gc
+
+    cupy = pytest.importorskip("cupy")
+    A = matrix("huge_row_among_short_300x3000", np.float64)  # a row launch and a piece launch
+    op = autospmv.prepare(A, kernel="coo", device="cuda")
+    for k in (3, 10):
+        X = block(rng, A.shape[1], k)
+        expected = reference(A, X)
+        for _ in range(5):
+            litter = [ctypes.c_uint64(i) for i in range(20_000)]
+            del litter
+            gc.collect()
+            assert_close(op @ X, expected, np.float64)
+            assert_close(cupy.asnumpy(op @ cupy.asarray(X)), expected, np.float64)
+
+
+@pytest.mark.requires_gpu
+def test_device_blocks_are_checked():
+    from numba import cuda
+
+    op = autospmv.prepare(random_matrix(6, 4, 0.5, 1), kernel="csr_scalar", device="cuda")
+    with pytest.raises(ValueError, match=r"X must have shape \(4, k\); got \(5, 2\)"):
+        op @ cuda.to_device(np.ones((5, 2)))
+    with pytest.raises(ValueError, match="row-major"):
+        op @ cuda.to_device(np.ones((2, 4)).T)
+    with pytest.raises(TypeError, match="X must have dtype float32 or float64; got int64"):
+        op @ cuda.to_device(np.ones((4, 2), dtype=np.int64))
+
+
+@pytest.mark.requires_gpu
+def test_device_memory_counts_the_products_arrays(rng):
+    A = random_matrix(300, 200, 0.05, 4)  # no row longer than a piece: no piece list
+    for kernel, extra in (("csr_scalar", 0), ("ell", csr_bytes(A))):
+        op = autospmv.prepare(A, kernel=kernel, device="cuda")
+        held = op.memory["device"]
+        op @ block(rng, A.shape[1], 5)
+        assert op.memory["device"] == held + extra
+        assert NOTE in op.explain()
+
+
+@pytest.mark.requires_gpu
+@pytest.mark.parametrize("kernel", ["coo", "ell", "hyb", "jds", "csr5"])
+def test_device_blocks_from_every_source_of_csr_arrays(kernel, rng):
+    """A format that is not CSR gets its CSR arrays from what the operator keeps: the format
+    and row pointer (rebuilt on the GPU), after Aᵀ took those the transposed operator's matrix,
+    or a matrix that lives on the GPU. Each matrix has a row longer than a piece (spmm.PIECE);
+    ELL and JDS refuse the 3000-long row among short ones (fill limit), so they get one of 300
+    among 200 rows, which they take."""
+    cupy = pytest.importorskip("cupy")
+    import cupyx.scipy.sparse as csp
+
+    A = (one_long_row(200, 300, 77, 3, 5) if kernel in ("ell", "jds")
+         else matrix("huge_row_among_short_300x3000", np.float64))
+    X = block(rng, A.shape[1], 6)
+    fresh = autospmv.prepare(A, kernel=kernel, device="cuda")
+    transposed_first = autospmv.prepare(A, kernel=kernel, device="cuda")
+    transposed_first.transpose_operator()  # built before the first block
+    on_device = autospmv.prepare(csp.csr_matrix(A), kernel=kernel, device="cuda")
+    for op in (fresh, transposed_first, on_device):
+        assert_close(cupy.asnumpy(op @ cupy.asarray(X)), reference(A, X), np.float64)

@@ -1,0 +1,83 @@
+"""The GPU multi-vector product's kernels compile to PTX for compute capability 9.0, without a
+GPU, for every dtype pair and index width, with and without the launch of long-row pieces."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+cuda = pytest.importorskip("numba.cuda")
+if cuda.config.ENABLE_CUDASIM:
+    pytest.skip("PTX compilation needs the real numba-cuda, not its simulator",
+                allow_module_level=True)
+
+from autospmv.kernels.cuda import spmm  # noqa: E402
+from autospmv.validation import canonicalize  # noqa: E402
+from matrices import FAMILY  # noqa: E402
+
+CC = (9, 0)
+DTYPE_PAIRS = [(np.float32, np.float32), (np.float64, np.float64), (np.float32, np.float64)]
+"""(matrix values, vectors): a float32 matrix in a float64 product too."""
+
+_PTX: dict = {}
+
+
+def compiled_ptx(launch) -> str:
+    key = (launch.dispatcher.py_func, launch.argtypes)
+    if key not in _PTX:
+        _PTX[key] = launch.ptx(CC)
+    return _PTX[key]
+
+
+def host_launches(name: str, values, vectors, k: int, index=np.int32):
+    """The launches for a FAMILY matrix, host arrays standing in for device arrays."""
+    A = canonicalize(FAMILY[name]().astype(values))
+    arrays = {"indptr": A.indptr.astype(index), "indices": A.indices.astype(index),
+              "data": A.data}
+    pieces = spmm.long_row_pieces(arrays["indptr"])
+    return A, pieces, spmm.launches(A.shape, arrays, pieces, 4, k, vectors, vectors)
+
+
+@pytest.mark.parametrize("index", [np.int32, np.int64])
+@pytest.mark.parametrize("k", [3, 40])
+@pytest.mark.parametrize("values, vectors", DTYPE_PAIRS,
+                         ids=[f"{np.dtype(a)}-{np.dtype(b)}" for a, b in DTYPE_PAIRS])
+def test_kernels_compile_to_ptx(values, vectors, k, index):
+    A, pieces, launches = host_launches("huge_row_among_short_300x3000", values, vectors, k,
+                                        index)
+    assert pieces[0].size, "the matrix has a row longer than a piece"
+    assert len(launches) == 2, "a row launch and a piece launch"
+    kernel = "spmm_few_columns_kernel" if k <= spmm.FEW_COLUMNS else "spmm_many_columns_kernel"
+    for launch, items in zip(launches, (A.shape[0], pieces[0].size)):
+        assert launch.block == spmm.BLOCK and launch.grid * launch.block >= items
+        ptx = compiled_ptx(launch)
+        entries = [line for line in ptx.splitlines() if ".entry" in line]
+        assert len(entries) == 1 and kernel in entries[0]
+        assert re.search(r"\batom\.global\.add\.f(32|64)\b", ptx), "pieces are added atomically"
+        if np.dtype(vectors) == np.float32:
+            float64_ops = sorted(set(re.findall(r"^\s*[a-z][\w.]*\.f64\b", ptx, re.MULTILINE)))
+            assert not float64_ops, f"a float32 product computes in float64: {float64_ops}"
+
+
+def test_a_matrix_without_long_rows_has_one_launch():
+    _, pieces, launches = host_launches("poisson2d_169", np.float64, np.float64, 16)
+    assert pieces[0].size == 0 and len(launches) == 1
+    assert launches[0].grid * launches[0].block >= 169 * 16
+
+
+@pytest.mark.parametrize("k, lanes", [(5, 8), (8, 8), (9, 16), (16, 16), (17, 32), (64, 32)])
+def test_many_columns_groups_cover_the_columns(k, lanes):
+    _, _, launches = host_launches("poisson2d_169", np.float64, np.float64, k)
+    log_group = launches[0].args[6]
+    assert 1 << int(log_group) == lanes
+
+
+def test_kernels_carry_their_launch_bound():
+    """Six blocks per SM hold the kernels to 40 registers (see spmm.BLOCKS_PER_SM)."""
+    for k in (3, 40):
+        _, _, launches = host_launches("poisson2d_169", np.float32, np.float32, k)
+        ptx = compiled_ptx(launches[0])
+        assert re.search(rf"\.maxntid\s+{spmm.BLOCK}\b", ptx)
+        assert re.search(rf"\.minnctapersm\s+{spmm.BLOCKS_PER_SM}\b", ptx)

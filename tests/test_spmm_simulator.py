@@ -1,0 +1,64 @@
+"""The GPU multi-vector product (SpMM), run in numba-cuda's CUDA simulator, against SciPy (no
+GPU needed).
+
+The simulator cannot share a process with real compilation (``test_cuda_ptx.py``), so
+``spmm_simulator_worker.py`` runs every case once, in a subprocess, and each of its results is
+asserted here by its own test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+pytest.importorskip("numba.cuda")
+
+from matrices import TOLERANCE  # noqa: E402
+from spmm_cases import CASES, KERNELS  # noqa: E402
+
+WORKER = pathlib.Path(__file__).with_name("spmm_simulator_worker.py")
+REPO_ROOT = WORKER.parent.parent
+TIMEOUT_S = 600
+"""The worker takes about two minutes on two cores; the limit only stops a hang."""
+
+DTYPES = ["float32", "float64"]
+
+
+@pytest.fixture(scope="module")
+def simulated():
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    try:
+        done = subprocess.run([sys.executable, str(WORKER)], capture_output=True, text=True,
+                              env=env, cwd=REPO_ROOT, timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"the simulator worker ran past {TIMEOUT_S} s; its stderr:\n{exc.stderr}")
+    if done.returncode:
+        pytest.fail(f"the simulator worker failed (exit {done.returncode}); its stderr:\n"
+                    f"{done.stderr}")
+    return json.loads(done.stdout)
+
+
+def check(result: dict, dtype: str):
+    assert result["exception"] is None, result["exception"]
+    assert result["error"] <= TOLERANCE[np.dtype(dtype)], f"relative error {result['error']:.3g}"
+
+
+@pytest.mark.parametrize("kernel, matrix, k", CASES,
+                         ids=[f"{kernel}-{matrix}-k{k}" for kernel, matrix, k in CASES])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_simulated_spmm_matches_scipy(simulated, dtype, kernel, matrix, k):
+    check(simulated[f"{kernel}/{dtype}/{matrix}/k={k}"], dtype)
+
+
+@pytest.mark.parametrize("case", ["device_X", "nan_inf"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_simulated_spmm_device_and_special_values(simulated, kernel, dtype, case):
+    check(simulated[f"{kernel}/{dtype}/{case}"], dtype)
