@@ -7,11 +7,7 @@ of its results is asserted here by its own test.
 
 from __future__ import annotations
 
-import json
-import os
 import pathlib
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -19,13 +15,13 @@ import pytest
 pytest.importorskip("numba.cuda")
 
 import autospmv  # noqa: E402
+from simulator_run import run_simulator_worker  # noqa: E402
 from matrices import (  # noqa: E402
     TINY, TINY_EXTRA_CASES, TINY_MIXED_MATRICES, TINY_MIXED_PARAMETER_CASES,
     TINY_PARAMETER_CASES, TOLERANCE, conversion_refused, parameter_case_name,
 )
 
 WORKER = pathlib.Path(__file__).with_name("cuda_simulator_worker.py")
-REPO_ROOT = WORKER.parent.parent
 TIMEOUT_S = 900
 """The worker takes two to four minutes on two cores; the limit only stops a hang."""
 
@@ -34,17 +30,7 @@ CASES = [*TINY, *TINY_EXTRA_CASES]
 
 @pytest.fixture(scope="module")
 def simulated():
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
-    try:
-        done = subprocess.run([sys.executable, str(WORKER)], capture_output=True, text=True,
-                              env=env, cwd=REPO_ROOT, timeout=TIMEOUT_S)
-    except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"the simulator worker ran past {TIMEOUT_S} s; its stderr:\n{exc.stderr}")
-    if done.returncode:
-        pytest.fail(f"the simulator worker failed (exit {done.returncode}); its stderr:\n"
-                    f"{done.stderr}")
-    return json.loads(done.stdout)
+    return run_simulator_worker(WORKER, TIMEOUT_S)
 
 
 def check(result: dict, dtype: str, refused: bool):

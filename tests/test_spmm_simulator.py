@@ -8,22 +8,18 @@ asserted here by its own test.
 
 from __future__ import annotations
 
-import json
-import os
 import pathlib
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 pytest.importorskip("numba.cuda")
 
+from simulator_run import run_simulator_worker  # noqa: E402
 from matrices import TOLERANCE  # noqa: E402
 from spmm_cases import CASES, KERNELS  # noqa: E402
 
 WORKER = pathlib.Path(__file__).with_name("spmm_simulator_worker.py")
-REPO_ROOT = WORKER.parent.parent
 TIMEOUT_S = 600
 """The worker takes about two minutes on two cores; the limit only stops a hang."""
 
@@ -32,17 +28,7 @@ DTYPES = ["float32", "float64"]
 
 @pytest.fixture(scope="module")
 def simulated():
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
-    try:
-        done = subprocess.run([sys.executable, str(WORKER)], capture_output=True, text=True,
-                              env=env, cwd=REPO_ROOT, timeout=TIMEOUT_S)
-    except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"the simulator worker ran past {TIMEOUT_S} s; its stderr:\n{exc.stderr}")
-    if done.returncode:
-        pytest.fail(f"the simulator worker failed (exit {done.returncode}); its stderr:\n"
-                    f"{done.stderr}")
-    return json.loads(done.stdout)
+    return run_simulator_worker(WORKER, TIMEOUT_S)
 
 
 def check(result: dict, dtype: str):
