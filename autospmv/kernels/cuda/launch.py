@@ -153,14 +153,16 @@ class Launch:
 
         The closure writes x and y into this launch's one parameter buffer, which the driver
         copies when the launch is queued: calls from several threads must not interleave
-        (the CUDA backend holds a lock around them)."""
+        (the CUDA backend holds a lock around them). The closure holds this launch, whose
+        parameter buffer the driver reads through the address it passes, so a caller may keep
+        the closure alone."""
         x_slot, y_slot, launch = self._x, self._y, driver.cuLaunchKernel
         function, grid, block, params = (self._function, self.grid, self.block,
                                          ctypes.addressof(self._params))
         if self._overlaps:
             return self._fire_overlapping(function, params)
 
-        def launch_kernel(x, y, stream):
+        def launch_kernel(x, y, stream, _owner=self):
             x_slot.value = x
             y_slot.value = y
             status, = launch(function, grid, 1, 1, block, 1, 1, 0, stream, params, 0)
@@ -184,7 +186,7 @@ class Launch:
         config.numAttrs = 1
         x_slot, y_slot, launch = self._x, self._y, driver.cuLaunchKernelEx
 
-        def launch_kernel(x, y, stream):
+        def launch_kernel(x, y, stream, _owner=self):
             x_slot.value = x
             y_slot.value = y
             config.hStream = stream
