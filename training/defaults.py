@@ -174,8 +174,9 @@ def _calibration(ds: Dataset, rows, ranking, scores, default: str) -> list[dict]
     top = ranking[:, 0]
     times = ds.times[rows]
     differs = top != d
-    margin = scores[np.arange(len(rows)), d] - scores[np.arange(len(rows)), top]
-    realised = np.log2(times[:, d] / times[np.arange(len(rows)), top])
+    with np.errstate(invalid="ignore", divide="ignore"):  # kernels that never ran: inf
+        margin = scores[np.arange(len(rows)), d] - scores[np.arange(len(rows)), top]
+        realised = np.log2(times[:, d] / times[np.arange(len(rows)), top])
     out = []
     for low, high in zip(MARGIN_BINS[:-1], MARGIN_BINS[1:]):
         sel = differs & (margin >= low) & (margin < high) & np.isfinite(realised)
