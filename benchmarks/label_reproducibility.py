@@ -34,7 +34,8 @@ sys.path.insert(0, str(REPO_ROOT))
 from autospmv.training.dataset import dataset  # noqa: E402
 from autospmv.training.label import read_records  # noqa: E402
 from autospmv.training.metrics import BANDS, band_rows  # noqa: E402
-from autospmv.training.train import read_holdout, split_holdout  # noqa: E402
+from autospmv.training.corpus import read_names  # noqa: E402
+from autospmv.training.train import split_holdout  # noqa: E402
 
 
 def common(a, b, holdout):
@@ -95,7 +96,7 @@ def main(argv=None) -> int:
     parser.add_argument("--shift", metavar="KERNEL",
                         help="also print how KERNEL's time moved against the others")
     args = parser.parse_args(argv)
-    holdout = read_holdout(args.holdout) if args.holdout else ()
+    holdout = read_names(args.holdout) if args.holdout else ()
     a, b = common(read_records(args.run_a), read_records(args.run_b), holdout)
     ds_a, _ = dataset(a)
     ds_b, _ = dataset(b)

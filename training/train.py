@@ -136,6 +136,7 @@ from .crossval import (DEFAULT_OBJECTIVES, FALLBACK_HYPER, GRID, REPEATS,  # noq
                                Fold, group_splits, guard, hyper_grid, leave_one_family_out,
                                nested_cv, select_hyper)
 # The Markdown report: training/report.py
+from .corpus import read_names
 from .defaults import (calibrate, first_in_ranking, out_of_kind, overrides_lose, policy_choices,
                        tree_scores)
 from .report import (METRIC_HEADERS, _all_real_row, _band_table,  # noqa: F401
@@ -162,12 +163,6 @@ def split_holdout(records, names) -> tuple[list[dict], list[dict]]:
         stem = Path(source).stem if source != "synthetic" else None
         (held if record["name"] in names or stem in names else train_part).append(record)
     return train_part, held
-
-
-def read_holdout(path) -> list[str]:
-    """Matrix names from a held-out list: one a line; blank lines and ``#`` comments ignored."""
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
-    return [line.split("#")[0].strip() for line in lines if line.split("#")[0].strip()]
 
 
 def train(records, *, mode: str = "auto", n_splits: int = 5, grid=GRID,
@@ -318,13 +313,13 @@ def train_files(paths, out=None, report=None, *, mode: str = "auto", n_splits: i
                 holdout=None) -> TrainResult:
     """Train on label files, write the model JSON to ``out`` (unless None) and the report to
     ``report``; cross-validation searches :func:`hyper_grid` of ``objectives``. ``holdout``:
-    a file listing held-out matrices (:func:`read_holdout`), or None."""
+    a file listing held-out matrices (:func:`training.corpus.read_names`), or None."""
     records, files = [], []
     for path in paths:
         recs = read_records(path)
         records += recs
         files.append(dict(file_digest(path), records=len(recs)))
-    held = read_holdout(holdout) if holdout else ()
+    held = read_names(holdout) if holdout else ()
     result = train(records, mode=mode, n_splits=n_splits, grid=hyper_grid(objectives),
                    label_files=files, repeats=repeats, holdout=held)
     if holdout:
