@@ -1,0 +1,450 @@
+"""The client's side: :func:`prepare` and :class:`DistributedOperator`."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.sparse.linalg import LinearOperator
+
+from . import _build, _comm
+from ._partition import canonical_block, check_bounds, even_bounds, row_partition
+from ._vector import DistributedVector, Layout, _is_dask_array
+
+
+def require_distributed():
+    try:
+        import distributed
+    except ImportError as error:
+        raise ImportError(
+            "autospmv.distributed needs Dask: pip install 'autospmv[distributed]' "
+            "(and dask-cuda for GPU workers: 'autospmv[distributed-cuda]')"
+        ) from error
+    return distributed
+
+
+def _default_client():
+    distributed = require_distributed()
+    try:
+        return distributed.default_client()
+    except ValueError:
+        raise ValueError(
+            "autospmv.distributed.prepare needs a Dask client: pass client=, or start one first, "
+            "e.g. Client(LocalCluster(n_workers=2)) for CPU workers or "
+            "Client(dask_cuda.LocalCUDACluster()) for one worker per GPU"
+        ) from None
+
+
+@dataclasses.dataclass(eq=False)
+class Part:
+    """One rank's row block, as recorded on the client."""
+
+    index: int
+    rows: tuple
+    """The block's rows ``start:stop`` of A (and entries of y)."""
+    cols: tuple
+    """The entries ``start:stop`` of x the rank owns (its owned block's columns)."""
+    nnz: int
+    worker: str
+    decision: object = None
+    """The owned block's :class:`~autospmv.Decision`, made on the worker."""
+    ghost_decision: object = None
+    """The ghost block's decision; None when the block has no ghost entries."""
+    device: str = ""
+    comm: str = ""
+    """The communicator: ``nccl``, ``socket`` or ``self`` (one rank)."""
+    owned_nnz: int = 0
+    ghost_nnz: int = 0
+    ghost_rows: int = 0
+    ghost_columns: int = 0
+    receives_from: dict = dataclasses.field(default_factory=dict)
+    """``{rank: entries of x received from it per product}``."""
+    sends_to: dict = dataclasses.field(default_factory=dict)
+
+    @property
+    def kernel(self) -> str:
+        return self.decision.kernel
+
+    @property
+    def ghost_kernel(self):
+        return None if self.ghost_decision is None else self.ghost_decision.kernel
+
+
+def _run_rank_function(rank, fn, token, *args, **kwargs):
+    """On a worker: ``fn(rank, *args, **kwargs)``, then wait for the device, so the result is
+    complete when the task ends. ``token`` (the rank's previous collective result) only orders
+    the collective tasks of each rank as the client submitted them."""
+    result = fn(rank, *args, **kwargs)
+    rank.synchronize()
+    return result
+
+
+def _matvec_on_rank(rank, x):
+    return rank.matvec(x)
+
+
+def _describe(rank):
+    return rank.describe()
+
+
+def _close_rank(rank):
+    _comm.release(rank.comm_id, rank.rank)
+
+
+class DistributedOperator(LinearOperator):
+    """``y = A @ x`` with A's rows cut over Dask workers, one rank per worker; a SciPy
+    ``LinearOperator``. Built by :func:`prepare`.
+
+    Attributes: ``shape``, ``dtype``, ``nnz``, ``client``, ``parts`` (one :class:`Part` per
+    rank), ``kernels``, ``decisions``, ``comm`` (``nccl``, ``socket`` or ``self``),
+    ``comm_reason`` (why not NCCL, when not), ``row_layout`` and ``col_layout`` (the
+    :class:`~._vector.Layout` of y and of x).
+    """
+
+    def __init__(self, client, shape, dtype, parts, ranks, row_layout, col_layout, comm_reason):
+        super().__init__(dtype=dtype, shape=shape)
+        self._client = client
+        self.parts = parts
+        self.nnz = sum(part.nnz for part in parts)
+        self._ranks = ranks
+        self._last = list(ranks)
+        self.row_layout, self.col_layout = row_layout, col_layout
+        self.comm = parts[0].comm
+        self.comm_reason = comm_reason
+
+    @property
+    def client(self):
+        if self._client is None:
+            distributed = require_distributed()
+            try:
+                self._client = distributed.get_client()
+            except ValueError:
+                raise ValueError("this unpickled DistributedOperator needs a Dask client "
+                                 "connected to the cluster that holds its parts; start one "
+                                 "first") from None
+        return self._client
+
+    @property
+    def kernels(self) -> list:
+        return [part.kernel for part in self.parts]
+
+    @property
+    def decisions(self) -> list:
+        return [part.decision for part in self.parts]
+
+    def explain(self) -> str:
+        """One section per rank: rows, nonzeros, ghost entries exchanged, worker, and the
+        kernel decisions of its owned and ghost blocks."""
+        m, n = self.shape
+        via = self.comm + (f" ({self.comm_reason})" if self.comm_reason else "")
+        lines = [f"DistributedOperator {m}x{n} {self.dtype} nnz={self.nnz}: {len(self.parts)} "
+                 f"ranks, ghost exchange through {via}"]
+        for part in self.parts:
+            (r0, r1), (c0, c1) = part.rows, part.cols
+            received = ", ".join(f"{count} from rank {p}"
+                                 for p, count in sorted(part.receives_from.items())) or "none"
+            lines.append(f"rank {part.index}: rows {r0}:{r1} ({r1 - r0} rows), owns x[{c0}:{c1}]"
+                         f", nnz {part.nnz} (owned {part.owned_nnz}, ghost {part.ghost_nnz}), "
+                         f"worker {part.worker}, device {part.device}")
+            lines.append(f"  ghost entries received per product: {received}")
+            lines.append(f"  owned block: kernel {part.kernel}")
+            lines += ["    " + line for line in part.decision.explain().splitlines()]
+            if part.ghost_decision is None:
+                lines.append("  ghost block: none (no entry in another rank's columns)")
+            else:
+                lines.append(f"  ghost block: {part.ghost_rows} rows x {part.ghost_columns} "
+                             f"ghost columns, kernel {part.ghost_kernel}")
+                lines += ["    " + line for line in part.ghost_decision.explain().splitlines()]
+        return "\n".join(lines)
+
+    __str__ = explain
+
+    def __repr__(self):
+        m, n = self.shape
+        return (f"<DistributedOperator {m}x{n} {self.dtype} nnz={self.nnz} "
+                f"ranks={len(self.parts)} comm={self.comm} kernels={self.kernels}>")
+
+    # Running code on all ranks at once.
+
+    def map_ranks(self, fn, *vectors, **kwargs) -> list:
+        """Run ``fn(rank, *chunks, **kwargs)`` on every rank at once (SPMD), where ``chunks``
+        are the ranks' chunks of the given :class:`DistributedVector` objects; one Dask future
+        per rank.
+
+        ``rank`` offers ``matvec(x_chunk)`` (this rank's rows of ``A @ x``; every rank must
+        call it the same number of times), ``dot(a, b)`` and ``norm(a)`` (all-reduced),
+        ``xp`` (CuPy or NumPy), ``rows``, ``cols``, ``rank`` and ``size``. The solvers are
+        written this way. Calls are ordered per rank as submitted.
+        """
+        ranks = self._live_ranks()
+        for vector in vectors:
+            if not isinstance(vector, DistributedVector):
+                raise TypeError(f"map_ranks takes DistributedVector arguments; got "
+                                f"{type(vector).__name__}")
+        futures = []
+        for k, (part, rank) in enumerate(zip(self.parts, ranks)):
+            chunks = [vector.chunks[k] for vector in vectors]
+            futures.append(self.client.submit(_run_rank_function, rank, fn, self._last[k],
+                                              *chunks, **kwargs, workers=[part.worker],
+                                              pure=False))
+        self._last = futures
+        return futures
+
+    def _live_ranks(self) -> list:
+        if not self._ranks:
+            raise RuntimeError("this DistributedOperator was closed; prepare it again")
+        return self._ranks
+
+    # Vectors.
+
+    def vector(self, x, side: str = "columns", dtype=None) -> DistributedVector:
+        """Scatter ``x`` (NumPy, CuPy or dask) to the workers, cut like the operator's columns
+        (an input, the default) or rows (``side="rows"``, an output or right-hand side)."""
+        layout = {"columns": self.col_layout, "rows": self.row_layout}.get(side)
+        if layout is None:
+            raise ValueError(f"side must be 'columns' or 'rows'; got {side!r}")
+        return DistributedVector.scatter(x, layout, self.client, dtype)
+
+    def zeros(self, side: str = "columns", dtype=None) -> DistributedVector:
+        layout = {"columns": self.col_layout, "rows": self.row_layout}[side]
+        return DistributedVector.full(layout, self.client, 0.0, dtype or self.dtype)
+
+    # Products.
+
+    def matvec(self, x):
+        """``A @ x``: a :class:`DistributedVector` gives one (cut like the rows, no data
+        through the client); a dask array a dask array; a CuPy array a CuPy array on the
+        client's GPU; NumPy (or a list) NumPy. The dtype is SciPy's,
+        ``numpy.result_type(op.dtype, x.dtype)``."""
+        if isinstance(x, DistributedVector):
+            return self._distributed_matvec(x)
+        if _is_dask_array(x):
+            if x.ndim != 1 or x.shape[0] != self.shape[1]:
+                raise ValueError(f"x must be a vector of length {self.shape[1]}; got a dask "
+                                 f"array with shape {x.shape}")
+            return self._distributed_matvec(self._scatter(x)).to_dask()
+        if type(x).__module__.startswith("cupy"):
+            import cupy
+
+            y = self._distributed_matvec(self._scatter(x))
+            return cupy.concatenate([cupy.asarray(c) for c in self.client.gather(y.chunks)])
+        column = np.ndim(x) == 2
+        x = np.asarray(x)
+        if x.ndim == 2 and x.shape[1] == 1:
+            x = x[:, 0]
+        if x.ndim != 1 or x.shape[0] != self.shape[1]:
+            raise ValueError(f"x has length {x.shape[0] if x.ndim else 0}, but the matrix has "
+                             f"{self.shape[1]} columns")
+        y = self._distributed_matvec(self._scatter(x)).gather()
+        return y.reshape(-1, 1) if column else y
+
+    def _scatter(self, x) -> DistributedVector:
+        if x.dtype.kind == "c":
+            raise TypeError("autospmv does not support complex vectors (the kernels are real)")
+        dtype = np.result_type(self.dtype, x.dtype)
+        return DistributedVector.scatter(x, self.col_layout, self.client, dtype)
+
+    def _distributed_matvec(self, x: DistributedVector) -> DistributedVector:
+        if x.layout != self.col_layout:
+            raise ValueError("x is cut differently from the operator's columns; make it with "
+                             "op.vector(x) or as a product of an operator with the same "
+                             "layout")
+        dtype = np.result_type(self.dtype, x.dtype)
+        return DistributedVector(self.client, self.row_layout,
+                                 self.map_ranks(_matvec_on_rank, x), dtype)
+
+    def _matvec(self, x):
+        return self.matvec(x)
+
+    def __matmul__(self, x):
+        if (isinstance(x, DistributedVector) or _is_dask_array(x)
+                or type(x).__module__.startswith("cupy")
+                or (isinstance(x, np.ndarray) and x.ndim == 1)):
+            return self.matvec(x)
+        return super().__matmul__(x)
+
+    def dot(self, x):
+        if isinstance(x, DistributedVector) or _is_dask_array(x) \
+                or type(x).__module__.startswith("cupy"):
+            return self.matvec(x)
+        return super().dot(x)
+
+    def _rmatvec(self, x):
+        raise NotImplementedError("DistributedOperator has no transpose; prepare A.T for Aᵀ @ x")
+
+    def __getstate__(self):
+        """Pickling keeps the ranks where they are (Dask pickles futures by key) and drops the
+        client; an unpickled copy takes the loading process's client at first use."""
+        return {**self.__dict__, "_client": None}
+
+    def close(self):
+        """Release the ranks and their communicators now; a closed operator refuses products."""
+        if self._ranks:
+            self.client.gather([self.client.submit(_close_rank, rank, workers=[part.worker],
+                                                   pure=False)
+                                for part, rank in zip(self.parts, self._ranks)])
+        self._ranks, self._last = [], []
+
+
+def _workers(client, parts):
+    workers = sorted(client.nthreads())
+    if not workers:
+        raise ValueError("the Dask cluster has no workers; start some (or wait for them with "
+                         "client.wait_for_workers(n)) before preparing")
+    if parts is None:
+        return workers
+    if isinstance(parts, bool) or not isinstance(parts, (int, np.integer)) or parts < 1:
+        raise ValueError(f"parts must be a positive integer; got {parts!r}")
+    if parts > len(workers):
+        raise ValueError(f"parts={parts} ranks need as many workers (one rank per worker); the "
+                         f"cluster has {len(workers)}")
+    return workers[:int(parts)]
+
+
+def _set_up_comm(client, workers, device):
+    """Probe the workers, then join them in one communicator; ``(device, comm kind, comm id,
+    reason for not using NCCL)``."""
+    probes = client.gather([client.submit(_build.probe, device, workers=[w], pure=False)
+                            for w in workers])
+    devices = {d for d, _ in probes}
+    if len(devices) > 1:
+        raise ValueError(f"the workers resolve device=None differently ({sorted(devices)}); "
+                         "pass device='cpu' or device='cuda'")
+    device = devices.pop()
+    reasons = sorted({why for _, why in probes if why})
+    comm_id = _comm.new_comm_id()
+    size = len(workers)
+
+    def on_all(fn, args_of_rank):
+        return client.gather([client.submit(fn, comm_id, r, *args_of_rank(r), workers=[w],
+                                            pure=False) for r, w in enumerate(workers)])
+
+    if size == 1:
+        on_all(_comm.self_join, lambda r: ())
+        return device, comm_id, ""
+    if device == "cuda" and not reasons:
+        unique_id = client.submit(_comm.nccl_unique_id, workers=[workers[0]], pure=False)
+        on_all(_comm.nccl_join, lambda r: (size, unique_id))
+        return device, comm_id, ""
+    authkey = _comm.new_authkey()
+    addresses = on_all(_comm.socket_listen, lambda r: (_host_of(workers[r]), authkey))
+    on_all(_comm.socket_join, lambda r: (addresses, authkey))
+    return device, comm_id, "; ".join(reasons)
+
+
+def _host_of(address: str) -> str:
+    """The host part of a Dask worker address (in-process workers: the loopback)."""
+    if "://" in address:
+        scheme, rest = address.split("://", 1)
+        if scheme in ("tcp", "tls", "ucx", "ucxx"):
+            host = rest.rsplit(":", 1)[0]
+            return host.strip("[]")
+    return "127.0.0.1"
+
+
+def prepare(A, client=None, parts: int | None = None, device: str | None = None, *,
+            shape=None, row_bounds=None, **prepare_kwargs) -> DistributedOperator:
+    """Cut A's rows over the workers of a Dask cluster, one rank per worker, and build each
+    rank's owned and ghost blocks where they live; see the package docs.
+
+    ``A`` is one of:
+
+    * a matrix :func:`autospmv.prepare` accepts (the convenience form: cut on the client into
+      blocks of about equal nonzeros, each sent to its worker once);
+    * a function ``block(row_start, row_stop)`` returning that row block (a SciPy sparse
+      matrix with all n columns), called on the workers; needs ``shape=(m, n)`` and takes
+      ``row_bounds=`` (default: rows cut evenly);
+    * a list of per-part sources, one per rank: paths to ``scipy.sparse.save_npz`` files or
+      functions of no arguments, each giving its rank's row block, read on the workers.
+
+    ``client``: a ``distributed.Client`` (default: the current one; without any, a ValueError
+    says how to start one). ``parts``: the number of ranks (default: every worker).
+    ``device``: ``"cpu"`` or ``"cuda"`` (default: CUDA where the workers see a GPU). Other
+    keywords (``kernel=``, ``model=``, ``params=``, ``tune=``) go to :func:`autospmv.prepare`
+    for each block; a ``model=`` path must exist on the workers.
+    """
+    require_distributed()
+    client = _default_client() if client is None else client
+    if device not in (None, "cpu", "cuda"):
+        raise ValueError(f"unknown device {device!r}; use 'cpu', 'cuda' or None (CUDA where the "
+                         "workers see a GPU)")
+    workers = _workers(client, parts)
+    size = len(workers)
+    blocks, (m, n), bounds = _blocks(A, client, workers, shape, row_bounds)
+    col_bounds = bounds if m == n else even_bounds(n, size)
+    device, comm_id, reason = _set_up_comm(client, workers, device)
+    ranks = [client.submit(_build.build_rank, block, r, size, bounds, col_bounds, comm_id,
+                           device, prepare_kwargs, workers=[w], pure=False)
+             for r, (w, block) in enumerate(zip(workers, blocks))]
+    described = client.gather([client.submit(_describe, rank, workers=[w], pure=False)
+                               for w, rank in zip(workers, ranks)])
+    parts_ = []
+    for r, (w, info) in enumerate(zip(workers, described)):
+        parts_.append(Part(r, (int(bounds[r]), int(bounds[r + 1])),
+                           (int(col_bounds[r]), int(col_bounds[r + 1])),
+                           info["owned_nnz"] + info["ghost_nnz"], w, **info))
+    dtype = _dtype_of(client, ranks, workers)
+    row_layout = Layout(tuple(workers), bounds, device)
+    col_layout = Layout(tuple(workers), col_bounds, device)
+    return DistributedOperator(client, (m, n), dtype, parts_, ranks, row_layout,
+                               col_layout, reason)
+
+
+def _rank_dtype(rank):
+    return rank.dtype
+
+
+def _dtype_of(client, ranks, workers):
+    dtypes = set(client.gather([client.submit(_rank_dtype, rank, workers=[w], pure=False)
+                                for w, rank in zip(workers, ranks)]))
+    if len(dtypes) > 1:
+        raise ValueError(f"the row blocks have different dtypes ({sorted(map(str, dtypes))}); "
+                         "give them one dtype")
+    return np.dtype(dtypes.pop())
+
+
+def _blocks(A, client, workers, shape, row_bounds):
+    """``(one row-block future per rank, (m, n), row bounds)`` for each form of A."""
+    size = len(workers)
+    if callable(A) and not sp.issparse(A):
+        if shape is None or len(shape) != 2:
+            raise ValueError("a block function needs shape=(m, n), the whole matrix's shape")
+        m, n = (int(s) for s in shape)
+        bounds = (even_bounds(m, size) if row_bounds is None
+                  else check_bounds(row_bounds, m, size, "row_bounds"))
+        blocks = [client.submit(_build.call_block, A, int(bounds[r]), int(bounds[r + 1]), n,
+                                workers=[w], pure=False) for r, w in enumerate(workers)]
+        return blocks, (m, n), bounds
+    if isinstance(A, (list, tuple)):
+        if len(A) != size:
+            raise ValueError(f"give one part source per rank: {size} (the workers, or parts=); "
+                             f"got {len(A)}")
+        blocks = [client.submit(_build.load_block, source, workers=[w], pure=False)
+                  for source, w in zip(A, workers)]
+        shapes = client.gather([client.submit(_build.block_shape, b, workers=[w], pure=False)
+                                for b, w in zip(blocks, workers)])
+        widths = {s[1] for s in shapes}
+        if len(widths) != 1:
+            raise ValueError(f"the part sources' row blocks have different numbers of columns: "
+                             f"{[s[1] for s in shapes]}")
+        bounds = np.concatenate(([0], np.cumsum([s[0] for s in shapes]))).astype(np.int64)
+        return blocks, (int(bounds[-1]), widths.pop()), bounds
+    if shape is not None or row_bounds is not None:
+        raise ValueError("shape= and row_bounds= go with a block function; a whole matrix has "
+                         "its own shape and is cut by nonzeros")
+    csr = _canonical_matrix(A)
+    m, n = csr.shape
+    bounds = row_partition(csr.indptr, size)
+    blocks = [client.scatter(csr[int(bounds[r]):int(bounds[r + 1])], workers=[w], hash=False)
+              for r, w in enumerate(workers)]
+    return blocks, (m, n), bounds
+
+
+def _canonical_matrix(A) -> sp.csr_matrix:
+    if isinstance(A, LinearOperator) or not (sp.issparse(A) or isinstance(A, np.ndarray)):
+        raise TypeError(f"A must be a SciPy sparse matrix or a 2-D NumPy array, a block function "
+                        f"or a list of part sources; got {type(A).__name__}")
+    if A.ndim != 2:
+        raise ValueError(f"A must be 2-D; got {A.ndim} dimensions")
+    return canonical_block(sp.csr_matrix(A), A.shape[0], A.shape[1])

@@ -1,0 +1,138 @@
+"""How rows and columns are cut into parts, and how a part splits into owned and ghost blocks.
+
+Pure NumPy and SciPy, run on the client (bounds) and on the workers (splits).
+
+Rank r owns rows ``row_bounds[r]:row_bounds[r + 1]`` of A and of y, and entries
+``col_bounds[r]:col_bounds[r + 1]`` of x (for a square A the two bounds are the same). Its row
+block splits as PETSc's MPIAIJ matrices and Ginkgo's distributed matrices do:
+
+* the **owned block**: the entries whose columns rank r owns, with columns renumbered from 0;
+  it multiplies rank r's own chunk of x;
+* the **ghost block**: the entries whose columns other ranks own, kept only for the rows that
+  have any (a band matrix has a few such rows at each end of its block), with columns renumbered
+  to positions in the sorted list of distinct ghost columns. It multiplies the ghost entries of
+  x, which the owners send before each product; its result is added to those rows of y.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import scipy.sparse as sp
+
+
+def row_partition(indptr: np.ndarray, parts: int) -> np.ndarray:
+    """Row boundaries (``parts + 1`` of them, from 0 to m) of contiguous blocks of about equal
+    work, where a row's work is its nonzeros plus one (its entry of y, and so that rows without
+    nonzeros are spread too).
+
+    Boundary k is the row boundary whose cumulative work is nearest to k/parts of the total, so
+    a row longer than a share gets a block of its own rather than joining its neighbours'.
+    Blocks may be empty when a row holds more than a share or there are more parts than rows.
+    """
+    m = indptr.size - 1
+    work = indptr.astype(np.int64) + np.arange(m + 1, dtype=np.int64)  # cumulative work
+    targets = work[-1] * np.arange(1, parts, dtype=np.float64) / parts
+    above = np.minimum(np.searchsorted(work, targets, side="left"), m)
+    below = np.maximum(above - 1, 0)
+    nearest = np.where(targets - work[below] < work[above] - targets, below, above)
+    return np.concatenate(([0], nearest, [m])).astype(np.int64)
+
+
+def even_bounds(size: int, parts: int) -> np.ndarray:
+    """``parts + 1`` boundaries cutting ``range(size)`` into blocks whose lengths differ by at
+    most one."""
+    return (np.arange(parts + 1, dtype=np.int64) * size) // parts
+
+
+def check_bounds(bounds, size: int, parts: int, name: str) -> np.ndarray:
+    """``bounds`` as an int64 array, after checking that it cuts ``range(size)`` into
+    ``parts`` contiguous blocks (non-decreasing, from 0 to size)."""
+    bounds = np.asarray(bounds)
+    if (bounds.ndim != 1 or bounds.size != parts + 1 or bounds.dtype.kind not in "iu"
+            or bounds[0] != 0 or bounds[-1] != size or np.any(np.diff(bounds) < 0)):
+        raise ValueError(f"{name} must be {parts + 1} non-decreasing integers from 0 to {size} "
+                         f"(one block per worker); got {bounds.tolist()!r}")
+    return bounds.astype(np.int64)
+
+
+@dataclasses.dataclass(eq=False)
+class Split:
+    """A rank's row block cut into its owned and ghost blocks (see the module docs)."""
+
+    owned: sp.csr_matrix
+    """rows × owned columns, columns counted from the rank's first owned column."""
+    ghost: sp.csr_matrix
+    """``ghost_rows.size`` × ``ghost_columns.size``."""
+    ghost_rows: np.ndarray
+    """The block's rows (local numbers) that have ghost entries, increasing."""
+    ghost_columns: np.ndarray
+    """The distinct ghost columns (global numbers), increasing."""
+    sources: dict
+    """``{owner rank: (start, stop)}``: the ghost columns owner rank sends, as a slice of
+    :attr:`ghost_columns` (contiguous, since ranks own contiguous columns)."""
+
+
+def canonical_block(block, rows: int, n: int) -> sp.csr_matrix:
+    """A row block as canonical CSR (sorted, summed indices; float32 or float64), after checking
+    its shape."""
+    if not sp.issparse(block):
+        raise TypeError(f"a row block must be a SciPy sparse matrix; got {type(block).__name__}")
+    if block.shape != (rows, n):
+        raise ValueError(f"a row block for {rows} rows of a matrix with {n} columns must have "
+                         f"shape {(rows, n)}; got {block.shape}")
+    csr = sp.csr_matrix(block)
+    if csr.dtype not in (np.float32, np.float64):
+        if csr.dtype.kind not in "biuf":
+            raise TypeError(f"autospmv does not support dtype {csr.dtype}; supported: float32, "
+                            "float64")
+        csr = csr.astype(np.float64)
+    if not csr.has_canonical_format:
+        csr = csr.copy()
+        csr.sum_duplicates()
+    return csr
+
+
+def _index_dtype(size: int):
+    return np.int32 if size < 2**31 else np.int64
+
+
+def split_block(block: sp.csr_matrix, col_bounds: np.ndarray, rank: int) -> Split:
+    """Cut a canonical CSR row block into its owned and ghost blocks (see :class:`Split`).
+
+    Vectorised over the nonzeros: a running count of the owned (and ghost) entries indexed by
+    ``indptr`` gives each block's row pointers, with no per-row loop and no row-number array.
+    """
+    start, stop = int(col_bounds[rank]), int(col_bounds[rank + 1])
+    indices, indptr = block.indices, block.indptr
+    owned_mask = (indices >= start) & (indices < stop)
+    counted = np.zeros(indices.size + 1, dtype=np.int64)
+    np.cumsum(owned_mask, out=counted[1:])
+    owned_indptr = counted[indptr]
+    owned = sp.csr_matrix((block.data[owned_mask],
+                           (indices[owned_mask] - start).astype(_index_dtype(stop - start)),
+                           owned_indptr.astype(_index_dtype(owned_indptr[-1]))),
+                          shape=(block.shape[0], stop - start))
+    ghost_mask = ~owned_mask
+    del owned_mask
+    ghost_indptr = indptr.astype(np.int64) - owned_indptr  # ghost entries before each row
+    del owned_indptr, counted
+    ghost_rows = np.flatnonzero(np.diff(ghost_indptr) > 0)
+    ghost_indices = indices[ghost_mask]
+    ghost_columns = np.unique(ghost_indices)
+    positions = np.searchsorted(ghost_columns, ghost_indices).astype(
+        _index_dtype(ghost_columns.size))
+    row_pointers = np.concatenate(([0], ghost_indptr[ghost_rows + 1]))
+    ghost = sp.csr_matrix((block.data[ghost_mask], positions,
+                           row_pointers.astype(_index_dtype(row_pointers[-1]))),
+                          shape=(ghost_rows.size, ghost_columns.size))
+    owners = np.searchsorted(col_bounds, ghost_columns, side="right") - 1
+    sources = {}
+    if ghost_columns.size:
+        edges = np.flatnonzero(np.diff(owners)) + 1
+        firsts = np.concatenate(([0], edges))
+        lasts = np.concatenate((edges, [ghost_columns.size]))
+        sources = {int(owners[a]): (int(a), int(b)) for a, b in zip(firsts, lasts)}
+    return Split(owned, ghost, ghost_rows.astype(np.int64), ghost_columns.astype(np.int64),
+                 sources)

@@ -1,0 +1,128 @@
+"""What one rank holds on its worker, and the product it runs there.
+
+A :class:`Rank` holds the rank's owned and ghost blocks (each an :class:`autospmv.SpMVOperator`
+with its own kernel decision), the indices of its owned x entries that each neighbour needs
+(:attr:`Rank.send_indices`) and the key of its communicator. Its vectors are plain arrays on
+the worker: CuPy on a GPU, NumPy on the CPU (see :attr:`Rank.xp`).
+
+A product (:meth:`Rank.matvec`), in the order of PETSc's ``MatMult_MPIAIJ``: start the ghost
+exchange (gather the entries the neighbours need, send them, receive ours), multiply the owned
+block meanwhile, finish the exchange, then add the ghost block's product to the rows that have
+ghost entries. On a GPU the exchange runs on the communicator's stream and the products on the
+current (compute) stream, so they overlap on the device; the host returns at once.
+
+The solvers (:mod:`._solvers`) see a rank through :meth:`Rank.matvec`, :meth:`Rank.dot`,
+:meth:`Rank.norm` and :attr:`Rank.xp`.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from . import _comm
+from ._partition import Split
+
+CPU_LOCK = threading.Lock()
+"""Serialises the CPU products of ranks that share a process (``LocalCluster(processes=False)``):
+each numba CPU kernel uses all cores already, and numba's default threading layer (workqueue)
+aborts the process when two threads run parallel regions at once. Never held while
+communicating."""
+
+
+class Rank:
+    """One rank's blocks and exchange plan; built on its worker by :func:`build_rank`."""
+
+    def __init__(self, rank, size, rows, cols, comm_id, split: Split, owned_op, ghost_op,
+                 send_indices, device, nnz):
+        self.rank, self.size = rank, size
+        self.rows, self.cols = rows, cols
+        """``(start, stop)`` of the rank's rows of A (and entries of y) and of its x entries."""
+        self.comm_id = comm_id
+        self.owned = owned_op
+        self.ghost = ghost_op
+        """None when no row of the block has ghost entries."""
+        self.ghost_rows = split.ghost_rows
+        """The rows with ghost entries (on the rank's device)."""
+        self.all_rows_ghost = split.ghost_rows.size == rows[1] - rows[0]
+        self.sources = split.sources
+        """``{peer: (start, stop)}``: the ghost entries each peer sends, as a slice of the ghost
+        vector."""
+        self.ghost_size = int(split.ghost_columns.size)
+        self.send_indices = send_indices
+        """``{peer: indices}``: the entries of this rank's x chunk each peer needs."""
+        self.device = device
+        self.nnz = nnz
+        self.dtype = owned_op.dtype
+
+    @property
+    def xp(self):
+        if self.device == "cuda":
+            import cupy
+
+            return cupy
+        return np
+
+    @property
+    def comm(self):
+        return _comm.get(self.comm_id, self.rank)
+
+    def _product(self, op, x):
+        if self.device == "cpu":
+            with CPU_LOCK:
+                return op.matvec(x)
+        return op.matvec(x)
+
+    def matvec(self, x):
+        """This rank's rows of ``A @ x``, from this rank's chunk of x (all ranks at once)."""
+        xp = self.xp
+        comm = self.comm
+        dtype = x.dtype
+        sends = {peer: x[indices] for peer, indices in self.send_indices.items()}
+        ghost_x = xp.empty(self.ghost_size, dtype=dtype)
+        receives = {peer: ghost_x[start:stop] for peer, (start, stop) in self.sources.items()}
+        finish = comm.start_exchange(sends, receives)
+        y = self._product(self.owned, x)
+        finish()
+        if self.ghost is not None:
+            if self.all_rows_ghost:
+                y += self._product(self.ghost, ghost_x)
+            else:
+                y[self.ghost_rows] += self._product(self.ghost, ghost_x)
+        return y
+
+    def dot(self, a, b):
+        """``a · b`` over all ranks (an all-reduce), as a host float, identical on all ranks."""
+        xp = self.xp
+        local = xp.dot(a, b).reshape(1).astype(np.float64)
+        return float(self.comm.allreduce(local, xp)[0])
+
+    def dots(self, *pairs):
+        """Several dot products over all ranks in one all-reduce, as host floats."""
+        xp = self.xp
+        local = xp.stack([xp.dot(a, b) for a, b in pairs]).astype(np.float64)
+        return [float(v) for v in self.comm.allreduce(local, xp).tolist()]
+
+    def norm(self, a):
+        return float(np.sqrt(self.dot(a, a)))
+
+    def synchronize(self):
+        if self.device == "cuda":
+            import cupy
+
+            cupy.cuda.get_current_stream().synchronize()
+
+    def describe(self) -> dict:
+        """What the client records of this rank (see :class:`~._operator.PartRecord`)."""
+        return {"decision": self.owned.decision,
+                "ghost_decision": None if self.ghost is None else self.ghost.decision,
+                "device": self.device, "comm": self.comm.kind,
+                "owned_nnz": int(self.owned.nnz),
+                "ghost_nnz": 0 if self.ghost is None else int(self.ghost.nnz),
+                "ghost_rows": int(self.ghost_rows.size), "ghost_columns": self.ghost_size,
+                "receives_from": {p: b - a for p, (a, b) in self.sources.items()},
+                "sends_to": {p: int(i.size) for p, i in self.send_indices.items()}}
+
+    def __getstate__(self):
+        return dict(self.__dict__)

@@ -1,0 +1,251 @@
+"""Distributed vectors: one chunk per rank, kept on the rank's worker (CuPy on a GPU, NumPy on
+the CPU), cut like the operator's rows (or columns).
+
+A :class:`DistributedVector` is a handle on the client: its layout (workers, bounds, device)
+and one Dask future per chunk. Arithmetic (``+``, ``-``, scalar ``*``, :meth:`axpy`) runs one
+task per chunk where the chunk lives and gives a new vector; :meth:`dot` and :meth:`norm` sum
+the ranks' partial dots on the client, in rank order. Nothing crosses the client until
+:meth:`gather` (NumPy) or a ``compute`` of :meth:`to_dask`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator as _op
+
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Layout:
+    """How a vector is cut: chunk r is entries ``bounds[r]:bounds[r + 1]`` on ``workers[r]``,
+    as an array of ``device`` ("cuda": CuPy, "cpu": NumPy)."""
+
+    workers: tuple
+    bounds: np.ndarray
+    device: str
+
+    @property
+    def size(self) -> int:
+        return int(self.bounds[-1])
+
+    @property
+    def sizes(self) -> tuple:
+        return tuple(int(s) for s in np.diff(self.bounds))
+
+    def __eq__(self, other):
+        return (isinstance(other, Layout) and self.workers == other.workers
+                and np.array_equal(self.bounds, other.bounds) and self.device == other.device)
+
+    def __hash__(self):
+        return hash((self.workers, tuple(self.bounds.tolist()), self.device))
+
+
+# Functions that run on the workers.
+
+def _on_device(chunk, device, dtype):
+    if device == "cuda":
+        import cupy
+
+        return cupy.asarray(chunk, dtype=dtype)
+    return np.asarray(chunk, dtype=dtype)
+
+
+def _to_host(chunk):
+    return chunk if isinstance(chunk, np.ndarray) else chunk.get()
+
+
+def _full(size, value, device, dtype):
+    xp = _array_module(device)
+    return xp.full(size, value, dtype=dtype)
+
+
+def _array_module(device):
+    if device == "cuda":
+        import cupy
+
+        return cupy
+    return np
+
+
+def _dot(a, b):
+    return float(a.dot(b)) if a.size else 0.0
+
+
+def _axpy(alpha, x, y):
+    return y + alpha * x
+
+
+def _copy(chunk):
+    return chunk.copy()
+
+
+def _astype(chunk, dtype):
+    return chunk.astype(dtype)
+
+
+class DistributedVector:
+    """A vector whose chunks live on the ranks' workers; see the module docs.
+
+    Attributes: ``shape``, ``size``, ``dtype``, ``layout`` (:class:`Layout`), ``chunks`` (one
+    Dask future per rank) and ``client``.
+    """
+
+    ndim = 1
+
+    def __init__(self, client, layout: Layout, chunks: list, dtype):
+        if len(chunks) != len(layout.workers):
+            raise ValueError("a DistributedVector needs one chunk per worker of its layout")
+        self.client = client
+        self.layout = layout
+        self.chunks = list(chunks)
+        self.dtype = np.dtype(dtype)
+
+    @property
+    def shape(self) -> tuple:
+        return (self.layout.size,)
+
+    @property
+    def size(self) -> int:
+        return self.layout.size
+
+    def __len__(self):
+        return self.layout.size
+
+    def __repr__(self):
+        return (f"<DistributedVector size={self.size} {self.dtype} chunks={self.layout.sizes} "
+                f"on {self.layout.device}>")
+
+    # Making and reading back.
+
+    @classmethod
+    def scatter(cls, x, layout: Layout, client, dtype=None) -> "DistributedVector":
+        """Cut a NumPy or CuPy vector (or a dask array) along ``layout`` and send each chunk to
+        its worker, once."""
+        if _is_dask_array(x):
+            return cls.from_dask(x, layout, client, dtype)
+        if type(x).__module__.startswith("cupy"):
+            import cupy
+
+            x = cupy.asnumpy(x) if layout.device == "cpu" else x
+        else:
+            x = np.asarray(x)
+        if x.ndim == 2 and 1 in x.shape:
+            x = x.reshape(-1)
+        if x.shape != (layout.size,):
+            raise ValueError(f"x must be a vector of length {layout.size}; got shape {x.shape}")
+        dtype = np.dtype(x.dtype if dtype is None else dtype)
+        chunks = []
+        for worker, start, stop in zip(layout.workers, layout.bounds[:-1], layout.bounds[1:]):
+            piece = client.scatter(x[start:stop], workers=[worker], hash=False)
+            chunks.append(client.submit(_on_device, piece, layout.device, dtype,
+                                        workers=[worker], pure=False))
+        return cls(client, layout, chunks, dtype)
+
+    @classmethod
+    def from_dask(cls, x, layout: Layout, client, dtype=None) -> "DistributedVector":
+        """A dask array's chunks, rechunked to ``layout`` and computed where they will live."""
+        if x.ndim != 1 or x.shape[0] != layout.size:
+            raise ValueError(f"x must be a vector of length {layout.size}; got a dask array with "
+                             f"shape {x.shape}")
+        dtype = np.dtype(x.dtype if dtype is None else dtype)
+        pieces = x.rechunk((layout.sizes,)).to_delayed().ravel()
+        if len(pieces) != len(layout.workers):  # dask drops no chunks, but say so if it did
+            raise RuntimeError("rechunking the dask array did not give one chunk per worker")
+        chunks = []
+        for worker, piece in zip(layout.workers, pieces):
+            computed = client.compute(piece, workers=[worker])
+            chunks.append(client.submit(_on_device, computed, layout.device, dtype,
+                                        workers=[worker], pure=False))
+        return cls(client, layout, chunks, dtype)
+
+    @classmethod
+    def full(cls, layout: Layout, client, value=0.0, dtype=np.float64) -> "DistributedVector":
+        chunks = [client.submit(_full, size, value, layout.device, np.dtype(dtype),
+                                workers=[worker], pure=False)
+                  for worker, size in zip(layout.workers, layout.sizes)]
+        return cls(client, layout, chunks, dtype)
+
+    def gather(self) -> np.ndarray:
+        """The whole vector as a NumPy array on the client."""
+        host = [self._submit(_to_host, k, chunk) for k, chunk in enumerate(self.chunks)]
+        parts = self.client.gather(host)
+        return np.concatenate(parts).astype(self.dtype, copy=False) if parts else \
+            np.empty(0, self.dtype)
+
+    def to_dask(self):
+        """A dask array whose chunks are this vector's, already on the workers (CuPy chunks on
+        GPU workers)."""
+        import dask.array as da
+
+        meta = _array_module(self.layout.device).empty(0, dtype=self.dtype) \
+            if self.layout.device == "cuda" else np.empty(0, dtype=self.dtype)
+        blocks = [da.from_delayed(chunk, shape=(size,), dtype=self.dtype, meta=meta)
+                  for chunk, size in zip(self.chunks, self.layout.sizes)]
+        y = da.concatenate(blocks) if blocks else da.empty(0, dtype=self.dtype)
+        # concatenate may drop empty blocks; the chunks are the ranks', empty ones included.
+        return y if y.chunks == (self.layout.sizes,) else y.rechunk((self.layout.sizes,))
+
+    # Arithmetic, where the chunks live.
+
+    def _submit(self, fn, k, *args):
+        return self.client.submit(fn, *args, workers=[self.layout.workers[k]], pure=False)
+
+    def _check(self, other) -> "DistributedVector":
+        if not isinstance(other, DistributedVector):
+            raise TypeError(f"expected a DistributedVector; got {type(other).__name__}")
+        if other.layout != self.layout:
+            raise ValueError("the two vectors are cut differently (their layouts differ); "
+                             "use vectors of the same operator side")
+        return other
+
+    def _map(self, fn, *args, other=None, dtype=None) -> "DistributedVector":
+        chunks = []
+        for k, chunk in enumerate(self.chunks):
+            extra = () if other is None else (other.chunks[k],)
+            chunks.append(self._submit(fn, k, *args, *extra, chunk))
+        return DistributedVector(self.client, self.layout, chunks, dtype or self.dtype)
+
+    def _dtype_with(self, other_dtype):
+        return np.result_type(self.dtype, other_dtype)
+
+    def axpy(self, alpha, x: "DistributedVector") -> "DistributedVector":
+        """``self + alpha * x``, as a new vector."""
+        x = self._check(x)
+        return self._map(_axpy, float(alpha), other=x, dtype=self._dtype_with(x.dtype))
+
+    def __add__(self, other):
+        return self.axpy(1.0, other)
+
+    def __sub__(self, other):
+        return self.axpy(-1.0, other)
+
+    def __mul__(self, alpha):
+        if not np.isscalar(alpha):
+            return NotImplemented
+        return self._map(_op.mul, float(alpha))
+
+    __rmul__ = __mul__
+
+    def __neg__(self):
+        return self * -1.0
+
+    def copy(self) -> "DistributedVector":
+        return self._map(_copy)
+
+    def astype(self, dtype) -> "DistributedVector":
+        return self._map(_astype, np.dtype(dtype), dtype=np.dtype(dtype))
+
+    def dot(self, other: "DistributedVector") -> float:
+        """``self · other``: each rank's partial dot, summed on the client in rank order."""
+        other = self._check(other)
+        partial = [self._submit(_dot, k, a, b)
+                   for k, (a, b) in enumerate(zip(self.chunks, other.chunks))]
+        return float(sum(self.client.gather(partial)))
+
+    def norm(self) -> float:
+        return float(np.sqrt(self.dot(self)))
+
+
+def _is_dask_array(x) -> bool:
+    return type(x).__module__.startswith("dask.array") and hasattr(x, "chunks")
