@@ -108,7 +108,7 @@ def powerlaw_block(start, stop, *, n, per_row, dtype, seed=0, exponent=2.5, long
         row = np.repeat(np.arange(hi - lo), lengths)
         within = np.arange(indptr[-1], dtype=np.int64) - indptr[row]
         columns = firsts[row] + within * steps[row]
-        data = (((columns * 2654435761) % 1009) / 1009.0 + 0.5).astype(dtype)
+        data = np.repeat((0.5 + w[lo:hi]).astype(dtype), lengths)  # a value per row
         pieces.append(sp.csr_matrix((data, columns.astype(np.int32), indptr),
                                     shape=(hi - lo, n)))
     return sp.vstack(pieces, format="csr") if len(pieces) > 1 else pieces[0]
@@ -141,6 +141,21 @@ def median_product(rank, x, repeats):
         synchronize(device)
         samples.append(time.perf_counter() - started)
     return float(np.median(samples))
+
+
+def release_device_memory(device):
+    """Give the GPU memory of the operators and vectors just dropped back to the driver (CuPy
+    keeps freed blocks in its pool and numba defers deallocations), so the ranks' worker on the
+    same GPU finds it free."""
+    import gc
+
+    gc.collect()
+    if device == "cuda":
+        import cupy
+        from numba import cuda
+
+        cuda.current_context().deallocations.clear()
+        cupy.get_default_memory_pool().free_all_blocks()
 
 
 def vector_on(device, values):
@@ -368,10 +383,12 @@ def main(argv=None):
                 log(f"{case}: one device, {args.rows} rows")
                 entry["one_device"] = measure_one_device(kind, args.rows, args, dtype, device,
                                                          cg_too)
+                release_device_memory(device)
                 if strong:
                     log(f"{case}: one device, {workers * args.rows} rows")
                     entry["one_device_large"] = measure_one_device(
                         kind, workers * args.rows, args, dtype, device, cg_too)
+                    release_device_memory(device)
                 log(f"{case}: {workers} ranks, {workers * args.rows} rows")
                 entry["ranks"] = measure_ranks(client, kind, workers * args.rows, args, dtype,
                                                device, cg_too)

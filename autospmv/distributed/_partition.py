@@ -98,6 +98,20 @@ def _index_dtype(size: int):
     return np.int32 if size < 2**31 else np.int64
 
 
+def _renumber(columns: np.ndarray, n: int) -> tuple:
+    """``(distinct columns, increasing; each entry's position among them)``. A mark per column
+    of A (linear in n and the entries) where n is not much larger than the entries; a sort
+    otherwise."""
+    if n <= 8 * columns.size + (1 << 20):
+        marked = np.zeros(n, dtype=bool)
+        marked[columns] = True
+        distinct = np.flatnonzero(marked)
+        position = np.cumsum(marked, dtype=_index_dtype(distinct.size + 1))
+        return distinct, position[columns] - 1
+    distinct = np.unique(columns)
+    return distinct, np.searchsorted(distinct, columns).astype(_index_dtype(distinct.size))
+
+
 def split_block(block: sp.csr_matrix, col_bounds: np.ndarray, rank: int) -> Split:
     """Cut a canonical CSR row block into its owned and ghost blocks (see :class:`Split`).
 
@@ -119,10 +133,7 @@ def split_block(block: sp.csr_matrix, col_bounds: np.ndarray, rank: int) -> Spli
     ghost_indptr = indptr.astype(np.int64) - owned_indptr  # ghost entries before each row
     del owned_indptr, counted
     ghost_rows = np.flatnonzero(np.diff(ghost_indptr) > 0)
-    ghost_indices = indices[ghost_mask]
-    ghost_columns = np.unique(ghost_indices)
-    positions = np.searchsorted(ghost_columns, ghost_indices).astype(
-        _index_dtype(ghost_columns.size))
+    ghost_columns, positions = _renumber(indices[ghost_mask], int(col_bounds[-1]))
     row_pointers = np.concatenate(([0], ghost_indptr[ghost_rows + 1]))
     ghost = sp.csr_matrix((block.data[ghost_mask], positions,
                            row_pointers.astype(_index_dtype(row_pointers[-1]))),
