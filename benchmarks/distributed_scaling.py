@@ -22,6 +22,9 @@ Timed (seconds):
 * ``cg_iteration``: ``--cg-iterations`` iterations of cg (rtol 0, so none stops early) over
   their count; on the ranks, :func:`autospmv.distributed.cg` called from the client.
 
+Last, ``--one-rank`` (a case) runs on one rank through Dask with ``--rows`` rows: what Dask and
+the split cost without any exchange.
+
 Efficiencies: weak ``t(one device, rows) / t(W ranks, W × rows)``; strong
 ``t(one device, W × rows) / t(W ranks, W × rows)`` (a speedup, ideal W). Before the cases, a
 small check compares products with SciPy's (relative error) and cg's iteration count with
@@ -194,10 +197,10 @@ def _time_on_rank(rank, x, repeats):
     return median_product(rank, x, repeats)
 
 
-def measure_ranks(client, kind, rows, args, dtype, device, cg_too):
+def measure_ranks(client, kind, rows, args, dtype, device, cg_too, parts=None):
     fn = block_function(kind, rows, args.per_row, args.band, dtype)
     started = time.perf_counter()
-    op = adist.prepare(fn, client=client, shape=(rows, rows), device=device)
+    op = adist.prepare(fn, client=client, shape=(rows, rows), device=device, parts=parts)
     out = {"rows": rows, "nnz": op.nnz, "prepare_s": time.perf_counter() - started,
            "comm": op.comm, "comm_reason": op.comm_reason,
            "parts": [{"rows": list(p.rows), "nnz": p.nnz, "owned_nnz": p.owned_nnz,
@@ -339,6 +342,8 @@ def main(argv=None):
                                            "powerlaw-float32")
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--cg-iterations", type=int, default=50)
+    parser.add_argument("--one-rank", default="band-float64",
+                        help="a case also run on one rank through Dask, last ('' for none)")
     parser.add_argument("--cpu", action="store_true", help="CPU workers even where GPUs exist")
     parser.add_argument("--device-kind", default="", help="the lent machine's kind, recorded")
     parser.add_argument("--stall-timeout", type=float, default=240.0,
@@ -384,11 +389,13 @@ def main(argv=None):
                 entry["one_device"] = measure_one_device(kind, args.rows, args, dtype, device,
                                                          cg_too)
                 release_device_memory(device)
+                save()
                 if strong:
                     log(f"{case}: one device, {workers * args.rows} rows")
                     entry["one_device_large"] = measure_one_device(
                         kind, workers * args.rows, args, dtype, device, cg_too)
                     release_device_memory(device)
+                    save()
                 log(f"{case}: {workers} ranks, {workers * args.rows} rows")
                 entry["ranks"] = measure_ranks(client, kind, workers * args.rows, args, dtype,
                                                device, cg_too)
@@ -399,6 +406,14 @@ def main(argv=None):
             except Exception as error:  # keep what the other cases measure
                 entry["error"] = f"{type(error).__name__}: {error}"
                 log(case, entry["error"])
+            save()
+        if args.one_rank:
+            kind, dtype_name = args.one_rank.split("-")
+            log(f"{args.one_rank}: 1 rank through Dask, {args.rows} rows")
+            entry = result["cases"][args.one_rank]
+            entry["one_rank"] = measure_ranks(client, kind, args.rows, args,
+                                              np.dtype(dtype_name), device, kind == "band",
+                                              parts=1)
             save()
     finally:
         client.close()
