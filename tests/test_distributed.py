@@ -135,6 +135,20 @@ def test_split_into_owned_and_ghost_blocks(rank):
     assert sum(b - a for a, b in split.sources.values()) == split.ghost_columns.size
 
 
+def test_ghost_columns_of_a_very_wide_matrix():
+    """Few entries in many columns: the ghost columns are found by sorting, not marking."""
+    from autospmv.distributed._partition import split_block
+
+    n = 3_000_000
+    block = sp.csr_matrix((np.ones(4), [5, 2_999_999, 1_000_000, 7], [0, 2, 4]), shape=(2, n))
+    block.sum_duplicates()
+    split = split_block(block, np.array([0, 10, n]), 0)
+    np.testing.assert_array_equal(split.ghost_columns, [1_000_000, 2_999_999])
+    np.testing.assert_array_equal(split.ghost.toarray(), [[0, 1], [1, 0]])
+    assert split.sources == {1: (0, 2)}
+    np.testing.assert_array_equal(split.owned.indices, [5, 7])
+
+
 def test_only_ghost_entries_are_exchanged_and_explained(client):
     n = 2000
     A = band(n, offsets=(1, 5))
