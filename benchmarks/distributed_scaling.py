@@ -20,7 +20,9 @@ Timed (seconds):
 * ``product_dispatched`` (ranks only): ``op @ x`` for a :class:`DistributedVector` from the
   client, waited for: the product plus one round of Dask scheduling;
 * ``cg_iteration``: ``--cg-iterations`` iterations of cg (rtol 0, so none stops early) over
-  their count; on the ranks, :func:`autospmv.distributed.cg` called from the client.
+  their count; on the ranks, :func:`autospmv.distributed.cg` called from the client (one round
+  of Dask scheduling per call), and ``cg_iteration_in_task``: the same solver code timed
+  inside a :meth:`map_ranks` task (the slowest rank).
 
 Last, ``--one-rank`` (a case) runs on one rank through Dask with ``--rows`` rows: what Dask and
 the split cost without any exchange.
@@ -184,17 +186,24 @@ def measure_one_device(kind, rows, args, dtype, device, cg_too):
     x = vector_on(device, np.random.default_rng(0).random(rows).astype(dtype))
     out["product"] = median_product(local, x, args.repeats)
     if cg_too:
-        cg_on(local, x, rtol=0.0, maxiter=2)
-        synchronize(device)
-        started = time.perf_counter()
-        cg_on(local, x, rtol=0.0, maxiter=args.cg_iterations)
-        synchronize(device)
-        out["cg_iteration"] = (time.perf_counter() - started) / args.cg_iterations
+        out["cg_iteration"] = cg_iteration_time(local, x, args.cg_iterations)
     return out
 
 
 def _time_on_rank(rank, x, repeats):
     return median_product(rank, x, repeats)
+
+
+def cg_iteration_time(rank, b, iterations):
+    """On a rank (or a LocalRank): seconds per iteration of ``iterations`` cg iterations, after
+    two untimed ones."""
+    device = getattr(rank, "device", "cpu")
+    cg_on(rank, b, rtol=0.0, maxiter=2)
+    synchronize(device)
+    started = time.perf_counter()
+    cg_on(rank, b, rtol=0.0, maxiter=iterations)
+    synchronize(device)
+    return (time.perf_counter() - started) / iterations
 
 
 def measure_ranks(client, kind, rows, args, dtype, device, cg_too, parts=None):
@@ -223,6 +232,8 @@ def measure_ranks(client, kind, rows, args, dtype, device, cg_too, parts=None):
         started = time.perf_counter()
         adist.cg(op, x, rtol=0.0, maxiter=args.cg_iterations)
         out["cg_iteration"] = (time.perf_counter() - started) / args.cg_iterations
+        out["cg_iteration_in_task"] = max(client.gather(op.map_ranks(
+            cg_iteration_time, x, iterations=args.cg_iterations)))
     op.close()
     return out
 
@@ -325,6 +336,11 @@ def efficiencies(single, large_single, ranks, workers) -> dict:
             out[f"weak_{key}"] = single[key] / ranks[key]
         if large_single and key in large_single and key in ranks:
             out[f"strong_{key}_speedup"] = large_single[key] / ranks[key]
+    if "cg_iteration_in_task" in ranks:
+        out["weak_cg_iteration_in_task"] = single["cg_iteration"] / ranks["cg_iteration_in_task"]
+        if large_single:
+            out["strong_cg_iteration_in_task_speedup"] = (large_single["cg_iteration"]
+                                                          / ranks["cg_iteration_in_task"])
     if "product_dispatched" in ranks:
         out["weak_product_dispatched"] = single["product"] / ranks["product_dispatched"]
     out["prepare_ratio"] = ranks["prepare_s"] / (single["generate_s"] + single["prepare_s"])
@@ -341,7 +357,7 @@ def main(argv=None):
     parser.add_argument("--cases", default="band-float64,powerlaw-float64,band-float32,"
                                            "powerlaw-float32")
     parser.add_argument("--repeats", type=int, default=30)
-    parser.add_argument("--cg-iterations", type=int, default=50)
+    parser.add_argument("--cg-iterations", type=int, default=200)
     parser.add_argument("--one-rank", default="band-float64",
                         help="a case also run on one rank through Dask, last ('' for none)")
     parser.add_argument("--cpu", action="store_true", help="CPU workers even where GPUs exist")

@@ -99,12 +99,12 @@ def _agree_on_sends(split, rank, size, col_bounds, comm, device) -> dict:
     counts = {p: xp.asarray([_needed(split, p)[1] - _needed(split, p)[0]], dtype=np.int64)
               for p in peers}
     incoming = {p: xp.empty(1, dtype=np.int64) for p in peers}
-    comm.start_exchange(counts, incoming)()
+    comm.start_exchange(lambda: counts, incoming)()
     wanted = {p: xp.asarray(split.ghost_columns[slice(*_needed(split, p))] - col_bounds[p])
               for p in peers if _needed(split, p)[1] > _needed(split, p)[0]}
     sizes = {p: int(incoming[p][0]) for p in peers}
     asked = {p: xp.empty(sizes[p], dtype=np.int64) for p in peers if sizes[p]}
-    comm.start_exchange(wanted, asked)()
+    comm.start_exchange(lambda: wanted, asked)()
     if device == "cuda":
         import cupy
 

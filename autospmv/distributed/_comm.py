@@ -61,7 +61,7 @@ class SelfComm:
     size = 1
     rank = 0
 
-    def start_exchange(self, sends, receives):
+    def start_exchange(self, sends, receives, ready=None):
         return lambda: None
 
     def allreduce(self, values, xp):
@@ -80,10 +80,11 @@ class SocketComm:
         self.rank, self.size = rank, size
         self._connections = connections  # peer -> Connection
 
-    def start_exchange(self, sends: dict, receives: dict):
-        """Send ``sends[peer]`` to each peer and fill ``receives[peer]`` (an array of the size
-        the peer sends) from each; returns ``wait()``, which returns once all is received."""
-        sends = {peer: _to_host(array) for peer, array in sends.items()}
+    def start_exchange(self, sends, receives: dict, ready=None):
+        """Send ``sends()[peer]`` to each peer and fill ``receives[peer]`` (an array of the
+        size the peer sends) from each; returns ``wait()``, which returns once all is
+        received. (``ready`` is for the NCCL communicator's interface.)"""
+        sends = {peer: _to_host(array) for peer, array in sends().items()}
         errors = []
 
         def send_all():
@@ -115,7 +116,7 @@ class SocketComm:
         host = np.ascontiguousarray(_to_host(values))
         peers = [p for p in range(self.size) if p != self.rank]
         received = {p: np.empty_like(host) for p in peers}
-        self.start_exchange({p: host for p in peers}, received)()
+        self.start_exchange(lambda: {p: host for p in peers}, received)()
         received[self.rank] = host
         total = received[0].copy()
         for p in range(1, self.size):
@@ -148,14 +149,16 @@ class NcclComm:
         return {np.dtype(np.float32): nccl.NCCL_FLOAT32, np.dtype(np.float64): nccl.NCCL_FLOAT64,
                 np.dtype(np.int64): nccl.NCCL_INT64}[np.dtype(dtype)]
 
-    def start_exchange(self, sends: dict, receives: dict):
-        """Queue the sends of ``sends[peer]`` and the receives into ``receives[peer]`` (CuPy
-        arrays, contiguous) on :attr:`stream`, once the current stream's work so far (which
-        produced the send buffers) is done; returns ``wait()``, which makes the current stream
-        wait for the exchange."""
+    def start_exchange(self, sends, receives: dict, ready=None):
+        """Queue the sends of ``sends()[peer]`` and the receives into ``receives[peer]``
+        (contiguous CuPy arrays) on :attr:`stream`, after the event ``ready`` (default: the
+        current stream's work so far, which produced x); ``sends()`` runs on that stream too.
+        Returns ``wait()``, which makes the current stream wait for the exchange."""
         import cupy
 
-        self.stream.wait_event(cupy.cuda.get_current_stream().record())
+        self.stream.wait_event(cupy.cuda.get_current_stream().record() if ready is None else ready)
+        with self.stream:
+            sends = sends()
         nccl = self._nccl
         nccl.groupStart()
         try:

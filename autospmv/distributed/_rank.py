@@ -78,24 +78,47 @@ class Rank:
         """This rank's rows of ``A @ x``, from this rank's chunk of x (all ranks at once)."""
         xp = self.xp
         comm = self.comm
-        dtype = x.dtype
-        sends = {peer: x[indices] for peer, indices in self.send_indices.items()}
-        ghost_x = xp.empty(self.ghost_size, dtype=dtype)
+        ghost_x = self._ghost_buffer(x.dtype)
         receives = {peer: ghost_x[start:stop] for peer, (start, stop) in self.sources.items()}
-        finish = comm.start_exchange(sends, receives)
-        y = self._product(self.owned, x)
+
+        def sends():
+            return {peer: x[indices] for peer, indices in self.send_indices.items()}
+
+        if self.device == "cuda":
+            # The owned product is queued first, so the GPU starts on it while the host queues
+            # the exchange on the communicator's stream.
+            ready = xp.cuda.get_current_stream().record()
+            y = self.owned.matvec(x)
+            finish = comm.start_exchange(sends, receives, ready)
+        else:
+            # The CPU product returns when done: the exchange starts first, and runs meanwhile.
+            finish = comm.start_exchange(sends, receives)
+            y = self._product(self.owned, x)
         finish()
         if self.ghost is not None:
+            product = self._product(self.ghost, ghost_x)
             if self.all_rows_ghost:
-                y += self._product(self.ghost, ghost_x)
+                y += product
+            elif self.device == "cuda":
+                _scatter_add()(product, self.ghost_rows, y)
             else:
-                y[self.ghost_rows] += self._product(self.ghost, ghost_x)
+                y[self.ghost_rows] += product
         return y
+
+    def _ghost_buffer(self, dtype):
+        """The ghost entries' buffer for x of this dtype, made once: each exchange waits for
+        the work queued before it, so the last product's reads are done when it is refilled."""
+        buffers = self.__dict__.setdefault("_buffers", {})
+        if dtype not in buffers:
+            buffers[dtype] = self.xp.empty(self.ghost_size, dtype=dtype)
+        return buffers[dtype]
 
     def dot(self, a, b):
         """``a · b`` over all ranks (an all-reduce), as a host float, identical on all ranks."""
         xp = self.xp
-        local = xp.dot(a, b).reshape(1).astype(np.float64)
+        local = xp.asarray(xp.dot(a, b)).reshape(1)
+        if local.dtype != np.float64:
+            local = local.astype(np.float64)
         return float(self.comm.allreduce(local, xp)[0])
 
     def dots(self, *pairs):
@@ -125,4 +148,17 @@ class Rank:
                 "sends_to": {p: int(i.size) for p, i in self.send_indices.items()}}
 
     def __getstate__(self):
-        return dict(self.__dict__)
+        return {k: v for k, v in self.__dict__.items() if k != "_buffers"}
+
+
+_KERNELS: dict = {}
+
+
+def _scatter_add():
+    """A CuPy kernel ``y[rows] += values`` in one pass (rows distinct)."""
+    if "scatter_add" not in _KERNELS:
+        import cupy
+
+        _KERNELS["scatter_add"] = cupy.ElementwiseKernel(
+            "T value, int64 row", "raw T y", "y[row] += value", "autospmv_scatter_add")
+    return _KERNELS["scatter_add"]
