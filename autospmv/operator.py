@@ -224,9 +224,10 @@ class SpMVOperator(LinearOperator):
         while they write out). An (n, 1) column gives an (m, 1) result. Any number of threads
         may call one operator at once.
         """
-        y = self._device_matvec(x, out)
-        if y is not None:
-            return y
+        if type(x) is not np.ndarray:  # (a numpy x is never a CUDA array: not asked)
+            y = self._backend.device_matvec(x, out)
+            if y is not None:
+                return y
         column = np.ndim(x) == 2
         x = check_vector(x, self.shape[1], self.dtype)
         if out is None:
@@ -287,8 +288,11 @@ class SpMVOperator(LinearOperator):
 
     def _device_product(self, x):
         """``A @ x`` for a CUDA array x: a vector as :meth:`matvec`, a 2-D array as
-        :meth:`matmat`; None for anything else."""
-        if _is_device_array(x) and len(getattr(x, "shape", ())) == 2:
+        :meth:`matmat`; None for anything else. An x that says it is not 2-D (``ndim``, as
+        CuPy, PyTorch and numba arrays do) goes to the vector product without building its
+        ``__cuda_array_interface__`` here."""
+        ndim = getattr(x, "ndim", None)
+        if ndim in (2, None) and _is_device_array(x) and len(getattr(x, "shape", ())) == 2:
             return self._device_matmat(x)
         return self._device_matvec(x, None)
 

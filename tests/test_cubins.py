@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ if cuda.config.ENABLE_CUDASIM:
 from numba import types  # noqa: E402
 
 from autospmv.kernels.cuda import csr as cuda_csr  # noqa: E402
+from autospmv.kernels.cuda import csr5 as cuda_csr5  # noqa: E402
 from autospmv.kernels.cuda import cubins  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -42,14 +44,65 @@ def test_an_entry_is_named_by_kernel_types_options_device_and_source():
     assert key not in others and len(others) == 3
 
 
-def test_the_source_digest_covers_every_source_file_of_the_package():
-    package = REPO_ROOT / "autospmv"
-    assert len(cubins.source_digest()) == 64
-    assert cubins.source_digest() == cubins.source_digest()
-    # It reads the files themselves: the kernels' modules and the formats they take constants
-    # from are among them.
-    read = sorted(str(p.relative_to(package)) for p in package.rglob("*.py"))
-    assert "kernels/cuda/csr5.py" in read and "formats/csr5.py" in read
+def test_an_entry_depends_on_the_kernels_sources_not_on_host_code():
+    files, constants = cubins.kernel_sources(cuda_csr5.csr5_kernel.py_func)
+    names = {Path(f).relative_to(REPO_ROOT / "autospmv").as_posix() for f in files}
+    # its module, the device functions and intrinsics it calls, and the constants it reads
+    assert names == {"kernels/cuda/csr5.py", "kernels/cuda/grid_dependency.py",
+                     "kernels/cuda/matrix_loads.py"}
+    assert "OMEGA=32" in constants
+    files, _ = cubins.kernel_sources(cuda_csr.csr_scalar_kernel.py_func)
+    assert [Path(f).name for f in files] == ["csr.py"]
+    digest = cubins.kernel_digest(cuda_csr.csr_scalar_kernel.py_func)
+    assert len(digest) == 64 and digest == cubins.kernel_digest(
+        cuda_csr.csr_scalar_kernel.py_func)
+
+
+def test_archives_round_trip_and_refuse_other_files(tmp_path):
+    entries = {"a" * 64: ("_Z1a", b"cubin a" * 100), "b" * 64: ("_Z1b", b"")}
+    cubins.write_archive(tmp_path / "sm_90.cubins", entries)
+    read = cubins.read_archive(tmp_path / "sm_90.cubins")
+    assert {key: (name, zlib.decompress(blob)) for key, (name, blob) in read.items()} == entries
+    (tmp_path / "other.cubins").write_bytes(b"not an archive")
+    with pytest.raises(ValueError, match="not an archive"):
+        cubins.read_archive(tmp_path / "other.cubins")
+    data = (tmp_path / "sm_90.cubins").read_bytes()
+    (tmp_path / "short.cubins").write_bytes(data[:-10])
+    with pytest.raises(ValueError, match="truncated"):
+        cubins.read_archive(tmp_path / "short.cubins")
+
+
+def test_the_shipped_archive_is_used_after_the_cache_folder(tmp_path, monkeypatch):
+    monkeypatch.setattr(cubins, "folder", lambda: tmp_path / "empty")
+    monkeypatch.setattr(cubins, "SHIPPED", tmp_path)
+    cubins.shipped_archive.cache_clear()
+    monkeypatch.setattr(cubins, "_module_function",
+                        lambda image, name, key, device: (image, name))
+    cubins.write_archive(tmp_path / "sm_90.cubins", {"5" * 64: ("_Z6kernel", b"machine code")})
+    try:
+        assert cubins._load("5" * 64) is None
+        assert cubins._load_shipped("5" * 64, (9, 0)) == (b"machine code", "_Z6kernel")
+        assert cubins._load_shipped("6" * 64, (9, 0)) is None  # not shipped
+        assert cubins._load_shipped("5" * 64, (8, 0)) is None  # no archive for 8.0 here
+    finally:
+        cubins.shipped_archive.cache_clear()
+
+
+def test_the_shipped_set_covers_every_kernel_in_both_dtypes_and_vector_dtypes():
+    from autospmv.kernels.cuda import ship
+
+    found = ship.specializations()
+    names = {dispatcher.py_func.__name__ for dispatcher, _ in found}
+    assert names == {"coo_kernel", "csr_scalar_kernel", "csr_vector_kernel", "ell_kernel",
+                     "jds_kernel", "csr5_kernel", "csr5_clear_tile_ends",
+                     "spmm_few_columns_kernel", "spmm_many_columns_kernel"}
+    scalar = [argtypes for dispatcher, argtypes in found
+              if dispatcher.py_func.__name__ == "csr_scalar_kernel"]
+    # (matrix, x, y): float32 with float32 or float64 vectors, float64 with either x
+    assert sorted((str(a[2].dtype), str(a[3].dtype), str(a[4].dtype)) for a in scalar) == [
+        ("float32", "float32", "float32"), ("float32", "float64", "float64"),
+        ("float64", "float32", "float64"), ("float64", "float64", "float64")]
+    assert len(found) == len({(d.py_func, a) for d, a in found})
 
 
 def test_missing_or_damaged_entries_are_not_used(tmp_path, monkeypatch):
@@ -81,12 +134,14 @@ def test_entries_are_written_whole(tmp_path, monkeypatch):
     assert not list((tmp_path / "cubins").glob("4*"))
 
 
-SECOND_PROCESS = """
-import json, sys
+PRODUCTS = """
+import json, pathlib, sys
 import numpy as np, scipy.sparse as sp
 import autospmv
 from autospmv.cache import compile_timer
 from autospmv.kernels.cuda import cubins
+if sys.argv[1:]:
+    cubins.SHIPPED = pathlib.Path(sys.argv[1])  # no shipped archive
 A = sp.random(3000, 2000, density=0.004, random_state=1, format="csr", dtype=np.float64)
 x = np.random.default_rng(2).standard_normal(2000)
 out = {}
@@ -97,27 +152,51 @@ for kernel in autospmv.KERNELS:
     out[kernel] = {"error": float(np.abs(y - A @ x).max() / np.abs(A @ x).max()),
                    "numba_cuda_s": compiled.cuda}
 out["loaded"] = len(cubins._LOADED)
+out["shipped"] = sum(len(cubins.shipped_archive(cc)) for cc in [(9, 0), (8, 0)])
 print(json.dumps(out))
 """
 
 
-@pytest.mark.requires_gpu
-def test_a_new_process_runs_every_kernel_from_the_cubins_the_first_one_stored(tmp_path):
-    env = dict(os.environ, AUTOSPMV_CACHE_DIR=str(tmp_path),
+def run_products(cache: Path, *argv) -> dict:
+    env = dict(os.environ, AUTOSPMV_CACHE_DIR=str(cache),
                PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT),
                                                         os.environ.get("PYTHONPATH")])))
     env.pop("NUMBA_CACHE_DIR", None)
-    runs = []
-    for _ in range(2):
-        done = subprocess.run([sys.executable, "-c", SECOND_PROCESS], capture_output=True,
-                              text=True, env=env, timeout=600)
-        assert done.returncode == 0, done.stderr[-3000:]
-        runs.append(json.loads(done.stdout.splitlines()[-1]))
-    first, second = runs
+    done = subprocess.run([sys.executable, "-c", PRODUCTS, *map(str, argv)],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def check_products(run: dict, compiled: bool | None = None) -> None:
+    for kernel in autospmv_kernels():
+        assert run[kernel]["error"] <= 1e-12, kernel
+        if compiled is False:
+            assert run[kernel]["numba_cuda_s"] == 0.0, kernel
+
+
+def autospmv_kernels():
+    import autospmv
+
+    return autospmv.KERNELS
+
+
+@pytest.mark.requires_gpu
+def test_a_new_process_runs_every_kernel_from_the_cubins_the_first_one_stored(tmp_path):
+    first = run_products(tmp_path, tmp_path / "no-archives")
+    second = run_products(tmp_path, tmp_path / "no-archives")
     assert list((tmp_path / "cubins").glob("*.cubin"))
     assert second["loaded"] > 0
-    for kernel in first:
-        if kernel == "loaded":
-            continue
-        assert max(first[kernel]["error"], second[kernel]["error"]) <= 1e-12, kernel
-        assert second[kernel]["numba_cuda_s"] == 0.0, kernel
+    check_products(first)
+    check_products(second, compiled=False)
+
+
+@pytest.mark.requires_gpu
+def test_with_an_empty_cache_the_shipped_cubins_serve_every_kernel(tmp_path):
+    """Where the package ships an archive for this GPU and these numba versions, a first run
+    compiles nothing; elsewhere it compiles as without archives."""
+    run = run_products(tmp_path)
+    matching = run["loaded"] > 0  # loaded from an archive (a compiled kernel is not counted)
+    check_products(run, compiled=False if matching else None)
+    if matching:
+        assert not list((tmp_path / "cubins").glob("*.cubin"))  # nothing compiled, so stored

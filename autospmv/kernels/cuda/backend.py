@@ -45,7 +45,6 @@ from ...device import DeviceCSR
 from ...formats.csr import CSRFormat
 from ...validation import OUT_OVERLAPS_X, result_dtype
 from .launch import SIMULATOR, DeviceProgram, device_pointer, upload
-from .spmm import RULE, MultiVectorProgram
 
 if not SIMULATOR:
     from cuda.bindings import driver
@@ -106,6 +105,37 @@ def current_ordinal() -> int | None:
     if status:
         raise RuntimeError(f"CUDA driver error {status!r} in cuCtxGetDevice")
     return int(device)
+
+
+def device_count() -> int:
+    """The number of CUDA devices this process sees."""
+    status, count = driver.cuDeviceGetCount()
+    if status:
+        raise RuntimeError(f"CUDA driver error {status!r} in cuDeviceGetCount")
+    return int(count)
+
+
+def _current_cupy_stream() -> int:
+    """CuPy's current stream (:func:`stream_of` for a CuPy x)."""
+    import cupy
+
+    return cupy.cuda.get_current_stream().ptr
+
+
+def _allocator(x, length: int, dtype: np.dtype):
+    """A function returning ``(y, its device address)`` for a new vector y of ``length`` and
+    ``dtype``, of x's kind (CuPy, else numba), as :func:`_empty_like_input` makes it."""
+    if type(x).__module__.split(".")[0] == "cupy":
+        import cupy
+
+        def allocate():
+            y = cupy.empty(length, dtype=dtype)
+            return y, y.data.ptr
+    else:
+        def allocate():
+            y = cuda.device_array(length, dtype=dtype)
+            return y, device_pointer(y)
+    return allocate
 
 
 def stream_of(x) -> int:
@@ -236,11 +266,15 @@ class CudaBackend:
         self._format_nbytes = sum(a.nbytes for a in arrays.values())
         self._format_name = fmt.name
         self._csr_arrays = arrays if isinstance(fmt, CSRFormat) else None
-        self.multi: MultiVectorProgram | None = None
+        self.multi = None
         """The multi-vector product (:meth:`set_up_multi`), None until the first one."""
         self._multi_nbytes = 0
         self._staging = {}  # dtype -> (x buffer, y buffer, what the program takes for them)
         self._vectors = CheckedVectors(self.device)
+        self._pairs = {}
+        """(id(x), id(out)) -> a checked product of that x into that out (:meth:`_fast_call`)."""
+        self._checks_device = self.device is not None and device_count() > 1
+        """Whether a call asks for the calling thread's current GPU (:meth:`_launch`)."""
         self._lock = threading.Lock()
 
     @property
@@ -311,6 +345,8 @@ class CudaBackend:
             host_indptr = csr.host_indptr if isinstance(csr, DeviceCSR) else csr.indptr
             arrays = upload(CSRFormat(csr.shape, csr.indptr, csr.indices, csr.data))
             where = f"CSR arrays besides the {self._format_name} format"
+        from .spmm import RULE, MultiVectorProgram  # (imported at the first one)
+
         multi = MultiVectorProgram(self.shape, arrays, host_indptr)
         held = {device_pointer(a) for a in self.program.arrays.values() if a.size}
         self._multi_nbytes = multi.nbytes + sum(a.nbytes for a in arrays.values()
@@ -376,29 +412,105 @@ class CudaBackend:
                     self.multi.run(k, x_dtype, y_dtype, x_ptr, device_pointer(Y), stream)
         return Y
 
+    PAIRS = 16
+    """The most x vectors :meth:`device_matvec` remembers (a solver uses a few)."""
+
     def device_matvec(self, x, out):
-        """``y = A @ x`` for a CUDA array x, on the device; None if x is not a CUDA array."""
+        """``y = A @ x`` for a CUDA array x, on the device; None if x is not a CUDA array.
+
+        An x that an earlier call has checked, a numba or CuPy array (whose memory never moves)
+        still alive, is remembered (through a weak reference) with everything its launch needs,
+        and with the out it was last given: a call with that out only launches, and one without
+        out only allocates the result and launches."""
+        entry = self._pairs.get(id(x))
+        if entry is not None and entry[0]() is x:
+            _, out_ref, run, x_ptr, y_ptr, stream, allocate = entry
+            if out is None:
+                out, y_ptr = allocate()
+            elif out_ref is None or out_ref() is not out:
+                return self._checked_matvec(x, out)
+            if self._checks_device:
+                self._check_current_device()
+            stream = stream() if stream else 0
+            with self._lock:
+                try:
+                    run(x_ptr, y_ptr, stream)
+                except RuntimeError:  # see _launch
+                    self._give_thread_the_gpu()
+                    run(x_ptr, y_ptr, stream)
+            return out
+        return self._checked_matvec(x, out)
+
+    def _checked_matvec(self, x, out):
+        """:meth:`device_matvec` with every check (and the pair remembered where it can be)."""
         m, n = self.shape
         checked = self._vectors.check(x, n, "x", VECTOR_DTYPES)
         if checked is None:
             return None
         x_ptr, x_dtype = checked
         y_dtype = self._y_dtypes[x_dtype]
-        y = _empty_like_input(x, m, y_dtype) if out is None else out
-        checked = self._vectors.check(y, m, "out", (y_dtype,))
-        if checked is None:
-            raise TypeError(f"out must be a CUDA device array like x; got {type(y).__name__}")
-        y_ptr = checked[0]
+        if out is None:  # made here: of the right shape, dtype and GPU, writable
+            y = _empty_like_input(x, m, y_dtype)
+            y_ptr = device_pointer(y)
+        else:
+            y = out
+            checked = self._vectors.check(y, m, "out", (y_dtype,))
+            if checked is None:
+                raise TypeError(f"out must be a CUDA device array like x; got "
+                                f"{type(y).__name__}")
+            y_ptr = checked[0]
         if (m and n and x_ptr < y_ptr + m * y_dtype.itemsize
                 and y_ptr < x_ptr + n * x_dtype.itemsize):
             raise ValueError(OUT_OVERLAPS_X)
         if m:
-            self._check_current_device()
-            stream = stream_of(x)
             with self._lock:
                 run = self._program_for(x_dtype).run
-                if SIMULATOR:
-                    run(x, y, stream)
-                else:
-                    run(x_ptr, y_ptr, stream)
+            if SIMULATOR:
+                self._check_current_device()
+                run(x, y, stream_of(x))
+                return y
+            self._launch(run, x_ptr, y_ptr, stream_of(x))
+            self._remember(x, out, run, x_ptr, y_ptr, y_dtype)
         return y
+
+    def _remember(self, x, out, run, x_ptr: int, y_ptr: int, y_dtype: np.dtype) -> None:
+        """Keep the checked x (and out, if given) for :meth:`device_matvec`, if both are arrays
+        whose pointer is fixed for life and take weak references; at most :data:`PAIRS`."""
+        kinds = {type(v).__module__.split(".")[0] for v in (x, out) if v is not None}
+        if not kinds <= set(_FIXED_POINTER_MODULES) or not self.shape[0]:
+            return
+        try:
+            refs = weakref.ref(x), None if out is None else weakref.ref(out)
+        except TypeError:
+            return
+        if len(self._pairs) >= self.PAIRS and id(x) not in self._pairs:
+            try:  # the oldest; other threads may be evicting at the same time
+                self._pairs.pop(next(iter(self._pairs)), None)
+            except (StopIteration, RuntimeError):
+                pass
+        stream = _current_cupy_stream if "cupy" in kinds else None
+        self._pairs[id(x)] = (*refs, run, x_ptr, y_ptr, stream,
+                              _allocator(x, self.shape[0], y_dtype))
+
+    def _launch(self, run, x_ptr: int, y_ptr: int, stream: int) -> None:
+        """``run(x_ptr, y_ptr, stream)`` under the lock, on the operator's GPU.
+
+        With several GPUs the calling thread's current GPU is checked first. With one, any
+        current context is on the operator's GPU, so nothing is asked before the launch: a
+        thread without a current context makes the launch fail (nothing is queued then), and
+        it is given the operator's GPU and the launch is made again."""
+        if self._checks_device:
+            self._check_current_device()
+        with self._lock:
+            try:
+                run(x_ptr, y_ptr, stream)
+            except RuntimeError:
+                self._give_thread_the_gpu()
+                run(x_ptr, y_ptr, stream)
+
+    def _give_thread_the_gpu(self) -> None:
+        """After a failed launch: re-raise its error unless the calling thread has no current
+        CUDA context, which it is then given (the operator's GPU)."""
+        if self.device is None or current_ordinal() is not None:
+            raise  # the launch's error, being handled by the caller
+        cuda.select_device(self.device)

@@ -1,22 +1,28 @@
-"""Compiled GPU kernels kept as cubins in autospmv's cache folder and loaded without numba-cuda.
+"""Compiled GPU kernels kept as cubins and loaded without numba-cuda: shipped with the package
+for the GPUs the models are for, and cached in autospmv's cache folder for the others.
 
 Why: numba-cuda caches compiled kernels too, but loading one goes through its dispatcher, which
 first builds numba-cuda's CUDA target (its typing and lowering registries): about half a second
-in every new process on an H200's host, before the first product can run
-(``benchmarks/results/startup-cuda-h200-2026-11-26/``). The launch path
-(:class:`autospmv.kernels.cuda.launch.Launch`) needs only the kernel's function handle, so the
-cubin numba-cuda linked for it is stored once, with the kernel's entry name, and later
-processes load it with the driver (``cuModuleLoadData``, ``cuModuleGetFunction``).
+in every new process, before the first product can run; compiling a kernel takes seconds. The
+launch path (:class:`autospmv.kernels.cuda.launch.Launch`) needs only the kernel's function
+handle, so a cubin and its entry name are enough, loaded with the driver
+(``cuModuleLoadData``, ``cuModuleGetFunction``).
 
 An entry is found by a hash of what decides its machine code: the kernel's module and name, its
 argument types and compile options (launch bounds), the device's compute capability, the numba
-and numba-cuda versions, and the contents of every source file of autospmv (a kernel reads
-constants and device functions from other modules, so any change to the package retires every
-entry). Files live in ``<cache folder>/cubins`` (:func:`autospmv.cache.cache_dir`), written
-atomically; a missing, unreadable or unloadable entry is compiled again through numba-cuda and
-rewritten. Kernels whose module needs set-up or tear-down functions (none of autospmv's) are
-always loaded through numba-cuda. Entries of earlier sources are not removed;
-deleting the folder is always safe.
+and numba-cuda versions, and :func:`kernel_digest`: the source files of the kernel and of the
+device functions and autospmv modules it reaches, and the values of the constants it reads
+(host code, such as the launch layer, is not part of it, so changing it keeps every entry).
+
+:func:`function_handle` looks in three places, in order: the cache folder
+(``<cache folder>/cubins``, :func:`autospmv.cache.cache_dir`, one file per entry, written
+atomically), the archives shipped in the package (``shipped/sm_<cc>.cubins``, built with
+:mod:`autospmv.kernels.cuda.ship`; a first run on those GPUs compiles no kernel), and numba-cuda,
+which compiles the kernel (or loads it from its own cache) and whose cubin is then stored in the
+cache folder. A missing, unreadable or unloadable entry, or one of another numba-cuda version or
+other sources, is never used: the kernel is compiled as if there were none. Kernels whose module
+needs set-up or tear-down functions (none of autospmv's) are always loaded through numba-cuda.
+Entries of earlier sources are not removed; deleting the folder is always safe.
 """
 
 from __future__ import annotations
@@ -25,7 +31,11 @@ import functools
 import hashlib
 import json
 import os
+import struct
+import sys
 import tempfile
+import types
+import zlib
 from pathlib import Path
 
 import numba
@@ -35,46 +45,104 @@ from numba_cuda import __version__ as numba_cuda_version
 
 from ...cache import cache_dir
 
+SHIPPED = Path(__file__).resolve().parent / "shipped"
+"""The folder of the archives of cubins shipped with the package, one per compute capability."""
+
+ARCHIVE_MAGIC = b"autospmv-cubins 1\n"
+"""The first bytes of an archive (:func:`write_archive`)."""
+
 _LOADED = {}
 """(entry key, device id) -> (module, function): the driver modules loaded in this process, one
 per device's context, kept alive for as long as the process runs (a kernel's function handle is
 valid while its module is, and only in the context it was loaded into)."""
 
 
-@functools.lru_cache(maxsize=1)
-def source_digest() -> str:
-    """SHA-256 of every ``.py`` file of the autospmv package (paths and contents, in order)."""
+def _code_names(code: types.CodeType) -> set:
+    """The global names a code object and the code objects nested in it read."""
+    names = set(code.co_names)
+    for constant in code.co_consts:
+        if isinstance(constant, types.CodeType):
+            names |= _code_names(constant)
+    return names
+
+
+def _module_file(name: str) -> str | None:
+    module = sys.modules.get(name)
+    return getattr(module, "__file__", None) if name.split(".")[0] == "autospmv" else None
+
+
+def kernel_sources(py_func) -> tuple[list[str], list[str]]:
+    """``(files, constants)`` that decide the machine code of the kernel ``py_func``: the source
+    files of its module and of every autospmv function, device function, intrinsic and module
+    it reads (followed through device functions), and ``name=value`` for the numbers, strings
+    and tuples it reads as globals. Sorted."""
+    files, constants, seen = set(), set(), set()
+
+    def walk(function):
+        if function in seen:
+            return
+        seen.add(function)
+        files.add(_module_file(function.__module__))
+        for name in _code_names(function.__code__):
+            value = function.__globals__.get(name)
+            if isinstance(value, (bool, int, float, str, bytes, tuple)):
+                constants.add(f"{name}={value!r}")
+            elif isinstance(value, types.ModuleType):
+                files.add(_module_file(value.__name__))
+            elif isinstance(getattr(value, "py_func", None), types.FunctionType):
+                walk(value.py_func)  # a device function (numba-cuda dispatcher)
+            elif isinstance(value, types.FunctionType):
+                walk(value)
+            elif isinstance(getattr(value, "_defn", None), types.FunctionType):
+                files.add(_module_file(value._defn.__module__))  # an intrinsic
+
+    walk(py_func)
+    files.discard(None)
+    return sorted(files), sorted(constants)
+
+
+@functools.lru_cache(maxsize=None)
+def kernel_digest(py_func) -> str:
+    """SHA-256 of :func:`kernel_sources` of the kernel ``py_func``: the files' names (relative
+    to the package) and contents, and the constants."""
     package = Path(__file__).resolve().parents[2]
+    files, constants = kernel_sources(py_func)
     digest = hashlib.sha256()
-    for path in sorted(package.rglob("*.py")):
+    for name in files:
+        path = Path(name).resolve()
         digest.update(str(path.relative_to(package)).encode())
         digest.update(path.read_bytes())
+    for constant in constants:
+        digest.update(constant.encode())
     return digest.hexdigest()
 
 
 def entry_key(dispatcher, argtypes, cc) -> str:
-    """The hash naming the cache entry of ``dispatcher`` compiled for ``argtypes`` on a device of
+    """The hash naming the entry of ``dispatcher`` compiled for ``argtypes`` on a device of
     compute capability ``cc`` (see the module docstring for what it covers)."""
     options = sorted((key, repr(value))
                      for key, value in getattr(dispatcher, "targetoptions", {}).items())
     parts = [dispatcher.py_func.__module__, dispatcher.py_func.__qualname__,
              repr(tuple(argtypes)), repr(options), repr(tuple(cc)), numba.__version__,
-             numba_cuda_version, source_digest()]
+             numba_cuda_version, kernel_digest(dispatcher.py_func)]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
 def folder() -> Path:
-    """Where the entries live: ``cubins`` in the folder numba caches autospmv's code in."""
+    """Where the cached entries live: ``cubins`` in the folder numba caches autospmv's code in."""
     return cache_dir() / "cubins"
 
 
 def function_handle(dispatcher, argtypes) -> int:
     """The driver handle (``CUfunction``) of ``dispatcher`` compiled for ``argtypes`` on the
-    current device: from the cubin cache when an entry exists, else compiled (or loaded) by
-    numba-cuda and stored for the next process."""
+    current device: from the cache folder or the shipped archive when either has the entry,
+    else compiled (or loaded) by numba-cuda and stored in the cache folder for the next
+    process."""
     device = cuda.current_context().device  # creates the context the module is loaded into
-    key = entry_key(dispatcher, argtypes, device.compute_capability)
-    loaded = _LOADED.get((key, device.id)) or _load(key, device.id)
+    cc = device.compute_capability
+    key = entry_key(dispatcher, argtypes, cc)
+    loaded = (_LOADED.get((key, device.id)) or _load(key, device.id)
+              or _load_shipped(key, cc, device.id))
     if loaded is not None:
         return int(loaded[1])
     library = dispatcher.compile(argtypes)._codelibrary
@@ -91,15 +159,9 @@ def _image(cubin) -> bytes | None:
     return bytes(image) if isinstance(image, (bytes, bytearray, memoryview)) else None
 
 
-def _load(key: str, device_id: int = 0):
-    """The (module, function) of a stored entry, loaded into the current context (that of
-    device ``device_id``); None when there is none or it cannot be used."""
-    cubin, meta = folder() / f"{key}.cubin", folder() / f"{key}.json"
-    try:
-        name = json.loads(meta.read_text())["entry_name"]
-        image = cubin.read_bytes()
-    except (OSError, ValueError, KeyError):
-        return None
+def _module_function(image: bytes, name: str, key: str, device_id: int):
+    """Load ``image`` into the current context and find its entry ``name``: the (module,
+    function), remembered in :data:`_LOADED`; None when the driver refuses either."""
     status, module = driver.cuModuleLoadData(image)
     if status != driver.CUresult.CUDA_SUCCESS:
         return None
@@ -109,6 +171,76 @@ def _load(key: str, device_id: int = 0):
         return None
     _LOADED[key, device_id] = (module, function)
     return _LOADED[key, device_id]
+
+
+def _load(key: str, device_id: int = 0):
+    """The (module, function) of an entry of the cache folder, loaded into the current context
+    (that of device ``device_id``); None when there is none or it cannot be used."""
+    cubin, meta = folder() / f"{key}.cubin", folder() / f"{key}.json"
+    try:
+        name = json.loads(meta.read_text())["entry_name"]
+        image = cubin.read_bytes()
+    except (OSError, ValueError, KeyError):
+        return None
+    return _module_function(image, name, key, device_id)
+
+
+def _load_shipped(key: str, cc, device_id: int = 0):
+    """The (module, function) of an entry of the shipped archive for ``cc``, loaded into the
+    current context; None when the archive or the entry is missing or cannot be used."""
+    entry = shipped_archive(tuple(cc)).get(key)
+    if entry is None:
+        return None
+    name, image = entry
+    try:
+        image = zlib.decompress(image)
+    except zlib.error:
+        return None
+    return _module_function(image, name, key, device_id)
+
+
+@functools.lru_cache(maxsize=None)
+def shipped_archive(cc: tuple) -> dict:
+    """The shipped archive for compute capability ``cc`` (:func:`read_archive`); empty when
+    there is none or it cannot be read."""
+    try:
+        return read_archive(SHIPPED / f"sm_{cc[0]}{cc[1]}.cubins")
+    except (OSError, ValueError):
+        return {}
+
+
+def write_archive(path: Path, entries: dict) -> None:
+    """Write ``entries`` (key -> (entry name, cubin bytes)) to ``path`` as one file: the magic
+    line, the length of a JSON index (8 bytes, little-endian), the index (key -> entry name,
+    offset, length), and the cubins, each compressed with zlib, in the index's order."""
+    index, blobs, offset = {}, [], 0
+    for key in sorted(entries):
+        name, image = entries[key]
+        blob = zlib.compress(image, 9)
+        index[key] = [name, offset, len(blob)]
+        blobs.append(blob)
+        offset += len(blob)
+    header = json.dumps(index, sort_keys=True).encode()
+    _write_atomically(Path(path), ARCHIVE_MAGIC + struct.pack("<Q", len(header)) + header
+                      + b"".join(blobs))
+
+
+def read_archive(path: Path) -> dict:
+    """The entries of an archive that :func:`write_archive` wrote: key -> (entry name, cubin
+    compressed with zlib). ValueError when the file is not such an archive."""
+    data = Path(path).read_bytes()
+    start = len(ARCHIVE_MAGIC) + 8
+    if not data.startswith(ARCHIVE_MAGIC) or len(data) < start:
+        raise ValueError(f"{path} is not an archive of cubins")
+    length, = struct.unpack_from("<Q", data, len(ARCHIVE_MAGIC))
+    index = json.loads(data[start:start + length])
+    blobs = memoryview(data)[start + length:]
+    entries = {}
+    for key, (name, offset, size) in index.items():
+        if offset + size > len(blobs):
+            raise ValueError(f"{path} is truncated")
+        entries[key] = (name, bytes(blobs[offset:offset + size]))
+    return entries
 
 
 def _store(key: str, cubin: bytes | None, entry_name: str) -> None:
