@@ -389,6 +389,9 @@ def test_errors(client):
     other = prepare(band(20), client, parts=1)
     with pytest.raises(ValueError, match="x is cut differently from the operator's columns"):
         op @ other.vector(np.ones(20))
+    square = prepare(band(20), client)
+    with pytest.raises(ValueError, match="x0 is cut differently from the operator's columns"):
+        adist.cg(square, np.ones(20), x0=other.vector(np.ones(20)))
     with pytest.raises(ValueError, match="the two vectors are cut differently"):
         op.vector(np.ones(20)).dot(other.vector(np.ones(20)))
     with pytest.raises(NotImplementedError, match="prepare A.T"):

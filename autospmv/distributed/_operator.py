@@ -379,29 +379,19 @@ def prepare(A, client=None, parts: int | None = None, device: str | None = None,
              for r, (w, block) in enumerate(zip(workers, blocks))]
     described = client.gather([client.submit(_describe, rank, workers=[w], pure=False)
                                for w, rank in zip(workers, ranks)])
+    dtypes = {info.pop("dtype") for info in described}
+    if len(dtypes) > 1:
+        raise ValueError(f"the row blocks have different dtypes ({sorted(map(str, dtypes))}); "
+                         "give them one dtype")
     parts_ = []
     for r, (w, info) in enumerate(zip(workers, described)):
         parts_.append(Part(r, (int(bounds[r]), int(bounds[r + 1])),
                            (int(col_bounds[r]), int(col_bounds[r + 1])),
                            info["owned_nnz"] + info["ghost_nnz"], w, **info))
-    dtype = _dtype_of(client, ranks, workers)
     row_layout = Layout(tuple(workers), bounds, device)
     col_layout = Layout(tuple(workers), col_bounds, device)
-    return DistributedOperator(client, (m, n), dtype, parts_, ranks, row_layout,
+    return DistributedOperator(client, (m, n), dtypes.pop(), parts_, ranks, row_layout,
                                col_layout, reason)
-
-
-def _rank_dtype(rank):
-    return rank.dtype
-
-
-def _dtype_of(client, ranks, workers):
-    dtypes = set(client.gather([client.submit(_rank_dtype, rank, workers=[w], pure=False)
-                                for w, rank in zip(workers, ranks)]))
-    if len(dtypes) > 1:
-        raise ValueError(f"the row blocks have different dtypes ({sorted(map(str, dtypes))}); "
-                         "give them one dtype")
-    return np.dtype(dtypes.pop())
 
 
 def _blocks(A, client, workers, shape, row_bounds):

@@ -140,7 +140,7 @@ class Rank:
         """What the client records of this rank (see :class:`~._operator.PartRecord`)."""
         return {"decision": self.owned.decision,
                 "ghost_decision": None if self.ghost is None else self.ghost.decision,
-                "device": self.device, "comm": self.comm.kind,
+                "device": self.device, "comm": self.comm.kind, "dtype": np.dtype(self.dtype),
                 "owned_nnz": int(self.owned.nnz),
                 "ghost_nnz": 0 if self.ghost is None else int(self.ghost.nnz),
                 "ghost_rows": int(self.ghost_rows.size), "ghost_columns": self.ghost_size,

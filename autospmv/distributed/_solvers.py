@@ -188,6 +188,9 @@ def _solve(method, op, b, x0, rtol, atol, maxiter):
                          "op.vector(b, side='rows')")
     if x0 is not None and not isinstance(x0, DistributedVector):
         x0 = op.vector(x0, side="columns", dtype=b.dtype)
+    elif x0 is not None and x0.layout != op.col_layout:
+        raise ValueError("x0 is cut differently from the operator's columns; make it with "
+                         "op.vector(x0)")
     maxiter = n * 10 if maxiter is None else int(maxiter)
     vectors = (b,) if x0 is None else (b, x0)
     results = op.map_ranks(_solve_on_rank, *vectors, method=method, rtol=rtol, atol=atol,
