@@ -22,6 +22,7 @@ import threading
 import numpy as np
 
 from . import _comm
+from ._kernels import scatter_add
 from ._partition import Split
 
 CPU_LOCK = threading.Lock()
@@ -99,10 +100,8 @@ class Rank:
             product = self._product(self.ghost, ghost_x)
             if self.all_rows_ghost:
                 y += product
-            elif self.device == "cuda":
-                _scatter_add()(product, self.ghost_rows, y)
             else:
-                y[self.ghost_rows] += product
+                scatter_add(xp, product, self.ghost_rows, y)
         return y
 
     def _ghost_buffer(self, dtype):
@@ -150,15 +149,3 @@ class Rank:
     def __getstate__(self):
         return {k: v for k, v in self.__dict__.items() if k != "_buffers"}
 
-
-_KERNELS: dict = {}
-
-
-def _scatter_add():
-    """A CuPy kernel ``y[rows] += values`` in one pass (rows distinct)."""
-    if "scatter_add" not in _KERNELS:
-        import cupy
-
-        _KERNELS["scatter_add"] = cupy.ElementwiseKernel(
-            "T value, int64 row", "raw T y", "y[row] += value", "autospmv_scatter_add")
-    return _KERNELS["scatter_add"]

@@ -1,7 +1,6 @@
 """Krylov solvers that run where the data is: one task per rank runs the whole iteration.
 
-Each solver is written twice over nothing: a *rank function* (``cg_on``, ``bicgstab_on``)
-that runs on every rank at once through :meth:`DistributedOperator.map_ranks` (products through
+Each solver has two halves: a *rank function* (``cg_on``, ``bicgstab_on``) that runs on every rank at once through :meth:`DistributedOperator.map_ranks` (products through
 :meth:`Rank.matvec`, dots as all-reduces, the vector updates on the rank's chunks), and a
 client wrapper (:func:`cg`, :func:`bicgstab`) that scatters a NumPy right-hand side when given
 one and returns x in the kind b came in. The rank functions follow SciPy's
@@ -10,7 +9,7 @@ order of updates), so they take the same number of iterations up to rounding; th
 sums are added in another order, which is the only difference.
 
 A rank function needs only ``matvec``, ``dot``, ``dots``, ``norm`` and ``xp`` of its rank, so
-:class:`LocalRank` runs the same code on one device without Dask (the baseline of
+:class:`LocalRank` runs the same code on one device without Dask (for comparisons such as
 ``benchmarks/distributed_scaling.py``).
 """
 
@@ -20,37 +19,8 @@ import operator as _op
 
 import numpy as np
 
+from ._kernels import axpy, xpay
 from ._vector import DistributedVector
-
-_KERNELS: dict = {}
-
-
-def _cupy_kernel(name):
-    """Fused CuPy kernels for the vector updates (one pass each instead of two)."""
-    if name not in _KERNELS:
-        import cupy
-
-        body = {"axpy": ("T x, T a", "T y", "y = y + a * x"),
-                "xpay": ("T x, T a", "T y", "y = x + a * y")}[name]
-        _KERNELS[name] = cupy.ElementwiseKernel(*body, f"autospmv_{name}")
-    return _KERNELS[name]
-
-
-def axpy(xp, a, x, y):
-    """``y += a * x`` in place."""
-    if xp is np:
-        y += a * x
-    else:
-        _cupy_kernel("axpy")(x, y.dtype.type(a), y)
-
-
-def xpay(xp, x, a, y):
-    """``y = x + a * y`` in place."""
-    if xp is np:
-        y *= a
-        y += x
-    else:
-        _cupy_kernel("xpay")(x, y.dtype.type(a), y)
 
 
 def _tolerance(bnrm2, rtol, atol):
