@@ -3,11 +3,11 @@
 Each solver has two halves: a *rank function* (``cg_on``, ``bicgstab_on``) that runs on every
 rank at once through :meth:`DistributedOperator.map_ranks` (products through
 :meth:`Rank.matvec`, dots as all-reduces, the vector updates on the rank's chunks through
-:mod:`._kernels`), and a client wrapper (:func:`cg`, :func:`bicgstab`) that scatters a
-NumPy right-hand side when given one and returns x in the kind b came in. The rank functions follow SciPy's
-``scipy.sparse.linalg.cg`` and ``bicgstab`` step for step (same tolerances, same tests, same
-order of updates), so they take the same number of iterations up to rounding; the dots' partial
-sums are added in another order, which is the only difference.
+:mod:`._kernels`), and a client wrapper (:func:`cg`, :func:`bicgstab`) that scatters a NumPy
+right-hand side when given one and returns x in the kind b came in. The rank functions follow
+SciPy's ``scipy.sparse.linalg.cg`` and ``bicgstab`` step for step (same tolerances, same tests,
+same order of updates), so they take the same number of iterations up to rounding; the dots'
+partial sums are added in another order, which is the only difference.
 
 A rank function needs only ``matvec``, ``dot``, ``dots``, ``norm`` and ``xp`` of its rank, so
 :class:`LocalRank` runs the same code on one device without Dask (for comparisons such as
