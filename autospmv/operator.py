@@ -27,7 +27,6 @@ from .formats.coo import COOFormat
 from .formats.csr import CSRFormat
 from .kernels.cpu import bind_threaded
 from .kernels.cpu.csr import bind_transposed
-from .kernels.cpu.spmm import MultiVector
 from .selector import Decision, forced_decision
 from .validation import canonicalize, check_out, check_vector, index_dtype, result_dtype
 
@@ -513,7 +512,7 @@ class CpuBackend:
         self._run = bind_threaded(spec.cpu_kernel(), fmt, params, self.threads)
         self._format = fmt
         self._threads_request = threads
-        self.multi: MultiVector | None = None
+        self.multi = None
         """The multi-vector product (:meth:`set_up_multi`), None until the first one."""
         self.host_rmatvec = None
         """``run(z, y)``: y = Aᵀ z without building Aᵀ, for a CSR format run serially (its
@@ -535,6 +534,8 @@ class CpuBackend:
         else:
             fmt = CSRFormat.from_csr(matrix_csr())
             where = f"besides the {self._format.name} format"
+        from .kernels.cpu.spmm import MultiVector  # (imported at the first one)
+
         self.multi = MultiVector(fmt, self._threads_request)
         return (f"multi-vector products (A @ X, X of k ≥ 2 columns) run one pass over A's CSR "
                 f"arrays ({where}) for all k columns, on the threads of a product of nnz·k "
