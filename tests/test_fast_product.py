@@ -170,3 +170,23 @@ def test_with_several_gpus_the_current_one_is_checked_on_every_call(monkeypatch)
         with pytest.raises(ValueError, match="current GPU is 1"):
             be.device_matvec(x, y)
     assert not be.program.launches
+
+
+def test_the_stream_follows_x_on_the_remembered_path(monkeypatch):
+    """A CuPy x is queued on CuPy's current stream, read at every call; a numba x on the
+    legacy default stream, whatever out is."""
+    streams = iter([11, 22, 33])
+    monkeypatch.setattr(backend, "_current_cupy_stream", lambda: next(streams))
+    monkeypatch.setattr(backend, "_allocator", lambda x, length, dtype: None)
+    monkeypatch.setattr(backend, "stream_of", lambda x: 0 if "numba" in type(x).__module__
+                        else backend._current_cupy_stream())
+    Cupy, Numba = fake_class("cupy._core.core"), fake_class("numba")
+    be = fake_backend()
+    x, y = Cupy(10, 1000), Cupy(10, 5000)
+    for _ in range(3):
+        be.device_matvec(x, y)
+    assert [launch[2] for launch in be.program.launches] == [11, 22, 33]
+    x, y = Numba(10, 20000), Cupy(10, 30000)
+    be.device_matvec(x, y)
+    be.device_matvec(x, y)
+    assert [launch[2] for launch in be.program.launches[3:]] == [0, 0]

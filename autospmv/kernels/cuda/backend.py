@@ -272,7 +272,9 @@ class CudaBackend:
         self._staging = {}  # dtype -> (x buffer, y buffer, what the program takes for them)
         self._vectors = CheckedVectors(self.device)
         self._pairs = {}
-        """(id(x), id(out)) -> a checked product of that x into that out (:meth:`_fast_call`)."""
+        """id(x) -> what a call with a checked x needs (:meth:`device_matvec`, :meth:`_remember`):
+        weak references to x and to the out it was last given, the launch, both pointers, how
+        to find the stream, how to allocate a result."""
         self._checks_device = self.device is not None and device_count() > 1
         """Whether a call asks for the calling thread's current GPU (:meth:`_launch`)."""
         self._lock = threading.Lock()
@@ -488,7 +490,8 @@ class CudaBackend:
                 self._pairs.pop(next(iter(self._pairs)), None)
             except (StopIteration, RuntimeError):
                 pass
-        stream = _current_cupy_stream if "cupy" in kinds else None
+        stream = (_current_cupy_stream if type(x).__module__.split(".")[0] == "cupy"
+                  else None)  # as stream_of(x)
         self._pairs[id(x)] = (*refs, run, x_ptr, y_ptr, stream,
                               _allocator(x, self.shape[0], y_dtype))
 
