@@ -13,7 +13,9 @@ for many columns, with X of the same dtypes). The feature scan, the prediction a
 locality of x that CSR5's tile height reads are compiled the same way, and the index range
 check that validates large matrices (:func:`autospmv.validation.index_range`) for both index
 dtypes. Matrices with int64 indices (more than 2**31 - 1 nonzeros or rows) use other
-specialisations, compiled on first use.
+specialisations, compiled on first use. On a GPU whose compute capability the package ships
+cubins for, with the numba-cuda version they were built with (:mod:`autospmv.kernels.cuda.cubins`),
+the GPU kernels load from those and only the CPU code (the feature scan, the prediction) compiles.
 """
 
 from __future__ import annotations
