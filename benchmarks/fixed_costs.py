@@ -19,9 +19,9 @@ first operation), and autospmv's warm start (``import numpy, scipy.sparse``, ``i
 autospmv``, ``prepare`` of a 300×300-grid 2-D Laplacian in float32 on the device, one product
 of a host vector), sharing a cache folder that the untimed round filled. The cold start (the
 same with a new, empty cache folder) runs ``--cold`` times: the first with CuPy's kernel cache
-empty too (a new environment), the others with the CuPy kernels that the first compiled. Times run from the script's first
-line (the interpreter's own start-up is the same for all and left out); building the matrix is
-left out. Each autospmv process also reports the time its ``prepare`` and product spent in
+empty too (a new environment), the others with the CuPy kernels that the first compiled. Times
+run from the script's first line (the interpreter's own start-up is the same for all and left
+out); building the matrix is left out. Each autospmv process also reports the time its ``prepare`` and product spent in
 numba's and numba-cuda's compilers, and the modules it imported that the floor does not.
 
     PYTHONPATH=. python benchmarks/fixed_costs.py percall --matrices .matrices/shared --out F

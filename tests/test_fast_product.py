@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("numba.cuda")
 
-from autospmv.kernels.cuda import backend  # noqa: E402
+from autospmv.kernels.cuda import backend, remembered  # noqa: E402
 from autospmv.validation import result_dtype  # noqa: E402
 
 if backend.SIMULATOR:
@@ -62,7 +62,8 @@ def fake_backend(m=10, n=10, program=None, checks_device=False):
     be._programs = {F64: be.program}
     be._y_dtypes = {d: result_dtype(F64, d) for d in backend.VECTOR_DTYPES}
     be._vectors = backend.CheckedVectors(None)
-    be._pairs, be._checks_device, be._lock = {}, checks_device, threading.Lock()
+    be._remembered = remembered.RememberedProducts(m)
+    be._checks_device, be._lock = checks_device, threading.Lock()
     return be
 
 
@@ -102,7 +103,7 @@ def test_without_out_the_result_is_allocated_each_time(monkeypatch):
             return made[-1], made[-1].pointer
         return allocate
 
-    monkeypatch.setattr(backend, "_allocator", allocator)
+    monkeypatch.setattr(remembered, "allocator", allocator)
     monkeypatch.setattr(backend, "_empty_like_input",
                         lambda x, m, dtype: allocator(x, m, dtype)()[0])
     be = fake_backend()
@@ -121,7 +122,7 @@ def test_a_dead_vector_whose_id_is_reused_is_checked_again():
     for pointer in range(20000, 20000 + 50 * 100, 100):  # some reuse the old id
         be.device_matvec(Vector(10, pointer), y)
     assert [launch[0] for launch in be.program.launches[1:]] == list(range(20000, 25000, 100))
-    assert len(be._pairs) <= be.PAIRS
+    assert len(be._remembered) <= be._remembered.SIZE
 
 
 def test_movable_kinds_are_not_remembered(monkeypatch):
@@ -131,7 +132,7 @@ def test_movable_kinds_are_not_remembered(monkeypatch):
     x, y = Vector(10, 1000), Vector(10, 5000)
     be.device_matvec(x, y)
     be.device_matvec(x, y)
-    assert not be._pairs and Vector.reads == 4
+    assert not be._remembered and Vector.reads == 4
 
 
 def test_a_thread_without_a_context_gets_the_operators_gpu(monkeypatch):
@@ -176,10 +177,10 @@ def test_the_stream_follows_x_on_the_remembered_path(monkeypatch):
     """A CuPy x is queued on CuPy's current stream, read at every call; a numba x on the
     legacy default stream, whatever out is."""
     streams = iter([11, 22, 33])
-    monkeypatch.setattr(backend, "_current_cupy_stream", lambda: next(streams))
-    monkeypatch.setattr(backend, "_allocator", lambda x, length, dtype: None)
+    monkeypatch.setattr(remembered, "current_cupy_stream", lambda: next(streams))
+    monkeypatch.setattr(remembered, "allocator", lambda x, length, dtype: None)
     monkeypatch.setattr(backend, "stream_of", lambda x: 0 if "numba" in type(x).__module__
-                        else backend._current_cupy_stream())
+                        else remembered.current_cupy_stream())
     Cupy, Numba = fake_class("cupy._core.core"), fake_class("numba")
     be = fake_backend()
     x, y = Cupy(10, 1000), Cupy(10, 5000)

@@ -45,6 +45,7 @@ from ...device import DeviceCSR
 from ...formats.csr import CSRFormat
 from ...validation import OUT_OVERLAPS_X, result_dtype
 from .launch import SIMULATOR, DeviceProgram, device_pointer, upload
+from .remembered import FIXED_POINTER_MODULES, RememberedProducts
 
 if not SIMULATOR:
     from cuda.bindings import driver
@@ -115,29 +116,6 @@ def device_count() -> int:
     return int(count)
 
 
-def _current_cupy_stream() -> int:
-    """CuPy's current stream (:func:`stream_of` for a CuPy x)."""
-    import cupy
-
-    return cupy.cuda.get_current_stream().ptr
-
-
-def _allocator(x, length: int, dtype: np.dtype):
-    """A function returning ``(y, its device address)`` for a new vector y of ``length`` and
-    ``dtype``, of x's kind (CuPy, else numba), as :func:`_empty_like_input` makes it."""
-    if type(x).__module__.split(".")[0] == "cupy":
-        import cupy
-
-        def allocate():
-            y = cupy.empty(length, dtype=dtype)
-            return y, y.data.ptr
-    else:
-        def allocate():
-            y = cuda.device_array(length, dtype=dtype)
-            return y, device_pointer(y)
-    return allocate
-
-
 def stream_of(x) -> int:
     """The stream handle to queue work for x on: the current stream of CuPy or PyTorch for
     their arrays, else 0 (the legacy default stream). See the module docstring."""
@@ -191,9 +169,6 @@ def _empty_like_input(x, shape, dtype: np.dtype):
     return cuda.device_array(shape, dtype=dtype)
 
 
-_FIXED_POINTER_MODULES = ("numba", "cupy")
-"""Array kinds whose data pointer never changes during the array's life (unlike torch tensors,
-which ``resize_``/``set_`` can move)."""
 
 
 class CheckedVectors:
@@ -235,7 +210,7 @@ class CheckedVectors:
                 raise ValueError(f"{what} is on GPU {ordinal}, but the operator's matrix is on "
                                  f"GPU {self.device}; move {what} there or prepare the matrix "
                                  f"on GPU {ordinal}")
-        if type(vector).__module__.split(".")[0] in _FIXED_POINTER_MODULES:
+        if type(vector).__module__.split(".")[0] in FIXED_POINTER_MODULES:
             try:
                 reference = weakref.ref(vector)
             except TypeError:  # a kind without weak references is checked on every call
@@ -271,10 +246,8 @@ class CudaBackend:
         self._multi_nbytes = 0
         self._staging = {}  # dtype -> (x buffer, y buffer, what the program takes for them)
         self._vectors = CheckedVectors(self.device)
-        self._pairs = {}
-        """id(x) -> what a call with a checked x needs (:meth:`device_matvec`, :meth:`_remember`):
-        weak references to x and to the out it was last given, the launch, both pointers, how
-        to find the stream, how to allocate a result."""
+        self._remembered = RememberedProducts(self.shape[0])
+        """What a call with a checked x needs (:meth:`device_matvec`)."""
         self._checks_device = self.device is not None and device_count() > 1
         """Whether a call asks for the calling thread's current GPU (:meth:`_launch`)."""
         self._lock = threading.Lock()
@@ -414,17 +387,13 @@ class CudaBackend:
                     self.multi.run(k, x_dtype, y_dtype, x_ptr, device_pointer(Y), stream)
         return Y
 
-    PAIRS = 16
-    """The most x vectors :meth:`device_matvec` remembers (a solver uses a few)."""
-
     def device_matvec(self, x, out):
         """``y = A @ x`` for a CUDA array x, on the device; None if x is not a CUDA array.
 
-        An x that an earlier call has checked, a numba or CuPy array (whose memory never moves)
-        still alive, is remembered (through a weak reference) with everything its launch needs,
-        and with the out it was last given: a call with that out only launches, and one without
-        out only allocates the result and launches."""
-        entry = self._pairs.get(id(x))
+        An x that an earlier call has checked is remembered (:mod:`.remembered`) with the out
+        it was last given: a call with that out only launches, and one without out only
+        allocates the result and launches."""
+        entry = self._remembered.get(id(x))
         if entry is not None and entry[0]() is x:
             _, out_ref, run, x_ptr, y_ptr, stream, allocate = entry
             if out is None:
@@ -472,28 +441,8 @@ class CudaBackend:
                 run(x, y, stream_of(x))
                 return y
             self._launch(run, x_ptr, y_ptr, stream_of(x))
-            self._remember(x, out, run, x_ptr, y_ptr, y_dtype)
+            self._remembered.remember(x, out, run, x_ptr, y_ptr, y_dtype)
         return y
-
-    def _remember(self, x, out, run, x_ptr: int, y_ptr: int, y_dtype: np.dtype) -> None:
-        """Keep the checked x (and out, if given) for :meth:`device_matvec`, if both are arrays
-        whose pointer is fixed for life and take weak references; at most :data:`PAIRS`."""
-        kinds = {type(v).__module__.split(".")[0] for v in (x, out) if v is not None}
-        if not kinds <= set(_FIXED_POINTER_MODULES) or not self.shape[0]:
-            return
-        try:
-            refs = weakref.ref(x), None if out is None else weakref.ref(out)
-        except TypeError:
-            return
-        if len(self._pairs) >= self.PAIRS and id(x) not in self._pairs:
-            try:  # the oldest; other threads may be evicting at the same time
-                self._pairs.pop(next(iter(self._pairs)), None)
-            except (StopIteration, RuntimeError):
-                pass
-        stream = (_current_cupy_stream if type(x).__module__.split(".")[0] == "cupy"
-                  else None)  # as stream_of(x)
-        self._pairs[id(x)] = (*refs, run, x_ptr, y_ptr, stream,
-                              _allocator(x, self.shape[0], y_dtype))
 
     def _launch(self, run, x_ptr: int, y_ptr: int, stream: int) -> None:
         """``run(x_ptr, y_ptr, stream)`` under the lock, on the operator's GPU.
