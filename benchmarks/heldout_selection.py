@@ -110,6 +110,8 @@ def main(argv=None):
     parser.add_argument("--models", type=Path, default=MODELS,
                         help="the folder of the models named after the label files (default: "
                              "the shipped models)")
+    parser.add_argument("--device-kind", default="",
+                        help="the device kinds the label files were timed on, for the record")
     args = parser.parse_args(argv)
     holdout = read_names(MODELS / "holdout.txt")
     results = []
@@ -133,6 +135,7 @@ def main(argv=None):
             "command": "python benchmarks/heldout_selection.py " + " ".join(
                 sys.argv[1:] if argv is None else argv),
             "date": datetime.date.today().isoformat(),
+            "device_kind": args.device_kind,
             "targets": {"grown": GROWN_TARGETS, "as given": GIVEN_TARGETS,
                         "above best fixed": MARGIN_OVER_FIXED},
             "results": results}, indent=1) + "\n")

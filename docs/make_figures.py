@@ -30,7 +30,7 @@ GPU_RUNS = {"H100": "kernels-h100-2026-11-27-ballot-{}.json",
 CPU_RUN = "cpu-float64-2026-11-22.json"
 SOLVER_RUNS = {"2-core AMD EPYC": "solvers-amd-epyc-2c-2026-11-23-vector-rule.json",
                "16-core host of an H200": "solvers-h200-host-16c-2026-11-23-vector-rule.json"}
-HELDOUT_RUN = "selection-heldout-h100.json"
+HELDOUT_RUN = "selection-heldout-gpu.json"
 
 plt.rcParams.update({"svg.fonttype": "none", "svg.hashsalt": "autospmv", "font.size": 9,
                      "axes.spines.top": False, "axes.spines.right": False})
