@@ -88,6 +88,10 @@ class Decision:
     """For a model's decision: how far the tree ranks each kernel behind its first choice (the
     units of :func:`autospmv.default_policy.margins`; empty for a rule or a forced kernel).
     ``tune="measure"`` skips candidates far behind."""
+    estimates_us: dict[str, float] = dataclasses.field(default_factory=dict)
+    """For a model with a cost model: each kernel's estimated µs per product (the leaf's
+    corrected estimates where the tree corrects them); empty otherwise. The workload hint
+    (``prepare(A, products=...)``) weighs the chosen kernel's estimate."""
 
     def explain(self) -> str:
         params = ", ".join(f"{k}={v}" for k, v in self.params.items()) or "no parameters"
@@ -329,8 +333,10 @@ def model_decision(csr: sp.csr_matrix, choice: ModelChoice, features: dict,
     path = [f"{step.feature} = {_comparison(step)}" for step in evaluation.path]
     notes = [f"model {choice.name} ({choice.reason}{trained_on(model.provenance)})"]
     matrix_dtype = np.dtype(csr.dtype).name
+    estimates_us = dict(evaluation.estimates or {})
     if evaluation.corrected is not None:
         corrected = dict(zip(model.classes, np.exp2(evaluation.corrected).tolist()))
+        estimates_us = corrected
         notes.append(
             f"the path ends in leaf {leaf.node} ({leaf.samples} training matrices), which "
             "corrects the cost model's estimate of each kernel; the tree's kernel is the one "
@@ -357,7 +363,7 @@ def model_decision(csr: sp.csr_matrix, choice: ModelChoice, features: dict,
     return Decision(ranked[0], registry.choose_params(ranked[0], csr, device, lengths=lengths),
                     f"model {choice.name}", path,
                     {name: inputs[name] for name in inputs if name in used}, notes, ranked[1:],
-                    margins=model.margins(evaluation))
+                    margins=model.margins(evaluation), estimates_us=estimates_us)
 
 
 def forced_decision(csr: sp.csr_matrix, kernel: str, device: str,

@@ -156,6 +156,14 @@ TUNE_MARGIN = 1.0
 """A candidate the tree ranks this far behind its first choice (in the model's units: log2 of
 the estimated slow-down for a correction tree) is not built or timed: on the labels the tree's
 estimates at such margins were never wrong about which kernel is faster."""
+TUNE_PRODUCTS = 70
+"""About how many products :data:`TUNE_TIMING` runs per candidate (a warm-up, then the
+back-to-back batches and per-call repeats of its rounds): the timing part of the cost of
+measuring that :func:`measuring_pays` weighs."""
+MEASURE_GAIN = 0.03
+"""The share of product time measuring is expected to save over the tree's prediction, for
+:func:`measuring_pays`: about what the measured kernel gained over the predicted one on the
+held-out matrices grown to 2·10⁷ nonzeros (the model cards' held-out section)."""
 TUNE_TIMING = dict(warmup=1, repeats=3, min_repeats=3, max_seconds=0.02, b2b_calls=10,
                    b2b_repeats=3, vectors=2, rounds=2, retries=1)
 """The timer's options for ``tune="measure"`` (:class:`autospmv.timing.TimingOptions`): a few
@@ -165,7 +173,7 @@ differ by more than a few per cent."""
 
 def prepare(A, *, kernel: str | None = None, device: str | None = None, model=None,
             params: dict | None = None, tune: str | None = None,
-            threads: int | None = None) -> SpMVOperator:
+            threads: int | None = None, products: int | None = None) -> SpMVOperator:
     """Canonicalise A, choose a kernel (or use ``kernel=``), convert once, return the operator.
 
     ``A``: a SciPy sparse matrix or array, a 2-D array-like, or a matrix already on the GPU
@@ -201,6 +209,15 @@ def prepare(A, *, kernel: str | None = None, device: str | None = None, model=No
     one conversion is cheap next to the products saved; for a handful of products, or a small
     matrix whose time is the launch, the default prediction is the better deal.
 
+    ``products``: a workload hint, the number of products the caller expects to run with the
+    operator (an iterative solver's iterations, for example). With a model's decision and
+    ``tune=None``, :func:`prepare` measures by itself (as ``tune="measure"``) when that pays
+    by the rule of :func:`measuring_pays`: the products' expected saving, ``products`` × the
+    chosen kernel's estimated time × :data:`MEASURE_GAIN`, exceeds the estimated cost of
+    measuring, the conversions of the other candidates (each costed as the predicted kernel's
+    conversion just measured) and :data:`TUNE_PRODUCTS` timed products of each candidate.
+    ``op.explain()`` shows the figures and the outcome.
+
     The operator is a snapshot: it holds its own copy of A's values and structure, so changing
     A afterwards (``A.data *= 2``, new indices) does not change ``op``; call ``prepare`` again.
     A malformed sparse matrix (indices out of range, ``indptr`` not monotone or not ending at
@@ -212,6 +229,7 @@ def prepare(A, *, kernel: str | None = None, device: str | None = None, model=No
     if tune and kernel is not None:
         raise ValueError("tune='measure' chooses among the tree's candidates; it cannot be "
                          "combined with kernel=")
+    products = _check_products(products)
     if is_device_matrix(A):  # CuPy or torch sparse on the GPU: never copied to the host
         if tune:
             raise ValueError("tune='measure' needs a host (SciPy) matrix")
@@ -231,8 +249,9 @@ def prepare(A, *, kernel: str | None = None, device: str | None = None, model=No
         return _measure(csr, decision, device, borrowed, threads, uploaded)
     while True:
         try:
-            return SpMVOperator._canonical(csr, decision, device, threads, source=source,
-                                           borrowed=borrowed, uploaded=uploaded)
+            started = time.perf_counter()
+            op = SpMVOperator._canonical(csr, decision, device, threads, source=source,
+                                         borrowed=borrowed, uploaded=uploaded)
         except (FormatTooLargeError, MemoryError) as error:
             if kernel is not None or not decision.candidates:
                 raise
@@ -242,13 +261,80 @@ def prepare(A, *, kernel: str | None = None, device: str | None = None, model=No
                 candidates=decision.candidates[1:],
                 notes=decision.notes + [f"guardrail: {refused} could not be built ({error}); "
                                         f"fell back to {fallback}, the tree's next choice"])
+            continue
+        if products is None or kernel is not None:
+            return op
+        pays, note = measuring_pays(op.decision, products, time.perf_counter() - started)
+        if pays and (source is not None or _simulated(device)):
+            pays, note = False, note.replace(": measured", ": " + (
+                "not measured, as the matrix lives on the GPU (measuring needs a host matrix)"
+                if source is not None else "not measured under numba-cuda's simulator"))
+        op.decision.notes.append(note)
+        if not pays:
+            return op
+        return _measure(csr, op.decision, device, borrowed, threads, uploaded, built=op)
+
+
+def _simulated(device: str) -> bool:
+    from . import devices
+
+    return device == "cuda" and devices.cuda_simulator()
+
+
+def _check_products(products):
+    if products is None:
+        return None
+    if isinstance(products, bool) or not isinstance(products, (int, np.integer)):
+        raise TypeError(f"products must be a whole number of products, not {products!r}")
+    if products < 0:
+        raise ValueError(f"products must be 0 or more, not {products}")
+    return int(products)
+
+
+def measure_candidates(decision: Decision) -> list[str]:
+    """The kernels ``tune="measure"`` would time for ``decision`` when every format accepts A:
+    the tree's first choice and its next-ranked kernels less than :data:`TUNE_MARGIN` behind,
+    :data:`TUNE_CANDIDATES` at most."""
+    ranking = [decision.kernel] + [k for k in decision.candidates if k != decision.kernel]
+    near = [k for k in ranking[1:] if decision.margins.get(k, np.inf) < TUNE_MARGIN]
+    return [decision.kernel] + near[:TUNE_CANDIDATES - 1]
+
+
+def measuring_pays(decision: Decision, products: int, conversion_s: float) -> tuple[bool, str]:
+    """Whether measuring the candidates pays for ``products`` products, and the note that says
+    why: it pays when ``products × t̂ × MEASURE_GAIN`` (the expected saving; t̂ the chosen
+    kernel's estimated µs per product) exceeds ``(c − 1) × conversion_s + c × TUNE_PRODUCTS ×
+    t̂`` (the expected cost: the other candidates' conversions, each costed as the chosen
+    kernel's ``conversion_s``, and the timed products), c the number of
+    :func:`measure_candidates`. A decision without a time estimate (the built-in rule, a model
+    without a cost model) or with a single candidate never measures."""
+    head = f"workload hint: {products:,} products"
+    estimate = decision.estimates_us.get(decision.kernel)
+    if estimate is None:
+        return False, head + "; the decision has no time estimate, so nothing is measured"
+    candidates = measure_candidates(decision)
+    if len(candidates) < 2:
+        return False, (head + f"; no other kernel is ranked within {TUNE_MARGIN:g} of "
+                       f"{decision.kernel}, so nothing is measured")
+    product_s = estimate * 1e-6
+    saving = products * product_s * MEASURE_GAIN
+    cost = ((len(candidates) - 1) * conversion_s
+            + len(candidates) * TUNE_PRODUCTS * product_s)
+    pays = saving > cost
+    return pays, (
+        f"{head} × {estimate:.3g} µs estimated × {MEASURE_GAIN:.0%} expected gain = "
+        f"{saving * 1e3:.3g} ms {'>' if pays else '≤'} {cost * 1e3:.3g} ms to measure "
+        f"{', '.join(candidates)} ({len(candidates) - 1} more conversions of "
+        f"{conversion_s * 1e3:.3g} ms, {TUNE_PRODUCTS} timed products each): "
+        + ("measured" if pays else "kept the prediction"))
 
 
 def _measure(csr, decision: Decision, device: str, borrowed: bool,
-             threads=None, uploaded=None) -> SpMVOperator:
+             threads=None, uploaded=None, built: SpMVOperator | None = None) -> SpMVOperator:
     """``prepare(..., tune="measure")``: build the top candidates (on the GPU from the CSR
     uploaded once, when CuPy is there), time them back-to-back, keep the fastest. Candidates the
-    tree ranks :data:`TUNE_MARGIN` or more behind its first choice are skipped."""
+    tree ranks :data:`TUNE_MARGIN` or more behind its first choice are skipped. ``built``: the
+    operator of the decision's own kernel, already converted."""
     from . import devices
     from .timing import Bench, TimingOptions, release_device_memory
 
@@ -258,12 +344,12 @@ def _measure(csr, decision: Decision, device: str, borrowed: bool,
     started = time.perf_counter()
     ranking = [decision.kernel] + list(decision.candidates)
     ranking += [k for k in registry.names() if k not in ranking]
-    ops, refused = {}, []
+    ops, refused = ({} if built is None else {decision.kernel: built}), []
     far = {k for k, m in decision.margins.items() if m >= TUNE_MARGIN}
     for k in ranking:
         if len(ops) == TUNE_CANDIDATES:
             break
-        if k in far and k != decision.kernel:
+        if k in ops or (k in far and k != decision.kernel):
             continue
         params = decision.params if k == decision.kernel else registry.choose_params(k, csr,
                                                                                       device)

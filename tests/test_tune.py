@@ -106,3 +106,57 @@ def test_tune_arguments_are_checked():
         autospmv.prepare(poisson2d(5), device="cpu", tune="exhaustive")
     with pytest.raises(ValueError, match="cannot be combined with kernel="):
         autospmv.prepare(poisson2d(5), device="cpu", kernel="coo", tune="measure")
+
+
+def _decision(estimate_us, margins):
+    return session.Decision("csr5", {}, "model m", candidates=list(margins), margins=margins,
+                            estimates_us={"csr5": estimate_us})
+
+
+def test_measuring_pays_when_the_saving_exceeds_the_conversions_and_timed_products():
+    decision = _decision(100.0, {"csr_scalar": 0.2, "hyb": 0.5, "coo": 3.0})
+    assert session.measure_candidates(decision) == ["csr5", "csr_scalar", "hyb"]
+    # cost: 2 conversions of 10 ms + 3 × TUNE_PRODUCTS products of 100 µs
+    cost = 2 * 0.010 + 3 * session.TUNE_PRODUCTS * 100e-6
+    breakeven = cost / (100e-6 * session.MEASURE_GAIN)
+    below, above = int(breakeven * 0.99), int(breakeven * 1.01) + 1
+    pays, note = session.measuring_pays(decision, below, 0.010)
+    assert not pays and note.endswith("kept the prediction") and f"{below:,} products" in note
+    pays, note = session.measuring_pays(decision, above, 0.010)
+    assert pays and note.endswith("measured") and "csr5, csr_scalar, hyb" in note
+
+
+def test_measuring_never_pays_without_an_estimate_or_a_second_candidate():
+    far = _decision(100.0, {"csr_scalar": session.TUNE_MARGIN, "hyb": 2.0})
+    pays, note = session.measuring_pays(far, 10**12, 0.0)
+    assert not pays and "no other kernel is ranked within" in note
+    pays, note = session.measuring_pays(
+        session.Decision("csr_vector", {}, "rule", candidates=["coo"]), 10**12, 0.0)
+    assert not pays and "no time estimate" in note
+
+
+def test_the_products_hint_measures_when_it_pays_and_says_so():
+    A = poisson2d(120)
+    few = autospmv.prepare(A, device="cpu", model=CPU_MODEL, products=1)
+    assert few.decision.tuning == {}
+    assert any(n.startswith("workload hint: 1 products") and n.endswith("kept the prediction")
+               for n in few.decision.notes)
+    many = autospmv.prepare(A, device="cpu", model=CPU_MODEL, products=10**12)
+    hint = [n for n in many.decision.notes if n.startswith("workload hint")]
+    assert len(hint) == 1 and hint[0].endswith(": measured"), hint
+    tuning = many.decision.tuning
+    assert tuning["predicted"] == few.kernel and tuning["kept"] == many.kernel
+    assert list(tuning["times_us"]) == session.measure_candidates(few.decision)
+    assert "workload hint" in many.explain()
+    x = np.linspace(-1, 1, A.shape[1])
+    np.testing.assert_allclose(many @ x, A @ x, rtol=1e-12)
+
+
+def test_the_products_hint_is_checked_and_ignored_with_a_forced_kernel():
+    A = poisson2d(20)
+    for bad, error in [(-1, ValueError), (2.5, TypeError), (True, TypeError), ("9", TypeError)]:
+        with pytest.raises(error, match="products"):
+            autospmv.prepare(A, device="cpu", products=bad)
+    op = autospmv.prepare(A, device="cpu", kernel="coo", products=10**12)
+    assert op.kernel == "coo" and not any("workload" in n for n in op.decision.notes)
+    assert autospmv.prepare(A, device="cpu", model=CPU_MODEL, products=np.int64(5)).nnz == A.nnz

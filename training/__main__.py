@@ -35,8 +35,10 @@ import os
 import sys
 from pathlib import Path
 
-RETRAIN = {"cuda": ("default", 15.0), "cpu": ("small", 30.0)}
-"""Corpus preset and default labelling budget (minutes) of ``retrain`` per device."""
+RETRAIN = {"cuda": ("kinds", 15.0), "cpu": ("small", 30.0)}
+"""Corpus preset and default labelling budget (minutes) of ``retrain`` per device. On a GPU it
+is the shipped models' own corpus: the real matrices of ``--matrices`` grown by the ``kinds``
+preset, with its synthetic families."""
 
 
 def _default_folders() -> list[str]:
@@ -121,7 +123,8 @@ def _parser(prog: str = "python -m autospmv.training") -> argparse.ArgumentParse
     label_options(p)
     p.add_argument("--device", choices=("cuda", "cpu"), default=None)
     p.add_argument("--corpus", choices=tuple(PRESETS), default=None,
-                   help="synthetic corpus preset (default: default on cuda, small on cpu)")
+                   help="corpus preset (default: kinds on cuda, the shipped models' corpus, which "
+                        "grows the real matrices of --matrices; small on cpu)")
     p.add_argument("--budget-minutes", type=float, default=None,
                    help="labelling budget (default: 15 on cuda, 30 on cpu)")
     p.add_argument("--timing", choices=TRAINING_MODES, default="auto")
@@ -214,7 +217,11 @@ def _retrain(args) -> None:
         if args.fresh and labels.exists():
             labels.unlink()
             print(f"--fresh: deleted the earlier labels {labels}", file=sys.stderr)
-        _label(args, args.corpus or preset, labels, args.budget_minutes or budget)
+        preset = args.corpus or preset
+        if preset == "kinds" and not args.matrices:
+            print("the kinds corpus grows the real matrices of --matrices (or $AUTOSPMV_MATRICES);"
+                  " without them it labels its synthetic matrices only", file=sys.stderr)
+        _label(args, preset, labels, args.budget_minutes or budget)
         result = train_files([labels], None, None, mode=args.timing, holdout=args.holdout)
         print(result.report)
         install(result, model_path)
