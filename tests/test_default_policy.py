@@ -164,3 +164,15 @@ def test_training_exports_the_policy_and_reports_it():
     assert result.model.defaults is not None and result.model.schema_version == 3
     assert "## Default kernels and the tree's overrides" in result.report
     assert result.model.provenance["defaults_out_of_kind"][0]["kernel"] == "csr5"
+
+
+def test_every_shipped_gpu_model_carries_its_defaults_and_its_card_the_out_of_kind_figures():
+    folder = Path(__file__).resolve().parent.parent / "models"
+    paths = sorted(folder.glob("cuda-*.json"))
+    assert len(paths) >= 4
+    for path in paths:
+        model = TreeModel.load(path)
+        assert model.defaults is not None and model.schema_version == 3, path.name
+        card = path.with_suffix(".md").read_text(encoding="utf-8")
+        assert "## Default kernels and the tree's overrides, leave one kind out" in card, path.name
+        assert "| nonzeros | n | bases | default |" in card, path.name
