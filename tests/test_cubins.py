@@ -200,3 +200,24 @@ def test_with_an_empty_cache_the_shipped_cubins_serve_every_kernel(tmp_path):
     check_products(run, compiled=False if matching else None)
     if matching:
         assert not list((tmp_path / "cubins").glob("*.cubin"))  # nothing compiled, so stored
+
+
+def test_the_shipped_archives_hold_every_specialization_of_the_current_sources(monkeypatch):
+    """A kernel's source edited without rebuilding the archives leaves its entries unmatched
+    (every first run would compile it again): rebuild them with ``python -m
+    autospmv.kernels.cuda.ship --build autospmv/kernels/cuda/shipped`` on a GPU."""
+    import numba
+
+    from autospmv.kernels.cuda import ship
+
+    folder = REPO_ROOT / "autospmv" / "kernels" / "cuda" / "shipped"
+    versions = json.loads((folder / ship.BUILT_WITH).read_text(encoding="utf-8"))
+    monkeypatch.setattr(numba, "__version__", versions["numba"])
+    monkeypatch.setattr(cubins, "numba_cuda_version", versions["numba-cuda"])
+    cubins.kernel_digest.cache_clear()
+    found = ship.specializations()
+    for cc in ship.DEFAULT_CCS:
+        archive = cubins.read_archive(folder / f"sm_{cc[0]}{cc[1]}.cubins")
+        stale = sorted({d.py_func.__name__ for d, argtypes in found
+                        if cubins.entry_key(d, argtypes, cc) not in archive})
+        assert not stale, f"sm_{cc[0]}{cc[1]}: no entry for the current sources of {stale}"

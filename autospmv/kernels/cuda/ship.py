@@ -19,6 +19,7 @@ numba-cuda change; stale entries are harmless (never matched) but useless.
 from __future__ import annotations
 
 import argparse
+import json
 import concurrent.futures
 import importlib
 import multiprocessing
@@ -125,6 +126,21 @@ def _job(module: str, name: str, argtypes, cc) -> tuple[str, tuple, str, bytes] 
     return cubins.entry_key(dispatcher, argtypes, cc), tuple(cc), *compiled
 
 
+BUILT_WITH = "built-with.json"
+"""The file beside the archives naming the numba and numba-cuda versions they were built with:
+their entries' keys hold those versions, so a check on a machine with other versions (a test
+without a GPU) recomputes the keys with them."""
+
+
+def built_with() -> dict:
+    """The versions that enter every entry's key (:func:`.cubins.entry_key`), in this process."""
+    import numba
+
+    from .cubins import numba_cuda_version
+
+    return {"numba": numba.__version__, "numba-cuda": numba_cuda_version}
+
+
 def build(folder: Path, ccs=DEFAULT_CCS, jobs: int | None = None, log=print) -> dict:
     """Compile every specialization for every compute capability of ``ccs`` in ``jobs`` worker
     processes (0: in this process; None: one per core) and write ``folder/sm_<cc>.cubins``.
@@ -148,6 +164,7 @@ def build(folder: Path, ccs=DEFAULT_CCS, jobs: int | None = None, log=print) -> 
             key, cc, name, image = result
             entries[cc][key] = (name, image)
     folder.mkdir(parents=True, exist_ok=True)
+    (folder / BUILT_WITH).write_text(json.dumps(built_with(), indent=1) + "\n", encoding="utf-8")
     sizes = {}
     for cc, found in entries.items():
         path = folder / f"sm_{cc[0]}{cc[1]}.cubins"
