@@ -200,7 +200,7 @@ class EventTimer:
 def floor_launch(program, x_ptr: int, y_ptr: int):
     """A function making the launches of a loaded device program directly, on arguments
     prepared here (x and y fixed), on the legacy default stream."""
-    from autospmv.kernels.cuda.launch import Launch
+    from autospmv.kernels.cuda.launch import Launch, overlapping_config
 
     driver = _driver()
     calls = []
@@ -209,15 +209,7 @@ def floor_launch(program, x_ptr: int, y_ptr: int):
             step._x.value, step._y.value = x_ptr, y_ptr
             params = ctypes.addressof(step._params)
             if getattr(step, "_overlaps", False):
-                attribute = driver.CUlaunchAttribute()
-                ids = driver.CUlaunchAttributeID
-                attribute.id = ids.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-                attribute.value.programmaticStreamSerializationAllowed = 1
-                config = driver.CUlaunchConfig()
-                config.gridDimX, config.gridDimY, config.gridDimZ = step.grid, 1, 1
-                config.blockDimX, config.blockDimY, config.blockDimZ = step.block, 1, 1
-                config.sharedMemBytes, config.hStream = 0, 0
-                config.attrs, config.numAttrs = [attribute], 1
+                config = overlapping_config(step.grid, step.block)
                 calls.append((driver.cuLaunchKernelEx, (config, step._function, params, 0)))
             else:
                 calls.append((driver.cuLaunchKernel, (step._function, step.grid, 1, 1,

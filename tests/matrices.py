@@ -82,6 +82,18 @@ def power_law(m: int, n: int, exponent: float, seed: int) -> sp.csr_matrix:
     return from_row_lengths(lengths, n, seed + 1)
 
 
+def spd_band(n: int, offsets=(1, 3, 7), seed: int = 0) -> sp.csr_matrix:
+    """A symmetric positive definite band matrix (diagonally dominant) with random
+    off-diagonals at ``offsets``."""
+    rng = np.random.default_rng(seed)
+    A = sp.diags([np.full(n, 2.0 * len(offsets) + 1.0)], [0], shape=(n, n), format="lil")
+    for o in offsets:
+        values = -rng.random(n - o)
+        A.setdiag(values, o)
+        A.setdiag(values, -o)
+    return A.tocsr()
+
+
 def poisson2d(k: int) -> sp.csr_matrix:
     """The 5-point Laplacian on a k×k grid (k² rows): symmetric positive definite."""
     tri = sp.diags([-np.ones(k - 1), 2 * np.ones(k), -np.ones(k - 1)], [-1, 0, 1])

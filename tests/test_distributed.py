@@ -27,7 +27,8 @@ import autospmv  # noqa: E402
 from autospmv import distributed as adist  # noqa: E402
 
 from matrices import (DTYPE_IDS, DTYPES, FAMILY, TOLERANCE, diagonal, one_long_row,  # noqa: E402
-                      poisson2d, random_matrix, random_vector, reference, relative_error)
+                      poisson2d, random_matrix, random_vector, reference, relative_error,
+                      spd_band)
 
 CPU_MODEL = str(Path(__file__).resolve().parent.parent / "models"
                 / "cuda-nvidia-h100-80gb-hbm3-float64.json")
@@ -63,14 +64,7 @@ def check_product(op, A, dtype, seed=0):
 
 
 def band(n, offsets=(1, 3, 7), seed=0):
-    """A symmetric positive definite band matrix with random off-diagonals."""
-    rng = np.random.default_rng(seed)
-    A = sp.diags([np.full(n, 2.0 * len(offsets) + 1.0)], [0], shape=(n, n), format="lil")
-    for o in offsets:
-        values = -rng.random(n - o)
-        A.setdiag(values, o)
-        A.setdiag(values, -o)
-    return A.tocsr()
+    return spd_band(n, offsets, seed)
 
 
 FLOAT32_CASES = ["empty_0x0", "row_1x300", "poisson2d_169", "rect_61x37", "power_law_500"]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
 pytestmark = pytest.mark.requires_gpu
@@ -19,6 +18,7 @@ cupy = pytest.importorskip("cupy")
 distributed = pytest.importorskip("distributed")
 
 from autospmv import distributed as adist  # noqa: E402
+from matrices import spd_band  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -29,13 +29,7 @@ def client():
 
 
 def band(n, offsets=(1, 3, 40)):
-    rng = np.random.default_rng(0)
-    A = sp.diags([np.full(n, 2.0 * len(offsets) + 1.0)], [0], shape=(n, n), format="lil")
-    for o in offsets:
-        values = -rng.random(n - o)
-        A.setdiag(values, o)
-        A.setdiag(values, -o)
-    return A.tocsr()
+    return spd_band(n, offsets)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

@@ -73,6 +73,21 @@ def numba_type(value) -> types.Type:
     return types.Array(from_dtype(value.dtype), 1, "C")
 
 
+def overlapping_config(grid: int, block: int, stream: int = 0):
+    """The ``cuLaunchKernelEx`` configuration of a one-dimensional launch with programmatic
+    stream serialization allowed (see :mod:`.grid_dependency`)."""
+    attribute = driver.CUlaunchAttribute()
+    ids = driver.CUlaunchAttributeID
+    attribute.id = ids.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+    attribute.value.programmaticStreamSerializationAllowed = 1
+    config = driver.CUlaunchConfig()
+    config.gridDimX, config.gridDimY, config.gridDimZ = grid, 1, 1
+    config.blockDimX, config.blockDimY, config.blockDimZ = block, 1, 1
+    config.sharedMemBytes, config.hStream = 0, stream
+    config.attrs, config.numAttrs = [attribute], 1
+    return config
+
+
 class Launch:
     """One kernel launch with its grid, block and arguments fixed in advance.
 
@@ -174,16 +189,7 @@ class Launch:
     def _fire_overlapping(self, function, params):
         """:meth:`fire` through ``cuLaunchKernelEx`` with programmatic stream serialization
         allowed (see :mod:`.grid_dependency`); the launch configuration is built once."""
-        attribute = driver.CUlaunchAttribute()
-        ids = driver.CUlaunchAttributeID
-        attribute.id = ids.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-        attribute.value.programmaticStreamSerializationAllowed = 1
-        config = driver.CUlaunchConfig()
-        config.gridDimX, config.gridDimY, config.gridDimZ = self.grid, 1, 1
-        config.blockDimX, config.blockDimY, config.blockDimZ = self.block, 1, 1
-        config.sharedMemBytes = 0
-        config.attrs = [attribute]
-        config.numAttrs = 1
+        config = overlapping_config(self.grid, self.block)
         x_slot, y_slot, launch = self._x, self._y, driver.cuLaunchKernelEx
 
         def launch_kernel(x, y, stream, _owner=self):
