@@ -221,3 +221,16 @@ def test_the_shipped_archives_hold_every_specialization_of_the_current_sources(m
         stale = sorted({d.py_func.__name__ for d, argtypes in found
                         if cubins.entry_key(d, argtypes, cc) not in archive})
         assert not stale, f"sm_{cc[0]}{cc[1]}: no entry for the current sources of {stale}"
+
+
+def test_an_entrys_code_ignores_comments_docstrings_and_layout(tmp_path):
+    def code(text):
+        path = tmp_path / "kernel.py"
+        path.write_text(text, encoding="utf-8")
+        return cubins.source_code(path)
+
+    plain = code('def k(a, x):\n    return a * x\n')
+    assert code('"""Module."""\n# note\ndef k(a, x):\n    """Doc."""\n\n    return (a *\n'
+                '            x)  # why\n') == plain
+    assert code('def k(a, x):\n    return a + x\n') != plain
+    assert code('def k(a, x):\n    "not a docstring" if a else 0\n    return a * x\n') != plain

@@ -10,9 +10,10 @@ handle, so a cubin and its entry name are enough, loaded with the driver
 
 An entry is found by a hash of what decides its machine code: the kernel's module and name, its
 argument types and compile options (launch bounds), the device's compute capability, the numba
-and numba-cuda versions, and :func:`kernel_digest`: the source files of the kernel and of the
-device functions and autospmv modules it reaches, and the values of the constants it reads
-(host code, such as the launch layer, is not part of it, so changing it keeps every entry).
+and numba-cuda versions, and :func:`kernel_digest`: the code of the source files of the kernel
+and of the device functions and autospmv modules it reaches (without comments and docstrings),
+and the values of the constants it reads (host code, such as the launch layer, is not part of
+it, so changing it keeps every entry).
 
 :func:`function_handle` looks in three places, in order: the cache folder
 (``<cache folder>/cubins``, :func:`autospmv.cache.cache_dir`, one file per entry, written
@@ -27,6 +28,7 @@ Entries of earlier sources are not removed; deleting the folder is always safe.
 
 from __future__ import annotations
 
+import ast
 import functools
 import hashlib
 import json
@@ -101,17 +103,33 @@ def kernel_sources(py_func) -> tuple[list[str], list[str]]:
     return sorted(files), sorted(constants)
 
 
+def source_code(path: Path) -> str:
+    """The code of the Python file ``path`` without its comments, docstrings and layout: its
+    syntax tree, docstrings removed, dumped without positions. Two files with the same code
+    give the same text, whatever their comments, docstrings, blank lines or line breaks, which
+    do not change a kernel's machine code."""
+    tree = ast.parse(path.read_bytes(), filename=str(path))
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                and body and isinstance(body[0], ast.Expr)
+                and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree, include_attributes=False)
+
+
 @functools.lru_cache(maxsize=None)
 def kernel_digest(py_func) -> str:
     """SHA-256 of :func:`kernel_sources` of the kernel ``py_func``: the files' names (relative
-    to the package) and contents, and the constants."""
+    to the package) and code (:func:`source_code`), and the constants."""
     package = Path(__file__).resolve().parents[2]
     files, constants = kernel_sources(py_func)
     digest = hashlib.sha256()
     for name in files:
         path = Path(name).resolve()
         digest.update(str(path.relative_to(package)).encode())
-        digest.update(path.read_bytes())
+        digest.update(source_code(path).encode())
     for constant in constants:
         digest.update(constant.encode())
     return digest.hexdigest()
