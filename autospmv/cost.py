@@ -55,11 +55,11 @@ import math
 import numpy as np
 import scipy.sparse as sp
 from numba import prange
+
+from . import choosers, registry
 from .formats.csr5 import OMEGA
-from .formats.hyb import default_hyb_width_of_histogram
 from .kernels import njit
 from .kernels.cpu import specialisations
-from . import registry
 
 QUANTITIES = ("bytes", "work", "span", "atomics", "launches")
 QUANTITY_NAMES = tuple(f"{kernel}_{q}" for kernel in registry.KERNELS for q in QUANTITIES)
@@ -176,7 +176,7 @@ def csr_scalar(c: CostInputs) -> tuple:
 
 
 def csr_vector(c: CostInputs) -> tuple:
-    group = registry.choose_threads_per_row_of_lengths(c.values, c.counts,
+    group = choosers.choose_threads_per_row_of_lengths(c.values, c.counts,
                                                         c.device)["threads_per_row"]
     reduction = math.log2(group)
     warps = -(-c.m // (WARP // group))
@@ -191,7 +191,7 @@ def ell(c: CostInputs) -> tuple:
 
 
 def hyb(c: CostInputs) -> tuple:
-    width = default_hyb_width_of_histogram(c.values, c.counts)  # = the registry's chooser
+    width = choosers.default_hyb_width_of_histogram(c.values, c.counts)  # = the registry's chooser
     overflow = _overflow(c.values, c.counts, width)
     return (c.m * width * (c.v + INDEX_BYTES) + overflow * (c.v + 2 * INDEX_BYTES) + c.vectors,
             c.padded_rows * width + overflow, width + (1 if overflow else 0),
@@ -205,7 +205,7 @@ def jds(c: CostInputs) -> tuple:
 
 
 def csr5(c: CostInputs) -> tuple:
-    sigma = registry.choose_csr5_sigma(c.csr, c.device)["sigma"]
+    sigma = choosers.choose_csr5_sigma(c.csr, c.device)["sigma"]
     tiles = -(-c.nnz // (OMEGA * sigma))
     return (c.nnz * (c.v + INDEX_BYTES) + tiles * (OMEGA * CSR5_DESCRIPTOR_BYTES + INDEX_BYTES)
             + c.vectors, OMEGA * sigma * tiles, sigma, -(-c.longest // (OMEGA * sigma)) + 1,

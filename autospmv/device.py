@@ -96,7 +96,7 @@ class RowStructure:
     """The row pointer of a matrix whose nonzeros are elsewhere: what choosers and the rule read
     (``shape``, ``indptr``, ``nnz``, ``dtype``), and the matrix on the GPU, from which a chooser
     that reads a sample of the column indices gathers them
-    (:func:`autospmv.features.x_locality`)."""
+    (:func:`autospmv.sampling.x_locality`)."""
 
     shape: tuple[int, int]
     indptr: np.ndarray

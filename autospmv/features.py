@@ -5,8 +5,8 @@
 and whose values are finite Python floats for every input, including empty matrices. It runs
 inside every ``prepare()``, so on large matrices it costs at most a few SciPy ``A @ x``: one
 numba pass over all rows (row lengths, diagonals) and one over a sample of them (blocks, x
-locality), parallel over numba's threads on large matrices (``PARALLEL_MIN_NNZ``) when
-there are at least ``PARALLEL_MIN_THREADS``.
+locality), parallel over numba's threads on large matrices
+(:func:`autospmv.cpu_threads.threaded_passes`).
 
 The scan over the rows (block masks, sector stamps, the split between workers) is in
 :mod:`autospmv.feature_scan`; this module defines the features, chooses the rows to sample,
@@ -92,15 +92,21 @@ import numpy as np
 import scipy.sparse as sp
 
 from .cost import QUANTITY_NAMES, quantities, quantity_names
+from .cpu_threads import threaded_passes
 from .devices import target_device
-from .feature_scan import (  # noqa: F401 (DETAIL_COST, SCRATCH_SHARE, _scratch_shapes: re-exported)
+from .feature_scan import (
     _BAND, _FULL, _NARROW, _ROW_SECTORS, _SAMPLED_NNZ, _SAMPLED_NNZ3, _TOUCHED, _WARP_SECTORS,
-    BLOCK_SIZES, DETAIL_COST, SCRATCH_SHARE, WARP, WINDOW_ROWS, _scan_parallel,
-    chunked_ratio_sum, sample_layout, warp_ratio_sum, window_positions, window_sectors,
-    _scan_serial, _scratch, _scratch_shapes, _split_windows, _workers, band_and_diagonals,
+    BLOCK_SIZES, WARP, WINDOW_ROWS, _scan_parallel,
+    chunked_ratio_sum, sample_layout, warp_ratio_sum,
+    _scan_serial, _scratch, _split_windows, _workers, band_and_diagonals,
     lengths_counted, nonzero_counters, row_length_counts, row_length_moments, scratch_fits,
 )  # fmt: skip
 from .kernels import njit
+from .sampling import (
+    SAMPLE_THRESHOLD,
+    drawn_windows, gathered_indices, safe_ratio, sampled_windows, sector_shift_and_narrow,
+    select_windows, to_host,
+)  # fmt: skip
 from .validation import canonicalize
 
 FEATURE_NAMES = (
@@ -129,16 +135,6 @@ SAMPLED_FEATURES = (
 )  # fmt: skip
 """The features estimated from a sample of rows on large matrices (see the module doc)."""
 
-SAMPLE_THRESHOLD = 1 << 17
-"""Above this many nonzeros the sampled features are sampled by default."""
-SAMPLE_TARGET_NNZ = 1 << 15
-"""Default sample size in nonzeros, unless ``SAMPLE_SHARE * nnz`` is larger."""
-SAMPLE_SHARE = 1 / 16
-SAMPLE_SEED = 0
-SAMPLE_TOLERANCE = 0.02
-"""Stated accuracy of sampled features (see the module docstring)."""
-PARALLEL_MIN_NNZ = 1 << 20
-PARALLEL_MIN_THREADS = 4
 DEVICE_PASSES_MIN_NNZ = 1_000_000
 """From this many nonzeros (the boundary of the large matrices, which the models decide on
 back-to-back time), :func:`autospmv.prepare` has the feature passes over every index
@@ -146,9 +142,6 @@ of a matrix it has uploaded run on the GPU (:func:`canonical_features_and_length
 less per decision on a 20M-nonzero matrix on an H200 host. Below, the host scan takes a few
 milliseconds, less than the first use of those passes in a process, which loads their GPU
 code from CuPy's cache (about 0.1 s on the same machine)."""
-"""The scan runs on all numba threads from PARALLEL_MIN_NNZ nonzeros on, when there are at
-least this many. On two cores it does not pay: whenever another process kept one core busy,
-waiting for the second thread made the scan 1.3–15× slower than on one thread."""
 DEVICE_LENGTH_PASSES_MIN_ROWS = 1 << 19
 """For a matrix on the GPU, from this many rows the passes over the row lengths (longest row,
 length histogram, warp imbalance) run there (:func:`_device_length_passes`); below, on the
@@ -167,9 +160,6 @@ _LENGTH_NAMES = (
     "ell_fill", "hyb_width", "hyb_coo_share", "warp_imbalance_sorted",
 )  # fmt: skip
 """The order of the tuple :func:`_length_features` returns."""
-
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-
 
 def features(A, sample_rows: int | None = None, device: str | None = None) -> dict[str, float]:
     """Return the structural features of A, keyed by :func:`feature_names` (see module doc).
@@ -271,37 +261,10 @@ def device_features_and_lengths(csr, device: str | None = None, needed=None
     detail = None
     if sampled and not on_device:
         m = csr.shape[0]
-        detail = _sampled_rows(csr, _select_windows(m, _sampled_windows(m, csr.nnz, None)))
+        detail = _sampled_rows(csr, select_windows(m, sampled_windows(m, csr.nnz, None)))
     scanned = _scan(structure, None, csr, detail, sampled=sampled, index_passes=index_passes,
                     warp_sectors=on_device)
     return _assemble(structure, scanned, target_device(device))
-
-
-def x_locality(csr) -> float:
-    """``x_sectors_per_nnz_warp`` (see the module doc) estimated from about
-    :data:`SAMPLE_TARGET_NNZ` nonzeros whatever the matrix's size: the locality of x for a
-    parameter chooser (CSR5's tile height, :func:`autospmv.formats.csr5.choose_sigma`). The
-    windows are drawn as for the features (:func:`_drawn_windows`), fewer of them, and their
-    sectors counted in a small hash table (:func:`~autospmv.feature_scan.window_sectors`):
-    0.1–0.4 ms on a 2·10⁷-nonzero matrix, where the features' sixteenth of it takes tens of
-    milliseconds. With at most :data:`SAMPLE_TARGET_NNZ` nonzeros every window is read and the
-    value is the feature's. ``csr``: a canonical host matrix, or the
-    :class:`autospmv.device.RowStructure` of a matrix on the GPU, whose sampled column indices
-    are then gathered there and copied."""
-    m, n = csr.shape
-    nnz = int(csr.nnz)
-    if m == 0 or nnz == 0:
-        return 0.0
-    rows = math.ceil(SAMPLE_TARGET_NNZ * m / nnz)
-    windows = _drawn_windows(-(-m // WINDOW_ROWS), _sampled_windows(m, nnz, rows))
-    positions, offsets = window_positions(csr.indptr, windows, m)
-    matrix = getattr(csr, "device_matrix", None)
-    if matrix is not None:
-        indices = _gathered_indices(matrix, positions)
-    else:
-        indices = csr.indices[positions]
-    shift = _sector_shift_and_narrow(csr)[0]
-    return _ratio(window_sectors(indices, offsets, shift), positions.size, 0.0)
 
 
 def _sampled_rows(csr, selected: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -309,13 +272,7 @@ def _sampled_rows(csr, selected: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     windows (the other rows empty) of a matrix on the GPU: the indices of those rows are
     gathered there and copied to the host in one transfer."""
     sample_indptr, positions = sample_layout(csr.host_indptr, selected, csr.shape[0])
-    return sample_indptr, _gathered_indices(csr, positions)
-
-
-def _gathered_indices(csr, positions: np.ndarray) -> np.ndarray:
-    """The column indices at ``positions`` of a matrix on the GPU, gathered there and copied
-    to the host in one transfer."""
-    return _host(csr.indices[csr.xp.asarray(positions)])
+    return sample_indptr, gathered_indices(csr, positions)
 
 
 def _assemble(csr, scanned: tuple, device: str
@@ -328,13 +285,13 @@ def _assemble(csr, scanned: tuple, device: str
     sampled, band, diagonals, warp_sum, values, counts = scanned
     out = dict(zip(_LENGTH_NAMES, _length_features(values, counts, m, nnz), strict=True))
     out.update(
-        rows=m, cols=n, nnz=nnz, density=_ratio(nnz, m * n, 0.0),
+        rows=m, cols=n, nnz=nnz, density=safe_ratio(nnz, m * n, 0.0),
         log10_rows=math.log10(1 + m), log10_cols=math.log10(1 + n), log10_nnz=math.log10(1 + nnz),
-        warp_imbalance=_ratio(warp_sum, -(-m // WARP), 1.0),
+        warp_imbalance=safe_ratio(warp_sum, -(-m // WARP), 1.0),
     )  # fmt: skip
     if band is not None:
-        out.update(bandwidth=band, bandwidth_rel=_ratio(band, max(m, n), 0.0),
-                   diagonals=diagonals, diagonals_per_row=_ratio(diagonals, m, 0.0))
+        out.update(bandwidth=band, bandwidth_rel=safe_ratio(band, max(m, n), 0.0),
+                   diagonals=diagonals, diagonals_per_row=safe_ratio(diagonals, m, 0.0))
     if sampled is not None:
         out.update(sampled)
     out.update(quantities(csr, device, values, counts, threaded_passes(nnz)))
@@ -371,8 +328,8 @@ def _scan(csr: sp.csr_matrix, sample_rows: int | None, uploaded=None, detail=Non
         features = _device_warp_sectors(uploaded) if sampled else None
         return features, band, diagonals, warp_sum, values, counts
     scan_indptr, scan_indices = detail if detail is not None else (indptr, csr.indices)
-    windows = _sampled_windows(m, csr.nnz, sample_rows) if sampled else 0
-    selected = _select_windows(m, windows)
+    windows = sampled_windows(m, csr.nnz, sample_rows) if sampled else 0
+    selected = select_windows(m, windows)
     threads = numba.get_num_threads()
     parallel = threaded_passes(csr.nnz)
     if full:
@@ -380,7 +337,7 @@ def _scan(csr: sp.csr_matrix, sample_rows: int | None, uploaded=None, detail=Non
     else:
         longest, values, counts, warp_sum = _length_passes(uploaded, indptr)
     csr_bytes = indptr.nbytes + csr.nnz * (indptr.itemsize + np.dtype(csr.dtype).itemsize)
-    shift, narrow = _sector_shift_and_narrow(csr)
+    shift, narrow = sector_shift_and_narrow(csr)
     if not scratch_fits(m, n, longest, csr_bytes, full, sampled):
         # far more columns than nonzeros: the same values, counted over the nonzeros
         counters = None if not sampled else _sampled_features(nonzero_counters(
@@ -407,18 +364,6 @@ def _scan(csr: sp.csr_matrix, sample_rows: int | None, uploaded=None, detail=Non
     )  # fmt: skip
 
 
-def _sector_shift_and_narrow(csr) -> tuple[int, int]:
-    """The scan's log2(columns of x per 32-byte sector) and its narrow-band half-width (1 % of
-    max(m, n))."""
-    m, n = csr.shape
-    return 2 if np.dtype(csr.dtype).itemsize == 8 else 3, max(1, int(0.01 * max(m, n)))
-
-
-def threaded_passes(nnz: int) -> bool:
-    """Whether the passes over a matrix of ``nnz`` nonzeros run on numba's threads."""
-    return nnz >= PARALLEL_MIN_NNZ and numba.get_num_threads() >= PARALLEL_MIN_THREADS
-
-
 def _band_and_diagonals(csr) -> tuple[int, int]:
     """The bandwidth (largest |j − i|) and the number of occupied diagonals j − i of a
     matrix on the device (:class:`autospmv.device.DeviceCSR`), reduced there: two scalars come
@@ -437,14 +382,14 @@ def _band_and_diagonals(csr) -> tuple[int, int]:
 
 def _device_warp_sectors(csr) -> dict[str, float]:
     """``x_sectors_per_nnz_warp`` of a matrix on the GPU (:class:`autospmv.device.DeviceCSR`)
-    counted there, over the windows the host's scan samples (:func:`_drawn_windows`, as
-    :func:`_select_windows` flags them), with the scan's value: every entry of those windows
+    counted there, over the windows the host's scan samples (:func:`~autospmv.sampling.drawn_windows`, as
+    :func:`~autospmv.sampling.select_windows` flags them), with the scan's value: every entry of those windows
     gets a key (window, sector of x), the keys are sorted, and the distinct ones counted. Only
     the windows' bounds go up (from the host's row pointer) and two scalars come back; the scan
     would copy the windows' column indices to the host and read them there."""
     xp = csr.xp
     m = csr.shape[0]
-    windows = _drawn_windows(-(-m // WINDOW_ROWS), _sampled_windows(m, csr.nnz, None))
+    windows = drawn_windows(-(-m // WINDOW_ROWS), sampled_windows(m, csr.nnz, None))
     first = windows * WINDOW_ROWS
     starts = csr.host_indptr[first].astype(np.int64)
     lengths = csr.host_indptr[np.minimum(first + WINDOW_ROWS, m)].astype(np.int64) - starts
@@ -455,7 +400,7 @@ def _device_warp_sectors(csr) -> dict[str, float]:
     entry = xp.arange(entries, dtype=np.int64)
     window = xp.searchsorted(xp.asarray(stops), entry, side="right")
     positions = xp.asarray(starts - (stops - lengths))[window] + entry
-    shift = _sector_shift_and_narrow(csr)[0]
+    shift = sector_shift_and_narrow(csr)[0]
     keys = (window << 32) | (csr.indices[positions].astype(np.int64) >> shift)
     keys.sort()
     distinct = 1 + int(xp.count_nonzero(keys[1:] != keys[:-1]))
@@ -510,9 +455,9 @@ def _device_length_passes(csr) -> tuple[int, np.ndarray, np.ndarray, float]:
     lengths = xp.diff(csr.indptr).astype(np.int64)
     longest = int(lengths.max())
     if not lengths_counted(longest, m):
-        values, counts = np.unique(_host(lengths), return_counts=True)
+        values, counts = np.unique(to_host(lengths), return_counts=True)
     else:
-        counts = _host(xp.bincount(lengths, minlength=longest + 1))
+        counts = to_host(xp.bincount(lengths, minlength=longest + 1))
         values = np.flatnonzero(counts)
         counts = counts[values]
     warps = -(-m // WINDOW_ROWS)
@@ -523,31 +468,21 @@ def _device_length_passes(csr) -> tuple[int, np.ndarray, np.ndarray, float]:
     rows = xp.full(warps, WINDOW_ROWS, dtype=np.int64)
     rows[-1] = m - WINDOW_ROWS * (warps - 1)
     ratio = xp.where(entries > 0, padded.max(axis=1) * rows / xp.maximum(entries, 1), 1.0)
-    return longest, values, counts, float(chunked_ratio_sum(_host(ratio)))
-
-
-def _host(array) -> np.ndarray:
-    """A device array copied to the host (a NumPy array as it is)."""
-    return array.get() if hasattr(array, "get") else np.asarray(array)
-
-
-def _ratio(num, den, empty: float) -> float:
-    """num / den, or ``empty`` when den is zero."""
-    return num / den if den else empty
+    return longest, values, counts, float(chunked_ratio_sum(to_host(ratio)))
 
 
 def _sampled_features(sums) -> dict[str, float]:
     """The features of :data:`SAMPLED_FEATURES` from the counters of the scanned rows."""
     nnz = sums[_SAMPLED_NNZ]
     out = {
-        "narrow_band_share": _ratio(sums[_NARROW], nnz, 0.0),
-        "x_sectors_per_nnz_row": _ratio(sums[_ROW_SECTORS], nnz, 0.0),
-        "x_sectors_per_nnz_warp": _ratio(sums[_WARP_SECTORS], nnz, 0.0),
+        "narrow_band_share": safe_ratio(sums[_NARROW], nnz, 0.0),
+        "x_sectors_per_nnz_row": safe_ratio(sums[_ROW_SECTORS], nnz, 0.0),
+        "x_sectors_per_nnz_warp": safe_ratio(sums[_WARP_SECTORS], nnz, 0.0),
     }
     for b in BLOCK_SIZES:
         counted = sums[_SAMPLED_NNZ3] if b == 3 else nnz  # see _detail_rows
-        out[f"block{b}_share"] = _ratio(sums[_FULL[b]], counted, 0.0)
-        out[f"block{b}_fill"] = _ratio(sums[_TOUCHED[b]] * b * b, counted, 1.0)
+        out[f"block{b}_share"] = safe_ratio(sums[_FULL[b]], counted, 0.0)
+        out[f"block{b}_fill"] = safe_ratio(sums[_TOUCHED[b]] * b * b, counted, 1.0)
     return out
 
 
@@ -561,41 +496,6 @@ def _length_histogram(hist: np.ndarray, indptr: np.ndarray) -> tuple[np.ndarray,
     return values, total[values]
 
 
-def _sampled_windows(m: int, nnz: int, sample_rows: int | None) -> int:
-    """How many windows of WINDOW_ROWS rows to scan in detail (all of them: exact)."""
-    windows = -(-m // WINDOW_ROWS)
-    if sample_rows is None:
-        if nnz <= SAMPLE_THRESHOLD:
-            return windows
-        sample_rows = math.ceil(max(SAMPLE_TARGET_NNZ, SAMPLE_SHARE * nnz) * m / nnz)
-    return min(windows, -(-sample_rows // WINDOW_ROWS))
-
-
-def _select_windows(m: int, count: int) -> np.ndarray:
-    """Flags of the windows scanned in detail: all, or ``count`` of them
-    (:func:`_drawn_windows`)."""
-    total = -(-m // WINDOW_ROWS)
-    if count >= total:
-        return np.ones(total, np.uint8)
-    selected = np.zeros(total, np.uint8)
-    if count <= 0:
-        return selected
-    selected[_drawn_windows(total, count)] = 1
-    return selected
-
-
-def _drawn_windows(total: int, count: int) -> np.ndarray:
-    """The numbers (ascending) of ``count`` of ``total`` windows, one per stratum of consecutive
-    windows, drawn by a splitmix64 hash of (SAMPLE_SEED, stratum); every window when
-    ``count >= total``."""
-    if count >= total:
-        return np.arange(total)
-    edges = np.arange(count + 1) * total // count
-    z = np.uint64(SAMPLE_SEED) + np.arange(1, count + 1, dtype=np.uint64) * _GOLDEN
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    z ^= z >> np.uint64(31)
-    return edges[:-1] + (z % np.diff(edges).astype(np.uint64)).astype(np.int64)
 
 
 

@@ -24,8 +24,8 @@ from typing import Callable
 import numpy as np
 import scipy.sparse as sp
 
-from .devices import CUDA_WARPS_IN_FLIGHT, check_device_name
-from .formats.base import SparseFormat, row_lengths
+from . import choosers
+from .formats.base import SparseFormat
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,130 +148,6 @@ def _resolve(reference):
     return getattr(importlib.import_module(module), attribute)
 
 
-def no_params(csr: sp.csr_matrix, device: str) -> dict:
-    return {}
-
-
-def _power_of_two_at_most(x: float, low: int, high: int) -> int:
-    """The largest power of two ≤ x, clipped to [low, high]."""
-    value = low
-    while value < high and 2 * value <= x:
-        value *= 2
-    return value
-
-
-def choose_threads_per_row(csr: sp.csr_matrix, device: str) -> dict:
-    """CSR-vector group size g (threads per row, a power of two in [2, 32]).
-
-    CPU: 2. There a group's lanes are accumulators of one thread, and the reduction over more
-    of them costs more than it saves (on the CPU labels in ``models/labels``, g = 2 reaches
-    0.990 of the best g on geometric mean and is within 10 % of it on 94.8 % of the matrices).
-
-    CUDA: the g ≥ g₀ that minimises ``rows·g / (8·W) + ⌈max row / g⌉`` (W:
-    :data:`CUDA_WARPS_IN_FLIGHT`). g₀, the largest power of two ≤ L/4 with L = Σ len² / Σ len
-    (the length of the row an average nonzero lies in), gives each lane about four entries of
-    such a row, which amortises the group's shuffle reduction: the fastest g on regular matrices.
-    Larger groups cost warps, rows·g/32 of about four steps each, shared among W warps in flight
-    (the first term), and shorten the longest row's loop (the second term), which bounds the
-    time when the matrix is small or has a few long rows. Designed on per-call times of
-    g = 2…32 for 174 matrices of 10⁴–10⁷ nonzeros on an H200, where the mean row length alone
-    (g ≈ mean/4) reached 0.70 of the fastest g on geometric mean (57.5 % of the matrices within
-    10 %, worst 0.09); on a fresh labelling of them (``models/labels``) this rule reaches 0.984
-    (96.0 %, worst 0.70).
-    """
-    if check_device_name(device) == "cpu":
-        return {"threads_per_row": 2}
-    from .feature_scan import row_length_moments
-    from .features import threaded_passes
-
-    m = csr.shape[0]
-    squares, longest = (row_length_moments(csr.indptr, m, threaded_passes(csr.nnz)) if m
-                        else (0.0, 0))
-    return {"threads_per_row": _threads_per_row(m, csr.nnz, squares, int(longest))}
-
-
-def choose_threads_per_row_of_lengths(values: np.ndarray, counts: np.ndarray,
-                                      device: str) -> dict:
-    """:func:`choose_threads_per_row` from the row-length histogram (the same group size)."""
-    if check_device_name(device) == "cpu":
-        return {"threads_per_row": 2}
-    values = np.asarray(values, dtype=np.float64)
-    counts = np.asarray(counts, dtype=np.float64)
-    m, nnz = int(counts.sum()), int(np.dot(values, counts))
-    squares = float(np.dot(values * values, counts))
-    return {"threads_per_row": _threads_per_row(m, nnz, squares, int(values.max(initial=0)))}
-
-
-def _threads_per_row(m: int, nnz: int, squares: float, longest: int) -> int:
-    """The group size of :func:`choose_threads_per_row` from the row count, the nonzeros, Σ len²
-    and the longest row."""
-    if m == 0 or nnz == 0:
-        return 2
-    first = _power_of_two_at_most(squares / nnz / 4, 2, 32)
-    candidates = [g for g in (2, 4, 8, 16, 32) if g >= first]
-    cost = [m * g / (8 * CUDA_WARPS_IN_FLIGHT) + -(-longest // g) for g in candidates]
-    return candidates[int(np.argmin(cost))]
-
-
-def choose_hyb_width(csr: sp.csr_matrix, device: str) -> dict:
-    """HYB's ELL width (CUSP's rule, :data:`autospmv.formats.hyb.default_hyb_width`), from the
-    row-length histogram counted in two compiled passes over the row pointer."""
-    from .feature_scan import row_length_counts, row_length_moments
-    from .features import threaded_passes
-
-    m = csr.shape[0]
-    if m == 0:
-        return {"width": 0}
-    _, longest = row_length_moments(csr.indptr, m, threaded_passes(csr.nnz))
-    counts = row_length_counts(csr.indptr, m, int(longest))
-    values = np.flatnonzero(counts)
-    return choose_hyb_width_of_lengths(values, counts[values], device)
-
-
-def choose_hyb_width_of_lengths(values: np.ndarray, counts: np.ndarray, device: str) -> dict:
-    """:func:`choose_hyb_width` from the row-length histogram (the same width: CUSP's rule
-    depends on the row lengths only)."""
-    from .formats.hyb import default_hyb_width_of_histogram
-
-    return {"width": int(default_hyb_width_of_histogram(values, counts))}
-
-
-def choose_csr5_sigma(csr: sp.csr_matrix, device: str) -> dict:
-    """CSR5's tile height (:func:`autospmv.formats.csr5.choose_sigma`), which on the GPU reads
-    the locality of x from a sample of the column indices (:func:`autospmv.features.x_locality`)
-    when the matrix is large enough for it to matter."""
-    from .features import x_locality
-    from .formats.csr5 import choose_sigma
-
-    sigma = choose_sigma(csr, check_device_name(device), lambda: x_locality(csr))
-    return {"sigma": int(sigma)}
-
-
-THREADS_PER_ROW_VARIANTS = (2, 4, 8, 16, 32)
-"""The CSR-vector group sizes the labeller times."""
-HYB_STRATEGIES = ("width_quantile", "width_cusp", "width_cost")
-"""The HYB width strategies of :mod:`autospmv.formats.hyb` the labeller times."""
-CSR5_SIGMAS = (4, 6, 8, 12, 16, 24, 32)
-"""The CSR5 tile heights the labeller times."""
-
-
-def threads_per_row_variants(csr: sp.csr_matrix) -> list:
-    return [(f"threads_per_row={t}", lambda t=t: {"threads_per_row": t})
-            for t in THREADS_PER_ROW_VARIANTS]
-
-
-def hyb_width_variants(csr: sp.csr_matrix) -> list:
-    from .formats import hyb
-
-    lengths = row_lengths(csr)
-    return [(strategy, lambda strategy=strategy: {"width": int(getattr(hyb, strategy)(lengths))})
-            for strategy in HYB_STRATEGIES]
-
-
-def csr5_sigma_variants(csr: sp.csr_matrix) -> list:
-    return [(f"sigma={sigma}", lambda sigma=sigma: {"sigma": sigma}) for sigma in CSR5_SIGMAS]
-
-
 THREADS_PER_ROW = Param("threads_per_row", 1, 32, powers_of_two=True)
 """CSR-vector's group size: the lanes of a group reduce with warp shuffles, so the group must
 divide the 32-thread warp."""
@@ -283,38 +159,38 @@ CSR5_SIGMA = Param("sigma", 2, 32)
 _BUILT_IN = (
     KernelSpec(
         "coo", "autospmv.formats.coo:COOFormat", "autospmv.kernels.cpu.coo:bind",
-        "autospmv.kernels.cuda.coo:build", no_params, cost="autospmv.cost:coo",
+        "autospmv.kernels.cuda.coo:build", choosers.no_params, cost="autospmv.cost:coo",
     ),
     KernelSpec(
         "csr_scalar", "autospmv.formats.csr:CSRFormat", "autospmv.kernels.cpu.csr:bind_scalar",
-        "autospmv.kernels.cuda.csr:build_scalar", no_params, cost="autospmv.cost:csr_scalar",
+        "autospmv.kernels.cuda.csr:build_scalar", choosers.no_params, cost="autospmv.cost:csr_scalar",
     ),
     KernelSpec(
         "csr_vector", "autospmv.formats.csr:CSRFormat", "autospmv.kernels.cpu.csr:bind_vector",
-        "autospmv.kernels.cuda.csr:build_vector", choose_threads_per_row,
+        "autospmv.kernels.cuda.csr:build_vector", choosers.choose_threads_per_row,
         params=(THREADS_PER_ROW,), cost="autospmv.cost:csr_vector",
-        choose_params_of_lengths=choose_threads_per_row_of_lengths,
-        variants=threads_per_row_variants,
+        choose_params_of_lengths=choosers.choose_threads_per_row_of_lengths,
+        variants=choosers.threads_per_row_variants,
     ),
     KernelSpec(
         "ell", "autospmv.formats.ell:ELLFormat", "autospmv.kernels.cpu.ell:bind",
-        "autospmv.kernels.cuda.ell:build", no_params, cost="autospmv.cost:ell",
+        "autospmv.kernels.cuda.ell:build", choosers.no_params, cost="autospmv.cost:ell",
     ),
     KernelSpec(
         "hyb", "autospmv.formats.hyb:HYBFormat", "autospmv.kernels.cpu.hyb:bind",
-        "autospmv.kernels.cuda.hyb:build", choose_hyb_width, ("width",), params=(HYB_WIDTH,),
-        cost="autospmv.cost:hyb", variants=hyb_width_variants,
-        choose_params_of_lengths=choose_hyb_width_of_lengths,
+        "autospmv.kernels.cuda.hyb:build", choosers.choose_hyb_width, ("width",), params=(HYB_WIDTH,),
+        cost="autospmv.cost:hyb", variants=choosers.hyb_width_variants,
+        choose_params_of_lengths=choosers.choose_hyb_width_of_lengths,
     ),
     KernelSpec(
         "jds", "autospmv.formats.jds:JDSFormat", "autospmv.kernels.cpu.jds:bind",
-        "autospmv.kernels.cuda.jds:build", no_params, format_takes_device=True,
+        "autospmv.kernels.cuda.jds:build", choosers.no_params, format_takes_device=True,
         cost="autospmv.cost:jds",
     ),
     KernelSpec(
         "csr5", "autospmv.formats.csr5:CSR5Format", "autospmv.kernels.cpu.csr5:bind",
-        "autospmv.kernels.cuda.csr5:build", choose_csr5_sigma, ("sigma",), params=(CSR5_SIGMA,),
-        cost="autospmv.cost:csr5", variants=csr5_sigma_variants,
+        "autospmv.kernels.cuda.csr5:build", choosers.choose_csr5_sigma, ("sigma",), params=(CSR5_SIGMA,),
+        cost="autospmv.cost:csr5", variants=choosers.csr5_sigma_variants,
     ),
 )
 

@@ -26,11 +26,11 @@ import operator
 import zipfile
 from pathlib import Path
 
-import numba
 import numpy as np
 import scipy.sparse as sp
 from numba import prange
 
+from .cpu_threads import threaded_passes
 from .devices import DEVICES, check_device  # noqa: F401  (re-exported: device names live there)
 from .kernels.cpu import specialisations
 
@@ -276,9 +276,8 @@ def _vector_length(array, fmt: str, name: str) -> int:
 
 COMPILED_MIN_SIZE = 1 << 20
 """Index arrays from this many entries get their range in one compiled pass (on numba's
-threads where there are at least :data:`PARALLEL_MIN_THREADS`) instead of NumPy's two; below,
-NumPy's passes cost less than loading the compiled code."""
-PARALLEL_MIN_THREADS = 4
+threads by :func:`autospmv.cpu_threads.threaded_passes`) instead of NumPy's two; below, NumPy's
+passes cost less than loading the compiled code."""
 
 
 def _index_range(index):
@@ -301,7 +300,7 @@ def index_range(index) -> tuple:
     if (index.shape[0] < COMPILED_MIN_SIZE or index.dtype not in (np.int32, np.int64)
             or not index.flags.c_contiguous):
         return index.min(), index.max()
-    parallel = numba.get_num_threads() >= PARALLEL_MIN_THREADS
+    parallel = threaded_passes(index.shape[0])
     return (_index_range_parallel if parallel else _index_range_serial)(index)
 
 

@@ -44,14 +44,11 @@ class Step:
 def warmup_matrices(dtype) -> list[sp.csr_matrix]:
     """A small and a large matrix (both kernels' specialisations) that every format accepts:
     four entries per row, so no ELL padding limit applies and HYB has a non-zero ELL width."""
-    import importlib
-
-    # the module (the package's attribute of that name is the function)
-    feature_module = importlib.import_module("autospmv.features")
+    from .cpu_threads import PASSES_PARALLEL_MIN_NNZ
     from .kernels import cpu
     from .validation import canonicalize
 
-    large = max(cpu.PARALLEL_MIN_NNZ, feature_module.PARALLEL_MIN_NNZ)
+    large = max(cpu.PARALLEL_MIN_NNZ, PASSES_PARALLEL_MIN_NNZ)
     rng = np.random.default_rng(0)
     out = []
     for m in (64, large // 4 + 4096):
@@ -73,7 +70,7 @@ def _compile_index_range():
 
 def _compile_x_locality(matrices) -> list:
     """The sampled locality of x that CSR5's tile height reads on the GPU for matrices of more
-    tiles than the warm-up matrices have (:func:`autospmv.features.x_locality`)."""
+    tiles than the warm-up matrices have (:func:`autospmv.sampling.x_locality`)."""
     from .features import x_locality
 
     return [x_locality(A) for A in matrices]

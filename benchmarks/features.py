@@ -35,12 +35,9 @@ import scipy.sparse as sp
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from autospmv.features import (
-    PARALLEL_MIN_NNZ,
-    PARALLEL_MIN_THREADS,
-    SAMPLE_THRESHOLD,
-    features,
-)
+from autospmv.cpu_threads import PARALLEL_MIN_THREADS, PASSES_PARALLEL_MIN_NNZ
+from autospmv.features import features
+from autospmv.sampling import SAMPLE_THRESHOLD
 from autospmv.validation import canonicalize
 
 
@@ -113,9 +110,9 @@ def measure(name: str, A: sp.csr_matrix, repeat: int) -> dict:
 
 
 def threads_used(nnz: int) -> int:
-    """Threads the feature scan runs on (see ``autospmv.features.PARALLEL_MIN_THREADS``)."""
+    """Threads the feature scan runs on (see ``autospmv.cpu_threads.PARALLEL_MIN_THREADS``)."""
     threads = numba.get_num_threads()
-    return threads if nnz >= PARALLEL_MIN_NNZ and threads >= PARALLEL_MIN_THREADS else 1
+    return threads if nnz >= PASSES_PARALLEL_MIN_NNZ and threads >= PARALLEL_MIN_THREADS else 1
 
 
 def threading_layer() -> str:

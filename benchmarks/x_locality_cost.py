@@ -1,5 +1,5 @@
 """What CSR5's tile-height chooser costs on a GPU since it reads the locality of x: the sampled
-locality (:func:`autospmv.features.x_locality`) of a matrix on the GPU and of the same matrix on
+locality (:func:`autospmv.sampling.x_locality`) of a matrix on the GPU and of the same matrix on
 the host (medians of 20), and ``prepare(A, kernel="csr5")`` of the GPU matrix with the chooser
 reading it against the same with its value given (8 each, interleaved, medians), on the
 2·10⁷-nonzero matrices of ``prepare_cost.py``. Needs a GPU and CuPy.
@@ -25,12 +25,12 @@ from autospmv.device import canonical_device_csr  # noqa: E402
 from autospmv.validation import canonicalize  # noqa: E402
 from autospmv.training import corpus  # noqa: E402
 
-FEATURES = sys.modules["autospmv.features"]  # the package's attribute of that name is a function
+from autospmv import choosers  # noqa: E402
 NNZ = 20_000_000
 
 
 def main() -> None:
-    locality = FEATURES.x_locality
+    locality = choosers.x_locality
     sync = cupy.cuda.Device().synchronize
     for name, A in (("power_law", corpus.power_law("bench/powerlaw", NNZ, 2.0)),
                     ("laplace", corpus.stencil("bench/stencil2d", NNZ, 5))):
@@ -54,14 +54,14 @@ def main() -> None:
             prepared = {"read": [], "given": []}
             for i in range(16):
                 mode = "read" if i % 2 == 0 else "given"
-                FEATURES.x_locality = locality if mode == "read" else (lambda csr, v=value: v)
+                choosers.x_locality = locality if mode == "read" else (lambda csr, v=value: v)
                 sync()
                 started = time.perf_counter()
                 op = autospmv.prepare(gpu, kernel="csr5")
                 sync()
                 prepared[mode].append(time.perf_counter() - started)
                 del op
-            FEATURES.x_locality = locality
+            choosers.x_locality = locality
             print(f"{name} {np.dtype(dtype).name}: x_locality on the GPU matrix median "
                   f"{np.median(on_gpu) * 1e3:.2f} ms (min {min(on_gpu) * 1e3:.2f}), on the host "
                   f"matrix {np.median(on_host) * 1e3:.2f} ms; prepare(kernel='csr5') of the GPU "

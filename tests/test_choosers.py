@@ -11,9 +11,9 @@ import scipy.sparse as sp
 from matrices import ALL, from_row_lengths, poisson2d
 
 import autospmv
-from autospmv import registry
-from autospmv.features import SAMPLE_TARGET_NNZ, features, x_locality
-from autospmv.formats import csr5
+from autospmv import choosers, registry
+from autospmv.features import features
+from autospmv.sampling import SAMPLE_TARGET_NNZ, x_locality
 from autospmv.validation import canonicalize
 
 
@@ -22,7 +22,7 @@ def rows_of(lengths, n: int = 400) -> sp.csr_matrix:
 
 
 def group(csr, device: str) -> int:
-    return registry.choose_threads_per_row(csr, device)["threads_per_row"]
+    return choosers.choose_threads_per_row(csr, device)["threads_per_row"]
 
 
 @pytest.mark.parametrize("name", sorted(ALL))
@@ -30,8 +30,8 @@ def test_cpu_group_is_two_and_every_choice_is_valid(name):
     csr = canonicalize(ALL[name]())
     assert group(csr, "cpu") == 2
     assert group(csr, "cuda") in (2, 4, 8, 16, 32)
-    assert registry.choose_csr5_sigma(csr, "cuda")["sigma"] in (4, 6, 8, 12, 16)
-    assert registry.choose_csr5_sigma(csr, "cpu")["sigma"] in (16, 24, 32)
+    assert choosers.choose_csr5_sigma(csr, "cuda")["sigma"] in (4, 6, 8, 12, 16)
+    assert choosers.choose_csr5_sigma(csr, "cpu")["sigma"] in (16, 24, 32)
 
 
 def test_cuda_group_on_regular_rows(monkeypatch):
@@ -39,7 +39,7 @@ def test_cuda_group_on_regular_rows(monkeypatch):
     # g = 32 (2 steps against 4) wins; on a saturated GPU (W = 1) the throughput term keeps 16.
     csr = rows_of([64] * 200)
     assert group(csr, "cuda") == 32
-    monkeypatch.setattr(registry, "CUDA_WARPS_IN_FLIGHT", 1)
+    monkeypatch.setattr(choosers, "CUDA_WARPS_IN_FLIGHT", 1)
     assert group(csr, "cuda") == 16
 
 
@@ -48,9 +48,9 @@ def test_cuda_group_for_one_long_row_among_short_ones(monkeypatch):
     # 10⁵·g/32768 + ⌈300/g⌉ are 156.1, 87.2, 62.4, 67.8 and 107.7 for g = 2…32.
     csr = rows_of([1] * 100_000 + [300], n=1000)
     assert group(csr, "cuda") == 8
-    monkeypatch.setattr(registry, "CUDA_WARPS_IN_FLIGHT", 10**9)  # the long row alone counts
+    monkeypatch.setattr(choosers, "CUDA_WARPS_IN_FLIGHT", 10**9)  # the long row alone counts
     assert group(csr, "cuda") == 32
-    monkeypatch.setattr(registry, "CUDA_WARPS_IN_FLIGHT", 1)  # the warps alone count
+    monkeypatch.setattr(choosers, "CUDA_WARPS_IN_FLIGHT", 1)  # the warps alone count
     assert group(csr, "cuda") == 2
 
 
@@ -61,17 +61,17 @@ def test_empty_matrices_get_the_smallest_group():
 
 def test_cuda_sigma_halves_for_few_tiles_or_very_short_rows(monkeypatch):
     nine = rows_of([9] * 300)  # structural σ 16, one tile's worth of warps: halved
-    assert csr5.structural_sigma(nine) == 16
-    assert registry.choose_csr5_sigma(nine, "cuda") == {"sigma": 8}
-    assert registry.choose_csr5_sigma(nine, "cpu") == {"sigma": 32}
-    monkeypatch.setattr(csr5, "CUDA_WARPS_IN_FLIGHT", 1)  # as many tiles as warps in flight
+    assert choosers.structural_sigma(nine) == 16
+    assert choosers.choose_csr5_sigma(nine, "cuda") == {"sigma": 8}
+    assert choosers.choose_csr5_sigma(nine, "cpu") == {"sigma": 32}
+    monkeypatch.setattr(choosers, "CUDA_WARPS_IN_FLIGHT", 1)  # as many tiles as warps in flight
     # Then the locality of x counts too (see the next test): these 9 random columns of 400 a
     # row come from few sectors per warp, so the wide tile.
-    assert x_locality(nine) < csr5.LOCAL_X
-    assert registry.choose_csr5_sigma(nine, "cuda") == {"sigma": csr5.WIDE_SIGMA}
+    assert x_locality(nine) < choosers.LOCAL_X
+    assert choosers.choose_csr5_sigma(nine, "cuda") == {"sigma": choosers.WIDE_SIGMA}
     short = rows_of([1] * 300 + [2] * 100)  # mean 1.25 < 2: halved even with many tiles
-    assert csr5.structural_sigma(short) == 12  # rounded up to 16 on CUDA, then halved
-    assert registry.choose_csr5_sigma(short, "cuda") == {"sigma": 8}
+    assert choosers.structural_sigma(short) == 12  # rounded up to 16 on CUDA, then halved
+    assert choosers.choose_csr5_sigma(short, "cuda") == {"sigma": 8}
 
 
 def banded(half_width: int, m: int, dtype=np.float64) -> sp.csr_matrix:
@@ -87,34 +87,34 @@ def scattered(length: int, m: int, dtype=np.float64) -> sp.csr_matrix:
 
 
 def test_cuda_sigma_follows_the_locality_of_x(monkeypatch):
-    monkeypatch.setattr(csr5, "CUDA_WARPS_IN_FLIGHT", 1)  # every matrix has tiles enough
+    monkeypatch.setattr(choosers, "CUDA_WARPS_IN_FLIGHT", 1)  # every matrix has tiles enough
     local_wide = banded(4, 3000)  # 9 a row from a few sectors: the wide tile
     local_short = banded(2, 3000)  # 5 a row: rows shorter than SHORT_ROWS keep 16
     far = scattered(9, 3000)  # a sector per entry: the short tile
-    assert x_locality(local_wide) < csr5.LOCAL_X
-    assert x_locality(local_short) < csr5.LOCAL_X
-    assert x_locality(far) >= csr5.SCATTERED_X
-    sigma = {name: registry.choose_csr5_sigma(csr, "cuda")["sigma"]
+    assert x_locality(local_wide) < choosers.LOCAL_X
+    assert x_locality(local_short) < choosers.LOCAL_X
+    assert x_locality(far) >= choosers.SCATTERED_X
+    sigma = {name: choosers.choose_csr5_sigma(csr, "cuda")["sigma"]
              for name, csr in [("wide", local_wide), ("short", local_short), ("far", far)]}
-    assert sigma == {"wide": csr5.WIDE_SIGMA, "short": 16, "far": 8}
+    assert sigma == {"wide": choosers.WIDE_SIGMA, "short": 16, "far": 8}
     # The wide tile needs as many tiles as σ = 16 does.
-    monkeypatch.setattr(csr5, "CUDA_WARPS_IN_FLIGHT", local_wide.nnz // (32 * 20))
-    assert registry.choose_csr5_sigma(local_wide, "cuda") == {"sigma": 16}
+    monkeypatch.setattr(choosers, "CUDA_WARPS_IN_FLIGHT", local_wide.nnz // (32 * 20))
+    assert choosers.choose_csr5_sigma(local_wide, "cuda") == {"sigma": 16}
     # The CPU's tiles do not depend on x.
-    assert registry.choose_csr5_sigma(local_wide, "cpu") == {"sigma": 32}
-    assert registry.choose_csr5_sigma(far, "cpu") == {"sigma": 32}
+    assert choosers.choose_csr5_sigma(local_wide, "cpu") == {"sigma": 32}
+    assert choosers.choose_csr5_sigma(far, "cpu") == {"sigma": 32}
 
 
 def test_cuda_sigma_on_long_rows_depends_on_the_dtype(monkeypatch):
-    monkeypatch.setattr(csr5, "CUDA_WARPS_IN_FLIGHT", 1)
-    lengths = np.full(8, csr5.LONG_ROWS)
+    monkeypatch.setattr(choosers, "CUDA_WARPS_IN_FLIGHT", 1)
+    lengths = np.full(8, choosers.LONG_ROWS)
     single = canonicalize(from_row_lengths(lengths, 10**6, seed=5).astype(np.float32))
     double = canonicalize(single.astype(np.float64))
-    assert registry.choose_csr5_sigma(single, "cuda") == {"sigma": 16}
-    assert registry.choose_csr5_sigma(double, "cuda") == {"sigma": 8}
-    monkeypatch.setattr(csr5, "CUDA_WARPS_IN_FLIGHT", 10**6)  # few tiles: halved
-    assert registry.choose_csr5_sigma(single, "cuda") == {"sigma": 8}
-    assert registry.choose_csr5_sigma(double, "cuda") == {"sigma": 4}
+    assert choosers.choose_csr5_sigma(single, "cuda") == {"sigma": 16}
+    assert choosers.choose_csr5_sigma(double, "cuda") == {"sigma": 8}
+    monkeypatch.setattr(choosers, "CUDA_WARPS_IN_FLIGHT", 10**6)  # few tiles: halved
+    assert choosers.choose_csr5_sigma(single, "cuda") == {"sigma": 8}
+    assert choosers.choose_csr5_sigma(double, "cuda") == {"sigma": 4}
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -186,8 +186,8 @@ def test_a_forced_hyb_with_its_width_computes_the_row_lengths_once(row_length_pa
 
 @pytest.mark.parametrize("name", sorted(ALL))
 @pytest.mark.parametrize("kind", ["cpu", "cuda"])
-@pytest.mark.parametrize("kernel, chooser", [("hyb", registry.choose_hyb_width),
-                                             ("csr_vector", registry.choose_threads_per_row)])
+@pytest.mark.parametrize("kernel, chooser", [("hyb", choosers.choose_hyb_width),
+                                             ("csr_vector", choosers.choose_threads_per_row)])
 def test_parameters_from_the_scans_histogram_are_the_choosers(name, kind, kernel, chooser):
     from autospmv.features import features_and_lengths
 
@@ -200,7 +200,7 @@ def test_parameters_from_the_scans_histogram_are_the_choosers(name, kind, kernel
 def test_hyb_width_chooser_is_cusps_rule_on_the_row_lengths(name):
     # The chooser counts the histogram in compiled passes; the rule reads the lengths.
     from autospmv.formats.base import row_lengths
-    from autospmv.formats.hyb import default_hyb_width
+    from autospmv.choosers import default_hyb_width
 
     csr = canonicalize(ALL[name]())
-    assert registry.choose_hyb_width(csr, "cuda") == {"width": default_hyb_width(row_lengths(csr))}
+    assert choosers.choose_hyb_width(csr, "cuda") == {"width": default_hyb_width(row_lengths(csr))}

@@ -51,13 +51,13 @@ def test_fork_pool_after_a_parallel_call_computes(layer):
 
 def test_feature_scan_scratch_is_bounded_at_128_threads():
     """The issue's case: a 153 MB matrix (1M x 1M, 12.5M nonzeros) at 128 threads."""
-    features = importlib.import_module("autospmv.features")
+    from autospmv import feature_scan
 
     m = n = 1_000_000
     csr_bytes = 12_500_000 * (8 + 4) + 4 * (m + 1)
-    workers = features._workers(128, m, n, 40, csr_bytes)
+    workers = feature_scan._workers(128, m, n, 40, csr_bytes)
     per_worker = sum(length * np.dtype(dtype).itemsize
-                     for length, dtype in features._scratch_shapes(m, n, 40))
+                     for length, dtype in feature_scan._scratch_shapes(m, n, 40))
     assert 1 <= workers < 128
     assert workers * per_worker <= 2 * csr_bytes
 
@@ -78,8 +78,10 @@ def test_feature_scan_with_many_threads_keeps_its_memory_and_its_values(monkeypa
     features = importlib.import_module("autospmv.features")
     A = canonicalize(random_matrix(20_000, 20_000, 5e-4, 1))
     serial = features.features(A, device="cpu", sample_rows=20_000)
-    monkeypatch.setattr(features, "PARALLEL_MIN_NNZ", 0)
-    monkeypatch.setattr(features, "PARALLEL_MIN_THREADS", 1)
+    from autospmv import cpu_threads
+
+    monkeypatch.setattr(cpu_threads, "PASSES_PARALLEL_MIN_NNZ", 0)
+    monkeypatch.setattr(cpu_threads, "PARALLEL_MIN_THREADS", 1)
     monkeypatch.setattr(numba, "get_num_threads", lambda: 128)
     monkeypatch.setattr(features, "_scan_parallel", features._scan_serial)
     features._scan(A, 20_000)  # compiles the threaded row-pointer passes outside the measurement

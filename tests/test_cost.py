@@ -11,7 +11,8 @@ import scipy.sparse as sp
 from matrices import ALL
 
 from autospmv.cost import QUANTITY_NAMES, launches_of_features, quantities
-from autospmv.registry import KERNELS, choose_csr5_sigma, choose_hyb_width, choose_threads_per_row
+from autospmv.choosers import choose_csr5_sigma, choose_hyb_width, choose_threads_per_row
+from autospmv.registry import KERNELS
 from autospmv.validation import canonicalize
 
 

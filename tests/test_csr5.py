@@ -15,9 +15,8 @@ import pytest
 import scipy.sparse as sp
 
 import autospmv
-from autospmv.formats.csr5 import (
-    LONG_ROWS, OMEGA, PLACEHOLDER, SHORT_ROWS, CSR5Format, structural_sigma,
-)
+from autospmv.choosers import LONG_ROWS, SHORT_ROWS, structural_sigma
+from autospmv.formats.csr5 import OMEGA, PLACEHOLDER, CSR5Format
 from autospmv.kernels.cpu import csr5 as cpu_csr5
 from autospmv.validation import canonicalize
 from matrices import (

@@ -12,7 +12,7 @@ import pytest
 import scipy.sparse as sp
 
 import autospmv
-from autospmv import registry
+from autospmv import cpu_threads, registry
 from autospmv.device import DeviceCSR, csr_from_format, device_format, is_device_matrix
 from autospmv.formats.base import FormatTooLargeError
 from autospmv.validation import canonicalize
@@ -296,8 +296,8 @@ def test_sampled_features_with_the_index_passes_on_the_device(threaded, monkeypa
 
     features_module = importlib.import_module("autospmv.features")
     if threaded:
-        monkeypatch.setattr(features_module, "PARALLEL_MIN_NNZ", 1)
-        monkeypatch.setattr(features_module, "PARALLEL_MIN_THREADS", 1)
+        monkeypatch.setattr(cpu_threads, "PASSES_PARALLEL_MIN_NNZ", 1)
+        monkeypatch.setattr(cpu_threads, "PARALLEL_MIN_THREADS", 1)
     csr = canonicalize(power_law(100_000, 80_000, 1.6, 9).astype(np.float32))
     assert csr.nnz > features_module.SAMPLE_THRESHOLD
     _features_both_ways(csr, "cuda")
@@ -358,8 +358,8 @@ def test_device_features_are_the_host_features(threaded, passes_on_the_device, m
     monkeypatch.setattr(features_module, "DEVICE_LENGTH_PASSES_MIN_ROWS",
                         0 if passes_on_the_device else 1 << 40)
     if threaded:
-        monkeypatch.setattr(features_module, "PARALLEL_MIN_NNZ", 1)
-        monkeypatch.setattr(features_module, "PARALLEL_MIN_THREADS", 1)
+        monkeypatch.setattr(cpu_threads, "PASSES_PARALLEL_MIN_NNZ", 1)
+        monkeypatch.setattr(cpu_threads, "PARALLEL_MIN_THREADS", 1)
     for csr in (canonicalize(power_law(100_000, 80_000, 1.6, 9).astype(np.float32)),
                 canonicalize(random_matrix(30_000, 40_000, 0.0002, 5))):
         assert csr.nnz > features_module.SAMPLE_THRESHOLD

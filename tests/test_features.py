@@ -19,13 +19,13 @@ import autospmv
 from autospmv.features import (
     BLOCK_SIZES,
     FEATURE_NAMES,
-    SAMPLE_THRESHOLD,
-    SAMPLE_TOLERANCE,
     SAMPLED_FEATURES,
     WINDOW_ROWS,
     features,
 )
-from autospmv.formats.hyb import width_cost
+from autospmv import cpu_threads
+from autospmv.choosers import width_cost
+from autospmv.sampling import SAMPLE_THRESHOLD, SAMPLE_TOLERANCE
 from autospmv.session import target_device
 from autospmv.validation import canonicalize
 
@@ -309,8 +309,8 @@ def test_sampled_estimates_within_tolerance():
 def test_parallel_scan_equals_serial(monkeypatch):
     A = structured_matrix()[:60_000]  # ~1M entries
     serial = [features(A), features(A, sample_rows=A.shape[0])]
-    monkeypatch.setattr(F, "PARALLEL_MIN_NNZ", 0)
-    monkeypatch.setattr(F, "PARALLEL_MIN_THREADS", 1)
+    monkeypatch.setattr(cpu_threads, "PASSES_PARALLEL_MIN_NNZ", 0)
+    monkeypatch.setattr(cpu_threads, "PARALLEL_MIN_THREADS", 1)
     parallel = [features(A), features(A, sample_rows=A.shape[0])]
     for got, want in zip(parallel, serial, strict=True):
         assert got == pytest.approx(want, rel=1e-12)

@@ -441,10 +441,10 @@ def test_large_index_arrays_are_range_checked_by_the_compiled_pass(itype, bad, m
                                                                    threaded, monkeypatch):
     # From COMPILED_MIN_SIZE entries the range comes from one compiled pass, not NumPy's:
     # serial, or on numba's threads (forced here even where there are fewer than the rule's).
-    from autospmv import validation
+    from autospmv import cpu_threads
     from autospmv.validation import COMPILED_MIN_SIZE, index_range
 
-    monkeypatch.setattr(validation, "PARALLEL_MIN_THREADS", 1 if threaded else 10**6)
+    monkeypatch.setattr(cpu_threads, "PARALLEL_MIN_THREADS", 1 if threaded else 10**6)
 
     nnz = COMPILED_MIN_SIZE + 7
     indices = np.arange(nnz, dtype=itype) % 4000

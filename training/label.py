@@ -75,7 +75,7 @@ import joblib
 import numpy as np
 
 import autospmv
-from autospmv import registry
+from autospmv import choosers, registry
 from autospmv.features import features
 from autospmv.formats.base import FormatTooLargeError
 from autospmv.validation import canonicalize
@@ -92,9 +92,9 @@ from .records import (GZIP_MAGIC, LARGE_NNZ, NOISE_LIMIT, SCHEMA,  # noqa: F401
 from .forecast import (Forecast, _minutes, _predicted_seconds,  # noqa: F401
                                labelling_seconds, reference_labels)
 
-THREADS_PER_ROW = registry.THREADS_PER_ROW_VARIANTS
-HYB_STRATEGIES = registry.HYB_STRATEGIES
-CSR5_SIGMAS = registry.CSR5_SIGMAS
+THREADS_PER_ROW = choosers.THREADS_PER_ROW_VARIANTS
+HYB_STRATEGIES = choosers.HYB_STRATEGIES
+CSR5_SIGMAS = choosers.CSR5_SIGMAS
 """The built-in kernels' parameter variants (each kernel's ``KernelSpec.variants``)."""
 
 

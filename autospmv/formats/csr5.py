@@ -57,12 +57,10 @@ determine every entry's row, which is how :meth:`CSR5Format.to_csr` rebuilds the
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 
 import numpy as np
 import scipy.sparse as sp
 
-from ..devices import CUDA_WARPS_IN_FLIGHT
 from ..kernels import njit
 from . import convert
 from .base import SparseFormat
@@ -135,130 +133,6 @@ def _permute_tiles(src, out, sigma, to_tiles):
                 else:
                     out[csr_position] = src[tile_position]
     out[full:] = src[full:]
-
-
-LONG_ROWS = 1024
-"""Mean row length from which most tiles lie inside one row (:func:`choose_sigma`)."""
-
-
-SHORT_ROWS = 8
-"""Mean row length below which σ = 12 beats σ = 16 (:func:`choose_sigma`)."""
-
-VERY_SHORT_ROWS = 2
-"""Mean row length below which the CUDA kernel runs faster with half the tile height."""
-
-SCATTERED_X = 0.9
-"""x locality (:func:`autospmv.features.x_locality`, sectors of x per entry) from which the
-GPU takes σ = 8 on a matrix with tiles enough: each entry gathers its own piece of x, and more,
-shorter tiles keep more of those loads in flight (:func:`choose_sigma`)."""
-
-LOCAL_X = 0.5
-"""x locality below which the GPU takes σ = :data:`WIDE_SIGMA` on rows of :data:`SHORT_ROWS`
-or more entries, with tiles enough: x comes from few sectors, the time is the stream of values
-and indices, and longer tiles spend less on descriptors and carries (:func:`choose_sigma`)."""
-
-WIDE_SIGMA = 24
-"""The GPU's tile height for local x on rows that are not short (:data:`LOCAL_X`)."""
-
-CUDA_LONG_ROW_SIGMA = {4: 16, 8: 8}
-"""The GPU's tile height on rows of :data:`LONG_ROWS` or more entries on average, by the bytes
-per value (see :func:`choose_sigma`)."""
-
-
-CUDA_STEP = 8
-"""The CUDA kernel walks a lane's entries in steps of this many; its fast path needs σ to be a
-multiple of it (see ``autospmv.kernels.cuda.csr5``)."""
-
-
-def choose_sigma(csr: sp.csr_matrix, device: str, x_locality: Callable[[], float]) -> int:
-    """Tile height σ for ``device`` ("cpu" or "cuda"). ``x_locality()`` returns the matrix's
-    locality of x (:func:`autospmv.features.x_locality`, a sample of the column indices); it is
-    called only where σ depends on it.
-
-    CPU: twice the structural σ of :func:`structural_sigma`, since a CPU thread walks a tile's
-    lanes in turn and longer tiles amortise the per-tile descriptors and carries.
-
-    CUDA, in this order:
-
-    1. the structural σ rounded up to a multiple of :data:`CUDA_STEP` (12 becomes 16: the
-       kernel's fast path takes whole steps of eight entries); on rows of :data:`LONG_ROWS` or
-       more the structural 8 in float64 but 16 in float32 (:data:`CUDA_LONG_ROW_SIGMA`: a
-       lane's tile then carries 128 bytes of values and indices, against float64's 96);
-    2. halved when the matrix has fewer tiles than :data:`~autospmv.devices.CUDA_WARPS_IN_FLIGHT`
-       (each tile is one warp's work, so the lanes' σ-long loops then set the time, not the
-       bandwidth) or rows shorter than :data:`VERY_SHORT_ROWS` on average (a lane then stores
-       about σ row results, one per step);
-    3. otherwise, below :data:`LONG_ROWS`, by the locality of x: 8 from :data:`SCATTERED_X`
-       sectors of x per entry, :data:`WIDE_SIGMA` below :data:`LOCAL_X` on rows of
-       :data:`SHORT_ROWS` or more when there are as many tiles of that height as warps in
-       flight.
-
-    Step 1 was measured with the eight-entry kernel on an H100 (back-to-back, 10–20M nonzeros,
-    ``benchmarks/results/csr5-ab-h100-2026-11-23.json``): on 12 grown real and regular matrices
-    σ = 16 ran at 1.78–2.55 TB/s effective in float32 and 1.76–2.57 in float64, where σ = 12,
-    on the clamped path, ran at 1.33–2.18 and 1.50–2.41. The halving rules were designed on
-    per-call times of σ/2, σ and 2σ of the structural rule (174 matrices of 10⁴–10⁷ nonzeros
-    on an H200, 115 on a 2-core Xeon, four-entry kernel): on the H200 they raised the
-    structural rule's 0.937 of the fastest of those (geometric mean) to 0.993; on the CPU 2σ
-    reached 0.968 against 0.943.
-
-    The long-row and locality rules were fitted on the label variants, which time every σ of
-    ``registry.CSR5_SIGMAS`` (``models/labels``, both GPUs, both dtypes). On long rows, over
-    the nine FIT2D and long-row matrices of 10⁴–2·10⁷ nonzeros, float32's σ = 16 (halved: 8)
-    reaches 0.985 of the fastest σ against the structural 8's 0.943 on the H200, and 0.989
-    against 0.969 on the H100 (geometric mean); in float64 it would lose (0.946 against 0.994
-    on the H200). With both rules, csr5 at the chosen σ reaches, over the 185 label matrices of
-    10⁶ nonzeros or more, 0.966 / 0.971 / 0.977 / 0.980 of its fastest σ (H100 float32 /
-    float64, H200 float32 / float64), where the structural rule reached 0.962 / 0.963 / 0.972 /
-    0.972. At 2·10⁷ nonzeros (``benchmarks/results/kernels-h200-2026-11-26.json``) it lifted
-    the library's fastest kernel against cuSPARSE in float32 from 1.145 to 1.163 (geometric
-    mean over the same 18 matrices); FIT2D grown 155 times runs at 3.14 TB/s with σ = 16, where
-    σ = 8 gave 2.86 in the earlier run.
-    """
-    sigma = structural_sigma(csr)
-    if device == "cpu":
-        return 2 * sigma
-    mean = _mean_row_length(csr)
-    if mean >= LONG_ROWS:
-        sigma = CUDA_LONG_ROW_SIGMA[np.dtype(csr.dtype).itemsize]
-    sigma = -(-sigma // CUDA_STEP) * CUDA_STEP
-    if csr.nnz < OMEGA * sigma * CUDA_WARPS_IN_FLIGHT or mean < VERY_SHORT_ROWS:
-        return sigma // 2
-    if mean >= LONG_ROWS:
-        return sigma
-    locality = x_locality()
-    if locality >= SCATTERED_X:
-        return 8
-    if (locality < LOCAL_X and mean >= SHORT_ROWS
-            and csr.nnz >= OMEGA * WIDE_SIGMA * CUDA_WARPS_IN_FLIGHT):
-        return WIDE_SIGMA
-    return sigma
-
-
-def structural_sigma(csr: sp.csr_matrix) -> int:
-    """Tile height σ from the mean row length μ: 16; 12 when μ < :data:`SHORT_ROWS`; 8 when
-    μ ≥ :data:`LONG_ROWS`.
-
-    σ trades the per-tile work (8 bytes of descriptors per lane, the cross-lane scan, up to two
-    atomics), paid once per σ multiply-adds per lane, against the length of the lanes' loops.
-    With the GPU kernel loading four entries per step, long loops cost little, so 16 wins on most
-    large matrices. Very short rows make every step branch at row starts and store rows, and
-    there 12 is faster. When rows are much longer than a tile, tiles are summed by the kernel's
-    one-row path and smaller tiles give more warps in flight. Multiples of 4, since a partial
-    last step wastes loads (the halved σ = 6 of :func:`choose_sigma` serves where the lanes'
-    loop latency, not their loads, sets the time). Measured on an H200 (float64, 38 matrices of
-    10–20M nonzeros, σ in 4, 8, 12, 16: ``benchmarks/results/csr5-sigma-h200-2026-11-22.json``):
-    within 6 % of the fastest σ everywhere, 0.9 % on geometric mean.
-    """
-    mean = _mean_row_length(csr)
-    if mean >= LONG_ROWS:
-        return 8
-    return 12 if mean < SHORT_ROWS else 16
-
-
-def _mean_row_length(csr) -> float:
-    m = csr.shape[0]
-    return csr.nnz / m if m else 0.0
 
 
 def _check_sigma(sigma) -> int:

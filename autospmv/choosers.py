@@ -1,0 +1,345 @@
+"""Parameter choosers: the tuning parameters of each kernel, as pure functions of a matrix's
+structure and the device kind.
+
+A chooser reads a canonical CSR matrix (or anything with its ``shape``, ``nnz``, ``dtype`` and
+host ``indptr``) and returns the kernel's parameters as a dict; the ``*_of_lengths`` variants
+compute the same from the row-length histogram that the feature scan builds anyway. The
+registry (:mod:`autospmv.registry`) names each kernel's chooser; the cost quantities
+(:mod:`autospmv.cost`) count each kernel's work with the parameters chosen here. This module
+also holds the strategies the choosers and the labeller pick among (HYB's ELL width, CSR5's
+tile height) and the parameter variants the labeller times.
+
+* CSR-vector's group size (:func:`choose_threads_per_row`);
+* HYB's ELL width, a pure function of the row lengths (after Ginkgo's ``hybrid.hpp``):
+  :func:`width_quantile`, :func:`width_cusp` (CUSP's rule, the chooser's: :data:`default_hyb_width`)
+  and :func:`width_cost` (a time model, which the features report as ``hyb_width``);
+* CSR5's tile height σ (:func:`choose_sigma`).
+
+The choosers stand below the features: they read the row pointer through the compiled passes
+of :mod:`autospmv.feature_scan` and x's locality through :func:`autospmv.sampling.x_locality`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import scipy.sparse as sp
+
+from .cpu_threads import threaded_passes
+from .devices import CUDA_WARPS_IN_FLIGHT, check_device_name
+from .feature_scan import row_length_counts, row_length_moments
+from .formats.base import row_lengths
+from .formats.csr5 import OMEGA
+from .sampling import x_locality
+
+
+# HYB's ELL width
+
+
+def _histogram(lengths) -> tuple[int, np.ndarray]:
+    """Number of rows and ``count[k]`` = rows of length exactly k, for k = 0..max (int64)."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    if lengths.size and lengths.min() < 0:
+        raise ValueError("row lengths must be non-negative")
+    return lengths.size, np.bincount(lengths, minlength=1)
+
+
+def _rows_reaching(count: np.ndarray) -> np.ndarray:
+    """``reach[k]`` = rows of length >= k, for k = 0..max."""
+    return np.cumsum(count[::-1])[::-1]
+
+
+def width_quantile(row_lengths, q: float = 2 / 3) -> int:
+    """The smallest K such that at least a fraction ``q`` of the rows have length <= K."""
+    if not 0 <= q <= 1:
+        raise ValueError(f"q must lie in [0, 1]; got {q}")
+    m, count = _histogram(row_lengths)
+    if m == 0:
+        return 0
+    return int(np.searchsorted(np.cumsum(count), q * m, side="left"))
+
+
+def width_cusp(row_lengths) -> int:
+    """CUSP's ELL width for HYB: the largest K that at least ``max(4096, m/3)`` rows reach.
+
+    "Reach" means length >= K. 0 when no K > 0 qualifies (in particular below 4096 rows: CUSP
+    then leaves everything to COO).
+    """
+    m, count = _histogram(row_lengths)
+    reach = _rows_reaching(count)
+    ok = (3 * reach >= m) & (reach >= 4096)
+    ok[0] = True
+    return int(np.flatnonzero(ok)[-1])
+
+
+def width_cost(row_lengths, coo_cost: float = 3.0) -> int:
+    """The K in 0..max minimising ``m*K + coo_cost * overflow(K)``; ties go to the smallest K.
+
+    ``overflow(K) = sum(max(0, len - K))`` is the number of entries left to COO. Computed in
+    O(m + max) from the histogram: ``overflow(K) = sum over j > K of rows reaching j``.
+    """
+    m, count = _histogram(row_lengths)
+    reach = _rows_reaching(count)
+    overflow = np.append(np.cumsum(reach[:0:-1])[::-1], 0)  # overflow[K], K = 0..max
+    cost = m * np.arange(reach.size, dtype=np.float64) + coo_cost * overflow
+    return int(np.argmin(cost))
+
+
+def width_cusp_of_histogram(values, counts) -> int:
+    """:func:`width_cusp` from the distinct row lengths (ascending) and their counts, the
+    histogram the feature extractor builds anyway. Between two distinct lengths the number of
+    rows reaching K does not change, so the largest qualifying K is one of the lengths."""
+    values = np.asarray(values, dtype=np.int64)
+    counts = np.asarray(counts, dtype=np.int64)
+    reach = np.cumsum(counts[::-1])[::-1]  # rows of length >= values[j]
+    ok = (3 * reach >= counts.sum()) & (reach >= 4096) & (values > 0)
+    return int(values[ok][-1]) if ok.any() else 0
+
+
+default_hyb_width = width_cusp
+"""The width strategy the registry's parameter chooser uses."""
+default_hyb_width_of_histogram = width_cusp_of_histogram
+"""The same strategy from a row-length histogram (:mod:`autospmv.cost`)."""
+
+
+# CSR5's tile height
+
+LONG_ROWS = 1024
+"""Mean row length from which most tiles lie inside one row (:func:`choose_sigma`)."""
+
+
+SHORT_ROWS = 8
+"""Mean row length below which σ = 12 beats σ = 16 (:func:`choose_sigma`)."""
+
+VERY_SHORT_ROWS = 2
+"""Mean row length below which the CUDA kernel runs faster with half the tile height."""
+
+SCATTERED_X = 0.9
+"""x locality (:func:`autospmv.sampling.x_locality`, sectors of x per entry) from which the
+GPU takes σ = 8 on a matrix with tiles enough: each entry gathers its own piece of x, and more,
+shorter tiles keep more of those loads in flight (:func:`choose_sigma`)."""
+
+LOCAL_X = 0.5
+"""x locality below which the GPU takes σ = :data:`WIDE_SIGMA` on rows of :data:`SHORT_ROWS`
+or more entries, with tiles enough: x comes from few sectors, the time is the stream of values
+and indices, and longer tiles spend less on descriptors and carries (:func:`choose_sigma`)."""
+
+WIDE_SIGMA = 24
+"""The GPU's tile height for local x on rows that are not short (:data:`LOCAL_X`)."""
+
+CUDA_LONG_ROW_SIGMA = {4: 16, 8: 8}
+"""The GPU's tile height on rows of :data:`LONG_ROWS` or more entries on average, by the bytes
+per value (see :func:`choose_sigma`)."""
+
+
+CUDA_STEP = 8
+"""The CUDA kernel walks a lane's entries in steps of this many; its fast path needs σ to be a
+multiple of it (see ``autospmv.kernels.cuda.csr5``)."""
+
+
+def choose_sigma(csr: sp.csr_matrix, device: str, x_locality: Callable[[], float]) -> int:
+    """Tile height σ for ``device`` ("cpu" or "cuda"). ``x_locality()`` returns the matrix's
+    locality of x (:func:`autospmv.sampling.x_locality`, a sample of the column indices); it is
+    called only where σ depends on it.
+
+    CPU: twice the structural σ of :func:`structural_sigma`, since a CPU thread walks a tile's
+    lanes in turn and longer tiles amortise the per-tile descriptors and carries.
+
+    CUDA, in this order:
+
+    1. the structural σ rounded up to a multiple of :data:`CUDA_STEP` (12 becomes 16: the
+       kernel's fast path takes whole steps of eight entries); on rows of :data:`LONG_ROWS` or
+       more the structural 8 in float64 but 16 in float32 (:data:`CUDA_LONG_ROW_SIGMA`: a
+       lane's tile then carries 128 bytes of values and indices, against float64's 96);
+    2. halved when the matrix has fewer tiles than :data:`~autospmv.devices.CUDA_WARPS_IN_FLIGHT`
+       (each tile is one warp's work, so the lanes' σ-long loops then set the time, not the
+       bandwidth) or rows shorter than :data:`VERY_SHORT_ROWS` on average (a lane then stores
+       about σ row results, one per step);
+    3. otherwise, below :data:`LONG_ROWS`, by the locality of x: 8 from :data:`SCATTERED_X`
+       sectors of x per entry, :data:`WIDE_SIGMA` below :data:`LOCAL_X` on rows of
+       :data:`SHORT_ROWS` or more when there are as many tiles of that height as warps in
+       flight.
+
+    Step 1 was measured with the eight-entry kernel on an H100 (back-to-back, 10–20M nonzeros,
+    ``benchmarks/results/csr5-ab-h100-2026-11-23.json``): on 12 grown real and regular matrices
+    σ = 16 ran at 1.78–2.55 TB/s effective in float32 and 1.76–2.57 in float64, where σ = 12,
+    on the clamped path, ran at 1.33–2.18 and 1.50–2.41. The halving rules were designed on
+    per-call times of σ/2, σ and 2σ of the structural rule (174 matrices of 10⁴–10⁷ nonzeros
+    on an H200, 115 on a 2-core Xeon, four-entry kernel): on the H200 they raised the
+    structural rule's 0.937 of the fastest of those (geometric mean) to 0.993; on the CPU 2σ
+    reached 0.968 against 0.943.
+
+    The long-row and locality rules were fitted on the label variants, which time every σ of
+    ``registry.CSR5_SIGMAS`` (``models/labels``, both GPUs, both dtypes). On long rows, over
+    the nine FIT2D and long-row matrices of 10⁴–2·10⁷ nonzeros, float32's σ = 16 (halved: 8)
+    reaches 0.985 of the fastest σ against the structural 8's 0.943 on the H200, and 0.989
+    against 0.969 on the H100 (geometric mean); in float64 it would lose (0.946 against 0.994
+    on the H200). With both rules, csr5 at the chosen σ reaches, over the 185 label matrices of
+    10⁶ nonzeros or more, 0.966 / 0.971 / 0.977 / 0.980 of its fastest σ (H100 float32 /
+    float64, H200 float32 / float64), where the structural rule reached 0.962 / 0.963 / 0.972 /
+    0.972. At 2·10⁷ nonzeros (``benchmarks/results/kernels-h200-2026-11-26.json``) it lifted
+    the library's fastest kernel against cuSPARSE in float32 from 1.145 to 1.163 (geometric
+    mean over the same 18 matrices); FIT2D grown 155 times runs at 3.14 TB/s with σ = 16, where
+    σ = 8 gave 2.86 in the earlier run.
+    """
+    sigma = structural_sigma(csr)
+    if device == "cpu":
+        return 2 * sigma
+    mean = _mean_row_length(csr)
+    if mean >= LONG_ROWS:
+        sigma = CUDA_LONG_ROW_SIGMA[np.dtype(csr.dtype).itemsize]
+    sigma = -(-sigma // CUDA_STEP) * CUDA_STEP
+    if csr.nnz < OMEGA * sigma * CUDA_WARPS_IN_FLIGHT or mean < VERY_SHORT_ROWS:
+        return sigma // 2
+    if mean >= LONG_ROWS:
+        return sigma
+    locality = x_locality()
+    if locality >= SCATTERED_X:
+        return 8
+    if (locality < LOCAL_X and mean >= SHORT_ROWS
+            and csr.nnz >= OMEGA * WIDE_SIGMA * CUDA_WARPS_IN_FLIGHT):
+        return WIDE_SIGMA
+    return sigma
+
+
+def structural_sigma(csr: sp.csr_matrix) -> int:
+    """Tile height σ from the mean row length μ: 16; 12 when μ < :data:`SHORT_ROWS`; 8 when
+    μ ≥ :data:`LONG_ROWS`.
+
+    σ trades the per-tile work (8 bytes of descriptors per lane, the cross-lane scan, up to two
+    atomics), paid once per σ multiply-adds per lane, against the length of the lanes' loops.
+    With the GPU kernel loading four entries per step, long loops cost little, so 16 wins on most
+    large matrices. Very short rows make every step branch at row starts and store rows, and
+    there 12 is faster. When rows are much longer than a tile, tiles are summed by the kernel's
+    one-row path and smaller tiles give more warps in flight. Multiples of 4, since a partial
+    last step wastes loads (the halved σ = 6 of :func:`choose_sigma` serves where the lanes'
+    loop latency, not their loads, sets the time). Measured on an H200 (float64, 38 matrices of
+    10–20M nonzeros, σ in 4, 8, 12, 16: ``benchmarks/results/csr5-sigma-h200-2026-11-22.json``):
+    within 6 % of the fastest σ everywhere, 0.9 % on geometric mean.
+    """
+    mean = _mean_row_length(csr)
+    if mean >= LONG_ROWS:
+        return 8
+    return 12 if mean < SHORT_ROWS else 16
+
+
+def _mean_row_length(csr) -> float:
+    m = csr.shape[0]
+    return csr.nnz / m if m else 0.0
+
+
+# The choosers the registry names
+
+
+def no_params(csr: sp.csr_matrix, device: str) -> dict:
+    return {}
+
+
+def _power_of_two_at_most(x: float, low: int, high: int) -> int:
+    """The largest power of two ≤ x, clipped to [low, high]."""
+    value = low
+    while value < high and 2 * value <= x:
+        value *= 2
+    return value
+
+
+def choose_threads_per_row(csr: sp.csr_matrix, device: str) -> dict:
+    """CSR-vector group size g (threads per row, a power of two in [2, 32]).
+
+    CPU: 2. There a group's lanes are accumulators of one thread, and the reduction over more
+    of them costs more than it saves (on the CPU labels in ``models/labels``, g = 2 reaches
+    0.990 of the best g on geometric mean and is within 10 % of it on 94.8 % of the matrices).
+
+    CUDA: the g ≥ g₀ that minimises ``rows·g / (8·W) + ⌈max row / g⌉`` (W:
+    :data:`CUDA_WARPS_IN_FLIGHT`). g₀, the largest power of two ≤ L/4 with L = Σ len² / Σ len
+    (the length of the row an average nonzero lies in), gives each lane about four entries of
+    such a row, which amortises the group's shuffle reduction: the fastest g on regular matrices.
+    Larger groups cost warps, rows·g/32 of about four steps each, shared among W warps in flight
+    (the first term), and shorten the longest row's loop (the second term), which bounds the
+    time when the matrix is small or has a few long rows. Designed on per-call times of
+    g = 2…32 for 174 matrices of 10⁴–10⁷ nonzeros on an H200, where the mean row length alone
+    (g ≈ mean/4) reached 0.70 of the fastest g on geometric mean (57.5 % of the matrices within
+    10 %, worst 0.09); on a fresh labelling of them (``models/labels``) this rule reaches 0.984
+    (96.0 %, worst 0.70).
+    """
+    if check_device_name(device) == "cpu":
+        return {"threads_per_row": 2}
+    m = csr.shape[0]
+    squares, longest = (row_length_moments(csr.indptr, m, threaded_passes(csr.nnz)) if m
+                        else (0.0, 0))
+    return {"threads_per_row": _threads_per_row(m, csr.nnz, squares, int(longest))}
+
+
+def choose_threads_per_row_of_lengths(values: np.ndarray, counts: np.ndarray,
+                                      device: str) -> dict:
+    """:func:`choose_threads_per_row` from the row-length histogram (the same group size)."""
+    if check_device_name(device) == "cpu":
+        return {"threads_per_row": 2}
+    values = np.asarray(values, dtype=np.float64)
+    counts = np.asarray(counts, dtype=np.float64)
+    m, nnz = int(counts.sum()), int(np.dot(values, counts))
+    squares = float(np.dot(values * values, counts))
+    return {"threads_per_row": _threads_per_row(m, nnz, squares, int(values.max(initial=0)))}
+
+
+def _threads_per_row(m: int, nnz: int, squares: float, longest: int) -> int:
+    """The group size of :func:`choose_threads_per_row` from the row count, the nonzeros, Σ len²
+    and the longest row."""
+    if m == 0 or nnz == 0:
+        return 2
+    first = _power_of_two_at_most(squares / nnz / 4, 2, 32)
+    candidates = [g for g in (2, 4, 8, 16, 32) if g >= first]
+    cost = [m * g / (8 * CUDA_WARPS_IN_FLIGHT) + -(-longest // g) for g in candidates]
+    return candidates[int(np.argmin(cost))]
+
+
+def choose_hyb_width(csr: sp.csr_matrix, device: str) -> dict:
+    """HYB's ELL width (CUSP's rule, :data:`autospmv.formats.hyb.default_hyb_width`), from the
+    row-length histogram counted in two compiled passes over the row pointer."""
+    m = csr.shape[0]
+    if m == 0:
+        return {"width": 0}
+    _, longest = row_length_moments(csr.indptr, m, threaded_passes(csr.nnz))
+    counts = row_length_counts(csr.indptr, m, int(longest))
+    values = np.flatnonzero(counts)
+    return choose_hyb_width_of_lengths(values, counts[values], device)
+
+
+def choose_hyb_width_of_lengths(values: np.ndarray, counts: np.ndarray, device: str) -> dict:
+    """:func:`choose_hyb_width` from the row-length histogram (the same width: CUSP's rule
+    depends on the row lengths only)."""
+    return {"width": int(default_hyb_width_of_histogram(values, counts))}
+
+
+def choose_csr5_sigma(csr: sp.csr_matrix, device: str) -> dict:
+    """CSR5's tile height (:func:`autospmv.formats.csr5.choose_sigma`), which on the GPU reads
+    the locality of x from a sample of the column indices (:func:`autospmv.sampling.x_locality`)
+    when the matrix is large enough for it to matter."""
+    sigma = choose_sigma(csr, check_device_name(device), lambda: x_locality(csr))
+    return {"sigma": int(sigma)}
+
+
+THREADS_PER_ROW_VARIANTS = (2, 4, 8, 16, 32)
+"""The CSR-vector group sizes the labeller times."""
+HYB_STRATEGIES = ("width_quantile", "width_cusp", "width_cost")
+"""The HYB width strategies the labeller times."""
+_WIDTH_STRATEGIES = {"width_quantile": width_quantile, "width_cusp": width_cusp,
+                     "width_cost": width_cost}
+CSR5_SIGMAS = (4, 6, 8, 12, 16, 24, 32)
+"""The CSR5 tile heights the labeller times."""
+
+
+def threads_per_row_variants(csr: sp.csr_matrix) -> list:
+    return [(f"threads_per_row={t}", lambda t=t: {"threads_per_row": t})
+            for t in THREADS_PER_ROW_VARIANTS]
+
+
+def hyb_width_variants(csr: sp.csr_matrix) -> list:
+    lengths = row_lengths(csr)
+    return [(strategy, lambda strategy=strategy: {"width": int(_WIDTH_STRATEGIES[strategy](lengths))})
+            for strategy in HYB_STRATEGIES]
+
+
+def csr5_sigma_variants(csr: sp.csr_matrix) -> list:
+    return [(f"sigma={sigma}", lambda sigma=sigma: {"sigma": sigma}) for sigma in CSR5_SIGMAS]

@@ -1,0 +1,114 @@
+"""Which rows the features read when they are sampled, and x's locality from such a sample.
+
+The rows are cut into windows of ``WINDOW_ROWS`` = 32 consecutive rows (whole warps and 8-row
+block rows), the windows into as many equal strata of consecutive windows as windows are
+wanted, and one window per stratum is drawn by a fixed hash of (``SAMPLE_SEED``, stratum): the
+same windows for the same matrix, on the host and on the GPU. :func:`x_locality` reads a small
+sample of this kind for a parameter chooser (CSR5's tile height).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .feature_scan import WINDOW_ROWS, window_positions, window_sectors
+
+SAMPLE_THRESHOLD = 1 << 17
+"""Above this many nonzeros the sampled features are sampled by default."""
+SAMPLE_TARGET_NNZ = 1 << 15
+"""Default sample size in nonzeros, unless ``SAMPLE_SHARE * nnz`` is larger."""
+SAMPLE_SHARE = 1 / 16
+SAMPLE_SEED = 0
+SAMPLE_TOLERANCE = 0.02
+"""Stated accuracy of sampled features (see the module docstring)."""
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def x_locality(csr) -> float:
+    """``x_sectors_per_nnz_warp`` (see the module doc) estimated from about
+    :data:`SAMPLE_TARGET_NNZ` nonzeros whatever the matrix's size: the locality of x for a
+    parameter chooser (CSR5's tile height, :func:`autospmv.formats.csr5.choose_sigma`). The
+    windows are drawn as for the features (:func:`drawn_windows`), fewer of them, and their
+    sectors counted in a small hash table (:func:`~autospmv.feature_scan.window_sectors`):
+    0.1–0.4 ms on a 2·10⁷-nonzero matrix, where the features' sixteenth of it takes tens of
+    milliseconds. With at most :data:`SAMPLE_TARGET_NNZ` nonzeros every window is read and the
+    value is the feature's. ``csr``: a canonical host matrix, or the
+    :class:`autospmv.device.RowStructure` of a matrix on the GPU, whose sampled column indices
+    are then gathered there and copied."""
+    m, n = csr.shape
+    nnz = int(csr.nnz)
+    if m == 0 or nnz == 0:
+        return 0.0
+    rows = math.ceil(SAMPLE_TARGET_NNZ * m / nnz)
+    windows = drawn_windows(-(-m // WINDOW_ROWS), sampled_windows(m, nnz, rows))
+    positions, offsets = window_positions(csr.indptr, windows, m)
+    matrix = getattr(csr, "device_matrix", None)
+    if matrix is not None:
+        indices = gathered_indices(matrix, positions)
+    else:
+        indices = csr.indices[positions]
+    shift = sector_shift_and_narrow(csr)[0]
+    return safe_ratio(window_sectors(indices, offsets, shift), positions.size, 0.0)
+
+
+def gathered_indices(csr, positions: np.ndarray) -> np.ndarray:
+    """The column indices at ``positions`` of a matrix on the GPU, gathered there and copied
+    to the host in one transfer."""
+    return to_host(csr.indices[csr.xp.asarray(positions)])
+
+
+def sector_shift_and_narrow(csr) -> tuple[int, int]:
+    """The scan's log2(columns of x per 32-byte sector) and its narrow-band half-width (1 % of
+    max(m, n))."""
+    m, n = csr.shape
+    return 2 if np.dtype(csr.dtype).itemsize == 8 else 3, max(1, int(0.01 * max(m, n)))
+
+
+def to_host(array) -> np.ndarray:
+    """A device array copied to the host (a NumPy array as it is)."""
+    return array.get() if hasattr(array, "get") else np.asarray(array)
+
+
+def safe_ratio(num, den, empty: float) -> float:
+    """num / den, or ``empty`` when den is zero."""
+    return num / den if den else empty
+
+
+def sampled_windows(m: int, nnz: int, sample_rows: int | None) -> int:
+    """How many windows of WINDOW_ROWS rows to scan in detail (all of them: exact)."""
+    windows = -(-m // WINDOW_ROWS)
+    if sample_rows is None:
+        if nnz <= SAMPLE_THRESHOLD:
+            return windows
+        sample_rows = math.ceil(max(SAMPLE_TARGET_NNZ, SAMPLE_SHARE * nnz) * m / nnz)
+    return min(windows, -(-sample_rows // WINDOW_ROWS))
+
+
+def select_windows(m: int, count: int) -> np.ndarray:
+    """Flags of the windows scanned in detail: all, or ``count`` of them
+    (:func:`drawn_windows`)."""
+    total = -(-m // WINDOW_ROWS)
+    if count >= total:
+        return np.ones(total, np.uint8)
+    selected = np.zeros(total, np.uint8)
+    if count <= 0:
+        return selected
+    selected[drawn_windows(total, count)] = 1
+    return selected
+
+
+def drawn_windows(total: int, count: int) -> np.ndarray:
+    """The numbers (ascending) of ``count`` of ``total`` windows, one per stratum of consecutive
+    windows, drawn by a splitmix64 hash of (SAMPLE_SEED, stratum); every window when
+    ``count >= total``."""
+    if count >= total:
+        return np.arange(total)
+    edges = np.arange(count + 1) * total // count
+    z = np.uint64(SAMPLE_SEED) + np.arange(1, count + 1, dtype=np.uint64) * _GOLDEN
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    z ^= z >> np.uint64(31)
+    return edges[:-1] + (z % np.diff(edges).astype(np.uint64)).astype(np.int64)
