@@ -94,6 +94,7 @@ import scipy.sparse as sp
 from .cost import QUANTITY_NAMES, quantities, quantity_names
 from .cpu_threads import threaded_passes
 from .devices import target_device
+from .formats.base import row_of_each_nonzero, to_host
 from .feature_scan import (
     _BAND, _FULL, _NARROW, _ROW_SECTORS, _SAMPLED_NNZ, _SAMPLED_NNZ3, _TOUCHED, _WARP_SECTORS,
     BLOCK_SIZES, WARP, WINDOW_ROWS, _scan_parallel,
@@ -105,7 +106,7 @@ from .kernels import njit
 from .sampling import (
     SAMPLE_THRESHOLD,
     drawn_windows, gathered_indices, safe_ratio, sampled_windows, sector_shift_and_narrow,
-    select_windows, to_host,
+    select_windows,
 )  # fmt: skip
 from .validation import canonicalize
 
@@ -191,7 +192,7 @@ def canonical_features_and_lengths(csr: sp.csr_matrix, sample_rows: int | None =
     """:func:`features_and_lengths` of a matrix that :func:`autospmv.validation.canonicalize`
     returned, without validating it again (the checks read every index: :func:`prepare` has
     just made them). ``uploaded``: the same matrix already on the GPU
-    (:class:`autospmv.device.DeviceCSR`), where the passes over every index run (the same
+    (:class:`autospmv.formats.base.DeviceCSR`), where the passes over every index run (the same
     features, see :func:`_scan`; :func:`autospmv.prepare` hands it over from
     :data:`DEVICE_PASSES_MIN_NNZ` nonzeros). ``needed``: the names a caller reads (a model's
     :meth:`~autospmv.model.TreeModel.features_read`), or None for all; see :func:`passes_needed`
@@ -242,7 +243,7 @@ def warp_sectors_only(needed) -> bool:
 
 def device_features_and_lengths(csr, device: str | None = None, needed=None
                                 ) -> tuple[dict[str, float], tuple[np.ndarray, np.ndarray]]:
-    """The features of a canonical matrix on the GPU (:class:`autospmv.device.DeviceCSR`) with
+    """The features of a canonical matrix on the GPU (:class:`autospmv.formats.base.DeviceCSR`) with
     more than :data:`SAMPLE_THRESHOLD` nonzeros, equal to those of the same matrix on the host:
     the bandwidth and the occupied diagonals are reduced on the GPU, the row lengths read from
     the row pointer (on the host), and the column indices of the rows drawn for the sampled
@@ -313,7 +314,7 @@ def _scan(csr: sp.csr_matrix, sample_rows: int | None, uploaded=None, detail=Non
     on the GPU and are None (see :func:`passes_needed`). On the host's full scan both come at
     no extra cost and are returned.
 
-    ``uploaded``: the same matrix on the GPU (:class:`autospmv.device.DeviceCSR`). Then the
+    ``uploaded``: the same matrix on the GPU (:class:`autospmv.formats.base.DeviceCSR`). Then the
     scan reads the windows drawn for detail only; the bandwidth and the occupied diagonals,
     which read every index, are reduced on the GPU (:func:`_band_and_diagonals`), and so are
     the passes over the row lengths (:func:`_device_length_passes`). ``detail``: the row
@@ -366,10 +367,8 @@ def _scan(csr: sp.csr_matrix, sample_rows: int | None, uploaded=None, detail=Non
 
 def _band_and_diagonals(csr) -> tuple[int, int]:
     """The bandwidth (largest |j − i|) and the number of occupied diagonals j − i of a
-    matrix on the device (:class:`autospmv.device.DeviceCSR`), reduced there: two scalars come
+    matrix on the device (:class:`autospmv.formats.base.DeviceCSR`), reduced there: two scalars come
     back."""
-    from .device import row_of_each_nonzero
-
     m, n = csr.shape
     if csr.nnz == 0:
         return 0, 0
@@ -381,7 +380,7 @@ def _band_and_diagonals(csr) -> tuple[int, int]:
 
 
 def _device_warp_sectors(csr) -> dict[str, float]:
-    """``x_sectors_per_nnz_warp`` of a matrix on the GPU (:class:`autospmv.device.DeviceCSR`)
+    """``x_sectors_per_nnz_warp`` of a matrix on the GPU (:class:`autospmv.formats.base.DeviceCSR`)
     counted there, over the windows the host's scan samples (:func:`~autospmv.sampling.drawn_windows`, as
     :func:`~autospmv.sampling.select_windows` flags them), with the scan's value: every entry of those windows
     gets a key (window, sector of x), the keys are sorted, and the distinct ones counted. Only

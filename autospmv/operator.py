@@ -18,11 +18,10 @@ from scipy.sparse.linalg import LinearOperator
 from . import registry
 from .formats.base import SparseFormat
 from .cache import compile_timer
-from .device import (DeviceCSR, canonical_device_csr, csr_from_format, device_format,
-                     is_device_matrix, transposed, upload_csr)
+from .device import canonical_device_csr, is_device_matrix, transposed, upload_csr
 from .cpu_threads import check_threads, choose_threads
 from .devices import check_device, resolve_device
-from .formats.base import FormatTooLargeError
+from .formats.base import DeviceCSR, FormatTooLargeError
 from .formats.coo import COOFormat
 from .formats.csr import CSRFormat
 from .kernels.cpu import bind_threaded
@@ -91,7 +90,7 @@ class SpMVOperator(LinearOperator):
     def _build(self, csr, decision: Decision, device: str, threads=None, *, source=None,
                borrowed: bool = False, uploaded=None) -> None:
         """Convert and bind. ``csr``: a canonical host CSR matrix, a
-        :class:`~autospmv.device.DeviceCSR`, or the kernel's format already built (the COO
+        :class:`~autospmv.formats.base.DeviceCSR`, or the kernel's format already built (the COO
         transpose of a very wide matrix, :meth:`_coo_transpose`). ``source``: a matrix on the GPU
         (CuPy, torch) the operator was prepared from; its transpose is built from it.
         ``borrowed``: csr's arrays belong to the caller, who may change them later; the operator
@@ -115,13 +114,11 @@ class SpMVOperator(LinearOperator):
             if device == "cuda" and not isinstance(csr, DeviceCSR) and not SIMULATED:
                 # with CuPy: upload the CSR (unless prepare() did), convert on the GPU
                 csr = uploaded or upload_csr(csr) or csr
-            if isinstance(csr, DeviceCSR):  # a matrix on the GPU: converted there
-                fmt = device_format(decision.kernel, csr, decision.params)
-            elif isinstance(csr, SparseFormat):  # built by the caller
+            if isinstance(csr, SparseFormat):  # built by the caller
                 fmt = csr
-            else:
+            else:  # on the host, or for a DeviceCSR on the GPU, there
                 fmt = spec.convert(csr, decision.params, device)
-                if borrowed:
+                if borrowed and not isinstance(csr, DeviceCSR):
                     fmt = _own_arrays(fmt, (csr.data, csr.indices, csr.indptr))
             if device == "cuda":
                 self._backend = CudaBackend(spec, fmt, decision.params)
@@ -335,12 +332,12 @@ class SpMVOperator(LinearOperator):
     def _matrix_csr(self):
         """A as CSR (valid, not necessarily with sorted columns), for a backend whose format is
         not CSR: the host CSR the operator keeps, else rebuilt from what it keeps for Aᵀ (on the
-        GPU, there: a :class:`~autospmv.device.DeviceCSR`), else from the CPU format."""
+        GPU, there: a :class:`~autospmv.formats.base.DeviceCSR`), else from the CPU format."""
         if isinstance(self._source, sp.csr_matrix):
             return self._source
         if self._on_device is not None:
             fmt, indptr, xp = self._on_device
-            return csr_from_format(fmt, indptr, xp)
+            return fmt.to_device_csr(indptr, xp)
         source = self._source
         if source is None and self._transposed is not None:  # Aᵀ's operator holds it now
             source_t = self._transposed._source
@@ -358,7 +355,7 @@ class SpMVOperator(LinearOperator):
         built from A's arrays (:meth:`_coo_transpose`)."""
         if self._transposed is None and self._on_device is not None:
             fmt, indptr, xp = self._on_device
-            self._transposed = self._transpose_on_device(csr_from_format(fmt, indptr, xp).sparse())
+            self._transposed = self._transpose_on_device(fmt.to_device_csr(indptr, xp).sparse())
             self._on_device = None  # the rebuilt CSR goes with this call
             self._host_nbytes -= indptr.nbytes
         if self._transposed is None and is_device_matrix(self._source):

@@ -25,7 +25,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from . import choosers
-from .formats.base import SparseFormat
+from .formats.base import DeviceCSR, SparseFormat
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,12 +121,15 @@ class KernelSpec:
     def format_class(self) -> type[SparseFormat]:
         return _resolve(self.format)
 
-    def convert(self, csr: sp.csr_matrix, params: dict, device: str = "cuda") -> SparseFormat:
+    def convert(self, csr, params: dict, device: str = "cuda") -> SparseFormat:
         """Build this kernel's storage format from canonical CSR, for ``device`` (the GPU's
-        limits by default)."""
+        limits by default): on the host from a ``scipy.sparse.csr_matrix``, on the device from
+        a :class:`~autospmv.formats.base.DeviceCSR`."""
         kwargs = {key: params[key] for key in self.format_params}
         if self.format_takes_device:
             kwargs["device"] = device
+        if isinstance(csr, DeviceCSR):
+            return self.format_class().from_device_csr(csr, **kwargs)
         return self.format_class().from_csr(csr, **kwargs)
 
     def cpu_kernel(self) -> Callable:

@@ -14,6 +14,7 @@ import math
 import numpy as np
 
 from .feature_scan import WINDOW_ROWS, window_positions, window_sectors
+from .formats.base import to_host
 
 SAMPLE_THRESHOLD = 1 << 17
 """Above this many nonzeros the sampled features are sampled by default."""
@@ -36,7 +37,7 @@ def x_locality(csr) -> float:
     0.1–0.4 ms on a 2·10⁷-nonzero matrix, where the features' sixteenth of it takes tens of
     milliseconds. With at most :data:`SAMPLE_TARGET_NNZ` nonzeros every window is read and the
     value is the feature's. ``csr``: a canonical host matrix, or the
-    :class:`autospmv.device.RowStructure` of a matrix on the GPU, whose sampled column indices
+    :class:`autospmv.formats.base.RowStructure` of a matrix on the GPU, whose sampled column indices
     are then gathered there and copied."""
     m, n = csr.shape
     nnz = int(csr.nnz)
@@ -65,11 +66,6 @@ def sector_shift_and_narrow(csr) -> tuple[int, int]:
     max(m, n))."""
     m, n = csr.shape
     return 2 if np.dtype(csr.dtype).itemsize == 8 else 3, max(1, int(0.01 * max(m, n)))
-
-
-def to_host(array) -> np.ndarray:
-    """A device array copied to the host (a NumPy array as it is)."""
-    return array.get() if hasattr(array, "get") else np.asarray(array)
 
 
 def safe_ratio(num, den, empty: float) -> float:

@@ -130,7 +130,7 @@ def test_x_locality_is_the_feature_on_a_small_matrix_and_close_on_a_large_one(dt
 
 
 def test_x_locality_of_a_matrix_on_the_device_reads_its_sampled_indices():
-    from autospmv.device import DeviceCSR
+    from autospmv.formats.base import DeviceCSR
 
     csr = scattered(5, 40_000)
     device = DeviceCSR(csr.shape, csr.indptr, csr.indices, csr.data, csr.indptr.copy(), np)

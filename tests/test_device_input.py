@@ -13,7 +13,8 @@ import scipy.sparse as sp
 
 import autospmv
 from autospmv import cpu_threads, registry
-from autospmv.device import DeviceCSR, csr_from_format, device_format, is_device_matrix
+from autospmv.device import is_device_matrix
+from autospmv.formats.base import DeviceCSR
 from autospmv.formats.base import FormatTooLargeError
 from autospmv.validation import canonicalize
 from autospmv.formats.csr import CSRFormat
@@ -33,9 +34,9 @@ def _convert_both(kernel, csr):
         host = registry.get(kernel).convert(csr, params)
     except FormatTooLargeError:
         with pytest.raises(FormatTooLargeError):
-            device_format(kernel, _numpy_device_csr(csr), params)
+            registry.get(kernel).convert(_numpy_device_csr(csr), params)
         return None, None
-    return host, device_format(kernel, _numpy_device_csr(csr), params)
+    return host, registry.get(kernel).convert(_numpy_device_csr(csr), params)
 
 
 @pytest.mark.parametrize("name", sorted(FAMILY))
@@ -57,12 +58,12 @@ def test_device_conversions_build_the_host_formats(kernel, name):
 
 @pytest.mark.parametrize("name", sorted(FAMILY))
 def test_csr5_descriptors_built_on_the_device_are_the_host_format(name, monkeypatch):
-    """From CSR5_DEVICE_DESCRIPTORS_MIN_NNZ nonzeros (lowered here) a matrix without empty rows
+    """From DEVICE_DESCRIPTORS_MIN_NNZ nonzeros (lowered here) a matrix without empty rows
     gets its CSR5 descriptors from array operations on the device: the same format as on the
     host, array for array, and the same flags."""
-    import autospmv.device
+    from autospmv.formats import csr5
 
-    monkeypatch.setattr(autospmv.device, "CSR5_DEVICE_DESCRIPTORS_MIN_NNZ", 0)
+    monkeypatch.setattr(csr5, "DEVICE_DESCRIPTORS_MIN_NNZ", 0)
     csr = canonicalize(FAMILY[name]())
     host, device = _convert_both("csr5", csr)
     for key, value in host.arrays().items():
@@ -79,9 +80,9 @@ def test_cupy_csr5_with_descriptors_built_on_the_gpu(dtype, monkeypatch, rng):
     cupy = _cupy()
     import cupyx.scipy.sparse as cusp
 
-    import autospmv.device
+    from autospmv.formats import csr5
 
-    monkeypatch.setattr(autospmv.device, "CSR5_DEVICE_DESCRIPTORS_MIN_NNZ", 0)
+    monkeypatch.setattr(csr5, "DEVICE_DESCRIPTORS_MIN_NNZ", 0)
     for name, make in sorted(FAMILY.items()):
         A = canonicalize(make().astype(dtype))
         if not A.nnz or np.any(np.diff(A.indptr) == 0):
@@ -255,16 +256,16 @@ def test_host_input_on_the_gpu_is_a_snapshot_and_keeps_no_host_copy(kernel, rng)
 @pytest.mark.parametrize("name", ["odd_65x47", "half_rows_empty_200x150",
                                   "huge_row_among_short_300x3000", "empty_5x0", "empty_0x0"])
 def test_csr_from_format_inverts_the_device_conversion(kernel, name):
-    """device.csr_from_format(device_format(...)) gives back the CSR, for every format (with
+    """A format's to_device_csr(from_device_csr(...)) gives back the CSR, for every format (with
     NumPy standing in for CuPy, the same array code)."""
     A = canonicalize(FAMILY[name]())
     csr = DeviceCSR(A.shape, A.indptr, A.indices, A.data, A.indptr, np)
     params = registry.choose_params(kernel, A, "cuda")
     try:
-        fmt = device_format(kernel, csr, params)
+        fmt = registry.get(kernel).convert(csr, params)
     except FormatTooLargeError:
         return
-    back = csr_from_format(fmt, A.indptr.copy(), np)
+    back = fmt.to_device_csr(A.indptr.copy(), np)
     np.testing.assert_array_equal(back.indptr, A.indptr)
     np.testing.assert_array_equal(back.indices, A.indices)
     np.testing.assert_array_equal(back.data, A.data)

@@ -17,6 +17,7 @@ import scipy.sparse as sp
 
 import autospmv
 from autospmv import cost, registry, selector
+from autospmv.devices import check_device_name
 from autospmv.__main__ import main as cli_main
 from autospmv.features import FEATURE_NAMES
 from autospmv.model import TreeModel
@@ -27,7 +28,7 @@ TOY = "toy"
 
 def toy_params(csr: sp.csr_matrix, device: str) -> dict:
     """The toy's chooser: it has no parameters (like csr_scalar)."""
-    registry.check_device_name(device)
+    check_device_name(device)
     return {}
 
 

@@ -1,9 +1,17 @@
-"""What every storage format provides.
+"""What every storage format provides, on the host and on the GPU.
 
-A format is an immutable bundle of numpy arrays built once from a canonical CSR matrix
-(see :mod:`autospmv.validation`). Kernels read the arrays; the operator uploads them to the GPU
-with :meth:`SparseFormat.arrays`. Every format converts back to CSR exactly, which is how the
-tests prove that a conversion loses nothing.
+A format is an immutable bundle of arrays built once from a canonical CSR matrix (see
+:mod:`autospmv.validation`). On the host it holds NumPy arrays (:meth:`SparseFormat.from_csr`);
+from a matrix on the GPU (:class:`DeviceCSR`) it is built there, with the array operations of
+the matrix's array module ``xp`` (CuPy; NumPy in the tests, which is how they prove that both
+conversions build the same arrays): :meth:`SparseFormat.from_device_csr`. Kernels read the
+arrays; the operator uploads host arrays to the GPU with :meth:`SparseFormat.arrays`. Every
+format converts back to CSR exactly, on the host (:meth:`SparseFormat.to_csr`) and on the GPU
+(:meth:`SparseFormat.to_device_csr`), which is how the tests prove that a conversion loses
+nothing.
+
+A format that defines only the host conversions still runs on the GPU: the base class then
+converts on the host and uploads the arrays (and back), at the cost of the round trip.
 """
 
 from __future__ import annotations
@@ -19,6 +27,81 @@ class FormatTooLargeError(ValueError):
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
+class DeviceCSR:
+    """A canonical CSR matrix on the GPU (arrays of module ``xp``) and its row pointer on the
+    host. Duck-types the parts of ``scipy.sparse.csr_matrix`` that the parameter choosers and the
+    rule read (``shape``, ``nnz``, ``dtype``, ``indptr`` as ``host_indptr``)."""
+
+    shape: tuple[int, int]
+    indptr: object
+    indices: object
+    data: object
+    host_indptr: np.ndarray
+    xp: object = np
+
+    @property
+    def nnz(self) -> int:
+        return int(self.host_indptr[-1])
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(self.data.dtype)
+
+    def structure(self) -> "RowStructure":
+        return RowStructure(self.shape, self.host_indptr, self.dtype, self)
+
+    def longest_row(self) -> int:
+        """The longest row's length, reduced on the device (one scalar comes back)."""
+        return int(self.xp.diff(self.indptr).max()) if self.shape[0] else 0
+
+    def rows_and_positions(self):
+        """The row of every nonzero and its position in the row (int64 arrays of ``xp``)."""
+        xp = self.xp
+        row = row_of_each_nonzero(self.indptr, self.nnz, np.int64, xp)
+        return row, xp.arange(self.nnz, dtype=np.int64) - self.indptr[row].astype(np.int64)
+
+    def to_host(self) -> sp.csr_matrix:
+        """The same matrix on the host (a copy of its indices and values)."""
+        return sp.csr_matrix((to_host(self.data), to_host(self.indices), self.host_indptr),
+                             shape=self.shape)
+
+    def sparse(self):
+        """The same matrix as a ``cupyx.scipy.sparse.csr_matrix`` on these arrays (no copy)."""
+        import cupyx.scipy.sparse as cusp
+
+        return cusp.csr_matrix((self.data, self.indices, self.indptr), shape=self.shape)
+
+
+@dataclasses.dataclass(frozen=True)
+class RowStructure:
+    """The row pointer of a matrix whose nonzeros are elsewhere: what choosers and the rule read
+    (``shape``, ``indptr``, ``nnz``, ``dtype``), and the matrix on the GPU, from which a chooser
+    that reads a sample of the column indices gathers them
+    (:func:`autospmv.sampling.x_locality`)."""
+
+    shape: tuple[int, int]
+    indptr: np.ndarray
+    dtype: np.dtype
+    device_matrix: "DeviceCSR | None" = dataclasses.field(default=None, repr=False,
+                                                          compare=False)
+
+    @property
+    def nnz(self) -> int:
+        return int(self.indptr[-1])
+
+
+def row_of_each_nonzero(indptr, nnz: int, itype, xp=np):
+    """The row of every nonzero (CSR order): a search in the row pointer (skips empty rows)."""
+    positions = xp.arange(nnz, dtype=indptr.dtype)
+    return (xp.searchsorted(indptr, positions, side="right") - 1).astype(itype)
+
+
+def to_host(array) -> np.ndarray:
+    """A device array copied to the host (a NumPy array as it is)."""
+    return array.get() if hasattr(array, "get") else np.asarray(array)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
 class SparseFormat:
     """Base class: ``shape`` plus the format's arrays as dataclass fields."""
 
@@ -28,10 +111,52 @@ class SparseFormat:
 
     @classmethod
     def from_csr(cls, csr: sp.csr_matrix, **params) -> "SparseFormat":
+        """The format of a canonical host CSR matrix (NumPy arrays)."""
         raise NotImplementedError
 
     def to_csr(self) -> sp.csr_matrix:
+        """The host CSR matrix the format holds (of a format with NumPy arrays)."""
         raise NotImplementedError
+
+    @classmethod
+    def from_device_csr(cls, csr: DeviceCSR, **params) -> "SparseFormat":
+        """The format of a canonical CSR matrix on the device, built there: its arrays are
+        arrays of ``csr.xp``, equal to those :meth:`from_csr` builds on the host.
+
+        This default converts on the host and uploads the arrays; a format overrides it with
+        array operations of ``csr.xp``."""
+        return cls.from_csr(csr.to_host(), **params).map_arrays(csr.xp.asarray)
+
+    def csr_arrays(self, csr: DeviceCSR):
+        """The column indices and values, in CSR order, of the matrix this format (built on the
+        device) holds; ``csr`` carries the row pointer, on the device and on the host, and the
+        array module (its ``indices`` and ``data`` are not read). The inverse of
+        :meth:`from_device_csr`.
+
+        This default copies the format to the host and converts it there; a format overrides it
+        with array operations of ``csr.xp``."""
+        host = self.map_arrays(to_host).to_csr()
+        return csr.xp.asarray(host.indices), csr.xp.asarray(host.data)
+
+    def to_device_csr(self, indptr: np.ndarray, xp) -> DeviceCSR:
+        """The CSR matrix a format built on the device holds, rebuilt there from its arrays and
+        the host row pointer ``indptr`` (uploaded here), so that an operator can keep nothing
+        but the format it runs and still build Aᵀ later."""
+        rows = DeviceCSR(self.shape, xp.asarray(indptr), None, None, indptr, xp)
+        indices, data = self.csr_arrays(rows)
+        return dataclasses.replace(rows, indices=indices, data=data)
+
+    def map_arrays(self, function) -> "SparseFormat":
+        """The same format with ``function`` applied to each of its arrays (those of the formats
+        it holds too): ``xp.asarray`` uploads it, :func:`to_host` copies it back."""
+        changes = {}
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if isinstance(value, np.ndarray) or hasattr(value, "__cuda_array_interface__"):
+                changes[field.name] = function(value)
+            elif isinstance(value, SparseFormat):
+                changes[field.name] = value.map_arrays(function)
+        return dataclasses.replace(self, **changes)
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The format's arrays by field name, in declaration order (what a GPU upload copies).

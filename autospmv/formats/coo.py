@@ -13,7 +13,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from . import convert
-from .base import SparseFormat
+from .base import SparseFormat, row_of_each_nonzero
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -30,6 +30,15 @@ class COOFormat(SparseFormat):
         if csr.nnz:
             convert.coo_rows(csr.indptr, convert.row_tasks(csr.indptr), row)
         return cls(csr.shape, row, csr.indices, csr.data)
+
+    @classmethod
+    def from_device_csr(cls, csr) -> "COOFormat":
+        """The row of every nonzero from a search in the row pointer, on the device."""
+        row = row_of_each_nonzero(csr.indptr, csr.nnz, csr.indices.dtype, csr.xp)
+        return cls(csr.shape, row, csr.indices, csr.data)
+
+    def csr_arrays(self, csr):
+        return self.col, self.data  # row-sorted: CSR order
 
     @classmethod
     def transposed(cls, csr: sp.csr_matrix) -> "COOFormat":

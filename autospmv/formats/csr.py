@@ -22,5 +22,12 @@ class CSRFormat(SparseFormat):
     def from_csr(cls, csr: sp.csr_matrix) -> "CSRFormat":
         return cls(csr.shape, csr.indptr, csr.indices, csr.data)
 
+    @classmethod
+    def from_device_csr(cls, csr) -> "CSRFormat":
+        return cls(csr.shape, csr.indptr, csr.indices, csr.data)
+
+    def csr_arrays(self, csr):
+        return self.indices, self.data
+
     def to_csr(self) -> sp.csr_matrix:
         return sp.csr_matrix((self.data, self.indices, self.indptr), shape=self.shape)

@@ -73,6 +73,33 @@ def split_at_width(csr: sp.csr_matrix, width: int) -> tuple["ELLFormat", COOForm
             COOFormat(csr.shape, coo_row, coo_col, coo_data))
 
 
+def split_at_width_on_device(csr, width: int) -> tuple["ELLFormat", COOFormat]:
+    """:func:`split_at_width` of a matrix on the device (:class:`~autospmv.formats.base.DeviceCSR`),
+    with array operations of ``csr.xp``: every entry scattered to its slot. When no row is
+    longer than ``width`` (ELL, and HYB without a COO part) that needs none of the masks and
+    compactions of a split."""
+    xp = csr.xp
+    m = csr.shape[0]
+    itype = csr.indices.dtype
+    row, position = csr.rows_and_positions()
+    col = xp.full(m * width, -1, dtype=itype)
+    data = xp.zeros(m * width, dtype=csr.data.dtype)
+    if width >= csr.longest_row():
+        slot = position * m + row
+        col[slot] = csr.indices
+        data[slot] = csr.data
+        overflow = COOFormat(csr.shape, xp.empty(0, dtype=itype), xp.empty(0, dtype=itype),
+                             xp.empty(0, dtype=csr.data.dtype))
+        return ELLFormat(csr.shape, int(width), col, data), overflow
+    kept = position < width
+    slot = position[kept] * m + row[kept]
+    col[slot] = csr.indices[kept]
+    data[slot] = csr.data[kept]
+    rest = ~kept
+    overflow = COOFormat(csr.shape, row[rest].astype(itype), csr.indices[rest], csr.data[rest])
+    return ELLFormat(csr.shape, int(width), col, data), overflow
+
+
 def check_fill(m: int, width: int, nnz: int, max_fill: float = ELL_MAX_FILL) -> None:
     """FormatTooLargeError when ELL of ``m`` rows and ``width`` slots exceeds the fill limit."""
     if fill_exceeded(m * width, nnz, max_fill):
@@ -101,6 +128,18 @@ class ELLFormat(SparseFormat):
         width = int(row_lengths(csr).max()) if m else 0
         check_fill(m, width, csr.nnz, max_fill)
         return split_at_width(csr, width)[0]
+
+    @classmethod
+    def from_device_csr(cls, csr, max_fill: float = ELL_MAX_FILL) -> "ELLFormat":
+        """:meth:`from_csr` on the device; only the longest row comes back to the host."""
+        longest = csr.longest_row()
+        check_fill(csr.shape[0], longest, csr.nnz, max_fill)
+        return split_at_width_on_device(csr, longest)[0]
+
+    def csr_arrays(self, csr):
+        row, position = csr.rows_and_positions()
+        slot = position * self.shape[0] + row  # column-major slots
+        return self.col[slot], self.data[slot]
 
     def to_csr(self) -> sp.csr_matrix:
         m = self.shape[0]

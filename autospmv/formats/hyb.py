@@ -20,7 +20,9 @@ import scipy.sparse as sp
 from ..choosers import default_hyb_width
 from .base import SparseFormat
 from .coo import COOFormat
-from .ell import ELL_MAX_FILL, ELLFormat, fill_exceeded, split_at_width, too_large
+from .ell import (
+    ELL_MAX_FILL, ELLFormat, fill_exceeded, split_at_width, split_at_width_on_device, too_large,
+)
 
 
 def check_width(width, indptr: np.ndarray, nnz: int, max_fill: float = ELL_MAX_FILL,
@@ -70,6 +72,26 @@ class HYBFormat(SparseFormat):
         width = check_width(width, csr.indptr, csr.nnz, max_fill)
         ell, coo = split_at_width(csr, width)
         return cls(csr.shape, width, ell, coo)
+
+    @classmethod
+    def from_device_csr(cls, csr, width: int, max_fill: float = ELL_MAX_FILL) -> "HYBFormat":
+        """:meth:`from_csr` on the device; the width is checked against the host's row
+        pointer and the longest row reduced on the device."""
+        width = check_width(width, csr.host_indptr, csr.nnz, max_fill, longest=csr.longest_row())
+        ell, coo = split_at_width_on_device(csr, width)
+        return cls(csr.shape, width, ell, coo)
+
+    def csr_arrays(self, csr):
+        """The first ``width`` entries of a row from the ELL part, the rest from the COO part."""
+        xp = csr.xp
+        row, position = csr.rows_and_positions()
+        kept = position < self.width
+        slot = position[kept] * self.shape[0] + row[kept]
+        indices = xp.empty(csr.nnz, dtype=self.ell.col.dtype)
+        data = xp.empty(csr.nnz, dtype=self.ell.data.dtype)
+        indices[kept], data[kept] = self.ell.col[slot], self.ell.data[slot]
+        indices[~kept], data[~kept] = self.coo.col, self.coo.data
+        return indices, data
 
     def to_csr(self) -> sp.csr_matrix:
         ell = self.ell.to_csr()

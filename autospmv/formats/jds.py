@@ -47,7 +47,32 @@ def row_order(indptr: np.ndarray, nnz: int,
     perm = np.empty(m, dtype=indptr.dtype)
     jd_ptr = np.empty(max_len + 1, dtype=indptr.dtype)
     convert.sort_rows_by_length(indptr, max_len, perm, jd_ptr)
-    # warp_slots(lengths[perm]), reading only the rows that lead a warp
+    _check_slots(lengths, perm, nnz, max_fill)
+    return perm, jd_ptr
+
+
+def row_order_on_device(csr, max_fill: float = ELL_MAX_FILL):
+    """:func:`row_order` of a matrix on the device (:class:`~autospmv.formats.base.DeviceCSR`):
+    ``perm`` by a stable sort of the negated lengths and ``jd_ptr`` from the rows longer than
+    each k, with array operations of ``csr.xp``. Only the slot count and the longest row come
+    back to the host."""
+    xp = csr.xp
+    m = csr.shape[0]
+    itype = csr.indptr.dtype
+    lengths = xp.diff(csr.indptr)
+    longest = int(lengths.max()) if m else 0
+    perm = xp.argsort(-lengths, kind="stable").astype(itype)
+    rows_per_length = xp.bincount(lengths, minlength=longest + 1)
+    longer_than = m - xp.cumsum(rows_per_length)[:longest]  # rows longer than k, k < longest
+    jd_ptr = xp.zeros(longest + 1, dtype=itype)
+    jd_ptr[1:] = xp.cumsum(longer_than)
+    _check_slots(lengths, perm, csr.nnz, max_fill)
+    return perm, jd_ptr
+
+
+def _check_slots(lengths, perm, nnz: int, max_fill: float) -> None:
+    """FormatTooLargeError when the GPU thread slots (:func:`warp_slots` of the sorted lengths,
+    read from the rows that lead a warp) exceed the fill limit."""
     slots = WARP * int(lengths[perm[::WARP]].sum(dtype=np.int64))
     if fill_exceeded(slots, nnz, max_fill):
         raise too_large(
@@ -55,7 +80,6 @@ def row_order(indptr: np.ndarray, nnz: int,
             "GPU thread slots (32 x the longest row of each warp of sorted rows)",
             "a few rows are much longer than their neighbours; use kernel 'hyb' or 'csr5'",
         )
-    return perm, jd_ptr
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -87,6 +111,35 @@ class JDSFormat(SparseFormat):
             convert.gather_diagonals(csr.indptr, csr.indices, csr.data, perm, tasks, jd_ptr,
                                      col, data)
         return cls(csr.shape, perm, jd_ptr, col, data)
+
+    @classmethod
+    def from_device_csr(cls, csr, max_fill: float = ELL_MAX_FILL,
+                        device: str = "cuda") -> "JDSFormat":
+        """:meth:`from_csr` on the device: the rows sorted there (:func:`row_order_on_device`)
+        and each entry scattered to its diagonal."""
+        xp = csr.xp
+        m = csr.shape[0]
+        perm, jd_ptr = row_order_on_device(csr, max_fill if device != "cpu" else float("inf"))
+        position = xp.empty(m, dtype=np.int64)
+        position[perm] = xp.arange(m, dtype=np.int64)
+        row, diagonal = csr.rows_and_positions()
+        destination = jd_ptr[diagonal].astype(np.int64) + position[row]
+        del row, diagonal
+        col = xp.empty_like(csr.indices)
+        data = xp.empty_like(csr.data)
+        col[destination] = csr.indices
+        data[destination] = csr.data
+        return cls(csr.shape, perm, jd_ptr, col, data)
+
+    def csr_arrays(self, csr):
+        """Nonzero k of row r is at ``jd_ptr[k]`` + r's sorted place."""
+        xp = csr.xp
+        m = self.shape[0]
+        row, position = csr.rows_and_positions()
+        place = xp.empty(m, dtype=np.int64)
+        place[self.perm] = xp.arange(m, dtype=np.int64)
+        source = self.jd_ptr[position].astype(np.int64) + place[row]
+        return self.col[source], self.data[source]
 
     def to_csr(self) -> sp.csr_matrix:
         m = self.shape[0]

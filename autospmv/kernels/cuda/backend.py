@@ -41,7 +41,7 @@ import weakref
 import numpy as np
 from numba import cuda
 
-from ...device import DeviceCSR
+from ...formats.base import DeviceCSR
 from ...formats.csr import CSRFormat
 from ...validation import OUT_OVERLAPS_X, result_dtype
 from .launch import SIMULATOR, DeviceProgram, device_pointer, upload
@@ -309,7 +309,7 @@ class CudaBackend:
     def set_up_multi(self, matrix_csr) -> tuple[str, tuple]:
         """Set up :attr:`multi` (:mod:`.spmm`) on A's CSR arrays on the device: the format's own
         for a CSR kernel, else those of ``matrix_csr()`` (a host CSR, uploaded, or a
-        :class:`~autospmv.device.DeviceCSR`, used in place). Returns the decision's note and
+        :class:`~autospmv.formats.base.DeviceCSR`, used in place). Returns the decision's note and
         the host arrays it keeps (none)."""
         if self._csr_arrays is not None:
             arrays = self._csr_arrays

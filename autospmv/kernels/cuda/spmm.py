@@ -42,7 +42,7 @@ import numpy as np
 from numba import cuda, uint64
 
 from ... import registry
-from ...device import RowStructure
+from ...formats.base import RowStructure
 from . import jit
 from .launch import SIMULATOR, X, Y, Launch, unsigned
 
