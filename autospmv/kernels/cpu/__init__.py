@@ -36,7 +36,6 @@ import types
 import warnings
 
 import numba
-import numpy as np
 
 from .. import njit
 from ...cpu_threads import NNZ_PER_THREAD
@@ -78,17 +77,6 @@ def bind_threaded(bind, fmt, params: dict, threads: int):
                 numba.set_num_threads(current)
 
     return run
-
-
-def unsigned(indices: np.ndarray) -> np.ndarray:
-    """A uint32 view of an int32 index array (int64 arrays are returned unchanged).
-
-    numba supports negative indices, so every ``a[i]`` with a signed ``i`` carries a wrap-around
-    test; with unsigned indices it compiles to a plain load, which made the CSR loop ~30 % faster.
-    Only int32 arrays are viewed: numba types ``uint64 + int64`` as float64, while ``uint32``
-    mixes safely with int64 arithmetic.
-    """
-    return indices.view(np.uint32) if indices.dtype == np.int32 else indices
 
 
 def specialisations(kernel):

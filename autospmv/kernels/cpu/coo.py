@@ -10,7 +10,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from . import specialisations, unsigned, use_parallel
+from .. import unsigned
+from . import specialisations, use_parallel
 
 _NNZ_PER_TASK = 16384
 

@@ -23,7 +23,8 @@ import numba
 import numpy as np
 
 from ...formats.csr5 import OMEGA
-from . import specialisations, unsigned, use_parallel
+from .. import unsigned
+from . import specialisations, use_parallel
 
 _NNZ_PER_TASK = 16384
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from . import specialisations, unsigned, use_parallel
+from .. import unsigned
+from . import specialisations, use_parallel
 
 _ROWS_PER_TASK = 256
 

@@ -29,8 +29,8 @@ import numba
 import numpy as np
 from numba import uint64
 
-from .. import njit
-from . import bind_threaded, specialisations, unsigned
+from .. import njit, unsigned
+from . import bind_threaded, specialisations
 from ...cpu_threads import choose_threads
 
 

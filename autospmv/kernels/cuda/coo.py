@@ -24,8 +24,9 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda, uint64
 
+from .. import unsigned
 from . import jit
-from .launch import X, Y, DeviceProgram, Launch, ZeroY, unsigned
+from .launch import X, Y, DeviceProgram, Launch, ZeroY
 
 BLOCK = 256
 WARP = 32

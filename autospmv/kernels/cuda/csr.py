@@ -22,8 +22,9 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda, uint64
 
+from .. import unsigned
 from . import jit
-from .launch import X, Y, DeviceProgram, Launch, unsigned
+from .launch import X, Y, DeviceProgram, Launch
 
 BLOCK = 256
 

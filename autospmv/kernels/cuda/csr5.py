@@ -105,9 +105,10 @@ import numpy as np
 from numba import cuda, uint32, uint64
 
 from ...formats.csr5 import OMEGA, PLACEHOLDER
+from .. import unsigned
 from . import jit
 from .grid_dependency import release_dependents, wait_for_previous
-from .launch import X, Y, DeviceProgram, Launch, ZeroY, unsigned
+from .launch import X, Y, DeviceProgram, Launch, ZeroY
 from .matrix_loads import matrix_entry, streamed_entry
 
 BLOCK = 256

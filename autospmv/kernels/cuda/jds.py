@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from numba import cuda, uint64
 
+from .. import unsigned
 from . import jit
-from .launch import X, Y, DeviceProgram, Launch, unsigned
+from .launch import X, Y, DeviceProgram, Launch
 
 BLOCK = 256
 

@@ -287,13 +287,6 @@ class DeviceProgram:
         return self
 
 
-def unsigned(indices):
-    """A uint32 view of an int32 index array (device or host; int64 arrays are returned as they
-    are). numba supports negative indices, so ``x[i]`` with a signed ``i`` carries a wrap-around
-    test; with an unsigned ``i`` a gather of x is a plain load."""
-    return indices.view(np.uint32) if indices.dtype == np.int32 else indices
-
-
 def vector_type(dtype) -> types.Array:
     return types.Array(from_dtype(np.dtype(dtype)), 1, "C")
 

@@ -43,8 +43,9 @@ from numba import cuda, uint64
 
 from ... import registry
 from ...formats.base import RowStructure
+from .. import unsigned
 from . import jit
-from .launch import SIMULATOR, X, Y, Launch, unsigned
+from .launch import SIMULATOR, X, Y, Launch
 
 BLOCK = 256
 
