@@ -92,7 +92,7 @@ def _scratch_shapes(m: int, n: int, longest: int, full: bool = True,
                     detail: bool = True) -> list[tuple[int, type]]:
     """One worker's row of each scratch array: (length, dtype), in :func:`_scratch` order.
     The row-length histogram has no columns when :func:`lengths_counted` says the lengths are
-    sorted instead (see :func:`_length_histogram`); neither it nor the diagonal flags have any
+    sorted instead (see :func:`autospmv.length_features.length_histogram`); neither it nor the diagonal flags have any
     when the scan is not ``full`` (the detail windows only); the detail arrays (sectors, block
     masks) have none when no window is scanned in detail (``detail`` False)."""
     d = int(detail)

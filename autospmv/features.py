@@ -94,15 +94,17 @@ import scipy.sparse as sp
 from .cost import QUANTITY_NAMES, quantities, quantity_names
 from .cpu_threads import threaded_passes
 from .devices import target_device
-from .formats.base import row_of_each_nonzero, to_host
+from .formats.base import row_of_each_nonzero
 from .feature_scan import (
     _BAND, _FULL, _NARROW, _ROW_SECTORS, _SAMPLED_NNZ, _SAMPLED_NNZ3, _TOUCHED, _WARP_SECTORS,
     BLOCK_SIZES, WARP, WINDOW_ROWS, _scan_parallel,
-    chunked_ratio_sum, sample_layout, warp_ratio_sum,
+    sample_layout, warp_ratio_sum,
     _scan_serial, _scratch, _split_windows, _workers, band_and_diagonals,
-    lengths_counted, nonzero_counters, row_length_counts, row_length_moments, scratch_fits,
+    nonzero_counters, row_length_moments, scratch_fits,
 )  # fmt: skip
-from .kernels import njit
+from .length_features import (
+    LENGTH_NAMES, host_length_passes, length_features, length_histogram, length_passes,
+)
 from .sampling import (
     SAMPLE_THRESHOLD,
     drawn_windows, gathered_indices, safe_ratio, sampled_windows, sector_shift_and_narrow,
@@ -143,25 +145,6 @@ of a matrix it has uploaded run on the GPU (:func:`canonical_features_and_length
 less per decision on a 20M-nonzero matrix on an H200 host. Below, the host scan takes a few
 milliseconds, less than the first use of those passes in a process, which loads their GPU
 code from CuPy's cache (about 0.1 s on the same machine)."""
-DEVICE_LENGTH_PASSES_MIN_ROWS = 1 << 19
-"""For a matrix on the GPU, from this many rows the passes over the row lengths (longest row,
-length histogram, warp imbalance) run there (:func:`_device_length_passes`); below, on the
-host's copy of the row pointer (:func:`_host_length_passes`), which every matrix on the GPU has.
-Both give the same values. The GPU's passes are a dozen small reductions, each a launch and
-some a wait; on an H200 and its Xeon host (medians of 30): 0.66 ms on the GPU against 0.36 ms
-on the host for a power-law matrix of 102,379 rows, equal at 200,704 rows (2-D Laplacian,
-0.47 / 0.45 ms) and 432,665 rows (power law, 2.15 / 2.09 ms), and the GPU ahead from a
-million rows (1.05 / 1.24 ms; at 4·10⁶ rows 1.3 / 7.0 ms)."""
-HYB_COO_COST = 3
-"""COO entry cost in ELL slots; the same as ``autospmv.formats.hyb.width_cost``'s."""
-
-_LENGTH_NAMES = (
-    "row_mean", "row_std", "row_cv", "row_min", "row_max", "row_median", "row_p90", "row_p99",
-    "row_max_over_mean", "row_gini", "row_skew", "empty_row_share", "top1pct_nnz_share",
-    "ell_fill", "hyb_width", "hyb_coo_share", "warp_imbalance_sorted",
-)  # fmt: skip
-"""The order of the tuple :func:`_length_features` returns."""
-
 def features(A, sample_rows: int | None = None, device: str | None = None) -> dict[str, float]:
     """Return the structural features of A, keyed by :func:`feature_names` (see module doc).
 
@@ -284,7 +267,7 @@ def _assemble(csr, scanned: tuple, device: str
     m, n = csr.shape
     nnz = int(csr.nnz)
     sampled, band, diagonals, warp_sum, values, counts = scanned
-    out = dict(zip(_LENGTH_NAMES, _length_features(values, counts, m, nnz), strict=True))
+    out = dict(zip(LENGTH_NAMES, length_features(values, counts, m, nnz), strict=True))
     out.update(
         rows=m, cols=n, nnz=nnz, density=safe_ratio(nnz, m * n, 0.0),
         log10_rows=math.log10(1 + m), log10_cols=math.log10(1 + n), log10_nnz=math.log10(1 + nnz),
@@ -317,14 +300,14 @@ def _scan(csr: sp.csr_matrix, sample_rows: int | None, uploaded=None, detail=Non
     ``uploaded``: the same matrix on the GPU (:class:`autospmv.formats.base.DeviceCSR`). Then the
     scan reads the windows drawn for detail only; the bandwidth and the occupied diagonals,
     which read every index, are reduced on the GPU (:func:`_band_and_diagonals`), and so are
-    the passes over the row lengths (:func:`_device_length_passes`). ``detail``: the row
+    the passes over the row lengths (:func:`device_length_passes`). ``detail``: the row
     pointer and indices the detail windows are read from, when ``csr`` has no indices on the
     host (:func:`_sampled_rows`); default ``csr``'s own."""
     m, n = csr.shape
     indptr = csr.indptr
     full = uploaded is None
     if not full and (not sampled or warp_sectors):
-        longest, values, counts, warp_sum = _length_passes(uploaded, indptr)
+        longest, values, counts, warp_sum = length_passes(uploaded, indptr)
         band, diagonals = _band_and_diagonals(uploaded) if index_passes else (None, None)
         features = _device_warp_sectors(uploaded) if sampled else None
         return features, band, diagonals, warp_sum, values, counts
@@ -336,7 +319,7 @@ def _scan(csr: sp.csr_matrix, sample_rows: int | None, uploaded=None, detail=Non
     if full:
         longest = row_length_moments(indptr, m, parallel)[1]
     else:
-        longest, values, counts, warp_sum = _length_passes(uploaded, indptr)
+        longest, values, counts, warp_sum = length_passes(uploaded, indptr)
     csr_bytes = indptr.nbytes + csr.nnz * (indptr.itemsize + np.dtype(csr.dtype).itemsize)
     shift, narrow = sector_shift_and_narrow(csr)
     if not scratch_fits(m, n, longest, csr_bytes, full, sampled):
@@ -346,7 +329,7 @@ def _scan(csr: sp.csr_matrix, sample_rows: int | None, uploaded=None, detail=Non
         if not full:
             band, diagonals = _band_and_diagonals(uploaded) if index_passes else (None, None)
             return counters, band, diagonals, warp_sum, values, counts
-        _, values, counts, warp_sum = _host_length_passes(indptr, m)
+        _, values, counts, warp_sum = host_length_passes(indptr, m)
         return counters, *band_and_diagonals(indptr, csr.indices, m), warp_sum, values, counts
     workers = _workers(threads if parallel else 1, m, n, longest, csr_bytes, full, sampled)
     bounds = _split_windows(indptr, m, selected, workers, full)
@@ -361,7 +344,7 @@ def _scan(csr: sp.csr_matrix, sample_rows: int | None, uploaded=None, detail=Non
     occupied = flags[0] if workers == 1 else np.bitwise_or.reduce(flags, axis=0)
     return (
         counters, int(sums[:, _BAND].max()), int(np.count_nonzero(occupied)),
-        warp_ratio_sum(indptr, m, parallel), *_length_histogram(hist, indptr),
+        warp_ratio_sum(indptr, m, parallel), *length_histogram(hist, indptr),
     )  # fmt: skip
 
 
@@ -406,70 +389,6 @@ def _device_warp_sectors(csr) -> dict[str, float]:
     return {"x_sectors_per_nnz_warp": distinct / entries}
 
 
-def length_passes_on_device(rows: int) -> bool:
-    """Whether the row-length passes of a matrix on the GPU with ``rows`` rows run there
-    (:data:`DEVICE_LENGTH_PASSES_MIN_ROWS`) rather than on the host's row pointer."""
-    return rows >= DEVICE_LENGTH_PASSES_MIN_ROWS
-
-
-def _length_passes(uploaded, indptr) -> tuple[int, np.ndarray, np.ndarray, float]:
-    """The passes over the row lengths of a matrix on the GPU (``uploaded``), whose host row
-    pointer is ``indptr``: on the GPU or on the host by :func:`length_passes_on_device`; the
-    same values either way."""
-    if length_passes_on_device(uploaded.shape[0]):
-        return _device_length_passes(uploaded)
-    return _host_length_passes(indptr, uploaded.shape[0])
-
-
-def _host_length_passes(indptr, m: int) -> tuple[int, np.ndarray, np.ndarray, float]:
-    """What :func:`_device_length_passes` returns, computed on the host from the row pointer
-    (:func:`row_length_moments`, :func:`row_length_counts`, :func:`warp_ratio_sum`), with the
-    same rule for sorting the lengths instead of counting them."""
-    if m == 0:
-        return 0, np.zeros(0, np.int64), np.zeros(0, np.int64), 0.0
-    parallel = threaded_passes(int(indptr[m] - indptr[0]))
-    longest = int(row_length_moments(indptr, m, parallel)[1])
-    if not lengths_counted(longest, m):
-        values, counts = np.unique(np.diff(indptr).astype(np.int64), return_counts=True)
-    else:
-        counts = row_length_counts(indptr, m, longest)
-        values = np.flatnonzero(counts)
-        counts = counts[values]
-    return longest, values, counts, warp_ratio_sum(indptr, m, parallel)
-
-
-def _device_length_passes(csr) -> tuple[int, np.ndarray, np.ndarray, float]:
-    """The longest row, the distinct row lengths with their counts, and the warp imbalance sum
-    of a matrix on the GPU, from row lengths computed there: what :func:`row_length_moments`,
-    the scan's length histogram (:func:`_length_histogram`) and :func:`warp_ratio_sum` compute
-    on the host, with the same values (integer reductions, and each warp's ratio divided there
-    as on the host and summed on the host in the host's order, :func:`chunked_ratio_sum`). The
-    lengths are sorted instead of counted when the longest row is much longer than m, as on
-    the host. What comes back is the histogram and one number per warp of rows, not the row
-    pointer's m + 1."""
-    xp = csr.xp
-    m = csr.shape[0]
-    if m == 0:
-        return 0, np.zeros(0, np.int64), np.zeros(0, np.int64), 0.0
-    lengths = xp.diff(csr.indptr).astype(np.int64)
-    longest = int(lengths.max())
-    if not lengths_counted(longest, m):
-        values, counts = np.unique(to_host(lengths), return_counts=True)
-    else:
-        counts = to_host(xp.bincount(lengths, minlength=longest + 1))
-        values = np.flatnonzero(counts)
-        counts = counts[values]
-    warps = -(-m // WINDOW_ROWS)
-    padded = xp.zeros(warps * WINDOW_ROWS, dtype=np.int64)
-    padded[:m] = lengths
-    padded = padded.reshape(warps, WINDOW_ROWS)
-    entries = padded.sum(axis=1)
-    rows = xp.full(warps, WINDOW_ROWS, dtype=np.int64)
-    rows[-1] = m - WINDOW_ROWS * (warps - 1)
-    ratio = xp.where(entries > 0, padded.max(axis=1) * rows / xp.maximum(entries, 1), 1.0)
-    return longest, values, counts, float(chunked_ratio_sum(to_host(ratio)))
-
-
 def _sampled_features(sums) -> dict[str, float]:
     """The features of :data:`SAMPLED_FEATURES` from the counters of the scanned rows."""
     nnz = sums[_SAMPLED_NNZ]
@@ -483,125 +402,3 @@ def _sampled_features(sums) -> dict[str, float]:
         out[f"block{b}_share"] = safe_ratio(sums[_FULL[b]], counted, 0.0)
         out[f"block{b}_fill"] = safe_ratio(sums[_TOUCHED[b]] * b * b, counted, 1.0)
     return out
-
-
-def _length_histogram(hist: np.ndarray, indptr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct row lengths (ascending) and their counts, from the workers' histograms; they
-    have no columns when the longest row is much longer than m: then the lengths are sorted."""
-    if hist.shape[1] == 0:
-        return np.unique(np.diff(indptr).astype(np.int64), return_counts=True)
-    total = hist.sum(axis=0)
-    values = np.flatnonzero(total)
-    return values, total[values]
-
-
-
-
-
-
-# ---------------------------------------------------------------------------------------------
-# Row-length statistics from the histogram: distinct lengths ``values`` (ascending) and how
-# many rows have each (``counts``); O(number of distinct lengths + m / 32).
-
-
-@njit(cache=True)
-def _length_features(values, counts, m, nnz):
-    """The features of :data:`_LENGTH_NAMES`, in that order."""
-    if m == 0:
-        return (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0,
-                1.0)  # fmt: skip
-    mean = nnz / m
-    var = third = gini = 0.0
-    below = 0  # rows shorter than the current value
-    for k in range(values.size):
-        v, c = values[k], counts[k]
-        dev = v - mean
-        var += c * dev * dev
-        third += c * dev * dev * dev
-        gini += float(v) * c * (2 * below + c - m)
-        below += c
-    std = math.sqrt(var / m)
-    skew = third / m / std**3 if std > 0 else 0.0
-    row_max = values[-1]
-    width, overflow = _hyb_width(values, counts, m, nnz)
-    return (
-        mean, std, std / mean if mean else 0.0, float(values[0]), float(row_max),
-        _percentile(values, counts, m, 0.5), _percentile(values, counts, m, 0.9),
-        _percentile(values, counts, m, 0.99), row_max / mean if mean else 1.0,
-        gini / (m * nnz) if nnz else 0.0, skew, counts[0] / m if values[0] == 0 else 0.0,
-        _top_rows(values, counts, max(1, -(-m // 100))) / nnz if nnz else 0.0,
-        m * row_max / nnz if nnz else 1.0, float(width), overflow / nnz if nnz else 0.0,
-        _sorted_warp_imbalance(values, counts, m),
-    )  # fmt: skip
-
-
-@njit(cache=True)
-def _percentile(values, counts, m, q):
-    """q-quantile of the row lengths, with numpy's default linear interpolation."""
-    pos = q * (m - 1)
-    lo = int(pos)
-    low = _value_at(values, counts, lo)
-    high = _value_at(values, counts, min(lo + 1, m - 1))
-    return low + (pos - lo) * (high - low)
-
-
-@njit(cache=True)
-def _value_at(values, counts, rank):
-    """The row length at 0-based ``rank`` in ascending order."""
-    seen = 0
-    for k in range(values.size):
-        seen += counts[k]
-        if seen > rank:
-            return float(values[k])
-    return float(values[-1])
-
-
-@njit(cache=True)
-def _top_rows(values, counts, rows):
-    """Entries in the ``rows`` longest rows."""
-    total = 0
-    for k in range(values.size - 1, -1, -1):
-        take = min(rows, counts[k])
-        total += take * values[k]
-        rows -= take
-    return total
-
-
-@njit(cache=True)
-def _sorted_warp_imbalance(values, counts, m):
-    """Mean over warps of max/mean row length once rows are sorted by length, descending."""
-    total = 0.0
-    placed = longest = entries = 0  # in the warp being filled
-    for k in range(values.size - 1, -1, -1):
-        left = counts[k]
-        while left > 0:
-            if placed == 0:
-                longest = values[k]
-            take = min(left, WARP - placed)
-            entries += take * values[k]
-            placed += take
-            left -= take
-            if placed == WARP:
-                total += longest * WARP / entries if entries else 1.0
-                placed = entries = 0
-    if placed:
-        total += longest * placed / entries if entries else 1.0
-    return total / -(-m // WARP)
-
-
-@njit(cache=True)
-def _hyb_width(values, counts, m, nnz):
-    """(K, overflow(K)) of the HYB width rule (module docstring). Must equal
-    ``autospmv.formats.hyb.width_cost``: the cost is convex and piecewise linear in K
-    with breaks at the row lengths, so its smallest minimiser is 0 or one of them."""
-    best_k, best_overflow = 0, nnz
-    best_cost = HYB_COO_COST * nnz
-    shorter = entries = 0  # rows of length ≤ values[k] and their entries
-    for k in range(values.size):
-        shorter += counts[k]
-        entries += counts[k] * values[k]
-        overflow = (nnz - entries) - values[k] * (m - shorter)
-        cost = m * values[k] + HYB_COO_COST * overflow
-        if cost < best_cost:
-            best_k, best_overflow, best_cost = values[k], overflow, cost
-    return best_k, best_overflow

@@ -15,10 +15,10 @@ from .devices import (  # noqa: F401  (cuda_available: re-exported)
 )
 from .cpu_threads import check_threads
 from .features import (
-    DEVICE_PASSES_MIN_NNZ, canonical_features_and_lengths, length_passes_on_device, passes_needed,
-    warp_sectors_only,
+    DEVICE_PASSES_MIN_NNZ, canonical_features_and_lengths, passes_needed, warp_sectors_only,
 )
 from .formats.base import FormatTooLargeError
+from .length_features import length_passes_on_device
 from .operator import SpMVOperator, borrows
 from .selector import (
     Decision, find_model, forced_decision, model_decision, rule_decision, warn_skipped,

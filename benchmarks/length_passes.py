@@ -2,7 +2,7 @@
 
 For the benchmark's 2-D Laplacian and power-law matrices (``prepare_cost.make_matrices``) of
 10⁶, 5·10⁶ and 2·10⁷ nonzeros in float32, uploaded with CuPy, this prints the time of
-``autospmv.features._device_length_passes`` and ``_host_length_passes`` (medians of 30, and
+``autospmv.length_features.device_length_passes`` and ``host_length_passes`` (medians of 30, and
 whether they agree), and of an automatic ``prepare()`` of the CuPy matrix with the shipped
 threshold ``DEVICE_LENGTH_PASSES_MIN_ROWS`` and with the passes always on the device.
 Needs a GPU and CuPy:
@@ -12,7 +12,6 @@ Needs a GPU and CuPy:
 
 from __future__ import annotations
 
-import importlib
 import sys
 from pathlib import Path
 
@@ -27,7 +26,7 @@ from autospmv.device import canonical_device_csr  # noqa: E402
 from autospmv.timing import time_calls  # noqa: E402
 from prepare_cost import make_matrices  # noqa: E402
 
-features = importlib.import_module("autospmv.features")  # the module, not the package's name
+from autospmv import length_features  # noqa: E402
 
 
 def milliseconds(call, repeats: int = 30) -> tuple[float, float]:
@@ -46,18 +45,18 @@ def main() -> None:
         cupy.cuda.Device().synchronize()
         csr = canonical_device_csr(matrix)
         m = A.shape[0]
-        on_device = milliseconds(lambda: features._device_length_passes(csr))
-        on_host = milliseconds(lambda: features._host_length_passes(csr.host_indptr, m))
-        same = (features._device_length_passes(csr)[0]
-                == features._host_length_passes(csr.host_indptr, m)[0])
+        on_device = milliseconds(lambda: length_features.device_length_passes(csr))
+        on_host = milliseconds(lambda: length_features.host_length_passes(csr.host_indptr, m))
+        same = (length_features.device_length_passes(csr)[0]
+                == length_features.host_length_passes(csr.host_indptr, m)[0])
         print(f"{name:16s} rows {m:>9,d}  device passes median {on_device[0]:.3f} "
               f"min {on_device[1]:.3f} ms | host passes median {on_host[0]:.3f} "
               f"min {on_host[1]:.3f} ms  same={same}", flush=True)
-        shipped = features.DEVICE_LENGTH_PASSES_MIN_ROWS
+        shipped = length_features.DEVICE_LENGTH_PASSES_MIN_ROWS
         for label, rows in ((f"threshold {shipped:,} rows", shipped), ("always device", 0)):
-            features.DEVICE_LENGTH_PASSES_MIN_ROWS = rows
+            length_features.DEVICE_LENGTH_PASSES_MIN_ROWS = rows
             prepare = milliseconds(lambda: autospmv.prepare(matrix, device="cuda"), 15)
-            features.DEVICE_LENGTH_PASSES_MIN_ROWS = shipped
+            length_features.DEVICE_LENGTH_PASSES_MIN_ROWS = shipped
             print(f"    automatic prepare, {label}: median {prepare[0]:.2f} "
                   f"min {prepare[1]:.2f} ms", flush=True)
         del matrix, csr

@@ -12,7 +12,7 @@ import pytest
 import scipy.sparse as sp
 
 import autospmv
-from autospmv import cpu_threads, registry
+from autospmv import cpu_threads, length_features, registry
 from autospmv.device import is_device_matrix
 from autospmv.formats.base import DeviceCSR
 from autospmv.formats.base import FormatTooLargeError
@@ -310,15 +310,12 @@ def test_automatic_prepare_of_a_host_matrix_uploads_once_and_decides_as_select(m
     model's features call for on the GPU (from DEVICE_PASSES_MIN_NNZ nonzeros, lowered here for
     a small matrix, as is DEVICE_LENGTH_PASSES_MIN_ROWS), and the operator converts from that
     upload (a second would fail here)."""
-    import importlib
-
     _cupy()
     import autospmv.operator
     import autospmv.session
 
     monkeypatch.setattr(autospmv.session, "DEVICE_PASSES_MIN_NNZ", 0)
-    monkeypatch.setattr(importlib.import_module("autospmv.features"),
-                        "DEVICE_LENGTH_PASSES_MIN_ROWS", 0)
+    monkeypatch.setattr(length_features, "DEVICE_LENGTH_PASSES_MIN_ROWS", 0)
     A = canonicalize(power_law(40_000, 30_000, 1.8, 9))
     expected = autospmv.select(A, device="cuda")
 
@@ -334,7 +331,7 @@ def test_automatic_prepare_of_a_host_matrix_uploads_once_and_decides_as_select(m
 
 
 def test_decision_notes_say_where_the_row_length_passes_ran():
-    from autospmv.features import DEVICE_LENGTH_PASSES_MIN_ROWS
+    from autospmv.length_features import DEVICE_LENGTH_PASSES_MIN_ROWS
     from autospmv.session import _passes_note
 
     few, many = DEVICE_LENGTH_PASSES_MIN_ROWS - 1, DEVICE_LENGTH_PASSES_MIN_ROWS
@@ -356,7 +353,7 @@ def test_device_features_are_the_host_features(threaded, passes_on_the_device, m
     import importlib
 
     features_module = importlib.import_module("autospmv.features")
-    monkeypatch.setattr(features_module, "DEVICE_LENGTH_PASSES_MIN_ROWS",
+    monkeypatch.setattr(length_features, "DEVICE_LENGTH_PASSES_MIN_ROWS",
                         0 if passes_on_the_device else 1 << 40)
     if threaded:
         monkeypatch.setattr(cpu_threads, "PASSES_PARALLEL_MIN_NNZ", 1)
@@ -426,7 +423,7 @@ def test_length_passes_on_the_device_equal_the_host_passes(m):
     empty rows, a last warp that is not full, and a row much longer than the row count (the
     lengths then counted by sorting)."""
     from autospmv.feature_scan import row_length_moments, warp_ratio_sum
-    from autospmv.features import _device_length_passes, _host_length_passes
+    from autospmv.length_features import device_length_passes, host_length_passes
 
     rng = np.random.default_rng(m)
     lengths = rng.integers(0, 9, m) * (rng.random(m) < 0.9)
@@ -437,8 +434,8 @@ def test_length_passes_on_the_device_equal_the_host_passes(m):
     host_values, host_counts = np.unique(lengths, return_counts=True)
     # The same passes on the host's row pointer, as matrices on the GPU with fewer than
     # DEVICE_LENGTH_PASSES_MIN_ROWS rows get them.
-    for passes in (_device_length_passes(_numpy_device_csr(csr)),
-                   _host_length_passes(csr.indptr, m)):
+    for passes in (device_length_passes(_numpy_device_csr(csr)),
+                   host_length_passes(csr.indptr, m)):
         longest, values, counts, warp_sum = passes
         assert longest == row_length_moments(csr.indptr, m)[1]
         np.testing.assert_array_equal(values, host_values)

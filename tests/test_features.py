@@ -23,7 +23,7 @@ from autospmv.features import (
     WINDOW_ROWS,
     features,
 )
-from autospmv import cpu_threads
+from autospmv import cpu_threads, length_features
 from autospmv.choosers import width_cost
 from autospmv.sampling import SAMPLE_THRESHOLD, SAMPLE_TOLERANCE
 from autospmv.session import target_device
@@ -256,7 +256,7 @@ def test_hyb_width_equals_the_hyb_format_rule(seed):
     else:
         lengths = np.minimum(rng.pareto(1.0, m) * rng.integers(1, 20), 10_000).astype(np.int64)
     values, counts = np.unique(lengths, return_counts=True)
-    width, overflow = F._hyb_width(values, counts, m, int(lengths.sum()))
+    width, overflow = length_features._hyb_width(values, counts, m, int(lengths.sum()))
     assert width == width_cost(lengths)
     assert overflow == np.maximum(lengths - width, 0).sum()
 
