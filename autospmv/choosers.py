@@ -28,7 +28,7 @@ import scipy.sparse as sp
 
 from .cpu_threads import threaded_passes
 from .devices import CUDA_WARPS_IN_FLIGHT, check_device_name
-from .feature_scan import row_length_counts, row_length_moments
+from .row_passes import row_length_counts, row_length_moments
 from .formats.base import row_lengths
 from .formats.csr5 import OMEGA
 from .sampling import x_locality

@@ -3,7 +3,7 @@ reads its structural features from.
 
 The scan walks the rows in windows of :data:`WINDOW_ROWS` (one warp): every row for the
 row-length histogram, the bandwidth and the occupied diagonals (the warp imbalance is one
-serial pass over the row pointer, :func:`warp_ratio_sum`), and the
+serial pass over the row pointer, :func:`autospmv.row_passes.warp_ratio_sum`), and the
 rows of the windows drawn for detail also for the block, x-sector and narrow-band counters
 (the entries ``_T2`` … ``_SAMPLED_NNZ3`` of a worker's ``sums``). The work is split between
 workers (:func:`_split_windows`), each with its own scratch arrays within a memory budget
@@ -11,7 +11,7 @@ workers (:func:`_split_windows`), each with its own scratch arrays within a memo
 :data:`_scan_parallel` on numba's threads. A worker's scratch grows with the columns; when one
 worker's would outweigh the matrix (:func:`scratch_fits`: far more columns than nonzeros), the
 same counters are counted over the nonzeros instead, by sorting keys per group of rows
-(:func:`nonzero_counters`, :func:`band_and_diagonals`), in memory bounded by the nonzeros.
+(:func:`nonzero_counters`, :func:`autospmv.row_passes.band_and_diagonals`), in memory bounded by the nonzeros.
 It lives apart from the feature definitions
 (:mod:`autospmv.features`: names, sampling policy, row-length statistics, the public
 :func:`~autospmv.features.features`) because it is the bit-level machinery: block masks,
@@ -25,11 +25,11 @@ from numba import prange
 
 from .kernels import njit
 from .kernels.cpu import specialisations
+from .row_passes import WARP
 
 BLOCK_SIZES = (2, 3, 4, 8)
 """The b of the b×b block counters (2, 4 and 8 from one 8×8 bit mask, 3 from its own)."""
 
-WARP = 32
 WINDOW_ROWS = WARP
 """Rows per sampling window, the unit of work: one warp, a whole number of 8-row blocks."""
 DETAIL_COST = 8
@@ -134,7 +134,7 @@ def scratch_fits(m: int, n: int, longest: int, csr_bytes: int, full: bool = True
     :data:`SCRATCH_SHARE` of the CSR arrays' ``csr_bytes`` or :data:`SCRATCH_ALWAYS`. They do
     not when the matrix has far more columns than nonzeros (a 10 × 10⁹ matrix of 10⁵ nonzeros,
     1.2 MB, would need 7 GB); its counters are then counted over the nonzeros
-    (:func:`nonzero_counters`, :func:`band_and_diagonals`)."""
+    (:func:`nonzero_counters`, :func:`autospmv.row_passes.band_and_diagonals`)."""
     return _worker_bytes(m, n, longest, full, detail) <= max(SCRATCH_SHARE * csr_bytes,
                                                              SCRATCH_ALWAYS)
 
@@ -397,50 +397,6 @@ def _scan_windows(indptr, indices, m, n, shift, narrow, selected, first, last, f
             w += 1
 
 
-def _row_length_moments(indptr, m):
-    """Σ len² over the rows (float64: a sum of integers, exact below 2⁵³ in any order) and
-    the longest row's length, in one pass over the row pointer."""
-    squares = 0.0
-    longest = 0
-    for i in prange(m):
-        length = np.int64(indptr[i + 1] - indptr[i])
-        squares += float(length) * float(length)
-        longest = max(longest, length)
-    return squares, longest
-
-
-_moments_serial, _moments_parallel = specialisations(_row_length_moments)
-
-
-def row_length_moments(indptr, m, parallel: bool = False):
-    """Σ len² over the rows and the longest row's length (on numba's threads if
-    ``parallel``): both set CSR-vector's group size
-    (:func:`autospmv.registry.choose_threads_per_row`); the longest row also sizes the scan's
-    row-length histogram."""
-    return (_moments_parallel if parallel else _moments_serial)(indptr, m)
-
-
-@njit(cache=True)
-def row_length_counts(indptr, m, longest):
-    """``counts[k]`` = rows of length exactly k, for k = 0..``longest`` (the longest row's
-    length, from :func:`row_length_moments`), in one pass over the row pointer: no nnz- or
-    m-sized temporary, for the choosers that read the row-length histogram.
-
-    Four histograms take the rows in turn and are added at the end. With one, a run of rows
-    of equal length (a stencil's) makes each increment wait for the store of the one before
-    to the same counter; on the Intel hosts of the GPUs that took 10 ms for 4M rows."""
-    partial = np.zeros((4, longest + 1), dtype=np.int64)
-    whole = m - m % 4
-    for i in range(0, whole, 4):
-        partial[0, indptr[i + 1] - indptr[i]] += 1
-        partial[1, indptr[i + 2] - indptr[i + 1]] += 1
-        partial[2, indptr[i + 3] - indptr[i + 2]] += 1
-        partial[3, indptr[i + 4] - indptr[i + 3]] += 1
-    for i in range(whole, m):
-        partial[0, indptr[i + 1] - indptr[i]] += 1
-    return partial[0] + partial[1] + partial[2] + partial[3]
-
-
 def _scan_workers(indptr, indices, m, n, shift, narrow, selected, bounds, sums, hist, flags,
                   stamp, masks8, list8, masks3, list3, full):  # fmt: skip
     """Run worker t's share of the windows, ``bounds[t]..bounds[t+1]-1``, for every t; each
@@ -451,82 +407,6 @@ def _scan_workers(indptr, indices, m, n, shift, narrow, selected, bounds, sums, 
         _scan_windows(indptr, indices, m, n, shift, narrow, selected, bounds[t], bounds[t + 1],
                       flags[t], hist[t], stamp[t], masks8[t], list8[t], masks3[t], list3[t],
                       sums[t], full)
-
-
-@njit(cache=True)
-def sample_layout(indptr, selected, m):
-    """The rows of the ``selected`` windows alone: a row pointer over m rows in which every
-    other row is empty, and the position in the full index array of each entry it holds (in
-    order), so that ``indices[positions]`` with this row pointer is what the scan reads for
-    those windows."""
-    sample_indptr = np.empty(m + 1, dtype=indptr.dtype)
-    sample_indptr[0] = 0
-    total = 0
-    for w in range(selected.size):
-        lo = w * WINDOW_ROWS
-        hi = min(lo + WINDOW_ROWS, m)
-        for i in range(lo, hi):
-            if selected[w]:
-                total += indptr[i + 1] - indptr[i]
-            sample_indptr[i + 1] = total
-    return sample_indptr, window_positions(indptr, np.flatnonzero(selected), m)[0]
-
-
-@njit(cache=True)
-def window_positions(indptr, windows, m):
-    """The entries of some windows alone: their positions in the index array, window after
-    window (``windows``: ascending window numbers), and where each window's entries start
-    among them (``windows.size + 1`` offsets). O(entries of those windows), unlike
-    :func:`sample_layout`'s row pointer over all m rows."""
-    offsets = np.empty(windows.size + 1, dtype=np.int64)
-    offsets[0] = 0
-    for k in range(windows.size):
-        lo = windows[k] * WINDOW_ROWS
-        offsets[k + 1] = offsets[k] + indptr[min(lo + WINDOW_ROWS, m)] - indptr[lo]
-    positions = np.empty(offsets[-1], dtype=np.int64)
-    for k in range(windows.size):
-        start = indptr[windows[k] * WINDOW_ROWS]
-        for j in range(offsets[k + 1] - offsets[k]):
-            positions[offsets[k] + j] = start + j
-    return positions, offsets
-
-
-@njit(cache=True)
-def window_sectors(indices, offsets, shift):
-    """Σ over windows of the distinct 32-byte sectors of x (column >> ``shift``) that the
-    window's entries read: the scan's warp-sector counter (``_WARP_SECTORS``, stamped in
-    :func:`_flush8`), counted here in a hash table of twice the largest window's entries,
-    stamped with the window's number, so that a sample of a few windows needs no scratch
-    array over the columns (nor sorting)."""
-    windows = offsets.size - 1
-    longest = 0
-    for k in range(windows):
-        longest = max(longest, offsets[k + 1] - offsets[k])
-    size = 64
-    while size < 2 * longest:
-        size *= 2
-    mask = size - 1
-    keys = np.empty(size, dtype=np.int64)
-    owner = np.zeros(size, dtype=np.int64)
-    total = 0
-    for k in range(windows):
-        stamp = k + 1
-        for p in range(offsets[k], offsets[k + 1]):
-            sector = np.int64(indices[p]) >> shift
-            slot = (sector * 2654435761) & mask
-            while owner[slot] == stamp and keys[slot] != sector:
-                slot = (slot + 1) & mask
-            if owner[slot] != stamp:
-                owner[slot] = stamp
-                keys[slot] = sector
-                total += 1
-    return total
-
-
-# ---------------------------------------------------------------------------------------------
-# The same counters over the nonzeros, for matrices whose scratch would outweigh them
-# (:func:`scratch_fits`): every counter counts distinct keys (block, sector) in groups of rows,
-# found by sorting each group's keys; memory in proportion to the largest group's entries.
 
 
 @njit(cache=True)
@@ -600,84 +480,6 @@ def nonzero_counters(indptr, indices, m, n, shift, narrow, selected):
         else:
             w += 1
     return sums
-
-
-@njit(cache=True)
-def _diagonal_offsets(indptr, indices, m, offsets):
-    """``offsets[p]`` = j − i of entry p (row i, column j); returns the largest |j − i|."""
-    band = 0
-    for i in range(m):
-        for p in range(indptr[i], indptr[i + 1]):
-            offsets[p] = np.int64(indices[p]) - i
-            band = max(band, abs(offsets[p]))
-    return band
-
-
-@njit(cache=True)
-def _distinct_sorted(values):
-    """The number of distinct values of a sorted array."""
-    count = min(values.size, 1)
-    for k in range(1, values.size):
-        count += values[k] != values[k - 1]
-    return count
-
-
-def band_and_diagonals(indptr, indices, m) -> tuple[int, int]:
-    """The bandwidth and the number of occupied diagonals that the full scan counts in its
-    flags over the m + n − 1 diagonals, from the entries' sorted offsets j − i: 8 bytes per
-    nonzero."""
-    offsets = np.empty(int(indptr[m]), dtype=np.int64)
-    band = _diagonal_offsets(indptr, indices, m, offsets)
-    offsets.sort()
-    return int(band), int(_distinct_sorted(offsets))
-
-
-RATIO_CHUNK = 4096
-"""Warps per partial sum of :func:`chunked_ratio_sum`: the order in which the warp imbalance
-ratios are added (partial sums over this many warps, then the partial sums), the same wherever
-the ratios were computed, so that the feature has the same value on every path."""
-
-
-def _warp_ratios(indptr, m):
-    """Per warp of 32 rows, (longest row · rows) / entries (1 for a warp of empty rows), from
-    the row pointer alone."""
-    warps = -(-m // WINDOW_ROWS)
-    ratios = np.empty(warps)
-    for w in prange(warps):
-        lo = w * WINDOW_ROWS
-        hi = min(lo + WINDOW_ROWS, m)
-        longest = entries = 0
-        for i in range(lo, hi):
-            length = np.int64(indptr[i + 1] - indptr[i])
-            entries += length
-            longest = max(longest, length)
-        ratios[w] = longest * (hi - lo) / entries if entries else 1.0
-    return ratios
-
-
-_ratios_serial, _ratios_parallel = specialisations(_warp_ratios)
-
-
-@njit(cache=True)
-def chunked_ratio_sum(ratios):
-    """The sum of per-warp ratios in the order of :data:`RATIO_CHUNK`, whether the ratios were
-    computed on the host (:func:`warp_ratio_sum`) or on the GPU."""
-    chunks = -(-ratios.size // RATIO_CHUNK)
-    result = 0.0
-    for c in range(chunks):
-        total = 0.0
-        for w in range(c * RATIO_CHUNK, min((c + 1) * RATIO_CHUNK, ratios.size)):
-            total += ratios[w]
-        result += total
-    return result
-
-
-def warp_ratio_sum(indptr, m, parallel: bool = False) -> float:
-    """The warp imbalance sum: the ratios of :func:`_warp_ratios` (on numba's threads if
-    ``parallel``) added by :func:`chunked_ratio_sum`, with the same result either way;
-    computed apart from the scan, so that the ``warp_imbalance`` feature does not depend on how
-    the scan's windows are split between threads."""
-    return chunked_ratio_sum((_ratios_parallel if parallel else _ratios_serial)(indptr, m))
 
 
 _scan_serial, _scan_parallel = specialisations(_scan_workers)

@@ -97,18 +97,17 @@ from .devices import target_device
 from .formats.base import row_of_each_nonzero
 from .feature_scan import (
     _BAND, _FULL, _NARROW, _ROW_SECTORS, _SAMPLED_NNZ, _SAMPLED_NNZ3, _TOUCHED, _WARP_SECTORS,
-    BLOCK_SIZES, WARP, WINDOW_ROWS, _scan_parallel,
-    sample_layout, warp_ratio_sum,
-    _scan_serial, _scratch, _split_windows, _workers, band_and_diagonals,
-    nonzero_counters, row_length_moments, scratch_fits,
+    BLOCK_SIZES, WINDOW_ROWS, _scan_parallel, _scan_serial, _scratch, _split_windows, _workers,
+    nonzero_counters, scratch_fits,
 )  # fmt: skip
 from .length_features import (
     LENGTH_NAMES, host_length_passes, length_features, length_histogram, length_passes,
 )
+from .row_passes import WARP, band_and_diagonals, row_length_moments, warp_ratio_sum
 from .sampling import (
     SAMPLE_THRESHOLD,
     drawn_windows, gathered_indices, safe_ratio, sampled_windows, sector_shift_and_narrow,
-    select_windows,
+    sample_layout, select_windows,
 )  # fmt: skip
 from .validation import canonicalize
 

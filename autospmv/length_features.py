@@ -16,9 +16,9 @@ import math
 import numpy as np
 
 from .cpu_threads import threaded_passes
-from .feature_scan import (
-    WARP, WINDOW_ROWS, chunked_ratio_sum, lengths_counted, row_length_counts, row_length_moments,
-    warp_ratio_sum,
+from .feature_scan import WINDOW_ROWS, lengths_counted
+from .row_passes import (
+    WARP, chunked_ratio_sum, row_length_counts, row_length_moments, warp_ratio_sum,
 )
 from .formats.base import to_host
 from .kernels import njit

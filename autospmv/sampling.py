@@ -13,8 +13,9 @@ import math
 
 import numpy as np
 
-from .feature_scan import WINDOW_ROWS, window_positions, window_sectors
+from .feature_scan import WINDOW_ROWS
 from .formats.base import to_host
+from .kernels import njit
 
 SAMPLE_THRESHOLD = 1 << 17
 """Above this many nonzeros the sampled features are sampled by default."""
@@ -33,7 +34,7 @@ def x_locality(csr) -> float:
     :data:`SAMPLE_TARGET_NNZ` nonzeros whatever the matrix's size: the locality of x for a
     parameter chooser (CSR5's tile height, :func:`autospmv.formats.csr5.choose_sigma`). The
     windows are drawn as for the features (:func:`drawn_windows`), fewer of them, and their
-    sectors counted in a small hash table (:func:`~autospmv.feature_scan.window_sectors`):
+    sectors counted in a small hash table (:func:`window_sectors`):
     0.1–0.4 ms on a 2·10⁷-nonzero matrix, where the features' sixteenth of it takes tens of
     milliseconds. With at most :data:`SAMPLE_TARGET_NNZ` nonzeros every window is read and the
     value is the feature's. ``csr``: a canonical host matrix, or the
@@ -108,3 +109,79 @@ def drawn_windows(total: int, count: int) -> np.ndarray:
     z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
     z ^= z >> np.uint64(31)
     return edges[:-1] + (z % np.diff(edges).astype(np.uint64)).astype(np.int64)
+
+
+@njit(cache=True)
+def sample_layout(indptr, selected, m):
+    """The rows of the ``selected`` windows alone: a row pointer over m rows in which every
+    other row is empty, and the position in the full index array of each entry it holds (in
+    order), so that ``indices[positions]`` with this row pointer is what the scan reads for
+    those windows."""
+    sample_indptr = np.empty(m + 1, dtype=indptr.dtype)
+    sample_indptr[0] = 0
+    total = 0
+    for w in range(selected.size):
+        lo = w * WINDOW_ROWS
+        hi = min(lo + WINDOW_ROWS, m)
+        for i in range(lo, hi):
+            if selected[w]:
+                total += indptr[i + 1] - indptr[i]
+            sample_indptr[i + 1] = total
+    return sample_indptr, window_positions(indptr, np.flatnonzero(selected), m)[0]
+
+
+@njit(cache=True)
+def window_positions(indptr, windows, m):
+    """The entries of some windows alone: their positions in the index array, window after
+    window (``windows``: ascending window numbers), and where each window's entries start
+    among them (``windows.size + 1`` offsets). O(entries of those windows), unlike
+    :func:`sample_layout`'s row pointer over all m rows."""
+    offsets = np.empty(windows.size + 1, dtype=np.int64)
+    offsets[0] = 0
+    for k in range(windows.size):
+        lo = windows[k] * WINDOW_ROWS
+        offsets[k + 1] = offsets[k] + indptr[min(lo + WINDOW_ROWS, m)] - indptr[lo]
+    positions = np.empty(offsets[-1], dtype=np.int64)
+    for k in range(windows.size):
+        start = indptr[windows[k] * WINDOW_ROWS]
+        for j in range(offsets[k + 1] - offsets[k]):
+            positions[offsets[k] + j] = start + j
+    return positions, offsets
+
+
+@njit(cache=True)
+def window_sectors(indices, offsets, shift):
+    """Σ over windows of the distinct 32-byte sectors of x (column >> ``shift``) that the
+    window's entries read: the scan's warp-sector counter (``_WARP_SECTORS``, stamped in
+    :func:`_flush8`), counted here in a hash table of twice the largest window's entries,
+    stamped with the window's number, so that a sample of a few windows needs no scratch
+    array over the columns (nor sorting)."""
+    windows = offsets.size - 1
+    longest = 0
+    for k in range(windows):
+        longest = max(longest, offsets[k + 1] - offsets[k])
+    size = 64
+    while size < 2 * longest:
+        size *= 2
+    mask = size - 1
+    keys = np.empty(size, dtype=np.int64)
+    owner = np.zeros(size, dtype=np.int64)
+    total = 0
+    for k in range(windows):
+        stamp = k + 1
+        for p in range(offsets[k], offsets[k + 1]):
+            sector = np.int64(indices[p]) >> shift
+            slot = (sector * 2654435761) & mask
+            while owner[slot] == stamp and keys[slot] != sector:
+                slot = (slot + 1) & mask
+            if owner[slot] != stamp:
+                owner[slot] = stamp
+                keys[slot] = sector
+                total += 1
+    return total
+
+
+# ---------------------------------------------------------------------------------------------
+# The same counters over the nonzeros, for matrices whose scratch would outweigh them
+# (:func:`scratch_fits`): every counter counts distinct keys (block, sector) in groups of rows,
+# found by sorting each group's keys; memory in proportion to the largest group's entries.

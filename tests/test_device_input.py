@@ -422,7 +422,7 @@ def test_length_passes_on_the_device_equal_the_host_passes(m):
     several of the imbalance sum's chunks (300,000 rows: three chunks of 4,096 warps), with
     empty rows, a last warp that is not full, and a row much longer than the row count (the
     lengths then counted by sorting)."""
-    from autospmv.feature_scan import row_length_moments, warp_ratio_sum
+    from autospmv.row_passes import row_length_moments, warp_ratio_sum
     from autospmv.length_features import device_length_passes, host_length_passes
 
     rng = np.random.default_rng(m)

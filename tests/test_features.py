@@ -322,7 +322,7 @@ def test_parallel_scan_equals_serial(monkeypatch):
 def test_row_length_counts_is_the_histogram_of_the_row_lengths(m, itype):
     """Any row count (the four interleaved histograms leave up to three rows to the tail),
     runs of equal lengths and empty rows."""
-    from autospmv.feature_scan import row_length_counts
+    from autospmv.row_passes import row_length_counts
 
     rng = np.random.default_rng(m)
     lengths = np.where(rng.random(m) < 0.5, 5, rng.integers(0, 12, m))
