@@ -16,7 +16,7 @@ tile height) and the parameter variants the labeller times.
 * CSR5's tile height σ (:func:`choose_sigma`).
 
 The choosers stand below the features: they read the row pointer through the compiled passes
-of :mod:`autospmv.feature_scan` and x's locality through :func:`autospmv.sampling.x_locality`.
+of :mod:`autospmv.row_passes` and x's locality through :func:`autospmv.sampling.x_locality`.
 """
 
 from __future__ import annotations

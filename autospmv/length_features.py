@@ -2,7 +2,7 @@
 their histogram.
 
 The passes (the longest row, the histogram of the row lengths and the warp imbalance) read only
-the row pointer, on the host (compiled passes of :mod:`autospmv.feature_scan`) or, for a large
+the row pointer, on the host (compiled passes of :mod:`autospmv.row_passes`) or, for a large
 matrix on the GPU, there, with the same values. The statistics (:data:`LENGTH_NAMES`: mean,
 spread, percentiles, Gini coefficient, ELL fill, HYB width, sorted warp imbalance, ...) are
 computed from the histogram alone: the distinct lengths ``values`` (ascending) and how many rows
