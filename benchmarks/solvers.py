@@ -29,9 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from autospmv.bench_solvers import (  # noqa: E402, F401  (the scripts' names)
-    LARGE_NNZ, SOLVERS, blas_info, build_problems, main, matrix_files, solver_calls, versions,
-)
+from autospmv.bench_solvers import main  # noqa: E402
 
 
 def default_matrices() -> Path | None:

@@ -349,7 +349,7 @@ def test_a_users_wait_policy_is_kept():
 @pytest.mark.parametrize("rectangular", [False, True])
 def test_solver_benchmark_checks_every_solver_on_a_small_matrix(rectangular):
     """The benchmark's untimed check: equal product counts, iterations and solutions."""
-    from autospmv import bench_solvers as bench
+    from autospmv import bench_solver_runs as bench
 
     A = sp.random(150, 110 if rectangular else 150, density=0.05, format="csr", random_state=7)
     A = (A + sp.eye(*A.shape)).tocsr()
