@@ -161,27 +161,9 @@ def choose_sigma(csr: sp.csr_matrix, device: str, x_locality: Callable[[], float
        :data:`SHORT_ROWS` or more when there are as many tiles of that height as warps in
        flight.
 
-    Step 1 was measured with the eight-entry kernel on an H100 (back-to-back, 10–20M nonzeros,
-    ``benchmarks/results/csr5-ab-h100-2026-11-23.json``): on 12 grown real and regular matrices
-    σ = 16 ran at 1.78–2.55 TB/s effective in float32 and 1.76–2.57 in float64, where σ = 12,
-    on the clamped path, ran at 1.33–2.18 and 1.50–2.41. The halving rules were designed on
-    per-call times of σ/2, σ and 2σ of the structural rule (174 matrices of 10⁴–10⁷ nonzeros
-    on an H200, 115 on a 2-core Xeon, four-entry kernel): on the H200 they raised the
-    structural rule's 0.937 of the fastest of those (geometric mean) to 0.993; on the CPU 2σ
-    reached 0.968 against 0.943.
-
-    The long-row and locality rules were fitted on the label variants, which time every σ of
-    ``registry.CSR5_SIGMAS`` (``models/labels``, both GPUs, both dtypes). On long rows, over
-    the nine FIT2D and long-row matrices of 10⁴–2·10⁷ nonzeros, float32's σ = 16 (halved: 8)
-    reaches 0.985 of the fastest σ against the structural 8's 0.943 on the H200, and 0.989
-    against 0.969 on the H100 (geometric mean); in float64 it would lose (0.946 against 0.994
-    on the H200). With both rules, csr5 at the chosen σ reaches, over the 185 label matrices of
-    10⁶ nonzeros or more, 0.966 / 0.971 / 0.977 / 0.980 of its fastest σ (H100 float32 /
-    float64, H200 float32 / float64), where the structural rule reached 0.962 / 0.963 / 0.972 /
-    0.972. At 2·10⁷ nonzeros (``benchmarks/results/kernels-h200-2026-11-26.json``) it lifted
-    the library's fastest kernel against cuSPARSE in float32 from 1.145 to 1.163 (geometric
-    mean over the same 18 matrices); FIT2D grown 155 times runs at 3.14 TB/s with σ = 16, where
-    σ = 8 gave 2.86 in the earlier run.
+    The rules were fitted on the labeller's timings of every σ of :data:`CSR5_SIGMAS`
+    (``models/labels``, both GPUs, both dtypes); the measurements are listed in
+    ``benchmarks/results/README.md``.
     """
     sigma = structural_sigma(csr)
     if device == "cpu":
@@ -214,9 +196,7 @@ def structural_sigma(csr: sp.csr_matrix) -> int:
     there 12 is faster. When rows are much longer than a tile, tiles are summed by the kernel's
     one-row path and smaller tiles give more warps in flight. Multiples of 4, since a partial
     last step wastes loads (the halved σ = 6 of :func:`choose_sigma` serves where the lanes'
-    loop latency, not their loads, sets the time). Measured on an H200 (float64, 38 matrices of
-    10–20M nonzeros, σ in 4, 8, 12, 16: ``benchmarks/results/csr5-sigma-h200-2026-11-22.json``):
-    within 6 % of the fastest σ everywhere, 0.9 % on geometric mean.
+    loop latency, not their loads, sets the time).
     """
     mean = _mean_row_length(csr)
     if mean >= LONG_ROWS:
@@ -248,8 +228,7 @@ def choose_threads_per_row(csr: sp.csr_matrix, device: str) -> dict:
     """CSR-vector group size g (threads per row, a power of two in [2, 32]).
 
     CPU: 2. There a group's lanes are accumulators of one thread, and the reduction over more
-    of them costs more than it saves (on the CPU labels in ``models/labels``, g = 2 reaches
-    0.990 of the best g on geometric mean and is within 10 % of it on 94.8 % of the matrices).
+    of them costs more than it saves.
 
     CUDA: the g ≥ g₀ that minimises ``rows·g / (8·W) + ⌈max row / g⌉`` (W:
     :data:`CUDA_WARPS_IN_FLIGHT`). g₀, the largest power of two ≤ L/4 with L = Σ len² / Σ len
@@ -257,11 +236,7 @@ def choose_threads_per_row(csr: sp.csr_matrix, device: str) -> dict:
     such a row, which amortises the group's shuffle reduction: the fastest g on regular matrices.
     Larger groups cost warps, rows·g/32 of about four steps each, shared among W warps in flight
     (the first term), and shorten the longest row's loop (the second term), which bounds the
-    time when the matrix is small or has a few long rows. Designed on per-call times of
-    g = 2…32 for 174 matrices of 10⁴–10⁷ nonzeros on an H200, where the mean row length alone
-    (g ≈ mean/4) reached 0.70 of the fastest g on geometric mean (57.5 % of the matrices within
-    10 %, worst 0.09); on a fresh labelling of them (``models/labels``) this rule reaches 0.984
-    (96.0 %, worst 0.70).
+    time when the matrix is small or has a few long rows.
     """
     if check_device_name(device) == "cpu":
         return {"threads_per_row": 2}
@@ -295,7 +270,7 @@ def _threads_per_row(m: int, nnz: int, squares: float, longest: int) -> int:
 
 
 def choose_hyb_width(csr: sp.csr_matrix, device: str) -> dict:
-    """HYB's ELL width (CUSP's rule, :data:`autospmv.formats.hyb.default_hyb_width`), from the
+    """HYB's ELL width (CUSP's rule, :data:`default_hyb_width`), from the
     row-length histogram counted in two compiled passes over the row pointer."""
     m = csr.shape[0]
     if m == 0:
@@ -313,7 +288,7 @@ def choose_hyb_width_of_lengths(values: np.ndarray, counts: np.ndarray, device: 
 
 
 def choose_csr5_sigma(csr: sp.csr_matrix, device: str) -> dict:
-    """CSR5's tile height (:func:`autospmv.formats.csr5.choose_sigma`), which on the GPU reads
+    """CSR5's tile height (:func:`choose_sigma`), which on the GPU reads
     the locality of x from a sample of the column indices (:func:`autospmv.sampling.x_locality`)
     when the matrix is large enough for it to matter."""
     sigma = choose_sigma(csr, check_device_name(device), lambda: x_locality(csr))

@@ -14,12 +14,8 @@ segment by a segmented sum across the lanes.
 Empty rows: each gets one *placeholder* entry, column :data:`PLACEHOLDER` and value 0, so that
 every row owns a segment and rows follow from segment numbers alone. The kernels skip
 placeholders (never read x there: the result is exact whatever x holds) in the tiles that are
-flagged as holding one, and their segments store the empty rows' zeros. Before placeholders, an
-empty row broke the numbering: such tiles looked each segment's row up in a table, and y was
-cleared in full before every product. Measured on an H100 at 2·10⁷ nonzeros against that
-layout, back-to-back, the CUDA kernel ran 19 % (float32) and 33 % (float64) faster on
-netscience grown (8 % of rows empty), 4–7 % on polblogs and 80BAU3B grown (18 % and 1 %), and
-0–2 % on the matrices without empty rows (``benchmarks/results/csr5-placeholders-2026-11-26.md``).
+flagged as holding one, and their segments store the empty rows' zeros. Without them an empty
+row would break the numbering, and such tiles would need a table of rows and y cleared in full.
 
 Layout (ntiles = ⌈nnz' / (ω·σ)⌉, nnz' = nnz + the number of empty rows; ``itype`` is the CSR
 index dtype, int32 or int64):
@@ -45,8 +41,7 @@ index dtype, int32 or int64):
 
 The paper's third descriptor, each lane's distance to the next lane that starts a segment
 (``seg_offset``), is not stored: the GPU kernel takes it from one ballot of its lanes' flags,
-and the CPU kernel's backward pass over the lanes finds it on the way
-(``benchmarks/results/csr5-ballot-2026-11-27.md``).
+and the CPU kernel's backward pass over the lanes finds it on the way.
 
 A row that crosses tiles is the last segment of the tile where it starts and segment 0 of the
 following ones; the kernels combine those partial sums. A tile's last row is either the next

@@ -9,12 +9,8 @@ mean row length). Lane ``l`` reads entries ``l, l+g, ...`` (coalesced within the
 group reduces with ``shfl_down_sync``. Weak when rows are much shorter than ``g`` (idle lanes) or
 when a few rows are very long (one group does all their work).
 
-Both kernels index with unsigned positions and uint32 columns (numba tests every signed index
-for a negative value; an unsigned one compiles to a plain load). At 2·10⁷ nonzeros on an H200
-this made csr_scalar 9–25 % faster on the regular matrices, where it is the fastest kernel, and
-csr_vector up to 34 % faster in float32 and 23 % in float64 on every matrix but one
-(``benchmarks/results/kernels-unsigned-2026-11-26.md``): in float32, with groups of 32 on
-FIT2D ×155 (about 5,000 entries a row), csr_vector ran 29 % slower, on both GPUs.
+Both kernels index with unsigned positions and uint32 columns: numba tests every signed index
+for a negative value, while an unsigned one compiles to a plain load.
 """
 
 from __future__ import annotations

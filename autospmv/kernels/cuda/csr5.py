@@ -1,99 +1,59 @@
 """CSR5 kernel on the GPU (Liu & Vinter, ICS 2015): one warp per ω×σ tile.
 
 Work split: warp ``w`` takes tile ``w`` (blocks of 256 threads = 8 tiles). Lane ``l`` reads its
-σ nonzeros at ``tile_base + j·ω + l`` — for each j the warp reads 32 consecutive values and
-indices (coalesced) — and sums them in registers, closing a segment at every set bit of its
-``bit_flag`` word. The lane works in steps of eight entries: the eight products are loaded first,
-then their flags are processed. Closing a segment stores into y, and a load that follows a store
-in program order cannot be issued before it (the compiler cannot rule out that y aliases x or the
-matrix), so a lane that loaded one entry at a time would wait for a full memory round trip per
-entry; with eight loads in flight it waits once per step. A step whose eight flag bits are all
-clear (no row starts in it: most steps of rows longer than a few dozen entries) is summed as a
-tree of adds without testing bits one by one.
+σ nonzeros at ``tile_base + j·ω + l`` (for each j the warp reads 32 consecutive values and
+indices, coalesced) and sums them in registers, closing a segment at every set bit of its
+``bit_flag`` word.
 
-With eight loads in flight, instructions per nonzero, not bytes, limited the float32 kernel
-(Nsight Compute on an H100: SM throughput 65–77 %, DRAM 52–57 %; see
-``benchmarks/results/kernel-profile-h100-2026-11-23.md``), so the common path is kept short:
-complete tiles whose σ is a multiple of 8 load at constant offsets from one unsigned position
-(numba tests every signed index for a negative value; unsigned ones compile to plain loads), and
-column indices are read as uint32 so the gathers of x carry no such test either.
-Other steps (σ not a multiple of 8, the incomplete last tile) clamp their positions to the lane's
-last entry and add zeros past it, so the loads carry no branches. At a flag, the lane's state is
-updated by selects and the row is stored plainly at an unsigned position; whether the tile holds
-a placeholder (below) is fixed for the warp, and the lane's pass is compiled once for each case.
-That cut a flag's handling from about 58 instructions to about 21 (sm_90, float32) and made the
-kernel 1–2 % faster back-to-back in geometric mean, up to 7 % on short-row matrices
-(``benchmarks/results/csr5-flags-2026-11-26.md``). With counters, the float32 kernel on short
-rows now waits on memory (long-scoreboard stalls, about half the issue slots used) with 32 of
-the SM's 64 warps resident (56 registers); more loads in flight per warp or smaller blocks did
-not make it faster there.
+Instructions per nonzero, not bytes, bound this kernel, so the common path is short:
 
-Values and columns are read with the L1 eviction hint ``evict_first``
-(:mod:`.matrix_loads`), so that the SM's L1 cache keeps the pieces of x that nearby tiles gather
-again rather than the matrix, which is read once: in the lanes' passes in float32 only
-(:func:`~.matrix_loads.matrix_entry`), in tiles inside one row in every dtype
-(:func:`~.matrix_loads.streamed_entry`). Back-to-back at 2·10⁷ nonzeros on an H200, float32
-csr5 ran 4 % faster with it in geometric mean (up to 12 %, on PILOT87 grown), and the kernel
-needs 48 registers instead of 56; in float64 the lanes' passes ran 1 % faster with plain loads
-(``benchmarks/results/csr5-evict-first-2026-11-27.md``), while the tiles inside one row ran 3 %
-faster with the hint on FIT2D grown and 4 % on the dense_rows family
-(``benchmarks/results/csr5-ballot-2026-11-27.md``).
+* a lane works in steps of eight entries, loading the eight products before it processes their
+  flags (a store to y orders the loads after it, so one load at a time would wait a memory round
+  trip per entry); a step without a flag is summed as a tree of adds;
+* complete tiles whose σ is a multiple of 8 load at constant offsets from one unsigned position,
+  and column indices are read as uint32, so no load carries numba's negative-index test; other
+  steps (σ not a multiple of 8, the incomplete last tile) clamp their positions and add zeros;
+* at a flag the lane's state is updated by selects and the row stored at an unsigned position;
+  the lane's pass is compiled once with and once without placeholder tests (fixed per warp);
+* values and columns are read with the L1 eviction hint ``evict_first`` (:mod:`.matrix_loads`),
+  so that L1 keeps the pieces of x that nearby tiles gather again rather than the matrix, which
+  is read once: in the lanes' passes in float32, in tiles inside one row in every dtype.
 
-Segments that start and end inside the lane are written at once; what the lane summed before its
-first flag (its *head*) belongs to a segment opened by an earlier lane, and what it sums after its
-last flag (its *tail*) to a segment that may continue in later lanes. Lane 0 drops the flag of
-the tile's first entry, so that segment 0 (which may continue an earlier tile's row) is its
-head: every segment closed inside a lane is then a whole row. A segmented suffix scan of
-the heads across the warp (five ``shfl_down``; how far each lane's run of heads reaches, the
-distance to the next lane with a flag, comes from one ballot of the lanes' flags:
-:func:`_next_flagged_lane`) gives every lane the heads that follow it in its segment, and the
-lane adds them to its tail and writes that segment's row once; lane 0 adds its head, with the
-heads that follow it, to segment 0's row. The ballot replaced a third descriptor word per lane
-(4 bytes, stored): back-to-back at 2·10⁷ nonzeros, float32 csr5 ran 2 % faster with it on an
-H200 and an H100 in geometric mean (up to 6 %), float64 equal
-(``benchmarks/results/csr5-ballot-2026-11-27.md``). A segment's row is the tile's first row
-(``tile_ptr``) plus the segment number (``y_offset`` numbers a lane's segments). An empty row is
-a placeholder entry (:mod:`autospmv.formats.csr5`): its segment stores the row's zero, and in
-tiles flagged as holding one, every product tests its column first (the placeholder column is
-read as a uint32 0xFFFFFFFF, or -1 for int64 indices, and compared in the indices' own type):
-x is not read there and the product is zero, so NaN or Inf in x cannot reach the row. The
-incomplete last tile is stored in CSR order; its warp runs the same code with lane ``l`` reading
-``tile_base + l·σ + j`` (strided, for that one tile only) and skipping positions past ``nnz``.
+Segments: those that start and end inside a lane are whole rows and are written at once. What a
+lane sums before its first flag (its *head*) belongs to a segment opened by an earlier lane, what
+it sums after its last flag (its *tail*) to one that may continue in later lanes; lane 0 drops the
+flag of the tile's first entry, so that segment 0 (which may continue an earlier tile's row) is
+its head. A segmented suffix scan of the heads across the warp (five ``shfl_down``; the distance
+to the next lane with a flag comes from one ballot of the lanes' flags,
+:func:`_next_flagged_lane`) gives every lane the heads that follow it; the lane adds them to its
+tail and writes that segment's row once, and lane 0 adds its head, with the heads that follow
+it, to segment 0's row. A segment's row is the tile's first row (``tile_ptr``) plus the segment
+number (``y_offset`` numbers a lane's segments). An empty row is a placeholder entry
+(:mod:`autospmv.formats.csr5`): its segment stores the row's zero, and in tiles flagged as holding
+one every product tests its column first, so x is not read there and NaN or Inf in x cannot
+reach the row. The incomplete last tile is stored in CSR order; its warp runs the same code with
+lane ``l`` reading ``tile_base + l·σ + j`` and skipping positions past ``nnz``.
 
 Tiles inside one row (``tile_ptr`` equal for the tile and the next, complete tile) skip the
-descriptors: the warp sums the tile, reduces it with five shuffles and adds it to the row with one
-atomic. The test is the same for the whole warp, so the branch does not diverge. A row that spans
-thousands of tiles would have thousands of warps, all in flight together, add to one address of
-y, and atomics on one address are served one at a time; so where a block's eight tiles lie in a
-row that also fills the next :data:`CONTENDED_ROW_TILES` tiles, the block adds its warps' sums in
-shared memory and makes one atomic. Back-to-back at 2·10⁷ nonzeros, that made the dense_rows
-family (eight rows of 1.25·10⁶ entries) 19 % (float32) and 10 % (float64) faster on an H200, 14 %
-and 7 % on an H100 (``benchmarks/results/csr5-contended-rows-2026-11-27.md``). Rows of tens of
-tiles (FIT2D's) keep one atomic per warp: there the barrier cost more than the atomics it saved.
+descriptors: the warp sums the tile, reduces it with five shuffles and adds it with one atomic
+(a warp-uniform branch). Where a block's eight tiles lie in a row that also fills the next
+:data:`CONTENDED_ROW_TILES` tiles, the block adds its warps' sums in shared memory first and makes
+one atomic, since atomics on one address are served one at a time; rows of tens of tiles keep one
+atomic per warp, where the barrier would cost more than it saves.
 
-Rows that cross tiles: only segment 0 of a tile (which may continue the previous tile's row) and
-the tile's last segment (which may continue into the next tile) can be shared with other tiles.
-Those two are added with ``atomic.add`` into y; every other segment is a whole row owned by this
-warp and is stored plainly. So only those rows need a zero first. A matvec is two steps, the
-clearing and one kernel launch; no calibration pass is needed. The clearing is one of:
-
-* ``ZeroY``, all of y: when y is small next to the tiles (see :func:`clears_tile_ends`), or the
-  matrix has no nonzeros (no tiles);
-* :func:`csr5_clear_tile_ends`, one thread per tile, which zeroes the tile's first and last rows
-  and no other: where y has many rows per tile, this saves most of a write of y per call
-  (``benchmarks/results/csr5-clear-2026-11-26.md``). Since the kernel stores every other row
-  plainly, it is launched to overlap this one (:mod:`.grid_dependency`): it starts while the
-  clearing runs and waits for it only before its atomics. Back-to-back at 2·10⁷ nonzeros on
-  an H100 and an H200, that made csr5 1–4 % faster where the tile ends are cleared, against
-  the kernel launched after the clearing had ended
-  (``benchmarks/results/csr5-overlap-2026-11-27.md``).
+Clearing y: only segment 0 of a tile and its last segment can be shared with other tiles; those
+two are added with ``atomic.add`` and every other row is stored plainly, so only those rows need
+a zero first. A product is two steps, the clearing and one launch: ``ZeroY`` (all of y) when y is
+small next to the tiles (:func:`clears_tile_ends`) or there are no tiles, else
+:func:`csr5_clear_tile_ends`, one thread per tile zeroing its first and last rows, with the
+kernel launched to overlap it (:mod:`.grid_dependency`): it waits for the clearing only before
+its atomics.
 
 Weaknesses: a row spread over k tiles receives k atomic adds in no fixed order, so its last bits
-may differ from call to call (rows inside one tile are always deterministic). Short rows give
-lanes a flag at almost every position and many scattered rows to store. The per-tile overhead —
-8 bytes of descriptors per lane (8/σ bytes per nonzero), a ballot and six shuffles — weighs
-most at small σ, and a σ that is not a multiple of 8 takes the slower clamped path.
-Gathers of x are as irregular as the column pattern, as in every CSR-like kernel.
+may differ from call to call (rows inside one tile are deterministic). Short rows give lanes a
+flag at almost every position and many scattered rows to store. The per-tile overhead (8 bytes of
+descriptors per lane, a ballot and six shuffles) weighs most at small σ, and a σ that is not a
+multiple of 8 takes the slower clamped path. Gathers of x are as irregular as the column pattern.
 
 Warp-uniform discipline: the tile index is the same for the whole warp; warps past the last tile
 carry zeros through the shuffles, and no thread leaves before the shuffles of a tile it shares.
@@ -388,12 +348,8 @@ tile) from which it replaces clearing all of y (:func:`clears_tile_ends`)."""
 def clears_tile_ends(fmt) -> bool:
     """Whether y is cleared at the tiles' ends only (:func:`csr5_clear_tile_ends`) rather than
     in full: when there are tiles and y holds at least :data:`CLEAR_ENDS_FROM` times the bytes
-    of the two sectors per tile that the clearing kernel writes.
-
-    Measured back-to-back at 2·10⁷ nonzeros on an H200 (``csr5-clear-2026-11-26.md``): on the
-    matrices at 4 or more, the kernel with the clearing ran 0.7–5.8 % faster than with all of y
-    cleared (most in float64, where y is twice the bytes); at 2.7 or less, where the tiles are
-    short (σ = 8) or hold few rows, 0.2–2 % slower.
+    of the two sectors per tile that the clearing kernel writes (below, the tiles are short or
+    hold few rows, and one pass over y costs less than a launch over the tiles).
     """
     y_bytes = fmt.shape[0] * fmt.dtype.itemsize
     return fmt.ntiles > 0 and y_bytes >= CLEAR_ENDS_FROM * 2 * 32 * fmt.ntiles

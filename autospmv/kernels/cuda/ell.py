@@ -8,11 +8,9 @@ Weak where row lengths vary: a warp runs as long as its longest row, and the pad
 memory (bounded by the fill limit of :mod:`autospmv.formats.ell`). Reads of ``x`` are gathers, as
 in every SpMV kernel.
 
-The gathers of ``x`` keep signed columns (negative marks padding): with unsigned ones as well,
-the float64 kernel needed 38 registers instead of 32 and ran up to 5 % slower on an H200; the
-unsigned slots alone made float32 up to 25 % faster at 2·10⁷ nonzeros on an H200 and 16 % on an
-H100 (median 1.19× and 1.06×), float64 up to 5 % and 4 %
-(``benchmarks/results/kernels-unsigned-2026-11-26.md``).
+Slots are indexed at unsigned positions (a plain load, without numba's negative-index test);
+the gathers of ``x`` keep signed columns, since negative marks padding and unsigned columns as
+well cost the float64 kernel registers.
 """
 
 from __future__ import annotations

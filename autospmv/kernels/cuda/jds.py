@@ -8,8 +8,7 @@ short to reach it, then writes ``y[perm[i]]``; rows past the last diagonal write
 Sorting by length gives each warp rows of similar length (little idle time, bounded by the fill
 limit of :mod:`autospmv.formats.jds`). Weak points: the scattered write through ``perm``, one
 extra ``jd_ptr`` load per step, and a few very long rows, which keep the first warp busy alone.
-Unsigned positions made it up to 33 % faster at 2·10⁷ nonzeros (median 1.08–1.17× over both
-GPUs and dtypes; ``benchmarks/results/kernels-unsigned-2026-11-26.md``).
+Positions are unsigned, so loads carry no negative-index test.
 """
 
 from __future__ import annotations

@@ -8,11 +8,9 @@ eviction hint ``L1::evict_first``, so that the L1 keeps x rather than lines of t
 will not be read again:
 
 * :func:`matrix_entry` emits the hint for 4-byte values only (float32): in csr5's lanes, which
-  also store rows, float64 with it ran about 1 % slower on an H200, float32 4 % faster
-  (``benchmarks/results/csr5-evict-first-2026-11-27.md``);
+  also store rows, float64 runs faster with plain loads;
 * :func:`streamed_entry` emits it for every value type: csr5's tiles inside one row, which only
-  read the matrix and x, ran with it in float64 3 % faster on FIT2D grown and 4 % on the
-  dense_rows family, equal elsewhere (``benchmarks/results/csr5-ballot-2026-11-27.md``).
+  read the matrix and x.
 
 Every GPU that numba-cuda compiles for with the CUDA 13 toolkit (compute capability 7.5 and
 later) has the hint (PTX 7.4, sm_70).
