@@ -1,46 +1,31 @@
 """How the CPU kernels use threads, chosen so that they never fight the BLAS or a loaded machine.
 
 SciPy's solvers alternate ``A @ x`` with BLAS calls (``dot``, ``norm``, ``axpy``, ARPACK's
-``gemv``) on OpenBLAS's own thread pool. Measured on a 2-core machine (cg on a 300×300 2-D
-Laplacian, ``(op @ x).dot(x)``), four things decide whether the two pools get along:
+``gemv``) on OpenBLAS's own thread pool. Four rules keep the two pools from getting in each
+other's way:
 
 1. **No spinning between calls.** numba's OpenMP layer, left at OpenMP's default wait policy,
-   keeps its workers spinning after each product; the BLAS call that follows then shares the
-   cores with them: ``op @ x`` alone 0.2-0.3 ms, followed by a ``dot`` 4-18 ms, and cg 2.4-20×
-   slower than with the SciPy matrix. Importing autospmv therefore sets ``OMP_WAIT_POLICY=PASSIVE``
-   (sleeping workers) unless the variable is already set, before numba starts its threads: the
-   pair then costs what its parts cost. OpenMP runtimes read the variable once, when they start,
-   so this only works if numba's threading layer has not run yet (see :func:`wait_policy`), and
-   it also applies to other OpenMP libraries that start later in the process (GNU and LLVM/Intel
-   runtimes alike). Setting ``OMP_WAIT_POLICY=ACTIVE`` before importing autospmv keeps spinning
-   workers. The ``workqueue`` layer (which never spins) did as well within the noise but woke its
-   threads more slowly (0.14 ms against 0.07 ms for ``op @ x`` on a 156K-nonzero matrix), and it
-   would be forced on every numba user of the process, so the layer is left to numba.
-2. **No threading where it cannot pay.** Waking sleeping workers costs ~15-20 µs; on the same
-   machine the serial kernel beat two threads up to ~90K nonzeros (67 µs against 84 µs at 84K)
-   and lost from ~160K (126 µs against 94 µs). An operator therefore uses one thread per
-   :data:`NNZ_PER_THREAD` nonzeros, and the serial compilation of its kernel (no thread pool at
-   all) when that comes to one thread.
+   keeps its workers spinning after each product, and the BLAS call that follows shares the
+   cores with them. Importing autospmv therefore sets ``OMP_WAIT_POLICY=PASSIVE`` (sleeping
+   workers) unless the variable is already set, before numba starts its threads. OpenMP runtimes
+   read the variable once, when they start, so this works only if numba's threading layer has
+   not run yet (see :func:`wait_policy`); it also applies to other OpenMP libraries that start
+   later in the process. Setting ``OMP_WAIT_POLICY=ACTIVE`` before importing autospmv keeps
+   spinning workers. The threading layer itself is left to numba (``workqueue``, which never
+   spins, wakes its threads more slowly and would be forced on every numba user of the process).
+2. **No threading where it cannot pay.** Waking sleeping workers costs ~15-20 µs, so an operator
+   uses one thread per :data:`NNZ_PER_THREAD` nonzeros, and the serial compilation of its
+   kernel (no thread pool at all) when that comes to one thread.
 3. **No threads beside a threaded BLAS, unless the product is long or the vectors short.**
-   OpenBLAS's workers keep spinning (yielding) on the cores for a while after each call, and a
-   solver calls the BLAS between every two products, so a threaded product must take those cores
-   back each time. In cg (200 iterations, interleaved in one process) two threads doubled the
-   time on bayer10's Laplacian (156K nonzeros: 350 ms against 144 ms serial and 167 ms with
-   SciPy) and lost on delaunay_n15's (229K: 428 against 281 and 542 ms); with the BLAS limited
-   to one thread, two threads and one were equal (33 ms). OpenBLAS runs its vector calls on its
-   pool only from :data:`BLAS_THREADED_MIN_LENGTH` entries; below that its workers stay asleep
-   and threads pay as they do without a BLAS. On a 16-core host (``benchmarks/solvers.py`` on
-   the 11 shared matrices of 100K-510K nonzeros, threads forced to 1, 2, 4, 8 and 16,
-   ``benchmarks/results/solvers-h200-host-16c-2026-11-23-threads-*.json``) threads cut the
-   solve times on the five matrices whose vectors are shorter than 10,000 entries (cg on MIT8
-   from 0.99× SciPy's time serially to 0.30× with 8 threads, on bcsstk16 from 0.87× to 0.34×)
-   and lost on the six with longer ones (up to 1.1-1.5× SciPy's on QAP15, STOCFOR3, bayer10,
-   FIT2D), in every solver. So when the BLAS runs more than one thread (threadpoolctl, which
-   scikit-learn brings, tells; without it none is assumed), products below
-   :data:`BLAS_SHARED_MIN_NNZ` nonzeros run serially when the operator's larger dimension (the
-   longest vector a solver hands the BLAS beside it) is at least
-   :data:`BLAS_THREADED_MIN_LENGTH`. From :data:`BLAS_SHARED_MIN_NNZ` on a serial product takes a
-   millisecond or more, and what the threads save outweighs taking the cores back.
+   OpenBLAS's workers keep spinning on the cores for a while after each call, and a solver calls
+   the BLAS between every two products, so a threaded product must take those cores back each
+   time. OpenBLAS runs its vector calls on its pool only from :data:`BLAS_THREADED_MIN_LENGTH`
+   entries. So when the BLAS runs more than one thread (threadpoolctl, which scikit-learn brings,
+   tells; without it none is assumed), products below :data:`BLAS_SHARED_MIN_NNZ` nonzeros run
+   serially when the operator's larger dimension (the longest vector a solver hands the BLAS
+   beside it) is at least :data:`BLAS_THREADED_MIN_LENGTH`. From :data:`BLAS_SHARED_MIN_NNZ` on
+   a serial product takes a millisecond or more, and what the threads save outweighs taking the
+   cores back.
 4. **Never more threads than cores.** The count is also capped by the cores this process may
    run on (``os.sched_getaffinity``: ``taskset`` and container CPU sets) and by numba's current
    thread count (``numba.get_num_threads()``, which the caller may lower with
@@ -48,18 +33,13 @@ Laplacian, ``(op @ x).dot(x)``), four things decide whether the two pools get al
 
 The BLAS is left as the user configured it: autospmv never changes another library's pool.
 
-In the solver benchmark (``benchmarks/solvers.py``: cg, eigsh and expm_multiply on four shared
-matrices of 156K-509K nonzeros, default environment, 2 cores under outside load, load average
-6-30, four runs each), the geometric mean of operator time / SciPy time went from 3.8-6.2 (cg),
-4.2-10.2 (eigsh) and 1.4-2.8 (expm_multiply) with spinning workers and threads from 50K
-nonzeros, to 1.1-1.7, 0.8-1.2 and 0.6-1.7 with sleeping workers and threads from 120K nonzeros;
-``op @ x`` followed by a ``dot`` went from up to 49× the sum of its parts to at most 1.08×. The
-serial kernel (``threads=1``) gave 0.87-1.14, 0.91-0.93 and 1.04-1.15, which led to rule 3.
-
 Overrides, strongest first: ``prepare(A, threads=k)``; the environment variable
 ``AUTOSPMV_NUM_THREADS=k`` (read when an operator is built); otherwise the rules above.
 An explicit count is still capped by numba's pool size (``NUMBA_NUM_THREADS``), and ``1`` always
 means the serial kernel.
+
+The passes over a matrix's structure (the feature scan, the choosers' row-length passes, the
+range checks of a new matrix) follow a rule of their own, :func:`threaded_passes`.
 """
 
 from __future__ import annotations

@@ -19,8 +19,8 @@ DEVICES = ("cuda", "cpu")
 
 CUDA_WARPS_IN_FLIGHT = 4096
 """Warps a large GPU runs at once, as the CUDA choosers count them: an H100/H200 holds 132 SMs ×
-64 = 8448, and the choosers' quality (geometric mean over the 174 H200-labelled matrices they
-were designed on) moves by less than 1 % for any value from 3000 to 8448."""
+64 = 8448; the choosers' quality is flat over a wide range of this value, so one number serves
+every large GPU."""
 
 
 def check_device(device) -> str | None:

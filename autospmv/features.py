@@ -140,10 +140,9 @@ SAMPLED_FEATURES = (
 DEVICE_PASSES_MIN_NNZ = 1_000_000
 """From this many nonzeros (the boundary of the large matrices, which the models decide on
 back-to-back time), :func:`autospmv.prepare` has the feature passes over every index
-of a matrix it has uploaded run on the GPU (:func:`canonical_features_and_lengths`): 20–40 ms
-less per decision on a 20M-nonzero matrix on an H200 host. Below, the host scan takes a few
-milliseconds, less than the first use of those passes in a process, which loads their GPU
-code from CuPy's cache (about 0.1 s on the same machine)."""
+of a matrix it has uploaded run on the GPU (:func:`canonical_features_and_lengths`). Below, the
+host scan takes a few milliseconds, less than the first use of those passes in a process, which
+loads their GPU code from CuPy's cache."""
 def features(A, sample_rows: int | None = None, device: str | None = None) -> dict[str, float]:
     """Return the structural features of A, keyed by :func:`feature_names` (see module doc).
 

@@ -28,10 +28,7 @@ DEVICE_LENGTH_PASSES_MIN_ROWS = 1 << 19
 length histogram, warp imbalance) run there (:func:`device_length_passes`); below, on the
 host's copy of the row pointer (:func:`host_length_passes`), which every matrix on the GPU has.
 Both give the same values. The GPU's passes are a dozen small reductions, each a launch and
-some a wait; on an H200 and its Xeon host (medians of 30): 0.66 ms on the GPU against 0.36 ms
-on the host for a power-law matrix of 102,379 rows, equal at 200,704 rows (2-D Laplacian,
-0.47 / 0.45 ms) and 432,665 rows (power law, 2.15 / 2.09 ms), and the GPU ahead from a
-million rows (1.05 / 1.24 ms; at 4·10⁶ rows 1.3 / 7.0 ms)."""
+some a wait, so the host's passes over the row pointer cost less below about this many rows."""
 HYB_COO_COST = 3
 """COO entry cost in ELL slots; the same as ``autospmv.formats.hyb.width_cost``'s."""
 

@@ -26,9 +26,8 @@ BLOCK = 256
 
 BLOCKS_PER_SM = 8
 """csr_vector's launch bound: eight blocks of :data:`BLOCK` threads per SM, which holds it to
-32 registers a thread (full occupancy). Without it the float64 kernel with unsigned positions
-took 40 registers and was slower than with signed ones on 13 of 17 matrices on an H200, by up
-to 11 %."""
+32 registers a thread (full occupancy); the float64 kernel with unsigned positions would
+otherwise take 40 and lose occupancy."""
 
 
 @jit(cache=True)
