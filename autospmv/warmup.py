@@ -71,7 +71,7 @@ def _compile_index_range():
 def _compile_x_locality(matrices) -> list:
     """The sampled locality of x that CSR5's tile height reads on the GPU for matrices of more
     tiles than the warm-up matrices have (:func:`autospmv.sampling.x_locality`)."""
-    from .features import x_locality
+    from .sampling import x_locality
 
     return [x_locality(A) for A in matrices]
 
