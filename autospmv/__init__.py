@@ -37,7 +37,8 @@ from .features import features  # noqa: E402
 from .operator import SpMVOperator  # noqa: E402
 from .registry import KERNELS  # noqa: E402
 from .selector import Decision  # noqa: E402
-from .session import cuda_available, prepare, select  # noqa: E402
+from .devices import cuda_available  # noqa: E402
+from .session import prepare, select  # noqa: E402
 
 __all__ = ["KERNELS", "Decision", "SpMVOperator", "cuda_available", "features", "prepare",
            "select"]

@@ -9,9 +9,9 @@ locality), parallel over numba's threads on large matrices
 (:func:`autospmv.cpu_threads.threaded_passes`).
 
 The scan over the rows (block masks, sector stamps, the split between workers) is in
-:mod:`autospmv.feature_scan`; this module defines the features, chooses the rows to sample,
-computes the row-length statistics and assembles the dict. The scan's names stay importable
-from here.
+:mod:`autospmv.feature_scan`, the passes over the row pointer in :mod:`autospmv.row_passes`,
+the choice of the rows to sample in :mod:`autospmv.sampling` and the row-length statistics in
+:mod:`autospmv.length_features`; this module defines the features and assembles the dict.
 
 Notation: m rows, n columns, ``len_i`` the number of stored entries of row i (explicit zeros
 count: the structure is what a kernel sees), "warp" a group of 32 consecutive rows (the last

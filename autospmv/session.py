@@ -10,9 +10,7 @@ import numpy as np
 from . import registry
 from .cache import compile_timer
 from .device import canonical_device_csr, is_device_matrix, upload_csr
-from .devices import (  # noqa: F401  (cuda_available: re-exported)
-    check_device, cuda_available, resolve_device, target_device,
-)
+from .devices import check_device, resolve_device, target_device
 from .cpu_threads import check_threads
 from .features import (
     DEVICE_PASSES_MIN_NNZ, canonical_features_and_lengths, passes_needed, warp_sectors_only,

@@ -26,7 +26,7 @@ from autospmv.features import (
 from autospmv import cpu_threads, length_features
 from autospmv.choosers import width_cost
 from autospmv.sampling import SAMPLE_THRESHOLD, SAMPLE_TOLERANCE
-from autospmv.session import target_device
+from autospmv.devices import target_device
 from autospmv.validation import canonicalize
 
 F = importlib.import_module("autospmv.features")  # the module (the package exports the function)
