@@ -16,7 +16,6 @@ import scipy.sparse as sp
 from numba import cuda
 
 from autospmv import registry
-from autospmv.devices import check_device_name
 from autospmv.formats.base import SparseFormat
 from autospmv.kernels.cuda import jit
 from autospmv.kernels.cuda.launch import X, Y, DeviceProgram, Launch, ZeroY
@@ -71,7 +70,7 @@ def build(fmt: ColumnTriples, params: dict, arrays: dict) -> DeviceProgram:
 
 
 def no_params(csr, device: str) -> dict:
-    check_device_name(device)
+    """The chooser: the format and its kernels take no parameters."""
     return {}
 
 
