@@ -27,18 +27,18 @@ def _find_folders_of_a_source_checkout() -> None:
 _find_folders_of_a_source_checkout()
 del _find_folders_of_a_source_checkout
 
-from . import cache  # noqa: E402
+from ._run import cache  # noqa: E402
 
-cache.configure()  # before any numba function is defined: see autospmv/cache.py
+cache.configure()  # before any numba function is defined: see autospmv/_run/cache.py
 
 # Then: asks OpenMP for sleeping workers before numba starts its threads (see cpu_threads).
-from . import cpu_threads  # noqa: E402, F401, I001
-from .features import features  # noqa: E402
-from .operator import SpMVOperator  # noqa: E402
-from .registry import KERNELS  # noqa: E402
-from .selector import Decision  # noqa: E402
-from .devices import cuda_available  # noqa: E402
-from .session import prepare, select  # noqa: E402
+from ._run import threads as cpu_threads  # noqa: E402, F401, I001
+from ._decide.features import features  # noqa: E402
+from ._run.operator import SpMVOperator  # noqa: E402
+from ._registry import KERNELS  # noqa: E402
+from ._decide.selection import Decision  # noqa: E402
+from ._run.devices import cuda_available  # noqa: E402
+from ._session import prepare, select  # noqa: E402
 
 __all__ = ["KERNELS", "Decision", "SpMVOperator", "cuda_available", "features", "prepare",
            "select"]

@@ -3,18 +3,18 @@
 Run as ``python -m autospmv`` or ``autospmv`` (the installed entry point).
 
 ``explain`` and ``bench`` take ``--model FILE`` to decide with a model file instead of the one
-found for the device (see :func:`autospmv.selector.find_model`); ``info`` says which model that
+found for the device (see :func:`autospmv._decide.selection.find_model`); ``info`` says which model that
 is and why. ``retrain`` runs ``python -m autospmv.training retrain`` with the same options;
 ``models`` lists the models it installed beside the shipped ones, and ``models --remove`` deletes
 them.
 
-``demo`` and ``bench`` time with autospmv's one timer (:mod:`autospmv.timing`, the labeller's):
+``demo`` and ``bench`` time with autospmv's one timer (:mod:`autospmv._run.timing`, the labeller's):
 ``bench``'s rows, every kernel and the baseline (SciPy's ``A @ x`` on the CPU, cuSPARSE's through
-CuPy on the GPU), are timed together by one :class:`autospmv.timing.Bench` on the same vectors,
+CuPy on the GPU), are timed together by one :class:`autospmv._run.timing.Bench` on the same vectors,
 in the same interleaved rounds: each row's "µs per call" is its per-call median (one synchronised
 call between two readings of the device's clock; the kernels fill ``out=``, the baseline
 allocates its result, as it does in use). ``demo``'s figures and ``select()`` are timed per call
-on the same clocks (:func:`autospmv.timing.time_calls`).
+on the same clocks (:func:`autospmv._run.timing.time_calls`).
 
 User mistakes (a missing or unreadable file, an unknown kernel, a damaged model) end with a
 one-line error and exit status 2, not a traceback.
@@ -30,14 +30,16 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from . import (  # noqa: F401 (KERNELS: the built-in names, read here by scripts)
-    KERNELS, Decision, devices, glossary, prepare, registry, select, selector, timing,
-)
-from .examples import demo_matrices
+from . import KERNELS, Decision, prepare, select
+from . import _registry as registry
+from ._decide import selection as selector
+from ._decide.model_store import device_slug, user_data_dir
+from ._run import devices, timing
+from ._run.devices import DEVICES
+from ._run.validation import SUPPORTED_DTYPES, canonicalize, load_matrix_file
+from ._tools import glossary
+from ._tools.examples import demo_matrices
 from .formats.base import FormatTooLargeError
-from .model_store import device_slug, user_data_dir
-from .devices import DEVICES
-from .validation import SUPPORTED_DTYPES, canonicalize, load_matrix_file
 
 
 class UserError(Exception):
@@ -46,7 +48,7 @@ class UserError(Exception):
 
 def load_matrix(path: str) -> sp.csr_matrix:
     """Read a ``.npz`` (scipy.sparse.save_npz) or ``.mtx`` (Matrix Market) file as canonical
-    CSR (:func:`autospmv.validation.load_matrix_file` checks it before anything converts it)."""
+    CSR (:func:`autospmv._run.validation.load_matrix_file` checks it before anything converts it)."""
     try:
         A = load_matrix_file(path)
     except ValueError as error:
@@ -90,7 +92,7 @@ def describe_model(device: str, model: str | None = None, dtype: str = "float64"
 
 def time_per_call(fn, budget: float = 0.2, device: str = "cpu") -> float:
     """Median seconds per call of ``fn`` on ``device``'s clock, synchronised after each call on
-    CUDA (:func:`autospmv.timing.time_calls`: a warm-up call, then at least five samples and
+    CUDA (:func:`autospmv._run.timing.time_calls`: a warm-up call, then at least five samples and
     ``budget`` seconds)."""
     return timing.time_calls(fn, device, budget)["median"] * 1e-6
 
@@ -172,7 +174,7 @@ def without_model_note(decision: Decision) -> Decision:
 
 
 class Baseline:
-    """Another library's product as :class:`autospmv.timing.Bench` times an operator:
+    """Another library's product as :class:`autospmv._run.timing.Bench` times an operator:
     ``matvec(x, out)`` returns ``product(x)`` and leaves ``out`` alone (the library allocates
     its result, as it does in use)."""
 
@@ -253,8 +255,8 @@ def cmd_bench(args) -> None:
 
 
 def cmd_bench_solvers(options: list[str]) -> int:
-    """Run the solver benchmark (:mod:`autospmv.bench_solvers`) with ``options``."""
-    from .bench_solvers import main as bench_solvers
+    """Run the solver benchmark (:mod:`autospmv._tools.bench_solvers`) with ``options``."""
+    from ._tools.bench_solvers import main as bench_solvers
 
     return bench_solvers(options)
 
@@ -278,15 +280,15 @@ def cmd_info(args) -> None:
     for dtype in ("float64", "float32"):
         print(describe_model(devices.default_device(), dtype=dtype))
     print(f"kernels: {', '.join(registry.names())}")
-    from .cache import configure
+    from ._run.cache import configure
 
     state = configure()
     print(f"compiled-code cache: {state.path} ({state.source})")
 
 
 def cmd_warmup(args) -> None:
-    from .cache import configure
-    from .warmup import warmup
+    from ._run.cache import configure
+    from ._run.warmup import warmup
 
     device = resolve_device(args.device)
     state = configure()

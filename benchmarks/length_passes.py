@@ -2,7 +2,7 @@
 
 For the benchmark's 2-D Laplacian and power-law matrices (``prepare_cost.make_matrices``) of
 10⁶, 5·10⁶ and 2·10⁷ nonzeros in float32, uploaded with CuPy, this prints the time of
-``autospmv.length_features.device_length_passes`` and ``host_length_passes`` (medians of 30, and
+``autospmv._decide.length_features.device_length_passes`` and ``host_length_passes`` (medians of 30, and
 whether they agree), and of an automatic ``prepare()`` of the CuPy matrix with the shipped
 threshold ``DEVICE_LENGTH_PASSES_MIN_ROWS`` and with the passes always on the device.
 Needs a GPU and CuPy:
@@ -22,11 +22,11 @@ import cupy  # noqa: E402
 import cupyx.scipy.sparse as cusp  # noqa: E402
 
 import autospmv  # noqa: E402
-from autospmv.device import canonical_device_csr  # noqa: E402
-from autospmv.timing import time_calls  # noqa: E402
+from autospmv._run.device_input import canonical_device_csr  # noqa: E402
+from autospmv._run.timing import time_calls  # noqa: E402
 from prepare_cost import make_matrices  # noqa: E402
 
-from autospmv import length_features  # noqa: E402
+from autospmv._decide import length_features  # noqa: E402
 
 
 def milliseconds(call, repeats: int = 30) -> tuple[float, float]:

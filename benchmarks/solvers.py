@@ -1,4 +1,4 @@
-"""The solver benchmark from the repository: :mod:`autospmv.bench_solvers` (what
+"""The solver benchmark from the repository: :mod:`autospmv._tools.bench_solvers` (what
 ``autospmv bench --solver`` runs) on the project's shared matrices, results to
 ``benchmarks/results``.
 
@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from autospmv.bench_solvers import main  # noqa: E402
+from autospmv._tools.bench_solvers import main  # noqa: E402
 
 
 def default_matrices() -> Path | None:

@@ -11,7 +11,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from autospmv import __version__  # noqa: E402
-from autospmv.glossary import markdown_table  # noqa: E402
+from autospmv._tools.glossary import markdown_table  # noqa: E402
 
 project = "autospmv"
 author = "the autospmv authors"

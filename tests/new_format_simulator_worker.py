@@ -21,7 +21,7 @@ import numpy as np  # noqa: E402
 
 import autospmv  # noqa: E402
 import toy_format  # noqa: E402
-from autospmv import registry  # noqa: E402
+from autospmv import _registry as registry  # noqa: E402
 from matrices import TINY, random_vector, reference, relative_error  # noqa: E402
 
 

@@ -32,7 +32,7 @@ def isolated_lookup(monkeypatch, tmp_path):
     so that the CPU has no model (whatever CPU models are shipped later)."""
     monkeypatch.delenv("AUTOSPMV_MODEL", raising=False)
     monkeypatch.setenv("AUTOSPMV_HOME", str(tmp_path / "autospmv-home"))
-    monkeypatch.setattr(autospmv.selector, "shipped_models",
+    monkeypatch.setattr(autospmv._decide.selection, "shipped_models",
                         lambda: {"cuda-nvidia-h200-float64": GPU_MODEL})
 
 
@@ -80,7 +80,7 @@ def test_explain_with_a_model_file_shows_it_and_the_path(capsys, matrix_file):
                          "--model", str(GPU_MODEL))
     assert status == 0
     lines = out.splitlines()
-    model = autospmv.selector.load_model(GPU_MODEL)
+    model = autospmv._decide.selection.load_model(GPU_MODEL)
     assert lines[1] == (f"model: {GPU_MODEL} (passed as model=; trained on NVIDIA H200, "
                         f"{model.provenance['trained'][:10]}); a float64 model, deciding for "
                         "float64 matrices")
@@ -94,7 +94,7 @@ def test_explain_with_a_model_file_shows_it_and_the_path(capsys, matrix_file):
 def test_explain_for_a_gpu_on_a_machine_without_one(capsys, matrix_file, monkeypatch):
     """Deciding needs no GPU: the CLI decides as ``autospmv.select(A, device="cuda")`` does,
     says each fact once and explains every feature on the path in one line."""
-    monkeypatch.setattr(autospmv.devices, "cuda_available", lambda: False)
+    monkeypatch.setattr(autospmv._run.devices, "cuda_available", lambda: False)
     status, out, err = run(capsys, "explain", str(matrix_file), "--device", "cuda")
     assert status == 0, err
     decision = autospmv.select(sp.load_npz(matrix_file), device="cuda")
@@ -110,7 +110,7 @@ def test_explain_for_a_gpu_on_a_machine_without_one(capsys, matrix_file, monkeyp
     used = list(dict.fromkeys(step.split(" = ")[0] for step in decision.path))
     assert [line.split()[0] for line in glossary_lines] == used
     for name, line in zip(used, glossary_lines):
-        assert line.endswith(autospmv.glossary.FEATURE_DESCRIPTIONS[name])
+        assert line.endswith(autospmv._tools.glossary.FEATURE_DESCRIPTIONS[name])
 
 
 @pytest.mark.parametrize("make, message", [
@@ -169,9 +169,9 @@ class _FixedClock:
 
 
 def test_demo_and_bench_time_with_autospmvs_timer(capsys, matrix_file, monkeypatch):
-    """Every figure demo and bench print comes from autospmv.timing's clocks: with a clock
+    """Every figure demo and bench print comes from autospmv._run.timing's clocks: with a clock
     reading 7 µs, every time printed is 7 µs, SciPy's row in bench's table too."""
-    from autospmv import timing
+    from autospmv._run import timing
 
     monkeypatch.setattr(timing, "clock", lambda device: _FixedClock())
     status, out, _ = run(capsys, "bench", str(matrix_file), "--device", "cpu")
@@ -205,7 +205,7 @@ def test_a_reader_that_goes_away_ends_the_output_quietly(tmp_path):
 def test_models_remove_deletes_rejected_reports_too(capsys):
     """A retrain whose model the guard rejected leaves ``<model>.rejected.md``, beside an
     installed model or alone; ``models --remove`` deletes it with the rest."""
-    folder = autospmv.model.user_data_dir() / "models"
+    folder = autospmv._decide.model.user_data_dir() / "models"
     folder.mkdir(parents=True)
     installed = folder / "cpu-test-float64.json"
     installed.write_bytes(GPU_MODEL.read_bytes())
@@ -274,7 +274,7 @@ def test_training_reads_gzip_labels(tmp_path, some_labels, capsys):
     model = tmp_path / "model.json"
     assert training_main(["train", str(packed), "--out", str(model), "--folds", "3"]) == 0
     assert "## All policies" in capsys.readouterr().out
-    provenance = autospmv.model.TreeModel.load(model).provenance
+    provenance = autospmv._decide.model.TreeModel.load(model).provenance
     assert provenance["labels"][0]["file"] == "labels.jsonl.gz"
     assert provenance["labels"][0]["records"] == len(some_labels)
 
@@ -319,8 +319,8 @@ def test_retrain_can_be_restarted_and_undone(capsys, monkeypatch):
     real_guard = autospmv.training.train.guard
     monkeypatch.setattr(autospmv.training.train, "guard",
                         lambda cv: {**real_guard(cv), "passed": True, "reason": "test"})
-    home = autospmv.model.user_data_dir()
-    slug = autospmv.model.device_slug("cpu")
+    home = autospmv._decide.model.user_data_dir()
+    slug = autospmv._decide.model.device_slug("cpu")
     model = home / "models" / f"{slug}-float64.json"
     labels = home / "labels" / f"{slug}-float64.jsonl"
     quick = ["retrain", "--device", "cpu", "--corpus", "tiny", "--quick"]

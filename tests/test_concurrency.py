@@ -51,7 +51,7 @@ def test_fork_pool_after_a_parallel_call_computes(layer):
 
 def test_feature_scan_scratch_is_bounded_at_128_threads():
     """The issue's case: a 153 MB matrix (1M x 1M, 12.5M nonzeros) at 128 threads."""
-    from autospmv import feature_scan
+    from autospmv._decide import feature_scan
 
     m = n = 1_000_000
     csr_bytes = 12_500_000 * (8 + 4) + 4 * (m + 1)
@@ -72,13 +72,13 @@ def test_feature_scan_with_many_threads_keeps_its_memory_and_its_values(monkeypa
 
     import numba
 
-    from autospmv.validation import canonicalize
+    from autospmv._run.validation import canonicalize
     from matrices import random_matrix
 
-    features = importlib.import_module("autospmv.features")
+    features = importlib.import_module("autospmv._decide.features")
     A = canonicalize(random_matrix(20_000, 20_000, 5e-4, 1))
     serial = features.features(A, device="cpu", sample_rows=20_000)
-    from autospmv import cpu_threads
+    from autospmv._run import threads as cpu_threads
 
     monkeypatch.setattr(cpu_threads, "PASSES_PARALLEL_MIN_NNZ", 0)
     monkeypatch.setattr(cpu_threads, "PARALLEL_MIN_THREADS", 1)

@@ -13,9 +13,9 @@ import pytest
 import scipy.sparse as sp
 
 import autospmv
-from autospmv import registry
-from autospmv.cache import compile_timer
-from autospmv.validation import canonicalize
+from autospmv import _registry as registry
+from autospmv._run.cache import compile_timer
+from autospmv._run.validation import canonicalize
 from matrices import assert_close, poisson2d, power_law, random_vector
 
 FORMAT_KERNELS = ["coo", "ell", "hyb", "jds", "csr5"]

@@ -1,4 +1,4 @@
-"""Tests of :mod:`autospmv.cost`: a direct reference from the definitions in its docstring on
+"""Tests of :mod:`autospmv._decide.cost`: a direct reference from the definitions in its docstring on
 the whole matrix family, values worked out by hand, and empty matrices."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import pytest
 import scipy.sparse as sp
 from matrices import ALL
 
-from autospmv.cost import QUANTITY_NAMES, launches_of_features, quantities
-from autospmv.choosers import choose_csr5_sigma, choose_hyb_width, choose_threads_per_row
-from autospmv.registry import KERNELS
-from autospmv.validation import canonicalize
+from autospmv._decide.cost import QUANTITY_NAMES, launches_of_features, quantities
+from autospmv._decide.choosers import choose_csr5_sigma, choose_hyb_width, choose_threads_per_row
+from autospmv._registry import KERNELS
+from autospmv._run.validation import canonicalize
 
 
 def _warp_loops(lengths, rows_per_warp: int, lanes: int) -> int:

@@ -138,7 +138,7 @@ PRODUCTS = """
 import json, pathlib, sys
 import numpy as np, scipy.sparse as sp
 import autospmv
-from autospmv.cache import compile_timer
+from autospmv._run.cache import compile_timer
 from autospmv.kernels.cuda import cubins
 if sys.argv[1:]:
     cubins.SHIPPED = pathlib.Path(sys.argv[1])  # no shipped archive

@@ -20,9 +20,9 @@ if cuda.config.ENABLE_CUDASIM:
                 allow_module_level=True)
 
 import autospmv  # noqa: E402
-from autospmv import registry  # noqa: E402
+from autospmv import _registry as registry  # noqa: E402
 from autospmv.formats.base import FormatTooLargeError  # noqa: E402
-from autospmv.validation import canonicalize  # noqa: E402
+from autospmv._run.validation import canonicalize  # noqa: E402
 from matrices import DTYPE_IDS, DTYPES, FAMILY, conversion_refused  # noqa: E402
 
 CC = (9, 0)

@@ -1,4 +1,4 @@
-"""Matrices on the GPU (autospmv/device.py): conversions on the device, and prepare() on CuPy and
+"""Matrices on the GPU (autospmv/_run/device_input.py): conversions on the device, and prepare() on CuPy and
 torch sparse input without device-to-host copies of the nonzeros.
 
 The conversions are written for any array module; run with NumPy they must build exactly the
@@ -12,11 +12,13 @@ import pytest
 import scipy.sparse as sp
 
 import autospmv
-from autospmv import cpu_threads, length_features, registry
-from autospmv.device import is_device_matrix
+from autospmv._run import threads as cpu_threads
+from autospmv._decide import length_features
+from autospmv import _registry as registry
+from autospmv._run.device_input import is_device_matrix
 from autospmv.formats.base import DeviceCSR
 from autospmv.formats.base import FormatTooLargeError
-from autospmv.validation import canonicalize
+from autospmv._run.validation import canonicalize
 from autospmv.formats.csr import CSRFormat
 from matrices import (FAMILY, TOLERANCE, block3, poisson2d, power_law, random_matrix,
                       random_vector, reference, relative_error)
@@ -272,7 +274,7 @@ def test_csr_from_format_inverts_the_device_conversion(kernel, name):
 
 
 def _features_both_ways(csr, device):
-    from autospmv.features import canonical_features_and_lengths
+    from autospmv._decide.features import canonical_features_and_lengths
 
     host, host_lengths = canonical_features_and_lengths(csr, device=device)
     split, split_lengths = canonical_features_and_lengths(csr, device=device,
@@ -295,7 +297,7 @@ def test_sampled_features_with_the_index_passes_on_the_device(threaded, monkeypa
     # Above the sampling threshold (windows drawn for detail), serially and on threads.
     import importlib
 
-    features_module = importlib.import_module("autospmv.features")
+    features_module = importlib.import_module("autospmv._decide.features")
     if threaded:
         monkeypatch.setattr(cpu_threads, "PASSES_PARALLEL_MIN_NNZ", 1)
         monkeypatch.setattr(cpu_threads, "PARALLEL_MIN_THREADS", 1)
@@ -311,10 +313,10 @@ def test_automatic_prepare_of_a_host_matrix_uploads_once_and_decides_as_select(m
     a small matrix, as is DEVICE_LENGTH_PASSES_MIN_ROWS), and the operator converts from that
     upload (a second would fail here)."""
     _cupy()
-    import autospmv.operator
-    import autospmv.session
+    import autospmv._run.operator
+    import autospmv._session
 
-    monkeypatch.setattr(autospmv.session, "DEVICE_PASSES_MIN_NNZ", 0)
+    monkeypatch.setattr(autospmv._session, "DEVICE_PASSES_MIN_NNZ", 0)
     monkeypatch.setattr(length_features, "DEVICE_LENGTH_PASSES_MIN_ROWS", 0)
     A = canonicalize(power_law(40_000, 30_000, 1.8, 9))
     expected = autospmv.select(A, device="cuda")
@@ -322,7 +324,7 @@ def test_automatic_prepare_of_a_host_matrix_uploads_once_and_decides_as_select(m
     def no_second_upload(csr):
         raise AssertionError("the operator uploaded the matrix again")
 
-    monkeypatch.setattr(autospmv.operator, "upload_csr", no_second_upload)
+    monkeypatch.setattr(autospmv._run.operator, "upload_csr", no_second_upload)
     op = autospmv.prepare(A, device="cuda")
     assert (op.kernel, op.params) == (expected.kernel, expected.params)
     assert any("reduced on the GPU" in note for note in op.decision.notes), op.decision.notes
@@ -331,8 +333,8 @@ def test_automatic_prepare_of_a_host_matrix_uploads_once_and_decides_as_select(m
 
 
 def test_decision_notes_say_where_the_row_length_passes_ran():
-    from autospmv.length_features import DEVICE_LENGTH_PASSES_MIN_ROWS
-    from autospmv.session import _passes_note
+    from autospmv._decide.length_features import DEVICE_LENGTH_PASSES_MIN_ROWS
+    from autospmv._session import _passes_note
 
     few, many = DEVICE_LENGTH_PASSES_MIN_ROWS - 1, DEVICE_LENGTH_PASSES_MIN_ROWS
     assert _passes_note(["row_mean"], few).startswith("row lengths from the host's row pointer;")
@@ -352,7 +354,7 @@ def test_device_features_are_the_host_features(threaded, passes_on_the_device, m
     # over its row lengths run on the device or on the host by its row count.
     import importlib
 
-    features_module = importlib.import_module("autospmv.features")
+    features_module = importlib.import_module("autospmv._decide.features")
     monkeypatch.setattr(length_features, "DEVICE_LENGTH_PASSES_MIN_ROWS",
                         0 if passes_on_the_device else 1 << 40)
     if threaded:
@@ -372,7 +374,7 @@ def test_device_features_are_the_host_features(threaded, passes_on_the_device, m
 
 
 def test_device_features_refuse_small_matrices():
-    from autospmv.features import device_features_and_lengths
+    from autospmv._decide.features import device_features_and_lengths
 
     with pytest.raises(ValueError, match="device features need more than"):
         device_features_and_lengths(_numpy_device_csr(canonicalize(power_law(300, 200, 2.0, 1))))
@@ -422,8 +424,8 @@ def test_length_passes_on_the_device_equal_the_host_passes(m):
     several of the imbalance sum's chunks (300,000 rows: three chunks of 4,096 warps), with
     empty rows, a last warp that is not full, and a row much longer than the row count (the
     lengths then counted by sorting)."""
-    from autospmv.row_passes import row_length_moments, warp_ratio_sum
-    from autospmv.length_features import device_length_passes, host_length_passes
+    from autospmv._decide.row_passes import row_length_moments, warp_ratio_sum
+    from autospmv._decide.length_features import device_length_passes, host_length_passes
 
     rng = np.random.default_rng(m)
     lengths = rng.integers(0, 9, m) * (rng.random(m) < 0.9)
@@ -459,7 +461,7 @@ def test_features_leave_out_the_passes_a_caller_does_not_read(needed, sampled, i
     counted there instead of copying the sampled rows' indices to the host."""
     import importlib
 
-    features_module = importlib.import_module("autospmv.features")
+    features_module = importlib.import_module("autospmv._decide.features")
     csr = canonicalize(power_law(100_000, 80_000, 1.6, 9).astype(np.float32))
     full, full_lengths = features_module.canonical_features_and_lengths(csr, device="cuda")
     ran = []
@@ -506,7 +508,7 @@ def test_x_locality_counted_on_the_device_equals_the_host_scan(build, dtype):
     small (stencils, blocks) and near 1 (scattered columns)."""
     import importlib
 
-    features_module = importlib.import_module("autospmv.features")
+    features_module = importlib.import_module("autospmv._decide.features")
     csr = canonicalize(build().astype(dtype))
     assert csr.nnz > features_module.SAMPLE_THRESHOLD
     host = features_module.features(csr, device="cuda")["x_sectors_per_nnz_warp"]

@@ -13,7 +13,7 @@ import scipy.sparse as sp
 import autospmv
 from autospmv.formats.base import FormatTooLargeError, row_lengths
 from autospmv.formats.ell import ELL_SMALL, ELLFormat
-from autospmv.choosers import (
+from autospmv._decide.choosers import (
     default_hyb_width, width_cost, width_cusp, width_cusp_of_histogram, width_quantile,
 )
 from autospmv.formats.hyb import HYBFormat
@@ -22,7 +22,7 @@ from autospmv.kernels.cpu import coo as cpu_coo
 from autospmv.kernels.cpu import ell as cpu_ell
 from autospmv.kernels.cpu import hyb as cpu_hyb
 from autospmv.kernels.cpu import jds as cpu_jds
-from autospmv.validation import canonicalize
+from autospmv._run.validation import canonicalize
 from matrices import DTYPES, PADDED, TOLERANCE
 
 
@@ -227,7 +227,7 @@ def test_jds_on_the_cpu_has_no_thread_slot_limit():
     x = np.arange(csr.shape[1], dtype=np.float64)
     np.testing.assert_allclose(op @ x, csr @ x, rtol=1e-12)
     with pytest.raises(FormatTooLargeError, match="JDS would need 96,032 GPU thread slots"):
-        autospmv.registry.get("jds").convert(csr, {}, "cuda")
+        autospmv._registry.get("jds").convert(csr, {}, "cuda")
 
 
 # ---------------------------------------------------------------- CPU kernels
@@ -289,7 +289,7 @@ def test_prepare_runs_the_registered_cpu_kernel(kernel):
 # ---------------------------------------------------------------- CUDA programs (PTX, no GPU)
 
 def _program(kernel, csr, params):
-    from autospmv import registry
+    from autospmv import _registry as registry
 
     spec = registry.get(kernel)
     fmt = spec.convert(csr, params)

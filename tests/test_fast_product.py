@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("numba.cuda")
 
 from autospmv.kernels.cuda import backend, remembered  # noqa: E402
-from autospmv.validation import result_dtype  # noqa: E402
+from autospmv._run.validation import result_dtype  # noqa: E402
 
 if backend.SIMULATOR:
     pytest.skip("the remembered launches are those of the real driver path",

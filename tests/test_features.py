@@ -1,4 +1,4 @@
-"""Tests of :mod:`autospmv.features`: known values on hand-built matrices, a slow
+"""Tests of :mod:`autospmv._decide.features`: known values on hand-built matrices, a slow
 pure-NumPy reference on the whole matrix family, empty shapes, canonicalisation, dtype and
 the accuracy of sampling."""
 
@@ -16,20 +16,21 @@ from matrices import ALL, random_matrix
 from test_cost import cost_reference
 
 import autospmv
-from autospmv.features import (
+from autospmv._decide.features import (
     BLOCK_SIZES,
     FEATURE_NAMES,
     SAMPLED_FEATURES,
     WINDOW_ROWS,
     features,
 )
-from autospmv import cpu_threads, length_features
-from autospmv.choosers import width_cost
-from autospmv.sampling import SAMPLE_THRESHOLD, SAMPLE_TOLERANCE
-from autospmv.devices import target_device
-from autospmv.validation import canonicalize
+from autospmv._run import threads as cpu_threads
+from autospmv._decide import length_features
+from autospmv._decide.choosers import width_cost
+from autospmv._decide.sampling import SAMPLE_THRESHOLD, SAMPLE_TOLERANCE
+from autospmv._run.devices import target_device
+from autospmv._run.validation import canonicalize
 
-F = importlib.import_module("autospmv.features")  # the module (the package exports the function)
+F = importlib.import_module("autospmv._decide.features")  # the module (the package exports the function)
 
 
 def exact(A, device: str | None = None) -> dict[str, float]:
@@ -322,7 +323,7 @@ def test_parallel_scan_equals_serial(monkeypatch):
 def test_row_length_counts_is_the_histogram_of_the_row_lengths(m, itype):
     """Any row count (the four interleaved histograms leave up to three rows to the tail),
     runs of equal lengths and empty rows."""
-    from autospmv.row_passes import row_length_counts
+    from autospmv._decide.row_passes import row_length_counts
 
     rng = np.random.default_rng(m)
     lengths = np.where(rng.random(m) < 0.5, 5, rng.integers(0, 12, m))

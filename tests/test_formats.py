@@ -13,9 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import autospmv
-from autospmv import registry
+from autospmv import _registry as registry
 from autospmv.formats.base import FormatTooLargeError, SparseFormat
-from autospmv.validation import canonicalize
+from autospmv._run.validation import canonicalize
 from matrices import (
     ALL, DTYPE_IDS, DTYPES, assert_close, conversion_refused, from_row_lengths, random_vector,
     reference,

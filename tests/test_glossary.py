@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from autospmv import KERNELS
-from autospmv.features import FEATURE_NAMES
-from autospmv.glossary import FEATURE_DESCRIPTIONS, describe, markdown_table
+from autospmv._decide.features import FEATURE_NAMES
+from autospmv._tools.glossary import FEATURE_DESCRIPTIONS, describe, markdown_table
 
 MODEL_CARD = Path(__file__).resolve().parent.parent / "models" / "README.md"
 
@@ -27,5 +27,5 @@ def test_unknown_names_are_said_to_be_unknown():
 
 def test_the_model_card_holds_the_glossary_table():
     """models/README.md documents the features with exactly this table; after changing the
-    glossary, paste ``autospmv.glossary.markdown_table()`` there."""
+    glossary, paste ``autospmv._tools.glossary.markdown_table()`` there."""
     assert markdown_table() in MODEL_CARD.read_text(encoding="utf-8")

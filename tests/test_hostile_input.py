@@ -20,10 +20,10 @@ import pytest
 import scipy.sparse as sp
 
 import autospmv
-from autospmv import registry
-from autospmv.model import CostModel, TreeModel, device_slug, user_model_path, write_atomically
-from autospmv.selector import shipped_models
-from autospmv.validation import canonicalize, check_structure
+from autospmv import _registry as registry
+from autospmv._decide.model import CostModel, TreeModel, device_slug, user_model_path, write_atomically
+from autospmv._decide.selection import shipped_models
+from autospmv._run.validation import canonicalize, check_structure
 from matrices import TOLERANCE, random_matrix, random_vector, reference, relative_error
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -309,7 +309,7 @@ def user_home(tmp_path, monkeypatch):
     monkeypatch.delenv("AUTOSPMV_MODEL", raising=False)
     shipped = shipped_models()
     shipped[f"{device_slug('cpu')}-float64"] = shipped[STAND_IN]
-    monkeypatch.setattr("autospmv.selector.shipped_models", lambda: shipped)
+    monkeypatch.setattr("autospmv._decide.selection.shipped_models", lambda: shipped)
     path = user_model_path(device_slug("cpu"))
     path.parent.mkdir(parents=True)
     return path
@@ -441,8 +441,8 @@ def test_large_index_arrays_are_range_checked_by_the_compiled_pass(itype, bad, m
                                                                    threaded, monkeypatch):
     # From COMPILED_MIN_SIZE entries the range comes from one compiled pass, not NumPy's:
     # serial, or on numba's threads (forced here even where there are fewer than the rule's).
-    from autospmv import cpu_threads
-    from autospmv.validation import COMPILED_MIN_SIZE, index_range
+    from autospmv._run import threads as cpu_threads
+    from autospmv._run.validation import COMPILED_MIN_SIZE, index_range
 
     monkeypatch.setattr(cpu_threads, "PARALLEL_MIN_THREADS", 1 if threaded else 10**6)
 

@@ -6,7 +6,7 @@ which run when the function is called. A function-level import may defer loading
 module (numba-cuda, CuPy, the training pipeline), never hide a loop between two modules: the
 modules stand in layers, each importing only those below it. An import names the module it reads from
 (``from .registry import KERNELS`` and ``from . import registry`` both point at
-``autospmv.registry``); the parent packages Python imports on the way are not counted, since
+``autospmv._registry``); the parent packages Python imports on the way are not counted, since
 every module would otherwise depend on ``autospmv/__init__.py``.
 """
 
@@ -113,23 +113,23 @@ def test_the_package_has_no_import_cycle(functions):
 
 def test_the_graph_sees_the_imports_it_should():
     graph = import_graph()
-    assert "autospmv.registry" in graph["autospmv.session"]  # from . import registry
-    assert "autospmv.choosers" in graph["autospmv.registry"]  # from . import choosers
-    assert "autospmv.devices" in graph["autospmv.choosers"]  # from .devices import ...
+    assert "autospmv._registry" in graph["autospmv._session"]  # from . import registry
+    assert "autospmv._decide.choosers" in graph["autospmv._registry"]  # from . import choosers
+    assert "autospmv._run.devices" in graph["autospmv._decide.choosers"]  # from .devices import ...
     assert "autospmv.kernels" in graph["autospmv.kernels.cpu"]  # from .. import njit
     assert "autospmv.kernels.cpu" in graph["autospmv.kernels.cpu.csr"]  # from . import ...
     # devices imports autospmv.kernels.cuda inside cuda_available() only.
-    assert graph["autospmv.devices"] == set()
+    assert graph["autospmv._run.devices"] == set()
     # session imports the timer inside _measure (tune="measure") only.
-    assert "autospmv.timing" not in graph["autospmv.session"]
-    assert "autospmv.timing" in import_graph(functions=True)["autospmv.session"]
+    assert "autospmv._run.timing" not in graph["autospmv._session"]
+    assert "autospmv._run.timing" in import_graph(functions=True)["autospmv._session"]
 
 
 def test_the_timer_stands_on_numpy_alone():
-    """autospmv.timing imports no autospmv module, and only NumPy and the standard library when
+    """autospmv._run.timing imports no autospmv module, and only NumPy and the standard library when
     imported (numba-cuda inside the functions that make CUDA clocks or vectors), so any module
     may use it."""
-    assert import_graph(functions=True)["autospmv.timing"] == set()
+    assert import_graph(functions=True)["autospmv._run.timing"] == set()
     tree = ast.parse((PACKAGE / "timing.py").read_text(encoding="utf-8"))
     imported = {alias.name if isinstance(node, ast.Import) else node.module
                 for node in _module_level_imports(tree) for alias in node.names}
@@ -152,13 +152,13 @@ def test_autospmv_imports_training_only_to_delegate_retrain():
 
 
 @pytest.mark.parametrize("module, other", [
-    ("autospmv.features", "autospmv.session"),
-    ("autospmv.model", "autospmv.session"),
-    ("autospmv.formats.csr5", "autospmv.registry"),
+    ("autospmv._decide.features", "autospmv._session"),
+    ("autospmv._decide.model", "autospmv._session"),
+    ("autospmv.formats.csr5", "autospmv._registry"),
 ])
 def test_removed_cycles_stay_removed_even_through_functions(module, other):
     """These pairs once imported each other (one side inside a function): device questions now
-    live in autospmv.devices, so neither side needs the other back."""
+    live in autospmv._run.devices, so neither side needs the other back."""
     graph = import_graph(functions=True)
     assert not (_reaches(graph, module, other) and _reaches(graph, other, module))
 

@@ -23,14 +23,14 @@ import autospmv
 from matrices import FAMILY
 
 ROOT = Path(__file__).resolve().parent.parent
-FEATURES_MODULE = sys.modules["autospmv.features"]
+FEATURES_MODULE = sys.modules["autospmv._decide.features"]
 
 MEASURE = textwrap.dedent("""
     import json, sys, tracemalloc
     import numpy as np, scipy.sparse as sp
     import autospmv
-    from autospmv.selector import shipped_models
-    from autospmv.validation import canonicalize, index_dtype
+    from autospmv._decide.selection import shipped_models
+    from autospmv._run.validation import canonicalize, index_dtype
 
     def wide(m, n, nnz, seed=0):
         # distinct random positions, the CSR built from its arrays: nothing of n entries
@@ -126,6 +126,6 @@ def test_a_wide_matrix_is_counted_over_its_nonzeros_and_sampled_like_the_scan(mo
                         lambda *args: calls.append(1) or counters(*args))
     counted = autospmv.features(A, device="cpu")
     assert calls
-    monkeypatch.setattr(sys.modules["autospmv.feature_scan"], "SCRATCH_ALWAYS", 1 << 40)
+    monkeypatch.setattr(sys.modules["autospmv._decide.feature_scan"], "SCRATCH_ALWAYS", 1 << 40)
     assert autospmv.features(A, device="cpu") == counted
     assert len(calls) == 1

@@ -11,7 +11,7 @@ import pytest
 from sklearn.tree import DecisionTreeClassifier, export_text
 
 from autospmv import KERNELS
-from autospmv.model import TreeModel, device_slug, find_model, slugify, user_model_path
+from autospmv._decide.model import TreeModel, device_slug, find_model, slugify, user_model_path
 
 NAMES = ["row_max", "row_cv", "nnz", "density", "ell_fill", "block2_share"]
 KNOWN = {"known_features": NAMES + ["unused_feature"]}
@@ -285,9 +285,9 @@ def test_slugs():
 
 
 def test_cuda_slug_without_a_gpu(monkeypatch):
-    import autospmv.devices
+    import autospmv._run.devices
 
-    monkeypatch.setattr(autospmv.devices, "cuda_available", lambda: False)
+    monkeypatch.setattr(autospmv._run.devices, "cuda_available", lambda: False)
     assert device_slug("cuda") == "cuda-no-gpu"
 
 
@@ -295,7 +295,7 @@ def test_cuda_slug_without_a_gpu(monkeypatch):
 
 
 def _cost_model(**coefficients):
-    from autospmv.model import CostModel
+    from autospmv._decide.model import CostModel
 
     return CostModel(coefficients)
 
@@ -317,7 +317,7 @@ def test_cost_model_estimates_and_relative_values_by_hand():
 
 
 def test_cost_model_of_a_file_from_before_launches_estimates_as_it_did():
-    from autospmv.model import CostModel
+    from autospmv._decide.model import CostModel
 
     legacy = {"regressors": ["1", "rows", "nnz", "bytes", "work", "span", "atomics"],
               "coefficients": {"coo": [10, 0, 0, 0, 0, 0.5, 0]},
@@ -346,7 +346,7 @@ def test_cost_model_rejects_bad_coefficients(coefficients, message):
 
 
 def test_correction_ranking_needs_a_cost_model_and_round_trips():
-    from autospmv.model import CostModel
+    from autospmv._decide.model import CostModel
 
     tree = {"children_left": [-1], "children_right": [-1], "feature": [-2], "threshold": [-2.0],
             "value": [[0.0, -1.0]], "n_node_samples": [3], "weighted_n_node_samples": [3.0]}
@@ -374,7 +374,7 @@ def test_correction_ranking_needs_a_cost_model_and_round_trips():
 
 
 def test_cost_model_of_two_size_regimes_by_hand_and_schema_2():
-    from autospmv.model import CostModel
+    from autospmv._decide.model import CostModel
 
     # Below 1000 nonzeros coo costs 10 µs and csr5 12 µs; from 1000 on, coo 20 µs and csr5 15.
     cost = CostModel({"coo": [10, 0, 0, 0, 0, 0, 0, 0], "csr5": [12, 0, 0, 0, 0, 0, 0, 0]},
@@ -415,7 +415,7 @@ def test_cost_model_of_two_size_regimes_by_hand_and_schema_2():
      "large_coefficients of coo must be 8 non-negative"),
 ])
 def test_cost_model_rejects_a_bad_second_regime(large, message):
-    from autospmv.model import CostModel
+    from autospmv._decide.model import CostModel
 
     with pytest.raises(ValueError, match=message):
         CostModel({"coo": [1] * 8}, **large)

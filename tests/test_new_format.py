@@ -13,9 +13,9 @@ from matrices import FAMILY, TINY, TOLERANCE, random_vector, reference, relative
 from simulator_run import run_simulator_worker
 
 import autospmv
-from autospmv import registry
+from autospmv import _registry as registry
 from autospmv.formats.base import DeviceCSR
-from autospmv.validation import canonicalize
+from autospmv._run.validation import canonicalize
 
 WORKER = pathlib.Path(__file__).with_name("new_format_simulator_worker.py")
 

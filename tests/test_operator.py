@@ -8,8 +8,8 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
 import autospmv
-from autospmv import registry
-from autospmv.devices import resolve_device
+from autospmv import _registry as registry
+from autospmv._run.devices import resolve_device
 from matrices import (
     FAMILY, assert_close, one_long_row, poisson2d, random_matrix, random_vector, reference,
     relative_error,
@@ -144,7 +144,7 @@ def no_models(monkeypatch, tmp_path):
     """No model anywhere: none given, none in the environment, retrained or shipped."""
     monkeypatch.delenv("AUTOSPMV_MODEL", raising=False)
     monkeypatch.setenv("AUTOSPMV_HOME", str(tmp_path))
-    monkeypatch.setattr("autospmv.selector.shipped_models", lambda: {})
+    monkeypatch.setattr("autospmv._decide.selection.shipped_models", lambda: {})
 
 
 @pytest.mark.parametrize("name", ["odd_65x47", "poisson2d_169", "huge_row_among_short_300x3000",
@@ -178,7 +178,7 @@ def test_automatic_choice_on_cpu_is_the_cpu_rule(name, monkeypatch, tmp_path):
 def test_rule_sends_a_very_long_row_to_csr5(no_models):
     """selector.rule_decision on a GPU: longest row > LONG_ROW nonzeros -> csr5, otherwise
     csr_vector."""
-    from autospmv.selector import LONG_ROW, rule_decision
+    from autospmv._decide.selection import LONG_ROW, rule_decision
 
     long_row = one_long_row(50, LONG_ROW + 1, 3, 2, 1)
     short = one_long_row(50, LONG_ROW, 3, 2, 1)

@@ -10,9 +10,9 @@ import json
 import pytest
 from matrices import poisson2d
 
-from autospmv import registry
-from autospmv.features import features
-from autospmv.validation import canonicalize
+from autospmv import _registry as registry
+from autospmv._decide.features import features
+from autospmv._run.validation import canonicalize
 from autospmv.training.records import read_records
 from autospmv.training.rechoose import rechoose_files, rechoose_record
 

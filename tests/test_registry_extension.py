@@ -2,7 +2,7 @@
 
 The toy kernel below is CSR-scalar under another name: it reuses the CSR format and the CPU and
 CUDA CSR-scalar implementations, and is defined here only, so these tests show that
-:func:`autospmv.registry.register` is all a new kernel needs: forced and automatic ``prepare``,
+:func:`autospmv._registry.register` is all a new kernel needs: forced and automatic ``prepare``,
 its cost quantities among the features, a model that knows it, the labeller's configurations and
 the CLI's kernel list. The shipped models, which do not know it, keep deciding.
 """
@@ -16,11 +16,13 @@ import pytest
 import scipy.sparse as sp
 
 import autospmv
-from autospmv import cost, registry, selector
-from autospmv.devices import check_device_name
+from autospmv._decide import cost
+from autospmv import _registry as registry
+from autospmv._decide import selection as selector
+from autospmv._run.devices import check_device_name
 from autospmv.__main__ import main as cli_main
-from autospmv.features import FEATURE_NAMES
-from autospmv.model import TreeModel
+from autospmv._decide.features import FEATURE_NAMES
+from autospmv._decide.model import TreeModel
 from autospmv.training import label
 
 TOY = "toy"
@@ -106,7 +108,7 @@ def test_toy_cost_quantities_are_features(toy):
     assert names[-len(cost.QUANTITIES):] == [f"{TOY}_{q}" for q in cost.QUANTITIES]
     for q in cost.QUANTITIES:
         assert values[f"{TOY}_{q}"] == values[f"csr_scalar_{q}"]
-    assert autospmv.glossary.describe("toy_bytes").startswith("toy's memory traffic")
+    assert autospmv._tools.glossary.describe("toy_bytes").startswith("toy's memory traffic")
 
 
 def test_a_cost_function_must_return_every_quantity(toy, monkeypatch):

@@ -1,5 +1,5 @@
 """The CPU operator inside SciPy's solvers, and its thread settings (no timings here: those are
-the solver benchmark's, :mod:`autospmv.bench_solvers`, ``autospmv bench --solver``)."""
+the solver benchmark's, :mod:`autospmv._tools.bench_solvers`, ``autospmv bench --solver``)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as sla
 
 import autospmv
-from autospmv import cpu_threads
+from autospmv._run import threads as cpu_threads
 from autospmv.kernels import cpu as cpu_kernels
 from autospmv.kernels.cpu import csr as cpu_csr
 
@@ -326,7 +326,7 @@ def test_real_calls_leave_numbas_thread_count_as_they_found_it():
 
 
 def _policy_in_new_process(env: dict) -> str:
-    code = ("import os, autospmv, autospmv.cpu_threads as t; "
+    code = ("import os, autospmv, autospmv._run.threads as t; "
             "print(os.environ.get('OMP_WAIT_POLICY')); print(t.wait_policy())")
     result = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, text=True,
                             capture_output=True, check=True)
@@ -349,7 +349,7 @@ def test_a_users_wait_policy_is_kept():
 @pytest.mark.parametrize("rectangular", [False, True])
 def test_solver_benchmark_checks_every_solver_on_a_small_matrix(rectangular):
     """The benchmark's untimed check: equal product counts, iterations and solutions."""
-    from autospmv import bench_solver_runs as bench
+    from autospmv._tools import bench_solver_runs as bench
 
     A = sp.random(150, 110 if rectangular else 150, density=0.05, format="csr", random_state=7)
     A = (A + sp.eye(*A.shape)).tocsr()

@@ -14,7 +14,7 @@ if cuda.config.ENABLE_CUDASIM:
                 allow_module_level=True)
 
 from autospmv.kernels.cuda import spmm  # noqa: E402
-from autospmv.validation import canonicalize  # noqa: E402
+from autospmv._run.validation import canonicalize  # noqa: E402
 from matrices import FAMILY  # noqa: E402
 
 CC = (9, 0)

@@ -13,8 +13,8 @@ import scipy.io
 import scipy.sparse as sp
 
 import autospmv
-from autospmv.features import FEATURE_NAMES, features
-from autospmv.model import TreeModel
+from autospmv._decide.features import FEATURE_NAMES, features
+from autospmv._decide.model import TreeModel
 from autospmv.training import corpus, label, train
 from autospmv.training.__main__ import main
 from autospmv.training.timing import (QUICK, Bench, noise_ratio, relative_error, require_real_gpu,
@@ -244,9 +244,9 @@ def test_gpu_timing_refuses_the_simulator(monkeypatch):
 
 
 def test_the_labellers_timer_is_autospmvs():
-    """training.timing re-exports autospmv.timing's objects (one timer, not a copy) and adds
+    """training.timing re-exports autospmv._run.timing's objects (one timer, not a copy) and adds
     the labeller's parts; its Bench is autospmv's with the simulator refused."""
-    from autospmv import timing as core
+    from autospmv._run import timing as core
     from autospmv.training import timing as labeller
 
     for name in ("TimingOptions", "summary", "relative_error", "noise_ratio", "clock",
@@ -257,7 +257,7 @@ def test_the_labellers_timer_is_autospmvs():
 
 
 def test_time_calls_samples_a_callable_on_the_devices_clock(monkeypatch):
-    from autospmv import timing
+    from autospmv._run import timing
 
     readings = iter(range(1, 10**6))
 
@@ -276,7 +276,7 @@ def test_time_calls_samples_a_callable_on_the_devices_clock(monkeypatch):
 
 
 def test_measure_statuses():
-    A = autospmv.validation.canonicalize(corpus.dense_rows("one-dense-row", 4000, 1, 1.0))
+    A = autospmv._run.validation.canonicalize(corpus.dense_rows("one-dense-row", 4000, 1, 1.0))
     x = np.linspace(-1, 1, A.shape[1])
     y_ref = A @ x
     bench = Bench("cpu", x, A.shape[0], QUICK)
@@ -295,7 +295,7 @@ def test_measure_statuses():
 
 
 def test_configurations_cover_every_kernel_and_strategy():
-    A = autospmv.validation.canonicalize(corpus.power_law("configs", 4000, 2.2))
+    A = autospmv._run.validation.canonicalize(corpus.power_law("configs", 4000, 2.2))
     chosen, variants = label.configurations(A, "cuda")
     assert [c.kernel for c in chosen] == list(autospmv.KERNELS)
     assert all(c.strategy == "chooser" and c.error is None for c in chosen)
@@ -962,7 +962,7 @@ def test_repeated_cross_validation_size_bands_and_held_out_matrices():
     held = scores["held_out"]
     assert sorted(held["names"]) == ["fem-0", "web-0-x4", records[-2]["name"]]
     assert held["all"]["tree"]["n"] == 3 and "always csr5" in held["all"]
-    measured = held["all"][f"tune='measure' (top {autospmv.session.TUNE_CANDIDATES})"]
+    measured = held["all"][f"tune='measure' (top {autospmv._session.TUNE_CANDIDATES})"]
     assert measured["geomean"] >= held["all"]["tree"]["geomean"]  # the tree's pick is a candidate
     assert result.model.provenance["held_out"] == 3
     assert result.model.provenance["matrices"] == len(records) - 2
@@ -1021,8 +1021,8 @@ def _retrain(labels, dtype):
 
 
 def test_a_float32_retrain_never_replaces_the_float64_model(tmp_path, monkeypatch, capsys):
-    from autospmv import selector
-    from autospmv.model import device_slug, user_model_path
+    from autospmv._decide import selection as selector
+    from autospmv._decide.model import device_slug, user_model_path
 
     monkeypatch.setenv("AUTOSPMV_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("AUTOSPMV_MODEL", raising=False)
@@ -1049,7 +1049,7 @@ def test_a_float32_retrain_never_replaces_the_float64_model(tmp_path, monkeypatc
 
 def test_a_model_worse_than_the_best_fixed_kernel_is_not_installed(tmp_path, monkeypatch,
                                                                     capsys):
-    from autospmv.model import device_slug, user_model_path
+    from autospmv._decide.model import device_slug, user_model_path
 
     monkeypatch.setenv("AUTOSPMV_HOME", str(tmp_path / "home"))
     path = user_model_path(device_slug("cpu"), "float64")

@@ -11,10 +11,10 @@ import pytest
 from sklearn.tree import DecisionTreeClassifier
 
 import autospmv
-from autospmv import session
-from autospmv.operator import SpMVOperator
-from autospmv.model import TreeModel
-from autospmv.validation import canonicalize
+from autospmv import _session as session
+from autospmv._run.operator import SpMVOperator
+from autospmv._decide.model import TreeModel
+from autospmv._run.validation import canonicalize
 from matrices import FAMILY, poisson2d
 
 CPU_MODEL = (Path(__file__).resolve().parent.parent / "models"
@@ -59,7 +59,7 @@ def test_measure_overrules_a_slow_prediction(monkeypatch):
 
 
 def test_without_a_model_the_rule_then_the_registry_order(monkeypatch):
-    monkeypatch.setattr("autospmv.selector.shipped_models", lambda: {})
+    monkeypatch.setattr("autospmv._decide.selection.shipped_models", lambda: {})
     monkeypatch.delenv("AUTOSPMV_MODEL", raising=False)
     monkeypatch.setenv("AUTOSPMV_HOME", "/nonexistent-autospmv-home")
     op = autospmv.prepare(FAMILY["huge_row_among_short_300x3000"](), device="cpu",
@@ -81,8 +81,8 @@ def test_a_refused_format_is_skipped():
 
 def test_measure_times_with_autospmvs_timer_without_the_training_package(monkeypatch):
     """The training pipeline is no part of the library: tune='measure' times with
-    autospmv.timing alone."""
-    from autospmv import timing
+    autospmv._run.timing alone."""
+    from autospmv._run import timing
 
     monkeypatch.setitem(sys.modules, "autospmv.training", None)  # makes any import of it fail
     monkeypatch.setitem(sys.modules, "autospmv.training.timing", None)
@@ -94,7 +94,7 @@ def test_measure_times_with_autospmvs_timer_without_the_training_package(monkeyp
 
 
 def test_measure_refuses_the_cuda_simulator(monkeypatch):
-    monkeypatch.setattr("autospmv.devices.cuda_simulator", lambda: True)
+    monkeypatch.setattr("autospmv._run.devices.cuda_simulator", lambda: True)
     A = canonicalize(poisson2d(5))
     decision = autospmv.select(A, device="cuda")
     with pytest.raises(RuntimeError, match="simulator .* would time a Python interpreter"):

@@ -15,7 +15,7 @@ import numpy as np
 import scipy.sparse as sp
 from numba import cuda
 
-from autospmv import registry
+from autospmv import _registry as registry
 from autospmv.formats.base import SparseFormat
 from autospmv.kernels.cuda import jit
 from autospmv.kernels.cuda.launch import X, Y, DeviceProgram, Launch, ZeroY

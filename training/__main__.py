@@ -16,7 +16,7 @@
 ``retrain`` labels a corpus sized for this machine's device within the time budget (default
 15 minutes on a GPU with the ``default`` corpus, 30 minutes on the CPU with ``small``), trains,
 prints the report and installs the model where autospmv looks for it
-(:func:`autospmv.model.user_model_path`: ``<device>-<dtype>.json``, so a float32 retrain never
+(:func:`autospmv._decide.model.user_model_path`: ``<device>-<dtype>.json``, so a float32 retrain never
 replaces the float64 model), but only if its cross-validated score beats the best fixed kernel
 on the same labels (:func:`.train.guard`); otherwise the previous model stays and the
 reason is printed. The labels are kept in the same per-user folder
@@ -48,7 +48,7 @@ def _default_folders() -> list[str]:
 def _default_device() -> str:
     """The device to label and train for when none is named: CUDA on a real GPU, else the CPU
     (under numba-cuda's simulator too, whose times would be an interpreter's)."""
-    from autospmv.devices import real_gpu_available
+    from autospmv._run.devices import real_gpu_available
 
     return "cuda" if real_gpu_available() else "cpu"
 
@@ -204,7 +204,7 @@ def _retrain(args) -> None:
     """``retrain``: label, train and install, holding the labels file's lock throughout
     (:func:`.records.labels_lock`), so that a second retrain for the same device and dtype
     waits for the first and then resumes from its labels."""
-    from autospmv.model_store import device_slug, user_data_dir, user_model_path
+    from autospmv._decide.model_store import device_slug, user_data_dir, user_model_path
     from .records import labels_lock
     from .train import train_files
 
@@ -233,7 +233,7 @@ def install(result, model_path) -> bool:
     kernel on the same labels); otherwise keep the model there and its report, if any, write
     this run's report as ``<model>.rejected.md`` (which a later installed model removes) and
     say why."""
-    from autospmv.model_store import write_atomically
+    from autospmv._decide.model_store import write_atomically
 
     verdict = result.scores["guard"]
     model_path.parent.mkdir(parents=True, exist_ok=True)

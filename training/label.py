@@ -1,14 +1,14 @@
 """Labelling: time every kernel on every corpus matrix and write one JSON line per matrix.
 
-For each matrix the labeller canonicalises it, computes :func:`autospmv.features.features`
-(timed), and measures every kernel of the registry (:func:`autospmv.registry.names`) with its
+For each matrix the labeller canonicalises it, computes :func:`autospmv._decide.features.features`
+(timed), and measures every kernel of the registry (:func:`autospmv._registry.names`) with its
 chooser's parameters for the device, plus the parameter variants its registry entry names, which
 show whether the choosers choose well: ``csr_vector``
 with every group size, ``hyb`` with every width strategy of :mod:`autospmv.formats.hyb`,
 ``csr5`` with every tile height of :data:`CSR5_SIGMAS`. A configuration whose parameters equal
 one already measured is not timed again; its record repeats the measurement. All
 configurations of a matrix are built and checked first and then timed together, interleaved
-(:meth:`autospmv.timing.Bench.time_all`, through :class:`training.timing.Bench`).
+(:meth:`autospmv._run.timing.Bench.time_all`, through :class:`training.timing.Bench`).
 
 Each configuration gets a status:
 
@@ -75,10 +75,11 @@ import joblib
 import numpy as np
 
 import autospmv
-from autospmv import choosers, registry
-from autospmv.features import features
+from autospmv._decide import choosers
+from autospmv import _registry as registry
+from autospmv._decide.features import features
 from autospmv.formats.base import FormatTooLargeError
-from autospmv.validation import canonicalize
+from autospmv._run.validation import canonicalize
 from . import corpus as corpus_module
 from .timing import (QUICK, TOLERANCE, Bench, TimingOptions, device_info,  # noqa: F401
                              relative_error, release_device_memory, require_real_gpu)

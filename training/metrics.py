@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from autospmv import selector
-from autospmv.model import CostModel
+from autospmv._decide import selection as selector
+from autospmv._decide.model import CostModel
 from .dataset import Dataset, _time
 from .label import target_mode
 
@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # only named in an annotation; fitting.py does not import thi
 
 
 RULE_ROW = selector.LONG_ROW
-"""The hand rule's row threshold, the library rule's (:data:`autospmv.selector.LONG_ROW`)."""
+"""The hand rule's row threshold, the library rule's (:data:`autospmv._decide.selection.LONG_ROW`)."""
 RULE_NNZ = 1_000_000
 """The hand rule's size threshold. The library's fallback rule (``selector.rule_decision``)
 has no such clause: it reads the row lengths only, so that it also decides for matrices that

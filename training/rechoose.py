@@ -27,8 +27,8 @@ import json
 import sys
 from pathlib import Path
 
-from autospmv import registry
-from autospmv.features import features
+from autospmv import _registry as registry
+from autospmv._decide.features import features
 from .label import best_kernels
 from .records import _rewrite, is_noisy, read_records, row_noise
 

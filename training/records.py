@@ -24,20 +24,20 @@ try:
 except ImportError:  # Windows: no advisory file locks
     fcntl = None
 
-from autospmv.cost import launches_of_features
+from autospmv._decide.cost import launches_of_features
 from .timing import QUICK, TimingOptions
 
 
 SCHEMA = "autospmv-labels/1"
 TIMING_MODES = ("per_call", "b2b")
-"""The two times every label records (see :mod:`autospmv.timing`)."""
+"""The two times every label records (see :mod:`autospmv._run.timing`)."""
 TRAINING_MODES = ("auto",) + TIMING_MODES
 """What a model may be trained on: ``auto`` applies :func:`target_mode` per matrix."""
 LARGE_NNZ = 1_000_000
 """Matrices with at least this many nonzeros are decided on back-to-back time."""
 NOISE_LIMIT = TimingOptions.noise_limit
 """A label row is noisy when a kernel's median time in the row's timing mode exceeds this many
-times its minimum even after re-timing (:meth:`autospmv.timing.Bench.time_all`)."""
+times its minimum even after re-timing (:meth:`autospmv._run.timing.Bench.time_all`)."""
 
 
 def target_mode(nnz: int, mode: str = "auto") -> str:
@@ -136,7 +136,7 @@ def _parse(text: str, path) -> list[dict]:
 def _with_launches(record: dict) -> dict:
     """``record`` with its built-in kernels' ``<kernel>_launches`` features when it was labelled
     before launches were counted: derived exactly from its other features
-    (:func:`autospmv.cost.launches_of_features`) and placed after each kernel's ``_atomics``,
+    (:func:`autospmv._decide.cost.launches_of_features`) and placed after each kernel's ``_atomics``,
     where a newer record holds them. Other records are returned as they are."""
     features = record.get("features")
     if not isinstance(features, dict) or "coo_atomics" not in features \

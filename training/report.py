@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from autospmv.model import CostModel, TreeModel
+from autospmv._decide.model import CostModel, TreeModel
 from .dataset import Dataset
 from .fitting import QUALITY_FLOOR, Hyper, RegimeHyper
 from .label import LARGE_NNZ, NOISE_LIMIT
@@ -143,7 +143,7 @@ def _cost_model_table(cost_model: CostModel) -> str:
         return _table(headers, rows)
 
     intro = ("## Cost model (fitted on all matrices)\n\nt̂ = constant + Σ coefficient × "
-             "quantity (`autospmv/cost.py`); \"bytes\" as the bandwidth it implies.")
+             "quantity (`autospmv/_decide/cost.py`); \"bytes\" as the bandwidth it implies.")
     if cost_model.large_nnz is None:
         return intro + "\n\n" + table(cost_model.coefficients)
     return (f"{intro} One table per size regime, each fitted on its own matrices.\n\n"

@@ -1,8 +1,8 @@
-"""The labeller's side of the timer: :mod:`autospmv.timing` plus what only labelling needs.
+"""The labeller's side of the timer: :mod:`autospmv._run.timing` plus what only labelling needs.
 
 The timer itself (the clocks, :class:`TimingOptions`, :func:`summary`, :func:`relative_error`,
 :class:`Bench` with its interleaved rounds and contention check, :func:`noise_ratio`) lives in
-:mod:`autospmv.timing`, which the command line and ``prepare(..., tune="measure")`` use too
+:mod:`autospmv._run.timing`, which the command line and ``prepare(..., tune="measure")`` use too
 (autospmv cannot import this optional package); its module doc gives the measurement method.
 Those names are re-exported here, so the labeller and the benchmarks import everything they time
 with from one place. This module adds:
@@ -22,8 +22,8 @@ import platform
 
 import numpy as np
 
-from autospmv import timing as _timing
-from autospmv.timing import (  # noqa: F401  (re-exported: the labeller's and benchmarks' timer)
+from autospmv._run import timing as _timing
+from autospmv._run.timing import (  # noqa: F401  (re-exported: the labeller's and benchmarks' timer)
     CpuClock, CudaClock, TimingOptions, clock, noise_ratio, relative_error,
     release_device_memory, summary, time_calls,
 )
@@ -38,9 +38,9 @@ QUICK = TimingOptions(warmup=1, repeats=10, min_repeats=3, max_seconds=0.02, b2b
 
 def require_real_gpu() -> None:
     """Raise unless numba-cuda drives a real GPU (not its simulator, not absent), as
-    :func:`autospmv.devices.real_gpu_available` tells; the error says which of the two is
+    :func:`autospmv._run.devices.real_gpu_available` tells; the error says which of the two is
     missing."""
-    from autospmv import devices
+    from autospmv._run import devices
 
     if devices.cuda_simulator():
         raise RuntimeError(
@@ -52,7 +52,7 @@ def require_real_gpu() -> None:
 
 
 class Bench(_timing.Bench):
-    """:class:`autospmv.timing.Bench` that refuses to time CUDA without a real GPU
+    """:class:`autospmv._run.timing.Bench` that refuses to time CUDA without a real GPU
     (:func:`require_real_gpu`), for labels and benchmark figures."""
 
     def __init__(self, device: str, x: np.ndarray, m: int, options: TimingOptions):
@@ -63,7 +63,7 @@ class Bench(_timing.Bench):
 
 def device_info(device: str) -> dict:
     """What the timings were taken on: GPU name, compute capability and driver, or CPU model."""
-    from autospmv.model_store import cpu_model
+    from autospmv._decide.model_store import cpu_model
 
     info = {"device": device, "cpu": cpu_model(), "cpu_count": os.cpu_count(),
             "platform": platform.platform()}

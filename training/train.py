@@ -28,7 +28,7 @@ value is used (ties in class order), as ``TreeModel.ranked`` orders them; it mis
 every class it knows is infeasible.
 
 The cost model: before any tree, :func:`fit_cost_model` fits, per kernel, a linear model of
-its time over the matrix's cost quantities (:mod:`autospmv.cost`: bytes moved, thread steps,
+its time over the matrix's cost quantities (:mod:`autospmv._decide.cost`: bytes moved, thread steps,
 the longest thread's loop, atomics into one entry, device steps; plus a constant, rows and
 nnz) by non-negative least squares on relative error. The quantities are structural counts (for the
 parameters the device's choosers pick); the coefficients are this device's (µs per byte, per
@@ -66,7 +66,7 @@ Objectives (what a tree is fitted to):
     targets, and the cost of a mistake is its slowdown. The floor (½) says that a kernel at
     half the best speed is a wrong choice however slow it is, so that the 100–1000× slowdowns
     of one-thread-per-row kernels on long rows do not dominate the squared error.
-    It is exported in the classifier layout of :class:`autospmv.model.TreeModel`: a node's
+    It is exported in the classifier layout of :class:`autospmv._decide.model.TreeModel`: a node's
     value for kernel k is ``Σ w_i · log(max(q_ik, floor) / floor)`` over its training
     matrices (w_i their sample weight), normalised to sum to 1, a non-negative score whose
     argmax is the leaf's choice and whose order is the fallback order.
@@ -111,8 +111,8 @@ from pathlib import Path
 import numpy as np
 
 import autospmv
-from autospmv.model import TreeModel
-from autospmv.session import TUNE_CANDIDATES
+from autospmv._decide.model import TreeModel
+from autospmv._session import TUNE_CANDIDATES
 from .label import LARGE_NNZ, read_records
 
 # The pieces of training live in their own modules; their names stay importable from here.

@@ -1,7 +1,7 @@
 """What every storage format provides, on the host and on the GPU.
 
 A format is an immutable bundle of arrays built once from a canonical CSR matrix (see
-:mod:`autospmv.validation`). On the host it holds NumPy arrays (:meth:`SparseFormat.from_csr`);
+:mod:`autospmv._run.validation`). On the host it holds NumPy arrays (:meth:`SparseFormat.from_csr`);
 from a matrix on the GPU (:class:`DeviceCSR`) it is built there, with the array operations of
 the matrix's array module ``xp`` (CuPy; NumPy in the tests, which is how they prove that both
 conversions build the same arrays): :meth:`SparseFormat.from_device_csr`. Kernels read the
@@ -77,7 +77,7 @@ class RowStructure:
     """The row pointer of a matrix whose nonzeros are elsewhere: what choosers and the rule read
     (``shape``, ``indptr``, ``nnz``, ``dtype``), and the matrix on the GPU, from which a chooser
     that reads a sample of the column indices gathers them
-    (:func:`autospmv.sampling.x_locality`)."""
+    (:func:`autospmv._decide.sampling.x_locality`)."""
 
     shape: tuple[int, int]
     indptr: np.ndarray
@@ -162,7 +162,7 @@ class SparseFormat:
         """The format's arrays by field name, in declaration order (what a GPU upload copies).
 
         NumPy arrays for a format built on the host; CUDA arrays (CuPy) for one built on the
-        device by :mod:`autospmv.device`."""
+        device by :mod:`autospmv._run.device_input`."""
         out = {}
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)

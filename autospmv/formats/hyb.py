@@ -5,7 +5,7 @@ takes the bulk of a matrix with uneven rows through ELL without padding every ro
 The COO part keeps CSR order (sorted by row, then column), which the COO kernels rely on.
 
 The width is a parameter: its strategies are pure functions of the row lengths
-(:mod:`autospmv.choosers`, CUSP's rule by default). CUSP's width never exceeds ELL's fill limit
+(:mod:`autospmv._decide.choosers`, CUSP's rule by default). CUSP's width never exceeds ELL's fill limit
 of 3: at least m/3 rows reach K and put K entries each in the ELL part, so ``m*K <= 3 * nnz``.
 """
 
@@ -17,7 +17,7 @@ import operator
 import numpy as np
 import scipy.sparse as sp
 
-from ..choosers import default_hyb_width
+from .._decide.choosers import default_hyb_width
 from .base import SparseFormat
 from .coo import COOFormat
 from .ell import (

@@ -16,7 +16,7 @@ and the values of the constants it reads (host code, such as the launch layer, i
 it, so changing it keeps every entry).
 
 :func:`function_handle` looks in three places, in order: the cache folder
-(``<cache folder>/cubins``, :func:`autospmv.cache.cache_dir`, one file per entry, written
+(``<cache folder>/cubins``, :func:`autospmv._run.cache.cache_dir`, one file per entry, written
 atomically), the archives shipped in the package (``shipped/sm_<cc>.cubins``, built with
 :mod:`autospmv.kernels.cuda.ship`; a first run on those GPUs compiles no kernel), and numba-cuda,
 which compiles the kernel (or loads it from its own cache) and whose cubin is then stored in the
@@ -45,7 +45,7 @@ from cuda.bindings import driver
 from numba import cuda
 from numba_cuda import __version__ as numba_cuda_version
 
-from ...cache import cache_dir
+from ..._run.cache import cache_dir
 
 SHIPPED = Path(__file__).resolve().parent / "shipped"
 """The folder of the archives of cubins shipped with the package, one per compute capability."""

@@ -40,7 +40,7 @@ def _sample_matrices(dtype) -> list[sp.csr_matrix]:
     """Matrices whose programs reach every launch of every kernel: short rows (csr5 clears its
     tile ends; hyb has no COO part) and a few long rows among short ones (hyb's COO part, csr5's
     memset, multi-vector pieces of long rows)."""
-    from ...validation import canonicalize
+    from ..._run.validation import canonicalize
 
     rng = np.random.default_rng(0)
     m = 4096
@@ -55,9 +55,9 @@ def _sample_matrices(dtype) -> list[sp.csr_matrix]:
 def specializations() -> list[tuple]:
     """``(kernel dispatcher, argument types)`` of every launch a product reaches (see the module
     docstring), without duplicates, found by building the programs from host arrays."""
-    from ... import registry
+    from ... import _registry as registry
     from ...formats.base import FormatTooLargeError
-    from ...validation import result_dtype
+    from ..._run.validation import result_dtype
     from .backend import VECTOR_DTYPES
     from .launch import Launch
     from .spmm import FEW_COLUMNS, few_columns_group, launches, long_row_pieces

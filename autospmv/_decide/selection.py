@@ -5,7 +5,7 @@ why it was chosen, the comparisons on the tree's path with the feature values th
 leaf's training support, and any guardrail that changed the outcome. ``str(decision)`` and
 ``op.explain()`` print it.
 
-Automatic selection (:func:`model_decision`) asks a trained :class:`~autospmv.model.TreeModel`,
+Automatic selection (:func:`model_decision`) asks a trained :class:`~autospmv._decide.model.TreeModel`,
 found by :func:`find_model` in this order:
 
 1. the ``model=`` argument (a path or a loaded model);
@@ -47,7 +47,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from . import registry
+from .. import _registry as registry
 from .model import TreeModel
 from .model_store import DTYPES, device_slug, split_stem, user_data_dir, user_model_path
 
@@ -86,7 +86,7 @@ class Decision:
     times (µs, back-to-back and per call), the kept kernel and the cost of tuning."""
     margins: dict[str, float] = dataclasses.field(default_factory=dict)
     """For a model's decision: how far the tree ranks each kernel behind its first choice (the
-    units of :func:`autospmv.default_policy.margins`; empty for a rule or a forced kernel).
+    units of :func:`autospmv._decide.default_policy.margins`; empty for a rule or a forced kernel).
     ``tune="measure"`` skips candidates far behind."""
     estimates_us: dict[str, float] = dataclasses.field(default_factory=dict)
     """For a model with a cost model: each kernel's estimated µs per product (the leaf's
@@ -184,7 +184,7 @@ def _shipped_listing() -> dict[str, Path]:
 
 def installed_models() -> dict[str, Path]:
     """The models ``retrain`` installed on this machine (the user data folder of
-    :func:`autospmv.model_store.user_data_dir`), by file stem (``<device>-<dtype>``)."""
+    :func:`autospmv._decide.model_store.user_data_dir`), by file stem (``<device>-<dtype>``)."""
     folder = user_data_dir() / "models"
     if not folder.is_dir():
         return {}
@@ -264,7 +264,7 @@ def _find_for_dtype(slug: str, dtype: str, shipped: dict[str, Path],
 def _retrained_paths(slug: str, dtype: str) -> list[Path]:
     """Where a model retrained for ``slug`` and ``dtype`` may be installed (the older name
     without a dtype too, for float64); none, with a warning, when the per-user data folder
-    cannot be determined (:func:`autospmv.model_store.user_data_dir`): automatic selection
+    cannot be determined (:func:`autospmv._decide.model_store.user_data_dir`): automatic selection
     goes on with the shipped models."""
     try:
         return [user_model_path(slug, dtype)] + ([user_model_path(slug)]
@@ -320,12 +320,12 @@ def model_decision(csr: sp.csr_matrix, choice: ModelChoice, features: dict,
                    device: str, lengths: tuple[np.ndarray, np.ndarray] | None = None) -> Decision:
     """The tree's kernel for ``csr``, with its path, leaf support and fall-back order.
 
-    Everything is read from one :meth:`~autospmv.model.TreeModel.evaluate` of ``features``:
+    Everything is read from one :meth:`~autospmv._decide.model.TreeModel.evaluate` of ``features``:
     the cost model's estimates are computed and the tree is walked once per decision.
     ``features`` needs only those the model reads (its
-    :meth:`~autospmv.model.TreeModel.features_read`).
+    :meth:`~autospmv._decide.model.TreeModel.features_read`).
     ``lengths``: the row-length histogram the feature scan built
-    (:func:`autospmv.features.features_and_lengths`), from which the chosen kernel's
+    (:func:`autospmv._decide.features.features_and_lengths`), from which the chosen kernel's
     parameters are chosen when its chooser reads only the row lengths."""
     model = choice.model
     evaluation, ranked, decided = model.decide(features, csr.nnz, only_read=True)

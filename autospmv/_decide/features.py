@@ -6,12 +6,12 @@ and whose values are finite Python floats for every input, including empty matri
 inside every ``prepare()``, so on large matrices it costs at most a few SciPy ``A @ x``: one
 numba pass over all rows (row lengths, diagonals) and one over a sample of them (blocks, x
 locality), parallel over numba's threads on large matrices
-(:func:`autospmv.cpu_threads.threaded_passes`).
+(:func:`autospmv._run.threads.threaded_passes`).
 
 The scan over the rows (block masks, sector stamps, the split between workers) is in
-:mod:`autospmv.feature_scan`, the passes over the row pointer in :mod:`autospmv.row_passes`,
-the choice of the rows to sample in :mod:`autospmv.sampling` and the row-length statistics in
-:mod:`autospmv.length_features`; this module defines the features and assembles the dict.
+:mod:`autospmv._decide.feature_scan`, the passes over the row pointer in :mod:`autospmv._decide.row_passes`,
+the choice of the rows to sample in :mod:`autospmv._decide.sampling` and the row-length statistics in
+:mod:`autospmv._decide.length_features`; this module defines the features and assembles the dict.
 
 Notation: m rows, n columns, ``len_i`` the number of stored entries of row i (explicit zeros
 count: the structure is what a kernel sees), "warp" a group of 32 consecutive rows (the last
@@ -54,7 +54,7 @@ x_sectors_per_nnz_row *  Σ_i (distinct x sectors read by row i) / nnz: one row 
                          time (CSR scalar); 1 = no reuse, 1/(sector width) = best
 x_sectors_per_nnz_warp * Σ_warps (distinct x sectors read by the warp) / nnz:        0
                          coalescing when 32 rows run together
-<kernel>_bytes, _work,   each kernel's cost quantities (:mod:`autospmv.cost`):      0
+<kernel>_bytes, _work,   each kernel's cost quantities (:mod:`autospmv._decide.cost`):      0
 _span, _atomics,         memory traffic, thread steps, longest thread loop, atomic
 _launches                adds into one entry of y, device steps, with the device's
                          chooser parameters
@@ -91,10 +91,11 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 
+from .._run.devices import target_device
+from .._run.threads import threaded_passes
+from .._run.validation import canonicalize
+from ..formats.base import row_of_each_nonzero
 from .cost import QUANTITY_NAMES, quantities, quantity_names
-from .cpu_threads import threaded_passes
-from .devices import target_device
-from .formats.base import row_of_each_nonzero
 from .feature_scan import (
     _BAND, _FULL, _NARROW, _ROW_SECTORS, _SAMPLED_NNZ, _SAMPLED_NNZ3, _TOUCHED, _WARP_SECTORS,
     BLOCK_SIZES, WINDOW_ROWS, _scan_parallel, _scan_serial, _scratch, _split_windows, _workers,
@@ -109,7 +110,6 @@ from .sampling import (
     drawn_windows, gathered_indices, safe_ratio, sampled_windows, sector_shift_and_narrow,
     sample_layout, select_windows,
 )  # fmt: skip
-from .validation import canonicalize
 
 FEATURE_NAMES = (
     "rows", "cols", "nnz", "density", "log10_rows", "log10_cols", "log10_nnz",
@@ -128,7 +128,7 @@ kernels; :func:`feature_names` adds the cost quantities of registered kernels)."
 
 def feature_names() -> tuple[str, ...]:
     """The names :func:`features` returns now: :data:`FEATURE_NAMES`, then the cost quantities
-    of kernels registered besides the built-in ones (:func:`autospmv.registry.register`)."""
+    of kernels registered besides the built-in ones (:func:`autospmv._registry.register`)."""
     return FEATURE_NAMES + tuple(name for name in quantity_names() if name not in QUANTITY_NAMES)
 
 SAMPLED_FEATURES = (
@@ -146,7 +146,7 @@ loads their GPU code from CuPy's cache."""
 def features(A, sample_rows: int | None = None, device: str | None = None) -> dict[str, float]:
     """Return the structural features of A, keyed by :func:`feature_names` (see module doc).
 
-    A: anything :func:`autospmv.validation.canonicalize` accepts; a canonical float32/float64
+    A: anything :func:`autospmv._run.validation.canonicalize` accepts; a canonical float32/float64
     ``scipy.sparse.csr_matrix`` is used as is. device: ``"cuda"`` or ``"cpu"``, whose parameter
     choosers the cost quantities count with; None means the device :func:`autospmv.prepare`
     would use. sample_rows: ``None`` samples the features in
@@ -162,7 +162,7 @@ def features_and_lengths(A, sample_rows: int | None = None, device: str | None =
     """:func:`features` and the row-length histogram the scan built for them: the distinct row
     lengths (ascending) and how many rows have each, over every row whatever
     ``sample_rows``. An automatic decision hands the histogram to the chosen kernel's
-    parameter chooser (:func:`autospmv.registry.choose_params`), so that the row lengths are
+    parameter chooser (:func:`autospmv._registry.choose_params`), so that the row lengths are
     not computed a second time."""
     return canonical_features_and_lengths(canonicalize(A), sample_rows, device)
 
@@ -170,13 +170,13 @@ def features_and_lengths(A, sample_rows: int | None = None, device: str | None =
 def canonical_features_and_lengths(csr: sp.csr_matrix, sample_rows: int | None = None,
                                    device: str | None = None, uploaded=None, needed=None
                                    ) -> tuple[dict[str, float], tuple[np.ndarray, np.ndarray]]:
-    """:func:`features_and_lengths` of a matrix that :func:`autospmv.validation.canonicalize`
+    """:func:`features_and_lengths` of a matrix that :func:`autospmv._run.validation.canonicalize`
     returned, without validating it again (the checks read every index: :func:`prepare` has
     just made them). ``uploaded``: the same matrix already on the GPU
     (:class:`autospmv.formats.base.DeviceCSR`), where the passes over every index run (the same
     features, see :func:`_scan`; :func:`autospmv.prepare` hands it over from
     :data:`DEVICE_PASSES_MIN_NNZ` nonzeros). ``needed``: the names a caller reads (a model's
-    :meth:`~autospmv.model.TreeModel.features_read`), or None for all; see :func:`passes_needed`
+    :meth:`~autospmv._decide.model.TreeModel.features_read`), or None for all; see :func:`passes_needed`
     for what is then left out."""
     if sample_rows is not None and sample_rows < 1:
         raise ValueError(
@@ -362,8 +362,8 @@ def _band_and_diagonals(csr) -> tuple[int, int]:
 
 def _device_warp_sectors(csr) -> dict[str, float]:
     """``x_sectors_per_nnz_warp`` of a matrix on the GPU (:class:`autospmv.formats.base.DeviceCSR`)
-    counted there, over the windows the host's scan samples (:func:`~autospmv.sampling.drawn_windows`, as
-    :func:`~autospmv.sampling.select_windows` flags them), with the scan's value: every entry of those windows
+    counted there, over the windows the host's scan samples (:func:`~autospmv._decide.sampling.drawn_windows`, as
+    :func:`~autospmv._decide.sampling.select_windows` flags them), with the scan's value: every entry of those windows
     gets a key (window, sector of x), the keys are sorted, and the distinct ones counted. Only
     the windows' bounds go up (from the host's row pointer) and two scalars come back; the scan
     would copy the windows' column indices to the host and read them there."""

@@ -5,7 +5,7 @@ CSR tensors on a CUDA device. Their nonzeros never travel to the host:
 
 * **Canonical form on the device.** CuPy: ``tocsr()`` and ``sum_duplicates()`` (which also sorts
   the columns) when the matrix is not canonical yet, then the value and index dtypes of
-  :mod:`autospmv.validation`. torch: ``coalesce()`` (sorted, summed) and ``to_sparse_csr()``,
+  :mod:`autospmv._run.validation`. torch: ``coalesce()`` (sorted, summed) and ``to_sparse_csr()``,
   then the tensors are viewed as CuPy arrays through ``__cuda_array_interface__`` (no copy).
   CuPy is needed in both cases (the ``cuda`` extra's natural companion).
 * **What goes to the host: the row pointer** (m + 1 integers, not nnz-sized). The parameter
@@ -13,15 +13,15 @@ CSR tensors on a CUDA device. Their nonzeros never travel to the host:
   host; the ELL width, the JDS row order and (for large matrices without empty rows) the CSR5
   tile descriptors are computed on the device.
 * **The decision.** With ``kernel=`` the kernel is used as on host input. Automatic selection
-  on a matrix of more than :data:`autospmv.features.SAMPLE_THRESHOLD` nonzeros uses the model,
+  on a matrix of more than :data:`autospmv._decide.features.SAMPLE_THRESHOLD` nonzeros uses the model,
   with the features a host matrix would get
-  (:func:`autospmv.features.device_features_and_lengths`): bandwidth and occupied diagonals
+  (:func:`autospmv._decide.features.device_features_and_lengths`): bandwidth and occupied diagonals
   reduced on the GPU, row lengths from the row pointer, and the column indices of the rows
   drawn for the sampled features (a sixteenth of a large matrix's; no values) copied to the
   host, unless x's locality is the only sampled feature the model reads: then it is counted
   on the GPU from the same rows and nothing is copied. A smaller matrix, whose features are
   all exact and so read every index, is decided by the built-in rule of
-  :func:`autospmv.selector.rule_decision` (row lengths only). The decision's notes say which.
+  :func:`autospmv._decide.selection.rule_decision` (row lengths only). The decision's notes say which.
 * **Conversion on the device**: every format builds itself from the uploaded CSR with CuPy
   array operations (:meth:`autospmv.formats.base.SparseFormat.from_device_csr`), also for host
   input on the GPU when CuPy is installed (:func:`upload_csr`).
@@ -29,7 +29,7 @@ CSR tensors on a CUDA device. Their nonzeros never travel to the host:
 
 from __future__ import annotations
 
-from .formats.base import DeviceCSR
+from ..formats.base import DeviceCSR
 from .validation import index_dtype, value_dtype
 
 

@@ -7,21 +7,21 @@ import time
 
 import numpy as np
 
-from . import registry
-from .cache import compile_timer
-from .device import canonical_device_csr, is_device_matrix, upload_csr
-from .devices import check_device, resolve_device, target_device
-from .cpu_threads import check_threads
-from .features import (
+from . import _registry as registry
+from ._decide.features import (
     DEVICE_PASSES_MIN_NNZ, canonical_features_and_lengths, passes_needed, warp_sectors_only,
 )
-from .formats.base import FormatTooLargeError
-from .length_features import length_passes_on_device
-from .operator import SpMVOperator, borrows
-from .selector import (
+from ._decide.length_features import length_passes_on_device
+from ._decide.selection import (
     Decision, find_model, forced_decision, model_decision, rule_decision, warn_skipped,
 )
-from .validation import canonicalize
+from ._run.cache import compile_timer
+from ._run.device_input import canonical_device_csr, is_device_matrix, upload_csr
+from ._run.devices import check_device, resolve_device, target_device
+from ._run.operator import SpMVOperator, borrows
+from ._run.threads import check_threads
+from ._run.validation import canonicalize
+from .formats.base import FormatTooLargeError
 
 
 def select(A, *, kernel: str | None = None, device: str | None = None, model=None) -> Decision:
@@ -45,12 +45,12 @@ def _device_for_device_input(device, resolve: bool = True) -> str:
 
 
 def _decide_device(csr, kernel, device, params, model=None) -> Decision:
-    """The decision for a matrix on the GPU (see :mod:`autospmv.device`): ``kernel=`` as on the
-    host; else, above :data:`autospmv.features.SAMPLE_THRESHOLD` nonzeros, the model from the
-    same features as on the host (:func:`autospmv.features.device_features_and_lengths`: at
+    """The decision for a matrix on the GPU (see :mod:`autospmv._run.device_input`): ``kernel=`` as on the
+    host; else, above :data:`autospmv._decide.features.SAMPLE_THRESHOLD` nonzeros, the model from the
+    same features as on the host (:func:`autospmv._decide.features.device_features_and_lengths`: at
     most a sixteenth of the column indices come to the host, no values); else the built-in rule,
     which reads the row lengths only."""
-    from .features import SAMPLE_THRESHOLD, device_features_and_lengths
+    from ._decide.features import SAMPLE_THRESHOLD, device_features_and_lengths
 
     structure = csr.structure()
     if kernel is not None:
@@ -101,10 +101,10 @@ def _passes_note(needed, rows: int) -> str:
 
 
 def _upload(csr, device: str):
-    """The canonical host matrix on the GPU (:func:`autospmv.device.upload_csr`) when it will
+    """The canonical host matrix on the GPU (:func:`autospmv._run.device_input.upload_csr`) when it will
     run there and CuPy is installed, before the decision: the operator converts from it, and
     the feature passes over every index run there; else None."""
-    from . import devices
+    from ._run import devices
 
     if device != "cuda" or devices.cuda_simulator():
         return None
@@ -164,7 +164,7 @@ MEASURE_GAIN = 0.03
 held-out matrices grown to 2·10⁷ nonzeros (the model cards' held-out section)."""
 TUNE_TIMING = dict(warmup=1, repeats=3, min_repeats=3, max_seconds=0.02, b2b_calls=10,
                    b2b_repeats=3, vectors=2, rounds=2, retries=1)
-"""The timer's options for ``tune="measure"`` (:class:`autospmv.timing.TimingOptions`): a few
+"""The timer's options for ``tune="measure"`` (:class:`autospmv._run.timing.TimingOptions`): a few
 batches of back-to-back products per candidate, interleaved, enough to order kernels that
 differ by more than a few per cent."""
 
@@ -177,15 +177,15 @@ def prepare(A, *, kernel: str | None = None, device: str | None = None, model=No
     ``A``: a SciPy sparse matrix or array, a 2-D array-like, or a matrix already on the GPU
     (``cupyx.scipy.sparse`` CSR/COO/CSC, torch sparse COO/CSR on CUDA), which is canonicalised
     and converted on the device without copying its nonzeros to the host (see
-    :mod:`autospmv.device` for what is computed where and how such a matrix is decided).
+    :mod:`autospmv._run.device_input` for what is computed where and how such a matrix is decided).
 
     ``device``: ``"cuda"``, ``"cpu"`` or None (CUDA when a usable GPU is present).
-    ``model``: a model file path or a loaded :class:`~autospmv.model.TreeModel` to decide with
-    (default: the lookup of :func:`autospmv.selector.find_model`).
+    ``model``: a model file path or a loaded :class:`~autospmv._decide.model.TreeModel` to decide with
+    (default: the lookup of :func:`autospmv._decide.selection.find_model`).
     ``params``: with ``kernel=``, overrides the tuned parameters (e.g. ``{"width": 8}`` for hyb).
     ``threads``: on the CPU, the most threads one product may use (1: the serial kernel, no thread
     pool). Default: the environment variable ``AUTOSPMV_NUM_THREADS``, else one thread per 60K
-    nonzeros up to the usable cores; see :mod:`autospmv.cpu_threads` for why. Ignored on CUDA.
+    nonzeros up to the usable cores; see :mod:`autospmv._run.threads` for why. Ignored on CUDA.
 
     When the chosen kernel's format refuses A (padding beyond the fill limit) or does not fit in
     memory, the tree's next choice is tried, and ``op.decision`` records it; a forced kernel
@@ -196,7 +196,7 @@ def prepare(A, *, kernel: str | None = None, device: str | None = None, model=No
     kernel, then the registry's kernels in order; those the tree ranks :data:`TUNE_MARGIN` or
     more behind its first choice are skipped; on the GPU all are converted from one upload of
     A), times each on A back-to-back (the kernel's own time, what an iterative solver's loop of
-    products sees) with the labeller's timer (:class:`autospmv.timing.Bench` with
+    products sees) with the labeller's timer (:class:`autospmv._run.timing.Bench` with
     :data:`TUNE_TIMING`: a warm-up, then a few batches, all candidates interleaved) and keeps
     the fastest; on CUDA it needs a real GPU (under numba-cuda's
     simulator it would time a Python interpreter, and raises RuntimeError).
@@ -274,7 +274,7 @@ def prepare(A, *, kernel: str | None = None, device: str | None = None, model=No
 
 
 def _simulated(device: str) -> bool:
-    from . import devices
+    from ._run import devices
 
     return device == "cuda" and devices.cuda_simulator()
 
@@ -333,8 +333,8 @@ def _measure(csr, decision: Decision, device: str, borrowed: bool,
     uploaded once, when CuPy is there), time them back-to-back, keep the fastest. Candidates the
     tree ranks :data:`TUNE_MARGIN` or more behind its first choice are skipped. ``built``: the
     operator of the decision's own kernel, already converted."""
-    from . import devices
-    from .timing import Bench, TimingOptions, release_device_memory
+    from ._run import devices
+    from ._run.timing import Bench, TimingOptions, release_device_memory
 
     if device == "cuda" and devices.cuda_simulator():
         raise RuntimeError("tune='measure' under numba-cuda's simulator (NUMBA_ENABLE_CUDASIM=1) "

@@ -1,7 +1,7 @@
 """Compile everything autospmv runs on a device ahead of time (``python -m autospmv warmup``).
 
 numba compiles a function for each combination of argument types on its first call, then keeps
-the machine code in its on-disk cache (:mod:`autospmv.cache`), from which later processes load
+the machine code in its on-disk cache (:mod:`autospmv._run.cache`), from which later processes load
 it far faster than compiling. :func:`warmup` makes those first calls for every kernel on two
 matrices per value dtype: a small one (the serial CPU specialisations, below
 :data:`autospmv.kernels.cpu.PARALLEL_MIN_NNZ`) and a larger one (the parallel ones and the
@@ -11,7 +11,7 @@ with a float64 x: the float64-accumulating specialisations that SciPy's solvers 
 float64 right-hand side), and the multi-vector products (``op @ X``: the kernels for a few and
 for many columns, with X of the same dtypes). The feature scan, the prediction and the sampled
 locality of x that CSR5's tile height reads are compiled the same way, and the index range
-check that validates large matrices (:func:`autospmv.validation.index_range`) for both index
+check that validates large matrices (:func:`autospmv._run.validation.index_range`) for both index
 dtypes. Matrices with int64 indices (more than 2**31 - 1 nonzeros or rows) use other
 specialisations, compiled on first use. On a GPU whose compute capability the package ships
 cubins for, with the numba-cuda version they were built with (:mod:`autospmv.kernels.cuda.cubins`),
@@ -44,8 +44,8 @@ class Step:
 def warmup_matrices(dtype) -> list[sp.csr_matrix]:
     """A small and a large matrix (both kernels' specialisations) that every format accepts:
     four entries per row, so no ELL padding limit applies and HYB has a non-zero ELL width."""
-    from .cpu_threads import PASSES_PARALLEL_MIN_NNZ
-    from .kernels import cpu
+    from .threads import PASSES_PARALLEL_MIN_NNZ
+    from ..kernels import cpu
     from .validation import canonicalize
 
     large = max(cpu.PARALLEL_MIN_NNZ, PASSES_PARALLEL_MIN_NNZ)
@@ -70,8 +70,8 @@ def _compile_index_range():
 
 def _compile_x_locality(matrices) -> list:
     """The sampled locality of x that CSR5's tile height reads on the GPU for matrices of more
-    tiles than the warm-up matrices have (:func:`autospmv.sampling.x_locality`)."""
-    from .sampling import x_locality
+    tiles than the warm-up matrices have (:func:`autospmv._decide.sampling.x_locality`)."""
+    from .._decide.sampling import x_locality
 
     return [x_locality(A) for A in matrices]
 
@@ -80,7 +80,8 @@ def warmup(device: str = "cpu", dtypes=DTYPES, kernels=None, progress=None) -> l
     """Compile the feature scan, the prediction and every kernel (with its conversion) for
     ``device`` and ``dtypes``; returns one :class:`Step` per kernel and dtype.
     ``progress(step)``, if given, is called after each step."""
-    from . import prepare, registry, select
+    from .. import _registry as registry
+    from .. import prepare, select
 
     steps = []
 

@@ -44,7 +44,7 @@ def cuda_available() -> bool:
     try:
         from numba import cuda
 
-        from .kernels import cuda as _  # noqa: F401  (applies the NumPy compatibility step)
+        from ..kernels import cuda as _  # noqa: F401  (applies the NumPy compatibility step)
     except ImportError:
         return False
     return cuda_simulator() or cuda.is_available()

@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 from numba import prange
 
-from .kernels import njit
-from .kernels.cpu import specialisations
+from ..kernels import njit
+from ..kernels.cpu import specialisations
 
 WARP = 32
 """Rows per warp of the GPU kernels: the unit of the warp imbalance."""
@@ -34,7 +34,7 @@ _moments_serial, _moments_parallel = specialisations(_row_length_moments)
 def row_length_moments(indptr, m, parallel: bool = False):
     """Σ len² over the rows and the longest row's length (on numba's threads if
     ``parallel``): both set CSR-vector's group size
-    (:func:`autospmv.choosers.choose_threads_per_row`); the longest row also sizes the scan's
+    (:func:`autospmv._decide.choosers.choose_threads_per_row`); the longest row also sizes the scan's
     row-length histogram."""
     return (_moments_parallel if parallel else _moments_serial)(indptr, m)
 

@@ -12,7 +12,7 @@ index memory with its index arrays without bounds checks), :func:`check_structur
 arrays in vectorised NumPy: lengths consistent with the shape, offsets starting at 0, monotone and
 ending at nnz, every index inside the matrix. A malformed matrix raises a ValueError naming the
 defect. Input already canonical is used as is, without a copy; the operator takes its own copy of
-whatever it keeps (:class:`autospmv.operator.SpMVOperator`), so that later changes to the user's
+whatever it keeps (:class:`autospmv._run.operator.SpMVOperator`), so that later changes to the user's
 arrays never reach it.
 
 Vectors handed to an operator are checked by :func:`check_vector` and :func:`check_out`; matrix
@@ -30,9 +30,9 @@ import numpy as np
 import scipy.sparse as sp
 from numba import prange
 
-from .cpu_threads import threaded_passes
+from ..kernels.cpu import specialisations
 from .devices import DEVICES, check_device  # noqa: F401  (re-exported: device names live there)
-from .kernels.cpu import specialisations
+from .threads import threaded_passes
 
 SUPPORTED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 _INT32_MAX = np.iinfo(np.int32).max
@@ -276,7 +276,7 @@ def _vector_length(array, fmt: str, name: str) -> int:
 
 COMPILED_MIN_SIZE = 1 << 20
 """Index arrays from this many entries get their range in one compiled pass (on numba's
-threads by :func:`autospmv.cpu_threads.threaded_passes`) instead of NumPy's two; below, NumPy's
+threads by :func:`autospmv._run.threads.threaded_passes`) instead of NumPy's two; below, NumPy's
 passes cost less than loading the compiled code."""
 
 

@@ -4,8 +4,8 @@ structure and the device kind.
 A chooser reads a canonical CSR matrix (or anything with its ``shape``, ``nnz``, ``dtype`` and
 host ``indptr``) and returns the kernel's parameters as a dict; the ``*_of_lengths`` variants
 compute the same from the row-length histogram that the feature scan builds anyway. The
-registry (:mod:`autospmv.registry`) names each kernel's chooser; the cost quantities
-(:mod:`autospmv.cost`) count each kernel's work with the parameters chosen here. This module
+registry (:mod:`autospmv._registry`) names each kernel's chooser; the cost quantities
+(:mod:`autospmv._decide.cost`) count each kernel's work with the parameters chosen here. This module
 also holds the strategies the choosers and the labeller pick among (HYB's ELL width, CSR5's
 tile height) and the parameter variants the labeller times.
 
@@ -16,7 +16,7 @@ tile height) and the parameter variants the labeller times.
 * CSR5's tile height σ (:func:`choose_sigma`).
 
 The choosers stand below the features: they read the row pointer through the compiled passes
-of :mod:`autospmv.row_passes` and x's locality through :func:`autospmv.sampling.x_locality`.
+of :mod:`autospmv._decide.row_passes` and x's locality through :func:`autospmv._decide.sampling.x_locality`.
 """
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ from collections.abc import Callable
 import numpy as np
 import scipy.sparse as sp
 
-from .cpu_threads import threaded_passes
-from .devices import CUDA_WARPS_IN_FLIGHT, check_device_name
+from .._run.devices import CUDA_WARPS_IN_FLIGHT, check_device_name
+from .._run.threads import threaded_passes
+from ..formats.base import row_lengths
+from ..formats.csr5 import OMEGA
 from .row_passes import row_length_counts, row_length_moments
-from .formats.base import row_lengths
-from .formats.csr5 import OMEGA
 from .sampling import x_locality
 
 
@@ -100,7 +100,7 @@ def width_cusp_of_histogram(values, counts) -> int:
 default_hyb_width = width_cusp
 """The width strategy the registry's parameter chooser uses."""
 default_hyb_width_of_histogram = width_cusp_of_histogram
-"""The same strategy from a row-length histogram (:mod:`autospmv.cost`)."""
+"""The same strategy from a row-length histogram (:mod:`autospmv._decide.cost`)."""
 
 
 # CSR5's tile height
@@ -116,7 +116,7 @@ VERY_SHORT_ROWS = 2
 """Mean row length below which the CUDA kernel runs faster with half the tile height."""
 
 SCATTERED_X = 0.9
-"""x locality (:func:`autospmv.sampling.x_locality`, sectors of x per entry) from which the
+"""x locality (:func:`autospmv._decide.sampling.x_locality`, sectors of x per entry) from which the
 GPU takes σ = 8 on a matrix with tiles enough: each entry gathers its own piece of x, and more,
 shorter tiles keep more of those loads in flight (:func:`choose_sigma`)."""
 
@@ -140,7 +140,7 @@ multiple of it (see ``autospmv.kernels.cuda.csr5``)."""
 
 def choose_sigma(csr: sp.csr_matrix, device: str, x_locality: Callable[[], float]) -> int:
     """Tile height σ for ``device`` ("cpu" or "cuda"). ``x_locality()`` returns the matrix's
-    locality of x (:func:`autospmv.sampling.x_locality`, a sample of the column indices); it is
+    locality of x (:func:`autospmv._decide.sampling.x_locality`, a sample of the column indices); it is
     called only where σ depends on it.
 
     CPU: twice the structural σ of :func:`structural_sigma`, since a CPU thread walks a tile's
@@ -152,7 +152,7 @@ def choose_sigma(csr: sp.csr_matrix, device: str, x_locality: Callable[[], float
        kernel's fast path takes whole steps of eight entries); on rows of :data:`LONG_ROWS` or
        more the structural 8 in float64 but 16 in float32 (:data:`CUDA_LONG_ROW_SIGMA`: a
        lane's tile then carries 128 bytes of values and indices, against float64's 96);
-    2. halved when the matrix has fewer tiles than :data:`~autospmv.devices.CUDA_WARPS_IN_FLIGHT`
+    2. halved when the matrix has fewer tiles than :data:`~autospmv._run.devices.CUDA_WARPS_IN_FLIGHT`
        (each tile is one warp's work, so the lanes' σ-long loops then set the time, not the
        bandwidth) or rows shorter than :data:`VERY_SHORT_ROWS` on average (a lane then stores
        about σ row results, one per step);
@@ -289,7 +289,7 @@ def choose_hyb_width_of_lengths(values: np.ndarray, counts: np.ndarray, device: 
 
 def choose_csr5_sigma(csr: sp.csr_matrix, device: str) -> dict:
     """CSR5's tile height (:func:`choose_sigma`), which on the GPU reads
-    the locality of x from a sample of the column indices (:func:`autospmv.sampling.x_locality`)
+    the locality of x from a sample of the column indices (:func:`autospmv._decide.sampling.x_locality`)
     when the matrix is large enough for it to matter."""
     sigma = choose_sigma(csr, check_device_name(device), lambda: x_locality(csr))
     return {"sigma": int(sigma)}

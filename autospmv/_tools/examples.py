@@ -1,6 +1,6 @@
 """Representative sparse matrices generated in well under a second: what ``autospmv demo``
 shows, and the solver benchmark's matrices when it is given no folder
-(:mod:`autospmv.bench_solvers`)."""
+(:mod:`autospmv._tools.bench_solvers`)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
 """The cost model a trained tree may carry: per kernel, a linear estimate of its time.
 
-:class:`CostModel` lives apart from the tree (:mod:`autospmv.model`) because it is a model of
+:class:`CostModel` lives apart from the tree (:mod:`autospmv._decide.model`) because it is a model of
 its own: it is fitted separately (``training/fitting.py``), the tree reads it only through the
 estimates it derives from the features, and a model file stores it as the optional
-``"cost_model"`` entry (the file layout is in :mod:`autospmv.model`'s docstring).
+``"cost_model"`` entry (the file layout is in :mod:`autospmv._decide.model`'s docstring).
 """
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from . import registry
+from .. import _registry as registry
 from .model_check import _array
 
 
 class CostModel:
     """A per-kernel linear model of a kernel's time on one device, over the cost quantities of
-    :mod:`autospmv.cost`.
+    :mod:`autospmv._decide.cost`.
 
     The estimate for kernel k is ``t̂_k = Σ_r c_kr · x_r`` over :data:`REGRESSORS`: a constant
     (``"1"``: fixed latency), the matrix's ``rows`` and ``nnz``, and the kernel's own
@@ -158,7 +158,7 @@ class CostModel:
     def derived_of(self, estimates: Mapping[str, float]) -> dict[str, float]:
         """The ``est_<kernel>`` values from the estimates of one feature dict (µs per kernel, as
         :meth:`estimates` returns them): the one place they are derived, for :meth:`derived` and
-        for a tree that already holds the estimates (:meth:`autospmv.model.TreeModel.evaluate`),
+        for a tree that already holds the estimates (:meth:`autospmv._decide.model.TreeModel.evaluate`),
         so that both give the tree the same values."""
         times = np.array([[estimates[kernel] for kernel in self.kernels]], dtype=np.float64)
         return dict(zip(self.derived_names, self.relative(times)[0].tolist()))

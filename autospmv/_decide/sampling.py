@@ -13,9 +13,9 @@ import math
 
 import numpy as np
 
+from ..formats.base import to_host
+from ..kernels import njit
 from .feature_scan import WINDOW_ROWS
-from .formats.base import to_host
-from .kernels import njit
 
 SAMPLE_THRESHOLD = 1 << 17
 """Above this many nonzeros the sampled features are sampled by default."""

@@ -3,7 +3,7 @@
 An entry (:class:`KernelSpec`) names the storage format the kernel reads, its CPU and CUDA
 implementations, the parameter chooser that tunes it for a matrix, the parameter variants the
 labeller times besides the chooser's (``training/label.py``) and the function counting its cost
-quantities (:mod:`autospmv.cost`). Formats, implementations and cost functions are referenced as
+quantities (:mod:`autospmv._decide.cost`). Formats, implementations and cost functions are referenced as
 ``"module:attribute"`` strings (or given as the objects themselves) and imported on first use, so
 that a CPU-only process never imports numba-cuda and no kernel is compiled before a decision
 needs it.
@@ -24,7 +24,7 @@ from typing import Callable
 import numpy as np
 import scipy.sparse as sp
 
-from . import choosers
+from ._decide import choosers
 from .formats.base import DeviceCSR, SparseFormat
 
 
@@ -85,8 +85,8 @@ class KernelSpec:
     """Every parameter the kernel takes, with its allowed values (:meth:`check_params`)."""
     cost: str | Callable | None = None
     """``module:function`` ``quantities(inputs) -> (bytes, work, span, atomics, launches)``
-    over a :class:`autospmv.cost.CostInputs`: the kernel's cost quantities (see
-    :mod:`autospmv.cost`).
+    over a :class:`autospmv._decide.cost.CostInputs`: the kernel's cost quantities (see
+    :mod:`autospmv._decide.cost`).
     None: the kernel has none (a model's cost model cannot then estimate it)."""
     variants: Callable[[sp.csr_matrix], list[tuple[str, Callable[[], dict]]]] = dataclasses.field(
         default=lambda csr: [])
@@ -162,38 +162,38 @@ CSR5_SIGMA = Param("sigma", 2, 32)
 _BUILT_IN = (
     KernelSpec(
         "coo", "autospmv.formats.coo:COOFormat", "autospmv.kernels.cpu.coo:bind",
-        "autospmv.kernels.cuda.coo:build", choosers.no_params, cost="autospmv.cost:coo",
+        "autospmv.kernels.cuda.coo:build", choosers.no_params, cost="autospmv._decide.cost:coo",
     ),
     KernelSpec(
         "csr_scalar", "autospmv.formats.csr:CSRFormat", "autospmv.kernels.cpu.csr:bind_scalar",
-        "autospmv.kernels.cuda.csr:build_scalar", choosers.no_params, cost="autospmv.cost:csr_scalar",
+        "autospmv.kernels.cuda.csr:build_scalar", choosers.no_params, cost="autospmv._decide.cost:csr_scalar",
     ),
     KernelSpec(
         "csr_vector", "autospmv.formats.csr:CSRFormat", "autospmv.kernels.cpu.csr:bind_vector",
         "autospmv.kernels.cuda.csr:build_vector", choosers.choose_threads_per_row,
-        params=(THREADS_PER_ROW,), cost="autospmv.cost:csr_vector",
+        params=(THREADS_PER_ROW,), cost="autospmv._decide.cost:csr_vector",
         choose_params_of_lengths=choosers.choose_threads_per_row_of_lengths,
         variants=choosers.threads_per_row_variants,
     ),
     KernelSpec(
         "ell", "autospmv.formats.ell:ELLFormat", "autospmv.kernels.cpu.ell:bind",
-        "autospmv.kernels.cuda.ell:build", choosers.no_params, cost="autospmv.cost:ell",
+        "autospmv.kernels.cuda.ell:build", choosers.no_params, cost="autospmv._decide.cost:ell",
     ),
     KernelSpec(
         "hyb", "autospmv.formats.hyb:HYBFormat", "autospmv.kernels.cpu.hyb:bind",
         "autospmv.kernels.cuda.hyb:build", choosers.choose_hyb_width, ("width",), params=(HYB_WIDTH,),
-        cost="autospmv.cost:hyb", variants=choosers.hyb_width_variants,
+        cost="autospmv._decide.cost:hyb", variants=choosers.hyb_width_variants,
         choose_params_of_lengths=choosers.choose_hyb_width_of_lengths,
     ),
     KernelSpec(
         "jds", "autospmv.formats.jds:JDSFormat", "autospmv.kernels.cpu.jds:bind",
         "autospmv.kernels.cuda.jds:build", choosers.no_params, format_takes_device=True,
-        cost="autospmv.cost:jds",
+        cost="autospmv._decide.cost:jds",
     ),
     KernelSpec(
         "csr5", "autospmv.formats.csr5:CSR5Format", "autospmv.kernels.cpu.csr5:bind",
         "autospmv.kernels.cuda.csr5:build", choosers.choose_csr5_sigma, ("sigma",), params=(CSR5_SIGMA,),
-        cost="autospmv.cost:csr5", variants=choosers.csr5_sigma_variants,
+        cost="autospmv._decide.cost:csr5", variants=choosers.csr5_sigma_variants,
     ),
 )
 

@@ -1,9 +1,9 @@
-"""The numba scan over a canonical CSR matrix's rows that :func:`autospmv.features.features`
+"""The numba scan over a canonical CSR matrix's rows that :func:`autospmv._decide.features.features`
 reads its structural features from.
 
 The scan walks the rows in windows of :data:`WINDOW_ROWS` (one warp): every row for the
 row-length histogram, the bandwidth and the occupied diagonals (the warp imbalance is one
-serial pass over the row pointer, :func:`autospmv.row_passes.warp_ratio_sum`), and the
+serial pass over the row pointer, :func:`autospmv._decide.row_passes.warp_ratio_sum`), and the
 rows of the windows drawn for detail also for the block, x-sector and narrow-band counters
 (the entries ``_T2`` … ``_SAMPLED_NNZ3`` of a worker's ``sums``). The work is split between
 workers (:func:`_split_windows`), each with its own scratch arrays within a memory budget
@@ -11,10 +11,10 @@ workers (:func:`_split_windows`), each with its own scratch arrays within a memo
 :data:`_scan_parallel` on numba's threads. A worker's scratch grows with the columns; when one
 worker's would outweigh the matrix (:func:`scratch_fits`: far more columns than nonzeros), the
 same counters are counted over the nonzeros instead, by sorting keys per group of rows
-(:func:`nonzero_counters`, :func:`autospmv.row_passes.band_and_diagonals`), in memory bounded by the nonzeros.
+(:func:`nonzero_counters`, :func:`autospmv._decide.row_passes.band_and_diagonals`), in memory bounded by the nonzeros.
 It lives apart from the feature definitions
-(:mod:`autospmv.features`: names, sampling policy, row-length statistics, the public
-:func:`~autospmv.features.features`) because it is the bit-level machinery: block masks,
+(:mod:`autospmv._decide.features`: names, sampling policy, row-length statistics, the public
+:func:`~autospmv._decide.features.features`) because it is the bit-level machinery: block masks,
 sector stamps and the per-worker split, which the features only consume as counters.
 """
 
@@ -23,8 +23,8 @@ from __future__ import annotations
 import numpy as np
 from numba import prange
 
-from .kernels import njit
-from .kernels.cpu import specialisations
+from ..kernels import njit
+from ..kernels.cpu import specialisations
 from .row_passes import WARP
 
 BLOCK_SIZES = (2, 3, 4, 8)
@@ -84,7 +84,7 @@ def lengths_counted(longest: int, m: int) -> bool:
     of ``longest + 1`` bins; if not (the longest row is much longer than m), they are sorted
     instead, so that a few very long rows cannot make the histogram far larger than the row
     pointer. The one rule for the scan's histogram and the row-length passes on either side
-    (:mod:`autospmv.features`)."""
+    (:mod:`autospmv._decide.features`)."""
     return longest <= 8 * m + 64
 
 
@@ -92,7 +92,7 @@ def _scratch_shapes(m: int, n: int, longest: int, full: bool = True,
                     detail: bool = True) -> list[tuple[int, type]]:
     """One worker's row of each scratch array: (length, dtype), in :func:`_scratch` order.
     The row-length histogram has no columns when :func:`lengths_counted` says the lengths are
-    sorted instead (see :func:`autospmv.length_features.length_histogram`); neither it nor the diagonal flags have any
+    sorted instead (see :func:`autospmv._decide.length_features.length_histogram`); neither it nor the diagonal flags have any
     when the scan is not ``full`` (the detail windows only); the detail arrays (sectors, block
     masks) have none when no window is scanned in detail (``detail`` False)."""
     d = int(detail)
@@ -134,7 +134,7 @@ def scratch_fits(m: int, n: int, longest: int, csr_bytes: int, full: bool = True
     :data:`SCRATCH_SHARE` of the CSR arrays' ``csr_bytes`` or :data:`SCRATCH_ALWAYS`. They do
     not when the matrix has far more columns than nonzeros (a 10 × 10⁹ matrix of 10⁵ nonzeros,
     1.2 MB, would need 7 GB); its counters are then counted over the nonzeros
-    (:func:`nonzero_counters`, :func:`autospmv.row_passes.band_and_diagonals`)."""
+    (:func:`nonzero_counters`, :func:`autospmv._decide.row_passes.band_and_diagonals`)."""
     return _worker_bytes(m, n, longest, full, detail) <= max(SCRATCH_SHARE * csr_bytes,
                                                              SCRATCH_ALWAYS)
 

@@ -3,15 +3,15 @@
 :data:`FEATURE_DESCRIPTIONS` is the single glossary: ``explain`` (``python -m autospmv explain``)
 prints the entry of every feature on a decision path, and the feature table of
 ``models/README.md`` is this dict (a test keeps the two equal; :func:`markdown_table` writes the
-table). The full definitions, with the edge cases, are in :mod:`autospmv.features` and
-:mod:`autospmv.cost`.
+table). The full definitions, with the edge cases, are in :mod:`autospmv._decide.features` and
+:mod:`autospmv._decide.cost`.
 """
 
 from __future__ import annotations
 
-from .cost import QUANTITIES
-from . import registry
-from .registry import KERNELS
+from .. import _registry as registry
+from .._decide.cost import QUANTITIES
+from .._registry import KERNELS
 
 _STRUCTURE = {
     "rows": "number of rows m",
@@ -79,7 +79,7 @@ _ESTIMATES = {name: text for kernel in KERNELS
 
 FEATURE_DESCRIPTIONS: dict[str, str] = {**_STRUCTURE, **_BLOCKS, **_COST, **_ESTIMATES, **_RULE}
 """Feature name -> one-line description, for every name of
-:data:`autospmv.features.FEATURE_NAMES`, every estimate ``est_<kernel>`` a model derives and the
+:data:`autospmv._decide.features.FEATURE_NAMES`, every estimate ``est_<kernel>`` a model derives and the
 built-in rule's ``max_row_length``."""
 
 
@@ -92,7 +92,7 @@ def describe(name: str) -> str:
         text = _kernel_descriptions(kernel).get(name)
         if text is not None:
             return text
-    return "not in autospmv's glossary (autospmv/glossary.py)"
+    return "not in autospmv's glossary (autospmv/_tools/glossary.py)"
 
 
 def markdown_table() -> str:

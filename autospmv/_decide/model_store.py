@@ -5,7 +5,7 @@ is installed as (:func:`user_model_path`, named ``<device slug>-<dtype>.json`` b
 :func:`model_stem` and read back by :func:`split_stem`), the device slugs that name a machine's
 models (:func:`device_slug`) and the atomic write every model file goes through
 (:func:`write_atomically`). It knows nothing of what a model file holds, which is
-:mod:`autospmv.model`'s business: finding and naming models needs no tree code.
+:mod:`autospmv._decide.model`'s business: finding and naming models needs no tree code.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import re
 import tempfile
 from pathlib import Path
 
-from . import devices
+from .._run import devices
 
 
 def write_atomically(path, text: str) -> None:
@@ -50,7 +50,7 @@ def user_data_dir() -> Path:
     A setting whose ``~`` or ``~user`` cannot be expanded (an unknown user, no home folder)
     raises a ValueError naming it rather than standing for some other folder: retrain and the
     command line stop with that error, and automatic selection skips the retrained models with
-    a warning (:func:`autospmv.selector.find_model`)."""
+    a warning (:func:`autospmv._decide.selection.find_model`)."""
     home = os.environ.get("AUTOSPMV_HOME")
     if home:
         return _expanded(home, "AUTOSPMV_HOME")

@@ -7,16 +7,16 @@ Loading validates everything a prediction relies on, so a damaged or foreign fil
 ``ValueError`` that names the problem instead of mispredicting.
 
 This module holds the tree: its file format, prediction and :meth:`TreeModel.export_text`.
-The cost model a tree may carry is in :mod:`autospmv.cost_model`, the checks a model passes
-in :mod:`autospmv.model_check`, and where model files live and how they are named in
-:mod:`autospmv.model_store`; their public names stay importable from here.
+The cost model a tree may carry is in :mod:`autospmv._decide.cost_model`, the checks a model passes
+in :mod:`autospmv._decide.model_check`, and where model files live and how they are named in
+:mod:`autospmv._decide.model_store`; their public names stay importable from here.
 
 File layout (``schema_version`` 1 or 2)::
 
     {
       "format": "autospmv-tree",
       "schema_version": 2,                    # 1 when nothing of version 2 is used
-      "feature_names": ["row_max", ...],      # names from autospmv.features.FEATURE_NAMES
+      "feature_names": ["row_max", ...],      # names from autospmv._decide.features.FEATURE_NAMES
       "classes": ["csr_vector", ...],         # kernel names from the registry
       "tree": {                               # one entry per node; node 0 is the root
         "children_left":  [1, -1, ...],       # -1 marks a leaf (both children -1)
@@ -37,7 +37,7 @@ File layout (``schema_version`` 1 or 2)::
         "large_coefficients": {"coo": [...], ...}  # on, these coefficients estimate instead
       },
       "defaults": {"bands": [...]},           # version 3, optional: a default kernel per size
-                                              # band (autospmv.default_policy.DefaultPolicy)
+                                              # band (autospmv._decide.default_policy.DefaultPolicy)
       "provenance": {...}                     # free-form: device, versions, date, data hash, scores
     }
 
@@ -46,7 +46,7 @@ Version 2 added the cost model's second coefficient table, for matrices of at le
 1 when it has none, so that such a model stays readable by an autospmv that reads version 1
 only. Version 3 added ``defaults``: per size band a default kernel that the tree's choice
 replaces only when the tree's margin for it reaches the band's calibrated threshold
-(:mod:`autospmv.default_policy`). An autospmv refuses a file of a version it does not know,
+(:mod:`autospmv._decide.default_policy`). An autospmv refuses a file of a version it does not know,
 rather than ignoring entries it would not understand.
 
 With a cost model, the tree may also compare the *estimates* ``est_<kernel>`` it derives from
@@ -137,7 +137,7 @@ class TreeModel:
     """A validated decision tree over matrix features whose classes are kernel names.
 
     Build one with :meth:`from_sklearn`, :meth:`load` or :meth:`from_dict`; the constructor
-    validates its arguments like :meth:`load` does (see :func:`autospmv.model_check._check`).
+    validates its arguments like :meth:`load` does (see :func:`autospmv._decide.model_check._check`).
     """
 
     def __init__(self, feature_names, classes, tree: Mapping, provenance: Mapping | None = None,
@@ -291,8 +291,8 @@ class TreeModel:
     def load(cls, source, *, known_features=None, known_kernels=None) -> "TreeModel":
         """Read a model from a path or a text/binary file object; never unpickles.
 
-        ``known_features`` (default: :func:`autospmv.features.feature_names`) and
-        ``known_kernels`` (default: the registry's, :func:`autospmv.registry.names`) are the
+        ``known_features`` (default: :func:`autospmv._decide.features.feature_names`) and
+        ``known_kernels`` (default: the registry's, :func:`autospmv._registry.names`) are the
         names the file may use.
         Every failure, from an unreadable file to a document nested too deeply or numbers too
         large for a float, raises ValueError naming the file.
@@ -480,7 +480,7 @@ class TreeModel:
 
     def margins(self, evaluation: Evaluation) -> dict[str, float]:
         """The margin of ``evaluation``'s first-ranked kernel over each class, in the units
-        :func:`autospmv.default_policy.margins` describes."""
+        :func:`autospmv._decide.default_policy.margins` describes."""
         scores = (evaluation.corrected if evaluation.corrected is not None
                   else [evaluation.leaf.proba[c] for c in self.classes])
         return margins(self.ranking, self.classes, scores)
@@ -582,10 +582,10 @@ def _reject_constant(name: str):
 
 
 # -- names that live in other modules, importable from here as before -------------------------
-# autospmv.cost_model: the per-kernel cost model a tree may carry.
-# autospmv.model_check: the leaf markers of the node arrays (LEAF and LEAF_FEATURE, imported
+# autospmv._decide.cost_model: the per-kernel cost model a tree may carry.
+# autospmv._decide.model_check: the leaf markers of the node arrays (LEAF and LEAF_FEATURE, imported
 #   above) and the checks every model passes.
-# autospmv.model_store: user folders, model file names, device slugs, the atomic write.
+# autospmv._decide.model_store: user folders, model file names, device slugs, the atomic write.
 from .model_store import (  # noqa: E402, F401
     DTYPES, cpu_model, device_slug, find_model, model_stem, slugify, split_stem, user_data_dir,
     user_model_path,

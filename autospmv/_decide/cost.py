@@ -1,11 +1,11 @@
 """Cost quantities: what each kernel's time depends on, counted for one matrix.
 
 For every kernel, run with the parameters its chooser picks for the device
-(:mod:`autospmv.registry`), five numbers describe the work its GPU mapping does on the matrix.
+(:mod:`autospmv._registry`), five numbers describe the work its GPU mapping does on the matrix.
 They are structural counts, which depend on the device only through those parameters; a
 trained model turns them into a time estimate per kernel with a linear cost model fitted on its
-device's labels (``training/fitting.py``, :class:`autospmv.cost_model.CostModel`),
-and its tree reads the estimates. They are features like the others (:mod:`autospmv.features`),
+device's labels (``training/fitting.py``, :class:`autospmv._decide.cost_model.CostModel`),
+and its tree reads the estimates. They are features like the others (:mod:`autospmv._decide.features`),
 named ``<kernel>_<quantity>``:
 
 ========= =======================================================================================
@@ -56,10 +56,11 @@ import numpy as np
 import scipy.sparse as sp
 from numba import prange
 
-from . import choosers, registry
-from .formats.csr5 import OMEGA
-from .kernels import njit
-from .kernels.cpu import specialisations
+from .. import _registry as registry
+from ..formats.csr5 import OMEGA
+from ..kernels import njit
+from ..kernels.cpu import specialisations
+from . import choosers
 
 QUANTITIES = ("bytes", "work", "span", "atomics", "launches")
 QUANTITY_NAMES = tuple(f"{kernel}_{q}" for kernel in registry.KERNELS for q in QUANTITIES)

@@ -1,4 +1,4 @@
-"""The child process of the solver benchmark (:mod:`autospmv.bench_solvers`): the problems each
+"""The child process of the solver benchmark (:mod:`autospmv._tools.bench_solvers`): the problems each
 solver runs on a matrix, the untimed check that the operator and the SciPy matrix agree, and the
 interleaved timing of both, for one configuration (environment and cores) of the driver.
 
@@ -217,10 +217,10 @@ def run_child(args) -> dict:
 
         limiter = threadpool_limits(1, user_api="blas")
     import autospmv  # noqa: F401  (before numba runs anything: it sets the OpenMP wait policy)
-    from autospmv.validation import canonicalize
+    from autospmv._run.validation import canonicalize
 
     try:
-        from autospmv.cpu_threads import wait_policy
+        from autospmv._run.threads import wait_policy
     except ImportError:  # an autospmv from before the thread policy (for comparisons)
         def wait_policy():
             return f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}"

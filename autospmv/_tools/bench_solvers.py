@@ -23,7 +23,7 @@ median wall times are reported. Solvers stop at 1e-8 relative tolerance or ``MAX
 ``op @ x`` then ``dot`` is timed against its parts on every matrix as well.
 
 Wall time of whole solver runs, not of products, is the figure here, so the timing loops are
-this module's own rather than the labeller's timer (:class:`autospmv.timing.Bench`, which times
+this module's own rather than the labeller's timer (:class:`autospmv._run.timing.Bench`, which times
 one operator's products); its child processes may also import another version of autospmv,
 for comparisons, which need not have that timer.
 
@@ -36,7 +36,7 @@ date, versions, every record and a summary against the acceptance targets) go to
 the repository's ``benchmarks/solvers.py`` writes to ``benchmarks/results``).
 
 The matrices are the ``.npz`` files of a folder (``--matrices DIR``), or, without one, the
-structures ``autospmv demo`` generates (:func:`autospmv.examples.demo_matrices`: a 2-D Poisson
+structures ``autospmv demo`` generates (:func:`autospmv._tools.examples.demo_matrices`: a 2-D Poisson
 grid, power-law rows, a block FEM-like matrix, a few dense rows among short ones), so that an
 installed autospmv runs it anywhere. Command lines::
 
@@ -100,8 +100,8 @@ def core_counts(requested: list[str]) -> list[int]:
 def run_config(args, env_name: str, cores: int) -> dict:
     """One child process: ``env_name`` environment, pinned to the first ``cores`` usable CPUs."""
     env = dict(os.environ)
-    if "autospmv.cpu_threads" in sys.modules:  # imported here (by the CLI): the child gets the
-        from autospmv.cpu_threads import wait_policy  # user's variables, not autospmv's
+    if "autospmv._run.threads" in sys.modules:  # imported here (by the CLI): the child gets the
+        from autospmv._run.threads import wait_policy  # user's variables, not autospmv's
 
         if "set by autospmv" in wait_policy():
             env.pop("OMP_WAIT_POLICY", None)
@@ -260,7 +260,7 @@ def main(argv=None, prog: str = "autospmv bench --solver", matrices=None,
         for env_name in args.envs:
             log(f"configuration: {env_name} environment, {cores} cores")
             configs.append(run_config(args, env_name, cores))
-    from autospmv.model import cpu_model, slugify  # after the runs: its import sets variables
+    from autospmv._decide.model import cpu_model, slugify  # after the runs: its import sets variables
     summary = summarise(configs)
     print_summary(summary)
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()

@@ -15,18 +15,18 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.linalg import LinearOperator
 
-from . import registry
-from .formats.base import SparseFormat
+from .. import _registry as registry
+from .._decide.selection import Decision, forced_decision
+from ..formats.base import DeviceCSR, FormatTooLargeError
+from ..formats.base import SparseFormat
+from ..formats.coo import COOFormat
+from ..formats.csr import CSRFormat
+from ..kernels.cpu import bind_threaded
+from ..kernels.cpu.csr import bind_transposed
 from .cache import compile_timer
-from .device import canonical_device_csr, is_device_matrix, transposed, upload_csr
-from .cpu_threads import check_threads, choose_threads
+from .device_input import canonical_device_csr, is_device_matrix, transposed, upload_csr
 from .devices import check_device, resolve_device
-from .formats.base import DeviceCSR, FormatTooLargeError
-from .formats.coo import COOFormat
-from .formats.csr import CSRFormat
-from .kernels.cpu import bind_threaded
-from .kernels.cpu.csr import bind_transposed
-from .selector import Decision, forced_decision
+from .threads import check_threads, choose_threads
 from .validation import canonicalize, check_out, check_vector, index_dtype, result_dtype
 
 
@@ -39,7 +39,7 @@ class SpMVOperator(LinearOperator):
     ``format``, the converted storage the CPU kernel runs on (None on the GPU: the format lives
     in device memory only, and the host copy is released after the upload); ``memory``, the
     bytes the operator holds, ``{"host": ..., "device": ...}``, and ``nbytes``, their sum;
-    ``threads`` (on the CPU, the most threads a product uses; see :mod:`autospmv.cpu_threads`).
+    ``threads`` (on the CPU, the most threads a product uses; see :mod:`autospmv._run.threads`).
 
     The operator is a snapshot of A: changing A afterwards changes neither ``op`` nor ``op.T``.
     Besides what it runs, it keeps what :meth:`transpose_operator` builds Aᵀ from when first
@@ -57,7 +57,7 @@ class SpMVOperator(LinearOperator):
         """The operator of A with ``decision``'s kernel and parameters on ``device`` (``"cpu"``,
         ``"cuda"``, or None: CUDA when a usable GPU is present), checked as
         :func:`autospmv.prepare` checks its arguments: A is canonicalised
-        (:func:`autospmv.validation.canonicalize`: a malformed matrix raises ValueError before
+        (:func:`autospmv._run.validation.canonicalize`: a malformed matrix raises ValueError before
         any kernel reads it; a matrix on the GPU is canonicalised there), and so are the
         kernel's parameters and ``threads``."""
         if not isinstance(decision, Decision):
@@ -79,8 +79,8 @@ class SpMVOperator(LinearOperator):
     @classmethod
     def _canonical(cls, csr, decision: Decision, device: str, threads=None,
                    **options) -> "SpMVOperator":
-        """The operator of a matrix that :func:`~autospmv.validation.canonicalize` (or
-        :func:`autospmv.device.canonical_device_csr`) has just returned, built without checking
+        """The operator of a matrix that :func:`~autospmv._run.validation.canonicalize` (or
+        :func:`autospmv._run.device_input.canonical_device_csr`) has just returned, built without checking
         it again: :func:`autospmv.prepare` and the transposes hand over what they checked.
         ``threads``: checked by the caller; ``options``: as :meth:`_build`'s."""
         op = cls.__new__(cls)
@@ -97,7 +97,7 @@ class SpMVOperator(LinearOperator):
         then copies the arrays of its format that share memory with them (a CSR kernel's format
         is csr's own arrays), so that it is a snapshot of the matrix as it was when built (see
         :meth:`transpose_operator` for Aᵀ). ``uploaded``: the host ``csr`` already on the GPU
-        (:func:`autospmv.device.upload_csr`, a copy), converted from instead of uploading
+        (:func:`autospmv._run.device_input.upload_csr`, a copy), converted from instead of uploading
         again."""
         super().__init__(dtype=csr.dtype, shape=csr.shape)
         self.decision = decision
@@ -106,8 +106,8 @@ class SpMVOperator(LinearOperator):
         spec = registry.get(decision.kernel)
         spec.check_params(decision.params)
         if device == "cuda":
-            from .kernels.cuda.backend import CudaBackend  # imported outside the compile timer
-            from .kernels.cuda.launch import SIMULATOR as SIMULATED
+            from ..kernels.cuda.backend import CudaBackend  # imported outside the compile timer
+            from ..kernels.cuda.launch import SIMULATOR as SIMULATED
         host_csr = csr
         with compile_timer() as compiled:
             started = time.perf_counter()
@@ -464,7 +464,7 @@ def tall_transpose(csr) -> bool:
 
 
 def borrows(A, csr) -> bool:
-    """Whether the canonical ``csr`` that :func:`~autospmv.validation.canonicalize` returned for
+    """Whether the canonical ``csr`` that :func:`~autospmv._run.validation.canonicalize` returned for
     A holds A's own arrays (A was canonical CSR already), which the caller may change later."""
     return sp.issparse(A) and A.format == "csr" and np.may_share_memory(csr.data, A.data)
 
@@ -501,7 +501,7 @@ def _own_arrays(fmt: SparseFormat, sources: tuple) -> SparseFormat:
 
 class CpuBackend:
     """Runs the registry's numba CPU kernel on host arrays, on at most ``threads`` threads
-    (:func:`autospmv.cpu_threads.choose_threads`: ``threads=``, ``AUTOSPMV_NUM_THREADS`` or a
+    (:func:`autospmv._run.threads.choose_threads`: ``threads=``, ``AUTOSPMV_NUM_THREADS`` or a
     rule from the matrix size and the usable cores; 1 runs the serial kernel)."""
 
     def __init__(self, spec: registry.KernelSpec, fmt, params: dict, nnz: int, threads=None):
@@ -531,7 +531,7 @@ class CpuBackend:
         else:
             fmt = CSRFormat.from_csr(matrix_csr())
             where = f"besides the {self._format.name} format"
-        from .kernels.cpu.spmm import MultiVector  # (imported at the first one)
+        from ..kernels.cpu.spmm import MultiVector  # (imported at the first one)
 
         self.multi = MultiVector(fmt, self._threads_request)
         return (f"multi-vector products (A @ X, X of k ≥ 2 columns) run one pass over A's CSR "

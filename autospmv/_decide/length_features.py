@@ -2,7 +2,7 @@
 their histogram.
 
 The passes (the longest row, the histogram of the row lengths and the warp imbalance) read only
-the row pointer, on the host (compiled passes of :mod:`autospmv.row_passes`) or, for a large
+the row pointer, on the host (compiled passes of :mod:`autospmv._decide.row_passes`) or, for a large
 matrix on the GPU, there, with the same values. The statistics (:data:`LENGTH_NAMES`: mean,
 spread, percentiles, Gini coefficient, ELL fill, HYB width, sorted warp imbalance, ...) are
 computed from the histogram alone: the distinct lengths ``values`` (ascending) and how many rows
@@ -15,13 +15,13 @@ import math
 
 import numpy as np
 
-from .cpu_threads import threaded_passes
+from .._run.threads import threaded_passes
+from ..formats.base import to_host
+from ..kernels import njit
 from .feature_scan import WINDOW_ROWS, lengths_counted
 from .row_passes import (
     WARP, chunked_ratio_sum, row_length_counts, row_length_moments, warp_ratio_sum,
 )
-from .formats.base import to_host
-from .kernels import njit
 
 DEVICE_LENGTH_PASSES_MIN_ROWS = 1 << 19
 """For a matrix on the GPU, from this many rows the passes over the row lengths (longest row,

@@ -1,0 +1,1 @@
+"""The command line's helpers: the solver benchmark, the demo matrices and the glossary."""
