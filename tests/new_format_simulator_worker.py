@@ -21,12 +21,11 @@ import numpy as np  # noqa: E402
 
 import autospmv  # noqa: E402
 import toy_format  # noqa: E402
-from autospmv import _registry as registry  # noqa: E402
 from matrices import TINY, random_vector, reference, relative_error  # noqa: E402
 
 
 def main() -> None:
-    registry.register(toy_format.SPEC)
+    autospmv.register(toy_format.SPEC)
     rng = np.random.default_rng(0)
     out = {}
     for name, make in sorted(TINY.items()):

@@ -3,8 +3,6 @@ call, each in a subprocess (a failure can abort or hang the process): see
 ``concurrency_worker.py``."""
 
 from __future__ import annotations
-
-import importlib
 import json
 import os
 import pathlib
@@ -75,7 +73,7 @@ def test_feature_scan_with_many_threads_keeps_its_memory_and_its_values(monkeypa
     from autospmv._run.validation import canonicalize
     from matrices import random_matrix
 
-    features = importlib.import_module("autospmv._decide.features")
+    from autospmv._decide import features as features
     A = canonicalize(random_matrix(20_000, 20_000, 5e-4, 1))
     serial = features.features(A, device="cpu", sample_rows=20_000)
     from autospmv._run import threads as cpu_threads

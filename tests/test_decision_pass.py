@@ -25,7 +25,7 @@ from autospmv._decide.model import TreeModel
 from autospmv._decide.model_store import device_slug, user_model_path
 from matrices import FAMILY, poisson2d
 
-FEATURES = sys.modules["autospmv._decide.features"]
+from autospmv._decide import features as FEATURES
 """The features module (``autospmv.features`` is the function of that name)."""
 SHIPPED = sorted((Path(__file__).resolve().parent.parent / "models").glob("*.json"))
 

@@ -295,9 +295,8 @@ def test_features_with_the_index_passes_on_the_device_are_the_host_features(name
 @pytest.mark.parametrize("threaded", [False, True])
 def test_sampled_features_with_the_index_passes_on_the_device(threaded, monkeypatch):
     # Above the sampling threshold (windows drawn for detail), serially and on threads.
-    import importlib
 
-    features_module = importlib.import_module("autospmv._decide.features")
+    from autospmv._decide import features as features_module
     if threaded:
         monkeypatch.setattr(cpu_threads, "PASSES_PARALLEL_MIN_NNZ", 1)
         monkeypatch.setattr(cpu_threads, "PARALLEL_MIN_THREADS", 1)
@@ -352,9 +351,8 @@ def test_device_features_are_the_host_features(threaded, passes_on_the_device, m
     # Above the sampling threshold a matrix on the device gets the host's features from its
     # row pointer, reductions on the device and its sampled rows' indices only; the passes
     # over its row lengths run on the device or on the host by its row count.
-    import importlib
 
-    features_module = importlib.import_module("autospmv._decide.features")
+    from autospmv._decide import features as features_module
     monkeypatch.setattr(length_features, "DEVICE_LENGTH_PASSES_MIN_ROWS",
                         0 if passes_on_the_device else 1 << 40)
     if threaded:
@@ -459,9 +457,8 @@ def test_features_leave_out_the_passes_a_caller_does_not_read(needed, sampled, i
     for a matrix on the GPU); every feature they return equals the full computation's. When
     x's locality is the only sampled feature, a matrix on the GPU (uploaded or not) has it
     counted there instead of copying the sampled rows' indices to the host."""
-    import importlib
 
-    features_module = importlib.import_module("autospmv._decide.features")
+    from autospmv._decide import features as features_module
     csr = canonicalize(power_law(100_000, 80_000, 1.6, 9).astype(np.float32))
     full, full_lengths = features_module.canonical_features_and_lengths(csr, device="cuda")
     ran = []
@@ -506,9 +503,8 @@ def test_x_locality_counted_on_the_device_equals_the_host_scan(build, dtype):
     """x_sectors_per_nnz_warp counted from a matrix on the GPU (:func:`_device_warp_sectors`,
     NumPy stand-in) equals the host scan's sampled value exactly, on structures where it is
     small (stencils, blocks) and near 1 (scattered columns)."""
-    import importlib
 
-    features_module = importlib.import_module("autospmv._decide.features")
+    from autospmv._decide import features as features_module
     csr = canonicalize(build().astype(dtype))
     assert csr.nnz > features_module.SAMPLE_THRESHOLD
     host = features_module.features(csr, device="cuda")["x_sectors_per_nnz_warp"]

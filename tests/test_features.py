@@ -5,7 +5,6 @@ the accuracy of sampling."""
 from __future__ import annotations
 
 import functools
-import importlib
 import math
 
 import numpy as np
@@ -30,7 +29,7 @@ from autospmv._decide.sampling import SAMPLE_THRESHOLD, SAMPLE_TOLERANCE
 from autospmv._run.devices import target_device
 from autospmv._run.validation import canonicalize
 
-F = importlib.import_module("autospmv._decide.features")  # the module (the package exports the function)
+from autospmv._decide import features as F
 
 
 def exact(A, device: str | None = None) -> dict[str, float]:

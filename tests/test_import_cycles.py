@@ -130,7 +130,7 @@ def test_the_timer_stands_on_numpy_alone():
     imported (numba-cuda inside the functions that make CUDA clocks or vectors), so any module
     may use it."""
     assert import_graph(functions=True)["autospmv._run.timing"] == set()
-    tree = ast.parse((PACKAGE / "timing.py").read_text(encoding="utf-8"))
+    tree = ast.parse((PACKAGE / "_run" / "timing.py").read_text(encoding="utf-8"))
     imported = {alias.name if isinstance(node, ast.Import) else node.module
                 for node in _module_level_imports(tree) for alias in node.names}
     assert imported <= {"__future__", "dataclasses", "math", "time", "numpy"}

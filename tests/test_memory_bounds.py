@@ -23,7 +23,8 @@ import autospmv
 from matrices import FAMILY
 
 ROOT = Path(__file__).resolve().parent.parent
-FEATURES_MODULE = sys.modules["autospmv._decide.features"]
+from autospmv._decide import feature_scan
+from autospmv._decide import features as FEATURES_MODULE
 
 MEASURE = textwrap.dedent("""
     import json, sys, tracemalloc
@@ -126,6 +127,6 @@ def test_a_wide_matrix_is_counted_over_its_nonzeros_and_sampled_like_the_scan(mo
                         lambda *args: calls.append(1) or counters(*args))
     counted = autospmv.features(A, device="cpu")
     assert calls
-    monkeypatch.setattr(sys.modules["autospmv._decide.feature_scan"], "SCRATCH_ALWAYS", 1 << 40)
+    monkeypatch.setattr(feature_scan, "SCRATCH_ALWAYS", 1 << 40)
     assert autospmv.features(A, device="cpu") == counted
     assert len(calls) == 1

@@ -13,7 +13,6 @@ from matrices import FAMILY, TINY, TOLERANCE, random_vector, reference, relative
 from simulator_run import run_simulator_worker
 
 import autospmv
-from autospmv import _registry as registry
 from autospmv.formats.base import DeviceCSR
 from autospmv._run.validation import canonicalize
 
@@ -22,11 +21,11 @@ WORKER = pathlib.Path(__file__).with_name("new_format_simulator_worker.py")
 
 @pytest.fixture
 def toy():
-    registry.register(toy_format.SPEC)
+    autospmv.register(toy_format.SPEC)
     try:
         yield toy_format.SPEC
     finally:
-        registry.unregister(toy_format.NAME)
+        autospmv.unregister(toy_format.NAME)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

@@ -15,7 +15,7 @@ import numpy as np
 import scipy.sparse as sp
 from numba import cuda
 
-from autospmv import _registry as registry
+import autospmv
 from autospmv.formats.base import SparseFormat
 from autospmv.kernels.cuda import jit
 from autospmv.kernels.cuda.launch import X, Y, DeviceProgram, Launch, ZeroY
@@ -74,5 +74,5 @@ def no_params(csr, device: str) -> dict:
     return {}
 
 
-SPEC = registry.KernelSpec(NAME, ColumnTriples, bind, build, no_params)
+SPEC = autospmv.KernelSpec(NAME, ColumnTriples, bind, build, no_params)
 """The registry entry: the format, the two kernels and the chooser, as objects."""
