@@ -205,7 +205,7 @@ def test_a_reader_that_goes_away_ends_the_output_quietly(tmp_path):
 def test_models_remove_deletes_rejected_reports_too(capsys):
     """A retrain whose model the guard rejected leaves ``<model>.rejected.md``, beside an
     installed model or alone; ``models --remove`` deletes it with the rest."""
-    folder = autospmv._decide.model.user_data_dir() / "models"
+    folder = autospmv._decide.model_store.user_data_dir() / "models"
     folder.mkdir(parents=True)
     installed = folder / "cpu-test-float64.json"
     installed.write_bytes(GPU_MODEL.read_bytes())
@@ -319,8 +319,8 @@ def test_retrain_can_be_restarted_and_undone(capsys, monkeypatch):
     real_guard = autospmv.training.train.guard
     monkeypatch.setattr(autospmv.training.train, "guard",
                         lambda cv: {**real_guard(cv), "passed": True, "reason": "test"})
-    home = autospmv._decide.model.user_data_dir()
-    slug = autospmv._decide.model.device_slug("cpu")
+    home = autospmv._decide.model_store.user_data_dir()
+    slug = autospmv._decide.model_store.device_slug("cpu")
     model = home / "models" / f"{slug}-float64.json"
     labels = home / "labels" / f"{slug}-float64.jsonl"
     quick = ["retrain", "--device", "cpu", "--corpus", "tiny", "--quick"]

@@ -24,7 +24,8 @@ from sklearn.tree import DecisionTreeClassifier
 
 import autospmv
 from autospmv._decide import selection as selector
-from autospmv._decide.model import TreeModel, user_model_path
+from autospmv._decide.model import TreeModel
+from autospmv._decide.model_store import user_model_path
 from matrices import FAMILY, REPRESENTATIVE, one_long_row, poisson2d
 
 REPO = Path(__file__).resolve().parent.parent

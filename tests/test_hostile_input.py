@@ -21,7 +21,8 @@ import scipy.sparse as sp
 
 import autospmv
 from autospmv import _registry as registry
-from autospmv._decide.model import CostModel, TreeModel, device_slug, user_model_path, write_atomically
+from autospmv._decide.model import CostModel, TreeModel
+from autospmv._decide.model_store import device_slug, user_model_path, write_atomically
 from autospmv._decide.selection import shipped_models
 from autospmv._run.validation import canonicalize, check_structure
 from matrices import TOLERANCE, random_matrix, random_vector, reference, relative_error

@@ -11,7 +11,8 @@ import pytest
 from sklearn.tree import DecisionTreeClassifier, export_text
 
 from autospmv import KERNELS
-from autospmv._decide.model import TreeModel, device_slug, find_model, slugify, user_model_path
+from autospmv._decide.model import TreeModel
+from autospmv._decide.model_store import device_slug, find_model, slugify, user_model_path
 
 NAMES = ["row_max", "row_cv", "nnz", "density", "ell_fill", "block2_share"]
 KNOWN = {"known_features": NAMES + ["unused_feature"]}

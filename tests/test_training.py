@@ -1022,7 +1022,7 @@ def _retrain(labels, dtype):
 
 def test_a_float32_retrain_never_replaces_the_float64_model(tmp_path, monkeypatch, capsys):
     from autospmv._decide import selection as selector
-    from autospmv._decide.model import device_slug, user_model_path
+    from autospmv._decide.model_store import device_slug, user_model_path
 
     monkeypatch.setenv("AUTOSPMV_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("AUTOSPMV_MODEL", raising=False)
@@ -1049,7 +1049,7 @@ def test_a_float32_retrain_never_replaces_the_float64_model(tmp_path, monkeypatc
 
 def test_a_model_worse_than_the_best_fixed_kernel_is_not_installed(tmp_path, monkeypatch,
                                                                     capsys):
-    from autospmv._decide.model import device_slug, user_model_path
+    from autospmv._decide.model_store import device_slug, user_model_path
 
     monkeypatch.setenv("AUTOSPMV_HOME", str(tmp_path / "home"))
     path = user_model_path(device_slug("cpu"), "float64")

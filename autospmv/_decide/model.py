@@ -6,48 +6,11 @@ survive a scikit-learn upgrade, while JSON arrays are safe to load, diffable and
 Loading validates everything a prediction relies on, so a damaged or foreign file fails with a
 ``ValueError`` that names the problem instead of mispredicting.
 
-This module holds the tree: its file format, prediction and :meth:`TreeModel.export_text`.
+This module holds the tree: prediction and :meth:`TreeModel.export_text`; its file format is
+in :mod:`autospmv._decide.model_file`.
 The cost model a tree may carry is in :mod:`autospmv._decide.cost_model`, the checks a model passes
 in :mod:`autospmv._decide.model_check`, and where model files live and how they are named in
-:mod:`autospmv._decide.model_store`; their public names stay importable from here.
-
-File layout (``schema_version`` 1 or 2)::
-
-    {
-      "format": "autospmv-tree",
-      "schema_version": 2,                    # 1 when nothing of version 2 is used
-      "feature_names": ["row_max", ...],      # names from autospmv._decide.features.FEATURE_NAMES
-      "classes": ["csr_vector", ...],         # kernel names from the registry
-      "tree": {                               # one entry per node; node 0 is the root
-        "children_left":  [1, -1, ...],       # -1 marks a leaf (both children -1)
-        "children_right": [2, -1, ...],
-        "feature":        [4, -2, ...],       # index into feature_names; -2 at leaves
-        "threshold":      [12.5, -2.0, ...],  # float32 values written exactly; -2.0 at leaves
-        "value":          [[0.5, 0.5], ...],  # per class, proportional to the weighted
-                                              # training samples of that class in the node
-        "n_node_samples": [40, 25, ...],      # training matrices reaching the node (support)
-        "weighted_n_node_samples": [40.0, ...]
-      },
-      "cost_model": {                         # optional (see CostModel)
-        "regressors": ["1", "rows", "nnz", "bytes", "work", "span", "atomics",
-                       "launches"],         # without "launches": a file from before it
-                                            # was counted, read with a launch coefficient 0
-        "coefficients": {"coo": [11.5, ...], ...},  # µs per unit, one list per kernel
-        "large_nnz": 1000000,                 # version 2, optional: from this many nonzeros
-        "large_coefficients": {"coo": [...], ...}  # on, these coefficients estimate instead
-      },
-      "defaults": {"bands": [...]},           # version 3, optional: a default kernel per size
-                                              # band (autospmv._decide.default_policy.DefaultPolicy)
-      "provenance": {...}                     # free-form: device, versions, date, data hash, scores
-    }
-
-Version 2 added the cost model's second coefficient table, for matrices of at least
-``large_nnz`` nonzeros (:class:`CostModel`, "two size regimes"); a file is written as version
-1 when it has none, so that such a model stays readable by an autospmv that reads version 1
-only. Version 3 added ``defaults``: per size band a default kernel that the tree's choice
-replaces only when the tree's margin for it reaches the band's calibrated threshold
-(:mod:`autospmv._decide.default_policy`). An autospmv refuses a file of a version it does not know,
-rather than ignoring entries it would not understand.
+:mod:`autospmv._decide.model_store`.
 
 With a cost model, the tree may also compare the *estimates* ``est_<kernel>`` it derives from
 the features (:meth:`CostModel.derived`, which :meth:`TreeModel.evaluate` shares through
@@ -71,7 +34,6 @@ import dataclasses
 import io
 import json
 import math
-import os
 from collections.abc import Mapping
 from typing import NamedTuple
 
@@ -80,13 +42,9 @@ import numpy as np
 from .cost_model import CostModel
 from .default_policy import DefaultPolicy, Override, margins
 from .model_check import LEAF, LEAF_FEATURE, _check, _default_features
+from .model_file import LOADER_ERRORS, document, read_document, read_json
 from .model_store import write_atomically
 
-FORMAT = "autospmv-tree"
-SCHEMA_VERSION = 3
-"""The newest file layout this autospmv reads and writes (see the module docstring)."""
-SCHEMA_VERSIONS = (1, 2, 3)
-"""The layouts it reads."""
 RANKINGS = ("value", "correction")
 
 
@@ -214,31 +172,9 @@ class TreeModel:
                    known_kernels=known_kernels)
 
     def to_dict(self) -> dict:
-        """The JSON document as Python objects (floats keep their exact values)."""
-        leaf = self.children_left == LEAF
-        doc = {
-            "format": FORMAT,
-            "schema_version": self.schema_version,
-            "feature_names": list(self.feature_names),
-            "classes": list(self.classes),
-            "tree": {
-                "children_left": self.children_left.tolist(),
-                "children_right": self.children_right.tolist(),
-                "feature": self.feature.tolist(),
-                "threshold": np.where(leaf, float(LEAF_FEATURE), self.threshold).tolist(),
-                "value": self.value.tolist(),
-                "n_node_samples": self.n_node_samples.tolist(),
-                "weighted_n_node_samples": self.weighted_n_node_samples.tolist(),
-            },
-        }
-        if self.cost_model is not None:
-            doc["cost_model"] = self.cost_model.to_dict()
-        if self.ranking != "value":
-            doc["ranking"] = self.ranking
-        if self.defaults is not None:
-            doc["defaults"] = self.defaults.to_dict()
-        doc["provenance"] = self.provenance
-        return doc
+        """The JSON document as Python objects (floats keep their exact values; see
+        :mod:`autospmv._decide.model_file`)."""
+        return document(self)
 
     def to_json(self, path=None) -> str:
         """Serialise; also write to ``path`` (str, PathLike or text file object) when given.
@@ -253,38 +189,9 @@ class TreeModel:
 
     @classmethod
     def from_dict(cls, doc, *, known_features=None, known_kernels=None) -> "TreeModel":
-        """Validate a parsed JSON document (see the module docstring) and build the model."""
-        if not isinstance(doc, Mapping):
-            raise ValueError(f"a model file must hold a JSON object; found {type(doc).__name__}")
-        if doc.get("format") != FORMAT:
-            raise ValueError(
-                f"not an autospmv tree model: 'format' is {doc.get('format')!r}, "
-                f"expected {FORMAT!r}"
-            )
-        version = doc.get("schema_version")
-        if isinstance(version, bool) or version not in SCHEMA_VERSIONS:
-            raise ValueError(
-                f"unsupported schema_version {version!r}; this autospmv reads versions "
-                f"{', '.join(map(str, SCHEMA_VERSIONS))}"
-            )
-        for key in ("feature_names", "classes", "tree"):
-            if key not in doc:
-                raise ValueError(f"the model has no {key!r} entry")
-        cost_model = doc.get("cost_model")
-        if cost_model is not None:
-            cost_model = CostModel.from_dict(cost_model, known_kernels)
-            if cost_model.large_nnz is not None and version < 2:
-                raise ValueError("the cost model's large_coefficients need schema_version 2; "
-                                 f"the file says {version}")
-        defaults = doc.get("defaults")
-        if defaults is not None:
-            if version < 3:
-                raise ValueError(f"the model's defaults need schema_version 3; the file says "
-                                 f"{version}")
-            defaults = DefaultPolicy.from_dict(defaults, known_kernels)
-        return cls(doc["feature_names"], doc["classes"], doc["tree"], doc.get("provenance"),
-                   cost_model=cost_model, ranking=doc.get("ranking", "value"),
-                   defaults=defaults, known_features=known_features,
+        """Validate a parsed JSON document (:mod:`autospmv._decide.model_file`) and build the
+        model."""
+        return cls(**read_document(doc, known_kernels), known_features=known_features,
                    known_kernels=known_kernels)
 
     @classmethod
@@ -292,30 +199,14 @@ class TreeModel:
         """Read a model from a path or a text/binary file object; never unpickles.
 
         ``known_features`` (default: :func:`autospmv._decide.features.feature_names`) and
-        ``known_kernels`` (default: the registry's, :func:`autospmv._registry.names`) are the
-        names the file may use.
-        Every failure, from an unreadable file to a document nested too deeply or numbers too
-        large for a float, raises ValueError naming the file.
+        ``known_kernels`` (default: :func:`autospmv.kernel_names`) are the names the file may
+        use. Every failure, from an unreadable file to a document nested too deeply or numbers
+        too large for a float, raises ValueError naming the file.
         """
-        where = getattr(source, "name", "the model file") if hasattr(source, "read") \
-            else os.fspath(source)
-        try:
-            if hasattr(source, "read"):
-                text = source.read()
-            else:
-                with open(where, "rb") as handle:
-                    text = handle.read()
-        except OSError as err:
-            raise ValueError(f"cannot read the model file {where}: {err}") from None
-        if isinstance(text, bytes):
-            text = text.decode("utf-8", errors="replace")
-        try:
-            doc = json.loads(text, parse_constant=_reject_constant)
-        except (ValueError, RecursionError) as err:
-            raise ValueError(f"{where} is not a valid JSON model file: {err}") from None
+        doc, where = read_json(source)
         try:
             return cls.from_dict(doc, known_features=known_features, known_kernels=known_kernels)
-        except _LOADER_ERRORS as err:
+        except LOADER_ERRORS as err:
             raise ValueError(f"{where}: {err}") from None
 
     # -- prediction -------------------------------------------------------------------------
@@ -561,12 +452,6 @@ class TreeModel:
                 f"{len(self.feature_names)} features, classes {', '.join(self.classes)}>")
 
 
-_LOADER_ERRORS = (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError,
-                  RecursionError)
-"""What validating a parsed document can raise for a malformed one (e.g. OverflowError for an
-integer too large for a float); :meth:`TreeModel.load` reports each as a ValueError."""
-
-
 def _float32_floor(values) -> np.ndarray:
     """For each float64, the largest float32 not above it (as float64)."""
     values = np.asarray(values, dtype=np.float64)
@@ -575,18 +460,3 @@ def _float32_floor(values) -> np.ndarray:
     above = rounded.astype(np.float64) > values
     rounded[above] = np.nextafter(rounded[above], np.float32(-np.inf))
     return rounded.astype(np.float64)
-
-
-def _reject_constant(name: str):
-    raise ValueError(f"{name} is not allowed in a model file")
-
-
-# -- names that live in other modules, importable from here as before -------------------------
-# autospmv._decide.cost_model: the per-kernel cost model a tree may carry.
-# autospmv._decide.model_check: the leaf markers of the node arrays (LEAF and LEAF_FEATURE, imported
-#   above) and the checks every model passes.
-# autospmv._decide.model_store: user folders, model file names, device slugs, the atomic write.
-from .model_store import (  # noqa: E402, F401
-    DTYPES, cpu_model, device_slug, find_model, model_stem, slugify, split_stem, user_data_dir,
-    user_model_path,
-)  # fmt: skip
