@@ -7,7 +7,6 @@ the operator is built, so a call only validates, launches and (for host vectors)
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
 
@@ -17,16 +16,13 @@ from scipy.sparse.linalg import LinearOperator
 
 from .. import _registry as registry
 from .._decide.selection import Decision, forced_decision
-from ..formats.base import DeviceCSR, FormatTooLargeError
-from ..formats.base import SparseFormat
+from ..formats.base import DeviceCSR, FormatTooLargeError, SparseFormat
 from ..formats.coo import COOFormat
-from ..formats.csr import CSRFormat
-from ..kernels.cpu import bind_threaded
-from ..kernels.cpu.csr import bind_transposed
+from ..kernels.cpu.backend import CpuBackend
 from .cache import compile_timer
 from .device_input import canonical_device_csr, is_device_matrix, transposed, upload_csr
 from .devices import check_device, resolve_device
-from .threads import check_threads, choose_threads
+from .threads import check_threads
 from .validation import canonicalize, check_out, check_vector, index_dtype, result_dtype
 
 
@@ -487,71 +483,5 @@ def _is_device_array(x) -> bool:
 def _own_arrays(fmt: SparseFormat, sources: tuple) -> SparseFormat:
     """``fmt`` with copies of its arrays (also those of nested formats) that may share memory
     with any of ``sources``."""
-    changes = {}
-    for field in dataclasses.fields(fmt):
-        value = getattr(fmt, field.name)
-        if isinstance(value, np.ndarray) and any(np.may_share_memory(value, s) for s in sources):
-            changes[field.name] = value.copy()
-        elif isinstance(value, SparseFormat):
-            owned = _own_arrays(value, sources)
-            if owned is not value:
-                changes[field.name] = owned
-    return dataclasses.replace(fmt, **changes) if changes else fmt
-
-
-class CpuBackend:
-    """Runs the registry's numba CPU kernel on host arrays, on at most ``threads`` threads
-    (:func:`autospmv._run.threads.choose_threads`: ``threads=``, ``AUTOSPMV_NUM_THREADS`` or a
-    rule from the matrix size and the usable cores; 1 runs the serial kernel)."""
-
-    def __init__(self, spec: registry.KernelSpec, fmt, params: dict, nnz: int, threads=None):
-        self.threads, self.threads_reason = choose_threads(nnz, threads, max(fmt.shape))
-        self._run = bind_threaded(spec.cpu_kernel(), fmt, params, self.threads)
-        self._format = fmt
-        self._threads_request = threads
-        self.multi = None
-        """The multi-vector product (:meth:`set_up_multi`), None until the first one."""
-        self.host_rmatvec = None
-        """``run(z, y)``: y = Aᵀ z without building Aᵀ, for a CSR format run serially (its
-        transposed operator would run serially too: same nonzeros, same dimensions); None
-        otherwise (the operator's rmatvec then uses Aᵀ's own operator)."""
-        if isinstance(fmt, CSRFormat) and self.threads == 1:
-            self.host_rmatvec = bind_transposed(fmt)
-
-    def host_matvec(self, x: np.ndarray, y: np.ndarray) -> None:
-        if y.shape[0]:
-            self._run(x, y)
-
-    def set_up_multi(self, matrix_csr) -> tuple[str, tuple]:
-        """Set up :attr:`multi` on A's CSR arrays: the format's own for a CSR kernel, else
-        those of ``matrix_csr()``. Returns the decision's note and the arrays it runs on."""
-        fmt = self._format
-        if isinstance(fmt, CSRFormat):
-            where = "the format's own"
-        else:
-            fmt = CSRFormat.from_csr(matrix_csr())
-            where = f"besides the {self._format.name} format"
-        from ..kernels.cpu.spmm import MultiVector  # (imported at the first one)
-
-        self.multi = MultiVector(fmt, self._threads_request)
-        return (f"multi-vector products (A @ X, X of k ≥ 2 columns) run one pass over A's CSR "
-                f"arrays ({where}) for all k columns, on the threads of a product of nnz·k "
-                f"nonzeros"), tuple(fmt.arrays().values())
-
-    def host_matmat(self, X: np.ndarray, Y: np.ndarray) -> None:
-        """Y = A @ X for C-contiguous X and Y of the product's dtype (after
-        :meth:`set_up_multi`)."""
-        self.multi.run(X, Y)
-
-    def device_matmat(self, X):
-        """Refuses CUDA arrays, as :meth:`device_matvec`."""
-        return self.device_matvec(X, None)
-
-    def device_matvec(self, x, out):
-        """Refuses CUDA arrays; None for anything else (the caller takes the host path)."""
-        if getattr(x, "__cuda_array_interface__", None) is None:
-            return None
-        raise TypeError(
-            "this operator runs on the CPU and takes numpy arrays; got a CUDA device array "
-            f"({type(x).__name__}); build the operator with device='cuda' to use device arrays"
-        )
+    return fmt.map_arrays(lambda a: a.copy() if isinstance(a, np.ndarray) and any(
+        np.may_share_memory(a, s) for s in sources) else a)
