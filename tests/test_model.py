@@ -317,21 +317,13 @@ def test_cost_model_estimates_and_relative_values_by_hand():
     assert _cost_model(coo=[0] * 8).estimates(features)["coo"] == pytest.approx(1e-3)
 
 
-def test_cost_model_of_a_file_from_before_launches_estimates_as_it_did():
-    from autospmv._decide.model import CostModel
+def test_cost_model_without_the_launch_regressor_is_refused():
+    from autospmv._decide.cost_model import CostModel
 
-    legacy = {"regressors": ["1", "rows", "nnz", "bytes", "work", "span", "atomics"],
-              "coefficients": {"coo": [10, 0, 0, 0, 0, 0.5, 0]},
-              "large_nnz": 1000, "large_coefficients": {"coo": [20, 0, 0, 0, 0, 0, 0]}}
-    cost = CostModel.from_dict(legacy)
-    assert cost.coefficients.tolist() == [[10, 0, 0, 0, 0, 0.5, 0, 0]]
-    assert cost.large_coefficients.tolist() == [[20, 0, 0, 0, 0, 0, 0, 0]]
-    features = {"rows": 5.0, "nnz": 9.0, "coo_bytes": 0.0, "coo_work": 0.0, "coo_span": 4.0,
-                "coo_atomics": 0.0, "coo_launches": 2.0}
-    assert cost.estimates(features) == {"coo": 12.0}
-    assert cost.to_dict()["regressors"] == list(CostModel.REGRESSORS)
-    with pytest.raises(ValueError, match="must be 8 non-negative numbers"):
-        CostModel.from_dict(dict(legacy, coefficients={"coo": [10, 0, 0]}))
+    old = {"regressors": ["1", "rows", "nnz", "bytes", "work", "span", "atomics"],
+           "coefficients": {"coo": [10, 0, 0, 0, 0, 0.5, 0]}}
+    with pytest.raises(ValueError, match="cost_model regressors must be"):
+        CostModel.from_dict(old)
 
 
 @pytest.mark.parametrize("coefficients, message", [

@@ -43,9 +43,6 @@ class CostModel:
     """
 
     REGRESSORS = ("1", "rows", "nnz", "bytes", "work", "span", "atomics", "launches")
-    LEGACY_REGRESSORS = REGRESSORS[:-1]
-    """The regressors of model files written before launches were counted: such a table is
-    read as one whose launch coefficient is 0, so it estimates exactly what it did."""
     MAX_COEFFICIENT = 1e9
     """Largest coefficient a model may hold (µs per unit). Fitted values are below 10⁴ (the
     constant, microseconds) and far below 1 for the counts; the bound keeps every estimate
@@ -184,25 +181,8 @@ class CostModel:
         if not isinstance(doc, Mapping):
             raise ValueError("cost_model must be a JSON object")
         regressors = list(doc.get("regressors", ()))
-        if regressors == list(cls.LEGACY_REGRESSORS):
-            tables = {key: cls._with_zero_launches(doc.get(key))
-                      for key in ("coefficients", "large_coefficients")}
-        elif regressors == list(cls.REGRESSORS):
-            tables = {key: doc.get(key) for key in ("coefficients", "large_coefficients")}
-        else:
-            raise ValueError(f"cost_model regressors must be {list(cls.REGRESSORS)} (or, in an "
-                             f"older file, {list(cls.LEGACY_REGRESSORS)}); found "
+        if regressors != list(cls.REGRESSORS):
+            raise ValueError(f"cost_model regressors must be {list(cls.REGRESSORS)}; found "
                              f"{doc.get('regressors')!r}")
-        return cls(tables["coefficients"], known_kernels,
-                   large_coefficients=tables["large_coefficients"],
-                   large_nnz=doc.get("large_nnz"))
-
-    @classmethod
-    def _with_zero_launches(cls, table):
-        """A legacy coefficient table with a launch coefficient of 0 appended to each row (rows
-        of the wrong length are left for :meth:`_table` to reject)."""
-        if not isinstance(table, Mapping):
-            return table
-        return {kernel: list(row) + [0.0]
-                if isinstance(row, list) and len(row) == len(cls.LEGACY_REGRESSORS) else row
-                for kernel, row in table.items()}
+        return cls(doc.get("coefficients"), known_kernels,
+                   large_coefficients=doc.get("large_coefficients"), large_nnz=doc.get("large_nnz"))

@@ -19,8 +19,7 @@ File layout (``schema_version`` 1 or 2)::
       },
       "cost_model": {                         # optional (see CostModel)
         "regressors": ["1", "rows", "nnz", "bytes", "work", "span", "atomics",
-                       "launches"],         # without "launches": a file from before it
-                                            # was counted, read with a launch coefficient 0
+                       "launches"],
         "coefficients": {"coo": [11.5, ...], ...},  # µs per unit, one list per kernel
         "large_nnz": 1000000,                 # version 2, optional: from this many nonzeros
         "large_coefficients": {"coo": [...], ...}  # on, these coefficients estimate instead
