@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from . import KERNELS, Decision, prepare, select
+from . import Decision, prepare, select
 from . import _registry as registry
 from ._decide import selection as selector
 from ._decide.model_store import device_slug, user_data_dir

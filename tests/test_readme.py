@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+import autospmv
 from autospmv import __main__ as cli
 from autospmv.training.__main__ import _parser as training_parser
 
@@ -131,7 +132,7 @@ def test_python_blocks_run(page, sessions):
 def test_readme_example_prints_the_kernel(sessions):
     _, _, done = sessions
     kernel, params = done[README].stdout.splitlines()[0].split(" ", 1)
-    assert kernel in cli.KERNELS and params.startswith("{")
+    assert kernel in autospmv.KERNELS and params.startswith("{")
 
 
 @pytest.mark.parametrize("page, k", [(p, k) for p in PAGES for k in range(len(samples(p)))],

@@ -31,7 +31,6 @@ import scipy.sparse as sp
 from numba import prange
 
 from ..kernels.cpu import specialisations
-from .devices import DEVICES, check_device  # noqa: F401  (re-exported: device names live there)
 from .threads import threaded_passes
 
 SUPPORTED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
