@@ -1,7 +1,7 @@
 """Label records as training arrays: one row per matrix, one time column per kernel.
 
 The columns are the registry's kernels that the records timed (:func:`kernels_timed`), so a
-kernel added with :func:`autospmv._registry.register` and labelled is trained on like a built-in.
+kernel added with :func:`autospmv.register` and labelled is trained on like a built-in.
 
 :func:`dataset` checks the records (one per matrix, one set of feature names, the features
 this trainer reads) and takes each matrix's times in the timing mode the size rule gives
@@ -119,7 +119,7 @@ def dataset(records, mode: str = "auto") -> tuple[Dataset, list[str]]:
 
 
 def kernels_timed(records) -> tuple[str, ...]:
-    """The kernels of the registry (:func:`autospmv._registry.names`, in its order) that at least
+    """The kernels of the registry (:func:`autospmv.kernel_names`, in its order) that at least
     one record timed: a kernel registered in this process but absent from the labels gets no
     column (a model trained on them cannot know it), and a kernel in the labels that is not
     registered here is ignored (no model could run it)."""

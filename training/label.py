@@ -1,7 +1,7 @@
 """Labelling: time every kernel on every corpus matrix and write one JSON line per matrix.
 
 For each matrix the labeller canonicalises it, computes :func:`autospmv._decide.features.features`
-(timed), and measures every kernel of the registry (:func:`autospmv._registry.names`) with its
+(timed), and measures every kernel of the registry (:func:`autospmv.kernel_names`) with its
 chooser's parameters for the device, plus the parameter variants its registry entry names, which
 show whether the choosers choose well: ``csr_vector``
 with every group size, ``hyb`` with every width strategy of :mod:`autospmv.formats.hyb`,

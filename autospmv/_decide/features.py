@@ -128,7 +128,7 @@ kernels; :func:`feature_names` adds the cost quantities of registered kernels)."
 
 def feature_names() -> tuple[str, ...]:
     """The names :func:`features` returns now: :data:`FEATURE_NAMES`, then the cost quantities
-    of kernels registered besides the built-in ones (:func:`autospmv._registry.register`)."""
+    of kernels registered besides the built-in ones (:func:`autospmv.register`)."""
     return FEATURE_NAMES + tuple(name for name in quantity_names() if name not in QUANTITY_NAMES)
 
 SAMPLED_FEATURES = (

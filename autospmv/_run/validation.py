@@ -12,7 +12,7 @@ index memory with its index arrays without bounds checks), :func:`check_structur
 arrays in vectorised NumPy: lengths consistent with the shape, offsets starting at 0, monotone and
 ending at nnz, every index inside the matrix. A malformed matrix raises a ValueError naming the
 defect. Input already canonical is used as is, without a copy; the operator takes its own copy of
-whatever it keeps (:class:`autospmv._run.operator.SpMVOperator`), so that later changes to the user's
+whatever it keeps (:class:`autospmv.SpMVOperator`), so that later changes to the user's
 arrays never reach it.
 
 Vectors handed to an operator are checked by :func:`check_vector` and :func:`check_out`; matrix
