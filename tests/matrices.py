@@ -471,3 +471,25 @@ def prepare_or_refuse(A, kernel: str, device: str, params: dict | None = None):
     op = autospmv.prepare(A, kernel=kernel, device=device, params=params)
     assert (op.kernel, op.device) == (kernel, device)
     return op
+
+
+def nonfinite_error(y, y_ref) -> float:
+    """Raise AssertionError unless ``y`` has NaN, +inf and -inf exactly where ``y_ref`` has
+    them; return the relative error over the finite entries."""
+    for test in (np.isnan, np.isposinf, np.isneginf):
+        differ = np.argwhere(test(y) != test(y_ref))
+        if differ.size:
+            raise AssertionError(f"{test.__name__} differs from SciPy at {differ.tolist()}")
+    finite = np.isfinite(y_ref)
+    return relative_error(y[finite], y_ref[finite])
+
+
+_PTX: dict = {}
+
+
+def compiled_ptx(launch, cc=(9, 0)) -> str:
+    """``launch.ptx(cc)``, compiled once per (kernel, argument types, cc) in this process."""
+    key = (launch.dispatcher.py_func, launch.argtypes, cc)
+    if key not in _PTX:
+        _PTX[key] = launch.ptx(cc)
+    return _PTX[key]

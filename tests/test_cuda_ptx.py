@@ -23,24 +23,13 @@ import autospmv  # noqa: E402
 from autospmv import _registry as registry  # noqa: E402
 from autospmv.formats.base import FormatTooLargeError  # noqa: E402
 from autospmv._run.validation import canonicalize  # noqa: E402
-from matrices import DTYPE_IDS, DTYPES, FAMILY, conversion_refused  # noqa: E402
+from matrices import DTYPE_IDS, DTYPES, FAMILY, compiled_ptx, conversion_refused  # noqa: E402
 
 CC = (9, 0)
 KERNELS = autospmv.KERNELS
 MATRICES = ["empty_0x0", "empty_5x0", "all_rows_empty_9x11", "row_1x300", "column_300x1",
             "dense_row_among_empty_50x2000", "huge_row_among_short_300x3000", "power_law_500",
             "poisson2d_169"]
-
-_PTX: dict = {}
-
-
-def compiled_ptx(launch) -> str:
-    """``launch.ptx(CC)``, compiled once per (kernel, argument types)."""
-    key = (launch.dispatcher.py_func, launch.argtypes)
-    if key not in _PTX:
-        _PTX[key] = launch.ptx(CC)
-    return _PTX[key]
-
 
 def build_program(kernel: str, csr):
     spec = registry.get(kernel)
@@ -69,7 +58,7 @@ def check_program(program, csr, y_dtype=None):
     for launch in launches:
         assert launch.grid >= 1
         assert launch.block % 32 == 0 and 32 <= launch.block <= 1024, "whole warps per block"
-        ptx = compiled_ptx(launch)
+        ptx = compiled_ptx(launch, CC)
         assert f".target sm_{CC[0]}{CC[1]}" in ptx
         entries = [line for line in ptx.splitlines() if ".entry" in line]
         assert len(entries) == 1
@@ -140,6 +129,6 @@ def test_csr_vector_carries_its_launch_bounds(dtype):
 
     csr = canonicalize(FAMILY["power_law_500"]().astype(dtype))
     launch = build_program("csr_vector", csr).steps[0]
-    ptx = compiled_ptx(launch)
+    ptx = compiled_ptx(launch, CC)
     assert re.search(rf"\.maxntid\s+{cuda_csr.BLOCK}\b", ptx)
     assert re.search(rf"\.minnctapersm\s+{cuda_csr.BLOCKS_PER_SM}\b", ptx)

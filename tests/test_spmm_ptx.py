@@ -15,20 +15,10 @@ if cuda.config.ENABLE_CUDASIM:
 
 from autospmv.kernels.cuda import spmm  # noqa: E402
 from autospmv._run.validation import canonicalize  # noqa: E402
-from matrices import FAMILY  # noqa: E402
+from matrices import FAMILY, compiled_ptx  # noqa: E402
 
-CC = (9, 0)
 DTYPE_PAIRS = [(np.float32, np.float32), (np.float64, np.float64), (np.float32, np.float64)]
 """(matrix values, vectors): a float32 matrix in a float64 product too."""
-
-_PTX: dict = {}
-
-
-def compiled_ptx(launch) -> str:
-    key = (launch.dispatcher.py_func, launch.argtypes)
-    if key not in _PTX:
-        _PTX[key] = launch.ptx(CC)
-    return _PTX[key]
 
 
 def host_launches(name: str, values, vectors, k: int, index=np.int32):
