@@ -1,14 +1,17 @@
 """Weak and strong scaling of :mod:`autospmv.distributed` against one device without Dask.
 
-For each case (band and power-law matrices, float64 and float32, in that order of priority):
+One Dask cluster of G workers (one per GPU where G GPUs are visible: ``dask_cuda.LocalCUDACluster``,
+or one Nanny per GPU where it fails; else ``LocalCluster`` CPU worker processes) serves runs on
+W = 1, 2, 4, ... of them (``prepare(parts=W)``). For each case (band and power-law matrices,
+float64 and float32, in that order of priority):
 
-* **one device without Dask** (this process): the matrix of ``--rows`` rows (the weak-scaling
-  base) and, for the band float64 case, of ``W × --rows`` rows (the strong-scaling base); run
-  through the same solver code as the ranks (:class:`autospmv.distributed._solvers.LocalRank`);
-* **W ranks** (one worker per GPU when W GPUs are visible: ``dask_cuda.LocalCUDACluster``, or
-  one Nanny per GPU where it fails; else a ``LocalCluster`` of CPU worker processes): the
-  matrix of ``W × --rows`` rows, built on the workers from a block function (no nonzero passes
-  through the client).
+* **one device without Dask** (this process, on the first GPU): the matrix of ``--rows`` rows
+  (the weak-scaling base) and, for the ``--strong`` cases, of ``2 × --rows`` rows (the
+  strong-scaling base); the same solver code as the ranks
+  (:class:`autospmv.distributed._solvers.LocalRank`);
+* **W ranks**: the matrix of ``W × --rows`` rows (weak scaling; W = 2 is also the strong run
+  on 2 devices), and for the ``--strong`` cases the ``2 × --rows`` matrix on every W > 2; rows
+  made on the workers by a block function (no nonzero passes through the client).
 
 Timed (seconds):
 
@@ -17,26 +20,30 @@ Timed (seconds):
 * ``product``: one product with vectors in place (CuPy on GPUs), the median of ``--repeats``
   products each waited for; on the ranks, timed inside a :meth:`map_ranks` task (what a solver
   sees), the slowest rank's median;
-* ``product_dispatched`` (ranks only): ``op @ x`` for a :class:`DistributedVector` from the
-  client, waited for: the product plus one round of Dask scheduling;
-* ``cg_iteration``: ``--cg-iterations`` iterations of cg (rtol 0, so none stops early) over
-  their count; on the ranks, :func:`autospmv.distributed.cg` called from the client (one round
-  of Dask scheduling per call), and ``cg_iteration_in_task``: the same solver code timed
-  inside a :meth:`map_ranks` task (the slowest rank).
+* ``product_dispatched`` (ranks): ``op @ x`` for a :class:`DistributedVector` from the client,
+  waited for: the product plus one round of Dask scheduling;
+* ``cg_iteration`` (band): ``--cg-iterations`` iterations of cg (rtol 0, so none stops early)
+  over their count; on the ranks, :func:`autospmv.distributed.cg` called from the client (one
+  round of Dask scheduling per call), and ``cg_iteration_in_task``: the same solver code timed
+  inside a :meth:`map_ranks` task (the slowest rank); ``cg_call`` (ranks): the median time of a
+  one-iteration cg from the client, less one iteration in the task: what a call adds.
 
-Last, ``--one-rank`` (a case) runs on one rank through Dask with ``--rows`` rows: what Dask and
-the split cost without any exchange.
+Each timed client call starts at least 20 ms after the client's last message, since a Dask
+client sends at most one batch of messages every 10 ms (see ``autospmv.distributed._tasks``):
+a call made right after another one's messages pays up to 10 ms more.
 
 Efficiencies: weak ``t(one device, rows) / t(W ranks, W × rows)``; strong
-``t(one device, W × rows) / t(W ranks, W × rows)`` (a speedup, ideal W). Before the cases, a
-small check compares products with SciPy's (relative error) and cg's iteration count with
-SciPy's, on the ranks.
+``t(one device, 2 × rows) / t(W ranks, 2 × rows)`` (a speedup, ideal W); prepare
+``prepare_s(W ranks) / (generate_s + prepare_s)(one device, rows)``. Before the cases, a check
+on W = 2 and W = G ranks compares products with SciPy's (relative error, float64) and cg's
+iteration count with SciPy's, and one device's cg with SciPy's; ``acceptance`` lists the
+issue's criteria, each met or not.
 
-Results are written after every case (a run cut short keeps what it measured) to
-``benchmarks/results/distributed-<device>-<date>.json``, progress to stderr::
+Results are written after every step (a run cut short keeps what it measured) to ``--out``
+(default ``benchmarks/results/distributed-<device>-<date>.json``), progress to stderr::
 
     python benchmarks/distributed_scaling.py --rows 200000                 # CPU workers, small
-    python benchmarks/distributed_scaling.py --rows 15000000 --per-row 17  # 2 GPUs: 255M nnz/GPU
+    python benchmarks/distributed_scaling.py --rows 15000000 --per-row 17  # GPUs: 255M nnz/GPU
 
 (The file is not called ``distributed.py``: run as a script, that name would shadow Dask's
 ``distributed`` package.)
@@ -47,82 +54,33 @@ from __future__ import annotations
 import argparse
 import datetime
 import functools
+import gc
 import json
 import os
-import platform
 import sys
 import time
 from pathlib import Path
 
+import cloudpickle
 import numpy as np
-import scipy.sparse as sp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import autospmv  # noqa: E402
 import autospmv.distributed as adist  # noqa: E402
 from autospmv.distributed._solvers import LocalRank, cg_on  # noqa: E402
+import distributed_cases  # noqa: E402
+from distributed_cases import block_function, gpu_count, machine, start_cluster  # noqa: E402
 
-CHUNK_ROWS = 1 << 20
-"""Power-law rows are drawn in chunks of this many rows, each from its own seed, so any row
-range gives the same rows whatever the partition."""
+cloudpickle.register_pickle_by_value(distributed_cases)  # the workers cannot import it
+
+QUIET_S = 0.02
+"""Pause before a timed client call, so it is the first message of the client's batch."""
 
 
 def log(*args):
     print(*args, file=sys.stderr, flush=True)
-
-
-# Matrices, as block functions ``(start, stop) -> CSR rows`` (vectorised; run on the workers).
-
-def band_block(start, stop, *, n, per_row, band, dtype):
-    """Rows start:stop of an n×n symmetric band matrix: -1 on ``per_row // 2`` offsets each
-    side (spread up to ``band``), and on the diagonal one more than a full row's off-diagonal
-    sum (so it is symmetric positive definite)."""
-    k = max(1, per_row // 2)
-    offsets = np.unique(np.linspace(1, max(1, min(band, n - 1)), k).astype(np.int64))
-    shifts = np.concatenate((-offsets[::-1], [0], offsets))
-    values = np.where(shifts == 0, 2.0 * offsets.size + 1.0, -1.0).astype(dtype)
-    rows = np.arange(start, stop, dtype=np.int64)
-    columns = rows[:, None] + shifts[None, :]
-    valid = (columns >= 0) & (columns < n)
-    indptr = np.zeros(stop - start + 1, dtype=np.int64)
-    np.cumsum(valid.sum(axis=1), out=indptr[1:])
-    indices = columns[valid].astype(np.int32)
-    data = np.broadcast_to(values, columns.shape)[valid]
-    return sp.csr_matrix((data, indices, indptr), shape=(stop - start, n))
-
-
-def powerlaw_block(start, stop, *, n, per_row, dtype, seed=0, exponent=2.5, longest=20000):
-    """Rows start:stop of an n×n matrix with Pareto-distributed row lengths (mean about
-    ``per_row``, capped at ``longest``) whose columns spread over all of n (each row an
-    arithmetic progression with a random start and step), so most ghost columns are needed."""
-    scale = (per_row + 0.5) * (exponent - 2.0) / (exponent - 1.0)
-    pieces = []
-    for chunk in range(start // CHUNK_ROWS, (max(stop, 1) - 1) // CHUNK_ROWS + 1):
-        c0, c1 = chunk * CHUNK_ROWS, min((chunk + 1) * CHUNK_ROWS, n)
-        rng = np.random.default_rng([seed, chunk])
-        u, v, w = rng.random((3, c1 - c0))
-        lengths = np.minimum(np.floor(scale * (1 - u) ** (-1 / (exponent - 1))), longest)
-        lengths = np.clip(lengths, 1, n).astype(np.int64)
-        steps = 1 + np.floor(v * ((n - 1) // lengths)).astype(np.int64)
-        firsts = np.floor(w * (n - (lengths - 1) * steps)).astype(np.int64)
-        lo, hi = max(start, c0) - c0, min(stop, c1) - c0
-        lengths, steps, firsts = lengths[lo:hi], steps[lo:hi], firsts[lo:hi]
-        indptr = np.zeros(hi - lo + 1, dtype=np.int64)
-        np.cumsum(lengths, out=indptr[1:])
-        row = np.repeat(np.arange(hi - lo), lengths)
-        within = np.arange(indptr[-1], dtype=np.int64) - indptr[row]
-        columns = firsts[row] + within * steps[row]
-        data = np.repeat((0.5 + w[lo:hi]).astype(dtype), lengths)  # a value per row
-        pieces.append(sp.csr_matrix((data, columns.astype(np.int32), indptr),
-                                    shape=(hi - lo, n)))
-    return sp.vstack(pieces, format="csr") if len(pieces) > 1 else pieces[0]
-
-
-def block_function(kind, n, per_row, band, dtype):
-    if kind == "band":
-        return functools.partial(band_block, n=n, per_row=per_row, band=band, dtype=dtype)
-    return functools.partial(powerlaw_block, n=n, per_row=per_row, dtype=dtype)
 
 
 # Timing.
@@ -148,12 +106,22 @@ def median_product(rank, x, repeats):
     return float(np.median(samples))
 
 
-def release_device_memory(device):
-    """Give the GPU memory of the operators and vectors just dropped back to the driver (CuPy
-    keeps freed blocks in its pool and numba defers deallocations), so the ranks' worker on the
-    same GPU finds it free."""
-    import gc
+def cg_iteration_time(rank, b, iterations):
+    """On a rank (or a LocalRank): seconds per iteration of ``iterations`` cg iterations, after
+    two untimed ones."""
+    device = getattr(rank, "device", "cpu")
+    cg_on(rank, b, rtol=0.0, maxiter=2)
+    synchronize(device)
+    started = time.perf_counter()
+    cg_on(rank, b, rtol=0.0, maxiter=iterations)
+    synchronize(device)
+    return (time.perf_counter() - started) / iterations
 
+
+def release_device_memory(device="cuda"):
+    """Give the GPU memory of the operators and vectors just dropped back to the driver (CuPy
+    keeps freed blocks in its pool and numba defers deallocations), so that the next matrix
+    on the same GPU, in this process or a worker's, finds it free."""
     gc.collect()
     if device == "cuda":
         import cupy
@@ -187,59 +155,74 @@ def measure_one_device(kind, rows, args, dtype, device, cg_too):
     out["product"] = median_product(local, x, args.repeats)
     if cg_too:
         out["cg_iteration"] = cg_iteration_time(local, x, args.cg_iterations)
+    del local, op, x
+    release_device_memory(device)
     return out
 
 
-def _time_on_rank(rank, x, repeats):
-    return median_product(rank, x, repeats)
+def timed_call(call, repeats):
+    """Median seconds of ``call()`` from the client, each started :data:`QUIET_S` after the
+    client's last message; the results are dropped after the clock stops."""
+    samples, kept = [], []
+    for _ in range(repeats):
+        time.sleep(QUIET_S)
+        started = time.perf_counter()
+        kept.append(call())
+        samples.append(time.perf_counter() - started)
+        if len(kept) > 2:
+            kept.pop(0)
+    return float(np.median(samples))
 
 
-def cg_iteration_time(rank, b, iterations):
-    """On a rank (or a LocalRank): seconds per iteration of ``iterations`` cg iterations, after
-    two untimed ones."""
-    device = getattr(rank, "device", "cpu")
-    cg_on(rank, b, rtol=0.0, maxiter=2)
-    synchronize(device)
-    started = time.perf_counter()
-    cg_on(rank, b, rtol=0.0, maxiter=iterations)
-    synchronize(device)
-    return (time.perf_counter() - started) / iterations
-
-
-def measure_ranks(client, kind, rows, args, dtype, device, cg_too, parts=None):
+def measure_ranks(client, kind, rows, args, dtype, device, cg_too, parts):
     fn = block_function(kind, rows, args.per_row, args.band, dtype)
     started = time.perf_counter()
     op = adist.prepare(fn, client=client, shape=(rows, rows), device=device, parts=parts)
-    out = {"rows": rows, "nnz": op.nnz, "prepare_s": time.perf_counter() - started,
-           "comm": op.comm, "comm_reason": op.comm_reason,
+    out = {"ranks": parts, "rows": rows, "nnz": op.nnz,
+           "prepare_s": time.perf_counter() - started, "comm": op.comm,
+           "comm_reason": op.comm_reason,
            "parts": [{"rows": list(p.rows), "nnz": p.nnz, "owned_nnz": p.owned_nnz,
                       "ghost_nnz": p.ghost_nnz, "ghost_rows": p.ghost_rows,
                       "ghost_columns": p.ghost_columns, "kernel": p.kernel,
                       "ghost_kernel": p.ghost_kernel, "device": p.device}
                      for p in op.parts]}
-    x = op.vector(np.random.default_rng(0).random(rows).astype(dtype))
-    out["product"] = max(client.gather(op.map_ranks(_time_on_rank, x, repeats=args.repeats)))
-    from distributed import wait
-
-    samples = []
-    for _ in range(args.repeats // 2 + 2):
-        began = time.perf_counter()
-        wait((op @ x).chunks)
-        samples.append(time.perf_counter() - began)
-    out["product_dispatched"] = float(np.median(samples[2:]))
-    if cg_too:
-        adist.cg(op, x, rtol=0.0, maxiter=2)
-        started = time.perf_counter()
-        adist.cg(op, x, rtol=0.0, maxiter=args.cg_iterations)
-        out["cg_iteration"] = (time.perf_counter() - started) / args.cg_iterations
-        out["cg_iteration_in_task"] = max(client.gather(op.map_ranks(
-            cg_iteration_time, x, iterations=args.cg_iterations)))
-    op.close()
+    try:
+        time_ranks(client, op, op.vector(np.random.default_rng(0).random(rows).astype(dtype)),
+                   args, cg_too, out)
+    finally:
+        op.close()
+        del op
+        client.run(release_device_memory, device)
     return out
 
 
-def check_against_scipy(client, device, workers):
-    """Products equal SciPy's (float64) and cg takes SciPy's iterations, on small matrices."""
+def time_ranks(client, op, x, args, cg_too, out):
+    """The product's and cg's times on the ranks, into ``out``."""
+    from distributed import wait
+
+    out["product"] = max(client.gather(op.map_ranks(median_product, x, repeats=args.repeats)))
+
+    def product():
+        y = op @ x
+        wait(y.chunks)
+        return y
+
+    out["product_dispatched"] = timed_call(product, args.repeats // 2 + 2)
+    if cg_too:
+        adist.cg(op, x, rtol=0.0, maxiter=2)
+        out["cg_iteration"] = timed_call(
+            lambda: adist.cg(op, x, rtol=0.0, maxiter=args.cg_iterations), 1) \
+            / args.cg_iterations
+        out["cg_iteration_in_task"] = max(client.gather(op.map_ranks(
+            cg_iteration_time, x, iterations=args.cg_iterations)))
+        one = timed_call(lambda: adist.cg(op, x, rtol=0.0, maxiter=1), 9)
+        in_task = max(client.gather(op.map_ranks(cg_iteration_time, x, iterations=1)))
+        out["cg_call"] = one - in_task
+
+
+def check_against_scipy(client, device, parts, one_device):
+    """Products equal SciPy's (float64) and cg takes SciPy's iterations, on small matrices, on
+    ``parts`` ranks (and, with ``one_device``, cg on one device without Dask)."""
     import scipy.sparse.linalg as spla
 
     result = {}
@@ -247,7 +230,7 @@ def check_against_scipy(client, device, workers):
         n = 300_000
         fn = block_function(kind, n, 17, 2000, np.float64)
         A = fn(0, n)
-        op = adist.prepare(fn, client=client, shape=(n, n), device=device)
+        op = adist.prepare(fn, client=client, shape=(n, n), device=device, parts=parts)
         x = np.random.default_rng(1).standard_normal(n)
         y = op @ x
         reference = A @ x
@@ -259,52 +242,14 @@ def check_against_scipy(client, device, workers):
             adist.cg(op, op.vector(x, side="rows"), rtol=1e-10)
             result["cg_iterations_scipy"] = count[0]
             result["cg_iterations_ranks"] = op.last_solve["iterations"]
+            if one_device:
+                local = LocalRank(autospmv.prepare(A, device=device))
+                result["cg_iterations_one_device"] = cg_on(
+                    local, vector_on(device, x), rtol=1e-10, maxiter=10 * n)[2]
         result[f"{kind}_comm"] = op.comm
         result[f"{kind}_explain"] = op.explain()
         op.close()
     return result
-
-
-def gpu_count() -> int:
-    try:
-        from numba import cuda
-
-        return len(cuda.gpus) if cuda.is_available() else 0
-    except Exception:
-        return 0
-
-
-def start_cluster(device: str, workers: int):
-    """``(cluster, client, description)``. GPUs: dask-cuda's LocalCUDACluster, or, where it
-    fails to start, one Nanny per GPU with its own ``CUDA_VISIBLE_DEVICES`` (what
-    LocalCUDACluster does, less its extras)."""
-    from distributed import Client, LocalCluster
-
-    if device == "cuda":
-        try:
-            from dask_cuda import LocalCUDACluster
-
-            cluster = LocalCUDACluster(n_workers=workers, threads_per_worker=1, memory_limit=0,
-                                       device_memory_limit=0,
-                                       CUDA_VISIBLE_DEVICES=",".join(map(str, range(workers))))
-            return cluster, Client(cluster), "dask_cuda.LocalCUDACluster, one worker per GPU"
-        except Exception as error:
-            log(f"LocalCUDACluster failed ({type(error).__name__}: {error}); one Nanny per GPU")
-            from distributed import Nanny, Scheduler, SpecCluster
-
-            specs = {i: {"cls": Nanny, "options": {"nthreads": 1, "memory_limit": 0,
-                                                   "env": {"CUDA_VISIBLE_DEVICES": str(i)}}}
-                     for i in range(workers)}
-            cluster = SpecCluster(workers=specs, scheduler={
-                "cls": Scheduler, "options": {"dashboard_address": ":0"}})
-            return cluster, Client(cluster), (f"SpecCluster of Nannies, one per GPU "
-                                              f"(LocalCUDACluster failed: {error})")
-    else:
-        threads = max(1, (os.cpu_count() or 1) // workers)
-        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                               dashboard_address=":0", silence_logs=40,
-                               env={"NUMBA_NUM_THREADS": str(threads)})
-    return cluster, Client(cluster), "distributed.LocalCluster of CPU worker processes"
 
 
 class Watchdog:
@@ -329,22 +274,65 @@ class Watchdog:
         self._stopped.set()
 
 
-def efficiencies(single, large_single, ranks, workers) -> dict:
+def summary(entry) -> dict:
+    """Weak efficiencies, strong speedups and prepare ratios of one case, by number of ranks
+    (a run on W × rows is weak, one on the strong base's rows strong; W = 2 is both)."""
+    one, large = entry.get("one_device"), entry.get("one_device_large")
     out = {}
-    for key in ("product", "cg_iteration"):
-        if key in single and key in ranks:
-            out[f"weak_{key}"] = single[key] / ranks[key]
-        if large_single and key in large_single and key in ranks:
-            out[f"strong_{key}_speedup"] = large_single[key] / ranks[key]
-    if "cg_iteration_in_task" in ranks:
-        out["weak_cg_iteration_in_task"] = single["cg_iteration"] / ranks["cg_iteration_in_task"]
-        if large_single:
-            out["strong_cg_iteration_in_task_speedup"] = (large_single["cg_iteration"]
-                                                          / ranks["cg_iteration_in_task"])
-    if "product_dispatched" in ranks:
-        out["weak_product_dispatched"] = single["product"] / ranks["product_dispatched"]
-    out["prepare_ratio"] = ranks["prepare_s"] / (single["generate_s"] + single["prepare_s"])
+    for ranks in entry.get("ranks", {}).values():
+        w = ranks["ranks"]
+        for kind, base in (("weak", one), ("strong", large)):
+            if not base or ranks["rows"] != (w * base["rows"] if kind == "weak"
+                                             else base["rows"]):
+                continue
+            for key in ("product", "product_dispatched", "cg_iteration",
+                        "cg_iteration_in_task"):
+                reference = base.get("cg_iteration" if key.startswith("cg") else "product")
+                if reference and key in ranks:
+                    out[f"{kind}_{key}_{w}"] = reference / ranks[key]
+            if kind == "weak":
+                out[f"prepare_ratio_{w}"] = ranks["prepare_s"] / (base["generate_s"]
+                                                                  + base["prepare_s"])
     return out
+
+
+def acceptance(result) -> list:
+    """The issue's criteria on 2 ranks, each with its measured value and whether it is met."""
+    rows = []
+
+    def item(name, case, value, threshold, at_most=False):
+        if value is not None:
+            met = value <= threshold if at_most else value >= threshold
+            rows.append({"item": name, "case": case, "value": value, "threshold": threshold,
+                         "met": bool(met)})
+
+    for case, entry in result["cases"].items():
+        s, ranks = entry.get("summary", {}), entry.get("ranks", {}).get("2", {})
+        per_gpu = ranks.get("nnz", 0) / 2
+        if case.startswith("band") and per_gpu >= 250e6:
+            item("product weak efficiency, 2 GPUs, >= 250M nnz per GPU", case,
+                 s.get("weak_product_2"), 0.85)
+            item("cg iteration weak efficiency, 2 GPUs (from the client)", case,
+                 s.get("weak_cg_iteration_2"), 0.8)
+        if case.startswith("powerlaw") and per_gpu >= 250e6:
+            item("product weak efficiency, 2 GPUs, power-law", case, s.get("weak_product_2"),
+                 0.7)
+        if case.startswith("band") and ranks.get("nnz", 0) >= 500e6:
+            item("cg strong speedup, 2 GPUs, >= 500M nnz (from the client)", case,
+                 s.get("strong_cg_iteration_2"), 1.7)
+        if ranks.get("nnz", 0) >= 500e6:
+            item("prepare on 2 GPUs / one GPU's make and prepare of half", case,
+                 s.get("prepare_ratio_2"), 2.0, at_most=True)
+    for ranks, check in result.get("check", {}).items():
+        for kind in ("band", "powerlaw"):
+            item(f"product relative error vs SciPy, float64, {ranks} ranks", kind,
+                 check.get(f"{kind}_product_relative_error"), 1e-12, at_most=True)
+        scipy_count = check.get("cg_iterations_scipy")
+        for key in ("cg_iterations_ranks", "cg_iterations_one_device"):
+            if scipy_count and key in check:
+                item(f"cg iterations / SciPy's - 1 ({key}, {ranks} ranks)", "band",
+                     abs(check[key] / scipy_count - 1), 0.01, at_most=True)
+    return rows
 
 
 def main(argv=None):
@@ -353,13 +341,18 @@ def main(argv=None):
     parser.add_argument("--per-row", type=int, default=17, help="nonzeros per row (mean)")
     parser.add_argument("--band", type=int, default=2000, help="band: largest column offset")
     parser.add_argument("--workers", type=int, default=None,
-                        help="W (default: the GPUs visible, with dask-cuda; else 2)")
+                        help="G, the cluster's workers (default: the GPUs visible, with "
+                             "dask-cuda; else 2)")
+    parser.add_argument("--ranks", default="2,4",
+                        help="the W of the weak runs, each at most G, in order")
     parser.add_argument("--cases", default="band-float64,powerlaw-float64,band-float32,"
                                            "powerlaw-float32")
+    parser.add_argument("--strong", default="band-float64,powerlaw-float64",
+                        help="cases also run on 2 × rows: one device, and every W > 2")
+    parser.add_argument("--one-rank", default="band-float64",
+                        help="cases also run on one rank through Dask, last ('' for none)")
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--cg-iterations", type=int, default=200)
-    parser.add_argument("--one-rank", default="band-float64",
-                        help="a case also run on one rank through Dask, last ('' for none)")
     parser.add_argument("--cpu", action="store_true", help="CPU workers even where GPUs exist")
     parser.add_argument("--device-kind", default="", help="the lent machine's kind, recorded")
     parser.add_argument("--stall-timeout", type=float, default=240.0,
@@ -368,10 +361,12 @@ def main(argv=None):
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
 
-    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # never NVLink multicast (workers inherit)
+    for name in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS"):
+        os.environ.setdefault(name, "0" if name == "NCCL_NVLS_ENABLE" else "1")  # no multicast
     gpus = 0 if args.cpu else gpu_count()
     workers = args.workers or (gpus if gpus >= 2 else 2)
     device = "cuda" if gpus >= workers else "cpu"
+    rank_counts = [int(w) for w in args.ranks.split(",") if w and int(w) <= workers]
     date = datetime.date.today().isoformat()
     out_path = args.out or (Path(__file__).parent / "results"
                             / f"distributed-{device}-{date}.json")
@@ -382,90 +377,89 @@ def main(argv=None):
               "machine": machine(gpus, date), "cases": {}}
 
     def save():
+        result["acceptance"] = acceptance(result)
         out_path.write_text(json.dumps(result, indent=1) + "\n")
 
-    log(f"W = {workers} ranks on {device}; results to {out_path}")
+    log(f"G = {workers} workers on {device}, W in {rank_counts}; results to {out_path}")
     started = time.perf_counter()
+    warm_up(device)
+    result["warm_up_s"] = time.perf_counter() - started
     watchdog = Watchdog(args.stall_timeout, result, save)
     cluster, client, result["config"]["cluster"] = start_cluster(device, workers)
-    result["cluster_start_s"] = time.perf_counter() - started
+    result["cluster_start_s"] = time.perf_counter() - started - result["warm_up_s"]
     try:
-        result["check"] = check_against_scipy(client, device, workers)
+        result["check"] = {}
+        for w in sorted({min(2, workers), workers}):
+            result["check"][str(w)] = check_against_scipy(client, device, w, w == workers)
+            log(w, "ranks:", {k: v for k, v in result["check"][str(w)].items()
+                              if "explain" not in k})
+            save()
         watchdog.stop()
-        log({k: v for k, v in result["check"].items() if "explain" not in k})
-        save()
         for case in args.cases.split(","):
-            kind, dtype_name = case.split("-")
-            dtype = np.dtype(dtype_name)
-            cg_too = kind == "band"
-            strong = case == "band-float64"
-            entry = result["cases"][case] = {}
-            try:
-                log(f"{case}: one device, {args.rows} rows")
-                entry["one_device"] = measure_one_device(kind, args.rows, args, dtype, device,
-                                                         cg_too)
-                release_device_memory(device)
-                save()
-                if strong:
-                    log(f"{case}: one device, {workers * args.rows} rows")
-                    entry["one_device_large"] = measure_one_device(
-                        kind, workers * args.rows, args, dtype, device, cg_too)
-                    release_device_memory(device)
-                    save()
-                log(f"{case}: {workers} ranks, {workers * args.rows} rows")
-                entry["ranks"] = measure_ranks(client, kind, workers * args.rows, args, dtype,
-                                               device, cg_too)
-                entry["summary"] = efficiencies(entry["one_device"],
-                                                entry.get("one_device_large"), entry["ranks"],
-                                                workers)
-                log(case, json.dumps(entry["summary"]))
-            except Exception as error:  # keep what the other cases measure
-                entry["error"] = f"{type(error).__name__}: {error}"
-                log(case, entry["error"])
-            save()
-        if args.one_rank:
-            kind, dtype_name = args.one_rank.split("-")
-            log(f"{args.one_rank}: 1 rank through Dask, {args.rows} rows")
-            entry = result["cases"][args.one_rank]
-            entry["one_rank"] = measure_ranks(client, kind, args.rows, args,
-                                              np.dtype(dtype_name), device, kind == "band",
-                                              parts=1)
-            save()
+            run_case(case, client, args, device, rank_counts, result, save)
     finally:
         client.close()
         cluster.close()
     save()
+    for row in result["acceptance"]:
+        log(f"{'met' if row['met'] else 'NOT met'}: {row['item']} [{row['case']}] "
+            f"{row['value']:.4g} (threshold {row['threshold']})")
     log(f"written to {out_path}")
 
 
-def machine(gpus, date) -> dict:
-    import dask
-    import distributed
-    import scipy
+def warm_up(device):
+    """Compile (or load from the disk cache) the feature and kernel code once in this process,
+    before the workers start: they load it from the cache then, and the timed prepares do not
+    include it."""
+    for dtype in (np.float64, np.float32):
+        for kind in ("band", "powerlaw"):
+            A = block_function(kind, 200_000, 17, 2000, dtype)(0, 200_000)
+            op = autospmv.prepare(A, device=device)
+            op.matvec(vector_on(device, np.ones(A.shape[1], dtype)))
+    release_device_memory(device)
 
-    info = {"host": platform.node(), "platform": platform.platform(), "cpus": os.cpu_count(),
-            "gpus": gpus, "python": platform.python_version(), "numpy": np.__version__,
-            "scipy": scipy.__version__, "dask": dask.__version__,
-            "distributed": distributed.__version__, "autospmv": autospmv.__version__,
-            "date": date}
-    try:
-        import cupy
 
-        info["cupy"] = cupy.__version__
-        info["gpu_names"] = [cupy.cuda.runtime.getDeviceProperties(i)["name"].decode()
-                             for i in range(gpus)]
-        from cupy.cuda import nccl
-
-        info["nccl"] = nccl.get_version() if nccl.available else None
-    except Exception as error:
-        info["cupy_error"] = f"{type(error).__name__}: {error}"
-    try:
-        import dask_cuda
-
-        info["dask_cuda"] = dask_cuda.__version__
-    except ImportError:
-        pass
-    return info
+def run_case(case, client, args, device, rank_counts, result, save):
+    """One case's steps in order of priority, each saved when done; a failed step is recorded
+    and the next one runs."""
+    kind, dtype_name = case.split("-")
+    dtype = np.dtype(dtype_name)
+    cg_too = kind == "band"
+    rows = args.rows
+    entry = result["cases"][case] = {"ranks": {}}
+    steps = [("one_device", lambda: measure_one_device(kind, rows, args, dtype, device,
+                                                        cg_too))]
+    for w in rank_counts:
+        steps.append((str(w), functools.partial(measure_ranks, client, kind, w * rows, args,
+                                                dtype, device, cg_too, w)))
+    if case in args.strong.split(","):
+        steps.append(("one_device_large", lambda: measure_one_device(
+            kind, 2 * rows, args, dtype, device, cg_too)))
+        for w in rank_counts:
+            if w > 2:
+                steps.append((f"{w}-strong", functools.partial(
+                    measure_ranks, client, kind, 2 * rows, args, dtype, device, cg_too, w)))
+    if case in args.one_rank.split(","):
+        steps.append(("1", functools.partial(measure_ranks, client, kind, rows, args, dtype,
+                                             device, cg_too, 1)))
+    for name, step in steps:
+        log(f"{case}: {name}")
+        began = time.perf_counter()
+        try:
+            measured = step()
+        except Exception as error:  # keep what the other steps measure
+            entry.setdefault("errors", {})[name] = f"{type(error).__name__}: {error}"
+            log(case, name, entry["errors"][name])
+            continue
+        finally:
+            log(f"{case}: {name} took {time.perf_counter() - began:.1f} s")
+        if name.startswith("one_device"):
+            entry[name] = measured
+        else:
+            entry["ranks"][name] = measured
+        entry["summary"] = summary(entry)
+        save()
+    log(case, json.dumps(entry.get("summary", {})))
 
 
 if __name__ == "__main__":

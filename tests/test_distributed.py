@@ -265,6 +265,52 @@ def test_cg_runs_on_the_workers_as_scipy_does(client):
     assert info == 0 and not x.any()
 
 
+def test_a_solution_is_handed_over_once(client):
+    """A solve keeps x on each worker until a second task takes it: dropping x at once leaves
+    nothing behind, and the next collective task runs after the hand-over."""
+    from autospmv.distributed import _solvers
+
+    A = band(600)
+    op = prepare(A, client)
+    b = op.vector(np.ones(600), side="rows")
+    adist.cg(op, b, rtol=1e-10)  # x dropped at once
+    y = op @ b
+    np.testing.assert_allclose(y.gather(), A @ np.ones(600), rtol=1e-13)
+    held = client.run(lambda: len(_solvers._SOLUTIONS))
+    assert held == {worker: 0 for worker in op.workers}
+
+
+@pytest.mark.parametrize("maxiter, x0", [(None, False), (None, True), (5, False)])
+def test_cg_on_one_device_as_scipy_does(maxiter, x0):
+    """The rank function on one device without Dask (scalars in device arrays, the stop flag
+    read after each iteration on the CPU) stops where SciPy stops, with SciPy's x."""
+    from autospmv.distributed._solvers import LocalRank, cg_on
+
+    A = band(2000, offsets=(1, 2, 40))
+    b = np.random.default_rng(7).standard_normal(2000)
+    start = np.random.default_rng(8).standard_normal(2000) if x0 else None
+    x_ref, info_ref, iterations = scipy_iterations(spla.cg, A, b, x0=start, rtol=1e-10,
+                                                   maxiter=maxiter)
+    local = LocalRank(autospmv.prepare(A, device="cpu", model=CPU_MODEL))
+    x, info, count = cg_on(local, b, start, rtol=1e-10, maxiter=maxiter or 20000)
+    assert (info, count) == (info_ref, iterations)
+    np.testing.assert_allclose(x, x_ref, rtol=1e-8, atol=1e-12)
+
+
+def test_one_task_per_worker_in_one_graph(client):
+    from autospmv.distributed._tasks import on_workers
+
+    def where(value, *, offset):
+        return distributed.get_worker().address, value + offset
+
+    workers = sorted(client.nthreads())
+    for order in (workers, workers[::-1], [workers[1]] * 3):
+        futures = on_workers(client, where, order, range(len(order)), offset=10)
+        assert client.gather(futures) == [(w, k + 10) for k, w in enumerate(order)]
+    with pytest.raises(ValueError, match="one argument per worker"):
+        on_workers(client, where, workers, [1])
+
+
 def test_bicgstab_runs_on_the_workers_as_scipy_does(client):
     n = 2000
     A = (band(n, offsets=(1, 9)) + sp.diags(np.linspace(0.1, 0.9, n - 4), 4)).tocsr()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
 pytestmark = pytest.mark.requires_gpu
@@ -17,7 +18,9 @@ dask_cuda = pytest.importorskip("dask_cuda")
 cupy = pytest.importorskip("cupy")
 distributed = pytest.importorskip("distributed")
 
+import autospmv  # noqa: E402
 from autospmv import distributed as adist  # noqa: E402
+from autospmv.distributed._solvers import LocalRank, cg_on  # noqa: E402
 from matrices import spd_band  # noqa: E402
 
 
@@ -57,3 +60,49 @@ def test_products_and_cg_on_gpus(client, dtype):
         assert info == 0 and op.last_solve["iterations"] == count[0]
         assert np.linalg.norm(A @ solution - x) <= 1e-9 * np.linalg.norm(x)
     op.close()
+
+
+def scipy_iterations(solver, A, b, **kwargs):
+    count = [0]
+    x, info = solver(A, b, callback=lambda _: count.__setitem__(0, count[0] + 1), **kwargs)
+    return x, info, count[0]
+
+
+def test_bicgstab_and_cg_from_a_start_on_gpus(client):
+    n = 12_000
+    A = (band(n, offsets=(1, 9)) + sp.diags(np.linspace(0.1, 0.9, n - 4), 4)).tocsr()
+    op = adist.prepare(A, client=client)
+    b = np.random.default_rng(4).standard_normal(n)
+    _, info_ref, iterations = scipy_iterations(spla.bicgstab, A, b, rtol=1e-10)
+    x, info = adist.bicgstab(op, b, rtol=1e-10)
+    assert info == info_ref == 0 and op.last_solve["iterations"] == iterations
+    assert np.linalg.norm(A @ x - b) <= 1e-9 * np.linalg.norm(b)
+    S = band(n)
+    spd = adist.prepare(S, client=client)
+    x0 = np.random.default_rng(5).standard_normal(n)
+    _, _, iterations = scipy_iterations(spla.cg, S, b, x0=x0, rtol=1e-10)
+    xd, info = adist.cg(spd, spd.vector(b, side="rows"), x0=spd.vector(x0), rtol=1e-10)
+    assert isinstance(xd, adist.DistributedVector) and info == 0
+    assert spd.last_solve["iterations"] == iterations
+    assert all(isinstance(c, cupy.ndarray) for c in client.gather(xd.chunks))
+    assert np.linalg.norm(S @ xd.gather() - b) <= 1e-9 * np.linalg.norm(b)
+    # x stays on the workers and serves the next product.
+    assert np.allclose((spd @ xd).gather(), S @ xd.gather(), rtol=1e-12, atol=1e-12)
+    _, info = adist.cg(spd, b, rtol=1e-14, maxiter=4)
+    assert info == 4 and spd.last_solve["iterations"] == 4
+    op.close()
+    spd.close()
+
+
+@pytest.mark.parametrize("maxiter", [None, 7])
+def test_one_gpu_cg_reads_its_stop_flag_late_and_stops_as_scipy(maxiter):
+    """cg_on on one GPU keeps its scalars on the device and reads the stop flag one iteration
+    late: the iteration count, info and x are still SciPy's."""
+    n = 30_000
+    A = band(n)
+    b = np.random.default_rng(6).standard_normal(n)
+    x_ref, info_ref, iterations = scipy_iterations(spla.cg, A, b, rtol=1e-10, maxiter=maxiter)
+    x, info, count = cg_on(LocalRank(autospmv.prepare(A, device="cuda")), cupy.asarray(b),
+                           rtol=1e-10, maxiter=maxiter or 10 * n)
+    assert (info, count) == (info_ref, iterations)
+    np.testing.assert_allclose(cupy.asnumpy(x), x_ref, rtol=1e-7, atol=1e-10)

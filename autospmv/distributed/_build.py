@@ -35,7 +35,7 @@ def probe(device):
     return device, "CPU workers"
 
 
-def call_block(function, start: int, stop: int, n: int):
+def call_block(start: int, stop: int, *, function, n: int):
     """On a worker: the row block ``function(start, stop)``, checked."""
     return canonical_block(function(start, stop), stop - start, n)
 
@@ -61,13 +61,14 @@ def block_shape(block):
     return block.shape
 
 
-def build_rank(block, rank: int, size: int, row_bounds, col_bounds, comm_id: str, device: str,
+def build_rank(block, rank: int, *, row_bounds, col_bounds, comm_id: str, device: str,
                kwargs: dict) -> Rank:
     """On a worker, on all ranks at once: split the block, agree with the other ranks on what
     each sends to whom (through the communicator), and prepare both blocks with
     :func:`autospmv.prepare`."""
     import autospmv
 
+    size = len(row_bounds) - 1
     block = canonical_block(block, int(row_bounds[rank + 1] - row_bounds[rank]),
                             int(col_bounds[-1]))
     split = split_block(block, col_bounds, rank)

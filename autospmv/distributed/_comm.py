@@ -35,6 +35,10 @@ import numpy as np
 _COMMS: dict = {}
 _PENDING: dict = {}
 
+EXCHANGE_PRIORITY = -5
+"""The exchange stream's priority: the highest of current NVIDIA GPUs (lower numbers are higher;
+CUDA clamps a number outside the device's range to the range)."""
+
 COMM_ENV = "AUTOSPMV_DISTRIBUTED_COMM"
 """Environment variable naming the communicator of GPU workers: ``nccl`` (default where
 ``cupy.cuda.nccl`` works) or ``socket``."""
@@ -64,8 +68,11 @@ class SelfComm:
     def start_exchange(self, sends, receives, ready=None):
         return lambda: None
 
-    def allreduce(self, values, xp):
-        return values
+    def allreduce(self, values, xp, out=None):
+        if out is None:
+            return values
+        out[...] = values
+        return out
 
     def close(self):
         pass
@@ -111,8 +118,9 @@ class SocketComm:
 
         return wait
 
-    def allreduce(self, values, xp):
-        """The sum over ranks of ``values`` (a 1-D array), in rank order on every rank."""
+    def allreduce(self, values, xp, out=None):
+        """The sum over ranks of ``values`` (a 1-D array), in rank order on every rank; into
+        ``out`` when given."""
         host = np.ascontiguousarray(_to_host(values))
         peers = [p for p in range(self.size) if p != self.rank]
         received = {p: np.empty_like(host) for p in peers}
@@ -121,7 +129,11 @@ class SocketComm:
         total = received[0].copy()
         for p in range(1, self.size):
             total += received[p]
-        return xp.asarray(total) if xp is not np else total
+        total = xp.asarray(total) if xp is not np else total
+        if out is None:
+            return total
+        out[...] = total
+        return out
 
     def close(self):
         for connection in self._connections.values():
@@ -141,8 +153,10 @@ class NcclComm:
         self.rank, self.size = rank, size
         self._nccl = nccl
         self._comm = nccl.NcclCommunicator(size, unique_id, rank)
-        self.stream = cupy.cuda.Stream(non_blocking=True)
-        """The stream the exchange runs on (the compute stream is the caller's current one)."""
+        self.stream = cupy.cuda.Stream(non_blocking=True, priority=EXCHANGE_PRIORITY)
+        """The stream the exchange runs on (the compute stream is the caller's current one);
+        of the highest priority, so that the GPU starts the exchange's blocks as soon as the
+        owned product's leave room, rather than after all of them."""
 
     def _type(self, dtype):
         nccl = self._nccl
@@ -180,12 +194,17 @@ class NcclComm:
 
         return wait
 
-    def allreduce(self, values, xp):
-        """The sum over ranks of ``values`` (a 1-D CuPy array), on the current stream."""
+    def allreduce(self, values, xp, out=None):
+        """The sum over ranks of ``values`` (a 1-D CuPy array), on the current stream; into
+        ``out`` (contiguous, of values' size and dtype) when given."""
         import cupy
 
         values = cupy.ascontiguousarray(values)
-        total = cupy.empty_like(values)
+        total = cupy.empty_like(values) if out is None else out
+        if total.size != values.size or total.dtype != values.dtype \
+                or not total.flags.c_contiguous:
+            raise ValueError("the all-reduce's out must be contiguous, of the values' size and "
+                             "dtype")
         self._comm.allReduce(values.data.ptr, total.data.ptr, values.size,
                              self._type(values.dtype), self._nccl.NCCL_SUM,
                              cupy.cuda.get_current_stream().ptr)

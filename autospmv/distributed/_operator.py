@@ -10,6 +10,7 @@ from scipy.sparse.linalg import LinearOperator
 
 from . import _build, _comm
 from ._partition import canonical_block, check_bounds, even_bounds, row_partition
+from ._tasks import on_workers
 from ._vector import DistributedVector, Layout, _is_dask_array
 
 
@@ -182,14 +183,21 @@ class DistributedOperator(LinearOperator):
             if not isinstance(vector, DistributedVector):
                 raise TypeError(f"map_ranks takes DistributedVector arguments; got "
                                 f"{type(vector).__name__}")
-        futures = []
-        for k, (part, rank) in enumerate(zip(self.parts, ranks)):
-            chunks = [vector.chunks[k] for vector in vectors]
-            futures.append(self.client.submit(_run_rank_function, rank, fn, self._last[k],
-                                              *chunks, **kwargs, workers=[part.worker],
-                                              pure=False))
+        futures = on_workers(self.client, _run_rank_function, self.workers, ranks,
+                             [fn] * len(ranks), self._last, *(v.chunks for v in vectors),
+                             **kwargs)
         self._last = futures
         return futures
+
+    def _order_after(self, futures) -> None:
+        """Make each rank's next collective task wait for ``futures`` (one per rank, each
+        ordered after that rank's last collective task); the operator keeps them until then."""
+        self._last = list(futures)
+
+    @property
+    def workers(self) -> list:
+        """The ranks' workers, in rank order."""
+        return [part.worker for part in self.parts]
 
     def _live_ranks(self) -> list:
         if not self._ranks:
@@ -281,9 +289,7 @@ class DistributedOperator(LinearOperator):
     def close(self):
         """Release the ranks and their communicators now; a closed operator refuses products."""
         if self._ranks:
-            self.client.gather([self.client.submit(_close_rank, rank, workers=[part.worker],
-                                                   pure=False)
-                                for part, rank in zip(self.parts, self._ranks)])
+            self.client.gather(on_workers(self.client, _close_rank, self.workers, self._ranks))
         self._ranks, self._last = [], []
 
 
@@ -305,8 +311,7 @@ def _workers(client, parts):
 def _set_up_comm(client, workers, device):
     """Probe the workers, then join them in one communicator; ``(device, comm kind, comm id,
     reason for not using NCCL)``."""
-    probes = client.gather([client.submit(_build.probe, device, workers=[w], pure=False)
-                            for w in workers])
+    probes = client.gather(on_workers(client, _build.probe, workers, [device] * len(workers)))
     devices = {d for d, _ in probes}
     if len(devices) > 1:
         raise ValueError(f"the workers resolve device=None differently ({sorted(devices)}); "
@@ -317,8 +322,8 @@ def _set_up_comm(client, workers, device):
     size = len(workers)
 
     def on_all(fn, args_of_rank):
-        return client.gather([client.submit(fn, comm_id, r, *args_of_rank(r), workers=[w],
-                                            pure=False) for r, w in enumerate(workers)])
+        columns = zip(*[(comm_id, r, *args_of_rank(r)) for r in range(size)])
+        return client.gather(on_workers(client, fn, workers, *columns))
 
     if size == 1:
         on_all(_comm.self_join, lambda r: ())
@@ -374,11 +379,10 @@ def prepare(A, client=None, parts: int | None = None, device: str | None = None,
     blocks, (m, n), bounds = _blocks(A, client, workers, shape, row_bounds)
     col_bounds = bounds if m == n else even_bounds(n, size)
     device, comm_id, reason = _set_up_comm(client, workers, device)
-    ranks = [client.submit(_build.build_rank, block, r, size, bounds, col_bounds, comm_id,
-                           device, prepare_kwargs, workers=[w], pure=False)
-             for r, (w, block) in enumerate(zip(workers, blocks))]
-    described = client.gather([client.submit(_describe, rank, workers=[w], pure=False)
-                               for w, rank in zip(workers, ranks)])
+    ranks = on_workers(client, _build.build_rank, workers, blocks, range(size), row_bounds=bounds,
+                       col_bounds=col_bounds, comm_id=comm_id, device=device,
+                       kwargs=prepare_kwargs)
+    described = client.gather(on_workers(client, _describe, workers, ranks))
     dtypes = {info.pop("dtype") for info in described}
     if len(dtypes) > 1:
         raise ValueError(f"the row blocks have different dtypes ({sorted(map(str, dtypes))}); "
@@ -403,17 +407,15 @@ def _blocks(A, client, workers, shape, row_bounds):
         m, n = (int(s) for s in shape)
         bounds = (even_bounds(m, size) if row_bounds is None
                   else check_bounds(row_bounds, m, size, "row_bounds"))
-        blocks = [client.submit(_build.call_block, A, int(bounds[r]), int(bounds[r + 1]), n,
-                                workers=[w], pure=False) for r, w in enumerate(workers)]
+        blocks = on_workers(client, _build.call_block, workers, bounds[:-1].tolist(),
+                            bounds[1:].tolist(), function=A, n=n)
         return blocks, (m, n), bounds
     if isinstance(A, (list, tuple)):
         if len(A) != size:
             raise ValueError(f"give one part source per rank: {size} (the workers, or parts=); "
                              f"got {len(A)}")
-        blocks = [client.submit(_build.load_block, source, workers=[w], pure=False)
-                  for source, w in zip(A, workers)]
-        shapes = client.gather([client.submit(_build.block_shape, b, workers=[w], pure=False)
-                                for b, w in zip(blocks, workers)])
+        blocks = on_workers(client, _build.load_block, workers, list(A))
+        shapes = client.gather(on_workers(client, _build.block_shape, workers, blocks))
         widths = {s[1] for s in shapes}
         if len(widths) != 1:
             raise ValueError(f"the part sources' row blocks have different numbers of columns: "

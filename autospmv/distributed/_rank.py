@@ -12,7 +12,7 @@ ghost entries. On a GPU the exchange runs on the communicator's stream and the p
 current (compute) stream, so they overlap on the device; the host returns at once.
 
 The solvers (:mod:`._solvers`) see a rank through :meth:`Rank.matvec`, :meth:`Rank.dot`,
-:meth:`Rank.norm` and :attr:`Rank.xp`.
+:meth:`Rank.sum_dot`, :meth:`Rank.norm` and :attr:`Rank.xp`.
 """
 
 from __future__ import annotations
@@ -125,6 +125,15 @@ class Rank:
         xp = self.xp
         local = xp.stack([xp.dot(a, b) for a, b in pairs]).astype(np.float64)
         return [float(v) for v in self.comm.allreduce(local, xp).tolist()]
+
+    def sum_dot(self, a, b, out):
+        """``out[0] = a · b`` over all ranks (``out``: a one-element float64 array on the
+        rank's device), queued on the device: on a GPU the host does not wait for it."""
+        xp = self.xp
+        local = xp.asarray(xp.dot(a, b)).reshape(1)
+        if local.dtype != np.float64:
+            local = local.astype(np.float64)
+        self.comm.allreduce(local, xp, out=out)
 
     def norm(self, a):
         return float(np.sqrt(self.dot(a, a)))

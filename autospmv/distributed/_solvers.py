@@ -9,18 +9,30 @@ SciPy's ``scipy.sparse.linalg.cg`` and ``bicgstab`` step for step (same toleranc
 same order of updates), so they take the same number of iterations up to rounding; the dots'
 partial sums are added in another order, which is the only difference.
 
-A rank function needs only ``matvec``, ``dot``, ``dots``, ``norm`` and ``xp`` of its rank, so
-:class:`LocalRank` runs the same code on one device without Dask (for comparisons such as
-``benchmarks/distributed_scaling.py``).
+``cg_on`` keeps its scalars (the dots, alpha, beta) in device memory: each dot is all-reduced
+into a device slot (:meth:`Rank.sum_dot`), the vector kernels read their coefficients from
+there, and the convergence test sets a stop flag on the device that makes every later update a
+no-op (:mod:`._kernels`). The host queues iteration after iteration and reads the flag one
+iteration late (:class:`StopFlag`), so it never waits for the iteration it has just queued and
+the GPU never waits for the host; the iteration after the stopping one is queued and does
+nothing. ``bicgstab_on`` reads its scalars on the host (several tests per iteration).
+
+A call from the client is one round of Dask scheduling: the ranks' tasks go to the scheduler in
+one message (:mod:`._tasks`), each returns only ``(info, iterations)``, and the client waits for
+rank 0's. The solution's chunks stay on the workers, handed over by a second task per rank
+(:func:`_solution`) that the client does not wait for.
+
+A rank function needs only ``matvec``, ``dot``, ``dots``, ``sum_dot``, ``norm`` and ``xp`` of
+its rank, so :class:`LocalRank` runs the same code on one device without Dask (for comparisons
+such as ``benchmarks/distributed_scaling.py``).
 """
 
 from __future__ import annotations
 
-import operator as _op
-
 import numpy as np
 
-from ._kernels import axpy, xpay
+from ._kernels import axpy, copy_unless, cg_step_unless, stop_below, xpay, xpay_ratio_unless
+from ._tasks import on_workers
 from ._vector import DistributedVector
 
 
@@ -38,30 +50,94 @@ def _start(rank, b, x0):
     return x, (b - rank.matvec(x) if nonzero else b.copy())
 
 
+class StopFlag:
+    """A solver's stop flag ``[stopped, iteration]`` in device memory (:attr:`device`), read on
+    the host one iteration late on a GPU (at once on the CPU).
+
+    After queueing iteration i, :meth:`read` queues a copy of the flag to pinned host memory
+    and returns what the copy queued after iteration i - 1 found, waiting for that copy only:
+    the GPU has iteration i to work on meanwhile.
+    """
+
+    def __init__(self, xp):
+        self.device = xp.zeros(2, dtype=np.int64)
+        self._on_gpu = xp is not np
+        if self._on_gpu:
+            import cupy
+
+            self._pinned = cupy.cuda.alloc_pinned_memory(2 * self.device.nbytes)
+            self._host = np.ndarray((2, 2), dtype=np.int64, buffer=self._pinned)
+            self._copied = [None, None]
+
+    def read(self, iteration: int):
+        """The iteration the solver stopped at, as known after ``iteration - 1`` (GPU) or
+        ``iteration`` (CPU); None while not stopped."""
+        if not self._on_gpu:
+            return int(self.device[1]) if self.device[0] else None
+        self._queue_copy(iteration % 2)
+        return self._take((iteration - 1) % 2) if iteration else None
+
+    def last(self, iteration: int):
+        """The iteration the solver stopped at after all queued work up to ``iteration``."""
+        if not self._on_gpu:
+            return self.read(iteration)
+        self._queue_copy(iteration % 2)
+        return self._take(iteration % 2)
+
+    def _queue_copy(self, slot):
+        import cupy
+
+        stream = cupy.cuda.get_current_stream()
+        cupy.cuda.runtime.memcpyAsync(self._host[slot].ctypes.data, self.device.data.ptr,
+                                      self.device.nbytes,
+                                      cupy.cuda.runtime.memcpyDeviceToHost, stream.ptr)
+        self._copied[slot] = stream.record()
+
+    def _take(self, slot):
+        self._copied[slot].synchronize()
+        stopped, iteration = self._host[slot]
+        return int(iteration) if stopped else None
+
+    def settle(self):
+        """Wait for the copies still queued, so the pinned memory can go back to its pool."""
+        if self._on_gpu:
+            for event in self._copied:
+                if event is not None:
+                    event.synchronize()
+
+
 def cg_on(rank, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter):
     """SciPy's cg on one rank; ``(x chunk, info, iterations)``, the iterations counted as
-    SciPy's callback would be called."""
+    SciPy's callback would be called. The scalars stay on the device (see the module docs)."""
     xp = rank.xp
     bnrm2 = rank.norm(b)
     tol = _tolerance(bnrm2, rtol, atol)
     if bnrm2 == 0:
         return b.copy(), 0, 0
     x, r = _start(rank, b, x0)
-    p, rho_prev = None, None
+    p = xp.zeros_like(r)
+    scalars = xp.zeros(3, dtype=np.float64)  # r·r of even and odd iterations, p·q
+    rhos, pq = (scalars[0:1], scalars[1:2]), scalars[2:3]
+    flag = StopFlag(xp)
+    stop = flag.device
     for iteration in range(maxiter):
-        rho = rank.dot(r, r)
-        if np.sqrt(rho) < tol:
-            return x, 0, iteration
+        rho, rho_prev = rhos[iteration % 2], rhos[(iteration + 1) % 2]
+        rank.sum_dot(r, r, out=rho)
+        stop_below(xp, stop, rho, tol, iteration)
         if iteration > 0:
-            xpay(xp, r, rho / rho_prev, p)
+            xpay_ratio_unless(xp, stop, r, rho, rho_prev, p)
         else:
-            p = r.copy()
+            copy_unless(xp, stop, r, p)
         q = rank.matvec(p)
-        alpha = rho / rank.dot(p, q)
-        axpy(xp, alpha, p, x)
-        axpy(xp, -alpha, q, r)
-        rho_prev = rho
-    return x, maxiter, maxiter
+        rank.sum_dot(p, q, out=pq)
+        cg_step_unless(xp, stop, rho, pq, p, q, x, r)
+        stopped = flag.read(iteration)
+        if stopped is not None:
+            break
+    else:
+        stopped = flag.last(maxiter - 1) if maxiter > 0 else None
+    flag.settle()
+    return (x, 0, stopped) if stopped is not None else (x, maxiter, maxiter)
 
 
 def bicgstab_on(rank, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter):
@@ -135,6 +211,10 @@ class LocalRank:
     def dots(self, *pairs):
         return [self.dot(a, b) for a, b in pairs]
 
+    def sum_dot(self, a, b, out):
+        """``out[0] = a · b`` (float64), on the device, without waiting for it."""
+        out[...] = self.xp.dot(a, b)
+
     def norm(self, a):
         return float(np.sqrt(self.dot(a, a)))
 
@@ -164,13 +244,12 @@ def _solve(method, op, b, x0, rtol, atol, maxiter):
                          "op.vector(x0)")
     maxiter = n * 10 if maxiter is None else int(maxiter)
     vectors = (b,) if x0 is None else (b, x0)
-    results = op.map_ranks(_solve_on_rank, *vectors, method=method, rtol=rtol, atol=atol,
-                           maxiter=maxiter)
+    outcomes = op.map_ranks(_solve_on_rank, *vectors, method=method, rtol=rtol, atol=atol,
+                            maxiter=maxiter)
     client = op.client
-    chunks = [client.submit(_op.itemgetter(0), result, workers=[part.worker], pure=False)
-              for part, result in zip(op.parts, results)]
-    _, info, iterations = client.submit(_summary, results[0], workers=[op.parts[0].worker],
-                                        pure=False).result()
+    chunks = on_workers(client, _solution, op.workers, op._live_ranks(), outcomes)
+    op._order_after(chunks)
+    info, iterations = outcomes[0].result()
     op.last_solve = {"iterations": int(iterations), "info": int(info)}
     x = DistributedVector(client, op.col_layout, chunks, b.dtype)
     if isinstance(given, DistributedVector):
@@ -180,13 +259,23 @@ def _solve(method, op, b, x0, rtol, atol, maxiter):
     return x.gather(), int(info)
 
 
+_SOLUTIONS: dict = {}
+"""Per worker process: ``{(comm id, rank): x chunk}`` of a rank's last solve, until
+:func:`_solution` takes it (the rank's next collective task waits for that)."""
+
+
 def _solve_on_rank(rank, b, x0=None, *, method, **kwargs):
+    """On a rank: run the solver, keep x on the worker, return ``(info, iterations)``."""
     solver = {"cg": cg_on, "bicgstab": bicgstab_on}[method]
-    return solver(rank, b, x0, **kwargs)
+    x, info, iterations = solver(rank, b, x0, **kwargs)
+    _SOLUTIONS[rank.comm_id, rank.rank] = x
+    return info, iterations
 
 
-def _summary(result):
-    return None, result[1], result[2]
+def _solution(rank, outcome):
+    """On a rank: the x chunk its last solve kept (``outcome``, the solve's result, orders this
+    task after it)."""
+    return _SOLUTIONS.pop((rank.comm_id, rank.rank))
 
 
 def _dtype_of(b):

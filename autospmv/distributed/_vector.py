@@ -11,10 +11,10 @@ the ranks' partial dots on the client, in rank order. Nothing crosses the client
 from __future__ import annotations
 
 import dataclasses
-import operator as _op
 
 import numpy as np
 
+from ._tasks import on_workers
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Layout:
@@ -43,7 +43,7 @@ class Layout:
 
 # Functions that run on the workers.
 
-def _on_device(chunk, device, dtype):
+def _on_device(chunk, *, device, dtype):
     if device == "cuda":
         import cupy
 
@@ -55,7 +55,7 @@ def _to_host(chunk):
     return chunk if isinstance(chunk, np.ndarray) else chunk.get()
 
 
-def _full(size, value, device, dtype):
+def _full(size, *, value, device, dtype):
     xp = _array_module(device)
     return xp.full(size, value, dtype=dtype)
 
@@ -72,16 +72,20 @@ def _dot(a, b):
     return float(a.dot(b)) if a.size else 0.0
 
 
-def _axpy(alpha, x, y):
+def _axpy(x, y, *, alpha):
     return y + alpha * x
+
+
+def _scale(chunk, *, alpha):
+    return alpha * chunk
 
 
 def _copy(chunk):
     return chunk.copy()
 
 
-def _astype(chunk, dtype):
-    return chunk.astype(dtype)
+def _astype(chunk, *, to):
+    return chunk.astype(to)
 
 
 class DistributedVector:
@@ -135,12 +139,11 @@ class DistributedVector:
         if x.shape != (layout.size,):
             raise ValueError(f"x must be a vector of length {layout.size}; got shape {x.shape}")
         dtype = np.dtype(x.dtype if dtype is None else dtype)
-        chunks = []
-        for worker, start, stop in zip(layout.workers, layout.bounds[:-1], layout.bounds[1:]):
-            piece = client.scatter(x[start:stop], workers=[worker], hash=False)
-            chunks.append(client.submit(_on_device, piece, layout.device, dtype,
-                                        workers=[worker], pure=False))
-        return cls(client, layout, chunks, dtype)
+        pieces = [client.scatter(x[start:stop], workers=[worker], hash=False)
+                  for worker, start, stop in zip(layout.workers, layout.bounds[:-1],
+                                                 layout.bounds[1:])]
+        return cls(client, layout, _on(client, layout, _on_device, pieces, device=layout.device,
+                                       dtype=dtype), dtype)
 
     @classmethod
     def from_dask(cls, x, layout: Layout, client, dtype=None) -> "DistributedVector":
@@ -152,24 +155,20 @@ class DistributedVector:
         pieces = x.rechunk((layout.sizes,)).to_delayed().ravel()
         if len(pieces) != len(layout.workers):  # dask drops no chunks, but say so if it did
             raise RuntimeError("rechunking the dask array did not give one chunk per worker")
-        chunks = []
-        for worker, piece in zip(layout.workers, pieces):
-            computed = client.compute(piece, workers=[worker])
-            chunks.append(client.submit(_on_device, computed, layout.device, dtype,
-                                        workers=[worker], pure=False))
-        return cls(client, layout, chunks, dtype)
+        computed = [client.compute(piece, workers=[worker])
+                    for worker, piece in zip(layout.workers, pieces)]
+        return cls(client, layout, _on(client, layout, _on_device, computed,
+                                       device=layout.device, dtype=dtype), dtype)
 
     @classmethod
     def full(cls, layout: Layout, client, value=0.0, dtype=np.float64) -> "DistributedVector":
-        chunks = [client.submit(_full, size, value, layout.device, np.dtype(dtype),
-                                workers=[worker], pure=False)
-                  for worker, size in zip(layout.workers, layout.sizes)]
+        chunks = _on(client, layout, _full, layout.sizes, value=value, device=layout.device,
+                     dtype=np.dtype(dtype))
         return cls(client, layout, chunks, dtype)
 
     def gather(self) -> np.ndarray:
         """The whole vector as a NumPy array on the client."""
-        host = [self._submit(_to_host, k, chunk) for k, chunk in enumerate(self.chunks)]
-        parts = self.client.gather(host)
+        parts = self.client.gather(_on(self.client, self.layout, _to_host, self.chunks))
         return np.concatenate(parts).astype(self.dtype, copy=False) if parts else \
             np.empty(0, self.dtype)
 
@@ -188,9 +187,6 @@ class DistributedVector:
 
     # Arithmetic, where the chunks live.
 
-    def _submit(self, fn, k, *args):
-        return self.client.submit(fn, *args, workers=[self.layout.workers[k]], pure=False)
-
     def _check(self, other) -> "DistributedVector":
         if not isinstance(other, DistributedVector):
             raise TypeError(f"expected a DistributedVector; got {type(other).__name__}")
@@ -199,11 +195,9 @@ class DistributedVector:
                              "use vectors of the same operator side")
         return other
 
-    def _map(self, fn, *args, other=None, dtype=None) -> "DistributedVector":
-        chunks = []
-        for k, chunk in enumerate(self.chunks):
-            extra = () if other is None else (other.chunks[k],)
-            chunks.append(self._submit(fn, k, *args, *extra, chunk))
+    def _map(self, fn, *columns, dtype=None, **kwargs) -> "DistributedVector":
+        """``fn(*column[k], chunk k, **kwargs)`` where each chunk lives, as a new vector."""
+        chunks = _on(self.client, self.layout, fn, *columns, self.chunks, **kwargs)
         return DistributedVector(self.client, self.layout, chunks, dtype or self.dtype)
 
     def _dtype_with(self, other_dtype):
@@ -212,7 +206,7 @@ class DistributedVector:
     def axpy(self, alpha, x: "DistributedVector") -> "DistributedVector":
         """``self + alpha * x``, as a new vector."""
         x = self._check(x)
-        return self._map(_axpy, float(alpha), other=x, dtype=self._dtype_with(x.dtype))
+        return self._map(_axpy, x.chunks, alpha=float(alpha), dtype=self._dtype_with(x.dtype))
 
     def __add__(self, other):
         return self.axpy(1.0, other)
@@ -223,7 +217,7 @@ class DistributedVector:
     def __mul__(self, alpha):
         if not np.isscalar(alpha):
             return NotImplemented
-        return self._map(_op.mul, float(alpha))
+        return self._map(_scale, alpha=float(alpha))
 
     __rmul__ = __mul__
 
@@ -234,17 +228,22 @@ class DistributedVector:
         return self._map(_copy)
 
     def astype(self, dtype) -> "DistributedVector":
-        return self._map(_astype, np.dtype(dtype), dtype=np.dtype(dtype))
+        return self._map(_astype, dtype=np.dtype(dtype), to=np.dtype(dtype))
 
     def dot(self, other: "DistributedVector") -> float:
         """``self · other``: each rank's partial dot, summed on the client in rank order."""
         other = self._check(other)
-        partial = [self._submit(_dot, k, a, b)
-                   for k, (a, b) in enumerate(zip(self.chunks, other.chunks))]
-        return float(sum(self.client.gather(partial)))
+        partial = self.client.gather(_on(self.client, self.layout, _dot, self.chunks,
+                                         other.chunks))
+        return float(sum(partial))
 
     def norm(self) -> float:
         return float(np.sqrt(self.dot(self)))
+
+
+def _on(client, layout, fn, *columns, **kwargs) -> list:
+    """One task per chunk of ``layout``, where the chunk lives (see :mod:`._tasks`)."""
+    return on_workers(client, fn, layout.workers, *columns, **kwargs)
 
 
 def _is_dask_array(x) -> bool:
