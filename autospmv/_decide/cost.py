@@ -58,7 +58,6 @@ from numba import prange
 
 from .. import _registry as registry
 from ..formats.csr5 import OMEGA
-from ..kernels import njit
 from ..kernels.cpu import specialisations
 from . import choosers
 
@@ -241,18 +240,12 @@ def _group_max_sum(c: CostInputs, rows_per_group: int, lanes: int) -> int:
     return run(c.csr.indptr, c.m, rows_per_group, lanes)
 
 
-@njit(cache=True)
-def _sorted_warp_max_sum(values, counts):
-    """Σ over warps of the longest row once rows are sorted by length, descending (JDS)."""
-    total = 0
-    placed = 0  # rows in the warp being filled
-    for k in range(values.size - 1, -1, -1):
-        left = counts[k]
-        if placed:  # top up the warp being filled, whose longest row came earlier
-            take = min(left, WARP - placed)
-            placed = (placed + take) % WARP
-            left -= take
-        if left:
-            total += values[k] * -(-left // WARP)  # warps that start with this length
-            placed = left % WARP
-    return total
+def _sorted_warp_max_sum(values, counts) -> int:
+    """Σ over warps of the longest row once rows are sorted by length, descending (JDS): each
+    warp starts at a rank that is a multiple of 32 and its longest row is the length at that
+    rank, so each length counts once for every warp start among its rows' ranks."""
+    lengths, rows = np.asarray(values)[::-1], np.asarray(counts)[::-1]
+    ends = np.cumsum(rows)  # the rank after each length's rows
+    starts = ends - rows
+    warp_starts = -(-ends // WARP) - -(-starts // WARP)  # multiples of 32 in [start, end)
+    return int(np.dot(lengths, warp_starts))

@@ -17,7 +17,6 @@ import numpy as np
 
 from .._run.threads import threaded_passes
 from ..formats.base import to_host
-from ..kernels import njit
 from .feature_scan import WINDOW_ROWS, lengths_counted
 from .row_passes import (
     WARP, chunked_ratio_sum, row_length_counts, row_length_moments, warp_ratio_sum,
@@ -118,39 +117,56 @@ def length_histogram(hist: np.ndarray, indptr: np.ndarray) -> tuple[np.ndarray, 
 
 
 
-@njit(cache=True)
-def length_features(values, counts, m, nnz):
-    """The features of :data:`LENGTH_NAMES`, in that order."""
+def length_features(values, counts, m: int, nnz: int) -> tuple:
+    """The features of :data:`LENGTH_NAMES`, in that order, from the histogram (``values``
+    ascending, ``counts`` of each, int64). NumPy over the distinct lengths: nothing to
+    compile on a first run. Sums of floats run in the order of the lengths, one term after
+    another (:func:`_ordered_sum`), and every quotient of integers is the quotient of the two
+    converted to float64, so that the values are those the models were trained on, bit for
+    bit."""
     if m == 0:
         return (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0,
                 1.0)  # fmt: skip
-    mean = nnz / m
-    var = third = gini = 0.0
-    below = 0  # rows shorter than the current value
-    for k in range(values.size):
-        v, c = values[k], counts[k]
-        dev = v - mean
-        var += c * dev * dev
-        third += c * dev * dev * dev
-        gini += float(v) * c * (2 * below + c - m)
-        below += c
+    values = np.asarray(values, dtype=np.int64)
+    counts = np.asarray(counts, dtype=np.int64)
+    mean = _divide(nnz, m)
+    dev = values - mean
+    var = _ordered_sum(counts * dev * dev)
+    third = _ordered_sum(counts * dev * dev * dev)
+    below = np.cumsum(counts) - counts  # rows shorter than each length
+    gini = _ordered_sum(values.astype(np.float64) * counts * (2 * below + counts - m))
     std = math.sqrt(var / m)
-    skew = third / m / std**3 if std > 0 else 0.0
-    row_max = values[-1]
+    skew = third / m / (std * (std * std)) if std > 0 else 0.0  # std**3 as a product
+    row_max = int(values[-1])
     width, overflow = _hyb_width(values, counts, m, nnz)
     return (
         mean, std, std / mean if mean else 0.0, float(values[0]), float(row_max),
         _percentile(values, counts, m, 0.5), _percentile(values, counts, m, 0.9),
         _percentile(values, counts, m, 0.99), row_max / mean if mean else 1.0,
-        gini / (m * nnz) if nnz else 0.0, skew, counts[0] / m if values[0] == 0 else 0.0,
-        _top_rows(values, counts, max(1, -(-m // 100))) / nnz if nnz else 0.0,
-        m * row_max / nnz if nnz else 1.0, float(width), overflow / nnz if nnz else 0.0,
-        _sorted_warp_imbalance(values, counts, m),
+        gini / float(m * nnz) if nnz else 0.0, skew,
+        _divide(int(counts[0]), m) if values[0] == 0 else 0.0,
+        _divide(_top_rows(values, counts, max(1, -(-m // 100))), nnz) if nnz else 0.0,
+        _divide(m * row_max, nnz) if nnz else 1.0, float(width),
+        _divide(overflow, nnz) if nnz else 0.0, _sorted_warp_imbalance(values, counts, m),
     )  # fmt: skip
 
 
-@njit(cache=True)
-def _percentile(values, counts, m, q):
+def _divide(a: int, b: int) -> float:
+    """``a / b`` for integers as compiled code divides them: both converted to float64 first
+    (Python's own ``int / int`` rounds the exact quotient once, which differs when an operand
+    is beyond 2⁵³)."""
+    return float(a) / float(b)
+
+
+def _ordered_sum(terms: np.ndarray) -> float:
+    """``0.0 + terms[0] + terms[1] + ...`` added one after another, left to right: a running
+    sum (NumPy's ``sum`` adds pairwise, which rounds differently)."""
+    if terms.size == 0:
+        return 0.0
+    return float(np.cumsum(terms)[-1]) + 0.0  # + 0.0: a first term of -0.0 gives 0.0
+
+
+def _percentile(values, counts, m: int, q: float) -> float:
     """q-quantile of the row lengths, with numpy's default linear interpolation."""
     pos = q * (m - 1)
     lo = int(pos)
@@ -159,63 +175,62 @@ def _percentile(values, counts, m, q):
     return low + (pos - lo) * (high - low)
 
 
-@njit(cache=True)
-def _value_at(values, counts, rank):
+def _value_at(values, counts, rank: int) -> float:
     """The row length at 0-based ``rank`` in ascending order."""
-    seen = 0
-    for k in range(values.size):
-        seen += counts[k]
-        if seen > rank:
-            return float(values[k])
-    return float(values[-1])
+    k = int(np.searchsorted(np.cumsum(counts), rank, side="right"))
+    return float(values[min(k, values.size - 1)])
 
 
-@njit(cache=True)
-def _top_rows(values, counts, rows):
+def _top_rows(values, counts, rows: int) -> int:
     """Entries in the ``rows`` longest rows."""
-    total = 0
-    for k in range(values.size - 1, -1, -1):
-        take = min(rows, counts[k])
-        total += take * values[k]
-        rows -= take
-    return total
+    counts = counts[::-1]
+    before = np.cumsum(counts) - counts  # rows longer than each length
+    take = np.clip(rows - before, 0, counts)
+    return int(np.dot(take, values[::-1]))
 
 
-@njit(cache=True)
-def _sorted_warp_imbalance(values, counts, m):
-    """Mean over warps of max/mean row length once rows are sorted by length, descending."""
-    total = 0.0
-    placed = longest = entries = 0  # in the warp being filled
-    for k in range(values.size - 1, -1, -1):
-        left = counts[k]
-        while left > 0:
-            if placed == 0:
-                longest = values[k]
-            take = min(left, WARP - placed)
-            entries += take * values[k]
-            placed += take
-            left -= take
-            if placed == WARP:
-                total += longest * WARP / entries if entries else 1.0
-                placed = entries = 0
-    if placed:
-        total += longest * placed / entries if entries else 1.0
-    return total / -(-m // WARP)
+def _sorted_warp_imbalance(values, counts, m: int) -> float:
+    """Mean over warps of max/mean row length once rows are sorted by length, descending.
+
+    With the rows sorted, warp w holds ranks 32w … 32w + 31. A warp whose rows all have one
+    length has ratio 1 (length·rows / (rows·length), or 1 for empty rows), so only the warps in
+    which one length ends and another begins are computed; the ratios are then added in warp
+    order (:func:`_ordered_sum`), as one pass over the warps adds them."""
+    warps = -(-m // WARP)
+    lengths, rows = values[::-1], counts[::-1]
+    ends = np.cumsum(rows)  # the rank after each length's rows
+    inner = ends[:-1]
+    mixed = inner[inner % WARP != 0] // WARP  # ascending, with repeats
+    mixed = mixed[np.concatenate(([True], mixed[1:] != mixed[:-1]))[:mixed.size]]
+    ratios = np.ones(warps)
+    if mixed.size:
+        first = mixed * WARP
+        last = np.minimum(first + WARP, m)
+        entries = _entries_before(last, lengths, rows) - _entries_before(first, lengths, rows)
+        longest = lengths[np.searchsorted(ends, first, side="right")]
+        ratios[mixed] = np.where(entries > 0, longest * (last - first) / np.maximum(entries, 1),
+                                 1.0)
+    return _ordered_sum(ratios) / warps
 
 
-@njit(cache=True)
-def _hyb_width(values, counts, m, nnz):
+def _entries_before(rank, lengths, rows):
+    """Entries in the rows of ranks below ``rank`` when ``rows[g]`` rows of length
+    ``lengths[g]`` come in that order."""
+    starts = np.concatenate(([0], np.cumsum(rows)))  # the first rank of each length
+    entries = np.concatenate(([0], np.cumsum(lengths * rows)))  # entries before it
+    group = np.searchsorted(starts, rank, side="right") - 1  # the length at rank
+    return entries[group] + (rank - starts[group]) * np.concatenate((lengths, [0]))[group]
+
+
+def _hyb_width(values, counts, m: int, nnz: int) -> tuple[int, int]:
     """(K, overflow(K)) of the HYB width rule (module docstring). Must equal
     ``autospmv.formats.hyb.width_cost``: the cost is convex and piecewise linear in K
     with breaks at the row lengths, so its smallest minimiser is 0 or one of them."""
-    best_k, best_overflow = 0, nnz
-    best_cost = HYB_COO_COST * nnz
-    shorter = entries = 0  # rows of length ≤ values[k] and their entries
-    for k in range(values.size):
-        shorter += counts[k]
-        entries += counts[k] * values[k]
-        overflow = (nnz - entries) - values[k] * (m - shorter)
-        cost = m * values[k] + HYB_COO_COST * overflow
-        if cost < best_cost:
-            best_k, best_overflow, best_cost = values[k], overflow, cost
-    return best_k, best_overflow
+    shorter = np.cumsum(counts)  # rows of length ≤ values[k]
+    entries = np.cumsum(counts * values)  # and their entries
+    overflow = (nnz - entries) - values * (m - shorter)
+    cost = m * values + HYB_COO_COST * overflow
+    k = int(np.argmin(cost))  # the first smallest: the smallest K
+    if cost[k] < HYB_COO_COST * nnz:
+        return int(values[k]), int(overflow[k])
+    return 0, nnz

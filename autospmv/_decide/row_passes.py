@@ -116,18 +116,18 @@ def _warp_ratios(indptr, m):
 _ratios_serial, _ratios_parallel = specialisations(_warp_ratios)
 
 
-@njit(cache=True)
-def chunked_ratio_sum(ratios):
+def chunked_ratio_sum(ratios) -> float:
     """The sum of per-warp ratios in the order of :data:`RATIO_CHUNK`, whether the ratios were
-    computed on the host (:func:`warp_ratio_sum`) or on the GPU."""
-    chunks = -(-ratios.size // RATIO_CHUNK)
-    result = 0.0
-    for c in range(chunks):
-        total = 0.0
-        for w in range(c * RATIO_CHUNK, min((c + 1) * RATIO_CHUNK, ratios.size)):
-            total += ratios[w]
-        result += total
-    return result
+    computed on the host (:func:`warp_ratio_sum`) or on the GPU: each chunk's running sum,
+    then the running sum of the chunks' sums (NumPy's running sums add one term after another,
+    as a loop does; its ``sum`` adds pairwise, which rounds differently). The ratios are
+    positive, so no sum starts from -0.0."""
+    ratios = np.asarray(ratios, dtype=np.float64)
+    whole = ratios.size // RATIO_CHUNK
+    totals = np.cumsum(ratios[:whole * RATIO_CHUNK].reshape(whole, RATIO_CHUNK), axis=1)[:, -1]
+    if ratios.size > whole * RATIO_CHUNK:
+        totals = np.append(totals, np.cumsum(ratios[whole * RATIO_CHUNK:])[-1])
+    return float(np.cumsum(totals)[-1]) if totals.size else 0.0
 
 
 def warp_ratio_sum(indptr, m, parallel: bool = False) -> float:
