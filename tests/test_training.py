@@ -357,6 +357,19 @@ def test_labelling_resumes(tiny_labels, tmp_path):
         label.label(entries, out, "cpu", dtype="float32", options=QUICK, progress=False)
 
 
+def test_labelling_refuses_another_machines_file(tiny_labels, tmp_path):
+    """A file labelled on one GPU (or CPU) model is never extended with another's timings."""
+    source, _ = tiny_labels
+    out = tmp_path / "labels.jsonl"
+    records = [json.loads(line) for line in source.read_text().splitlines()]
+    for record in records:
+        record["device"]["name"] = "Another Processor"
+    out.write_text("".join(json.dumps(r) + "\n" for r in records[:-1]))
+    with pytest.raises(ValueError, match="timed on 'Another Processor', not on this machine"):
+        label.label(corpus.corpus("tiny"), out, "cpu", options=QUICK, progress=False)
+    assert len(label.read_records(out)) == len(records) - 1
+
+
 def test_budget_stops_cleanly(tmp_path):
     out = tmp_path / "labels.jsonl"
     summary = label.label(corpus.corpus("tiny"), out, "cpu", budget_seconds=0.0,

@@ -313,11 +313,11 @@ def label(entries, out, device: str = "cpu", *, dtype: str = "float64",
     deadline = math.inf if budget_seconds is None else started + budget_seconds
     out = Path(out)
     timing = dataclasses.asdict(options)
-    done = _resume(out, device, dtype, timing)
+    run_info = {"device": device_info(device), "versions": library_versions(), "timing": timing}
+    done = _resume(out, device, dtype, timing, machine=run_info["device"]["name"])
     pending = [e for e in entries if e.name not in done]
     summary = {"labelled": 0, "skipped": len(entries) - len(pending), "remaining": 0,
                "failures": {}}
-    run_info = {"device": device_info(device), "versions": library_versions(), "timing": timing}
     # tqdm's own estimate counts matrices; the forecast weighs them by their expected time.
     bar = tqdm(total=len(entries), initial=summary["skipped"], unit="matrix", file=sys.stderr,
                bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]",

@@ -152,11 +152,13 @@ def _with_launches(record: dict) -> dict:
     return dict(record, features=upgraded)
 
 
-def _resume(path: Path, device: str, dtype: str, timing: dict | None = None) -> set[str]:
+def _resume(path: Path, device: str, dtype: str, timing: dict | None = None,
+            machine: str | None = None) -> set[str]:
     """Names already labelled in ``path`` (created empty if missing), after dropping an
     unfinished last line (or, in a gzip file, an unfinished last member). Records of another
-    device or dtype, or timed with other ``timing`` options (records without them predate
-    the key and are accepted), are refused: they must not mix."""
+    device or dtype, of another ``machine`` (the GPU's or CPU's name, as
+    :func:`training.timing.device_info` gives it), or timed with other ``timing`` options
+    (records without them predate the key and are accepted), are refused: they must not mix."""
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.touch()
@@ -177,6 +179,11 @@ def _resume(path: Path, device: str, dtype: str, timing: dict | None = None) -> 
                 f"{path} holds {record['dtype']} labels from device "
                 f"{record['device']['device']!r}; write {dtype} labels for {device!r} to "
                 "another file"
+            )
+        if machine is not None and record["device"].get("name", machine) != machine:
+            raise ValueError(
+                f"{path} holds labels timed on {record['device']['name']!r}, not on this "
+                f"machine's {machine!r}; write them to another file"
             )
         if timing is not None and record.get("timing", timing) != timing:
             raise ValueError(
