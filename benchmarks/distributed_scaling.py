@@ -1,9 +1,9 @@
 """Weak and strong scaling of :mod:`autospmv.distributed` against one device without Dask.
 
-One Dask cluster of G workers (one per GPU where G GPUs are visible: ``dask_cuda.LocalCUDACluster``,
-or one Nanny per GPU where it fails; else ``LocalCluster`` CPU worker processes) serves runs on
-W = 1, 2, 4, ... of them (``prepare(parts=W)``). For each case (band and power-law matrices,
-float64 and float32, in that order of priority):
+One Dask cluster of G workers (one per GPU: ``dask_cuda.LocalCUDACluster``, or a Nanny per GPU
+where it fails; without GPUs ``LocalCluster`` CPU worker processes) serves runs on W = 1, 2,
+4, ... of them (``prepare(parts=W)``). For each case (band and power-law matrices of
+:mod:`distributed_cases`, float64 and float32, in that order of priority):
 
 * **one device without Dask** (this process, on the first GPU): the matrix of ``--rows`` rows
   (the weak-scaling base) and, for the ``--strong`` cases, of ``2 × --rows`` rows (the
@@ -26,18 +26,19 @@ Timed (seconds):
   over their count; on the ranks, :func:`autospmv.distributed.cg` called from the client (one
   round of Dask scheduling per call), and ``cg_iteration_in_task``: the same solver code timed
   inside a :meth:`map_ranks` task (the slowest rank); ``cg_call`` (ranks): the median time of a
-  one-iteration cg from the client, less one iteration in the task: what a call adds.
+  one-iteration cg from the client, less one iteration in the task: what a call adds;
+  ``cg_iteration_host_scalars``: the iteration with its scalars read on the host after each
+  dot, in the task (one device: in process), for comparison with the solvers' own.
 
 Each timed client call starts at least 20 ms after the client's last message, since a Dask
 client sends at most one batch of messages every 10 ms (see ``autospmv.distributed._tasks``):
 a call made right after another one's messages pays up to 10 ms more.
 
-Efficiencies: weak ``t(one device, rows) / t(W ranks, W × rows)``; strong
-``t(one device, 2 × rows) / t(W ranks, 2 × rows)`` (a speedup, ideal W); prepare
-``prepare_s(W ranks) / (generate_s + prepare_s)(one device, rows)``. Before the cases, a check
-on W = 2 and W = G ranks compares products with SciPy's (relative error, float64) and cg's
-iteration count with SciPy's, and one device's cg with SciPy's; ``acceptance`` lists the
-issue's criteria, each met or not.
+Efficiencies: weak ``t(one device, rows) / t(W ranks, W × rows)``; strong ``t(one device,
+2 × rows) / t(W ranks, 2 × rows)`` (ideal W); prepare ``prepare_s(W ranks) / (generate_s +
+prepare_s)(one device, rows)``. First, on W = 2 and W = G ranks, products are compared with
+SciPy's (float64) and cg's iterations with SciPy's (also one device's); ``acceptance`` lists
+the issue's criteria, each met or not.
 
 Results are written after every step (a run cut short keeps what it measured) to ``--out``
 (default ``benchmarks/results/distributed-<device>-<date>.json``), progress to stderr::
@@ -69,6 +70,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import autospmv  # noqa: E402
 import autospmv.distributed as adist  # noqa: E402
+from autospmv.distributed._kernels import axpy, xpay  # noqa: E402
 from autospmv.distributed._solvers import LocalRank, cg_on  # noqa: E402
 import distributed_cases  # noqa: E402
 from distributed_cases import block_function, gpu_count, machine, start_cluster  # noqa: E402
@@ -118,6 +120,33 @@ def cg_iteration_time(rank, b, iterations):
     return (time.perf_counter() - started) / iterations
 
 
+def cg_host_scalars(rank, b, iterations):
+    """cg's iteration with its scalars read on the host (two waits per iteration, the way the
+    solvers ran before they kept them on the device), for comparison: seconds per iteration,
+    as :func:`cg_iteration_time` times them."""
+    xp, device = rank.xp, getattr(rank, "device", "cpu")
+
+    def run(count):
+        x, r, p, rho_prev = xp.zeros_like(b), b.copy(), None, None
+        for iteration in range(count):
+            rho = rank.dot(r, r)
+            if iteration:
+                xpay(xp, r, rho / rho_prev, p)
+            else:
+                p = r.copy()
+            q = rank.matvec(p)
+            alpha = rho / rank.dot(p, q)
+            axpy(xp, alpha, p, x)
+            axpy(xp, -alpha, q, r)
+            rho_prev = rho
+        synchronize(device)
+
+    run(2)
+    started = time.perf_counter()
+    run(iterations)
+    return (time.perf_counter() - started) / iterations
+
+
 def release_device_memory(device="cuda"):
     """Give the GPU memory of the operators and vectors just dropped back to the driver (CuPy
     keeps freed blocks in its pool and numba defers deallocations), so that the next matrix
@@ -155,6 +184,7 @@ def measure_one_device(kind, rows, args, dtype, device, cg_too):
     out["product"] = median_product(local, x, args.repeats)
     if cg_too:
         out["cg_iteration"] = cg_iteration_time(local, x, args.cg_iterations)
+        out["cg_iteration_host_scalars"] = cg_host_scalars(local, x, args.cg_iterations)
     del local, op, x
     release_device_memory(device)
     return out
@@ -174,6 +204,10 @@ def timed_call(call, repeats):
     return float(np.median(samples))
 
 
+PART_FIELDS = ("rows", "nnz", "owned_nnz", "ghost_nnz", "ghost_rows", "ghost_columns", "kernel",
+               "ghost_kernel", "device")
+
+
 def measure_ranks(client, kind, rows, args, dtype, device, cg_too, parts):
     fn = block_function(kind, rows, args.per_row, args.band, dtype)
     started = time.perf_counter()
@@ -181,11 +215,7 @@ def measure_ranks(client, kind, rows, args, dtype, device, cg_too, parts):
     out = {"ranks": parts, "rows": rows, "nnz": op.nnz,
            "prepare_s": time.perf_counter() - started, "comm": op.comm,
            "comm_reason": op.comm_reason,
-           "parts": [{"rows": list(p.rows), "nnz": p.nnz, "owned_nnz": p.owned_nnz,
-                      "ghost_nnz": p.ghost_nnz, "ghost_rows": p.ghost_rows,
-                      "ghost_columns": p.ghost_columns, "kernel": p.kernel,
-                      "ghost_kernel": p.ghost_kernel, "device": p.device}
-                     for p in op.parts]}
+           "parts": [{key: getattr(p, key) for key in PART_FIELDS} for p in op.parts]}
     try:
         time_ranks(client, op, op.vector(np.random.default_rng(0).random(rows).astype(dtype)),
                    args, cg_too, out)
@@ -215,6 +245,8 @@ def time_ranks(client, op, x, args, cg_too, out):
             / args.cg_iterations
         out["cg_iteration_in_task"] = max(client.gather(op.map_ranks(
             cg_iteration_time, x, iterations=args.cg_iterations)))
+        out["cg_iteration_host_scalars"] = max(client.gather(op.map_ranks(
+            cg_host_scalars, x, iterations=args.cg_iterations)))
         one = timed_call(lambda: adist.cg(op, x, rtol=0.0, maxiter=1), 9)
         in_task = max(client.gather(op.map_ranks(cg_iteration_time, x, iterations=1)))
         out["cg_call"] = one - in_task
@@ -286,8 +318,9 @@ def summary(entry) -> dict:
                                              else base["rows"]):
                 continue
             for key in ("product", "product_dispatched", "cg_iteration",
-                        "cg_iteration_in_task"):
-                reference = base.get("cg_iteration" if key.startswith("cg") else "product")
+                        "cg_iteration_in_task", "cg_iteration_host_scalars"):
+                reference = base.get(key if key == "cg_iteration_host_scalars" else
+                                     "cg_iteration" if key.startswith("cg") else "product")
                 if reference and key in ranks:
                     out[f"{kind}_{key}_{w}"] = reference / ranks[key]
             if kind == "weak":

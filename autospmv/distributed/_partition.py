@@ -115,27 +115,28 @@ def _renumber(columns: np.ndarray, n: int) -> tuple:
 def split_block(block: sp.csr_matrix, col_bounds: np.ndarray, rank: int) -> Split:
     """Cut a canonical CSR row block into its owned and ghost blocks (see :class:`Split`).
 
-    Vectorised over the nonzeros: a running count of the owned (and ghost) entries indexed by
-    ``indptr`` gives each block's row pointers, with no per-row loop and no row-number array.
+    Vectorised over the nonzeros, with no per-row loop: the positions of the ghost entries,
+    searched for each row's first entry, count the ghost entries before each row, which gives
+    both blocks' row pointers (a pass over the few ghost entries of a band matrix, rather than
+    a running count over all entries).
     """
     start, stop = int(col_bounds[rank]), int(col_bounds[rank + 1])
     indices, indptr = block.indices, block.indptr
     owned_mask = (indices >= start) & (indices < stop)
-    counted = np.zeros(indices.size + 1, dtype=np.int64)
-    np.cumsum(owned_mask, out=counted[1:])
-    owned_indptr = counted[indptr]
+    ghost_positions = np.flatnonzero(~owned_mask)
+    ghost_indptr = np.searchsorted(ghost_positions, indptr)  # ghost entries before each row
+    owned_indptr = indptr - ghost_indptr
+    owned_indices = indices[owned_mask]
+    owned_indices -= owned_indices.dtype.type(start)
     owned = sp.csr_matrix((block.data[owned_mask],
-                           (indices[owned_mask] - start).astype(_index_dtype(stop - start)),
-                           owned_indptr.astype(_index_dtype(owned_indptr[-1]))),
+                           owned_indices.astype(_index_dtype(stop - start), copy=False),
+                           owned_indptr.astype(_index_dtype(owned_indptr[-1]), copy=False)),
                           shape=(block.shape[0], stop - start))
-    ghost_mask = ~owned_mask
-    del owned_mask
-    ghost_indptr = indptr.astype(np.int64) - owned_indptr  # ghost entries before each row
-    del owned_indptr, counted
+    del owned_mask, owned_indices, owned_indptr
     ghost_rows = np.flatnonzero(np.diff(ghost_indptr) > 0)
-    ghost_columns, positions = _renumber(indices[ghost_mask], int(col_bounds[-1]))
+    ghost_columns, positions = _renumber(indices[ghost_positions], int(col_bounds[-1]))
     row_pointers = np.concatenate(([0], ghost_indptr[ghost_rows + 1]))
-    ghost = sp.csr_matrix((block.data[ghost_mask], positions,
+    ghost = sp.csr_matrix((block.data[ghost_positions], positions,
                            row_pointers.astype(_index_dtype(row_pointers[-1]))),
                           shape=(ghost_rows.size, ghost_columns.size))
     owners = np.searchsorted(col_bounds, ghost_columns, side="right") - 1
