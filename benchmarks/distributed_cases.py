@@ -111,10 +111,11 @@ def start_cluster(device: str, workers: int):
                 "cls": Scheduler, "options": {"dashboard_address": ":0"}})
             return cluster, Client(cluster), (f"SpecCluster of Nannies, one per GPU "
                                               f"(LocalCUDACluster failed: {error})")
-    threads = max(1, (os.cpu_count() or 1) // workers)
+    # No NUMBA_NUM_THREADS for the workers: set through the cluster, a worker's first
+    # compilation failed with "Cannot set NUMBA_NUM_THREADS to a different value once the
+    # threads have been launched".
     cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                           dashboard_address=":0", silence_logs=40,
-                           env={"NUMBA_NUM_THREADS": str(threads)})
+                           dashboard_address=":0", silence_logs=40)
     return cluster, Client(cluster), "distributed.LocalCluster of CPU worker processes"
 
 
