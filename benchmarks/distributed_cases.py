@@ -1,4 +1,5 @@
-"""The matrices, cluster and machine record of ``benchmarks/distributed_scaling.py``.
+"""The matrices, cluster, machine record and acceptance table of
+``benchmarks/distributed_scaling.py``.
 
 Matrices are block functions ``(start, stop) -> CSR rows`` of an n×n matrix (vectorised), so
 the workers make their own rows and any row range gives the same rows whatever the partition.
@@ -147,3 +148,42 @@ def machine(gpus, date) -> dict:
     except ImportError:
         pass
     return info
+
+
+def acceptance(result) -> list:
+    """The issue's criteria on 2 ranks, each with its measured value and whether it is met."""
+    rows = []
+
+    def item(name, case, value, threshold, at_most=False):
+        if value is not None:
+            met = value <= threshold if at_most else value >= threshold
+            rows.append({"item": name, "case": case, "value": value, "threshold": threshold,
+                         "met": bool(met)})
+
+    for case, entry in result["cases"].items():
+        s, ranks = entry.get("summary", {}), entry.get("ranks", {}).get("2", {})
+        per_gpu = ranks.get("nnz", 0) / 2
+        if case.startswith("band") and per_gpu >= 250e6:
+            item("product weak efficiency, 2 GPUs, >= 250M nnz per GPU", case,
+                 s.get("weak_product_2"), 0.85)
+            item("cg iteration weak efficiency, 2 GPUs (from the client)", case,
+                 s.get("weak_cg_iteration_2"), 0.8)
+        if case.startswith("powerlaw") and per_gpu >= 250e6:
+            item("product weak efficiency, 2 GPUs, power-law", case, s.get("weak_product_2"),
+                 0.7)
+        if case.startswith("band") and ranks.get("nnz", 0) >= 500e6:
+            item("cg strong speedup, 2 GPUs, >= 500M nnz (from the client)", case,
+                 s.get("strong_cg_iteration_2"), 1.7)
+        if ranks.get("nnz", 0) >= 500e6:
+            item("prepare on 2 GPUs / one GPU's make and prepare of half", case,
+                 s.get("prepare_ratio_2"), 2.0, at_most=True)
+    for ranks, check in result.get("check", {}).items():
+        for kind in ("band", "powerlaw"):
+            item(f"product relative error vs SciPy, float64, {ranks} ranks", kind,
+                 check.get(f"{kind}_product_relative_error"), 1e-12, at_most=True)
+        scipy_count = check.get("cg_iterations_scipy")
+        for key in ("cg_iterations_ranks", "cg_iterations_one_device"):
+            if scipy_count and key in check:
+                item(f"cg iterations / SciPy's - 1 ({key}, {ranks} ranks)", "band",
+                     abs(check[key] / scipy_count - 1), 0.01, at_most=True)
+    return rows

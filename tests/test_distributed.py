@@ -129,6 +129,19 @@ def test_split_into_owned_and_ghost_blocks(rank):
     assert sum(b - a for a, b in split.sources.values()) == split.ghost_columns.size
 
 
+@pytest.mark.parametrize("n, size", [(50, 400), (1 << 22, 300)], ids=["marked", "sorted"])
+def test_ghost_columns_renumbered_in_order(n, size):
+    """The ghost columns' distinct values and each entry's position among them, as NumPy's
+    unique gives them, both by marking the columns and by sorting them."""
+    from autospmv.distributed._partition import _renumber
+
+    columns = np.random.default_rng(n).integers(0, n, size)
+    distinct, positions = _renumber(columns, n)
+    expected, inverse = np.unique(columns, return_inverse=True)
+    np.testing.assert_array_equal(distinct, expected)
+    np.testing.assert_array_equal(positions, inverse)
+
+
 def test_ghost_columns_of_a_very_wide_matrix():
     """Few entries in many columns: the ghost columns are found by sorting, not marking."""
     from autospmv.distributed._partition import split_block
@@ -154,6 +167,8 @@ def test_only_ghost_entries_are_exchanged_and_explained(client):
     assert op.parts[0].receives_from == {1: 5} and op.parts[1].receives_from == {0: 5}
     assert op.parts[0].sends_to == {1: 5} and op.parts[1].sends_to == {0: 5}
     assert op.parts[0].ghost_rows == 5 and op.parts[0].ghost_columns == 5
+    assert set(op.parts[0].build_seconds) == {"check", "split", "agree", "prepare_owned",
+                                              "prepare_ghost"}
     assert op.comm == "socket" and op.comm_reason == "CPU workers"
     text = op.explain()
     assert text.startswith(f"DistributedOperator {n}x{n} float64 nnz={A.nnz}: 2 ranks, ghost "

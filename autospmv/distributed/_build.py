@@ -8,6 +8,7 @@ passed the whole matrix (the convenience form of :func:`~autospmv.distributed.pr
 from __future__ import annotations
 
 import os
+import time
 
 import numpy as np
 import scipy.sparse as sp
@@ -69,17 +70,23 @@ def build_rank(block, rank: int, *, row_bounds, col_bounds, comm_id: str, device
     import autospmv
 
     size = len(row_bounds) - 1
+    clock = _Clock()
     block = canonical_block(block, int(row_bounds[rank + 1] - row_bounds[rank]),
                             int(col_bounds[-1]))
+    clock.lap("check")
     split = split_block(block, col_bounds, rank)
     nnz = int(block.nnz)
     del block
+    clock.lap("split")
     send_indices = _agree_on_sends(split, rank, size, col_bounds, _comm.get(comm_id, rank),
                                    device)
+    clock.lap("agree")
     with CPU_LOCK:
         owned = autospmv.prepare(split.owned, device=device, **kwargs)
+        clock.lap("prepare_owned")
         ghost = (autospmv.prepare(split.ghost, device=device, **kwargs)
                  if split.ghost_rows.size else None)
+        clock.lap("prepare_ghost")
     if device == "cuda":
         import cupy
 
@@ -87,7 +94,22 @@ def build_rank(block, rank: int, *, row_bounds, col_bounds, comm_id: str, device
     split.owned = split.ghost = None  # the operators hold what they need
     rows = (int(row_bounds[rank]), int(row_bounds[rank + 1]))
     cols = (int(col_bounds[rank]), int(col_bounds[rank + 1]))
-    return Rank(rank, size, rows, cols, comm_id, split, owned, ghost, send_indices, device, nnz)
+    built = Rank(rank, size, rows, cols, comm_id, split, owned, ghost, send_indices, device, nnz)
+    built.build_seconds = clock.laps
+    return built
+
+
+class _Clock:
+    """Seconds spent in each step of a rank's build, for :attr:`Rank.build_seconds`."""
+
+    def __init__(self):
+        self.laps = {}
+        self._last = time.perf_counter()
+
+    def lap(self, name):
+        now = time.perf_counter()
+        self.laps[name] = now - self._last
+        self._last = now
 
 
 def _agree_on_sends(split, rank, size, col_bounds, comm, device) -> dict:

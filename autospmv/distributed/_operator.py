@@ -62,6 +62,9 @@ class Part:
     receives_from: dict = dataclasses.field(default_factory=dict)
     """``{rank: entries of x received from it per product}``."""
     sends_to: dict = dataclasses.field(default_factory=dict)
+    build_seconds: dict = dataclasses.field(default_factory=dict)
+    """Seconds each step of the rank's build took on its worker (the row block's making is
+    not counted: it is a task of its own)."""
 
     @property
     def kernel(self) -> str:

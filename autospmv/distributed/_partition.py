@@ -1,6 +1,7 @@
 """How rows and columns are cut into parts, and how a part splits into owned and ghost blocks.
 
-Pure NumPy and SciPy, run on the client (bounds) and on the workers (splits).
+NumPy and SciPy (and, for the ghost columns' renumbering, the compiled passes of
+:mod:`._passes`), run on the client (bounds) and on the workers (splits).
 
 Rank r owns rows ``row_bounds[r]:row_bounds[r + 1]`` of A and of y, and entries
 ``col_bounds[r]:col_bounds[r + 1]`` of x (for a square A the two bounds are the same). Its row
@@ -20,6 +21,8 @@ import dataclasses
 
 import numpy as np
 import scipy.sparse as sp
+
+from ._passes import look_up, mark
 
 
 def row_partition(indptr: np.ndarray, parts: int) -> np.ndarray:
@@ -104,10 +107,9 @@ def _renumber(columns: np.ndarray, n: int) -> tuple:
     otherwise."""
     if n <= 8 * columns.size + (1 << 20):
         marked = np.zeros(n, dtype=bool)
-        marked[columns] = True
+        mark(columns, marked)
         distinct = np.flatnonzero(marked)
-        position = np.cumsum(marked, dtype=_index_dtype(distinct.size + 1))
-        return distinct, position[columns] - 1
+        return distinct, look_up(columns, np.cumsum(marked, dtype=_index_dtype(n + 1)))
     distinct = np.unique(columns)
     return distinct, np.searchsorted(distinct, columns).astype(_index_dtype(distinct.size))
 

@@ -56,6 +56,9 @@ class Rank:
         self.device = device
         self.nnz = nnz
         self.dtype = owned_op.dtype
+        self.build_seconds = {}
+        """Seconds each step of the build took on the worker (check, split, agree,
+        prepare_owned, prepare_ghost); set by :func:`~._build.build_rank`."""
 
     @property
     def xp(self):
@@ -145,7 +148,7 @@ class Rank:
             cupy.cuda.get_current_stream().synchronize()
 
     def describe(self) -> dict:
-        """What the client records of this rank (see :class:`~._operator.PartRecord`)."""
+        """What the client records of this rank (see :class:`~._operator.Part`)."""
         return {"decision": self.owned.decision,
                 "ghost_decision": None if self.ghost is None else self.ghost.decision,
                 "device": self.device, "comm": self.comm.kind, "dtype": np.dtype(self.dtype),
@@ -153,7 +156,8 @@ class Rank:
                 "ghost_nnz": 0 if self.ghost is None else int(self.ghost.nnz),
                 "ghost_rows": int(self.ghost_rows.size), "ghost_columns": self.ghost_size,
                 "receives_from": {p: b - a for p, (a, b) in self.sources.items()},
-                "sends_to": {p: int(i.size) for p, i in self.send_indices.items()}}
+                "sends_to": {p: int(i.size) for p, i in self.send_indices.items()},
+                "build_seconds": dict(self.build_seconds)}
 
     def __getstate__(self):
         return {k: v for k, v in self.__dict__.items() if k != "_buffers"}
