@@ -663,9 +663,9 @@ def test_cost_model_recovers_known_coefficients():
     cost_model = train.fit_cost_model(ds, np.arange(len(ds)))
     assert cost_model.kernels == autospmv.KERNELS
     coefficients = dict(zip(cost_model.kernels, cost_model.coefficients))
-    np.testing.assert_allclose(coefficients["coo"], [11.0, 0, 0, 1 / 2e5, 0, 0.25, 0, 0],
+    np.testing.assert_allclose(coefficients["coo"], [11.0, 0, 0, 0, 1 / 2e5, 0, 0.25, 0, 0],
                                rtol=1e-6, atol=1e-9)
-    np.testing.assert_allclose(coefficients["csr5"], [13.0, 0, 0, 1 / 3.5e5, 0, 0.25, 0, 0],
+    np.testing.assert_allclose(coefficients["csr5"], [13.0, 0, 0, 0, 1 / 3.5e5, 0, 0.25, 0, 0],
                                rtol=1e-6, atol=1e-9)
     # Exact estimates: the cost model alone picks the fastest kernel everywhere.
     chosen = train.cost_policy(cost_model, ds, np.arange(len(ds)))
@@ -796,6 +796,36 @@ def _two_regimes(n: int = 60, seed: int = 0) -> list[dict]:
     return records
 
 
+def test_matrices_streamed_from_memory_get_a_cost_table_of_their_own():
+    """From STREAMED_NNZ nonzeros the times follow other rates (memory, not the L2 cache): with
+    enough matrices on both sides the cost model fits them a third table and recovers both."""
+    from autospmv.training import fitting
+
+    records = _two_regimes(n=90)
+    rng = np.random.default_rng(1)
+    streamed_rate = dict(zip(autospmv.KERNELS, (5e5, 3e6, 1e6, 1e6, 1e6, 1e6, 1e6)))
+    for record in records[1::3]:
+        nnz = float(rng.integers(fitting.STREAMED_NNZ, 3 * fitting.STREAMED_NNZ))
+        record["nnz"] = record["features"]["nnz"] = nnz
+        for k in autospmv.KERNELS:
+            record["features"][f"{k}_bytes"] = nnz * rng.uniform(8, 40)
+            record["kernels"][k]["time_b2b_us"] = (record["features"][f"{k}_bytes"]
+                                                   / streamed_rate[k])
+    ds, _ = train.dataset(records)
+    cost_model = fitting.fit_cost_model(ds, np.arange(len(ds)))
+    assert [start for start, _ in cost_model.regimes] == [label.LARGE_NNZ, fitting.STREAMED_NNZ]
+    scalar = cost_model.kernels.index("csr_scalar")
+    bytes_column = 1 + list(cost_model.REGRESSORS[1:]).index("bytes")
+    assert cost_model.regimes[0][1][scalar, bytes_column] == pytest.approx(1 / 1.5e6, rel=1e-6)
+    assert cost_model.regimes[1][1][scalar, bytes_column] == pytest.approx(1 / 3e6, rel=1e-6)
+    chosen = train.cost_policy(cost_model, ds, np.arange(len(ds)))
+    assert train.selection_metrics(ds.times, chosen)["geomean"] == pytest.approx(1.0)
+    # Too few streamed matrices: the large regime keeps one table.
+    few = np.concatenate([np.flatnonzero(ds.nnz < fitting.STREAMED_NNZ),
+                          np.flatnonzero(ds.nnz >= fitting.STREAMED_NNZ)[:fitting.MIN_REGIME_MATRICES - 1]])
+    assert len(fitting.fit_cost_model(ds, few).regimes) == 1
+
+
 def test_two_size_regimes_get_their_own_cost_model_and_tree():
     records = _two_regimes()
     ds, _ = train.dataset(records)
@@ -810,9 +840,9 @@ def test_two_size_regimes_get_their_own_cost_model_and_tree():
     cost_model = train.fit_cost_model(ds, rows)
     assert cost_model.large_nnz == label.LARGE_NNZ
     coo, csr5 = cost_model.kernels.index("coo"), cost_model.kernels.index("csr5")
-    np.testing.assert_allclose(cost_model.coefficients[coo], [11.0, 0, 0, 1 / 2e5, 0, 0, 0, 0],
+    np.testing.assert_allclose(cost_model.coefficients[coo], [11.0, 0, 0, 0, 1 / 2e5, 0, 0, 0, 0],
                                rtol=1e-6, atol=1e-9)
-    np.testing.assert_allclose(cost_model.large_coefficients[csr5], [0, 0, 0, 1 / 3e6, 0, 0, 0, 0],
+    np.testing.assert_allclose(cost_model.large_coefficients[csr5], [0, 0, 0, 0, 1 / 3e6, 0, 0, 0, 0],
                                rtol=1e-6, atol=1e-9)
     chosen = train.cost_policy(cost_model, ds, rows)
     assert train.selection_metrics(ds.times, chosen)["geomean"] == pytest.approx(1.0)
@@ -1020,7 +1050,9 @@ def test_guard_against_the_best_fixed_kernel():
 
 
 def _as_labels(records, path, dtype):
-    device = {"device": "cpu", "name": "test cpu"}
+    from autospmv._decide.model_store import cpu_model
+
+    device = {"device": "cpu", "name": cpu_model()}  # labels of this machine: retrain extends them
     with open(path, "w") as handle:
         for r in records:
             handle.write(json.dumps(dict(r, dtype=dtype, device=device)) + "\n")

@@ -26,10 +26,11 @@ import numpy as np
 from autospmv._decide.default_policy import Band, DefaultPolicy
 
 from .dataset import Dataset
-from .fitting import fit
+from .fitting import STREAMED_NNZ, fit
 from .metrics import best_fixed, first_feasible, fixed_policy, selection_log_q, selection_metrics
+from .records import LARGE_NNZ
 
-DEFAULT_BANDS = (0, 1_000_000, 10_000_000)
+DEFAULT_BANDS = (0, LARGE_NNZ, STREAMED_NNZ)
 """Where the bands of nonzeros start: per-call timing below 10⁶ (launch-bound), back-to-back
 from 10⁶ with the matrix still largely in the GPU's L2 cache below 10⁷, and streamed from
 memory above."""

@@ -14,7 +14,9 @@ neither, and one tree spends its splits telling the two apart. So, where the row
 matrices of both (:func:`regimes`), each regime gets its own cost-model coefficients (one
 :class:`CostModel` with a second table, ``large_coefficients``) and its own tree with its own
 hyperparameters (:class:`RegimeHyper`); the two trees hang under a root that splits on ``nnz``
-at the regime boundary (:class:`RegimeTree`), so the model stays one tree.
+at the regime boundary (:class:`RegimeTree`), so the model stays one tree. The cost model
+splits the large regime once more, at :data:`STREAMED_NNZ` (the matrices streamed from memory
+rather than held in the L2 cache), where the labels hold enough matrices on both sides.
 """
 
 from __future__ import annotations
@@ -43,6 +45,10 @@ transforms: log sizes add nothing.)"""
 CORRECTION_FEATURES = tuple(f for f in FEATURE_NAMES if f not in QUANTITY_NAMES)
 """What a ``correction`` tree reads next to the ``est_<kernel>`` values: the structural
 features (the cost quantities enter through the estimates)."""
+STREAMED_NNZ = 10_000_000
+"""Nonzeros from which a matrix no longer stays in the GPU's L2 cache between back-to-back
+products (50 MB on an H100) and its time is the traffic streamed from memory: where the labels
+hold enough such matrices, the cost model fits them a table of their own."""
 MIN_REGIME_MATRICES = 20
 """Fewest training matrices of each size regime for the regimes to be fitted apart
 (:func:`regimes`); with fewer on one side, one cost model and one tree are fitted on all."""
@@ -112,13 +118,20 @@ def regimes(ds: Dataset, rows) -> tuple[np.ndarray, np.ndarray] | None:
 
 def fit_cost_model(ds: Dataset, rows) -> CostModel:
     """The cost model of ``ds`` rows ``rows``: one coefficient table
-    (:func:`fit_coefficients`), or one per size regime where :func:`regimes` finds two."""
+    (:func:`fit_coefficients`), or one per size regime where :func:`regimes` finds two; the
+    large regime's matrices from :data:`STREAMED_NNZ` nonzeros get a table of their own where
+    both sides of that boundary hold :data:`MIN_REGIME_MATRICES` of them."""
     parts = regimes(ds, rows)
     if parts is None:
         return CostModel(fit_coefficients(ds, rows))
     small, large = parts
-    return CostModel(fit_coefficients(ds, small), large_coefficients=fit_coefficients(ds, large),
-                     large_nnz=ds.large_nnz)
+    tables = [(ds.large_nnz, large)]
+    streamed = ds.nnz[large] >= STREAMED_NNZ
+    if STREAMED_NNZ > ds.large_nnz and min(int(streamed.sum()),
+                                           int((~streamed).sum())) >= MIN_REGIME_MATRICES:
+        tables = [(ds.large_nnz, large[~streamed]), (STREAMED_NNZ, large[streamed])]
+    return CostModel(fit_coefficients(ds, small),
+                     regimes=[(start, fit_coefficients(ds, part)) for start, part in tables])
 
 
 def fit_coefficients(ds: Dataset, rows) -> dict[str, list[float]]:

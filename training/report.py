@@ -130,27 +130,33 @@ def _real_counts(ds: Dataset) -> str:
 def _cost_model_table(cost_model: CostModel) -> str:
     """The exported cost model's coefficients, one row per kernel; one table per size regime
     where it has two."""
-    headers = ["kernel", "constant µs", "ns per row", "ns per nonzero", "bytes: GB/s",
-               "ps per thread step", "ns per span step", "ns per atomic", "µs per launch"]
+    headers = ["kernel", "constant µs", "ns per row", "ns per nonzero", "ns per x sector",
+               "bytes: GB/s", "ps per thread step", "ns per span step", "ns per atomic",
+               "µs per launch"]
 
     def table(coefficients) -> str:
         rows = []
-        for kernel, (constant, per_row, per_nnz, per_byte, per_step, per_span,
+        for kernel, (constant, per_row, per_nnz, per_sector, per_byte, per_step, per_span,
                      per_atomic, per_launch) in zip(cost_model.kernels, coefficients):
             rows.append([kernel, _fmt(constant, 2), _fmt(per_row * 1e3), _fmt(per_nnz * 1e3),
+                         _fmt(per_sector * 1e3),
                          _fmt(1e-3 / per_byte, 0) if per_byte else "–", _fmt(per_step * 1e6),
                          _fmt(per_span * 1e3), _fmt(per_atomic * 1e3), _fmt(per_launch, 2)])
         return _table(headers, rows)
 
     intro = ("## Cost model (fitted on all matrices)\n\nt̂ = constant + Σ coefficient × "
              "quantity (`autospmv/_decide/cost.py`); \"bytes\" as the bandwidth it implies.")
-    if cost_model.large_nnz is None:
+    if not cost_model.regimes:
         return intro + "\n\n" + table(cost_model.coefficients)
+    starts = [start for start, _ in cost_model.regimes]
+    parts = [f"Below {starts[0]:,.0f} nonzeros (per-call times):\n\n"
+             + table(cost_model.coefficients)]
+    for i, (start, coefficients) in enumerate(cost_model.regimes):
+        upto = f" to {starts[i + 1]:,.0f}" if i + 1 < len(starts) else ""
+        parts.append(f"From {start:,.0f}{upto} nonzeros (back-to-back times):\n\n"
+                     + table(coefficients))
     return (f"{intro} One table per size regime, each fitted on its own matrices.\n\n"
-            f"Below {cost_model.large_nnz:,.0f} nonzeros (per-call times):\n\n"
-            + table(cost_model.coefficients)
-            + f"\n\nFrom {cost_model.large_nnz:,.0f} nonzeros (back-to-back times):\n\n"
-            + table(cost_model.large_coefficients))
+            + "\n\n".join(parts))
 
 
 def _band_name(low: float, high: float) -> str:

@@ -21,8 +21,13 @@ class CostModel:
     :mod:`autospmv._decide.cost`.
 
     The estimate for kernel k is ``t̂_k = Σ_r c_kr · x_r`` over :data:`REGRESSORS`: a constant
-    (``"1"``: fixed latency), the matrix's ``rows`` and ``nnz``, and the kernel's own
-    ``<kernel>_bytes``, ``_work``, ``_span``, ``_atomics`` and ``_launches``. (For a kernel
+    (``"1"``: fixed latency), the matrix's ``rows``, ``nnz`` and ``x_sectors``, and the
+    kernel's own ``<kernel>_bytes``, ``_work``, ``_span``, ``_atomics`` and ``_launches``.
+    ``x_sectors`` (``nnz × x_sectors_per_nnz_warp``, the 32-byte sectors of x that the warps
+    gather) is the traffic the quantities' perfect cache for x leaves out: near ``nnz`` where
+    columns are scattered, a small share of it where they are local; each kernel has its own
+    coefficient because a kernel whose threads own whole rows (CSR-scalar) pays more for
+    scattered gathers than one whose warps read the nonzeros in order. (For a kernel
     with a fixed number of device steps the constant and the launches say the same; HYB has one
     step or two depending on the matrix, and its launches are what tell them apart.) The
     coefficients are fitted on a device's labels (non-negative least squares on relative
@@ -32,17 +37,23 @@ class CostModel:
     expects to be fastest; a tree splitting on them can follow the cost model where it is right
     and overrule it where the labels showed it wrong.
 
-    **Two size regimes** (optional): with ``large_coefficients`` and ``large_nnz``, a matrix of
-    at least ``large_nnz`` nonzeros is estimated with ``large_coefficients`` (same kernels, same
-    regressors) and a smaller one with ``coefficients``. Labels are timed per call below the
+    **Size regimes** (optional): with ``regimes``, a list of ``(from_nnz, coefficients)`` in
+    increasing ``from_nnz``, a matrix is estimated with the table of the last regime whose
+    ``from_nnz`` it reaches, and with ``coefficients`` below the first (``large_nnz`` and
+    ``large_coefficients`` give the common single regime). Labels are timed per call below the
     size rule's threshold and back-to-back from it (``training/label.py``, ``target_mode``):
     per call, a launch and a synchronisation are a large part of a small matrix's time; back to
-    back, a large matrix's time is its memory traffic. One linear model fitted to both fits
-    neither (``models/README.md`` has the cross-validated figures), so a model trained on both
-    timings holds one coefficient table per regime.
+    back, a matrix that fits the GPU's L2 cache is bound by other costs than one streamed from
+    memory. One linear model fitted to all fits none of them (``models/README.md`` has the
+    cross-validated figures), so a model holds one coefficient table per regime.
     """
 
-    REGRESSORS = ("1", "rows", "nnz", "bytes", "work", "span", "atomics", "launches")
+    REGRESSORS = ("1", "rows", "nnz", "x_sectors", "bytes", "work", "span", "atomics",
+                  "launches")
+    MATRIX_REGRESSORS = 4
+    """The first regressors, the matrix's own; the others are the kernel's quantities."""
+    DERIVED = {"x_sectors": ("nnz", "x_sectors_per_nnz_warp")}
+    """Regressors that are products of features rather than features."""
     MAX_COEFFICIENT = 1e9
     """Largest coefficient a model may hold (µs per unit). Fitted values are below 10⁴ (the
     constant, microseconds) and far below 1 for the counts; the bound keeps every estimate
@@ -52,28 +63,41 @@ class CostModel:
 
     def __init__(self, coefficients: Mapping[str, list], known_kernels=None, *,
                  large_coefficients: Mapping[str, list] | None = None,
-                 large_nnz: float | None = None):
+                 large_nnz: float | None = None, regimes=()):
         known_kernels = registry.names() if known_kernels is None else tuple(known_kernels)
         table = self._table(coefficients, known_kernels, "coefficients")
         self.kernels: tuple[str, ...] = tuple(table)
         self.coefficients = np.array([table[k] for k in self.kernels])
-        """One row of :data:`REGRESSORS` coefficients per kernel (below ``large_nnz``, if set)."""
+        """One row of :data:`REGRESSORS` coefficients per kernel (below the first regime)."""
         self.derived_names: tuple[str, ...] = tuple(f"est_{k}" for k in self.kernels)
         if (large_coefficients is None) != (large_nnz is None):
             raise ValueError("cost_model large_coefficients and large_nnz go together")
-        self.large_nnz: float | None = None
-        """Nonzeros from which :attr:`large_coefficients` estimate; None: one table for all."""
-        self.large_coefficients: np.ndarray | None = None
+        regimes = list(regimes)
         if large_nnz is not None:
-            if (isinstance(large_nnz, bool) or not isinstance(large_nnz, (int, float))
-                    or not 0 < large_nnz < float("inf")):
+            regimes.insert(0, (large_nnz, large_coefficients))
+        self.regimes: list[tuple[float, np.ndarray]] = []
+        """``(from_nnz, coefficients)`` per regime above the first table, increasing."""
+        for from_nnz, coefficients_from in regimes:
+            if (isinstance(from_nnz, bool) or not isinstance(from_nnz, (int, float))
+                    or not 0 < from_nnz < float("inf")):
                 raise ValueError("cost_model large_nnz must be a positive number")
-            large = self._table(large_coefficients, known_kernels, "large_coefficients")
-            if set(large) != set(table):
+            if self.regimes and from_nnz <= self.regimes[-1][0]:
+                raise ValueError("cost_model regimes must start at increasing nonzeros")
+            other = self._table(coefficients_from, known_kernels, "large_coefficients")
+            if set(other) != set(table):
                 raise ValueError("cost_model large_coefficients must name the same kernels as "
                                  "its coefficients")
-            self.large_nnz = float(large_nnz)
-            self.large_coefficients = np.array([large[k] for k in self.kernels])
+            self.regimes.append((float(from_nnz), np.array([other[k] for k in self.kernels])))
+
+    @property
+    def large_nnz(self) -> float | None:
+        """Nonzeros from which the first regime's table estimates; None: one table for all."""
+        return self.regimes[0][0] if self.regimes else None
+
+    @property
+    def large_coefficients(self) -> np.ndarray | None:
+        """The first regime's table (None without regimes)."""
+        return self.regimes[0][1] if self.regimes else None
 
     @classmethod
     def _table(cls, coefficients, known_kernels, what: str) -> dict[str, np.ndarray]:
@@ -98,7 +122,16 @@ class CostModel:
     @classmethod
     def regressor_names(cls, kernel: str) -> list[str]:
         """The feature names a kernel's regressors are read from (``"1"`` is the constant)."""
-        return ["1", "rows", "nnz"] + [f"{kernel}_{q}" for q in cls.REGRESSORS[3:]]
+        return (list(cls.REGRESSORS[:cls.MATRIX_REGRESSORS])
+                + [f"{kernel}_{q}" for q in cls.REGRESSORS[cls.MATRIX_REGRESSORS:]])
+
+    @classmethod
+    def feature_names_of(cls, kernel: str) -> list[str]:
+        """The features a kernel's regressors (but the constant) are computed from."""
+        names = []
+        for name in cls.regressor_names(kernel)[1:]:
+            names += [n for n in cls.DERIVED.get(name, (name,)) if n not in names]
+        return names
 
     @classmethod
     def design(cls, X, feature_names, kernel: str) -> np.ndarray:
@@ -106,11 +139,14 @@ class CostModel:
         ``feature_names`` order): what its coefficients after the first multiply."""
         X = np.asarray(X, dtype=np.float64)
         column = {name: i for i, name in enumerate(feature_names)}
-        names = cls.regressor_names(kernel)[1:]
-        missing = [n for n in names if n not in column]
+        missing = [n for n in cls.feature_names_of(kernel) if n not in column]
         if missing:
             raise ValueError(f"features missing for the cost model: {', '.join(missing)}")
-        return X[:, [column[n] for n in names]]
+        columns = []
+        for name in cls.regressor_names(kernel)[1:]:
+            parts = cls.DERIVED.get(name, (name,))
+            columns.append(np.prod([X[:, column[n]] for n in parts], axis=0))
+        return np.column_stack(columns) if columns else np.empty((len(X), 0))
 
     def times(self, X, feature_names) -> np.ndarray:
         """Estimated µs per row of X (columns in ``feature_names`` order) and kernel, each row
@@ -118,22 +154,35 @@ class CostModel:
         designs = [self.design(X, feature_names, kernel) for kernel in self.kernels]
         out = np.column_stack([row[0] + design @ row[1:]
                                for design, row in zip(designs, self.coefficients)])
-        if self.large_nnz is not None:
+        if self.regimes:
             nnz = np.asarray(X, dtype=np.float64)[:, list(feature_names).index("nnz")]
-            large = self.is_large(nnz)
-            if large.any():
-                out[large] = np.column_stack([
-                    row[0] + design[large] @ row[1:]
-                    for design, row in zip(designs, self.large_coefficients)])
+            starts = self.regime_start(nnz)
+            for from_nnz, table in self.regimes:
+                rows = starts == from_nnz
+                if rows.any():
+                    out[rows] = np.column_stack([row[0] + design[rows] @ row[1:]
+                                                 for design, row in zip(designs, table)])
         return np.maximum(out, self.FLOOR_US)
 
-    def is_large(self, nnz) -> np.ndarray:
-        """Whether matrices of ``nnz`` nonzeros are estimated with :attr:`large_coefficients`
-        (all False without them)."""
+    def uses_x_sectors(self) -> bool:
+        """Whether any table gives ``x_sectors`` a coefficient (models fitted before it give
+        none)."""
+        at = self.REGRESSORS.index("x_sectors")
+        return bool(any((table[:, at] != 0).any()
+                        for table in [self.coefficients] + [t for _, t in self.regimes]))
+
+    def regime_start(self, nnz) -> np.ndarray:
+        """Per matrix of ``nnz`` nonzeros, where its regime starts (0: the first table)."""
         nnz = np.asarray(nnz, dtype=np.float64)
-        if self.large_nnz is None:
-            return np.zeros(nnz.shape, dtype=bool)
-        return nnz >= self.large_nnz
+        starts = np.zeros(nnz.shape)
+        for from_nnz, _ in self.regimes:
+            starts[nnz >= from_nnz] = from_nnz
+        return starts
+
+    def is_large(self, nnz) -> np.ndarray:
+        """Whether matrices of ``nnz`` nonzeros are estimated with a regime's table rather
+        than the first (all False without regimes)."""
+        return self.regime_start(nnz) > 0
 
     def relative(self, times: np.ndarray) -> np.ndarray:
         """``log2(t̂_k / min_j t̂_j)`` per row: the ``est_<kernel>`` columns."""
@@ -141,7 +190,7 @@ class CostModel:
 
     def input_names(self) -> list[str]:
         """The features the estimates are computed from (sorted)."""
-        return sorted({n for k in self.kernels for n in self.regressor_names(k)[1:]})
+        return sorted({n for k in self.kernels for n in self.feature_names_of(k)})
 
     def estimates(self, features: Mapping) -> dict[str, float]:
         """Estimated µs per kernel for one feature dict."""
@@ -167,22 +216,53 @@ class CostModel:
 
     def to_dict(self) -> dict:
         doc = {"regressors": list(self.REGRESSORS),
-               "coefficients": {k: self.coefficients[j].tolist()
-                                for j, k in enumerate(self.kernels)}}
-        if self.large_nnz is not None:
-            doc["large_nnz"] = int(self.large_nnz) if self.large_nnz.is_integer() \
-                else self.large_nnz
-            doc["large_coefficients"] = {k: self.large_coefficients[j].tolist()
-                                         for j, k in enumerate(self.kernels)}
+               "coefficients": self._as_lists(self.coefficients)}
+        if len(self.regimes) == 1:
+            doc["large_nnz"] = self._number(self.large_nnz)
+            doc["large_coefficients"] = self._as_lists(self.large_coefficients)
+        elif self.regimes:
+            doc["regimes"] = [{"from_nnz": self._number(from_nnz),
+                               "coefficients": self._as_lists(table)}
+                              for from_nnz, table in self.regimes]
         return doc
+
+    def _as_lists(self, table) -> dict:
+        return {k: table[j].tolist() for j, k in enumerate(self.kernels)}
+
+    @staticmethod
+    def _number(value: float):
+        return int(value) if float(value).is_integer() else value
 
     @classmethod
     def from_dict(cls, doc, known_kernels=None) -> "CostModel":
         if not isinstance(doc, Mapping):
             raise ValueError("cost_model must be a JSON object")
         regressors = list(doc.get("regressors", ()))
-        if regressors != list(cls.REGRESSORS):
+        regimes = doc.get("regimes", [])
+        if not isinstance(regimes, list) or not all(
+                isinstance(r, Mapping) and {"from_nnz", "coefficients"} <= set(r) for r in regimes):
+            raise ValueError("cost_model regimes must be a list of objects with from_nnz and "
+                             "coefficients")
+        if regimes and "large_nnz" in doc:
+            raise ValueError("cost_model has regimes and large_nnz; a file holds one of them")
+        tables = [doc.get("coefficients"), doc.get("large_coefficients")]
+        tables += [r["coefficients"] for r in regimes]
+        if regressors == [r for r in cls.REGRESSORS if r != "x_sectors"]:
+            # A model fitted before x_sectors: the same model with that coefficient 0.
+            tables = [cls._with_zero_x_sectors(t) for t in tables]
+        elif regressors != list(cls.REGRESSORS):
             raise ValueError(f"cost_model regressors must be {list(cls.REGRESSORS)}; found "
                              f"{doc.get('regressors')!r}")
-        return cls(doc.get("coefficients"), known_kernels,
-                   large_coefficients=doc.get("large_coefficients"), large_nnz=doc.get("large_nnz"))
+        return cls(tables[0], known_kernels, large_coefficients=tables[1],
+                   large_nnz=doc.get("large_nnz"),
+                   regimes=[(r["from_nnz"], t) for r, t in zip(regimes, tables[2:])])
+
+    @classmethod
+    def _with_zero_x_sectors(cls, coefficients):
+        """A table without the ``x_sectors`` column, given a zero coefficient there (tables
+        that are not lists of numbers are left for :meth:`_table` to refuse)."""
+        if not isinstance(coefficients, Mapping):
+            return coefficients
+        at = cls.REGRESSORS.index("x_sectors")
+        return {k: (list(row[:at]) + [0.0] + list(row[at:]) if isinstance(row, list) else row)
+                for k, row in coefficients.items()}

@@ -350,11 +350,15 @@ class TreeModel:
 
     @property
     def schema_version(self) -> int:
-        """The oldest file layout that holds this model: 3 with defaults, 2 with a cost model
-        of two size regimes, else 1 (readable by every autospmv that reads model files)."""
+        """The oldest file layout that holds this model: 4 with a cost model that reads
+        ``x_sectors`` or has more than two size regimes, 3 with defaults, 2 with a cost model of
+        two size regimes, else 1 (readable by every autospmv that reads model files)."""
+        cost = self.cost_model
+        if cost is not None and (cost.uses_x_sectors() or len(cost.regimes) > 1):
+            return 4
         if self.defaults is not None:
             return 3
-        return 2 if self.cost_model is not None and self.cost_model.large_nnz is not None else 1
+        return 2 if cost is not None and cost.large_nnz is not None else 1
 
     def decide(self, features: Mapping, nnz: int,
                only_read: bool = False) -> tuple[Evaluation, list[str], "Override | None"]:

@@ -1,6 +1,6 @@
 """The file format of a trained tree: JSON, validated when read.
 
-File layout (``schema_version`` 1 or 2)::
+File layout (``schema_version`` 1 to 4)::
 
     {
       "format": "autospmv-tree",
@@ -18,12 +18,13 @@ File layout (``schema_version`` 1 or 2)::
         "weighted_n_node_samples": [40.0, ...]
       },
       "cost_model": {                         # optional (see CostModel)
-        "regressors": ["1", "rows", "nnz", "bytes", "work", "span", "atomics",
-                       "launches"],
+        "regressors": ["1", "rows", "nnz", "x_sectors", "bytes", "work", "span",
+                       "atomics", "launches"],  # without "x_sectors": read as 0 for it
         "coefficients": {"coo": [11.5, ...], ...},  # µs per unit, one list per kernel
         "large_nnz": 1000000,                 # version 2, optional: from this many nonzeros
-        "large_coefficients": {"coo": [...], ...}  # on, these coefficients estimate instead
-      },
+        "large_coefficients": {"coo": [...], ...}, # on, these coefficients estimate instead
+        "regimes": [{"from_nnz": 1000000, "coefficients": {...}}, ...]  # version 4, instead
+      },                                      # of large_*: one table per further size regime
       "defaults": {"bands": [...]},           # version 3, optional: a default kernel per size
                                               # band (autospmv._decide.default_policy.DefaultPolicy)
       "provenance": {...}                     # free-form: device, versions, date, data hash, scores
@@ -34,7 +35,9 @@ Version 2 added the cost model's second coefficient table, for matrices of at le
 1 when it has none, so that such a model stays readable by an autospmv that reads version 1
 only. Version 3 added ``defaults``: per size band a default kernel that the tree's choice
 replaces only when the tree's margin for it reaches the band's calibrated threshold
-(:mod:`autospmv._decide.default_policy`). An autospmv refuses a file of a version it does not know,
+(:mod:`autospmv._decide.default_policy`). Version 4 added the cost model's ``x_sectors``
+regressor and ``regimes``, any number of further coefficient tables (a file without
+``x_sectors`` in its regressors reads as a coefficient 0 for it). An autospmv refuses a file of a version it does not know,
 rather than ignoring entries it would not understand.
 """
 
@@ -53,7 +56,7 @@ from .model_check import LEAF, LEAF_FEATURE
 FORMAT = "autospmv-tree"
 SCHEMA_VERSION = 3
 """The newest file layout this autospmv reads and writes (see the module docstring)."""
-SCHEMA_VERSIONS = (1, 2, 3)
+SCHEMA_VERSIONS = (1, 2, 3, 4)
 """The layouts it reads."""
 
 LOADER_ERRORS = (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError,
@@ -114,6 +117,9 @@ def read_document(doc, known_kernels=None) -> dict:
         cost_model = CostModel.from_dict(cost_model, known_kernels)
         if cost_model.large_nnz is not None and version < 2:
             raise ValueError("the cost model's large_coefficients need schema_version 2; "
+                             f"the file says {version}")
+        if (cost_model.uses_x_sectors() or len(cost_model.regimes) > 1) and version < 4:
+            raise ValueError("the cost model's x_sectors and regimes need schema_version 4; "
                              f"the file says {version}")
     defaults = doc.get("defaults")
     if defaults is not None:

@@ -348,10 +348,7 @@ def model_decision(csr: sp.csr_matrix, choice: ModelChoice, features: dict,
                      f"the tree's kernel is the one with the largest score there: score({top}) "
                      f"= {leaf.proba[top]:.2f} (the leaf's normalised class value)")
     if evaluation.estimates is not None:
-        large_nnz, regime = model.cost_model.large_nnz, ""
-        if large_nnz is not None:
-            side = "at least" if model.cost_model.is_large(features["nnz"]) else "fewer than"
-            regime = f"; its coefficients for matrices of {side} {large_nnz:,.0f} nonzeros"
+        regime = _regime_words(model.cost_model, features["nnz"])
         notes.append(f"cost model estimates before the leaf's corrections (µs{regime}): "
                      + ", ".join(f"{kernel} {t:.3g}" for kernel, t in
                                  sorted(evaluation.estimates.items(), key=lambda e: e[1])))
@@ -372,3 +369,18 @@ def forced_decision(csr: sp.csr_matrix, kernel: str, device: str,
     ``params``)."""
     return Decision(kernel, registry.choose_params(kernel, csr, device, params), "forced",
                     [f"kernel={kernel!r} requested"])
+
+
+def _regime_words(cost_model, nnz) -> str:
+    """Which of a cost model's coefficient tables estimated a matrix of ``nnz`` nonzeros, for
+    explain() ("" with one table)."""
+    if not cost_model.regimes:
+        return ""
+    start = float(cost_model.regime_start(nnz))
+    ends = [from_nnz for from_nnz, _ in cost_model.regimes if from_nnz > start]
+    if start == 0:
+        return f"; its coefficients for matrices of fewer than {ends[0]:,.0f} nonzeros"
+    if ends:
+        return (f"; its coefficients for matrices of {start:,.0f} to fewer than "
+                f"{ends[0]:,.0f} nonzeros")
+    return f"; its coefficients for matrices of at least {start:,.0f} nonzeros"
