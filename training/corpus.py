@@ -154,7 +154,7 @@ PRESETS: dict[str, dict] = {
     "kinds": {"sizes": (10_000, 100_000, 1_600_000), "family_sizes": (5_000_000,),
               "max_nnz": 20_000_000,
               "draws": ((1_000_000, 1.0, "xcp"), (5_000_000, 1 / 8, "xcp"),
-                        (20_000_000, 1 / 16, "xp")),
+                        (20_000_000, 1 / 3, "xp")),
               "held_out_sizes": ((20_000_000, "xp"),)},
 }
 """Synthetic sizes (target nnz) and variants of each preset, the largest file it takes, and the
