@@ -8,10 +8,7 @@ import time
 import numpy as np
 
 from . import _registry as registry
-from ._decide.features import (
-    DEVICE_PASSES_MIN_NNZ, canonical_features_and_lengths, passes_needed, warp_sectors_only,
-)
-from ._decide.length_features import length_passes_on_device
+from ._decide.features import canonical_features_and_lengths, passes_needed
 from ._decide.selection import (
     Decision, find_model, forced_decision, model_decision, rule_decision, warn_skipped,
 )
@@ -68,7 +65,7 @@ def _decide_device(csr, kernel, device, params, model=None) -> Decision:
             elapsed = time.perf_counter() - started
         decision.notes.append(
             f"device input: features and prediction took {(elapsed - compiled.total) * 1e3:.2f}"
-            f" ms ({_passes_note(needed, csr.shape[0])})")
+            f" ms ({_passes_note(needed)})")
         if compiled.total:
             decision.notes.append(compiled.note("the feature scan"))
         return decision
@@ -79,31 +76,21 @@ def _decide_device(csr, kernel, device, params, model=None) -> Decision:
     return decision
 
 
-def _passes_note(needed, rows: int) -> str:
-    """What the features of a decision on a matrix on the GPU with ``rows`` rows were computed
-    from, for its notes: the passes that the model's features call for (:func:`passes_needed`),
-    the row lengths' where :func:`length_passes_on_device` puts them."""
+def _passes_note(needed) -> str:
+    """What the features of a decision on a matrix on the GPU were computed from, for its
+    notes: the passes that the model's features call for (:func:`passes_needed`), all run
+    there (:mod:`autospmv._decide.device_passes`)."""
     sampled, index_passes = passes_needed(needed)
-    on_device = length_passes_on_device(rows)
-    if index_passes:
-        note = ("row lengths, bandwidth and diagonals reduced on the GPU" if on_device else
-                "row lengths from the host's row pointer, bandwidth and diagonals reduced on the "
-                "GPU")
-    else:
-        note = ("row lengths reduced on the GPU" if on_device
-                else "row lengths from the host's row pointer")
-    if sampled and warp_sectors_only(needed):
-        return note + "; x's locality counted on the GPU over the sampled rows, a sixteenth"
-    if sampled:
-        return note + "; the column indices of the sampled rows, a sixteenth, copied to the host"
-    return note + ("; the model reads no sampled feature" if index_passes
-                   else "; the model reads no sampled, bandwidth or diagonal feature")
+    passes = ["row lengths"] + ["bandwidth and diagonals"] * index_passes + [
+        "the sampled rows' blocks and x sectors"] * sampled
+    return ", ".join(passes[:-1]) + (" and " if len(passes) > 1 else "") + passes[-1] + \
+        " counted on the GPU"
 
 
 def _upload(csr, device: str):
     """The canonical host matrix on the GPU (:func:`autospmv._run.device_input.upload_csr`) when it will
     run there and CuPy is installed, before the decision: the operator converts from it, and
-    the feature passes over every index run there; else None."""
+    the feature passes run there; else None."""
     from ._run import devices
 
     if device != "cuda" or devices.cuda_simulator():
@@ -121,12 +108,14 @@ def _decide(csr, kernel, device, model, params=None, uploaded=None) -> Decision:
     if choice is None:
         return rule_decision(csr, device)
     needed = choice.model.features_read()
+    # with the matrix on the GPU, a chooser that reads column indices reads them there
+    structure = csr if uploaded is None else uploaded.structure()
     with compile_timer() as compiled:
         started = time.perf_counter()
         values, lengths = canonical_features_and_lengths(csr, device=device, uploaded=uploaded,
                                                          needed=needed)
         try:
-            decision = model_decision(csr, choice, values, device, lengths)
+            decision = model_decision(structure, choice, values, device, lengths)
         except ValueError as error:  # a model that loads but cannot decide (see find_model)
             if not choice.retrained:
                 raise
@@ -138,11 +127,11 @@ def _decide(csr, kernel, device, model, params=None, uploaded=None) -> Decision:
             if not needed <= values.keys():
                 values, lengths = canonical_features_and_lengths(
                     csr, device=device, uploaded=uploaded, needed=needed)
-            decision = model_decision(csr, choice, values, device, lengths)
+            decision = model_decision(structure, choice, values, device, lengths)
         elapsed = time.perf_counter() - started
     decision.notes.append(
         f"features and prediction took {(elapsed - compiled.total) * 1e3:.2f} ms"
-        + (f" ({_passes_note(needed, csr.shape[0])})" if uploaded is not None else ""))
+        + (f" ({_passes_note(needed)})" if uploaded is not None else ""))
     if compiled.total:
         decision.notes.append(compiled.note("the feature scan"))
     return decision
@@ -240,8 +229,7 @@ def prepare(A, *, kernel: str | None = None, device: str | None = None, model=No
         csr = canonicalize(A)
         borrowed = borrows(A, csr)
         uploaded = _upload(csr, device)
-        device_passes = uploaded if csr.nnz >= DEVICE_PASSES_MIN_NNZ else None
-        decision = _decide(csr, kernel, device, model, params, device_passes)
+        decision = _decide(csr, kernel, device, model, params, uploaded)
         source = None
     if tune == "measure":
         return _measure(csr, decision, device, borrowed, threads, uploaded)

@@ -13,14 +13,13 @@ import scipy.sparse as sp
 
 import autospmv
 from autospmv._run import threads as cpu_threads
-from autospmv._decide import length_features
 from autospmv import _registry as registry
 from autospmv._run.device_input import is_device_matrix
 from autospmv.formats.base import DeviceCSR
 from autospmv.formats.base import FormatTooLargeError
 from autospmv._run.validation import canonicalize
 from autospmv.formats.csr import CSRFormat
-from matrices import (FAMILY, TOLERANCE, block3, poisson2d, power_law, random_matrix,
+from matrices import (FAMILY, TOLERANCE, power_law, random_matrix,
                       random_vector, reference, relative_error)
 
 DTYPES = [np.float32, np.float64]
@@ -308,15 +307,11 @@ def test_sampled_features_with_the_index_passes_on_the_device(threaded, monkeypa
 @pytest.mark.requires_gpu
 def test_automatic_prepare_of_a_host_matrix_uploads_once_and_decides_as_select(monkeypatch):
     """prepare() uploads the host matrix before deciding, runs the feature passes that its
-    model's features call for on the GPU (from DEVICE_PASSES_MIN_NNZ nonzeros, lowered here for
-    a small matrix, as is DEVICE_LENGTH_PASSES_MIN_ROWS), and the operator converts from that
-    upload (a second would fail here)."""
+    model's features call for on the GPU, and the operator converts from that upload (a second
+    would fail here)."""
     _cupy()
     import autospmv._run.operator
-    import autospmv._session
 
-    monkeypatch.setattr(autospmv._session, "DEVICE_PASSES_MIN_NNZ", 0)
-    monkeypatch.setattr(length_features, "DEVICE_LENGTH_PASSES_MIN_ROWS", 0)
     A = canonicalize(power_law(40_000, 30_000, 1.8, 9))
     expected = autospmv.select(A, device="cuda")
 
@@ -326,35 +321,27 @@ def test_automatic_prepare_of_a_host_matrix_uploads_once_and_decides_as_select(m
     monkeypatch.setattr(autospmv._run.operator, "upload_csr", no_second_upload)
     op = autospmv.prepare(A, device="cuda")
     assert (op.kernel, op.params) == (expected.kernel, expected.params)
-    assert any("reduced on the GPU" in note for note in op.decision.notes), op.decision.notes
+    assert any("counted on the GPU" in note for note in op.decision.notes), op.decision.notes
     x = np.random.default_rng(1).standard_normal(A.shape[1])
     assert relative_error(op @ x, reference(A, x)) <= TOLERANCE[np.dtype(np.float64)]
 
 
-def test_decision_notes_say_where_the_row_length_passes_ran():
-    from autospmv._decide.length_features import DEVICE_LENGTH_PASSES_MIN_ROWS
+def test_decision_notes_say_which_passes_ran_on_the_gpu():
     from autospmv._session import _passes_note
 
-    few, many = DEVICE_LENGTH_PASSES_MIN_ROWS - 1, DEVICE_LENGTH_PASSES_MIN_ROWS
-    assert _passes_note(["row_mean"], few).startswith("row lengths from the host's row pointer;")
-    assert _passes_note(["row_mean"], many).startswith("row lengths reduced on the GPU;")
-    assert _passes_note(None, few).startswith(
-        "row lengths from the host's row pointer, bandwidth and diagonals reduced on the GPU;")
-    assert _passes_note(None, many).startswith(
-        "row lengths, bandwidth and diagonals reduced on the GPU;")
+    assert _passes_note(["row_mean"]) == "row lengths counted on the GPU"
+    assert _passes_note(["row_mean", "diagonals"]) == (
+        "row lengths and bandwidth and diagonals counted on the GPU")
+    assert _passes_note(None) == ("row lengths, bandwidth and diagonals and the sampled rows' "
+                                  "blocks and x sectors counted on the GPU")
 
 
 @pytest.mark.parametrize("threaded", [False, True])
-@pytest.mark.parametrize("passes_on_the_device", [True, False], ids=["length passes on device",
-                                                                     "length passes on host"])
-def test_device_features_are_the_host_features(threaded, passes_on_the_device, monkeypatch):
-    # Above the sampling threshold a matrix on the device gets the host's features from its
-    # row pointer, reductions on the device and its sampled rows' indices only; the passes
-    # over its row lengths run on the device or on the host by its row count.
+def test_device_features_are_the_host_features(threaded, monkeypatch):
+    # Above the sampling threshold a matrix on the device gets the host's features (counted
+    # there: test_device_passes.py; a NumPy stand-in is scanned on the host).
 
     from autospmv._decide import features as features_module
-    monkeypatch.setattr(length_features, "DEVICE_LENGTH_PASSES_MIN_ROWS",
-                        0 if passes_on_the_device else 1 << 40)
     if threaded:
         monkeypatch.setattr(cpu_threads, "PASSES_PARALLEL_MIN_NNZ", 1)
         monkeypatch.setattr(cpu_threads, "PARALLEL_MIN_THREADS", 1)
@@ -416,14 +403,13 @@ def test_select_of_a_cupy_matrix_is_prepare_s_decision(rows, no_large_downloads)
 
 
 @pytest.mark.parametrize("m", [1, 31, 33, 300_000])
-def test_length_passes_on_the_device_equal_the_host_passes(m):
-    """The longest row, the length histogram and the warp imbalance sum, computed from row
-    lengths on the device, equal the host passes over the row pointer bit for bit: also over
-    several of the imbalance sum's chunks (300,000 rows: three chunks of 4,096 warps), with
-    empty rows, a last warp that is not full, and a row much longer than the row count (the
-    lengths then counted by sorting)."""
+def test_host_length_passes_are_the_row_length_histogram(m):
+    """The longest row, the length histogram and the warp imbalance sum from the host's passes
+    over the row pointer: also over several of the imbalance sum's chunks (300,000 rows: three
+    chunks of 4,096 warps), with empty rows, a last warp that is not full, and a row much
+    longer than the row count (the lengths then counted by sorting)."""
+    from autospmv._decide.length_features import host_length_passes
     from autospmv._decide.row_passes import row_length_moments, warp_ratio_sum
-    from autospmv._decide.length_features import device_length_passes, host_length_passes
 
     rng = np.random.default_rng(m)
     lengths = rng.integers(0, 9, m) * (rng.random(m) < 0.9)
@@ -432,44 +418,30 @@ def test_length_passes_on_the_device_equal_the_host_passes(m):
     nnz = int(indptr[-1])
     csr = sp.csr_matrix((np.ones(nnz), rng.integers(0, 50, nnz), indptr), shape=(m, 50))
     host_values, host_counts = np.unique(lengths, return_counts=True)
-    # The same passes on the host's row pointer, as matrices on the GPU with fewer than
-    # DEVICE_LENGTH_PASSES_MIN_ROWS rows get them.
-    for passes in (device_length_passes(_numpy_device_csr(csr)),
-                   host_length_passes(csr.indptr, m)):
-        longest, values, counts, warp_sum = passes
-        assert longest == row_length_moments(csr.indptr, m)[1]
-        np.testing.assert_array_equal(values, host_values)
-        np.testing.assert_array_equal(counts, host_counts)
-        assert values.dtype == counts.dtype == np.int64
-        assert warp_sum == warp_ratio_sum(csr.indptr, m)
+    longest, values, counts, warp_sum = host_length_passes(csr.indptr, m)
+    assert longest == row_length_moments(csr.indptr, m)[1]
+    np.testing.assert_array_equal(values, host_values)
+    np.testing.assert_array_equal(counts, host_counts)
+    assert values.dtype == counts.dtype == np.int64
+    assert warp_sum == warp_ratio_sum(csr.indptr, m)
 
 
-@pytest.mark.parametrize("needed, sampled, index_passes, gpu_sectors", [
-    (["nnz", "row_mean"], False, False, False),
-    (["nnz", "x_sectors_per_nnz_warp"], True, False, True),
-    (["nnz", "x_sectors_per_nnz_warp", "block4_share"], True, False, False),
-    (["diagonals", "row_std"], False, True, False),
-    (None, True, True, False),
+@pytest.mark.parametrize("needed, sampled, index_passes", [
+    (["nnz", "row_mean"], False, False),
+    (["nnz", "x_sectors_per_nnz_warp"], True, False),
+    (["nnz", "x_sectors_per_nnz_warp", "block4_share"], True, False),
+    (["diagonals", "row_std"], False, True),
+    (None, True, True),
 ])
-def test_features_leave_out_the_passes_a_caller_does_not_read(needed, sampled, index_passes,
-                                                              gpu_sectors, monkeypatch):
-    """Only the passes whose features are needed run (on the host, from an uploaded matrix, and
-    for a matrix on the GPU); every feature they return equals the full computation's. When
-    x's locality is the only sampled feature, a matrix on the GPU (uploaded or not) has it
-    counted there instead of copying the sampled rows' indices to the host."""
-
+def test_features_leave_out_the_passes_a_caller_does_not_read(needed, sampled, index_passes):
+    """Only the passes whose features are needed run (on the host, and for a matrix on the GPU:
+    there the passes leave their features out, test_device_passes.py); every feature returned
+    equals the full computation's."""
     from autospmv._decide import features as features_module
+
+    assert features_module.passes_needed(needed) == (sampled, index_passes)
     csr = canonicalize(power_law(100_000, 80_000, 1.6, 9).astype(np.float32))
     full, full_lengths = features_module.canonical_features_and_lengths(csr, device="cuda")
-    ran = []
-    for name in ("_sampled_rows", "_band_and_diagonals", "_device_warp_sectors"):
-        original = getattr(features_module, name)
-
-        def spy(*args, original=original, name=name):
-            ran.append(name)
-            return original(*args)
-
-        monkeypatch.setattr(features_module, name, spy)
     results = [
         features_module.canonical_features_and_lengths(csr, device="cuda", needed=needed),
         features_module.canonical_features_and_lengths(
@@ -477,36 +449,10 @@ def test_features_leave_out_the_passes_a_caller_does_not_read(needed, sampled, i
         features_module.device_features_and_lengths(_numpy_device_csr(csr), "cuda",
                                                     needed=needed),
     ]
-    expected_runs = (["_band_and_diagonals"] * 2 * index_passes
-                     + ["_sampled_rows"] * (sampled and not gpu_sectors)
-                     + ["_device_warp_sectors"] * 2 * gpu_sectors)
-    assert sorted(ran) == sorted(expected_runs)
     for got, lengths in results:
         assert set(got) <= set(full) and all(got[k] == full[k] for k in got)
         assert set(needed or full) <= set(got)
-        assert any(k in got for k in features_module.SAMPLED_FEATURES) == sampled
         for a, b in zip(lengths, full_lengths):
             np.testing.assert_array_equal(a, b)
     # The host's full scan returns the bandwidth and the diagonals whatever is needed.
     assert "diagonals" in results[0][0]
-    assert ("diagonals" in results[1][0]) == index_passes == ("diagonals" in results[2][0])
-
-
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("build", [
-    lambda: poisson2d(400),
-    lambda: block3(15_000, 2e-4, 0),
-    lambda: power_law(60_000, 2_000_000, 1.3, 2),
-    lambda: random_matrix(40_000, 40_000, 3e-4, 5),
-], ids=["poisson2d", "block3", "power_law_wide", "uniform"])
-def test_x_locality_counted_on_the_device_equals_the_host_scan(build, dtype):
-    """x_sectors_per_nnz_warp counted from a matrix on the GPU (:func:`_device_warp_sectors`,
-    NumPy stand-in) equals the host scan's sampled value exactly, on structures where it is
-    small (stencils, blocks) and near 1 (scattered columns)."""
-
-    from autospmv._decide import features as features_module
-    csr = canonicalize(build().astype(dtype))
-    assert csr.nnz > features_module.SAMPLE_THRESHOLD
-    host = features_module.features(csr, device="cuda")["x_sectors_per_nnz_warp"]
-    counted = features_module._device_warp_sectors(_numpy_device_csr(csr))
-    assert counted == {"x_sectors_per_nnz_warp": host}

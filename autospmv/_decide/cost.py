@@ -100,6 +100,9 @@ class CostInputs:
     """How many rows have each of :attr:`values`."""
     parallel: bool = False
     """Whether the passes over the row pointer run on numba's threads (a large matrix)."""
+    group_sums: dict | None = None
+    """:func:`_group_max_sum` by (rows per group, lanes), when the feature passes counted them
+    with the rest (on the GPU, :func:`autospmv._decide.device_passes.scan`)."""
 
     @property
     def csr_bytes(self) -> int:
@@ -111,13 +114,14 @@ class CostInputs:
 
 
 def quantities(csr: sp.csr_matrix, device: str, values=None, counts=None,
-               parallel: bool = False) -> dict[str, float]:
+               parallel: bool = False, group_sums: dict | None = None) -> dict[str, float]:
     """The cost quantities of a canonical CSR matrix on ``device`` ("cpu" or "cuda"), keyed by
     :func:`quantity_names`: every kernel of the registry with a cost function, in its order.
 
     ``values``/``counts``: the distinct row lengths (ascending) and their counts, when the
     caller has them (the feature scan does); computed otherwise. ``parallel``: run the passes
     over the row pointer on numba's threads (the feature scan's choice for a large matrix).
+    ``group_sums``: :attr:`CostInputs.group_sums`, when the caller counted them.
     """
     m, n = csr.shape
     nnz = int(csr.nnz)
@@ -129,7 +133,7 @@ def quantities(csr: sp.csr_matrix, device: str, values=None, counts=None,
         counts = counts[values]
     v = csr.dtype.itemsize
     inputs = CostInputs(csr, device, m, n, nnz, v, v * (m + n), int(values[-1]), values, counts,
-                        parallel)
+                        parallel, group_sums)
     out = {}
     for spec in registry.specs():
         function = spec.cost_function()
@@ -235,7 +239,10 @@ _group_max_sum_serial, _group_max_sum_parallel = specialisations(_group_max_sum_
 
 
 def _group_max_sum(c: CostInputs, rows_per_group: int, lanes: int) -> int:
-    """:func:`_group_max_sum_of` of the matrix of ``c``, on numba's threads if ``c.parallel``."""
+    """:func:`_group_max_sum_of` of the matrix of ``c``: counted already
+    (:attr:`CostInputs.group_sums`), or on numba's threads if ``c.parallel``."""
+    if c.group_sums is not None:
+        return c.group_sums[rows_per_group, lanes]
     run = _group_max_sum_parallel if c.parallel else _group_max_sum_serial
     return run(c.csr.indptr, c.m, rows_per_group, lanes)
 

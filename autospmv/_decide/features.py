@@ -94,21 +94,17 @@ import scipy.sparse as sp
 from .._run.devices import target_device
 from .._run.threads import threaded_passes
 from .._run.validation import canonicalize
-from ..formats.base import row_of_each_nonzero
+from . import device_passes
 from .cost import QUANTITY_NAMES, quantities, quantity_names
 from .feature_scan import (
     _BAND, _FULL, _NARROW, _ROW_SECTORS, _SAMPLED_NNZ, _SAMPLED_NNZ3, _TOUCHED, _WARP_SECTORS,
     BLOCK_SIZES, WINDOW_ROWS, _scan_parallel, _scan_serial, _scratch, _split_windows, _workers,
     nonzero_counters, scratch_fits,
 )  # fmt: skip
-from .length_features import (
-    LENGTH_NAMES, host_length_passes, length_features, length_histogram, length_passes,
-)
+from .length_features import LENGTH_NAMES, host_length_passes, length_features, length_histogram
 from .row_passes import WARP, band_and_diagonals, row_length_moments, warp_ratio_sum
 from .sampling import (
-    SAMPLE_THRESHOLD,
-    drawn_windows, gathered_indices, safe_ratio, sampled_windows, sector_shift_and_narrow,
-    sample_layout, select_windows,
+    SAMPLE_THRESHOLD, safe_ratio, sampled_windows, sector_shift_and_narrow, select_windows,
 )  # fmt: skip
 
 FEATURE_NAMES = (
@@ -137,12 +133,6 @@ SAMPLED_FEATURES = (
 )  # fmt: skip
 """The features estimated from a sample of rows on large matrices (see the module doc)."""
 
-DEVICE_PASSES_MIN_NNZ = 1_000_000
-"""From this many nonzeros (the boundary of the large matrices, which the models decide on
-back-to-back time), :func:`autospmv.prepare` has the feature passes over every index
-of a matrix it has uploaded run on the GPU (:func:`canonical_features_and_lengths`). Below, the
-host scan takes a few milliseconds, less than the first use of those passes in a process, which
-loads their GPU code from CuPy's cache."""
 def features(A, sample_rows: int | None = None, device: str | None = None) -> dict[str, float]:
     """Return the structural features of A, keyed by :func:`feature_names` (see module doc).
 
@@ -173,9 +163,9 @@ def canonical_features_and_lengths(csr: sp.csr_matrix, sample_rows: int | None =
     """:func:`features_and_lengths` of a matrix that :func:`autospmv._run.validation.canonicalize`
     returned, without validating it again (the checks read every index: :func:`prepare` has
     just made them). ``uploaded``: the same matrix already on the GPU
-    (:class:`autospmv.formats.base.DeviceCSR`), where the passes over every index run (the same
-    features, see :func:`_scan`; :func:`autospmv.prepare` hands it over from
-    :data:`DEVICE_PASSES_MIN_NNZ` nonzeros). ``needed``: the names a caller reads (a model's
+    (:class:`autospmv.formats.base.DeviceCSR`), where the passes run instead (the same
+    features, see :func:`_scan`; :func:`autospmv.prepare` hands over the matrix it uploads).
+    ``needed``: the names a caller reads (a model's
     :meth:`~autospmv._decide.model.TreeModel.features_read`), or None for all; see :func:`passes_needed`
     for what is then left out."""
     if sample_rows is not None and sample_rows < 1:
@@ -183,15 +173,14 @@ def canonical_features_and_lengths(csr: sp.csr_matrix, sample_rows: int | None =
             f"sample_rows must be a positive number of rows or None; got {sample_rows}"
         )
     sampled, index_passes = passes_needed(needed)
-    return _assemble(csr, _scan(csr, sample_rows, uploaded, sampled=sampled,
-                                index_passes=index_passes,
-                                warp_sectors=sample_rows is None and warp_sectors_only(needed)),
-                     device)
+    scanned = _scan(csr, sample_rows, uploaded, sampled=sampled, index_passes=index_passes)
+    return _assemble(csr if uploaded is None else uploaded.structure(), scanned, device)
 
 
 INDEX_PASS_FEATURES = ("bandwidth", "bandwidth_rel", "diagonals", "diagonals_per_row")
 """The features a matrix on the GPU needs a pass over every column index for (reduced there,
-:func:`_band_and_diagonals`); on the host the scan's pass over every row computes them anyway."""
+:func:`autospmv._decide.device_passes.scan`); on the host the scan's pass over every row computes
+them anyway."""
 
 
 def passes_needed(needed) -> tuple[bool, bool]:
@@ -207,54 +196,21 @@ def passes_needed(needed) -> tuple[bool, bool]:
     return bool(needed & set(SAMPLED_FEATURES)), bool(needed & set(INDEX_PASS_FEATURES))
 
 
-WARP_SECTOR_FEATURES = ("x_sectors_per_nnz_warp",)
-"""The sampled features that a matrix on the GPU can have counted there, over the same sampled
-windows as the host's scan, without the scan (:func:`_device_warp_sectors`)."""
-
-
-def warp_sectors_only(needed) -> bool:
-    """Whether the sampled features among ``needed`` (None: all) are only those of
-    :data:`WARP_SECTOR_FEATURES`, so that a matrix on the GPU needs no host scan of its sampled
-    rows (the shipped float64 models read x's locality and no other sampled feature)."""
-    if needed is None:
-        return False
-    wanted = set(needed) & set(SAMPLED_FEATURES)
-    return bool(wanted) and wanted <= set(WARP_SECTOR_FEATURES)
-
-
 def device_features_and_lengths(csr, device: str | None = None, needed=None
                                 ) -> tuple[dict[str, float], tuple[np.ndarray, np.ndarray]]:
     """The features of a canonical matrix on the GPU (:class:`autospmv.formats.base.DeviceCSR`) with
-    more than :data:`SAMPLE_THRESHOLD` nonzeros, equal to those of the same matrix on the host:
-    the bandwidth and the occupied diagonals are reduced on the GPU, the row lengths read from
-    the row pointer (on the host), and the column indices of the rows drawn for the sampled
-    features, the only nonzero data that leaves the GPU, are copied to the host and scanned
-    there (about ``max(SAMPLE_TARGET_NNZ, SAMPLE_SHARE · nnz)`` of them: a sixteenth of a large
-    matrix's indices, none of its values). ``needed``: as for
-    :func:`canonical_features_and_lengths`; without sampled features nothing is copied, and
-    when x's locality is the only one (:func:`warp_sectors_only`) it is counted on the GPU
-    from the same rows and nothing is copied either."""
+    more than :data:`SAMPLE_THRESHOLD` nonzeros, equal to those of the same matrix on the host,
+    computed there (:func:`autospmv._decide.device_passes.scan`): its nonzeros stay on the GPU.
+    ``needed``: as for :func:`canonical_features_and_lengths`."""
     if csr.nnz <= SAMPLE_THRESHOLD:
         raise ValueError(f"device features need more than {SAMPLE_THRESHOLD} nonzeros (below, "
                          "the host computes every feature exactly from every index)")
-    structure = csr.structure()
+    if not device_passes.runs_kernels(csr):  # NumPy arrays: the tests' stand-in
+        return canonical_features_and_lengths(csr.to_host(), device=device, needed=needed)
     sampled, index_passes = passes_needed(needed)
-    on_device = warp_sectors_only(needed)
-    detail = None
-    if sampled and not on_device:
-        m = csr.shape[0]
-        detail = _sampled_rows(csr, select_windows(m, sampled_windows(m, csr.nnz, None)))
-    scanned = _scan(structure, None, csr, detail, sampled=sampled, index_passes=index_passes,
-                    warp_sectors=on_device)
+    structure = csr.structure()
+    scanned = _scan(structure, None, csr, sampled=sampled, index_passes=index_passes)
     return _assemble(structure, scanned, target_device(device))
-
-
-def _sampled_rows(csr, selected: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """A host row pointer and column indices holding only the rows of the ``selected``
-    windows (the other rows empty) of a matrix on the GPU: the indices of those rows are
-    gathered there and copied to the host in one transfer."""
-    sample_indptr, positions = sample_layout(csr.host_indptr, selected, csr.shape[0])
-    return sample_indptr, gathered_indices(csr, positions)
 
 
 def _assemble(csr, scanned: tuple, device: str
@@ -264,7 +220,7 @@ def _assemble(csr, scanned: tuple, device: str
     device = target_device(device)
     m, n = csr.shape
     nnz = int(csr.nnz)
-    sampled, band, diagonals, warp_sum, values, counts = scanned
+    sampled, band, diagonals, warp_sum, values, counts, group_sums = scanned
     out = dict(zip(LENGTH_NAMES, length_features(values, counts, m, nnz), strict=True))
     out.update(
         rows=m, cols=n, nnz=nnz, density=safe_ratio(nnz, m * n, 0.0),
@@ -276,115 +232,57 @@ def _assemble(csr, scanned: tuple, device: str
                    diagonals=diagonals, diagonals_per_row=safe_ratio(diagonals, m, 0.0))
     if sampled is not None:
         out.update(sampled)
-    out.update(quantities(csr, device, values, counts, threaded_passes(nnz)))
+    out.update(quantities(csr, device, values, counts, threaded_passes(nnz), group_sums))
     return {name: float(out[name]) for name in feature_names() if name in out}, (values, counts)
 
 
-def _scan(csr: sp.csr_matrix, sample_rows: int | None, uploaded=None, detail=None,
-          sampled: bool = True, index_passes: bool = True, warp_sectors: bool = False) -> tuple:
-    """Run the numba scan over the rows of a canonical matrix. Returns the sampled features
+def _scan(csr: sp.csr_matrix, sample_rows: int | None, uploaded=None, sampled: bool = True,
+          index_passes: bool = True) -> tuple:
+    """Run the scan over the rows of a canonical matrix. Returns the sampled features
     (:data:`SAMPLED_FEATURES`, from the summed counters), the bandwidth, the number of occupied
-    diagonals, the sum of the warp imbalance ratios, and the distinct row lengths with their
-    counts.
+    diagonals, the sum of the warp imbalance ratios, the distinct row lengths with their
+    counts, and the cost quantities' sums over groups of rows when they were counted with the
+    rest (else None: :func:`autospmv._decide.cost.quantities` counts them).
 
-    ``sampled`` False: no window is scanned in detail and the sampled features are None (with
-    ``uploaded``, nothing is scanned on the host at all); ``warp_sectors`` True, with
-    ``uploaded``: only those of :data:`WARP_SECTOR_FEATURES`, counted on the GPU over the
-    windows the scan would read (:func:`_device_warp_sectors`), with no host scan;
-    ``index_passes`` False: with ``uploaded``, the bandwidth and the diagonals are not reduced
-    on the GPU and are None (see :func:`passes_needed`). On the host's full scan both come at
-    no extra cost and are returned.
+    ``sampled`` False: no window is scanned in detail and the sampled features are None.
 
-    ``uploaded``: the same matrix on the GPU (:class:`autospmv.formats.base.DeviceCSR`). Then the
-    scan reads the windows drawn for detail only; the bandwidth and the occupied diagonals,
-    which read every index, are reduced on the GPU (:func:`_band_and_diagonals`), and so are
-    the passes over the row lengths (:func:`device_length_passes`). ``detail``: the row
-    pointer and indices the detail windows are read from, when ``csr`` has no indices on the
-    host (:func:`_sampled_rows`); default ``csr``'s own."""
+    ``uploaded``: the same matrix on the GPU (:class:`autospmv.formats.base.DeviceCSR`). Then
+    every pass runs there (:func:`autospmv._decide.device_passes.scan`, the same values);
+    ``index_passes`` False leaves out the pass over every column index there, and the
+    bandwidth and the diagonals are None (see :func:`passes_needed`). On the host the scan's
+    pass over every row counts both anyway, and returns them."""
     m, n = csr.shape
-    indptr = csr.indptr
-    full = uploaded is None
-    if not full and (not sampled or warp_sectors):
-        longest, values, counts, warp_sum = length_passes(uploaded, indptr)
-        band, diagonals = _band_and_diagonals(uploaded) if index_passes else (None, None)
-        features = _device_warp_sectors(uploaded) if sampled else None
-        return features, band, diagonals, warp_sum, values, counts
-    scan_indptr, scan_indices = detail if detail is not None else (indptr, csr.indices)
     windows = sampled_windows(m, csr.nnz, sample_rows) if sampled else 0
     selected = select_windows(m, windows)
+    shift, narrow = sector_shift_and_narrow(csr)
+    if uploaded is not None and device_passes.runs_kernels(uploaded):
+        counters, *rest = device_passes.scan(uploaded, selected if sampled else None, shift,
+                                             narrow, index_passes)
+        return (None if counters is None else _sampled_features(counters), *rest)
+    indptr = csr.indptr
     threads = numba.get_num_threads()
     parallel = threaded_passes(csr.nnz)
-    if full:
-        longest = row_length_moments(indptr, m, parallel)[1]
-    else:
-        longest, values, counts, warp_sum = length_passes(uploaded, indptr)
+    longest = row_length_moments(indptr, m, parallel)[1]
     csr_bytes = indptr.nbytes + csr.nnz * (indptr.itemsize + np.dtype(csr.dtype).itemsize)
-    shift, narrow = sector_shift_and_narrow(csr)
-    if not scratch_fits(m, n, longest, csr_bytes, full, sampled):
+    if not scratch_fits(m, n, longest, csr_bytes, True, sampled):
         # far more columns than nonzeros: the same values, counted over the nonzeros
         counters = None if not sampled else _sampled_features(nonzero_counters(
-            scan_indptr, scan_indices, m, n, shift, narrow, selected).tolist())
-        if not full:
-            band, diagonals = _band_and_diagonals(uploaded) if index_passes else (None, None)
-            return counters, band, diagonals, warp_sum, values, counts
+            indptr, csr.indices, m, n, shift, narrow, selected).tolist())
         _, values, counts, warp_sum = host_length_passes(indptr, m)
-        return counters, *band_and_diagonals(indptr, csr.indices, m), warp_sum, values, counts
-    workers = _workers(threads if parallel else 1, m, n, longest, csr_bytes, full, sampled)
-    bounds = _split_windows(indptr, m, selected, workers, full)
-    sums, hist, flags, *work = _scratch(workers, m, n, longest, full, sampled)
+        return (counters, *band_and_diagonals(indptr, csr.indices, m), warp_sum, values, counts,
+                None)
+    workers = _workers(threads if parallel else 1, m, n, longest, csr_bytes, True, sampled)
+    bounds = _split_windows(indptr, m, selected, workers, True)
+    sums, hist, flags, *work = _scratch(workers, m, n, longest, True, sampled)
     scan = _scan_parallel if parallel else _scan_serial
-    scan(scan_indptr, scan_indices, m, n, shift, narrow, selected, bounds, sums, hist, flags,
-         *work, full)  # fmt: skip
+    scan(indptr, csr.indices, m, n, shift, narrow, selected, bounds, sums, hist, flags, *work,
+         True)  # fmt: skip
     counters = _sampled_features(sums.sum(axis=0).tolist()) if sampled else None
-    if not full:
-        band, diagonals = _band_and_diagonals(uploaded) if index_passes else (None, None)
-        return counters, band, diagonals, warp_sum, values, counts
     occupied = flags[0] if workers == 1 else np.bitwise_or.reduce(flags, axis=0)
     return (
         counters, int(sums[:, _BAND].max()), int(np.count_nonzero(occupied)),
-        warp_ratio_sum(indptr, m, parallel), *length_histogram(hist, indptr),
+        warp_ratio_sum(indptr, m, parallel), *length_histogram(hist, indptr), None,
     )  # fmt: skip
-
-
-def _band_and_diagonals(csr) -> tuple[int, int]:
-    """The bandwidth (largest |j − i|) and the number of occupied diagonals j − i of a
-    matrix on the device (:class:`autospmv.formats.base.DeviceCSR`), reduced there: two scalars come
-    back."""
-    m, n = csr.shape
-    if csr.nnz == 0:
-        return 0, 0
-    xp = csr.xp
-    offset = csr.indices.astype(np.int64) - row_of_each_nonzero(csr.indptr, csr.nnz, np.int64, xp)
-    occupied = xp.zeros(m + n - 1, dtype=np.bool_)
-    occupied[offset + (m - 1)] = True
-    return int(xp.abs(offset).max()), int(xp.count_nonzero(occupied))
-
-
-def _device_warp_sectors(csr) -> dict[str, float]:
-    """``x_sectors_per_nnz_warp`` of a matrix on the GPU (:class:`autospmv.formats.base.DeviceCSR`)
-    counted there, over the windows the host's scan samples (:func:`~autospmv._decide.sampling.drawn_windows`, as
-    :func:`~autospmv._decide.sampling.select_windows` flags them), with the scan's value: every entry of those windows
-    gets a key (window, sector of x), the keys are sorted, and the distinct ones counted. Only
-    the windows' bounds go up (from the host's row pointer) and two scalars come back; the scan
-    would copy the windows' column indices to the host and read them there."""
-    xp = csr.xp
-    m = csr.shape[0]
-    windows = drawn_windows(-(-m // WINDOW_ROWS), sampled_windows(m, csr.nnz, None))
-    first = windows * WINDOW_ROWS
-    starts = csr.host_indptr[first].astype(np.int64)
-    lengths = csr.host_indptr[np.minimum(first + WINDOW_ROWS, m)].astype(np.int64) - starts
-    stops = np.cumsum(lengths)  # where each window's entries end among the sampled ones
-    entries = int(stops[-1]) if stops.size else 0
-    if entries == 0:
-        return {"x_sectors_per_nnz_warp": 0.0}
-    entry = xp.arange(entries, dtype=np.int64)
-    window = xp.searchsorted(xp.asarray(stops), entry, side="right")
-    positions = xp.asarray(starts - (stops - lengths))[window] + entry
-    shift = sector_shift_and_narrow(csr)[0]
-    keys = (window << 32) | (csr.indices[positions].astype(np.int64) >> shift)
-    keys.sort()
-    distinct = 1 + int(xp.count_nonzero(keys[1:] != keys[:-1]))
-    return {"x_sectors_per_nnz_warp": distinct / entries}
 
 
 def _sampled_features(sums) -> dict[str, float]:

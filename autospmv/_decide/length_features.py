@@ -2,8 +2,9 @@
 their histogram.
 
 The passes (the longest row, the histogram of the row lengths and the warp imbalance) read only
-the row pointer, on the host (compiled passes of :mod:`autospmv._decide.row_passes`) or, for a large
-matrix on the GPU, there, with the same values. The statistics (:data:`LENGTH_NAMES`: mean,
+the row pointer: on the host, compiled passes of :mod:`autospmv._decide.row_passes`; for a matrix
+on the GPU, its kernels (:mod:`autospmv._decide.device_passes`), with the same values. The
+statistics (:data:`LENGTH_NAMES`: mean,
 spread, percentiles, Gini coefficient, ELL fill, HYB width, sorted warp imbalance, ...) are
 computed from the histogram alone: the distinct lengths ``values`` (ascending) and how many rows
 have each (``counts``), in O(number of distinct lengths + m / 32).
@@ -16,18 +17,9 @@ import math
 import numpy as np
 
 from .._run.threads import threaded_passes
-from ..formats.base import to_host
-from .feature_scan import WINDOW_ROWS, lengths_counted
-from .row_passes import (
-    WARP, chunked_ratio_sum, row_length_counts, row_length_moments, warp_ratio_sum,
-)
+from .feature_scan import lengths_counted
+from .row_passes import WARP, row_length_counts, row_length_moments, warp_ratio_sum
 
-DEVICE_LENGTH_PASSES_MIN_ROWS = 1 << 19
-"""For a matrix on the GPU, from this many rows the passes over the row lengths (longest row,
-length histogram, warp imbalance) run there (:func:`device_length_passes`); below, on the
-host's copy of the row pointer (:func:`host_length_passes`), which every matrix on the GPU has.
-Both give the same values. The GPU's passes are a dozen small reductions, each a launch and
-some a wait, so the host's passes over the row pointer cost less below about this many rows."""
 HYB_COO_COST = 3
 """COO entry cost in ELL slots; the same as ``autospmv.formats.hyb.width_cost``'s."""
 
@@ -39,25 +31,11 @@ LENGTH_NAMES = (
 """The order of the tuple :func:`length_features` returns."""
 
 
-def length_passes_on_device(rows: int) -> bool:
-    """Whether the row-length passes of a matrix on the GPU with ``rows`` rows run there
-    (:data:`DEVICE_LENGTH_PASSES_MIN_ROWS`) rather than on the host's row pointer."""
-    return rows >= DEVICE_LENGTH_PASSES_MIN_ROWS
-
-
-def length_passes(uploaded, indptr) -> tuple[int, np.ndarray, np.ndarray, float]:
-    """The passes over the row lengths of a matrix on the GPU (``uploaded``), whose host row
-    pointer is ``indptr``: on the GPU or on the host by :func:`length_passes_on_device`; the
-    same values either way."""
-    if length_passes_on_device(uploaded.shape[0]):
-        return device_length_passes(uploaded)
-    return host_length_passes(indptr, uploaded.shape[0])
-
-
 def host_length_passes(indptr, m: int) -> tuple[int, np.ndarray, np.ndarray, float]:
-    """What :func:`device_length_passes` returns, computed on the host from the row pointer
-    (:func:`row_length_moments`, :func:`row_length_counts`, :func:`warp_ratio_sum`), with the
-    same rule for sorting the lengths instead of counting them."""
+    """The longest row, the distinct row lengths with their counts, and the warp imbalance sum,
+    from the row pointer (:func:`row_length_moments`, :func:`row_length_counts`,
+    :func:`warp_ratio_sum`); the lengths are sorted instead of counted when the longest row is
+    much longer than m (:func:`autospmv._decide.feature_scan.lengths_counted`), as in the scan."""
     if m == 0:
         return 0, np.zeros(0, np.int64), np.zeros(0, np.int64), 0.0
     parallel = threaded_passes(int(indptr[m] - indptr[0]))
@@ -71,38 +49,6 @@ def host_length_passes(indptr, m: int) -> tuple[int, np.ndarray, np.ndarray, flo
     return longest, values, counts, warp_ratio_sum(indptr, m, parallel)
 
 
-def device_length_passes(csr) -> tuple[int, np.ndarray, np.ndarray, float]:
-    """The longest row, the distinct row lengths with their counts, and the warp imbalance sum
-    of a matrix on the GPU, from row lengths computed there: what :func:`row_length_moments`,
-    the scan's length histogram (:func:`length_histogram`) and :func:`warp_ratio_sum` compute
-    on the host, with the same values (integer reductions, and each warp's ratio divided there
-    as on the host and summed on the host in the host's order, :func:`chunked_ratio_sum`). The
-    lengths are sorted instead of counted when the longest row is much longer than m, as on
-    the host. What comes back is the histogram and one number per warp of rows, not the row
-    pointer's m + 1."""
-    xp = csr.xp
-    m = csr.shape[0]
-    if m == 0:
-        return 0, np.zeros(0, np.int64), np.zeros(0, np.int64), 0.0
-    lengths = xp.diff(csr.indptr).astype(np.int64)
-    longest = int(lengths.max())
-    if not lengths_counted(longest, m):
-        values, counts = np.unique(to_host(lengths), return_counts=True)
-    else:
-        counts = to_host(xp.bincount(lengths, minlength=longest + 1))
-        values = np.flatnonzero(counts)
-        counts = counts[values]
-    warps = -(-m // WINDOW_ROWS)
-    padded = xp.zeros(warps * WINDOW_ROWS, dtype=np.int64)
-    padded[:m] = lengths
-    padded = padded.reshape(warps, WINDOW_ROWS)
-    entries = padded.sum(axis=1)
-    rows = xp.full(warps, WINDOW_ROWS, dtype=np.int64)
-    rows[-1] = m - WINDOW_ROWS * (warps - 1)
-    ratio = xp.where(entries > 0, padded.max(axis=1) * rows / xp.maximum(entries, 1), 1.0)
-    return longest, values, counts, float(chunked_ratio_sum(to_host(ratio)))
-
-
 def length_histogram(hist: np.ndarray, indptr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Distinct row lengths (ascending) and their counts, from the workers' histograms; they
     have no columns when the longest row is much longer than m: then the lengths are sorted."""
@@ -111,10 +57,6 @@ def length_histogram(hist: np.ndarray, indptr: np.ndarray) -> tuple[np.ndarray, 
     total = hist.sum(axis=0)
     values = np.flatnonzero(total)
     return values, total[values]
-
-
-
-
 
 
 def length_features(values, counts, m: int, nnz: int) -> tuple:

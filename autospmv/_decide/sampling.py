@@ -15,7 +15,8 @@ import numpy as np
 
 from ..formats.base import to_host
 from ..kernels import njit
-from .feature_scan import WINDOW_ROWS
+from . import device_passes
+from .feature_scan import _SAMPLED_NNZ, _WARP_SECTORS, WINDOW_ROWS
 
 SAMPLE_THRESHOLD = 1 << 17
 """Above this many nonzeros the sampled features are sampled by default."""
@@ -38,28 +39,22 @@ def x_locality(csr) -> float:
     0.1–0.4 ms on a 2·10⁷-nonzero matrix, where the features' sixteenth of it takes tens of
     milliseconds. With at most :data:`SAMPLE_TARGET_NNZ` nonzeros every window is read and the
     value is the feature's. ``csr``: a canonical host matrix, or the
-    :class:`autospmv.formats.base.RowStructure` of a matrix on the GPU, whose sampled column indices
-    are then gathered there and copied."""
+    :class:`autospmv.formats.base.RowStructure` of a matrix on the GPU, whose sampled windows are
+    then counted there (:func:`autospmv._decide.device_passes.window_counters`)."""
     m, n = csr.shape
     nnz = int(csr.nnz)
     if m == 0 or nnz == 0:
         return 0.0
     rows = math.ceil(SAMPLE_TARGET_NNZ * m / nnz)
     windows = drawn_windows(-(-m // WINDOW_ROWS), sampled_windows(m, nnz, rows))
-    positions, offsets = window_positions(csr.indptr, windows, m)
+    shift, narrow = sector_shift_and_narrow(csr)
     matrix = getattr(csr, "device_matrix", None)
-    if matrix is not None:
-        indices = gathered_indices(matrix, positions)
-    else:
-        indices = csr.indices[positions]
-    shift = sector_shift_and_narrow(csr)[0]
+    if matrix is not None and device_passes.runs_kernels(matrix):
+        counters = to_host(device_passes.window_counters(matrix, windows, shift, narrow))
+        return safe_ratio(int(counters[_WARP_SECTORS]), int(counters[_SAMPLED_NNZ]), 0.0)
+    positions, offsets = window_positions(csr.indptr, windows, m)
+    indices = (csr if matrix is None else matrix).indices[positions]
     return safe_ratio(window_sectors(indices, offsets, shift), positions.size, 0.0)
-
-
-def gathered_indices(csr, positions: np.ndarray) -> np.ndarray:
-    """The column indices at ``positions`` of a matrix on the GPU, gathered there and copied
-    to the host in one transfer."""
-    return to_host(csr.indices[csr.xp.asarray(positions)])
 
 
 def sector_shift_and_narrow(csr) -> tuple[int, int]:
@@ -112,30 +107,10 @@ def drawn_windows(total: int, count: int) -> np.ndarray:
 
 
 @njit(cache=True)
-def sample_layout(indptr, selected, m):
-    """The rows of the ``selected`` windows alone: a row pointer over m rows in which every
-    other row is empty, and the position in the full index array of each entry it holds (in
-    order), so that ``indices[positions]`` with this row pointer is what the scan reads for
-    those windows."""
-    sample_indptr = np.empty(m + 1, dtype=indptr.dtype)
-    sample_indptr[0] = 0
-    total = 0
-    for w in range(selected.size):
-        lo = w * WINDOW_ROWS
-        hi = min(lo + WINDOW_ROWS, m)
-        for i in range(lo, hi):
-            if selected[w]:
-                total += indptr[i + 1] - indptr[i]
-            sample_indptr[i + 1] = total
-    return sample_indptr, window_positions(indptr, np.flatnonzero(selected), m)[0]
-
-
-@njit(cache=True)
 def window_positions(indptr, windows, m):
     """The entries of some windows alone: their positions in the index array, window after
     window (``windows``: ascending window numbers), and where each window's entries start
-    among them (``windows.size + 1`` offsets). O(entries of those windows), unlike
-    :func:`sample_layout`'s row pointer over all m rows."""
+    among them (``windows.size + 1`` offsets). O(entries of those windows)."""
     offsets = np.empty(windows.size + 1, dtype=np.int64)
     offsets[0] = 0
     for k in range(windows.size):

@@ -1,0 +1,121 @@
+"""Run the feature passes' GPU kernels in numba-cuda's CUDA simulator and print, as one JSON
+object, whether each case gave the host scan's features.
+
+The simulator replaces ``numba.cuda`` process-wide and cannot share a process with real
+compilation, so ``test_device_passes.py`` runs this script once in a subprocess and asserts on
+its output. A matrix "on the GPU" is a :class:`autospmv.formats.base.DeviceCSR` over NumPy
+arrays, which the simulator's kernels read. Run by hand::
+
+    PYTHONPATH=. python tests/device_passes_simulator_worker.py
+
+Output (stdout): ``{case: {"diff": str | null}}``, ``diff`` naming what differs (null: every
+value equal, bit for bit). Timings go to stderr.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ["NUMBA_ENABLE_CUDASIM"] = "1"  # before anything imports numba
+
+import json  # noqa: E402
+import pathlib  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+
+sys.path[:0] = [str(pathlib.Path(__file__).resolve().parent.parent)]
+
+import numpy as np  # noqa: E402
+
+from autospmv._decide import features as features_module  # noqa: E402
+from autospmv._decide.sampling import x_locality  # noqa: E402
+from autospmv._run.validation import canonicalize  # noqa: E402
+from autospmv.formats.base import DeviceCSR  # noqa: E402
+from matrices import FAMILY, block3, poisson2d, power_law, random_matrix  # noqa: E402
+
+SIMULATED_FAMILY = sorted(set(FAMILY) - {"parallel_long_rows_24x40000",
+                                         "parallel_random_2000x2000"})
+"""The matrix family less its two largest members, which take a minute each in the simulator."""
+SAMPLED = {
+    "block3": lambda: block3(1001, 6e-3, 0),
+    "poisson2d": lambda: poisson2d(60),
+    "power_law": lambda: power_law(3000, 2500, 1.6, 9),
+    "uniform": lambda: random_matrix(2999, 4001, 0.002, 5),
+}
+"""Matrices scanned in detail on a sample of their windows (``sample_rows`` below the rows):
+runs of drawn windows, 3-row block rows across two windows, and windows left out."""
+SAMPLE_ROWS = (100, 1000)
+NEEDED = {
+    "row_lengths_only": ["nnz", "row_mean"],
+    "x_locality_only": ["nnz", "x_sectors_per_nnz_warp"],
+    "sampled": ["nnz", "x_sectors_per_nnz_warp", "block4_share"],
+    "index_passes": ["diagonals", "row_std"],
+}
+"""The features a caller reads, which decide the passes that run (``passes_needed``)."""
+
+
+def on_device(csr) -> DeviceCSR:
+    return DeviceCSR(csr.shape, csr.indptr, csr.indices, csr.data, csr.indptr.copy(), np)
+
+
+def difference(expected: tuple, got: tuple, subset: bool = False) -> str | None:
+    """What differs between two (features, (values, counts)) results; None if nothing. With
+    ``subset``, ``got`` may leave features out."""
+    (want, want_lengths), (have, have_lengths) = expected, got
+    if not subset and set(have) != set(want):
+        return f"features {sorted(set(want) ^ set(have))} on one side only"
+    if not set(have) <= set(want):
+        return f"unknown features {sorted(set(have) - set(want))}"
+    changed = {k: (want[k], have[k]) for k in have if want[k] != have[k]}
+    if changed:
+        return f"values differ: {changed}"
+    for name, a, b in zip(("values", "counts"), want_lengths, have_lengths):
+        if a.dtype != b.dtype or not np.array_equal(a, b):
+            return f"row-length {name} differ: {a} ({a.dtype}) against {b} ({b.dtype})"
+    return None
+
+
+def run_case(out: dict, name: str, check) -> None:
+    started = time.perf_counter()
+    try:
+        out[name] = {"diff": check()}
+    except Exception as exc:  # noqa: BLE001 - reported to the test
+        out[name] = {"diff": f"{type(exc).__name__}: {exc}"}
+    print(f"{name}: {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
+
+
+def features_both_ways(csr, sample_rows=None, needed=None):
+    host = features_module.canonical_features_and_lengths(csr, sample_rows, "cuda")
+    device = features_module.canonical_features_and_lengths(csr, sample_rows, "cuda",
+                                                            uploaded=on_device(csr),
+                                                            needed=needed)
+    return difference(host, device, subset=needed is not None)
+
+
+def main() -> None:
+    out = {}
+    for dtype in (np.float32, np.float64):
+        tag = np.dtype(dtype).name
+        for name in SIMULATED_FAMILY:
+            csr = canonicalize(FAMILY[name]().astype(dtype))
+            run_case(out, f"family/{name}/{tag}", lambda csr=csr: features_both_ways(csr))
+        for name, build in SAMPLED.items():
+            csr = canonicalize(build().astype(dtype))
+            for rows in SAMPLE_ROWS:
+                run_case(out, f"sampled/{name}/{rows}/{tag}",
+                         lambda csr=csr, rows=rows: features_both_ways(csr, rows))
+
+            def locality(csr=csr):
+                host, device = x_locality(csr), x_locality(on_device(csr).structure())
+                return None if host == device else f"{host} on the host, {device} on the device"
+
+            run_case(out, f"x_locality/{name}/{tag}", locality)
+    csr = canonicalize(SAMPLED["block3"]().astype(np.float32))
+    for name, needed in NEEDED.items():
+        run_case(out, f"needed/{name}",
+                 lambda needed=needed: features_both_ways(csr, 300, needed))
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
