@@ -12,7 +12,6 @@ import time
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.sparse.linalg import LinearOperator
 
 from .. import _registry as registry
 from .._decide.selection import Decision, forced_decision
@@ -22,6 +21,7 @@ from ..kernels.cpu.backend import CpuBackend
 from .cache import compile_timer
 from .device_input import canonical_device_csr, is_device_matrix, transposed, upload_csr
 from .devices import check_device, resolve_device
+from .linear_operator import LinearOperator
 from .threads import check_threads
 from .validation import canonicalize, check_out, check_vector, index_dtype, result_dtype
 
