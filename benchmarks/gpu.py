@@ -49,8 +49,9 @@ from autospmv import _registry as registry  # noqa: E402
 from autospmv.formats.base import FormatTooLargeError  # noqa: E402
 from autospmv._run.validation import canonicalize  # noqa: E402
 from autospmv.training.label import Config, configurations  # noqa: E402
-from autospmv.training.timing import (TOLERANCE, Bench, TimingOptions, relative_error,  # noqa: E402
-                             release_device_memory)
+from autospmv._run.timing import (TimingOptions, relative_error,  # noqa: E402
+                                  release_device_memory)
+from autospmv.training.timing import TOLERANCE, Bench  # noqa: E402
 
 VECTORS = 4
 WARMUP = 10
@@ -257,16 +258,16 @@ def bench_matrix(A, kernels, with_variants: bool, with_baselines: bool,
 
 def large_matrices(nnz: float):
     """The generated large matrices (≥ 10M nonzeros each) from the training corpus generators."""
-    from autospmv.training import corpus
+    from autospmv.training import generators
 
     n = int(nnz)
-    yield "stencil2d_5pt", corpus.stencil("bench/stencil2d", n, points=5)
-    yield "stencil3d_7pt", corpus.stencil("bench/stencil3d", n, points=7)
-    yield "stencil3d_27pt", corpus.stencil("bench/stencil3d27", n, points=27)
-    yield "block_fem_3x3", corpus.block_fem("bench/fem3", n, block=3, mesh_points=7)
-    yield "uniform_random_16", corpus.uniform_random("bench/uniform", n, mean=16.0)
-    yield "power_law_2.0", corpus.power_law("bench/powerlaw", n, alpha=2.0)
-    yield "dense_rows", corpus.dense_rows("bench/dense", n, dense=8, fraction=0.5)
+    yield "stencil2d_5pt", generators.stencil("bench/stencil2d", n, points=5)
+    yield "stencil3d_7pt", generators.stencil("bench/stencil3d", n, points=7)
+    yield "stencil3d_27pt", generators.stencil("bench/stencil3d27", n, points=27)
+    yield "block_fem_3x3", generators.block_fem("bench/fem3", n, block=3, mesh_points=7)
+    yield "uniform_random_16", generators.uniform_random("bench/uniform", n, mean=16.0)
+    yield "power_law_2.0", generators.power_law("bench/powerlaw", n, alpha=2.0)
+    yield "dense_rows", generators.dense_rows("bench/dense", n, dense=8, fraction=0.5)
 
 
 def matrices(args):

@@ -35,7 +35,7 @@ sys.path.insert(0, str(REPO_ROOT))
 from autospmv._decide.model import TreeModel  # noqa: E402
 from autospmv.training.corpus import read_names  # noqa: E402
 from autospmv.training.dataset import dataset  # noqa: E402
-from autospmv.training.label import read_records  # noqa: E402
+from autospmv.training.records import read_records  # noqa: E402
 from autospmv.training.metrics import (first_feasible, fixed_name, fixed_policy,  # noqa: E402
                                        measure_policy, selection_metrics)
 from autospmv.training.train import split_holdout  # noqa: E402

@@ -52,7 +52,8 @@ import autospmv  # noqa: E402
 from autospmv import _registry as registry  # noqa: E402
 from autospmv.formats.base import FormatTooLargeError  # noqa: E402
 from autospmv._run.validation import canonicalize  # noqa: E402
-from autospmv.training.timing import TOLERANCE, Bench, CpuClock, relative_error  # noqa: E402
+from autospmv._run.timing import CpuClock, relative_error  # noqa: E402
+from autospmv.training.timing import TOLERANCE, Bench  # noqa: E402
 
 DEFAULT_GROWN = ("80BAU3B", "PILOT87", "PGPgiantcompo", "polblogs", "netscience", "rajat19",
                  "adder_dcop_05", "G51", "fe_4elt2", "cryg2500", "bcsstk16", "FIT2D")

@@ -32,7 +32,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
 from autospmv.training.dataset import dataset  # noqa: E402
-from autospmv.training.label import read_records  # noqa: E402
+from autospmv.training.records import read_records  # noqa: E402
 from autospmv.training.metrics import BANDS, band_rows  # noqa: E402
 from autospmv.training.corpus import read_names  # noqa: E402
 from autospmv.training.train import split_holdout  # noqa: E402

@@ -50,7 +50,8 @@ import autospmv  # noqa: E402
 from autospmv import _registry as registry  # noqa: E402
 from autospmv._run.devices import default_device  # noqa: E402
 from autospmv._run.validation import canonicalize  # noqa: E402
-from autospmv.training.timing import Bench, TimingOptions  # noqa: E402
+from autospmv._run.timing import TimingOptions  # noqa: E402
+from autospmv.training.timing import Bench  # noqa: E402
 
 STARTUP = """
 import sys, time, json
@@ -77,11 +78,11 @@ def log(*parts):
 
 
 def make_matrices(sizes, dtypes):
-    from autospmv.training import corpus
+    from autospmv.training import generators
 
     for nnz in sizes:
-        for family, build in (("laplace2d", lambda n: corpus.stencil("bench/stencil2d", n, 5)),
-                              ("power_law", lambda n: corpus.power_law("bench/powerlaw", n, 2.0))):
+        for family, build in (("laplace2d", lambda n: generators.stencil("bench/stencil2d", n, 5)),
+                              ("power_law", lambda n: generators.power_law("bench/powerlaw", n, 2.0))):
             A = build(int(nnz))
             for dtype in dtypes:
                 yield f"{family}_{nnz / 1e6:g}M", canonicalize(A.astype(dtype))

@@ -4,7 +4,7 @@ A label file records when each matrix was finished, so a finished run can be rep
 the first k matrices (and after the first minute), compare the time the run really had left
 with two estimates of it,
 
-* **forecast**: :class:`autospmv.training.label.Forecast` (what ``retrain`` prints), each pending
+* **forecast**: :class:`autospmv.training.forecast.Forecast` (what ``retrain`` prints), each pending
   matrix's time in a reference run scaled by this run's pace on the matrices done so far;
 * **count**: the elapsed time per matrix times the matrices left, which is what a progress
   bar that counts matrices shows (tqdm's own estimate).
@@ -29,7 +29,8 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
 from autospmv.training.corpus import Entry  # noqa: E402
-from autospmv.training.label import Forecast, labelling_seconds, read_records  # noqa: E402
+from autospmv.training.forecast import Forecast, labelling_seconds  # noqa: E402
+from autospmv.training.records import read_records  # noqa: E402
 
 CPU_LABELS = "cpu-intel-r-xeon-r-processor-2-10ghz-float64.jsonl.gz"
 RUNS = [  # (run replayed, reference run of the same kind of machine)

@@ -23,7 +23,7 @@ import cupyx.scipy.sparse as cusp  # noqa: E402
 import autospmv  # noqa: E402
 from autospmv._run.device_input import canonical_device_csr  # noqa: E402
 from autospmv._run.validation import canonicalize  # noqa: E402
-from autospmv.training import corpus  # noqa: E402
+from autospmv.training import generators  # noqa: E402
 
 from autospmv._decide import choosers  # noqa: E402
 NNZ = 20_000_000
@@ -32,8 +32,8 @@ NNZ = 20_000_000
 def main() -> None:
     locality = choosers.x_locality
     sync = cupy.cuda.Device().synchronize
-    for name, A in (("power_law", corpus.power_law("bench/powerlaw", NNZ, 2.0)),
-                    ("laplace", corpus.stencil("bench/stencil2d", NNZ, 5))):
+    for name, A in (("power_law", generators.power_law("bench/powerlaw", NNZ, 2.0)),
+                    ("laplace", generators.stencil("bench/stencil2d", NNZ, 5))):
         for dtype in (np.float32, np.float64):
             host = canonicalize(A.astype(dtype))
             gpu = cusp.csr_matrix(host)

@@ -329,27 +329,27 @@ one past a multiple of the tile size."""
 
 # --- decision snapshots ----------------------------------------------------------------------
 
-def _corpus():
-    from autospmv.training import corpus
+def _generators():
+    from autospmv.training import generators
 
-    return corpus
+    return generators
 
 
 REPRESENTATIVE: dict[str, Maker] = {
     "2-D Poisson, 60×60 grid": lambda: poisson2d(60),
-    "power-law rows (α = 1.8)": lambda: _corpus().power_law("power-law", 40_000, 1.8),
-    "block FEM, 3×3 blocks": lambda: _corpus().block_fem("block-fem", 40_000, 3, 9),
+    "power-law rows (α = 1.8)": lambda: _generators().power_law("power-law", 40_000, 1.8),
+    "block FEM, 3×3 blocks": lambda: _generators().block_fem("block-fem", 40_000, 3, 9),
     "one dense row among rows of 4": lambda: one_long_row(3000, 3000, 7, 4, 1),
     "diagonal": lambda: diagonal(5000, 1),
-    "LP-like, 4× wider than tall": lambda: _corpus().lp("lp", 40_000, 4.0),
+    "LP-like, 4× wider than tall": lambda: _generators().lp("lp", 40_000, 4.0),
     "uniform random rows, 40k rows of ~30": lambda: random_matrix(40_000, 40_000, 30 / 40_000, 3),
     "matrices.block3x3_120": FAMILY["block3x3_120"],
     "matrices.parallel_long_rows_24x40000": FAMILY["parallel_long_rows_24x40000"],
-    "3-D 7-point stencil, ~10⁶ nonzeros": lambda: _corpus().stencil("stencil3d", 1_000_000, 7),
+    "3-D 7-point stencil, ~10⁶ nonzeros": lambda: _generators().stencil("stencil3d", 1_000_000, 7),
     "rows of ~4000 (wide LP block), ~10⁶ nonzeros":
-        lambda: _corpus().long_rows("long-rows", 1_000_000, 4000),
+        lambda: _generators().long_rows("long-rows", 1_000_000, 4000),
     "one row of 200 000 among rows of 4, ~10⁶ nonzeros":
-        lambda: _corpus().dense_rows("dense-rows", 1_000_000, 1, 1.0),
+        lambda: _generators().dense_rows("dense-rows", 1_000_000, 1, 1.0),
 }
 """Representative structures whose decisions are snapshotted in ``tests/golden/`` (the names
 appear there), built in well under a second each; some come from ``autospmv.training.corpus``."""

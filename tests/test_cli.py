@@ -19,6 +19,7 @@ import autospmv
 from autospmv import __main__ as cli
 from matrices import poisson2d
 from autospmv.training import label
+from autospmv.training.records import _append, read_records
 from autospmv.training.__main__ import main as training_main
 
 REPO = Path(__file__).resolve().parent.parent
@@ -262,7 +263,7 @@ def test_retrain_without_the_training_extra(capsys, monkeypatch):
 def some_labels() -> list[dict]:
     """The GPU label records of two synthetic and two real families (21 matrices)."""
     families = {"stencil2d", "dense-rows", "fem", "circuit"}
-    return [r for r in label.read_records(GPU_LABELS) if r["family"] in families]
+    return [r for r in read_records(GPU_LABELS) if r["family"] in families]
 
 
 def test_training_reads_gzip_labels(tmp_path, some_labels, capsys):
@@ -270,7 +271,7 @@ def test_training_reads_gzip_labels(tmp_path, some_labels, capsys):
     text = "".join(json.dumps(r) + "\n" for r in some_labels)
     plain.write_text(text)
     packed.write_bytes(gzip.compress(text.encode()))
-    assert label.read_records(packed) == label.read_records(plain) == some_labels
+    assert read_records(packed) == read_records(plain) == some_labels
     model = tmp_path / "model.json"
     assert training_main(["train", str(packed), "--out", str(model), "--folds", "3"]) == 0
     assert "## All policies" in capsys.readouterr().out
@@ -288,21 +289,21 @@ def test_gzip_labels_resume_after_a_cut(tmp_path, some_labels):
     records = _as_cpu_labels(some_labels[:3])
     path = tmp_path / "labels.jsonl.gz"
     for record in records:
-        label._append(path, record)
+        _append(path, record)
     path.write_bytes(path.read_bytes()[:-20])  # the last record's gzip member cut short
-    assert label.read_records(path) == records[:2]
+    assert read_records(path) == records[:2]
     summary = label.label([], path, "cpu", progress=False)  # resumes: nothing left to label
     assert (summary["labelled"], summary["skipped"]) == (0, 0)
     assert gzip.decompress(path.read_bytes()).decode().count("\n") == 2  # cut member dropped
-    label._append(path, records[2])
-    assert label.read_records(path) == records
+    _append(path, records[2])
+    assert read_records(path) == records
 
 
 def test_gzip_label_file_must_be_named_gz(tmp_path, some_labels):
     records = _as_cpu_labels(some_labels[:1])
     path = tmp_path / "labels.jsonl"
     path.write_bytes(gzip.compress((json.dumps(records[0]) + "\n").encode()))
-    assert label.read_records(path) == records  # reading recognises gzip by its content
+    assert read_records(path) == records  # reading recognises gzip by its content
     with pytest.raises(ValueError, match="is gzip-compressed but its name says otherwise"):
         label.label([], path, "cpu", progress=False)
 

@@ -20,6 +20,8 @@ from autospmv._decide.default_policy import Band, DefaultPolicy, margins
 from autospmv._decide.model import TreeModel
 from autospmv.training import defaults, train
 from autospmv.training.dataset import dataset
+from autospmv.training.fitting import Hyper
+from autospmv.training.metrics import selection_metrics
 from test_training import _record
 
 MODELS = Path(__file__).resolve().parent.parent / "models"
@@ -133,13 +135,13 @@ def _kinds(tree_helps: bool, n_per_kind: int = 8, seed: int = 0) -> list[dict]:
 @pytest.mark.parametrize("tree_helps", [True, False])
 def test_calibration_lets_the_tree_override_only_where_it_pays_out_of_kind(tree_helps):
     ds, _ = dataset(_kinds(tree_helps), "b2b")
-    hyper = train.Hyper(2, 2, "none", "correction")
+    hyper = Hyper(2, 2, "none", "correction")
     ranking, scores = defaults.out_of_kind(ds, hyper)
     policy, table = defaults.calibrate(ds, ranking, scores, bands=(0,))
     (band,) = policy.bands
     assert band.kernel == "csr5"
     chosen = defaults.policy_choices(ds, np.arange(len(ds)), ranking, scores, policy)
-    q = train.selection_metrics(ds.times, chosen)["geomean"]
+    q = selection_metrics(ds.times, chosen)["geomean"]
     default_q = table[0]["default_metrics"]["geomean"]
     if tree_helps:
         assert math.isfinite(band.threshold) and q > default_q * 1.2

@@ -13,12 +13,23 @@ import scipy.io
 import scipy.sparse as sp
 
 import autospmv
+from autospmv._decide import choosers
 from autospmv._decide.features import FEATURE_NAMES, features
 from autospmv._decide.model import TreeModel
-from autospmv.training import corpus, label, train
+from autospmv._run.timing import TimingOptions, noise_ratio, relative_error, summary
+from autospmv.training import corpus, generators, label, train
 from autospmv.training.__main__ import main
-from autospmv.training.timing import (QUICK, Bench, noise_ratio, relative_error, require_real_gpu,
-                             summary)
+from autospmv.training.crossval import FALLBACK_HYPER, GRID, group_splits, hyper_grid
+from autospmv.training.dataset import dataset
+from autospmv.training.fitting import (MIN_REGIME_MATRICES, OBJECTIVES, Hyper, RegimeHyper, fit,
+                                       fit_cost_model, regimes, sample_weights)
+from autospmv.training.forecast import Forecast, labelling_seconds
+from autospmv.training.metrics import (BANDS, band_rows, chooser_quality, cost_policy,
+                                       first_feasible, measure_policy, rule_policy,
+                                       selection_metrics, selection_score, tree_policy)
+from autospmv.training.records import (LARGE_NNZ, SCHEMA, TIMING_MODES, is_noisy, read_records,
+                                       row_noise, target_mode)
+from autospmv.training.timing import QUICK, Bench, require_real_gpu
 
 INF = math.inf
 
@@ -42,7 +53,7 @@ def test_presets():
 @pytest.mark.parametrize("variant", corpus.VARIANTS, ids=lambda v: v[1])
 def test_generators_are_deterministic_and_sized(variant):
     family, stem, generator, params = variant
-    make = corpus.GENERATORS[generator]
+    make = generators.GENERATORS[generator]
     A, B = make(stem, 4000, **params), make(stem, 4000, **params)
     assert (A != B).nnz == 0 and A.shape == B.shape
     assert 0.5 * 4000 <= A.nnz <= 1.6 * 4000
@@ -128,7 +139,7 @@ def test_large_preset_makes_large_matrices_first_class(tmp_path):
         A = sp.random(100, 100, density=0.05 + 0.01 * i, format="csr", random_state=i)
         sp.save_npz(tmp_path / f"file{i}.npz", A)
     entries = corpus.corpus("large", [tmp_path])
-    large = [e for e in entries if e.nnz >= label.LARGE_NNZ]
+    large = [e for e in entries if e.nnz >= LARGE_NNZ]
     assert len(large) >= 0.4 * len(entries)
     synthetic = [e for e in entries if e.source == corpus.SYNTHETIC]
     families = {v[0] for v in corpus.VARIANTS}
@@ -155,7 +166,7 @@ def test_timing_helpers():
 
 
 def test_cpu_bench_times_an_operator():
-    A = corpus.stencil("bench", 5000, 5)
+    A = generators.stencil("bench", 5000, 5)
     op = autospmv.prepare(A, kernel="csr_scalar", device="cpu")
     x = np.linspace(-1, 1, A.shape[1])
     bench = Bench("cpu", x, A.shape[0], QUICK)
@@ -181,7 +192,7 @@ class _Recorded:
 
 
 def test_time_all_interleaves_rounds_and_isolates_a_failing_operator():
-    A = corpus.stencil("bench", 5000, 5)
+    A = generators.stencil("bench", 5000, 5)
     op = autospmv.prepare(A, kernel="csr_scalar", device="cpu")
     x = np.linspace(-1, 1, A.shape[1])
     options = dataclasses.replace(QUICK, repeats=9, min_repeats=9, b2b_repeats=3, rounds=3,
@@ -244,14 +255,10 @@ def test_gpu_timing_refuses_the_simulator(monkeypatch):
 
 
 def test_the_labellers_timer_is_autospmvs():
-    """training.timing re-exports autospmv._run.timing's objects (one timer, not a copy) and adds
-    the labeller's parts; its Bench is autospmv's with the simulator refused."""
+    """training.timing adds the labeller's parts to autospmv._run.timing (one timer, not a
+    copy): its Bench is autospmv's with the simulator refused."""
     from autospmv._run import timing as core
-    from autospmv.training import timing as labeller
 
-    for name in ("TimingOptions", "summary", "relative_error", "noise_ratio", "clock",
-                 "time_calls", "release_device_memory", "CpuClock", "CudaClock"):
-        assert getattr(labeller, name) is getattr(core, name), name
     assert issubclass(Bench, core.Bench) and isinstance(QUICK, core.TimingOptions)
     assert Bench.time_all is core.Bench.time_all
 
@@ -276,7 +283,7 @@ def test_time_calls_samples_a_callable_on_the_devices_clock(monkeypatch):
 
 
 def test_measure_statuses():
-    A = autospmv._run.validation.canonicalize(corpus.dense_rows("one-dense-row", 4000, 1, 1.0))
+    A = autospmv._run.validation.canonicalize(generators.dense_rows("one-dense-row", 4000, 1, 1.0))
     x = np.linspace(-1, 1, A.shape[1])
     y_ref = A @ x
     bench = Bench("cpu", x, A.shape[0], QUICK)
@@ -295,13 +302,13 @@ def test_measure_statuses():
 
 
 def test_configurations_cover_every_kernel_and_strategy():
-    A = autospmv._run.validation.canonicalize(corpus.power_law("configs", 4000, 2.2))
+    A = autospmv._run.validation.canonicalize(generators.power_law("configs", 4000, 2.2))
     chosen, variants = label.configurations(A, "cuda")
     assert [c.kernel for c in chosen] == list(autospmv.KERNELS)
     assert all(c.strategy == "chooser" and c.error is None for c in chosen)
     strategies = [(c.kernel, c.strategy) for c in variants]
     assert strategies == [("csr_vector", f"threads_per_row={t}") for t in (2, 4, 8, 16, 32)] + [
-        ("hyb", s) for s in label.HYB_STRATEGIES] + [
+        ("hyb", s) for s in choosers.HYB_STRATEGIES] + [
         ("csr5", f"sigma={s}") for s in (4, 6, 8, 12, 16, 24, 32)]
     assert label.configurations(A, "cuda", variants=False)[1] == []
     for device in ("cpu", "cuda"):  # the choosers' parameters are among the variants
@@ -322,19 +329,19 @@ def test_label_tiny_corpus_on_cpu(tiny_labels):
     out, summary = tiny_labels
     entries = corpus.corpus("tiny")
     assert summary["labelled"] == len(entries) and summary["remaining"] == 0
-    records = label.read_records(out)
+    records = read_records(out)
     assert [r["name"] for r in records] == [e.name for e in entries]
     for record in records:
-        assert record["schema"] == label.SCHEMA and record["dtype"] == "float64"
+        assert record["schema"] == SCHEMA and record["dtype"] == "float64"
         assert list(record["features"]) == list(FEATURE_NAMES)
         assert set(record["kernels"]) == set(autospmv.KERNELS)
-        assert len(record["variants"]) == len(label.THREADS_PER_ROW) + len(
-            label.HYB_STRATEGIES) + len(label.CSR5_SIGMAS)
+        assert len(record["variants"]) == len(choosers.THREADS_PER_ROW_VARIANTS) + len(
+            choosers.HYB_STRATEGIES) + len(choosers.CSR5_SIGMAS)
         assert record["device"]["device"] == "cpu" and record["versions"]["numba"]
         assert record["features_ms"] > 0 and record["date"]
         ok = {k: r for k, r in record["kernels"].items() if r["status"] == "ok"}
         assert {"coo", "csr_scalar", "csr_vector"} <= set(ok)
-        for mode in label.TIMING_MODES:
+        for mode in TIMING_MODES:
             best = record["best"][mode]
             assert ok[best][f"time_{mode}_us"] == min(r[f"time_{mode}_us"] for r in ok.values())
         for result in list(record["kernels"].values()) + record["variants"]:
@@ -350,7 +357,7 @@ def test_labelling_resumes(tiny_labels, tmp_path):
     entries = corpus.corpus("tiny")
     summary = label.label(entries, out, "cpu", options=QUICK, progress=False)
     assert (summary["labelled"], summary["skipped"]) == (1, len(entries) - 1)
-    assert [r["name"] for r in label.read_records(out)] == [e.name for e in entries]
+    assert [r["name"] for r in read_records(out)] == [e.name for e in entries]
     again = label.label(entries, out, "cpu", options=QUICK, progress=False)
     assert (again["labelled"], again["skipped"]) == (0, len(entries))
     with pytest.raises(ValueError, match="holds float64 labels from device 'cpu'"):
@@ -367,7 +374,7 @@ def test_labelling_refuses_another_machines_file(tiny_labels, tmp_path):
     out.write_text("".join(json.dumps(r) + "\n" for r in records[:-1]))
     with pytest.raises(ValueError, match="timed on 'Another Processor', not on this machine"):
         label.label(corpus.corpus("tiny"), out, "cpu", options=QUICK, progress=False)
-    assert len(label.read_records(out)) == len(records) - 1
+    assert len(read_records(out)) == len(records) - 1
 
 
 def test_budget_stops_cleanly(tmp_path):
@@ -375,7 +382,7 @@ def test_budget_stops_cleanly(tmp_path):
     summary = label.label(corpus.corpus("tiny"), out, "cpu", budget_seconds=0.0,
                           options=QUICK, progress=False)
     assert summary["labelled"] == 0 and summary["remaining"] == len(corpus.corpus("tiny"))
-    assert label.read_records(out) == []
+    assert read_records(out) == []
 
 
 def test_labels_timed_with_other_options_are_not_mixed_in(tiny_labels, tmp_path):
@@ -384,7 +391,7 @@ def test_labels_timed_with_other_options_are_not_mixed_in(tiny_labels, tmp_path)
     out.write_text(source.read_text())
     entries = corpus.corpus("tiny")
     with pytest.raises(ValueError, match=r"timed with other options \(--quick, this run: full"):
-        label.label(entries, out, "cpu", options=label.TimingOptions(), progress=False)
+        label.label(entries, out, "cpu", options=TimingOptions(), progress=False)
 
 
 def _entry(name: str, nnz: int) -> corpus.Entry:
@@ -395,7 +402,7 @@ def test_forecast_weighs_matrices_by_their_reference_time():
     """Small matrices first must not make the estimate small: each pending matrix counts with
     its reference time, scaled by the pace measured here."""
     reference = {"small": (10_000, 0.3), "large": (1_000_000, 12.0)}
-    forecast = label.Forecast(reference)
+    forecast = Forecast(reference)
     pending = [_entry("large", 1_000_000), _entry("large-unknown", 2_000_000)]
     # Before any measurement: the reference's own times; an unknown matrix takes the nearest
     # size's time, scaled up by nonzeros.
@@ -407,8 +414,8 @@ def test_forecast_weighs_matrices_by_their_reference_time():
 
 
 def test_forecast_without_reference_uses_size():
-    forecast = label.Forecast()
-    a, b = label.Forecast.FALLBACK
+    forecast = Forecast()
+    a, b = Forecast.FALLBACK
     assert forecast.remaining([_entry("x", 10**6)]) == pytest.approx(a + b * 10**6)
 
 
@@ -416,7 +423,7 @@ def test_labelling_seconds_are_the_gaps_between_records():
     records = [{"name": n, "nnz": z, "date": d} for n, z, d in [
         ("a", 10, "2026-01-01T00:00:00+00:00"), ("b", 20, "2026-01-01T00:00:02+00:00"),
         ("c", 30, "2026-01-01T00:00:07+00:00")]]
-    assert label.labelling_seconds(records) == {"b": (20, 2.0), "c": (30, 5.0)}
+    assert labelling_seconds(records) == {"b": (20, 2.0), "c": (30, 5.0)}
 
 
 def test_label_reports_its_estimate(tmp_path):
@@ -430,7 +437,7 @@ def test_label_on_a_real_gpu(tmp_path):
     out = tmp_path / "gpu.jsonl"
     entries = corpus.corpus("tiny")[:3]
     assert label.label(entries, out, "cuda", options=QUICK, progress=False)["labelled"] == 3
-    for record in label.read_records(out):
+    for record in read_records(out):
         assert record["device"]["device"] == "cuda" and record["device"]["compute_capability"]
         ok = [r for r in record["kernels"].values() if r["status"] == "ok"]
         assert len(ok) >= 5 and all(r["time_b2b_us"] > 0 for r in ok)
@@ -441,10 +448,10 @@ def test_read_records_rejects_foreign_lines(tmp_path):
     path = tmp_path / "x.jsonl"
     path.write_text('{"schema": "other"}\n')
     with pytest.raises(ValueError, match="line 1 of .* is not an autospmv label record"):
-        label.read_records(path)
+        read_records(path)
     path.write_text("{not json\n")
     with pytest.raises(ValueError, match="line 1 of .* is not valid JSON"):
-        label.read_records(path)
+        read_records(path)
 
 
 def test_tiny_end_to_end_through_the_cli(tiny_labels, tmp_path, capsys):
@@ -456,7 +463,7 @@ def test_tiny_end_to_end_through_the_cli(tiny_labels, tmp_path, capsys):
     sha = hashlib.sha256(labels.read_bytes()).hexdigest()
     assert model.provenance["labels"] == [{"file": labels.name, "sha256": sha, "records": 9}]
     assert model.provenance["device"]["device"] == "cpu"
-    A = corpus.uniform_random("unseen", 3000, 6)
+    A = generators.uniform_random("unseen", 3000, 6)
     assert model.predict(features(A)) in autospmv.KERNELS
     assert "## All policies" in report.read_text()
     assert "(objectives: correction)" in report.read_text()
@@ -475,32 +482,32 @@ def test_tiny_end_to_end_through_the_cli(tiny_labels, tmp_path, capsys):
 
 def test_selection_metrics_by_hand():
     times = np.array([[1.0, 2.0, INF], [4.0, 2.0, 3.0], [5.0, 5.0, 10.0]])
-    m = train.selection_metrics(times, np.array([1, 2, 0]))  # q = 1/2, 2/3, 1
+    m = selection_metrics(times, np.array([1, 2, 0]))  # q = 1/2, 2/3, 1
     assert m == {"n": 3, "geomean": pytest.approx((1 / 3) ** (1 / 3)),
                  "geomean_feasible": pytest.approx((1 / 3) ** (1 / 3)),
                  "within_10pct": pytest.approx(1 / 3), "worst": 0.5,
                  "top1": pytest.approx(1 / 3), "top1_tie5": pytest.approx(1 / 3), "misses": 0}
-    m = train.selection_metrics(times, np.array([2, 1, -1]))  # a miss and no choice
+    m = selection_metrics(times, np.array([2, 1, -1]))  # a miss and no choice
     assert (m["geomean"], m["geomean_feasible"], m["misses"], m["worst"]) == (0.0, 1.0, 2, 0.0)
     assert m["top1"] == pytest.approx(1 / 3)
-    near = train.selection_metrics(np.array([[1.0, 1.04, 1.08]]), np.array([1]))
+    near = selection_metrics(np.array([[1.0, 1.04, 1.08]]), np.array([1]))
     assert (near["top1"], near["top1_tie5"], near["within_10pct"]) == (0.0, 1.0, 1.0)
-    far = train.selection_metrics(np.array([[1.0, 1.04, 1.2]]), np.array([2]))
+    far = selection_metrics(np.array([[1.0, 1.04, 1.2]]), np.array([2]))
     assert (far["top1_tie5"], far["within_10pct"]) == (0.0, 0.0)
 
 
 def test_scores_weights_and_fallback_by_hand():
     times = np.array([[1.0, 4.0, INF], [2.0, 2.0, 8.0]])
-    assert train.selection_score(times, np.array([2, 1])) == pytest.approx(np.log(1 / 4) / 2)
-    np.testing.assert_allclose(train.sample_weights(times, "ratio"), [4.0, 4.0])
-    np.testing.assert_allclose(train.sample_weights(times, "log_ratio"), 1 + np.log([4, 4]))
-    np.testing.assert_allclose(train.sample_weights(times, "none"), [1, 1])
+    assert selection_score(times, np.array([2, 1])) == pytest.approx(np.log(1 / 4) / 2)
+    np.testing.assert_allclose(sample_weights(times, "ratio"), [4.0, 4.0])
+    np.testing.assert_allclose(sample_weights(times, "log_ratio"), 1 + np.log([4, 4]))
+    np.testing.assert_allclose(sample_weights(times, "none"), [1, 1])
     with pytest.raises(ValueError, match="unknown weighting 'cubic'"):
-        train.sample_weights(times, "cubic")
+        sample_weights(times, "cubic")
     ranking = np.array([[2, 1, 0], [2, 1, 0]])
-    np.testing.assert_array_equal(train.first_feasible(times, ranking), [1, 2])
+    np.testing.assert_array_equal(first_feasible(times, ranking), [1, 2])
     np.testing.assert_array_equal(
-        train.first_feasible(np.array([[INF, INF]]), np.array([[1, 0]])), [-1])
+        first_feasible(np.array([[INF, INF]]), np.array([[1, 0]])), [-1])
 
 
 def test_measure_policy_keeps_the_fastest_of_the_first_feasible_candidates():
@@ -508,9 +515,9 @@ def test_measure_policy_keeps_the_fastest_of_the_first_feasible_candidates():
                       [INF, 4.0, 2.0, 1.0],    # col 0 infeasible: candidates 1, 2, 3
                       [INF, INF, INF, INF]])
     ranking = np.array([[0, 2, 1, 3], [0, 1, 2, 3], [0, 1, 2, 3]])
-    np.testing.assert_array_equal(train.measure_policy(times, ranking, 3), [1, 3, -1])
-    np.testing.assert_array_equal(train.measure_policy(times, ranking, 1),
-                                  train.first_feasible(times, ranking))
+    np.testing.assert_array_equal(measure_policy(times, ranking, 3), [1, 3, -1])
+    np.testing.assert_array_equal(measure_policy(times, ranking, 1),
+                                  first_feasible(times, ranking))
 
 
 # -- training on fabricated labels ------------------------------------------------------------
@@ -526,7 +533,7 @@ def _record(name, family, source, times: dict, **feats):
                       "reason": None, "error": 0.0, "prepare_ms": 1.0,
                       "time_per_call_us": t, "time_b2b_us": None if t is None else t / 2,
                       "spread": None}
-    return {"schema": label.SCHEMA, "name": name, "family": family, "source": source,
+    return {"schema": SCHEMA, "name": name, "family": family, "source": source,
             "size": "1e5", "shape": [10, 10], "nnz": feats.get("nnz", 1e5), "dtype": "float64",
             "features": {f: float(feats.get(f, 0.0)) for f in FEATURE_NAMES},
             "kernels": kernels, "variants": [], "best": {}}
@@ -582,7 +589,7 @@ def test_training_learns_a_clean_rule():
 def test_grown_copies_leave_with_their_family_and_are_not_scored_as_real():
     records = _fabricated()
     grown = [dict(r, name=r["name"] + "-x4", grown=4) for r in records if r["family"] == "fem"]
-    ds, _ = train.dataset(records + grown)
+    ds, _ = dataset(records + grown)
     assert ds.real.sum() == 18 and ds.as_given.sum() == 12
     result = train.train(records + grown, n_splits=3)
     assert result.scores["lofo_all"]["n"] == 12  # the real files as given only
@@ -592,7 +599,7 @@ def test_grown_copies_leave_with_their_family_and_are_not_scored_as_real():
 def test_one_group_cannot_be_cross_validated():
     records = [r for r in _fabricated() if r["family"] == "stencil"]
     result = train.train(records, n_splits=3)
-    assert result.scores["hyper"] == train.FALLBACK_HYPER and result.scores["folds"] == []
+    assert result.scores["hyper"] == FALLBACK_HYPER and result.scores["folds"] == []
     assert result.scores["cv"]["tree"] is None
     assert result.model.provenance["cv_selection_score"] is None
     assert "## Nested cross-validation" not in result.report
@@ -608,33 +615,33 @@ def test_labels_from_two_devices_are_refused():
 
 def test_b2b_mode_and_dataset_checks():
     records = _fabricated()
-    ds, dropped = train.dataset(records + [_record("broken", "x", "synthetic",
+    ds, dropped = dataset(records + [_record("broken", "x", "synthetic",
                                                    dict.fromkeys(autospmv.KERNELS))], "b2b")
     assert dropped == ["broken"] and len(ds) == len(records)
     assert ds.times[0].min() == 5.0 and set(ds.groups) >= {"fem/real", "lp/synthetic"}
     with pytest.raises(ValueError, match="appears in more than one label record .* start over "
                                          "with `autospmv retrain --fresh`"):
-        train.dataset(records + records[:1])
+        dataset(records + records[:1])
     with pytest.raises(ValueError, match="unknown timing mode 'wall'"):
-        train.dataset(records, "wall")
+        dataset(records, "wall")
     odd = dict(records[0], name="odd", features={"row_max": 1.0})
     with pytest.raises(ValueError, match="has different feature names"):
-        train.dataset(records + [odd])
+        dataset(records + [odd])
 
 
 def test_hand_rule_and_tree_fallback():
     records = [_record("small", "a", "synthetic", {}, nnz=1e5, row_max=10),
                _record("many", "a", "synthetic", {}, nnz=2e6, row_max=10),
                _record("long", "a", "synthetic", {}, nnz=1e5, row_max=2000)]
-    ds, _ = train.dataset(records)
-    names = np.array(ds.kernels)[train.rule_policy(ds)]
+    ds, _ = dataset(records)
+    names = np.array(ds.kernels)[rule_policy(ds)]
     assert names.tolist() == ["csr_vector", "csr5", "csr5"]
     # A tree that always predicts ell falls back to its next class where ell is infeasible.
     rows = [_record(f"r{i}", "a", "synthetic", {"ell": 1.0 if i % 3 else None, "coo": 2.0})
             for i in range(9)]
-    ds, _ = train.dataset(rows)
-    clf = train.fit(ds, np.arange(len(ds)), train.Hyper(1, 1, "none"))
-    chosen = np.array(ds.kernels)[train.tree_policy(clf, ds, np.arange(len(ds)))]
+    ds, _ = dataset(rows)
+    clf = fit(ds, np.arange(len(ds)), Hyper(1, 1, "none"))
+    chosen = np.array(ds.kernels)[tree_policy(clf, ds, np.arange(len(ds)))]
     assert chosen.tolist() == ["coo" if i % 3 == 0 else "ell" for i in range(9)]
 
 
@@ -659,8 +666,8 @@ def _costed(n: int = 48, seed: int = 0, noise: float = 0.0) -> list[dict]:
 
 
 def test_cost_model_recovers_known_coefficients():
-    ds, _ = train.dataset(_costed(), "per_call")  # the known model is of per-call times
-    cost_model = train.fit_cost_model(ds, np.arange(len(ds)))
+    ds, _ = dataset(_costed(), "per_call")  # the known model is of per-call times
+    cost_model = fit_cost_model(ds, np.arange(len(ds)))
     assert cost_model.kernels == autospmv.KERNELS
     coefficients = dict(zip(cost_model.kernels, cost_model.coefficients))
     np.testing.assert_allclose(coefficients["coo"], [11.0, 0, 0, 0, 1 / 2e5, 0, 0.25, 0, 0],
@@ -668,28 +675,28 @@ def test_cost_model_recovers_known_coefficients():
     np.testing.assert_allclose(coefficients["csr5"], [13.0, 0, 0, 0, 1 / 3.5e5, 0, 0.25, 0, 0],
                                rtol=1e-6, atol=1e-9)
     # Exact estimates: the cost model alone picks the fastest kernel everywhere.
-    chosen = train.cost_policy(cost_model, ds, np.arange(len(ds)))
-    assert train.selection_metrics(ds.times, chosen)["geomean"] == pytest.approx(1.0)
+    chosen = cost_policy(cost_model, ds, np.arange(len(ds)))
+    assert selection_metrics(ds.times, chosen)["geomean"] == pytest.approx(1.0)
 
 
 def test_hyper_grid():
-    assert {h.objective for h in train.GRID} == {"correction"}
-    assert {h.max_depth for h in train.GRID} == {0, 1, 2, 3, 4}
-    assert {h.min_samples_leaf for h in train.GRID} == {4, 8}
-    assert train.GRID[0] == train.Hyper(0, 8, "none", "correction", corrected=False)
-    assert train.GRID[1] == train.Hyper(0, 8, "none", "correction")
-    wide = train.hyper_grid(train.OBJECTIVES)
-    assert {h.objective for h in wide} == set(train.OBJECTIVES)
+    assert {h.objective for h in GRID} == {"correction"}
+    assert {h.max_depth for h in GRID} == {0, 1, 2, 3, 4}
+    assert {h.min_samples_leaf for h in GRID} == {4, 8}
+    assert GRID[0] == Hyper(0, 8, "none", "correction", corrected=False)
+    assert GRID[1] == Hyper(0, 8, "none", "correction")
+    wide = hyper_grid(OBJECTIVES)
+    assert {h.objective for h in wide} == set(OBJECTIVES)
     assert not any(h.max_depth == 0 for h in wide if h.objective != "correction")
     for bad in ((), ("deepest",)):
         with pytest.raises(ValueError, match="objectives must be among"):
-            train.hyper_grid(bad)
+            hyper_grid(bad)
 
 
 def test_a_deeper_setting_must_beat_the_simpler_by_more_than_one_standard_error():
     from autospmv.training.crossval import _best
 
-    simple, deep = train.GRID[0], train.GRID[5]
+    simple, deep = GRID[0], GRID[5]
     # Two kernels; 40 matrices. Kernel 0 is fastest on all but two. The deep setting picks
     # kernel 1 on four matrices: 10 % faster on two of them, 9 % slower on the other two. Its
     # score is the better one, by a gain smaller than its spread...
@@ -700,7 +707,7 @@ def test_a_deeper_setting_must_beat_the_simpler_by_more_than_one_standard_error(
     chosen = {simple: np.zeros(40, dtype=np.int64),
               deep: np.r_[np.zeros(36), np.ones(4)].astype(np.int64)}
     rows = np.arange(40)
-    scores = {h: train.selection_score(times, chosen[h]) for h in chosen}
+    scores = {h: selection_score(times, chosen[h]) for h in chosen}
     assert scores[deep] > scores[simple]
     assert _best([simple, deep], times, chosen, rows) == (simple, pytest.approx(scores[simple]))
     # ...but a gain of 2x on half the matrices is kept.
@@ -713,11 +720,11 @@ def test_a_deeper_setting_must_beat_the_simpler_by_more_than_one_standard_error(
     assert _best([simple, deep], times, chosen, rows)[0] == simple
 
 
-@pytest.mark.parametrize("objective", train.OBJECTIVES)
+@pytest.mark.parametrize("objective", OBJECTIVES)
 def test_exported_model_ranks_like_the_fitted_one(objective):
     records = _costed(noise=0.3)
-    ds, _ = train.dataset(records)
-    fitted = train.fit(ds, np.arange(len(ds)), train.Hyper(3, 2, "log_ratio", objective))
+    ds, _ = dataset(records)
+    fitted = fit(ds, np.arange(len(ds)), Hyper(3, 2, "log_ratio", objective))
     model = TreeModel.from_dict(json.loads(fitted.export({"test": True}).to_json()))
     assert model.ranking == ("correction" if objective == "correction" else "value")
     assert set(model.feature_names) >= {f"est_{k}" for k in autospmv.KERNELS}
@@ -730,23 +737,23 @@ def test_a_kernel_that_never_ran_is_estimated_as_the_slowest():
     records = _costed()
     for record in records:
         record["kernels"]["ell"].update(status="infeasible", time_per_call_us=None)
-    ds, _ = train.dataset(records)
-    cost_model = train.fit_cost_model(ds, np.arange(len(ds)))
+    ds, _ = dataset(records)
+    cost_model = fit_cost_model(ds, np.arange(len(ds)))
     assert cost_model.kernels == autospmv.KERNELS
     row = dict(zip(cost_model.kernels, cost_model.coefficients))["ell"]
     assert row[0] == np.max(ds.times[np.isfinite(ds.times)]) and not row[1:].any()
 
 
 def test_uncorrected_leaf_is_the_cost_model_alone():
-    ds, _ = train.dataset(_costed(noise=0.3))
+    ds, _ = dataset(_costed(noise=0.3))
     rows = np.arange(len(ds))
-    fitted = train.fit(ds, rows, train.Hyper(0, 8, "none", "correction", corrected=False))
+    fitted = fit(ds, rows, Hyper(0, 8, "none", "correction", corrected=False))
     assert fitted.export().n_nodes == 1
     assert (fitted.tree.predict_proba(fitted.inputs(ds, rows)) == 0).all()
-    assert (train.tree_policy(fitted, ds, rows)
-            == train.cost_policy(fitted.cost_model, ds, rows)).all()
+    assert (tree_policy(fitted, ds, rows)
+            == cost_policy(fitted.cost_model, ds, rows)).all()
     with pytest.raises(ValueError, match="uncorrected tree is the correction objective"):
-        train.Hyper(1, 8, "none", "correction", corrected=False)
+        Hyper(1, 8, "none", "correction", corrected=False)
 
 
 def test_label_records_from_before_launches_get_them_from_their_features(tmp_path):
@@ -755,25 +762,25 @@ def test_label_records_from_before_launches_get_them_from_their_features(tmp_pat
     A.data[:] = 1.0
     now = features(A, device="cuda")
     old = {k: v for k, v in now.items() if not k.endswith("_launches")}
-    record = {"schema": label.SCHEMA, "name": "m", "features": old}
+    record = {"schema": SCHEMA, "name": "m", "features": old}
     path = tmp_path / "old.jsonl"
     path.write_text(json.dumps(record) + "\n")
-    (read,) = label.read_records(path)
+    (read,) = read_records(path)
     assert list(read["features"]) == list(FEATURE_NAMES)
     assert read["features"] == now
 
 
 def test_depth_zero_is_the_cost_model_with_one_correction_per_kernel():
-    ds, _ = train.dataset(_costed(noise=0.3))
-    fitted = train.fit(ds, np.arange(len(ds)), train.Hyper(0, 1, "none", "correction"))
+    ds, _ = dataset(_costed(noise=0.3))
+    fitted = fit(ds, np.arange(len(ds)), Hyper(0, 1, "none", "correction"))
     model = fitted.export()
     assert model.n_nodes == 1
     with pytest.raises(ValueError, match="max_depth 0 is only meaningful"):
-        train.fit(ds, np.arange(len(ds)), train.Hyper(0, 1, "none", "fastest"))
+        fit(ds, np.arange(len(ds)), Hyper(0, 1, "none", "fastest"))
 
 
 def _two_regimes(n: int = 60, seed: int = 0) -> list[dict]:
-    """Records half below label.LARGE_NNZ nonzeros, half above, whose times follow a different
+    """Records half below LARGE_NNZ nonzeros, half above, whose times follow a different
     known cost model in each regime: per call (small) t_k = fixed_k + bytes_k / rate_k; back to
     back (large) t_k = bytes_k / rate'_k, where csr5 streams fastest and coo slowest."""
     rng = np.random.default_rng(seed)
@@ -828,50 +835,50 @@ def test_matrices_streamed_from_memory_get_a_cost_table_of_their_own():
 
 def test_two_size_regimes_get_their_own_cost_model_and_tree():
     records = _two_regimes()
-    ds, _ = train.dataset(records)
-    assert ds.large_nnz == label.LARGE_NNZ and ds.large.sum() == 30
+    ds, _ = dataset(records)
+    assert ds.large_nnz == LARGE_NNZ and ds.large.sum() == 30
     rows = np.arange(len(ds))
-    small, large = train.regimes(ds, rows)
-    assert (ds.nnz[small] < label.LARGE_NNZ).all() and (ds.nnz[large] >= label.LARGE_NNZ).all()
+    small, large = regimes(ds, rows)
+    assert (ds.nnz[small] < LARGE_NNZ).all() and (ds.nnz[large] >= LARGE_NNZ).all()
     # One timing mode for every row, or too few matrices on one side: one regime.
-    assert train.regimes(train.dataset(records, "per_call")[0], rows) is None
-    assert train.regimes(ds, np.concatenate([small, large[:train.MIN_REGIME_MATRICES - 1]])) \
+    assert regimes(dataset(records, "per_call")[0], rows) is None
+    assert regimes(ds, np.concatenate([small, large[:MIN_REGIME_MATRICES - 1]])) \
         is None
-    cost_model = train.fit_cost_model(ds, rows)
-    assert cost_model.large_nnz == label.LARGE_NNZ
+    cost_model = fit_cost_model(ds, rows)
+    assert cost_model.large_nnz == LARGE_NNZ
     coo, csr5 = cost_model.kernels.index("coo"), cost_model.kernels.index("csr5")
     np.testing.assert_allclose(cost_model.coefficients[coo], [11.0, 0, 0, 0, 1 / 2e5, 0, 0, 0, 0],
                                rtol=1e-6, atol=1e-9)
     np.testing.assert_allclose(cost_model.large_coefficients[csr5], [0, 0, 0, 0, 1 / 3e6, 0, 0, 0, 0],
                                rtol=1e-6, atol=1e-9)
-    chosen = train.cost_policy(cost_model, ds, rows)
-    assert train.selection_metrics(ds.times, chosen)["geomean"] == pytest.approx(1.0)
+    chosen = cost_policy(cost_model, ds, rows)
+    assert selection_metrics(ds.times, chosen)["geomean"] == pytest.approx(1.0)
     # Each regime's tree has its own hyperparameters under a root split on nnz.
-    hyper = train.RegimeHyper(train.Hyper(0, 4, "none", "correction"),
-                              train.Hyper(2, 4, "ratio", "correction"))
-    fitted = train.fit(ds, rows, hyper, cost_model)
+    hyper = RegimeHyper(Hyper(0, 4, "none", "correction"),
+                              Hyper(2, 4, "ratio", "correction"))
+    fitted = fit(ds, rows, hyper, cost_model)
     model = TreeModel.from_dict(json.loads(fitted.export({"test": True}).to_json()))
     assert model.schema_version == 2
     assert model.feature_names[model.feature[0]] == "nnz"
-    assert model.threshold[0] == np.float32(label.LARGE_NNZ - 0.5)
+    assert model.threshold[0] == np.float32(LARGE_NNZ - 0.5)
     left, right = model.children_left[0], model.children_right[0]
     assert model.children_left[left] == -1  # depth 0 below: one leaf
     assert model.n_node_samples[left] == small.size and model.n_node_samples[right] == large.size
     for record, order in zip(records, fitted.ranking(ds, rows)):
         assert model.ranked(record["features"]) == [ds.kernels[c] for c in order]
     with pytest.raises(ValueError, match="need one objective"):
-        train.RegimeHyper(train.Hyper(1, 4, "none", "correction"),
-                          train.Hyper(1, 4, "none", "fastest"))
+        RegimeHyper(Hyper(1, 4, "none", "correction"),
+                          Hyper(1, 4, "none", "fastest"))
 
 
-@pytest.mark.parametrize("objective", train.OBJECTIVES)
+@pytest.mark.parametrize("objective", OBJECTIVES)
 def test_two_regime_trees_of_every_objective_export_as_fitted(objective):
     records = _two_regimes(seed=1)
     for record in records:  # csr5 never wins on a small matrix: a classifier there lacks it
-        if record["nnz"] < label.LARGE_NNZ:
+        if record["nnz"] < LARGE_NNZ:
             record["kernels"]["csr5"]["time_per_call_us"] = 1e6
-    ds, _ = train.dataset(records)
-    fitted = train.fit(ds, np.arange(len(ds)), train.Hyper(2, 2, "none", objective))
+    ds, _ = dataset(records)
+    fitted = fit(ds, np.arange(len(ds)), Hyper(2, 2, "none", objective))
     below, above = fitted.tree.parts
     if objective == "fastest":
         assert "csr5" not in below.classes_ and "csr5" in above.classes_
@@ -885,10 +892,10 @@ def test_two_regime_trees_of_every_objective_export_as_fitted(objective):
 def test_training_in_two_regimes_chooses_per_regime_and_reports_both():
     result = train.train(_two_regimes(), n_splits=3, repeats=1)
     hyper = result.scores["hyper"]
-    assert isinstance(hyper, train.RegimeHyper)
+    assert isinstance(hyper, RegimeHyper)
     assert result.model.provenance["hyperparameters"] == {"small": hyper.small.as_dict(),
                                                           "large": hyper.large.as_dict()}
-    assert all(isinstance(fold.hyper, train.RegimeHyper) for fold in result.scores["folds"])
+    assert all(isinstance(fold.hyper, RegimeHyper) for fold in result.scores["folds"])
     assert result.scores["cv"]["tree"]["geomean"] > 0.95
     report = result.report
     # Times here follow a cost model exactly, so the cost model alone may win a regime.
@@ -906,7 +913,7 @@ def test_labels_without_cost_quantities_are_refused():
     record = _record("old", "a", "synthetic", {})
     record["features"] = {f: v for f, v in record["features"].items() if "_work" not in f}
     with pytest.raises(ValueError, match="lack features this trainer needs.*relabel"):
-        train.dataset([record])
+        dataset([record])
 
 
 def test_chooser_quality_by_hand():
@@ -917,7 +924,7 @@ def test_chooser_quality_by_hand():
         {"kernel": "csr_vector", "strategy": "threads_per_row=4", "status": "ok",
          "time_per_call_us": 10.0},
     ]
-    quality = train.chooser_quality([record])["csr_vector"]
+    quality = chooser_quality([record])["csr_vector"]
     assert {s: q["geomean"] for s, q in quality.items()} == {
         "threads_per_row=2": 1.0, "threads_per_row=4": 0.5, "chooser": 0.5}
     assert quality["chooser"]["within_10pct"] == 0.0
@@ -946,7 +953,7 @@ def _with_spread(record: dict, ratio: float, mode: str = "per_call") -> dict:
         if result["status"] != "ok":
             continue
         spread = {}
-        for m in label.TIMING_MODES:
+        for m in TIMING_MODES:
             t = result[f"time_{m}_us"]
             r = ratio if (m == mode and first) else 1.1
             spread[m] = {"median": t, "min": t / r, "p90": t, "n": 10}
@@ -956,19 +963,19 @@ def _with_spread(record: dict, ratio: float, mode: str = "per_call") -> dict:
 
 
 def test_size_rule_picks_the_timing_mode():
-    assert label.target_mode(label.LARGE_NNZ - 1) == "per_call"
-    assert label.target_mode(label.LARGE_NNZ) == "b2b"
-    assert label.target_mode(10, "b2b") == "b2b" and label.target_mode(10**8, "per_call") == \
+    assert target_mode(LARGE_NNZ - 1) == "per_call"
+    assert target_mode(LARGE_NNZ) == "b2b"
+    assert target_mode(10, "b2b") == "b2b" and target_mode(10**8, "per_call") == \
         "per_call"
     with pytest.raises(ValueError, match="unknown timing mode 'wall'"):
-        label.target_mode(10, "wall")
+        target_mode(10, "wall")
     small = _record("small", "a", "synthetic", {"coo": 10.0, "csr5": 12.0}, nnz=1e5)
     large = _record("large", "a", "synthetic", {"coo": 10.0, "csr5": 12.0}, nnz=2e6)
     large["kernels"]["csr5"]["time_b2b_us"] = 3.0  # csr5 wins back-to-back only
-    ds, _ = train.dataset([small, large])
+    ds, _ = dataset([small, large])
     assert ds.labels.tolist() == ["coo", "csr5"]
     assert ds.times[0, ds.kernels.index("coo")] == 10.0  # per call below the threshold
-    ds, _ = train.dataset([small, large], "per_call")
+    ds, _ = dataset([small, large], "per_call")
     assert ds.labels.tolist() == ["coo", "coo"]
 
 
@@ -979,10 +986,10 @@ def test_a_noisy_label_row_is_excluded_and_counted():
     # Disturbed per call only, but decided back-to-back (≥ 10⁶ nonzeros): kept.
     large_ok = _with_spread(dict(records[1], name="large-ok", nnz=2e6), 2.0, "per_call")
     noisy_large = _with_spread(dict(records[2], name="noisy-large", nnz=2e6), 1.6, "b2b")
-    assert [label.is_noisy(r) for r in (steady[0], noisy_small, large_ok, noisy_large)] == \
+    assert [is_noisy(r) for r in (steady[0], noisy_small, large_ok, noisy_large)] == \
         [False, True, False, True]
-    assert label.row_noise(noisy_small["kernels"])["per_call"] == pytest.approx(2.0)
-    ds, _ = train.dataset(steady + [noisy_small, large_ok, noisy_large])
+    assert row_noise(noisy_small["kernels"])["per_call"] == pytest.approx(2.0)
+    ds, _ = dataset(steady + [noisy_small, large_ok, noisy_large])
     assert ds.noisy == ["noisy-small", "noisy-large"]
     assert "noisy-small" not in ds.names and "large-ok" in ds.names
     result = train.train(steady + [noisy_small, large_ok, noisy_large], n_splits=3, repeats=1)
@@ -1009,24 +1016,24 @@ def test_repeated_cross_validation_size_bands_and_held_out_matrices():
     assert measured["geomean"] >= held["all"]["tree"]["geomean"]  # the tree's pick is a candidate
     assert result.model.provenance["held_out"] == 3
     assert result.model.provenance["matrices"] == len(records) - 2
-    ds, _ = train.dataset(records)
-    bands = {band[0]: train.band_rows(ds, band).size for band in train.BANDS}
+    ds, _ = dataset(records)
+    bands = {band[0]: band_rows(ds, band).size for band in BANDS}
     assert sum(bands.values()) == len(ds)
     trained = [r for r in records if r["name"] not in ("fem-0", records[-2]["name"])]
-    ds, _ = train.dataset(trained)
-    for band in train.BANDS:
-        rows = train.band_rows(ds, band)
+    ds, _ = dataset(trained)
+    for band in BANDS:
+        rows = band_rows(ds, band)
         if rows.size:
             assert scores["bands"][band[0]]["always coo"]["n"] == rows.size
     assert "## By size (nonzeros), out of fold" in result.report
     assert "## Held-out matrices (3; never used for training or tuning)" in result.report
     def tests(seed):
         return sorted(tuple(ds.groups[te][:1]) + tuple(te) for _, te in
-                      train.group_splits(ds.groups, 3, seed))
+                      group_splits(ds.groups, 3, seed))
 
     assert len({str(tests(seed)) for seed in range(1, 6)}) > 1, "shuffling changes the folds"
     for seed in (None, 1, 2):
-        for tr, te in train.group_splits(ds.groups, 3, seed):
+        for tr, te in group_splits(ds.groups, 3, seed):
             assert not set(ds.groups[tr]) & set(ds.groups[te])
 
 
@@ -1085,7 +1092,7 @@ def test_a_float32_retrain_never_replaces_the_float64_model(tmp_path, monkeypatc
     assert TreeModel.load(path32).provenance["dtype"] == "float32"
     assert selector.find_model("cpu", dtype="float32").path == path32
     assert selector.find_model("cpu", dtype="float64").path == path64
-    A = corpus.stencil("dtype", 3000, 5)
+    A = generators.stencil("dtype", 3000, 5)
     decision = autospmv.select(A.astype(np.float32), device="cpu")
     assert decision.source == f"model {path32.name}"
     assert "a float32 model, deciding for a float32 matrix" in decision.notes
@@ -1179,5 +1186,5 @@ def test_two_labelling_runs_on_one_file_take_turns(tmp_path):
     assert codes == [0, 0], [log.read_text()[-2000:] for log in logs]
     summaries = sorted(log.read_text().split("labelled ")[1][:2] for log in logs)
     assert summaries == ["0 ", "9 "]
-    names = [record["name"] for record in label.read_records(out)]
+    names = [record["name"] for record in read_records(out)]
     assert sorted(names) == sorted(e.name for e in corpus.corpus("tiny"))

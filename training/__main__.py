@@ -55,8 +55,9 @@ def _default_device() -> str:
 
 def _parser(prog: str = "python -m autospmv.training") -> argparse.ArgumentParser:
     from .corpus import PRESETS
-    from .label import TRAINING_MODES
-    from .train import DEFAULT_OBJECTIVES, OBJECTIVES, REPEATS
+    from .crossval import DEFAULT_OBJECTIVES, REPEATS
+    from .fitting import OBJECTIVES
+    from .records import TRAINING_MODES
 
     parser = argparse.ArgumentParser(prog=prog, description=(
         "Label matrices with every kernel's time, train the kernel-selection tree, export it."))
@@ -184,8 +185,10 @@ def _entries(preset: str, folders):
 
 
 def _label(args, preset: str, out, budget_minutes) -> dict:
+    from autospmv._run.timing import TimingOptions
+
     from .label import label
-    from .timing import QUICK, TimingOptions
+    from .timing import QUICK
 
     summary = label(
         _entries(preset, args.matrices), out, args.device, dtype=args.dtype,

@@ -45,8 +45,8 @@ matrix is most of it: about 25 s on a 2-core 2.1 GHz Xeon).
 files; a ``MANIFEST.tsv`` beside them (columns ``name``, ``family``, optionally ``nnz``)
 supplies each file's family.
 
-The generators themselves live in :mod:`training.generators` (their names stay importable from
-here); this module keeps the entries, presets, files and grown copies.
+The generators themselves live in :mod:`training.generators`; this module keeps the entries,
+presets, files and grown copies.
 """
 
 from __future__ import annotations
@@ -66,12 +66,7 @@ import scipy.sparse as sp
 
 from autospmv._run.validation import load_matrix_file
 
-# The synthetic generators live in training/generators.py; their names stay importable here.
-from .generators import (GENERATORS, _from_rows, _pareto_lengths,  # noqa: F401
-                                 _rng, _rows_for, _side, _stencil_pattern,
-                                 _tridiagonal_pattern, _with_values, banded, block_diagonal,
-                                 block_fem, dense_rows, diagonal, long_rows, lp, permuted,
-                                 power_law, road, stencil, uniform_random)
+from .generators import GENERATORS, _rng
 
 SYNTHETIC = "synthetic"
 

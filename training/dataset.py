@@ -5,7 +5,7 @@ kernel added with :func:`autospmv.register` and labelled is trained on like a bu
 
 :func:`dataset` checks the records (one per matrix, one set of feature names, the features
 this trainer reads) and takes each matrix's times in the timing mode the size rule gives
-(:func:`training.label.target_mode`); noisy records and records without an ``ok`` kernel are
+(:func:`training.records.target_mode`); noisy records and records without an ``ok`` kernel are
 left out. Kept apart from the metrics, the fitting and the cross-validation, which all read a
 :class:`Dataset` and none of which needs to know the label file's layout.
 """
@@ -19,7 +19,7 @@ import numpy as np
 
 from autospmv import _registry as registry
 from autospmv._decide.features import FEATURE_NAMES
-from .label import LARGE_NNZ, TRAINING_MODES, is_noisy, target_mode
+from .records import LARGE_NNZ, TRAINING_MODES, is_noisy, target_mode
 
 
 @dataclasses.dataclass
@@ -43,7 +43,7 @@ class Dataset:
     """Names of the records left out because their timings stayed disturbed."""
     large_nnz: float | None = None
     """The nonzeros from which the rows were timed back-to-back, smaller ones per call (timing
-    mode ``auto``: :data:`training.label.LARGE_NNZ`); None when one mode times every row."""
+    mode ``auto``: :data:`training.records.LARGE_NNZ`); None when one mode times every row."""
 
     def __post_init__(self):
         self.groups = np.array([f"{f}/{'real' if r else 'synthetic'}"
@@ -66,7 +66,7 @@ def dataset(records, mode: str = "auto") -> tuple[Dataset, list[str]]:
     """(the usable records as a Dataset, names of records dropped because no kernel was ok).
 
     Each record's times are taken in ``target_mode(nnz, mode)``; records whose timings stayed
-    disturbed in that mode (:func:`training.label.is_noisy`) are left out and listed in
+    disturbed in that mode (:func:`training.records.is_noisy`) are left out and listed in
     ``Dataset.noisy``."""
     if mode not in TRAINING_MODES:
         raise ValueError(f"unknown timing mode {mode!r}; choose one of "

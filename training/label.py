@@ -3,11 +3,11 @@
 For each matrix the labeller canonicalises it, computes :func:`autospmv._decide.features.features`
 (timed), and measures every kernel of the registry (:func:`autospmv.kernel_names`) with its
 chooser's parameters for the device, plus the parameter variants its registry entry names, which
-show whether the choosers choose well: ``csr_vector``
-with every group size, ``hyb`` with every width strategy of :mod:`autospmv.formats.hyb`,
-``csr5`` with every tile height of :data:`CSR5_SIGMAS`. A configuration whose parameters equal
-one already measured is not timed again; its record repeats the measurement. All
-configurations of a matrix are built and checked first and then timed together, interleaved
+show whether the choosers choose well: ``csr_vector`` with every group size, ``hyb`` with every
+width strategy and ``csr5`` with every tile height (:mod:`autospmv._decide.choosers`:
+``THREADS_PER_ROW_VARIANTS``, ``HYB_STRATEGIES``, ``CSR5_SIGMAS``). A configuration whose
+parameters equal one already measured is not timed again; its record repeats the measurement.
+All configurations of a matrix are built and checked first and then timed together, interleaved
 (:meth:`autospmv._run.timing.Bench.time_all`, through :class:`training.timing.Bench`).
 
 Each configuration gets a status:
@@ -54,10 +54,10 @@ crash is dropped. Matrix generation runs in parallel (joblib) one chunk at a tim
 while anything is being timed; features are computed in the timing process so that their time
 is not distorted by other work. A time budget stops the run between matrices.
 
-The record helpers (:func:`target_mode`, :func:`is_noisy`, reading and appending the labels
-file) live in :mod:`training.records` and the time forecast in :mod:`training.forecast`, so
-that the trainer and the CLI read labels without the labelling machinery; their names stay
-importable from here.
+The record helpers (:func:`~training.records.target_mode`, :func:`~training.records.is_noisy`,
+reading and appending the labels file) live in :mod:`training.records` and the time forecast
+in :mod:`training.forecast`, so that the trainer and the CLI read labels without the labelling
+machinery.
 """
 
 from __future__ import annotations
@@ -75,28 +75,17 @@ import joblib
 import numpy as np
 
 import autospmv
-from autospmv._decide import choosers
 from autospmv import _registry as registry
 from autospmv._decide.features import features
-from autospmv.formats.base import FormatTooLargeError
+from autospmv._run.timing import TimingOptions, relative_error, release_device_memory
 from autospmv._run.validation import canonicalize
+from autospmv.formats.base import FormatTooLargeError
 from . import corpus as corpus_module
-from .timing import (QUICK, TOLERANCE, Bench, TimingOptions, device_info,  # noqa: F401
-                             relative_error, release_device_memory, require_real_gpu)
-
-# Records, timing modes and the labels file: training/records.py (names kept importable here)
-from .records import (GZIP_MAGIC, LARGE_NNZ, NOISE_LIMIT, SCHEMA,  # noqa: F401
-                              TIMING_MODES, TRAINING_MODES, _append, _compressed, _decode,
-                              _parse, _resume, _rewrite, _timing_name, is_noisy, read_records,
-                              row_noise, target_mode)
-# The labelling-time forecast: training/forecast.py (names kept importable here)
-from .forecast import (Forecast, _minutes, _predicted_seconds,  # noqa: F401
-                               labelling_seconds, reference_labels)
-
-THREADS_PER_ROW = choosers.THREADS_PER_ROW_VARIANTS
-HYB_STRATEGIES = choosers.HYB_STRATEGIES
-CSR5_SIGMAS = choosers.CSR5_SIGMAS
-"""The built-in kernels' parameter variants (each kernel's ``KernelSpec.variants``)."""
+from .forecast import Forecast, _minutes, _predicted_seconds
+from .generators import power_law
+from .records import (SCHEMA, TIMING_MODES, _append, _resume, is_noisy, row_noise,
+                      target_mode)
+from .timing import TOLERANCE, Bench, device_info, require_real_gpu
 
 
 @dataclasses.dataclass(frozen=True)
@@ -285,7 +274,7 @@ def _warm_up(device: str, dtype: str, options: TimingOptions, variants: bool) ->
     for nnz in (3_000, 60_000):
         entry = corpus_module.Entry(f"warm-up-{nnz}", "warm-up", corpus_module.SYNTHETIC,
                                     corpus_module.size_tag(nnz), nnz,
-                                    lambda nnz=nnz: corpus_module.power_law("warm-up", nnz, 2.2))
+                                    lambda nnz=nnz: power_law("warm-up", nnz, 2.2))
         csr = load_canonical(entry, dtype)[0]
         label_matrix(entry, csr, device, dataclasses.replace(options, max_seconds=0.0),
                      variants)

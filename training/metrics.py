@@ -17,7 +17,7 @@ import numpy as np
 from autospmv._decide import selection as selector
 from autospmv._decide.model import CostModel
 from .dataset import Dataset, _time
-from .label import target_mode
+from .records import target_mode
 
 if TYPE_CHECKING:  # only named in an annotation; fitting.py does not import this module
     from .fitting import Fitted

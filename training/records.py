@@ -25,7 +25,9 @@ except ImportError:  # Windows: no advisory file locks
     fcntl = None
 
 from autospmv._decide.cost import launches_of_features
-from .timing import QUICK, TimingOptions
+from autospmv._run.timing import TimingOptions
+
+from .timing import QUICK
 
 
 SCHEMA = "autospmv-labels/1"

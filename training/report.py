@@ -15,7 +15,7 @@ import numpy as np
 from autospmv._decide.model import CostModel, TreeModel
 from .dataset import Dataset
 from .fitting import QUALITY_FLOOR, Hyper, RegimeHyper
-from .label import LARGE_NNZ, NOISE_LIMIT
+from .records import LARGE_NNZ, NOISE_LIMIT
 from .metrics import (best_fixed, chooser_quality, fixed_policy, rule_policy,
                               selection_metrics)
 

@@ -1,11 +1,10 @@
 """The labeller's side of the timer: :mod:`autospmv._run.timing` plus what only labelling needs.
 
-The timer itself (the clocks, :class:`TimingOptions`, :func:`summary`, :func:`relative_error`,
-:class:`Bench` with its interleaved rounds and contention check, :func:`noise_ratio`) lives in
+The timer itself (the clocks, ``TimingOptions``, ``summary``, ``relative_error``, ``Bench``
+with its interleaved rounds and contention check, ``noise_ratio``) lives in
 :mod:`autospmv._run.timing`, which the command line and ``prepare(..., tune="measure")`` use too
 (autospmv cannot import this optional package); its module doc gives the measurement method.
-Those names are re-exported here, so the labeller and the benchmarks import everything they time
-with from one place. This module adds:
+This module adds:
 
 * :data:`TOLERANCE`: the relative error a label accepts against SciPy;
 * :data:`QUICK`: the short timings of ``--quick`` (tests and smoke runs);
@@ -23,10 +22,7 @@ import platform
 import numpy as np
 
 from autospmv._run import timing as _timing
-from autospmv._run.timing import (  # noqa: F401  (re-exported: the labeller's and benchmarks' timer)
-    CpuClock, CudaClock, TimingOptions, clock, noise_ratio, relative_error,
-    release_device_memory, summary, time_calls,
-)
+from autospmv._run.timing import TimingOptions
 
 TOLERANCE = {np.dtype(np.float32): 1e-5, np.dtype(np.float64): 1e-12}
 """Largest accepted ‖y − y_ref‖ / ‖y_ref‖ against SciPy in float64, per value dtype."""

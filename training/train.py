@@ -1,11 +1,11 @@
 """Training: fit the kernel-selection tree on label records, cross-validate it, export it.
 
 Times come from the chosen timing mode: ``auto`` (default) takes each matrix's time by the
-size rule of :func:`training.label.target_mode` (back-to-back from 10⁶ nonzeros, what an
+size rule of :func:`training.records.target_mode` (back-to-back from 10⁶ nonzeros, what an
 iterative solver sees on a large matrix; per call below, where launch and synchronisation
 dominate); ``per_call`` or ``b2b`` take one mode for every matrix. A kernel whose status is not
 ``ok`` counts as infinitely slow. A label row whose timings stayed disturbed
-(:func:`training.label.is_noisy`) is left out and counted in the report. The tree names a
+(:func:`training.records.is_noisy`) is left out and counted in the report. The tree names a
 kernel only: its parameters come from the registry's choosers when the model is used.
 
 Selection quality of a policy on a matrix is ``q = t(best kernel) / t(chosen kernel)`` (1 is
@@ -40,7 +40,7 @@ of the cross-validation like the tree, and its own out-of-fold choices are repor
 policy "cost model alone".
 
 Size regimes: in timing mode ``auto`` the labels hold two targets, per-call times below
-:data:`training.label.LARGE_NNZ` nonzeros and back-to-back times from it. Where the training
+:data:`training.records.LARGE_NNZ` nonzeros and back-to-back times from it. Where the training
 rows hold at least :data:`training.fitting.MIN_REGIME_MATRICES` matrices of each, the model is
 fitted per regime (:func:`training.fitting.regimes`): a cost-model coefficient table each, and a
 tree each with its own hyperparameters, joined under a root that splits on ``nnz`` at the
@@ -97,7 +97,7 @@ Layout: this module holds the whole job (:func:`train`, :func:`train_files`, the
 evaluation and the provenance); the label records as arrays are in :mod:`training.dataset`,
 the metrics and policies in :mod:`training.metrics`, the cost-model and tree fitting in
 :mod:`training.fitting`, the grid, cross-validation and guard in :mod:`training.crossval` and
-the Markdown report in :mod:`training.report`. Their names stay importable from here.
+the Markdown report in :mod:`training.report`.
 """
 
 from __future__ import annotations
@@ -113,36 +113,17 @@ import numpy as np
 import autospmv
 from autospmv._decide.model import TreeModel
 from autospmv._session import TUNE_CANDIDATES
-from .label import LARGE_NNZ, read_records
-
-# The pieces of training live in their own modules; their names stay importable from here.
-# Label records as arrays: training/dataset.py
-from .dataset import Dataset, _time, dataset  # noqa: F401
-# Selection metrics and policies: training/metrics.py
-from .metrics import (BANDS, FIXED, RULE_LONG, RULE_NNZ, RULE_ROW,  # noqa: F401
-                              RULE_SHORT, band_rows, best_fixed, chooser_quality, cost_policy,
-                              first_feasible, fixed_kernel, fixed_name, fixed_policy,
-                              mean_metrics, measure_policy, policies, rule_policy,
-                              selection_metrics, selection_score, tree_policy)
-# Cost model, objectives and tree fitting: training/fitting.py
-from .fitting import (CORRECTION_CLIP, CORRECTION_FEATURES,  # noqa: F401
-                              MIN_REGIME_MATRICES, OBJECTIVES, QUALITY_FLOOR,
-                              TREE_BASE_FEATURES, WEIGHTINGS, CorrectionTree, Fitted, Hyper,
-                              QualityTree, RegimeHyper, RegimeTree, correction_targets, fit,
-                              fit_coefficients, fit_cost_model, quality_gains, regimes,
-                              sample_weights)
-# Hyperparameter grid, cross-validation and the install guard: training/crossval.py
-from .crossval import (DEFAULT_OBJECTIVES, FALLBACK_HYPER, GRID, REPEATS,  # noqa: F401
-                               Fold, group_splits, guard, hyper_grid, leave_one_family_out,
-                               nested_cv, select_hyper)
-# The Markdown report: training/report.py
 from .corpus import read_names
+from .crossval import (DEFAULT_OBJECTIVES, GRID, REPEATS, guard, hyper_grid, leave_one_family_out,
+                       nested_cv, select_hyper)
+from .dataset import dataset
 from .defaults import (calibrate, first_in_ranking, out_of_kind, overrides_lose, policy_choices,
                        tree_scores)
-from .report import (METRIC_HEADERS, _all_real_row, _band_table,  # noqa: F401
-                             _cost_model_table, _describe, _fmt, _metric_cells, _MODE_WORDS,
-                             _pct, _real_counts, _real_matrix_table, _report, _table)
-
+from .fitting import QUALITY_FLOOR, Fitted, fit
+from .metrics import (BANDS, band_rows, cost_policy, mean_metrics, measure_policy, policies,
+                      selection_metrics, tree_policy)
+from .records import LARGE_NNZ, read_records
+from .report import _report
 
 @dataclasses.dataclass
 class TrainResult:

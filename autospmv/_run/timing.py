@@ -24,7 +24,7 @@ a slow phase of the machine affects all kernels of the matrix alike.
 Contention check: a timing whose median is more than ``noise_limit`` (1.5) times its minimum
 was disturbed (another process, a clock change) and is taken again, up to ``retries`` times;
 the least disturbed attempt is kept and the figures record the ratio, so that the labeller
-(:func:`autospmv.training.label.row_noise`) can leave a matrix whose timings stay disturbed out
+(:func:`autospmv.training.records.row_noise`) can leave a matrix whose timings stay disturbed out
 of training rather than silently use it.
 
 Callables that are not operators (SciPy's or CuPy's ``A @ x``, :func:`autospmv.select`) are
