@@ -17,6 +17,7 @@ from ._run.device_input import canonical_device_csr, is_device_matrix, upload_cs
 from ._run.devices import check_device, resolve_device, target_device
 from ._run.operator import SpMVOperator, borrows
 from ._run.threads import check_threads
+from ._run.tuning import measure, measuring_pays
 from ._run.validation import canonicalize
 from .formats.base import FormatTooLargeError
 
@@ -137,27 +138,6 @@ def _decide(csr, kernel, device, model, params=None, uploaded=None) -> Decision:
     return decision
 
 
-TUNE_CANDIDATES = 3
-"""How many of the tree's best-ranked kernels ``tune="measure"`` times at most."""
-TUNE_MARGIN = 1.0
-"""A candidate the tree ranks this far behind its first choice (in the model's units: log2 of
-the estimated slow-down for a correction tree) is not built or timed: on the labels the tree's
-estimates at such margins were never wrong about which kernel is faster."""
-TUNE_PRODUCTS = 70
-"""About how many products :data:`TUNE_TIMING` runs per candidate (a warm-up, then the
-back-to-back batches and per-call repeats of its rounds): the timing part of the cost of
-measuring that :func:`measuring_pays` weighs."""
-MEASURE_GAIN = 0.03
-"""The share of product time measuring is expected to save over the tree's prediction, for
-:func:`measuring_pays`: about what the measured kernel gained over the predicted one on the
-held-out matrices grown to 2·10⁷ nonzeros (the model cards' held-out section)."""
-TUNE_TIMING = dict(warmup=1, repeats=3, min_repeats=3, max_seconds=0.02, b2b_calls=10,
-                   b2b_repeats=3, vectors=2, rounds=2, retries=1)
-"""The timer's options for ``tune="measure"`` (:class:`autospmv._run.timing.TimingOptions`): a few
-batches of back-to-back products per candidate, interleaved, enough to order kernels that
-differ by more than a few per cent."""
-
-
 def prepare(A, *, kernel: str | None = None, device: str | None = None, model=None,
             params: dict | None = None, tune: str | None = None,
             threads: int | None = None, products: int | None = None) -> SpMVOperator:
@@ -180,14 +160,15 @@ def prepare(A, *, kernel: str | None = None, device: str | None = None, model=No
     memory, the tree's next choice is tried, and ``op.decision`` records it; a forced kernel
     raises instead.
 
-    ``tune="measure"`` (in the manner of FFTW_MEASURE) builds up to :data:`TUNE_CANDIDATES`
-    of the decision's best-ranked kernels that A's formats accept (without a model: the rule's
-    kernel, then the registry's kernels in order; those the tree ranks :data:`TUNE_MARGIN` or
-    more behind its first choice are skipped; on the GPU all are converted from one upload of
-    A), times each on A back-to-back (the kernel's own time, what an iterative solver's loop of
-    products sees) with the labeller's timer (:class:`autospmv._run.timing.Bench` with
-    :data:`TUNE_TIMING`: a warm-up, then a few batches, all candidates interleaved) and keeps
-    the fastest; on CUDA it needs a real GPU (under numba-cuda's
+    ``tune="measure"`` (in the manner of FFTW_MEASURE) builds up to
+    :data:`~autospmv._run.tuning.TUNE_CANDIDATES` of the decision's best-ranked kernels that A's
+    formats accept (without a model: the rule's kernel, then the registry's kernels in order;
+    those the tree ranks :data:`~autospmv._run.tuning.TUNE_MARGIN` or more behind its first
+    choice are skipped; on the GPU all are converted from one upload of A), times each on A
+    back-to-back (the kernel's own time, what an iterative solver's loop of products sees) with
+    the labeller's timer (:class:`autospmv._run.timing.Bench` with
+    :data:`~autospmv._run.tuning.TUNE_TIMING`: a warm-up, then a few batches, all candidates
+    interleaved) and keeps the fastest; on CUDA it needs a real GPU (under numba-cuda's
     simulator it would time a Python interpreter, and raises RuntimeError).
     ``op.decision.tuning`` records the predicted kernel, every candidate's times, the kept one
     and the seconds tuning took, also as a count of the kept kernel's products. It pays off
@@ -199,10 +180,12 @@ def prepare(A, *, kernel: str | None = None, device: str | None = None, model=No
     ``products``: a workload hint, the number of products the caller expects to run with the
     operator (an iterative solver's iterations, for example). With a model's decision and
     ``tune=None``, :func:`prepare` measures by itself (as ``tune="measure"``) when that pays
-    by the rule of :func:`measuring_pays`: the products' expected saving, ``products`` × the
-    chosen kernel's estimated time × :data:`MEASURE_GAIN`, exceeds the estimated cost of
-    measuring, the conversions of the other candidates (each costed as the predicted kernel's
-    conversion just measured) and :data:`TUNE_PRODUCTS` timed products of each candidate.
+    by the rule of :func:`~autospmv._run.tuning.measuring_pays`: the products' expected saving,
+    ``products`` × the chosen kernel's estimated time ×
+    :data:`~autospmv._run.tuning.MEASURE_GAIN`, exceeds the estimated cost of measuring, the
+    conversions of the other candidates (each costed as the predicted kernel's conversion just
+    measured) and
+    :data:`~autospmv._run.tuning.TUNE_PRODUCTS` timed products of each candidate.
     ``op.explain()`` shows the figures and the outcome.
 
     The operator is a snapshot: it holds its own copy of A's values and structure, so changing
@@ -232,7 +215,7 @@ def prepare(A, *, kernel: str | None = None, device: str | None = None, model=No
         decision = _decide(csr, kernel, device, model, params, uploaded)
         source = None
     if tune == "measure":
-        return _measure(csr, decision, device, borrowed, threads, uploaded)
+        return measure(csr, decision, device, borrowed, threads, uploaded)
     while True:
         try:
             started = time.perf_counter()
@@ -258,7 +241,7 @@ def prepare(A, *, kernel: str | None = None, device: str | None = None, model=No
         op.decision.notes.append(note)
         if not pays:
             return op
-        return _measure(csr, op.decision, device, borrowed, threads, uploaded, built=op)
+        return measure(csr, op.decision, device, borrowed, threads, uploaded, built=op)
 
 
 def _simulated(device: str) -> bool:
@@ -275,101 +258,3 @@ def _check_products(products):
     if products < 0:
         raise ValueError(f"products must be 0 or more, not {products}")
     return int(products)
-
-
-def measure_candidates(decision: Decision) -> list[str]:
-    """The kernels ``tune="measure"`` would time for ``decision`` when every format accepts A:
-    the tree's first choice and its next-ranked kernels less than :data:`TUNE_MARGIN` behind,
-    :data:`TUNE_CANDIDATES` at most."""
-    ranking = [decision.kernel] + [k for k in decision.candidates if k != decision.kernel]
-    near = [k for k in ranking[1:] if decision.margins.get(k, np.inf) < TUNE_MARGIN]
-    return [decision.kernel] + near[:TUNE_CANDIDATES - 1]
-
-
-def measuring_pays(decision: Decision, products: int, conversion_s: float) -> tuple[bool, str]:
-    """Whether measuring the candidates pays for ``products`` products, and the note that says
-    why: it pays when ``products × t̂ × MEASURE_GAIN`` (the expected saving; t̂ the chosen
-    kernel's estimated µs per product) exceeds ``(c − 1) × conversion_s + c × TUNE_PRODUCTS ×
-    t̂`` (the expected cost: the other candidates' conversions, each costed as the chosen
-    kernel's ``conversion_s``, and the timed products), c the number of
-    :func:`measure_candidates`. A decision without a time estimate (the built-in rule, a model
-    without a cost model) or with a single candidate never measures."""
-    head = f"workload hint: {products:,} products"
-    estimate = decision.estimates_us.get(decision.kernel)
-    if estimate is None:
-        return False, head + "; the decision has no time estimate, so nothing is measured"
-    candidates = measure_candidates(decision)
-    if len(candidates) < 2:
-        return False, (head + f"; no other kernel is ranked within {TUNE_MARGIN:g} of "
-                       f"{decision.kernel}, so nothing is measured")
-    product_s = estimate * 1e-6
-    saving = products * product_s * MEASURE_GAIN
-    cost = ((len(candidates) - 1) * conversion_s
-            + len(candidates) * TUNE_PRODUCTS * product_s)
-    pays = saving > cost
-    return pays, (
-        f"{head} × {estimate:.3g} µs estimated × {MEASURE_GAIN:.0%} expected gain = "
-        f"{saving * 1e3:.3g} ms {'>' if pays else '≤'} {cost * 1e3:.3g} ms to measure "
-        f"{', '.join(candidates)} ({len(candidates) - 1} more conversions of "
-        f"{conversion_s * 1e3:.3g} ms, {TUNE_PRODUCTS} timed products each): "
-        + ("measured" if pays else "kept the prediction"))
-
-
-def _measure(csr, decision: Decision, device: str, borrowed: bool,
-             threads=None, uploaded=None, built: SpMVOperator | None = None) -> SpMVOperator:
-    """``prepare(..., tune="measure")``: build the top candidates (on the GPU from the CSR
-    uploaded once, when CuPy is there), time them back-to-back, keep the fastest. Candidates the
-    tree ranks :data:`TUNE_MARGIN` or more behind its first choice are skipped. ``built``: the
-    operator of the decision's own kernel, already converted."""
-    from ._run import devices
-    from ._run.timing import Bench, TimingOptions, release_device_memory
-
-    if device == "cuda" and devices.cuda_simulator():
-        raise RuntimeError("tune='measure' under numba-cuda's simulator (NUMBA_ENABLE_CUDASIM=1) "
-                           "would time a Python interpreter, not a GPU; use tune=None")
-    started = time.perf_counter()
-    ranking = [decision.kernel] + list(decision.candidates)
-    ranking += [k for k in registry.names() if k not in ranking]
-    ops, refused = ({} if built is None else {decision.kernel: built}), []
-    far = {k for k, m in decision.margins.items() if m >= TUNE_MARGIN}
-    for k in ranking:
-        if len(ops) == TUNE_CANDIDATES:
-            break
-        if k in ops or (k in far and k != decision.kernel):
-            continue
-        params = decision.params if k == decision.kernel else registry.choose_params(k, csr,
-                                                                                      device)
-        candidate = dataclasses.replace(
-            decision, kernel=k, params=params, notes=list(decision.notes),
-            candidates=[c for c in ranking if c != k])
-        try:
-            ops[k] = SpMVOperator._canonical(csr, candidate, device, threads,
-                                             borrowed=borrowed, uploaded=uploaded)
-        except (FormatTooLargeError, MemoryError):
-            refused.append(k)
-    x = np.full(csr.shape[1], 0.5, dtype=csr.dtype)  # x's values do not change a kernel's time
-    options = TimingOptions(**TUNE_TIMING)
-    timings = Bench(device, x, csr.shape[0], options).time_all(ops)
-    times = {k: t for k, t in timings.items() if isinstance(t, dict)}
-    if not times:
-        raise RuntimeError(f"tune='measure': no candidate could be timed ({timings})")
-    best = min(times, key=lambda k: times[k]["b2b"]["median"])
-    op = ops[best]
-    del ops  # the other candidates' buffers go now, not at the next collection
-    release_device_memory(device)
-    seconds = time.perf_counter() - started
-    best_us = times[best]["b2b"]["median"]
-    op.decision.tuning = {
-        "predicted": decision.kernel, "kept": best, "timing": "b2b",
-        "times_us": {k: {"b2b": t["b2b"]["median"], "per_call": t["per_call"]["median"]}
-                     for k, t in times.items()},
-        "refused": refused, "skipped": sorted(far - {decision.kernel}),
-        "seconds": seconds, "products": seconds * 1e6 / best_us,
-    }
-    measured = ", ".join(f"{k} {t['b2b']['median']:.3g}" for k, t in
-                         sorted(times.items(), key=lambda kt: kt[1]["b2b"]["median"]))
-    op.decision.notes.append(
-        f"tune='measure': back-to-back µs per product: {measured}; kept {best} (predicted "
-        f"{decision.kernel}); tuning took {seconds * 1e3:.1f} ms, the time of "
-        f"{seconds * 1e6 / best_us:.0f} products")
-    return op

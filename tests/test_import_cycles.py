@@ -120,9 +120,9 @@ def test_the_graph_sees_the_imports_it_should():
     assert "autospmv.kernels.cpu" in graph["autospmv.kernels.cpu.csr"]  # from . import ...
     # devices imports autospmv.kernels.cuda inside cuda_available() only.
     assert graph["autospmv._run.devices"] == set()
-    # session imports the timer inside _measure (tune="measure") only.
-    assert "autospmv._run.timing" not in graph["autospmv._session"]
-    assert "autospmv._run.timing" in import_graph(functions=True)["autospmv._session"]
+    # tuning imports the timer inside measure (tune="measure") only.
+    assert "autospmv._run.timing" not in graph["autospmv._run.tuning"]
+    assert "autospmv._run.timing" in import_graph(functions=True)["autospmv._run.tuning"]
 
 
 def test_the_timer_stands_on_numpy_alone():

@@ -1012,7 +1012,7 @@ def test_repeated_cross_validation_size_bands_and_held_out_matrices():
     held = scores["held_out"]
     assert sorted(held["names"]) == ["fem-0", "web-0-x4", records[-2]["name"]]
     assert held["all"]["tree"]["n"] == 3 and "always csr5" in held["all"]
-    measured = held["all"][f"tune='measure' (top {autospmv._session.TUNE_CANDIDATES})"]
+    measured = held["all"][f"tune='measure' (top {autospmv._run.tuning.TUNE_CANDIDATES})"]
     assert measured["geomean"] >= held["all"]["tree"]["geomean"]  # the tree's pick is a candidate
     assert result.model.provenance["held_out"] == 3
     assert result.model.provenance["matrices"] == len(records) - 2

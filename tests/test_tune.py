@@ -11,7 +11,9 @@ import pytest
 from sklearn.tree import DecisionTreeClassifier
 
 import autospmv
-from autospmv import _session as session
+from autospmv._decide.selection import Decision
+from autospmv._run.tuning import (MEASURE_GAIN, TUNE_CANDIDATES, TUNE_MARGIN, TUNE_PRODUCTS,
+                                   measure, measure_candidates, measuring_pays)
 from autospmv._run.operator import SpMVOperator
 from autospmv._decide.model import TreeModel
 from autospmv._run.validation import canonicalize
@@ -28,7 +30,7 @@ def test_measure_keeps_the_measured_fastest_and_records_it():
     predicted = autospmv.select(A, device="cpu", model=CPU_MODEL)
     op = autospmv.prepare(A, device="cpu", model=CPU_MODEL, tune="measure")
     tuning = op.decision.tuning
-    expected = [predicted.kernel] + predicted.candidates[:session.TUNE_CANDIDATES - 1]
+    expected = [predicted.kernel] + predicted.candidates[:TUNE_CANDIDATES - 1]
     assert list(tuning["times_us"]) == expected
     assert tuning["predicted"] == predicted.kernel and tuning["timing"] == "b2b"
     b2b = {k: t["b2b"] for k, t in tuning["times_us"].items()}
@@ -98,7 +100,7 @@ def test_measure_refuses_the_cuda_simulator(monkeypatch):
     A = canonicalize(poisson2d(5))
     decision = autospmv.select(A, device="cuda")
     with pytest.raises(RuntimeError, match="simulator .* would time a Python interpreter"):
-        session._measure(A, decision, "cuda", borrowed=False)
+        measure(A, decision, "cuda", borrowed=False)
 
 
 def test_tune_arguments_are_checked():
@@ -109,29 +111,29 @@ def test_tune_arguments_are_checked():
 
 
 def _decision(estimate_us, margins):
-    return session.Decision("csr5", {}, "model m", candidates=list(margins), margins=margins,
+    return Decision("csr5", {}, "model m", candidates=list(margins), margins=margins,
                             estimates_us={"csr5": estimate_us})
 
 
 def test_measuring_pays_when_the_saving_exceeds_the_conversions_and_timed_products():
     decision = _decision(100.0, {"csr_scalar": 0.2, "hyb": 0.5, "coo": 3.0})
-    assert session.measure_candidates(decision) == ["csr5", "csr_scalar", "hyb"]
+    assert measure_candidates(decision) == ["csr5", "csr_scalar", "hyb"]
     # cost: 2 conversions of 10 ms + 3 × TUNE_PRODUCTS products of 100 µs
-    cost = 2 * 0.010 + 3 * session.TUNE_PRODUCTS * 100e-6
-    breakeven = cost / (100e-6 * session.MEASURE_GAIN)
+    cost = 2 * 0.010 + 3 * TUNE_PRODUCTS * 100e-6
+    breakeven = cost / (100e-6 * MEASURE_GAIN)
     below, above = int(breakeven * 0.99), int(breakeven * 1.01) + 1
-    pays, note = session.measuring_pays(decision, below, 0.010)
+    pays, note = measuring_pays(decision, below, 0.010)
     assert not pays and note.endswith("kept the prediction") and f"{below:,} products" in note
-    pays, note = session.measuring_pays(decision, above, 0.010)
+    pays, note = measuring_pays(decision, above, 0.010)
     assert pays and note.endswith("measured") and "csr5, csr_scalar, hyb" in note
 
 
 def test_measuring_never_pays_without_an_estimate_or_a_second_candidate():
-    far = _decision(100.0, {"csr_scalar": session.TUNE_MARGIN, "hyb": 2.0})
-    pays, note = session.measuring_pays(far, 10**12, 0.0)
+    far = _decision(100.0, {"csr_scalar": TUNE_MARGIN, "hyb": 2.0})
+    pays, note = measuring_pays(far, 10**12, 0.0)
     assert not pays and "no other kernel is ranked within" in note
-    pays, note = session.measuring_pays(
-        session.Decision("csr_vector", {}, "rule", candidates=["coo"]), 10**12, 0.0)
+    pays, note = measuring_pays(
+        Decision("csr_vector", {}, "rule", candidates=["coo"]), 10**12, 0.0)
     assert not pays and "no time estimate" in note
 
 
@@ -146,7 +148,7 @@ def test_the_products_hint_measures_when_it_pays_and_says_so():
     assert len(hint) == 1 and hint[0].endswith(": measured"), hint
     tuning = many.decision.tuning
     assert tuning["predicted"] == few.kernel and tuning["kept"] == many.kernel
-    assert list(tuning["times_us"]) == session.measure_candidates(few.decision)
+    assert list(tuning["times_us"]) == measure_candidates(few.decision)
     assert "workload hint" in many.explain()
     x = np.linspace(-1, 1, A.shape[1])
     np.testing.assert_allclose(many @ x, A @ x, rtol=1e-12)
