@@ -13,12 +13,12 @@ from ._decide.selection import (
     Decision, find_model, forced_decision, model_decision, rule_decision, warn_skipped,
 )
 from ._run.cache import compile_timer
-from ._run.device_input import canonical_device_csr, is_device_matrix, upload_csr
+from ._run.device_input import canonical_device_csr, is_device_matrix, upload_for
 from ._run.devices import check_device, resolve_device, target_device
-from ._run.operator import SpMVOperator, borrows
+from ._run.operator import SpMVOperator
 from ._run.threads import check_threads
 from ._run.tuning import measure, measuring_pays
-from ._run.validation import canonicalize
+from ._run.validation import borrows, canonicalize
 from .formats.base import FormatTooLargeError
 
 
@@ -86,17 +86,6 @@ def _passes_note(needed) -> str:
         "the sampled rows' blocks and x sectors"] * sampled
     return ", ".join(passes[:-1]) + (" and " if len(passes) > 1 else "") + passes[-1] + \
         " counted on the GPU"
-
-
-def _upload(csr, device: str):
-    """The canonical host matrix on the GPU (:func:`autospmv._run.device_input.upload_csr`) when it will
-    run there and CuPy is installed, before the decision: the operator converts from it, and
-    the feature passes run there; else None."""
-    from ._run import devices
-
-    if device != "cuda" or devices.cuda_simulator():
-        return None
-    return upload_csr(csr)
 
 
 def _decide(csr, kernel, device, model, params=None, uploaded=None) -> Decision:
@@ -211,7 +200,7 @@ def prepare(A, *, kernel: str | None = None, device: str | None = None, model=No
         device = resolve_device(device)
         csr = canonicalize(A)
         borrowed = borrows(A, csr)
-        uploaded = _upload(csr, device)
+        uploaded = upload_for(csr, device)
         decision = _decide(csr, kernel, device, model, params, uploaded)
         source = None
     if tune == "measure":

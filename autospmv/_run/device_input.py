@@ -30,6 +30,7 @@ CSR tensors on a CUDA device. Their nonzeros never travel to the host:
 from __future__ import annotations
 
 from ..formats.base import DeviceCSR
+from . import devices
 from .validation import index_dtype, value_dtype
 
 
@@ -96,6 +97,15 @@ def upload_csr(csr) -> DeviceCSR | None:
         return None
     return DeviceCSR(csr.shape, cupy.asarray(csr.indptr), cupy.asarray(csr.indices),
                      cupy.asarray(csr.data), csr.indptr, cupy)
+
+
+def upload_for(csr, device: str) -> DeviceCSR | None:
+    """The canonical host matrix on the GPU (:func:`upload_csr`) when it will run there and CuPy
+    is installed (not under numba-cuda's simulator), before the decision: the operator converts
+    from it, and the feature passes run there; else None."""
+    if device != "cuda" or devices.cuda_simulator():
+        return None
+    return upload_csr(csr)
 
 
 def transposed(A):

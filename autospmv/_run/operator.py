@@ -23,7 +23,8 @@ from .device_input import canonical_device_csr, is_device_matrix, transposed, up
 from .devices import check_device, resolve_device
 from .linear_operator import LinearOperator
 from .threads import check_threads
-from .validation import canonicalize, check_out, check_vector, index_dtype, result_dtype
+from .validation import (borrows, canonicalize, check_out, check_vector, index_dtype,
+                         result_dtype)
 
 
 class SpMVOperator(LinearOperator):
@@ -457,12 +458,6 @@ def tall_transpose(csr) -> bool:
     row_pointer = (n + 1) * index_dtype(csr.nnz, csr.shape).itemsize
     matrix = csr.data.nbytes + csr.indices.nbytes + csr.indptr.nbytes
     return row_pointer > max(matrix, TALL_TRANSPOSE_BYTES)
-
-
-def borrows(A, csr) -> bool:
-    """Whether the canonical ``csr`` that :func:`~autospmv._run.validation.canonicalize` returned for
-    A holds A's own arrays (A was canonical CSR already), which the caller may change later."""
-    return sp.issparse(A) and A.format == "csr" and np.may_share_memory(csr.data, A.data)
 
 
 def _host_arrays(fmt, source) -> tuple:

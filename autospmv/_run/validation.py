@@ -129,6 +129,12 @@ def canonicalize(A) -> sp.csr_matrix:
     return csr
 
 
+def borrows(A, csr) -> bool:
+    """Whether the canonical ``csr`` that :func:`canonicalize` returned for A holds A's own arrays
+    (A was canonical CSR already), which the caller may change later."""
+    return sp.issparse(A) and A.format == "csr" and np.may_share_memory(csr.data, A.data)
+
+
 def _with_native_values(A):
     """A, or a shallow copy of it whose values are in native byte order: SciPy multiplies with
     big-endian values but refuses to convert them (its dtype check knows native types only);
