@@ -8,11 +8,7 @@ import time
 import numpy as np
 
 from . import _registry as registry
-from ._decide.features import canonical_features_and_lengths, passes_needed
-from ._decide.selection import (
-    Decision, find_model, forced_decision, model_decision, rule_decision, warn_skipped,
-)
-from ._run.cache import compile_timer
+from ._decide.selection import Decision, decide
 from ._run.device_input import canonical_device_csr, is_device_matrix, upload_for
 from ._run.devices import check_device, resolve_device, target_device
 from ._run.operator import SpMVOperator
@@ -30,9 +26,9 @@ def select(A, *, kernel: str | None = None, device: str | None = None, model=Non
     ``decision.candidates`` when a format refuses the matrix, and records it.
     """
     if is_device_matrix(A):
-        return _decide_device(canonical_device_csr(A), kernel,
-                              _device_for_device_input(device, resolve=False), params=None)
-    return _decide(canonicalize(A), kernel, target_device(device), model)
+        return decide(canonical_device_csr(A), kernel,
+                      _device_for_device_input(device, resolve=False), model)
+    return decide(canonicalize(A), kernel, target_device(device), model)
 
 
 def _device_for_device_input(device, resolve: bool = True) -> str:
@@ -40,91 +36,6 @@ def _device_for_device_input(device, resolve: bool = True) -> str:
         raise ValueError("this matrix lives on the GPU; prepare it with device='cuda' (or None), "
                          "or pass a SciPy matrix for device='cpu'")
     return resolve_device("cuda") if resolve else "cuda"
-
-
-def _decide_device(csr, kernel, device, params, model=None) -> Decision:
-    """The decision for a matrix on the GPU (see :mod:`autospmv._run.device_input`): ``kernel=`` as on the
-    host; else, above :data:`autospmv._decide.features.SAMPLE_THRESHOLD` nonzeros, the model from the
-    same features as on the host (:func:`autospmv._decide.features.device_features_and_lengths`: at
-    most a sixteenth of the column indices come to the host, no values); else the built-in rule,
-    which reads the row lengths only."""
-    from ._decide.features import SAMPLE_THRESHOLD, device_features_and_lengths
-
-    structure = csr.structure()
-    if kernel is not None:
-        registry.get(kernel)
-        return forced_decision(structure, kernel, device, params)
-    if params:
-        raise ValueError("params= needs kernel= (parameters belong to one kernel)")
-    choice = find_model(device, model, csr.dtype) if csr.nnz > SAMPLE_THRESHOLD else None
-    if choice is not None:
-        needed = choice.model.features_read()
-        with compile_timer() as compiled:
-            started = time.perf_counter()
-            values, lengths = device_features_and_lengths(csr, device, needed=needed)
-            decision = model_decision(structure, choice, values, device, lengths)
-            elapsed = time.perf_counter() - started
-        decision.notes.append(
-            f"device input: features and prediction took {(elapsed - compiled.total) * 1e3:.2f}"
-            f" ms ({_passes_note(needed)})")
-        if compiled.total:
-            decision.notes.append(compiled.note("the feature scan"))
-        return decision
-    decision = rule_decision(structure, device)
-    decision.notes[:] = [f"device input: the built-in rule decided from the row lengths (below "
-                         f"{SAMPLE_THRESHOLD:,} nonzeros the model's features read every column "
-                         "index, which stay on the GPU); pass kernel= to choose"]
-    return decision
-
-
-def _passes_note(needed) -> str:
-    """What the features of a decision on a matrix on the GPU were computed from, for its
-    notes: the passes that the model's features call for (:func:`passes_needed`), all run
-    there (:mod:`autospmv._decide.device_passes`)."""
-    sampled, index_passes = passes_needed(needed)
-    passes = ["row lengths"] + ["bandwidth and diagonals"] * index_passes + [
-        "the sampled rows' blocks and x sectors"] * sampled
-    return ", ".join(passes[:-1]) + (" and " if len(passes) > 1 else "") + passes[-1] + \
-        " counted on the GPU"
-
-
-def _decide(csr, kernel, device, model, params=None, uploaded=None) -> Decision:
-    if kernel is not None:
-        registry.get(kernel)  # validates the name
-        return forced_decision(csr, kernel, device, params)
-    if params:
-        raise ValueError("params= needs kernel= (parameters belong to one kernel)")
-    choice = find_model(device, model, csr.dtype)
-    if choice is None:
-        return rule_decision(csr, device)
-    needed = choice.model.features_read()
-    # with the matrix on the GPU, a chooser that reads column indices reads them there
-    structure = csr if uploaded is None else uploaded.structure()
-    with compile_timer() as compiled:
-        started = time.perf_counter()
-        values, lengths = canonical_features_and_lengths(csr, device=device, uploaded=uploaded,
-                                                         needed=needed)
-        try:
-            decision = model_decision(structure, choice, values, device, lengths)
-        except ValueError as error:  # a model that loads but cannot decide (see find_model)
-            if not choice.retrained:
-                raise
-            warn_skipped(error)
-            choice = find_model(device, model, csr.dtype, retrained=False)
-            if choice is None:
-                return rule_decision(csr, device)
-            needed = choice.model.features_read()
-            if not needed <= values.keys():
-                values, lengths = canonical_features_and_lengths(
-                    csr, device=device, uploaded=uploaded, needed=needed)
-            decision = model_decision(structure, choice, values, device, lengths)
-        elapsed = time.perf_counter() - started
-    decision.notes.append(
-        f"features and prediction took {(elapsed - compiled.total) * 1e3:.2f} ms"
-        + (f" ({_passes_note(needed)})" if uploaded is not None else ""))
-    if compiled.total:
-        decision.notes.append(compiled.note("the feature scan"))
-    return decision
 
 
 def prepare(A, *, kernel: str | None = None, device: str | None = None, model=None,
@@ -194,14 +105,14 @@ def prepare(A, *, kernel: str | None = None, device: str | None = None, model=No
             raise ValueError("tune='measure' needs a host (SciPy) matrix")
         device = _device_for_device_input(device)
         csr = canonical_device_csr(A)
-        decision = _decide_device(csr, kernel, device, params, model)
+        decision = decide(csr, kernel, device, model, params)
         source, borrowed, uploaded = A, False, None
     else:
         device = resolve_device(device)
         csr = canonicalize(A)
         borrowed = borrows(A, csr)
         uploaded = upload_for(csr, device)
-        decision = _decide(csr, kernel, device, model, params, uploaded)
+        decision = decide(csr, kernel, device, model, params, uploaded)
         source = None
     if tune == "measure":
         return measure(csr, decision, device, borrowed, threads, uploaded)

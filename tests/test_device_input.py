@@ -327,12 +327,12 @@ def test_automatic_prepare_of_a_host_matrix_uploads_once_and_decides_as_select(m
 
 
 def test_decision_notes_say_which_passes_ran_on_the_gpu():
-    from autospmv._session import _passes_note
+    from autospmv._decide.selection import passes_note
 
-    assert _passes_note(["row_mean"]) == "row lengths counted on the GPU"
-    assert _passes_note(["row_mean", "diagonals"]) == (
+    assert passes_note(["row_mean"]) == "row lengths counted on the GPU"
+    assert passes_note(["row_mean", "diagonals"]) == (
         "row lengths and bandwidth and diagonals counted on the GPU")
-    assert _passes_note(None) == ("row lengths, bandwidth and diagonals and the sampled rows' "
+    assert passes_note(None) == ("row lengths, bandwidth and diagonals and the sampled rows' "
                                   "blocks and x sectors counted on the GPU")
 
 

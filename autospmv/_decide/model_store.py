@@ -14,6 +14,7 @@ import contextlib
 import os
 import re
 import tempfile
+import warnings
 from pathlib import Path
 
 from .._run import devices
@@ -93,6 +94,30 @@ def user_model_path(slug: str, dtype: str | None = None) -> Path:
     is installed (``<slug>-<dtype>.json``; without ``dtype`` the older ``<slug>.json``, read
     as float64)."""
     return user_data_dir() / "models" / f"{model_stem(slug, dtype)}.json"
+
+
+def model_dtype(model, path=None) -> str:
+    """The value type a model (a :class:`~autospmv._decide.model.TreeModel`) was trained for:
+    its provenance's ``dtype``, else its file name's suffix, else float64 (models from before
+    the distinction)."""
+    dtype = model.provenance.get("dtype")
+    if dtype in DTYPES:
+        return dtype
+    return split_stem(Path(path).stem)[1] if path is not None else "float64"
+
+
+def retrained_paths(slug: str, dtype: str) -> list[Path]:
+    """Where a model retrained for ``slug`` and ``dtype`` may be installed (the older name
+    without a dtype too, for float64); none, with a warning, when the per-user data folder
+    cannot be determined (:func:`user_data_dir`): automatic selection goes on with the shipped
+    models."""
+    try:
+        return [user_model_path(slug, dtype)] + ([user_model_path(slug)]
+                                                 if dtype == "float64" else [])
+    except ValueError as error:
+        warnings.warn(f"autospmv: models retrained on this machine are not looked for: {error}",
+                      RuntimeWarning, stacklevel=5)
+        return []
 
 
 def slugify(text: str) -> str:

@@ -41,6 +41,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import time
 import warnings
 from pathlib import Path
 
@@ -48,8 +49,13 @@ import numpy as np
 import scipy.sparse as sp
 
 from .. import _registry as registry
+from .._run.cache import compile_timer
+from ..formats.base import DeviceCSR
+from .features import canonical_features_and_lengths, device_features_and_lengths, passes_needed
 from .model import TreeModel
-from .model_store import DTYPES, device_slug, split_stem, user_data_dir, user_model_path
+from .model_store import (DTYPES, device_slug, model_dtype, retrained_paths, split_stem,
+                          user_data_dir)
+from .sampling import SAMPLE_THRESHOLD
 
 LONG_ROW = 1024
 """Rows longer than this make the rule choose :data:`RULE_LONG` (also the row threshold of the
@@ -191,15 +197,6 @@ def installed_models() -> dict[str, Path]:
     return {path.stem: path for path in sorted(folder.glob("*.json"))}
 
 
-def model_dtype(model: TreeModel, path=None) -> str:
-    """The value type a model was trained for: its provenance's ``dtype``, else its file
-    name's suffix, else float64 (models from before the distinction)."""
-    dtype = model.provenance.get("dtype")
-    if dtype in DTYPES:
-        return dtype
-    return split_stem(Path(path).stem)[1] if path is not None else "float64"
-
-
 def _choice(path: Path, reason: str) -> ModelChoice:
     model = load_model(path)
     return ModelChoice(model, path, reason, model_dtype(model, path))
@@ -234,7 +231,7 @@ def find_model(device: str, model=None, dtype=None, *,
 def _find_for_dtype(slug: str, dtype: str, shipped: dict[str, Path],
                     retrained: bool = True) -> ModelChoice | None:
     """Steps a-c of the module docstring for one dtype."""
-    for user in _retrained_paths(slug, dtype) if retrained else []:
+    for user in retrained_paths(slug, dtype) if retrained else []:
         if user.is_file():
             try:
                 return dataclasses.replace(_choice(user, "retrained on this machine"),
@@ -259,20 +256,6 @@ def _find_for_dtype(slug: str, dtype: str, shipped: dict[str, Path],
     stem = nearest_model(slug, same_kind)
     return _choice(same_kind[stem], f"shipped for {split_stem(stem)[0]}, the nearest to this "
                                     f"device ({slug})")
-
-
-def _retrained_paths(slug: str, dtype: str) -> list[Path]:
-    """Where a model retrained for ``slug`` and ``dtype`` may be installed (the older name
-    without a dtype too, for float64); none, with a warning, when the per-user data folder
-    cannot be determined (:func:`autospmv._decide.model_store.user_data_dir`): automatic selection
-    goes on with the shipped models."""
-    try:
-        return [user_model_path(slug, dtype)] + ([user_model_path(slug)]
-                                                 if dtype == "float64" else [])
-    except ValueError as error:
-        warnings.warn(f"autospmv: models retrained on this machine are not looked for: {error}",
-                      RuntimeWarning, stacklevel=5)
-        return []
 
 
 def nearest_model(slug: str, candidates: dict[str, Path]) -> str:
@@ -361,6 +344,93 @@ def model_decision(csr: sp.csr_matrix, choice: ModelChoice, features: dict,
                     f"model {choice.name}", path,
                     {name: inputs[name] for name in inputs if name in used}, notes, ranked[1:],
                     margins=model.margins(evaluation), estimates_us=estimates_us)
+
+
+def decide(csr, kernel: str | None, device: str, model=None, params: dict | None = None,
+           uploaded=None) -> Decision:
+    """The decision for a canonical matrix: ``csr`` as
+    :func:`~autospmv._run.validation.canonicalize` returned it, or a
+    :class:`~autospmv.formats.base.DeviceCSR` for a matrix that lives on the GPU
+    (:mod:`autospmv._run.device_input`).
+
+    ``kernel=`` decides (:func:`forced_decision`); else the model that :func:`find_model` finds
+    decides from the features it reads (:func:`model_decision`), and without one the built-in
+    rule (:func:`rule_decision`). A matrix on the GPU is decided by the model above
+    :data:`~autospmv._decide.sampling.SAMPLE_THRESHOLD` nonzeros only, from the same features
+    as on the host (:func:`~autospmv._decide.features.device_features_and_lengths`), and by the
+    rule below. A retrained model that loads but cannot decide is skipped with a warning (see
+    the module docstring). ``uploaded``: the host ``csr`` already on the GPU, where the feature
+    passes run."""
+    on_device = isinstance(csr, DeviceCSR)
+    structure = csr.structure() if on_device else csr
+    if kernel is not None:
+        registry.get(kernel)  # validates the name
+        return forced_decision(structure, kernel, device, params)
+    if params:
+        raise ValueError("params= needs kernel= (parameters belong to one kernel)")
+    choice = None
+    if not on_device or csr.nnz > SAMPLE_THRESHOLD:
+        choice = find_model(device, model, csr.dtype)
+    if choice is None:
+        return _rule(structure, device, on_device)
+    needed = choice.model.features_read()
+    # with the matrix on the GPU, a chooser that reads column indices reads them there
+    read = structure if uploaded is None else uploaded.structure()
+    with compile_timer() as compiled:
+        started = time.perf_counter()
+        values, lengths = _features(csr, device, uploaded, needed)
+        try:
+            decision = model_decision(read, choice, values, device, lengths)
+        except ValueError as error:  # a model that loads but cannot decide (see find_model)
+            if not choice.retrained:
+                raise
+            warn_skipped(error)
+            choice = find_model(device, model, csr.dtype, retrained=False)
+            if choice is None:
+                return _rule(structure, device, on_device)
+            needed = choice.model.features_read()
+            if not needed <= values.keys():
+                values, lengths = _features(csr, device, uploaded, needed)
+            decision = model_decision(read, choice, values, device, lengths)
+        elapsed = time.perf_counter() - started
+    took = f"features and prediction took {(elapsed - compiled.total) * 1e3:.2f} ms"
+    if on_device or uploaded is not None:
+        took += f" ({passes_note(needed)})"
+    decision.notes.append(("device input: " if on_device else "") + took)
+    if compiled.total:
+        decision.notes.append(compiled.note("the feature scan"))
+    return decision
+
+
+def _features(csr, device: str, uploaded, needed) -> tuple[dict, tuple]:
+    """The features ``needed`` of the matrix :func:`decide` decides on, with its row-length
+    histogram: on the GPU for a :class:`~autospmv.formats.base.DeviceCSR`, else on the host
+    (with the passes over every index on the GPU when ``uploaded``)."""
+    if isinstance(csr, DeviceCSR):
+        return device_features_and_lengths(csr, device, needed=needed)
+    return canonical_features_and_lengths(csr, device=device, uploaded=uploaded, needed=needed)
+
+
+def _rule(structure, device: str, on_device: bool) -> Decision:
+    """:func:`rule_decision`, with the note that says why for a matrix on the GPU."""
+    decision = rule_decision(structure, device)
+    if on_device:
+        decision.notes[:] = [f"device input: the built-in rule decided from the row lengths "
+                             f"(below {SAMPLE_THRESHOLD:,} nonzeros the model's features read "
+                             "every column index, which stay on the GPU); pass kernel= to choose"]
+    return decision
+
+
+def passes_note(needed) -> str:
+    """What the features of a decision on a matrix on the GPU were computed from, for its
+    notes: the passes that the model's features call for
+    (:func:`~autospmv._decide.features.passes_needed`), all run there
+    (:mod:`autospmv._decide.device_passes`)."""
+    sampled, index_passes = passes_needed(needed)
+    passes = ["row lengths"] + ["bandwidth and diagonals"] * index_passes + [
+        "the sampled rows' blocks and x sectors"] * sampled
+    return ", ".join(passes[:-1]) + (" and " if len(passes) > 1 else "") + passes[-1] + \
+        " counted on the GPU"
 
 
 def forced_decision(csr: sp.csr_matrix, kernel: str, device: str,
