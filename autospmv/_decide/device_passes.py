@@ -96,11 +96,14 @@ def window_counters(csr, windows: np.ndarray, shift: int, narrow: int,
         selected = np.zeros(-(-m // WINDOW_ROWS), np.uint8)
         selected[windows] = 1
     counters = xp.zeros(kernels.COUNTERS, np.int64)
-    if windows.size:
-        _launcher(csr)(kernels.window_detail_kernel, windows.size, [
+    first = windows.astype(np.int64) * WINDOW_ROWS
+    entries = csr.host_indptr[np.minimum(first + WINDOW_ROWS, m)] - csr.host_indptr[first]
+    offsets = np.concatenate(([0], np.cumsum(entries, dtype=np.int64)))
+    if offsets[-1]:
+        _launcher(csr)(kernels.sample_detail_kernel, -(-int(offsets[-1]) // kernels.CHUNK), [
             csr.indptr, csr.indices, np.int64(m), np.int64(csr.shape[1]), np.int64(shift),
-            np.int64(narrow), xp.asarray(windows.astype(np.int64)), xp.asarray(selected),
-            counters])
+            np.int64(narrow), xp.asarray(first // WINDOW_ROWS), xp.asarray(offsets),
+            xp.asarray(selected), counters])
     return counters
 
 

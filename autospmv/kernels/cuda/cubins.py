@@ -210,10 +210,6 @@ def _load_shipped(key: str, cc, device_id: int = 0):
     if entry is None:
         return None
     name, image = entry
-    try:
-        image = zlib.decompress(image)
-    except zlib.error:
-        return None
     return _module_function(image, name, key, device_id)
 
 
@@ -244,8 +240,9 @@ def write_archive(path: Path, entries: dict) -> None:
 
 
 def read_archive(path: Path) -> dict:
-    """The entries of an archive that :func:`write_archive` wrote: key -> (entry name, cubin
-    compressed with zlib). ValueError when the file is not such an archive."""
+    """The entries of an archive that :func:`write_archive` wrote, as it took them: key ->
+    (entry name, cubin). ValueError when the file is not such an archive or an entry does not
+    decompress."""
     data = Path(path).read_bytes()
     start = len(ARCHIVE_MAGIC) + 8
     if not data.startswith(ARCHIVE_MAGIC) or len(data) < start:
@@ -257,7 +254,10 @@ def read_archive(path: Path) -> dict:
     for key, (name, offset, size) in index.items():
         if offset + size > len(blobs):
             raise ValueError(f"{path} is truncated")
-        entries[key] = (name, bytes(blobs[offset:offset + size]))
+        try:
+            entries[key] = (name, zlib.decompress(blobs[offset:offset + size]))
+        except zlib.error:
+            raise ValueError(f"{path}: the entry {key} does not decompress") from None
     return entries
 
 

@@ -15,14 +15,18 @@ order.
   run of equal lengths.
 * :func:`band_kernel`, one thread per :data:`CHUNK` nonzeros: the bandwidth, and a flag per
   occupied diagonal; :func:`count_flags_kernel` counts the flags.
-* :func:`window_detail_kernel`, one thread per drawn window of 32 rows: the block, x-sector and
-  narrow-band counters of the host's detail pass (``_detail_rows``). A window's rows are
-  merged by column, as the rows of a block row are: the thread keeps a cursor per row and
-  takes the smallest next block column (or sector) of all of them, so it needs no scratch
-  over the columns. 3-row block rows are counted by the window holding their first row, when
-  all their rows lie in drawn windows (a run of drawn windows, as on the host).
+* :func:`sample_detail_kernel`, one thread per :data:`CHUNK` entries of the drawn windows of 32
+  rows: the block, x-sector and narrow-band counters of the host's detail pass
+  (``_detail_rows``). Each distinct thing counted (an x sector of a row or of a window, a
+  block of a block row) is counted by the entry that owns it, its first entry in the first
+  row that has it: binary searches in the rows above tell an entry whether it is the owner,
+  and the owner of a block reads the block's cells from its rows. The work is spread evenly
+  over the entries, so a window holding a very long row costs no more than its entries.
+  3-row block rows count when all their rows lie in drawn windows (a run of them, as on the
+  host).
 
-Weak where a window holds a very long row: its thread walks it alone (the host scan does too).
+The kernels index with signed positions and keep to integer arithmetic; they run once per
+decision, so their speed matters less than the SpMV kernels'.
 """
 
 from __future__ import annotations
@@ -52,8 +56,6 @@ T2, T3, T4, T8, F2, F3, F4, F8 = range(8)  # touched blocks, nonzeros in full bl
 NARROW, ROW_SECTORS, WARP_SECTORS, SAMPLED_NNZ, SAMPLED_NNZ3 = 8, 10, 11, 12, 13
 COUNTERS = 14
 
-NONE = 0x7FFFFFFFFFFFFFFF
-"""A row's next column when it has none left: larger than any."""
 ANCHOR2 = 0x0055005500550055  # top-left cells of the 2×2 sub-blocks of an 8×8 mask
 ANCHOR4 = 0x0000001100000011
 CELLS2 = 0x0303  # cells of the 2×2 sub-block at the origin
@@ -199,152 +201,134 @@ def _column_pad(n, b):
 
 
 @jit(device=True)
-def _start(indptr, indices, lo, rows, cursor, head, shift):
-    """Cursors at the first entry of rows lo … lo + rows - 1, and each row's first column
-    shifted right by ``shift`` (:data:`NONE` for an empty row)."""
-    for r in range(rows):
-        p = int64(indptr[lo + r])
-        cursor[r] = p
-        head[r] = int64(indices[p]) >> shift if p < int64(indptr[lo + r + 1]) else NONE
+def _first_at_least(indptr, indices, row, column):
+    """The position of row ``row``'s first entry in a column ≥ ``column`` (its end if none):
+    a binary search, the columns of a row being sorted."""
+    lo, hi = int64(indptr[row]), int64(indptr[row + 1])
+    while lo < hi:
+        middle = (lo + hi) // 2
+        if int64(indices[middle]) < column:
+            lo = middle + 1
+        else:
+            hi = middle
+    return lo
 
 
 @jit(device=True)
-def _smallest(head, rows):
-    smallest = int64(NONE)
-    for r in range(rows):
-        smallest = min(smallest, head[r])
-    return smallest
+def _any_in(indptr, indices, first_row, last_row, lo, hi):
+    """Whether a row of first_row … last_row - 1 has an entry in columns lo … hi - 1."""
+    for r in range(first_row, last_row):
+        p = _first_at_least(indptr, indices, r, lo)
+        if p < int64(indptr[r + 1]) and int64(indices[p]) < hi:
+            return True
+    return False
 
 
 @jit(device=True)
-def _sectors_of_window(indptr, indices, lo, rows, shift, cursor, head):
-    """Distinct x sectors (columns >> ``shift``) read by rows lo … lo + rows - 1."""
-    _start(indptr, indices, lo, rows, cursor, head, shift)
-    sectors = 0
-    sector = _smallest(head, rows)
-    while sector != NONE:
-        sectors += 1
-        for r in range(rows):
-            if head[r] == sector:
-                p, end = cursor[r], int64(indptr[lo + r + 1])
-                while p < end and int64(indices[p]) >> shift == sector:
-                    p += 1
-                cursor[r] = p
-                head[r] = int64(indices[p]) >> shift if p < end else NONE
-        sector = _smallest(head, rows)
-    return sectors
+def _block_mask(indptr, indices, first_row, last_row, lo, b):
+    """The cells of rows first_row … last_row - 1 in columns lo … lo + b - 1, bit b·r + c
+    for row first_row + r and column lo + c."""
+    mask = uint64(0)
+    for r in range(first_row, last_row):
+        p, end = _first_at_least(indptr, indices, r, lo), int64(indptr[r + 1])
+        while p < end and int64(indices[p]) < lo + b:
+            mask |= uint64(1) << uint64(b * (r - first_row) + int64(indices[p]) - lo)
+            p += 1
+    return mask
 
 
 @jit(device=True)
-def _block_row8(indptr, indices, m, n, first, rows, cursor, head, totals):
-    """The 2×2, 4×4 and 8×8 counters of the 8-row block row from ``first`` (``rows`` of its
-    rows in the matrix), added to ``totals`` (T2, T4, T8, F2, F4, F8)."""
-    _start(indptr, indices, first, rows, cursor, head, 3)
-    row_pad = _row_pad(m, first, 8)
-    column_pad = _column_pad(n, 8)
-    last = n // 8 if n % 8 else -1
-    c = _smallest(head, rows)
-    while c != NONE:
-        mask = uint64(0)
-        for r in range(rows):
-            if head[r] == c:
-                p, end = cursor[r], int64(indptr[first + r + 1])
-                while p < end and int64(indices[p]) >> 3 == c:
-                    mask |= uint64(1) << uint64(8 * r + (int64(indices[p]) & 7))
-                    p += 1
-                cursor[r] = p
-                head[r] = int64(indices[p]) >> 3 if p < end else NONE
-        padded = mask | row_pad
-        if c == last:
-            padded |= column_pad
-        totals[0] += _touched(mask, 2, ANCHOR2)
-        totals[1] += _touched(mask, 4, ANCHOR4)
-        totals[2] += 1
+def _entry_counters(indptr, indices, m, n, shift, narrow, i, p, selected, totals):
+    """Add entry p (row i) of a drawn window to the detail counters ``totals``. A count of
+    distinct things (x sectors of the row or of its window, blocks of its block rows) is
+    added by the entry that owns the thing: the first entry of it in the first row that has
+    it, which the earlier rows' binary searches tell; the owner of a block reads the block's
+    cells from its rows and counts them as the host scan does when the block row ends."""
+    j = int64(indices[p])
+    row_start = int64(indptr[i])
+    previous = int64(indices[p - 1]) if p > row_start else int64(-1)
+    totals[NARROW] += abs(j - i) <= narrow
+    totals[SAMPLED_NNZ] += 1
+    sector = j >> shift
+    if previous < 0 or previous >> shift != sector:
+        totals[ROW_SECTORS] += 1
+        if not _any_in(indptr, indices, i & ~(WINDOW_ROWS - 1), i, sector << shift,
+                       (sector + 1) << shift):
+            totals[WARP_SECTORS] += 1
+    c = j >> 3
+    first = i & ~7
+    if (previous < 0 or previous >> 3 != c) and not _any_in(indptr, indices, first, i, 8 * c,
+                                                              8 * c + 8):
+        last = min(first + 8, m)
+        mask = _block_mask(indptr, indices, first, last, 8 * c, 8)
+        padded = mask | _row_pad(m, first, 8)
+        if n % 8 and c == n // 8:
+            padded |= _column_pad(n, 8)
+        totals[T2] += _touched(mask, 2, ANCHOR2)
+        totals[T4] += _touched(mask, 4, ANCHOR4)
+        totals[T8] += 1
         if _popcount(padded) >= 4:  # fewer cells fill no block
-            totals[3] += _in_full(mask, padded, 2, ANCHOR2, CELLS2)
-            totals[4] += _in_full(mask, padded, 4, ANCHOR4, CELLS4)
+            totals[F2] += _in_full(mask, padded, 2, ANCHOR2, CELLS2)
+            totals[F4] += _in_full(mask, padded, 4, ANCHOR4, CELLS4)
             if padded == uint64(0xFFFFFFFFFFFFFFFF):
-                totals[5] += _popcount(mask)
-        c = _smallest(head, rows)
-
-
-@jit(device=True)
-def _block_row3(indptr, indices, m, n, first, rows, cursor, head):
-    """(touched 3×3 blocks, nonzeros in full ones) of the 3-row block row from ``first``."""
-    for r in range(rows):
-        p = int64(indptr[first + r])
-        cursor[r] = p
-        head[r] = int64(uint64(indices[p]) // uint64(3)) if p < int64(indptr[first + r + 1]) \
-            else NONE
-    row_pad = _row_pad(m, first, 3)
-    column_pad = _column_pad(n, 3)
-    last = n // 3 if n % 3 else -1
-    touched = full = 0
-    q = _smallest(head, rows)
-    while q != NONE:
-        mask = uint64(0)
-        for r in range(rows):
-            if head[r] == q:
-                p, end = cursor[r], int64(indptr[first + r + 1])
-                while p < end and int64(uint64(indices[p]) // uint64(3)) == q:
-                    mask |= uint64(1) << uint64(3 * r + int64(indices[p]) - 3 * q)
-                    p += 1
-                cursor[r] = p
-                head[r] = int64(uint64(indices[p]) // uint64(3)) if p < end else NONE
-        padded = mask | row_pad
-        if q == last:
-            padded |= column_pad
-        touched += 1
-        if padded == uint64(FULL3):
-            full += _popcount(mask)
-        q = _smallest(head, rows)
-    return touched, full
+                totals[F8] += _popcount(mask)
+    # 3-row block rows count when all their rows lie in drawn windows (a run of them)
+    first = i - i % 3
+    last = min(first + 3, m)
+    if selected[first // WINDOW_ROWS] and selected[(last - 1) // WINDOW_ROWS]:
+        totals[SAMPLED_NNZ3] += 1
+        q = int64(uint64(j) // uint64(3))
+        if (previous < 0 or int64(uint64(previous) // uint64(3)) != q) and not _any_in(
+                indptr, indices, first, i, 3 * q, 3 * q + 3):
+            mask = _block_mask(indptr, indices, first, last, 3 * q, 3)
+            padded = mask | _row_pad(m, first, 3)
+            if n % 3 and q == n // 3:
+                padded |= _column_pad(n, 3)
+            totals[T3] += 1
+            if padded == uint64(FULL3):
+                totals[F3] += _popcount(mask)
 
 
 @jit(cache=True)
-def window_detail_kernel(indptr, indices, m, n, shift, narrow, windows, selected, counters):
-    k = cuda.grid(1)
-    if k >= windows.shape[0]:
-        return
-    w = int64(windows[k])
-    lo = w * WINDOW_ROWS
-    hi = min(lo + WINDOW_ROWS, m)
-    cursor = cuda.local.array(WINDOW_ROWS, int64)
-    head = cuda.local.array(WINDOW_ROWS, int64)
-    near = row_sectors = 0
-    for i in range(lo, hi):
-        previous = int64(-1)
-        for p in range(int64(indptr[i]), int64(indptr[i + 1])):
-            j = int64(indices[p])
-            near += abs(j - i) <= narrow
-            sector = j >> shift
-            row_sectors += sector != previous
-            previous = sector
-    cuda.atomic.add(counters, NARROW, near)
-    cuda.atomic.add(counters, ROW_SECTORS, row_sectors)
-    cuda.atomic.add(counters, SAMPLED_NNZ, int64(indptr[hi]) - int64(indptr[lo]))
-    cuda.atomic.add(counters, WARP_SECTORS,
-                    _sectors_of_window(indptr, indices, lo, hi - lo, shift, cursor, head))
-    totals = cuda.local.array(6, int64)
-    for t in range(6):
+def sample_detail_kernel(indptr, indices, m, n, shift, narrow, windows, offsets, selected,
+                         counters):
+    # The drawn windows' entries, window after window, CHUNK per thread: window k's start at
+    # offsets[k]; each thread adds its counts to the block's, and the block to the totals.
+    block_totals = cuda.shared.array(COUNTERS, int64)
+    if cuda.threadIdx.x < COUNTERS:
+        block_totals[cuda.threadIdx.x] = 0
+    cuda.syncthreads()
+    totals = cuda.local.array(COUNTERS, int64)
+    for t in range(COUNTERS):
         totals[t] = 0
-    for first in range(lo, hi, 8):
-        _block_row8(indptr, indices, m, n, first, min(first + 8, hi) - first, cursor, head,
-                    totals)
-    for t, counter in enumerate((T2, T4, T8, F2, F4, F8)):
-        cuda.atomic.add(counters, counter, totals[t])
-    # 3-row block rows from this window whose rows all lie in drawn windows
-    touched = full = entries = 0
-    for first in range(-(-lo // 3) * 3, hi, 3):
-        top = min(first + 3, m)
-        if top <= lo + WINDOW_ROWS or selected[w + 1]:
-            block = _block_row3(indptr, indices, m, n, first, top - first, cursor, head)
-            touched += block[0]
-            full += block[1]
-            entries += int64(indptr[top]) - int64(indptr[first])
-    cuda.atomic.add(counters, T3, touched)
-    cuda.atomic.add(counters, F3, full)
-    cuda.atomic.add(counters, SAMPLED_NNZ3, entries)
+    start = int64(cuda.grid(1)) * CHUNK
+    count = offsets[windows.shape[0]]
+    if start < count:
+        lo, hi = int64(0), int64(windows.shape[0])  # offsets[lo] <= start < offsets[hi]
+        while hi - lo > 1:
+            middle = (lo + hi) // 2
+            if offsets[middle] <= start:
+                lo = middle
+            else:
+                hi = middle
+        k = lo
+        i = int64(windows[k]) * WINDOW_ROWS
+        p = int64(indptr[i]) + start - offsets[k]
+        for _ in range(min(CHUNK, count - start)):
+            while p >= int64(indptr[i + 1]):  # the row of p: past empty rows and windows
+                i += 1
+                if i == min((int64(windows[k]) + 1) * WINDOW_ROWS, m):
+                    k += 1
+                    i = int64(windows[k]) * WINDOW_ROWS
+                    p = int64(indptr[i])
+            _entry_counters(indptr, indices, m, n, shift, narrow, i, p, selected, totals)
+            p += 1
+    for t in range(COUNTERS):
+        if totals[t]:
+            cuda.atomic.add(block_totals, t, totals[t])
+    cuda.syncthreads()
+    if cuda.threadIdx.x < COUNTERS and block_totals[cuda.threadIdx.x]:
+        cuda.atomic.add(counters, cuda.threadIdx.x, block_totals[cuda.threadIdx.x])
 
 
 def shipped_launches() -> list[tuple]:
@@ -362,6 +346,6 @@ def shipped_launches() -> list[tuple]:
         (length_count_kernel, (index, i64, array(i64))),
         (band_kernel, (index, index, i64, i64, array(types.uint8), array(i64))),
         (count_flags_kernel, (array(types.uint8), array(i64))),
-        (window_detail_kernel, (index, index, i64, i64, i64, i64, array(i64), array(types.uint8),
-                                array(i64))),
+        (sample_detail_kernel, (index, index, i64, i64, i64, i64, array(i64), array(i64),
+                                array(types.uint8), array(i64))),
     ]

@@ -7,7 +7,9 @@ and the numba and numba-cuda versions the package is used with: entries of other
 never used. It writes one archive per compute capability, ``sm_<cc>.cubins``, holding every
 kernel of the package compiled for every argument types a product reaches: each kernel's
 program for float32 and float64 matrices with 32-bit indices, for vectors of either dtype
-(:meth:`autospmv.kernels.cuda.launch.DeviceProgram.for_vectors`), and the multi-vector kernels.
+(:meth:`autospmv.kernels.cuda.launch.DeviceProgram.for_vectors`), and the multi-vector kernels;
+and the kernels that count the features of a matrix on the GPU
+(:func:`.feature_passes.shipped_launches`), so that deciding compiles nothing either.
 Each kernel is compiled exactly as numba-cuda's dispatcher compiles it on a GPU of that compute
 capability (its ``_Kernel``, with the dispatcher's options), in worker processes.
 Matrices with 64-bit indices are not covered: their kernels compile on first use.
@@ -59,6 +61,7 @@ def specializations() -> list[tuple]:
     from ...formats.base import FormatTooLargeError
     from ..._run.validation import result_dtype
     from .backend import VECTOR_DTYPES
+    from .feature_passes import shipped_launches
     from .launch import Launch
     from .spmm import FEW_COLUMNS, few_columns_group, launches, long_row_pieces
 
@@ -88,6 +91,8 @@ def specializations() -> list[tuple]:
                         else program.for_vectors(x_dtype, y_dtype).steps)
                     for k in (2, FEW_COLUMNS + 1):
                         add(launches(csr.shape, arrays, pieces, group, k, x_dtype, y_dtype))
+    for dispatcher, argtypes in shipped_launches():
+        found.setdefault((dispatcher.py_func, argtypes), dispatcher)
     return [(dispatcher, argtypes) for (_, argtypes), dispatcher in found.items()]
 
 
