@@ -31,31 +31,10 @@ from autospmv._decide import features as features_module  # noqa: E402
 from autospmv._decide.sampling import x_locality  # noqa: E402
 from autospmv._run.validation import canonicalize  # noqa: E402
 from autospmv.formats.base import DeviceCSR  # noqa: E402
-from matrices import FAMILY, block3, poisson2d, power_law, random_matrix  # noqa: E402
-
-SIMULATED_FAMILY = sorted(set(FAMILY) - {"parallel_long_rows_24x40000",
-                                         "parallel_random_2000x2000"})
-"""The matrix family less its two largest members, which take a minute each in the simulator."""
-SAMPLED = {
-    "block3": lambda: block3(701, 6e-3, 0),
-    "poisson2d": lambda: poisson2d(50),
-    "power_law": lambda: power_law(2500, 2000, 1.6, 9),
-    "uniform": lambda: random_matrix(1501, 2001, 0.003, 5),
-}
-"""Matrices scanned in detail on a sample of their windows (``sample_rows`` below the rows):
-runs of drawn windows, 3-row block rows across two windows, and windows left out."""
-SAMPLE_ROWS = (100, 500)
-LOCALITY = ("power_law", "poisson2d")
-"""Matrices whose x locality for csr5's chooser is counted on the device too (every window of
-so small a matrix: the sampled feature's value)."""
-NEEDED = {
-    "row_lengths_only": ["nnz", "row_mean"],
-    "x_locality_only": ["nnz", "x_sectors_per_nnz_warp"],
-    "sampled": ["nnz", "x_sectors_per_nnz_warp", "block4_share"],
-    "index_passes": ["diagonals", "row_std"],
-}
-"""The features a caller reads, which decide the passes that run (``passes_needed``)."""
-
+from device_passes_cases import (  # noqa: E402
+    LOCALITY, NEEDED, SAMPLE_ROWS, SAMPLED, SIMULATED_FAMILY,
+)
+from matrices import FAMILY  # noqa: E402
 
 def on_device(csr) -> DeviceCSR:
     return DeviceCSR(csr.shape, csr.indptr, csr.indices, csr.data, csr.indptr.copy(), np)

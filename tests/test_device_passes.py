@@ -34,8 +34,7 @@ TIMEOUT_S = 900
 
 
 def _case_names() -> list[str]:
-    sys.path.insert(0, str(WORKER.parent))
-    import device_passes_simulator_worker as worker
+    import device_passes_cases as worker
 
     names = []
     for dtype in ("float32", "float64"):
