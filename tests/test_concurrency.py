@@ -82,10 +82,10 @@ def test_feature_scan_with_many_threads_keeps_its_memory_and_its_values(monkeypa
     monkeypatch.setattr(cpu_threads, "PARALLEL_MIN_THREADS", 1)
     monkeypatch.setattr(numba, "get_num_threads", lambda: 128)
     monkeypatch.setattr(features, "_scan_parallel", features._scan_serial)
-    features._scan(A, 20_000)  # compiles the threaded row-pointer passes outside the measurement
+    features._scan(A, 20_000, parallel=True)  # compiles the threaded row-pointer passes outside the measurement
     tracemalloc.start()
     try:
-        features._scan(A, 20_000)
+        features._scan(A, 20_000, parallel=True)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()

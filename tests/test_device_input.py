@@ -15,6 +15,7 @@ import autospmv
 from autospmv._run import threads as cpu_threads
 from autospmv import _registry as registry
 from autospmv._run.device_input import is_device_matrix
+from autospmv._decide.sampling import SAMPLE_THRESHOLD
 from autospmv.formats.base import DeviceCSR
 from autospmv.formats.base import FormatTooLargeError
 from autospmv._run.validation import canonicalize
@@ -294,13 +295,11 @@ def test_features_with_the_index_passes_on_the_device_are_the_host_features(name
 @pytest.mark.parametrize("threaded", [False, True])
 def test_sampled_features_with_the_index_passes_on_the_device(threaded, monkeypatch):
     # Above the sampling threshold (windows drawn for detail), serially and on threads.
-
-    from autospmv._decide import features as features_module
     if threaded:
         monkeypatch.setattr(cpu_threads, "PASSES_PARALLEL_MIN_NNZ", 1)
         monkeypatch.setattr(cpu_threads, "PARALLEL_MIN_THREADS", 1)
     csr = canonicalize(power_law(100_000, 80_000, 1.6, 9).astype(np.float32))
-    assert csr.nnz > features_module.SAMPLE_THRESHOLD
+    assert csr.nnz > SAMPLE_THRESHOLD
     _features_both_ways(csr, "cuda")
 
 
@@ -347,22 +346,15 @@ def test_device_features_are_the_host_features(threaded, monkeypatch):
         monkeypatch.setattr(cpu_threads, "PARALLEL_MIN_THREADS", 1)
     for csr in (canonicalize(power_law(100_000, 80_000, 1.6, 9).astype(np.float32)),
                 canonicalize(random_matrix(30_000, 40_000, 0.0002, 5))):
-        assert csr.nnz > features_module.SAMPLE_THRESHOLD
+        assert csr.nnz > SAMPLE_THRESHOLD
         for device in ("cuda", "cpu"):
             host, host_lengths = features_module.canonical_features_and_lengths(csr,
                                                                                 device=device)
-            got, lengths = features_module.device_features_and_lengths(_numpy_device_csr(csr),
-                                                                       device)
+            got, lengths = features_module.canonical_features_and_lengths(
+                _numpy_device_csr(csr), device=device)
             assert got == host
             for a, b in zip(lengths, host_lengths):
                 np.testing.assert_array_equal(a, b)
-
-
-def test_device_features_refuse_small_matrices():
-    from autospmv._decide.features import device_features_and_lengths
-
-    with pytest.raises(ValueError, match="device features need more than"):
-        device_features_and_lengths(_numpy_device_csr(canonicalize(power_law(300, 200, 2.0, 1))))
 
 
 @pytest.mark.requires_gpu
@@ -403,13 +395,13 @@ def test_select_of_a_cupy_matrix_is_prepare_s_decision(rows, no_large_downloads)
 
 
 @pytest.mark.parametrize("m", [1, 31, 33, 300_000])
-def test_host_length_passes_are_the_row_length_histogram(m):
+def test_the_row_pointer_passes_give_the_row_length_histogram(m):
     """The longest row, the length histogram and the warp imbalance sum from the host's passes
     over the row pointer: also over several of the imbalance sum's chunks (300,000 rows: three
-    chunks of 4,096 warps), with empty rows, a last warp that is not full, and a row much
-    longer than the row count (the lengths then counted by sorting)."""
-    from autospmv._decide.length_features import host_length_passes
-    from autospmv._decide.row_passes import row_length_moments, warp_ratio_sum
+    chunks of 4,096 warps, the same sum on numba's threads), with empty rows, a last warp that
+    is not full, and a row much longer than the row count (the lengths then counted by
+    sorting)."""
+    from autospmv._decide.row_lengths import length_histogram, row_length_moments, warp_ratio_sum
 
     rng = np.random.default_rng(m)
     lengths = rng.integers(0, 9, m) * (rng.random(m) < 0.9)
@@ -418,12 +410,13 @@ def test_host_length_passes_are_the_row_length_histogram(m):
     nnz = int(indptr[-1])
     csr = sp.csr_matrix((np.ones(nnz), rng.integers(0, 50, nnz), indptr), shape=(m, 50))
     host_values, host_counts = np.unique(lengths, return_counts=True)
-    longest, values, counts, warp_sum = host_length_passes(csr.indptr, m)
-    assert longest == row_length_moments(csr.indptr, m)[1]
+    longest = row_length_moments(csr.indptr, m)[1]
+    assert longest == lengths.max()
+    values, counts = length_histogram(csr.indptr, m, longest)
     np.testing.assert_array_equal(values, host_values)
     np.testing.assert_array_equal(counts, host_counts)
     assert values.dtype == counts.dtype == np.int64
-    assert warp_sum == warp_ratio_sum(csr.indptr, m)
+    assert warp_ratio_sum(csr.indptr, m, parallel=True) == warp_ratio_sum(csr.indptr, m)
 
 
 @pytest.mark.parametrize("needed, sampled, index_passes", [
@@ -446,8 +439,8 @@ def test_features_leave_out_the_passes_a_caller_does_not_read(needed, sampled, i
         features_module.canonical_features_and_lengths(csr, device="cuda", needed=needed),
         features_module.canonical_features_and_lengths(
             csr, device="cuda", uploaded=_numpy_device_csr(csr), needed=needed),
-        features_module.device_features_and_lengths(_numpy_device_csr(csr), "cuda",
-                                                    needed=needed),
+        features_module.canonical_features_and_lengths(_numpy_device_csr(csr), device="cuda",
+                                                       needed=needed),
     ]
     for got, lengths in results:
         assert set(got) <= set(full) and all(got[k] == full[k] for k in got)

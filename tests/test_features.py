@@ -23,7 +23,7 @@ from autospmv._decide.features import (
     features,
 )
 from autospmv._run import threads as cpu_threads
-from autospmv._decide import length_features
+from autospmv._decide import row_lengths
 from autospmv._decide.choosers import width_cost
 from autospmv._decide.sampling import SAMPLE_THRESHOLD, SAMPLE_TOLERANCE
 from autospmv._run.devices import target_device
@@ -256,7 +256,7 @@ def test_hyb_width_equals_the_hyb_format_rule(seed):
     else:
         lengths = np.minimum(rng.pareto(1.0, m) * rng.integers(1, 20), 10_000).astype(np.int64)
     values, counts = np.unique(lengths, return_counts=True)
-    width, overflow = length_features._hyb_width(values, counts, m, int(lengths.sum()))
+    width, overflow = row_lengths._hyb_width(values, counts, m, int(lengths.sum()))
     assert width == width_cost(lengths)
     assert overflow == np.maximum(lengths - width, 0).sum()
 
@@ -322,7 +322,7 @@ def test_parallel_scan_equals_serial(monkeypatch):
 def test_row_length_counts_is_the_histogram_of_the_row_lengths(m, itype):
     """Any row count (the four interleaved histograms leave up to three rows to the tail),
     runs of equal lengths and empty rows."""
-    from autospmv._decide.row_passes import row_length_counts
+    from autospmv._decide.row_lengths import row_length_counts
 
     rng = np.random.default_rng(m)
     lengths = np.where(rng.random(m) < 0.5, 5, rng.integers(0, 12, m))

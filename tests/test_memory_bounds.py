@@ -25,6 +25,7 @@ from matrices import FAMILY
 ROOT = Path(__file__).resolve().parent.parent
 from autospmv._decide import feature_scan
 from autospmv._decide import features as FEATURES_MODULE
+from autospmv._decide.sampling import SAMPLE_THRESHOLD
 
 MEASURE = textwrap.dedent("""
     import json, sys, tracemalloc
@@ -120,7 +121,7 @@ def test_a_wide_matrix_is_counted_over_its_nonzeros_and_sampled_like_the_scan(mo
     columns = np.sort(rng.choice(n, (m, per_row)), axis=1)  # duplicates summed by autospmv
     A = sp.csr_matrix((rng.random(m * per_row), columns.ravel(),
                        np.arange(m + 1) * per_row), shape=(m, n))
-    assert A.nnz > FEATURES_MODULE.SAMPLE_THRESHOLD
+    assert A.nnz > SAMPLE_THRESHOLD
     calls = []
     counters = FEATURES_MODULE.nonzero_counters
     monkeypatch.setattr(FEATURES_MODULE, "nonzero_counters",

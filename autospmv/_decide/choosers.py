@@ -16,7 +16,7 @@ tile height) and the parameter variants the labeller times.
 * CSR5's tile height σ (:func:`choose_sigma`).
 
 The choosers stand below the features: they read the row pointer through the compiled passes
-of :mod:`autospmv._decide.row_passes` and x's locality through :func:`autospmv._decide.sampling.x_locality`.
+of :mod:`autospmv._decide.row_lengths` and x's locality through :func:`autospmv._decide.sampling.x_locality`.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from .._run.devices import CUDA_WARPS_IN_FLIGHT, check_device_name
 from .._run.threads import threaded_passes
 from ..formats.base import row_lengths
 from ..formats.csr5 import OMEGA
-from .row_passes import row_length_counts, row_length_moments
+from .row_lengths import row_length_counts, row_length_moments
 from .sampling import x_locality
 
 

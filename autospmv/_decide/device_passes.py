@@ -7,7 +7,7 @@ row-length histogram; the nonzeros stay on the GPU. The kernels ship compiled fo
 models are for, so a first :func:`autospmv.prepare` there compiles nothing to decide (the host
 scan is numba code, compiled on a first run). Every value equals the host scan's: the counters
 are integers, and the warp ratios are divided as on the host and summed on the host in its
-order (:func:`autospmv._decide.row_passes.chunked_ratio_sum`).
+order (:func:`autospmv._decide.row_lengths.chunked_ratio_sum`).
 
 A matrix whose arrays are NumPy arrays (the tests' stand-in for a matrix on the GPU, see
 :class:`autospmv.formats.base.DeviceCSR`) runs the kernels only under numba-cuda's simulator
@@ -20,8 +20,8 @@ import numpy as np
 
 from .._run.devices import cuda_simulator
 from ..formats.base import to_host
-from .feature_scan import WINDOW_ROWS, lengths_counted
-from .row_passes import chunked_ratio_sum
+from .feature_scan import WINDOW_ROWS
+from .row_lengths import chunked_ratio_sum, lengths_counted
 
 FLAG_THREADS = 1 << 16
 """Threads counting the diagonal flags (each adds a strided share of them)."""

@@ -1,21 +1,17 @@
-"""The numba scan over a canonical CSR matrix's rows that :func:`autospmv._decide.features.features`
-reads its structural features from.
+"""The numba scan over a canonical CSR matrix's rows, whose counters the features
+(:mod:`autospmv._decide.features`) read.
 
 The scan walks the rows in windows of :data:`WINDOW_ROWS` (one warp): every row for the
-row-length histogram, the bandwidth and the occupied diagonals (the warp imbalance is one
-serial pass over the row pointer, :func:`autospmv._decide.row_passes.warp_ratio_sum`), and the
-rows of the windows drawn for detail also for the block, x-sector and narrow-band counters
-(the entries ``_T2`` … ``_SAMPLED_NNZ3`` of a worker's ``sums``). The work is split between
-workers (:func:`_split_windows`), each with its own scratch arrays within a memory budget
+row-length histogram, the bandwidth and the occupied diagonals, and the rows of the windows
+drawn for detail also for the block, x-sector and narrow-band counters (the entries ``_T2`` …
+``_SAMPLED_NNZ3`` of a worker's ``sums``). The work is split between workers
+(:func:`_split_windows`), each with its own scratch arrays within a memory budget
 (:func:`_workers`, :data:`SCRATCH_SHARE`); :data:`_scan_serial` runs the workers in turn,
 :data:`_scan_parallel` on numba's threads. A worker's scratch grows with the columns; when one
 worker's would outweigh the matrix (:func:`scratch_fits`: far more columns than nonzeros), the
 same counters are counted over the nonzeros instead, by sorting keys per group of rows
-(:func:`nonzero_counters`, :func:`autospmv._decide.row_passes.band_and_diagonals`), in memory bounded by the nonzeros.
-It lives apart from the feature definitions
-(:mod:`autospmv._decide.features`: names, sampling policy, row-length statistics, the public
-:func:`~autospmv._decide.features.features`) because it is the bit-level machinery: block masks,
-sector stamps and the per-worker split, which the features only consume as counters.
+(:func:`nonzero_counters`, :func:`band_and_diagonals`), in memory bounded by the nonzeros.
+The passes over the row pointer alone are in :mod:`autospmv._decide.row_lengths`.
 """
 
 from __future__ import annotations
@@ -25,7 +21,7 @@ from numba import prange
 
 from ..kernels import njit
 from ..kernels.cpu import specialisations
-from .row_passes import WARP
+from .row_lengths import WARP
 
 BLOCK_SIZES = (2, 3, 4, 8)
 """The b of the b×b block counters (2, 4 and 8 from one 8×8 bit mask, 3 from its own)."""
@@ -79,26 +75,18 @@ many threads would otherwise need many times the matrix (4 GB at 128 threads for
 matrix). Fewer workers than threads only coarsens the work split."""
 
 
-def lengths_counted(longest: int, m: int) -> bool:
-    """Whether the row lengths of m rows, the longest ``longest``, are counted in a histogram
-    of ``longest + 1`` bins; if not (the longest row is much longer than m), they are sorted
-    instead, so that a few very long rows cannot make the histogram far larger than the row
-    pointer. The one rule for the scan's histogram and the row-length passes on either side
-    (:mod:`autospmv._decide.features`)."""
-    return longest <= 8 * m + 64
-
-
-def _scratch_shapes(m: int, n: int, longest: int, full: bool = True,
+def _scratch_shapes(m: int, n: int, bins: int, full: bool = True,
                     detail: bool = True) -> list[tuple[int, type]]:
     """One worker's row of each scratch array: (length, dtype), in :func:`_scratch` order.
-    The row-length histogram has no columns when :func:`lengths_counted` says the lengths are
-    sorted instead (see :func:`autospmv._decide.length_features.length_histogram`); neither it nor the diagonal flags have any
-    when the scan is not ``full`` (the detail windows only); the detail arrays (sectors, block
-    masks) have none when no window is scanned in detail (``detail`` False)."""
+    The row-length histogram has ``bins`` columns
+    (:func:`autospmv._decide.row_lengths.histogram_bins`: none when the lengths are sorted
+    instead); neither it nor the diagonal flags have any when the scan is not ``full`` (the
+    detail windows only); the detail arrays (sectors, block masks) have none when no window is
+    scanned in detail (``detail`` False)."""
     d = int(detail)
     return [
         (_N_SUMS, np.int64),
-        (longest + 1 if full and lengths_counted(longest, m) else 0, np.int64),
+        (bins if full else 0, np.int64),
         (max(m + n - 1, 0) if full else 0, np.uint8),  # occupied diagonals
         ((n + 7) // 8 * 2 * d, np.int32),  # last warp that read each sector
         ((n + 7) // 8 * d, np.uint64),  # 8×8 block masks, block columns
@@ -108,17 +96,17 @@ def _scratch_shapes(m: int, n: int, longest: int, full: bool = True,
     ]
 
 
-def _worker_bytes(m: int, n: int, longest: int, full: bool = True, detail: bool = True) -> int:
+def _worker_bytes(m: int, n: int, bins: int, full: bool = True, detail: bool = True) -> int:
     """Bytes of one worker's scratch arrays (:func:`_scratch_shapes`)."""
     return sum(length * np.dtype(dtype).itemsize
-               for length, dtype in _scratch_shapes(m, n, longest, full, detail))
+               for length, dtype in _scratch_shapes(m, n, bins, full, detail))
 
 
-def _workers(threads: int, m: int, n: int, longest: int, csr_bytes: int,
+def _workers(threads: int, m: int, n: int, bins: int, csr_bytes: int,
              full: bool = True, detail: bool = True) -> int:
     """How many workers the scan splits into: ``threads``, but no more than the scratch
     budget (:data:`SCRATCH_SHARE`) allows, and at least one."""
-    per_worker = _worker_bytes(m, n, longest, full, detail)
+    per_worker = _worker_bytes(m, n, bins, full, detail)
     return max(1, min(threads, int(SCRATCH_SHARE * csr_bytes) // max(per_worker, 1)))
 
 
@@ -128,22 +116,22 @@ SCRATCH_ALWAYS = 1 << 22
 nonzeros."""
 
 
-def scratch_fits(m: int, n: int, longest: int, csr_bytes: int, full: bool = True,
+def scratch_fits(m: int, n: int, bins: int, csr_bytes: int, full: bool = True,
                  detail: bool = True) -> bool:
     """Whether one worker's scratch arrays (about m + 7.3 n bytes) stay within
     :data:`SCRATCH_SHARE` of the CSR arrays' ``csr_bytes`` or :data:`SCRATCH_ALWAYS`. They do
     not when the matrix has far more columns than nonzeros (a 10 × 10⁹ matrix of 10⁵ nonzeros,
     1.2 MB, would need 7 GB); its counters are then counted over the nonzeros
-    (:func:`nonzero_counters`, :func:`autospmv._decide.row_passes.band_and_diagonals`)."""
-    return _worker_bytes(m, n, longest, full, detail) <= max(SCRATCH_SHARE * csr_bytes,
-                                                             SCRATCH_ALWAYS)
+    (:func:`nonzero_counters`, :func:`band_and_diagonals`)."""
+    return _worker_bytes(m, n, bins, full, detail) <= max(SCRATCH_SHARE * csr_bytes,
+                                                          SCRATCH_ALWAYS)
 
 
-def _scratch(workers: int, m: int, n: int, longest: int, full: bool = True,
+def _scratch(workers: int, m: int, n: int, bins: int, full: bool = True,
              detail: bool = True) -> tuple[np.ndarray, ...]:
     """Per-worker counters and work arrays (see :func:`_scratch_shapes`)."""
     return tuple(np.zeros((workers, length), dtype)
-                 for length, dtype in _scratch_shapes(m, n, longest, full, detail))
+                 for length, dtype in _scratch_shapes(m, n, bins, full, detail))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -409,6 +397,15 @@ def _scan_workers(indptr, indices, m, n, shift, narrow, selected, bounds, sums, 
                       sums[t], full)
 
 
+_scan_serial, _scan_parallel = specialisations(_scan_workers)
+
+
+# ---------------------------------------------------------------------------------------------
+# The same counters over the nonzeros, for matrices whose scratch would outweigh them
+# (:func:`scratch_fits`): every counter counts distinct keys (block, sector) in groups of rows,
+# found by sorting each group's keys; memory in proportion to the largest group's entries.
+
+
 @njit(cache=True)
 def _group_counts(indptr, indices, m, n, lo, hi, rows, cols):
     """Over rows lo..hi-1 cut into groups of ``rows`` rows from lo (lo a multiple of
@@ -482,4 +479,22 @@ def nonzero_counters(indptr, indices, m, n, shift, narrow, selected):
     return sums
 
 
-_scan_serial, _scan_parallel = specialisations(_scan_workers)
+@njit(cache=True)
+def _diagonal_offsets(indptr, indices, m, offsets):
+    """``offsets[p]`` = j − i of entry p (row i, column j); returns the largest |j − i|."""
+    band = 0
+    for i in range(m):
+        for p in range(indptr[i], indptr[i + 1]):
+            offsets[p] = np.int64(indices[p]) - i
+            band = max(band, abs(offsets[p]))
+    return band
+
+
+def band_and_diagonals(indptr, indices, m) -> tuple[int, int]:
+    """The bandwidth and the number of occupied diagonals that the scan counts in its flags
+    over the m + n − 1 diagonals, from the entries' sorted offsets j − i (8 bytes a nonzero)."""
+    offsets = np.empty(int(indptr[m]), dtype=np.int64)
+    band = _diagonal_offsets(indptr, indices, m, offsets)
+    offsets.sort()
+    return int(band), int(offsets.size and 1 + np.count_nonzero(offsets[1:] != offsets[:-1]))
+

@@ -8,10 +8,13 @@ numba pass over all rows (row lengths, diagonals) and one over a sample of them 
 locality), parallel over numba's threads on large matrices
 (:func:`autospmv._run.threads.threaded_passes`).
 
-The scan over the rows (block masks, sector stamps, the split between workers) is in
-:mod:`autospmv._decide.feature_scan`, the passes over the row pointer in :mod:`autospmv._decide.row_passes`,
-the choice of the rows to sample in :mod:`autospmv._decide.sampling` and the row-length statistics in
-:mod:`autospmv._decide.length_features`; this module defines the features and assembles the dict.
+This module defines the features and computes them in one pass of calls
+(:func:`canonical_features_and_lengths`): the rows to sample
+(:mod:`autospmv._decide.sampling`), the passes over the row pointer and the row-length
+statistics (:mod:`autospmv._decide.row_lengths`), the scan over the rows (block masks, sector
+stamps, the split between workers: :mod:`autospmv._decide.feature_scan`), or all passes on the
+GPU for a matrix there (:mod:`autospmv._decide.device_passes`), then the cost quantities
+(:mod:`autospmv._decide.cost`).
 
 Notation: m rows, n columns, ``len_i`` the number of stored entries of row i (explicit zeros
 count: the structure is what a kernel sees), "warp" a group of 32 consecutive rows (the last
@@ -94,18 +97,19 @@ import scipy.sparse as sp
 from .._run.devices import target_device
 from .._run.threads import threaded_passes
 from .._run.validation import canonicalize
+from ..formats.base import DeviceCSR
 from . import device_passes
 from .cost import QUANTITY_NAMES, quantities, quantity_names
 from .feature_scan import (
     _BAND, _FULL, _NARROW, _ROW_SECTORS, _SAMPLED_NNZ, _SAMPLED_NNZ3, _TOUCHED, _WARP_SECTORS,
     BLOCK_SIZES, WINDOW_ROWS, _scan_parallel, _scan_serial, _scratch, _split_windows, _workers,
-    nonzero_counters, scratch_fits,
+    band_and_diagonals, nonzero_counters, scratch_fits,
 )  # fmt: skip
-from .length_features import LENGTH_NAMES, host_length_passes, length_features, length_histogram
-from .row_passes import WARP, band_and_diagonals, row_length_moments, warp_ratio_sum
-from .sampling import (
-    SAMPLE_THRESHOLD, safe_ratio, sampled_windows, sector_shift_and_narrow, select_windows,
+from .row_lengths import (
+    LENGTH_NAMES, WARP, histogram_bins, length_features, length_histogram, row_length_moments,
+    warp_ratio_sum,
 )  # fmt: skip
+from .sampling import safe_ratio, sampled_windows, sector_shift_and_narrow, select_windows
 
 FEATURE_NAMES = (
     "rows", "cols", "nnz", "density", "log10_rows", "log10_cols", "log10_nnz",
@@ -162,19 +166,25 @@ def canonical_features_and_lengths(csr: sp.csr_matrix, sample_rows: int | None =
                                    ) -> tuple[dict[str, float], tuple[np.ndarray, np.ndarray]]:
     """:func:`features_and_lengths` of a matrix that :func:`autospmv._run.validation.canonicalize`
     returned, without validating it again (the checks read every index: :func:`prepare` has
-    just made them). ``uploaded``: the same matrix already on the GPU
-    (:class:`autospmv.formats.base.DeviceCSR`), where the passes run instead (the same
-    features, see :func:`_scan`; :func:`autospmv.prepare` hands over the matrix it uploads).
-    ``needed``: the names a caller reads (a model's
-    :meth:`~autospmv._decide.model.TreeModel.features_read`), or None for all; see :func:`passes_needed`
-    for what is then left out."""
+    just made them), or of a matrix on the GPU (:class:`autospmv.formats.base.DeviceCSR`),
+    counted there, equal to those of the same matrix on the host: its nonzeros stay on the
+    GPU. ``uploaded``: the same host matrix already on the GPU, where the passes run instead
+    (the same features, see :func:`_scan`; :func:`autospmv.prepare` hands over the matrix it
+    uploads). ``needed``: the names a caller reads (a model's
+    :meth:`~autospmv._decide.model.TreeModel.features_read`), or None for all; see
+    :func:`passes_needed` for what is then left out."""
     if sample_rows is not None and sample_rows < 1:
         raise ValueError(
             f"sample_rows must be a positive number of rows or None; got {sample_rows}"
         )
+    if isinstance(csr, DeviceCSR):  # its passes run there (the tests' NumPy stand-in: here)
+        on_gpu = device_passes.runs_kernels(csr)
+        csr, uploaded = (csr.structure(), csr) if on_gpu else (csr.to_host(), None)
     sampled, index_passes = passes_needed(needed)
-    scanned = _scan(csr, sample_rows, uploaded, sampled=sampled, index_passes=index_passes)
-    return _assemble(csr if uploaded is None else uploaded.structure(), scanned, device)
+    parallel = threaded_passes(csr.nnz)
+    scanned = _scan(csr, sample_rows, uploaded, sampled=sampled, index_passes=index_passes,
+                    parallel=parallel)
+    return _assemble(csr, scanned, device, parallel, uploaded)
 
 
 INDEX_PASS_FEATURES = ("bandwidth", "bandwidth_rel", "diagonals", "diagonals_per_row")
@@ -196,28 +206,15 @@ def passes_needed(needed) -> tuple[bool, bool]:
     return bool(needed & set(SAMPLED_FEATURES)), bool(needed & set(INDEX_PASS_FEATURES))
 
 
-def device_features_and_lengths(csr, device: str | None = None, needed=None
-                                ) -> tuple[dict[str, float], tuple[np.ndarray, np.ndarray]]:
-    """The features of a canonical matrix on the GPU (:class:`autospmv.formats.base.DeviceCSR`) with
-    more than :data:`SAMPLE_THRESHOLD` nonzeros, equal to those of the same matrix on the host,
-    computed there (:func:`autospmv._decide.device_passes.scan`): its nonzeros stay on the GPU.
-    ``needed``: as for :func:`canonical_features_and_lengths`."""
-    if csr.nnz <= SAMPLE_THRESHOLD:
-        raise ValueError(f"device features need more than {SAMPLE_THRESHOLD} nonzeros (below, "
-                         "the host computes every feature exactly from every index)")
-    if not device_passes.runs_kernels(csr):  # NumPy arrays: the tests' stand-in
-        return canonical_features_and_lengths(csr.to_host(), device=device, needed=needed)
-    sampled, index_passes = passes_needed(needed)
-    structure = csr.structure()
-    scanned = _scan(structure, None, csr, sampled=sampled, index_passes=index_passes)
-    return _assemble(structure, scanned, target_device(device))
-
-
-def _assemble(csr, scanned: tuple, device: str
+def _assemble(csr, scanned: tuple, device: str, parallel: bool, uploaded=None
               ) -> tuple[dict[str, float], tuple[np.ndarray, np.ndarray]]:
     """Every feature of ``csr`` (anything with ``shape``, ``nnz``, ``dtype`` and a host
-    ``indptr``) from what :func:`_scan` returned, with the row-length histogram."""
+    ``indptr``) from what :func:`_scan` returned, with the row-length histogram. ``parallel``:
+    the passes over the row pointer on numba's threads; ``uploaded``: the matrix on the GPU,
+    whose row structure the cost quantities' choosers read (their column indices there)."""
     device = target_device(device)
+    if uploaded is not None:
+        csr = uploaded.structure()
     m, n = csr.shape
     nnz = int(csr.nnz)
     sampled, band, diagonals, warp_sum, values, counts, group_sums = scanned
@@ -232,12 +229,12 @@ def _assemble(csr, scanned: tuple, device: str
                    diagonals=diagonals, diagonals_per_row=safe_ratio(diagonals, m, 0.0))
     if sampled is not None:
         out.update(sampled)
-    out.update(quantities(csr, device, values, counts, threaded_passes(nnz), group_sums))
+    out.update(quantities(csr, device, values, counts, parallel, group_sums))
     return {name: float(out[name]) for name in feature_names() if name in out}, (values, counts)
 
 
 def _scan(csr: sp.csr_matrix, sample_rows: int | None, uploaded=None, sampled: bool = True,
-          index_passes: bool = True) -> tuple:
+          index_passes: bool = True, *, parallel: bool) -> tuple:
     """Run the scan over the rows of a canonical matrix. Returns the sampled features
     (:data:`SAMPLED_FEATURES`, from the summed counters), the bandwidth, the number of occupied
     diagonals, the sum of the warp imbalance ratios, the distinct row lengths with their
@@ -250,7 +247,8 @@ def _scan(csr: sp.csr_matrix, sample_rows: int | None, uploaded=None, sampled: b
     every pass runs there (:func:`autospmv._decide.device_passes.scan`, the same values);
     ``index_passes`` False leaves out the pass over every column index there, and the
     bandwidth and the diagonals are None (see :func:`passes_needed`). On the host the scan's
-    pass over every row counts both anyway, and returns them."""
+    pass over every row counts both anyway, and returns them; ``parallel``: its passes on
+    numba's threads (:func:`autospmv._run.threads.threaded_passes`)."""
     m, n = csr.shape
     windows = sampled_windows(m, csr.nnz, sample_rows) if sampled else 0
     selected = select_windows(m, windows)
@@ -259,30 +257,30 @@ def _scan(csr: sp.csr_matrix, sample_rows: int | None, uploaded=None, sampled: b
         counters, *rest = device_passes.scan(uploaded, selected if sampled else None, shift,
                                              narrow, index_passes)
         return (None if counters is None else _sampled_features(counters), *rest)
-    indptr = csr.indptr
-    threads = numba.get_num_threads()
-    parallel = threaded_passes(csr.nnz)
+    indptr, indices = csr.indptr, csr.indices
     longest = row_length_moments(indptr, m, parallel)[1]
+    bins = histogram_bins(longest, m)
     csr_bytes = indptr.nbytes + csr.nnz * (indptr.itemsize + np.dtype(csr.dtype).itemsize)
-    if not scratch_fits(m, n, longest, csr_bytes, True, sampled):
-        # far more columns than nonzeros: the same values, counted over the nonzeros
-        counters = None if not sampled else _sampled_features(nonzero_counters(
-            indptr, csr.indices, m, n, shift, narrow, selected).tolist())
-        _, values, counts, warp_sum = host_length_passes(indptr, m)
-        return (counters, *band_and_diagonals(indptr, csr.indices, m), warp_sum, values, counts,
-                None)
-    workers = _workers(threads if parallel else 1, m, n, longest, csr_bytes, True, sampled)
-    bounds = _split_windows(indptr, m, selected, workers, True)
-    sums, hist, flags, *work = _scratch(workers, m, n, longest, True, sampled)
-    scan = _scan_parallel if parallel else _scan_serial
-    scan(indptr, csr.indices, m, n, shift, narrow, selected, bounds, sums, hist, flags, *work,
-         True)  # fmt: skip
-    counters = _sampled_features(sums.sum(axis=0).tolist()) if sampled else None
-    occupied = flags[0] if workers == 1 else np.bitwise_or.reduce(flags, axis=0)
-    return (
-        counters, int(sums[:, _BAND].max()), int(np.count_nonzero(occupied)),
-        warp_ratio_sum(indptr, m, parallel), *length_histogram(hist, indptr), None,
-    )  # fmt: skip
+    if scratch_fits(m, n, bins, csr_bytes, True, sampled):
+        threads = numba.get_num_threads() if parallel else 1
+        workers = _workers(threads, m, n, bins, csr_bytes, True, sampled)
+        bounds = _split_windows(indptr, m, selected, workers, True)
+        sums, hist, flags, *work = _scratch(workers, m, n, bins, True, sampled)
+        scan = _scan_parallel if parallel else _scan_serial
+        scan(indptr, indices, m, n, shift, narrow, selected, bounds, sums, hist, flags, *work,
+             True)  # fmt: skip
+        counted = sums.sum(axis=0)
+        occupied = flags[0] if workers == 1 else np.bitwise_or.reduce(flags, axis=0)
+        band, diagonals = int(sums[:, _BAND].max()), int(np.count_nonzero(occupied))
+    else:  # far more columns than nonzeros: the same values, counted over the nonzeros
+        hist = None
+        counted = (nonzero_counters(indptr, indices, m, n, shift, narrow, selected) if sampled
+                   else None)
+        band, diagonals = band_and_diagonals(indptr, indices, m)
+    values, counts = length_histogram(indptr, m, longest, hist)
+    warp_sum = warp_ratio_sum(indptr, m, parallel)
+    counters = _sampled_features(counted.tolist()) if sampled else None
+    return counters, band, diagonals, warp_sum, values, counts, None
 
 
 def _sampled_features(sums) -> dict[str, float]:

@@ -154,9 +154,3 @@ def window_sectors(indices, offsets, shift):
                 keys[slot] = sector
                 total += 1
     return total
-
-
-# ---------------------------------------------------------------------------------------------
-# The same counters over the nonzeros, for matrices whose scratch would outweigh them
-# (:func:`scratch_fits`): every counter counts distinct keys (block, sector) in groups of rows,
-# found by sorting each group's keys; memory in proportion to the largest group's entries.

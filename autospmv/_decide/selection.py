@@ -51,7 +51,7 @@ import scipy.sparse as sp
 from .. import _registry as registry
 from .._run.cache import compile_timer
 from ..formats.base import DeviceCSR
-from .features import canonical_features_and_lengths, device_features_and_lengths, passes_needed
+from .features import canonical_features_and_lengths, passes_needed
 from .model import TreeModel
 from .model_store import (DTYPES, device_slug, model_dtype, retrained_paths, split_stem,
                           user_data_dir)
@@ -357,8 +357,8 @@ def decide(csr, kernel: str | None, device: str, model=None, params: dict | None
     decides from the features it reads (:func:`model_decision`), and without one the built-in
     rule (:func:`rule_decision`). A matrix on the GPU is decided by the model above
     :data:`~autospmv._decide.sampling.SAMPLE_THRESHOLD` nonzeros only, from the same features
-    as on the host (:func:`~autospmv._decide.features.device_features_and_lengths`), and by the
-    rule below. A retrained model that loads but cannot decide is skipped with a warning (see
+    as on the host, counted there (:mod:`autospmv._decide.device_passes`), and by the rule
+    below. A retrained model that loads but cannot decide is skipped with a warning (see
     the module docstring). ``uploaded``: the host ``csr`` already on the GPU, where the feature
     passes run."""
     on_device = isinstance(csr, DeviceCSR)
@@ -373,25 +373,26 @@ def decide(csr, kernel: str | None, device: str, model=None, params: dict | None
         choice = find_model(device, model, csr.dtype)
     if choice is None:
         return _rule(structure, device, on_device)
-    needed = choice.model.features_read()
     # with the matrix on the GPU, a chooser that reads column indices reads them there
     read = structure if uploaded is None else uploaded.structure()
+    values = None
     with compile_timer() as compiled:
         started = time.perf_counter()
-        values, lengths = _features(csr, device, uploaded, needed)
-        try:
-            decision = model_decision(read, choice, values, device, lengths)
-        except ValueError as error:  # a model that loads but cannot decide (see find_model)
-            if not choice.retrained:
-                raise
-            warn_skipped(error)
-            choice = find_model(device, model, csr.dtype, retrained=False)
-            if choice is None:
-                return _rule(structure, device, on_device)
+        while True:
             needed = choice.model.features_read()
-            if not needed <= values.keys():
-                values, lengths = _features(csr, device, uploaded, needed)
-            decision = model_decision(read, choice, values, device, lengths)
+            if values is None or not needed <= values.keys():
+                values, lengths = canonical_features_and_lengths(
+                    csr, device=device, uploaded=uploaded, needed=needed)
+            try:
+                decision = model_decision(read, choice, values, device, lengths)
+                break
+            except ValueError as error:  # a model that loads but cannot decide (find_model)
+                if not choice.retrained:
+                    raise
+                warn_skipped(error)  # and the shipped model decides
+                choice = find_model(device, model, csr.dtype, retrained=False)
+                if choice is None:
+                    return _rule(structure, device, on_device)
         elapsed = time.perf_counter() - started
     took = f"features and prediction took {(elapsed - compiled.total) * 1e3:.2f} ms"
     if on_device or uploaded is not None:
@@ -400,15 +401,6 @@ def decide(csr, kernel: str | None, device: str, model=None, params: dict | None
     if compiled.total:
         decision.notes.append(compiled.note("the feature scan"))
     return decision
-
-
-def _features(csr, device: str, uploaded, needed) -> tuple[dict, tuple]:
-    """The features ``needed`` of the matrix :func:`decide` decides on, with its row-length
-    histogram: on the GPU for a :class:`~autospmv.formats.base.DeviceCSR`, else on the host
-    (with the passes over every index on the GPU when ``uploaded``)."""
-    if isinstance(csr, DeviceCSR):
-        return device_features_and_lengths(csr, device, needed=needed)
-    return canonical_features_and_lengths(csr, device=device, uploaded=uploaded, needed=needed)
 
 
 def _rule(structure, device: str, on_device: bool) -> Decision:

@@ -12,16 +12,13 @@ CSR tensors on a CUDA device. Their nonzeros never travel to the host:
   choosers and the fill limits depend on the row lengths alone and are computed from it on the
   host; the ELL width, the JDS row order and (for large matrices without empty rows) the CSR5
   tile descriptors are computed on the device.
-* **The decision.** With ``kernel=`` the kernel is used as on host input. Automatic selection
-  on a matrix of more than :data:`autospmv._decide.features.SAMPLE_THRESHOLD` nonzeros uses the model,
-  with the features a host matrix would get
-  (:func:`autospmv._decide.features.device_features_and_lengths`): bandwidth and occupied diagonals
-  reduced on the GPU, row lengths from the row pointer, and the column indices of the rows
-  drawn for the sampled features (a sixteenth of a large matrix's; no values) copied to the
-  host, unless x's locality is the only sampled feature the model reads: then it is counted
-  on the GPU from the same rows and nothing is copied. A smaller matrix, whose features are
-  all exact and so read every index, is decided by the built-in rule of
-  :func:`autospmv._decide.selection.rule_decision` (row lengths only). The decision's notes say which.
+* **The decision** (:func:`autospmv._decide.selection.decide`). With ``kernel=`` the kernel is
+  used as on host input. Automatic selection on a matrix of more than
+  :data:`autospmv._decide.sampling.SAMPLE_THRESHOLD` nonzeros uses the model, with the features
+  a host matrix would get, counted on the GPU (:mod:`autospmv._decide.device_passes`): nothing
+  of the nonzeros comes to the host. A smaller matrix is decided by the built-in rule of
+  :func:`autospmv._decide.selection.rule_decision` (row lengths only). The decision's notes say
+  which.
 * **Conversion on the device**: every format builds itself from the uploaded CSR with CuPy
   array operations (:meth:`autospmv.formats.base.SparseFormat.from_device_csr`), also for host
   input on the GPU when CuPy is installed (:func:`upload_csr`).

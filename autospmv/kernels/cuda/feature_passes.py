@@ -1,5 +1,5 @@
 """The feature scan's passes on the GPU, for a matrix that is there: the device version of the
-host's compiled passes (:mod:`autospmv._decide.feature_scan`, :mod:`autospmv._decide.row_passes`
+host's compiled passes (:mod:`autospmv._decide.feature_scan`, :mod:`autospmv._decide.row_lengths`
 and :func:`autospmv._decide.cost._group_max_sum_of`), counting the same integers.
 
 They ship as cubins with the SpMV kernels (:mod:`.ship`), so a first run on a GPU of the shipped
