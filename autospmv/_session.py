@@ -26,9 +26,10 @@ def select(A, *, kernel: str | None = None, device: str | None = None, model=Non
     ``decision.candidates`` when a format refuses the matrix, and records it.
     """
     if is_device_matrix(A):
-        return decide(canonical_device_csr(A), kernel,
-                      _device_for_device_input(device, resolve=False), model)
-    return decide(canonicalize(A), kernel, target_device(device), model)
+        csr, device = canonical_device_csr(A), _device_for_device_input(device, resolve=False)
+    else:
+        csr, device = canonicalize(A), target_device(device)
+    return decide(csr, kernel, device, model)
 
 
 def _device_for_device_input(device, resolve: bool = True) -> str:
