@@ -248,3 +248,16 @@ def test_an_entrys_code_ignores_comments_docstrings_and_layout(tmp_path):
                 '            x)  # why\n') == plain
     assert code('def k(a, x):\n    return a + x\n') != plain
     assert code('def k(a, x):\n    "not a docstring" if a else 0\n    return a * x\n') != plain
+
+
+def test_source_code_is_the_same_text_on_every_python_version(tmp_path):
+    """Entry keys hash :func:`cubins.source_code`: it leaves out what Python versions dump
+    differently (3.12's ``type_params`` on every function, None and empty fields that 3.13's
+    ``ast.dump`` omits), so archives built on one Python version serve the others."""
+    path = tmp_path / "kernel.py"
+    path.write_text('"""Doc."""\n\ndef f(x, y=None):\n    """Doc."""\n    return x[0] + 1\n')
+    assert cubins.source_code(path) == (
+        "Module(body=[FunctionDef(name='f', args=arguments(args=[arg(arg='x'), arg(arg='y')], "
+        "defaults=[Constant()]), body=[Return(value=BinOp(left=Subscript("
+        "value=Name(id='x', ctx=Load()), slice=Constant(value=0), ctx=Load()), op=Add(), "
+        "right=Constant(value=1)))])])")

@@ -105,9 +105,9 @@ def kernel_sources(py_func) -> tuple[list[str], list[str]]:
 
 def source_code(path: Path) -> str:
     """The code of the Python file ``path`` without its comments, docstrings and layout: its
-    syntax tree, docstrings removed, dumped without positions. Two files with the same code
-    give the same text, whatever their comments, docstrings, blank lines or line breaks, which
-    do not change a kernel's machine code."""
+    syntax tree, docstrings removed, dumped without positions (:func:`_dump`). Two files with
+    the same code give the same text, whatever their comments, docstrings, blank lines or line
+    breaks, which do not change a kernel's machine code, and whatever the Python version."""
     tree = ast.parse(path.read_bytes(), filename=str(path))
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
@@ -116,7 +116,21 @@ def source_code(path: Path) -> str:
                 and isinstance(body[0].value, ast.Constant)
                 and isinstance(body[0].value.value, str)):
             node.body = body[1:] or [ast.Pass()]
-    return ast.dump(tree, include_attributes=False)
+    return _dump(tree)
+
+
+def _dump(node) -> str:
+    """A syntax tree as text, without positions and without the fields that are None or empty:
+    Python versions differ there (3.12 adds ``type_params`` to every function, 3.13's
+    ``ast.dump`` omits empty fields), and an absent field means the same code as an empty one."""
+    if isinstance(node, ast.AST):
+        fields = [(name, getattr(node, name, None)) for name in node._fields]
+        return type(node).__name__ + "(" + ", ".join(
+            f"{name}={_dump(value)}" for name, value in fields
+            if value is not None and value != []) + ")"
+    if isinstance(node, list):
+        return "[" + ", ".join(_dump(item) for item in node) + "]"
+    return repr(node)
 
 
 @functools.lru_cache(maxsize=None)
