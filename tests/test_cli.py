@@ -281,8 +281,11 @@ def test_training_reads_gzip_labels(tmp_path, some_labels, capsys):
 
 
 def _as_cpu_labels(records: list[dict]) -> list[dict]:
-    """The records as if labelled on the CPU, so that a CPU labelling run may resume them."""
-    return [dict(r, device=dict(r["device"], device="cpu")) for r in records]
+    """The records as if labelled on this machine's CPU, so that a CPU labelling run may resume
+    them."""
+    from autospmv._decide.model_store import cpu_model
+
+    return [dict(r, device=dict(r["device"], device="cpu", name=cpu_model())) for r in records]
 
 
 def test_gzip_labels_resume_after_a_cut(tmp_path, some_labels):

@@ -174,7 +174,7 @@ def test_every_shipped_gpu_model_carries_its_defaults_and_its_card_the_out_of_ki
     assert len(paths) >= 4
     for path in paths:
         model = TreeModel.load(path)
-        assert model.defaults is not None and model.schema_version == 3, path.name
+        assert model.defaults is not None and model.schema_version >= 3, path.name
         card = path.with_suffix(".md").read_text(encoding="utf-8")
         assert "## Default kernels and the tree's overrides, leave one kind out" in card, path.name
         assert "| nonzeros | n | bases | default |" in card, path.name

@@ -381,7 +381,7 @@ def test_loader_reports_unreadable_and_deeply_nested_files(tmp_path):
 
 
 def test_cost_coefficients_are_range_checked():
-    row = [0.0] * 8
+    row = [0.0] * len(CostModel.REGRESSORS)
     for bad in (-1.0, 2e9, float("inf"), float("nan")):
         row[3] = bad
         with pytest.raises(ValueError, match="coefficients of coo"):

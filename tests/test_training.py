@@ -820,7 +820,7 @@ def test_matrices_streamed_from_memory_get_a_cost_table_of_their_own():
                                                    / streamed_rate[k])
     ds, _ = train.dataset(records)
     cost_model = fitting.fit_cost_model(ds, np.arange(len(ds)))
-    assert [start for start, _ in cost_model.regimes] == [label.LARGE_NNZ, fitting.STREAMED_NNZ]
+    assert [start for start, _ in cost_model.regimes] == [LARGE_NNZ, fitting.STREAMED_NNZ]
     scalar = cost_model.kernels.index("csr_scalar")
     bytes_column = 1 + list(cost_model.REGRESSORS[1:]).index("bytes")
     assert cost_model.regimes[0][1][scalar, bytes_column] == pytest.approx(1 / 1.5e6, rel=1e-6)
