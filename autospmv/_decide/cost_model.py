@@ -142,11 +142,9 @@ class CostModel:
         missing = [n for n in cls.feature_names_of(kernel) if n not in column]
         if missing:
             raise ValueError(f"features missing for the cost model: {', '.join(missing)}")
-        columns = []
-        for name in cls.regressor_names(kernel)[1:]:
-            parts = cls.DERIVED.get(name, (name,))
-            columns.append(np.prod([X[:, column[n]] for n in parts], axis=0))
-        return np.column_stack(columns) if columns else np.empty((len(X), 0))
+        return np.column_stack([
+            np.prod([X[:, column[n]] for n in cls.DERIVED.get(name, (name,))], axis=0)
+            for name in cls.regressor_names(kernel)[1:]])
 
     def times(self, X, feature_names) -> np.ndarray:
         """Estimated µs per row of X (columns in ``feature_names`` order) and kernel, each row
