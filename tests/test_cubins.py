@@ -95,7 +95,8 @@ def test_the_shipped_set_covers_every_kernel_in_both_dtypes_and_vector_dtypes():
                      "jds_kernel", "csr5_kernel", "csr5_clear_tile_ends",
                      "spmm_few_columns_kernel", "spmm_many_columns_kernel",
                      "row_pass_kernel", "length_count_kernel", "band_kernel",
-                     "count_flags_kernel", "sample_detail_kernel"}
+                     "count_flags_kernel", "sample_detail_kernel", "longest_row_kernel",
+                     "nonzero_rows_kernel", "ell_pad_kernel", "split_kernel"}
     scalar = [argtypes for dispatcher, argtypes in found
               if dispatcher.py_func.__name__ == "csr_scalar_kernel"]
     # (matrix, x, y): float32 with float32 or float64 vectors, float64 with either x

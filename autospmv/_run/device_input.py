@@ -19,9 +19,11 @@ CSR tensors on a CUDA device. Their nonzeros never travel to the host:
   of the nonzeros comes to the host. A smaller matrix is decided by the built-in rule of
   :func:`autospmv._decide.selection.rule_decision` (row lengths only). The decision's notes say
   which.
-* **Conversion on the device**: every format builds itself from the uploaded CSR with CuPy
-  array operations (:meth:`autospmv.formats.base.SparseFormat.from_device_csr`), also for host
-  input on the GPU when CuPy is installed (:func:`upload_csr`).
+* **Conversion on the device**: every format builds itself from the uploaded CSR
+  (:meth:`autospmv.formats.base.SparseFormat.from_device_csr`), also for host input on the GPU
+  when CuPy is installed (:func:`upload_csr`): COO, ELL and HYB with shipped kernels
+  (:mod:`autospmv.kernels.cuda.conversions`, nothing compiled on a first run), JDS and CSR5
+  with CuPy array operations.
 """
 
 from __future__ import annotations

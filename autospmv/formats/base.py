@@ -50,9 +50,22 @@ class DeviceCSR:
     def structure(self) -> "RowStructure":
         return RowStructure(self.shape, self.host_indptr, self.dtype, self)
 
+    @property
+    def on_gpu(self) -> bool:
+        """Whether the arrays are on the GPU (NumPy arrays stand in for them in tests): the
+        conversions that have shipped kernels (:mod:`autospmv.kernels.cuda.conversions`) run
+        them there, and the array operations of ``xp`` elsewhere."""
+        return not isinstance(self.indices, np.ndarray)
+
     def longest_row(self) -> int:
         """The longest row's length, reduced on the device (one scalar comes back)."""
-        return int(self.xp.diff(self.indptr).max()) if self.shape[0] else 0
+        if not self.shape[0]:
+            return 0
+        if self.on_gpu:
+            from ..kernels.cuda import conversions
+
+            return conversions.longest_row(self)
+        return int(self.xp.diff(self.indptr).max())
 
     def rows_and_positions(self):
         """The row of every nonzero and its position in the row (int64 arrays of ``xp``)."""

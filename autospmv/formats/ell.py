@@ -75,9 +75,16 @@ def split_at_width(csr: sp.csr_matrix, width: int) -> tuple["ELLFormat", COOForm
 
 def split_at_width_on_device(csr, width: int) -> tuple["ELLFormat", COOFormat]:
     """:func:`split_at_width` of a matrix on the device (:class:`~autospmv.formats.base.DeviceCSR`),
-    with array operations of ``csr.xp``: every entry scattered to its slot. When no row is
-    longer than ``width`` (ELL, and HYB without a COO part) that needs none of the masks and
+    on the GPU by the shipped kernels of :mod:`autospmv.kernels.cuda.conversions`, elsewhere with
+    array operations of ``csr.xp``: every entry scattered to its slot. When no row is longer
+    than ``width`` (ELL, and HYB without a COO part) that needs none of the masks and
     compactions of a split."""
+    if csr.on_gpu:
+        from ..kernels.cuda import conversions
+
+        col, data, coo_row, coo_col, coo_data = conversions.split_at_width(csr, int(width))
+        return (ELLFormat(csr.shape, int(width), col, data),
+                COOFormat(csr.shape, coo_row, coo_col, coo_data))
     xp = csr.xp
     m = csr.shape[0]
     itype = csr.indices.dtype

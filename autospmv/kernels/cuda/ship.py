@@ -9,7 +9,9 @@ kernel of the package compiled for every argument types a product reaches: each 
 program for float32 and float64 matrices with 32-bit indices, for vectors of either dtype
 (:meth:`autospmv.kernels.cuda.launch.DeviceProgram.for_vectors`), and the multi-vector kernels;
 and the kernels that count the features of a matrix on the GPU
-(:func:`.feature_passes.shipped_launches`), so that deciding compiles nothing either.
+(:func:`.feature_passes.shipped_launches`) and that convert a matrix on the GPU to COO, ELL
+and HYB (:func:`.conversions.shipped_launches`), so that deciding and converting compile nothing
+either.
 Each kernel is compiled exactly as numba-cuda's dispatcher compiles it on a GPU of that compute
 capability (its ``_Kernel``, with the dispatcher's options), in worker processes.
 Matrices with 64-bit indices are not covered: their kernels compile on first use.
@@ -61,7 +63,7 @@ def specializations() -> list[tuple]:
     from ...formats.base import FormatTooLargeError
     from ..._run.validation import result_dtype
     from .backend import VECTOR_DTYPES
-    from .feature_passes import shipped_launches
+    from . import conversions, feature_passes
     from .launch import Launch
     from .spmm import FEW_COLUMNS, few_columns_group, launches, long_row_pieces
 
@@ -91,7 +93,8 @@ def specializations() -> list[tuple]:
                         else program.for_vectors(x_dtype, y_dtype).steps)
                     for k in (2, FEW_COLUMNS + 1):
                         add(launches(csr.shape, arrays, pieces, group, k, x_dtype, y_dtype))
-    for dispatcher, argtypes in shipped_launches():
+    for dispatcher, argtypes in (feature_passes.shipped_launches()
+                                 + conversions.shipped_launches()):
         found.setdefault((dispatcher.py_func, argtypes), dispatcher)
     return [(dispatcher, argtypes) for (_, argtypes), dispatcher in found.items()]
 
