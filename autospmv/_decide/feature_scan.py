@@ -54,15 +54,14 @@ _FULL3 = 0x1FF
 # The split of the windows between workers, and each worker's scratch arrays.
 
 
-def _split_windows(indptr: np.ndarray, m: int, selected: np.ndarray, workers: int,
-                   full: bool = True) -> np.ndarray:
-    """Cut the windows into ``workers`` runs of consecutive windows of about equal work, at
-    multiples of 3 windows (96 rows), so that no 3-row block row is cut. ``full``: whether
-    every window is scanned (see :func:`_scan_windows`) or only the selected ones."""
+def _split_windows(indptr: np.ndarray, m: int, selected: np.ndarray, workers: int) -> np.ndarray:
+    """Cut the windows into ``workers`` runs of consecutive windows of about equal work (every
+    window's rows, and the selected windows' detail), at multiples of 3 windows (96 rows), so
+    that no 3-row block row is cut."""
     if workers == 1:
         return np.array([0, selected.size])
     entries = np.diff(indptr[np.minimum(np.arange(selected.size + 1) * WINDOW_ROWS, m)])
-    work = np.cumsum((int(full) + DETAIL_COST * selected.astype(np.int64)) * entries
+    work = np.cumsum((1 + DETAIL_COST * selected.astype(np.int64)) * entries
                      + WINDOW_ROWS)
     cuts = np.searchsorted(work, work[-1] * np.arange(1, workers) / workers) // 3 * 3
     return np.concatenate([[0], cuts, [selected.size]])
@@ -75,19 +74,17 @@ many threads would otherwise need many times the matrix (4 GB at 128 threads for
 matrix). Fewer workers than threads only coarsens the work split."""
 
 
-def _scratch_shapes(m: int, n: int, bins: int, full: bool = True,
-                    detail: bool = True) -> list[tuple[int, type]]:
+def _scratch_shapes(m: int, n: int, bins: int, detail: bool = True) -> list[tuple[int, type]]:
     """One worker's row of each scratch array: (length, dtype), in :func:`_scratch` order.
     The row-length histogram has ``bins`` columns
     (:func:`autospmv._decide.row_lengths.histogram_bins`: none when the lengths are sorted
-    instead); neither it nor the diagonal flags have any when the scan is not ``full`` (the
-    detail windows only); the detail arrays (sectors, block masks) have none when no window is
-    scanned in detail (``detail`` False)."""
+    instead); the detail arrays (sectors, block masks) have none when no window is scanned in
+    detail (``detail`` False)."""
     d = int(detail)
     return [
         (_N_SUMS, np.int64),
-        (bins if full else 0, np.int64),
-        (max(m + n - 1, 0) if full else 0, np.uint8),  # occupied diagonals
+        (bins, np.int64),
+        (max(m + n - 1, 0), np.uint8),  # occupied diagonals
         ((n + 7) // 8 * 2 * d, np.int32),  # last warp that read each sector
         ((n + 7) // 8 * d, np.uint64),  # 8×8 block masks, block columns
         (((n + 7) // 8 + 1) * d, np.int64),  # touched block columns
@@ -96,17 +93,17 @@ def _scratch_shapes(m: int, n: int, bins: int, full: bool = True,
     ]
 
 
-def _worker_bytes(m: int, n: int, bins: int, full: bool = True, detail: bool = True) -> int:
+def _worker_bytes(m: int, n: int, bins: int, detail: bool = True) -> int:
     """Bytes of one worker's scratch arrays (:func:`_scratch_shapes`)."""
     return sum(length * np.dtype(dtype).itemsize
-               for length, dtype in _scratch_shapes(m, n, bins, full, detail))
+               for length, dtype in _scratch_shapes(m, n, bins, detail))
 
 
 def _workers(threads: int, m: int, n: int, bins: int, csr_bytes: int,
-             full: bool = True, detail: bool = True) -> int:
+             detail: bool = True) -> int:
     """How many workers the scan splits into: ``threads``, but no more than the scratch
     budget (:data:`SCRATCH_SHARE`) allows, and at least one."""
-    per_worker = _worker_bytes(m, n, bins, full, detail)
+    per_worker = _worker_bytes(m, n, bins, detail)
     return max(1, min(threads, int(SCRATCH_SHARE * csr_bytes) // max(per_worker, 1)))
 
 
@@ -116,22 +113,20 @@ SCRATCH_ALWAYS = 1 << 22
 nonzeros."""
 
 
-def scratch_fits(m: int, n: int, bins: int, csr_bytes: int, full: bool = True,
-                 detail: bool = True) -> bool:
+def scratch_fits(m: int, n: int, bins: int, csr_bytes: int, detail: bool = True) -> bool:
     """Whether one worker's scratch arrays (about m + 7.3 n bytes) stay within
     :data:`SCRATCH_SHARE` of the CSR arrays' ``csr_bytes`` or :data:`SCRATCH_ALWAYS`. They do
     not when the matrix has far more columns than nonzeros (a 10 × 10⁹ matrix of 10⁵ nonzeros,
     1.2 MB, would need 7 GB); its counters are then counted over the nonzeros
     (:func:`nonzero_counters`, :func:`band_and_diagonals`)."""
-    return _worker_bytes(m, n, bins, full, detail) <= max(SCRATCH_SHARE * csr_bytes,
-                                                          SCRATCH_ALWAYS)
+    return _worker_bytes(m, n, bins, detail) <= max(SCRATCH_SHARE * csr_bytes, SCRATCH_ALWAYS)
 
 
-def _scratch(workers: int, m: int, n: int, bins: int, full: bool = True,
+def _scratch(workers: int, m: int, n: int, bins: int,
              detail: bool = True) -> tuple[np.ndarray, ...]:
     """Per-worker counters and work arrays (see :func:`_scratch_shapes`)."""
     return tuple(np.zeros((workers, length), dtype)
-                 for length, dtype in _scratch_shapes(m, n, bins, full, detail))
+                 for length, dtype in _scratch_shapes(m, n, bins, detail))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -365,11 +360,10 @@ def _sectors(bits, shift):
 
 @njit(cache=True)
 def _scan_windows(indptr, indices, m, n, shift, narrow, selected, first, last, flags, hist,
-                  stamp, masks8, list8, masks3, list3, sums, full):  # fmt: skip
-    """One worker's share, windows first..last-1: every row for lengths and diagonals (unless
-    ``full`` is False: then the caller has them), each run of consecutive selected windows for
-    the rest."""
-    for w in range(first, last if full else first):
+                  stamp, masks8, list8, masks3, list3, sums):  # fmt: skip
+    """One worker's share, windows first..last-1: every row for lengths and diagonals, each
+    run of consecutive selected windows for the rest."""
+    for w in range(first, last):
         lo = w * WINDOW_ROWS
         _row_window(indptr, indices, m, lo, min(lo + WINDOW_ROWS, m), flags, hist, sums)
     w = first
@@ -386,15 +380,14 @@ def _scan_windows(indptr, indices, m, n, shift, narrow, selected, first, last, f
 
 
 def _scan_workers(indptr, indices, m, n, shift, narrow, selected, bounds, sums, hist, flags,
-                  stamp, masks8, list8, masks3, list3, full):  # fmt: skip
+                  stamp, masks8, list8, masks3, list3):  # fmt: skip
     """Run worker t's share of the windows, ``bounds[t]..bounds[t+1]-1``, for every t; each
     worker has its own row of every work array. The serial compilation runs the workers in
-    turn on the calling thread, the parallel one on numba's threads. ``full``: see
-    :func:`_scan_windows`."""
+    turn on the calling thread, the parallel one on numba's threads."""
     for t in prange(bounds.size - 1):
         _scan_windows(indptr, indices, m, n, shift, narrow, selected, bounds[t], bounds[t + 1],
                       flags[t], hist[t], stamp[t], masks8[t], list8[t], masks3[t], list3[t],
-                      sums[t], full)
+                      sums[t])
 
 
 _scan_serial, _scan_parallel = specialisations(_scan_workers)

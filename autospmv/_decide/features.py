@@ -261,14 +261,13 @@ def _scan(csr: sp.csr_matrix, sample_rows: int | None, uploaded=None, sampled: b
     longest = row_length_moments(indptr, m, parallel)[1]
     bins = histogram_bins(longest, m)
     csr_bytes = indptr.nbytes + csr.nnz * (indptr.itemsize + np.dtype(csr.dtype).itemsize)
-    if scratch_fits(m, n, bins, csr_bytes, True, sampled):
+    if scratch_fits(m, n, bins, csr_bytes, sampled):
         threads = numba.get_num_threads() if parallel else 1
-        workers = _workers(threads, m, n, bins, csr_bytes, True, sampled)
-        bounds = _split_windows(indptr, m, selected, workers, True)
-        sums, hist, flags, *work = _scratch(workers, m, n, bins, True, sampled)
+        workers = _workers(threads, m, n, bins, csr_bytes, sampled)
+        bounds = _split_windows(indptr, m, selected, workers)
+        sums, hist, flags, *work = _scratch(workers, m, n, bins, sampled)
         scan = _scan_parallel if parallel else _scan_serial
-        scan(indptr, indices, m, n, shift, narrow, selected, bounds, sums, hist, flags, *work,
-             True)  # fmt: skip
+        scan(indptr, indices, m, n, shift, narrow, selected, bounds, sums, hist, flags, *work)
         counted = sums.sum(axis=0)
         occupied = flags[0] if workers == 1 else np.bitwise_or.reduce(flags, axis=0)
         band, diagonals = int(sums[:, _BAND].max()), int(np.count_nonzero(occupied))
