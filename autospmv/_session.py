@@ -41,7 +41,8 @@ def _device_for_device_input(device, resolve: bool = True) -> str:
 
 def prepare(A, *, kernel: str | None = None, device: str | None = None, model=None,
             params: dict | None = None, tune: str | None = None,
-            threads: int | None = None, products: int | None = None) -> SpMVOperator:
+            threads: int | None = None, products: int | None = None,
+            background: bool = False) -> SpMVOperator:
     """Canonicalise A, choose a kernel (or use ``kernel=``), convert once, return the operator.
 
     ``A``: a SciPy sparse matrix or array, a 2-D array-like, or a matrix already on the GPU
@@ -89,6 +90,12 @@ def prepare(A, *, kernel: str | None = None, device: str | None = None, model=No
     :data:`~autospmv._run.tuning.TUNE_PRODUCTS` timed products of each candidate.
     ``op.explain()`` shows the figures and the outcome.
 
+    ``background=True`` (a host matrix, automatic selection only): the operator runs at once
+    on a kernel that converts nothing (csr_vector on the GPU, csr_scalar on the CPU) while a
+    thread decides and converts; the first product after the thread ends switches to the
+    chosen kernel, and ``op.wait()`` waits for it. ``op.kernel`` and ``op.explain()`` tell the
+    kernel that runs now; the notes say when it switched. See :mod:`autospmv._run.background`.
+
     The operator is a snapshot: it holds its own copy of A's values and structure, so changing
     A afterwards (``A.data *= 2``, new indices) does not change ``op``; call ``prepare`` again.
     A malformed sparse matrix (indices out of range, ``indptr`` not monotone or not ending at
@@ -101,9 +108,16 @@ def prepare(A, *, kernel: str | None = None, device: str | None = None, model=No
         raise ValueError("tune='measure' chooses among the tree's candidates; it cannot be "
                          "combined with kernel=")
     products = _check_products(products)
+    if not isinstance(background, bool):
+        raise TypeError(f"background must be True or False, not {background!r}")
+    if background and (kernel is not None or tune is not None or products is not None):
+        raise ValueError("background=True decides automatically; it cannot be combined with "
+                         "kernel=, tune= or products=")
+    started = time.perf_counter()
     if is_device_matrix(A):  # CuPy or torch sparse on the GPU: never copied to the host
-        if tune:
-            raise ValueError("tune='measure' needs a host (SciPy) matrix")
+        if tune or background:
+            what = "tune='measure'" if tune else "background=True"
+            raise ValueError(f"{what} needs a host (SciPy) matrix")
         device = _device_for_device_input(device)
         csr = canonical_device_csr(A)
         decision = decide(csr, kernel, device, model, params)
@@ -113,17 +127,44 @@ def prepare(A, *, kernel: str | None = None, device: str | None = None, model=No
         csr = canonicalize(A)
         borrowed = borrows(A, csr)
         uploaded = upload_for(csr, device)
+        refused = None
+        if background:
+            started_op, refused = _start_in_background(csr, device, model, threads, borrowed,
+                                                       uploaded, started)
+            if started_op is not None:
+                return started_op
         decision = decide(csr, kernel, device, model, params, uploaded)
+        if refused:
+            decision.notes.append(refused)
         source = None
     if tune == "measure":
         return measure(csr, decision, device, borrowed, threads, uploaded)
+    built = time.perf_counter()
+    op = _build(csr, decision, device, threads, forced=kernel is not None, source=source,
+                borrowed=borrowed, uploaded=uploaded)
+    if products is None or kernel is not None:
+        return op
+    pays, note = measuring_pays(op.decision, products, time.perf_counter() - built)
+    if pays and (source is not None or _simulated(device)):
+        pays, note = False, note.replace(": measured", ": " + (
+            "not measured, as the matrix lives on the GPU (measuring needs a host matrix)"
+            if source is not None else "not measured under numba-cuda's simulator"))
+    op.decision.notes.append(note)
+    if not pays:
+        return op
+    return measure(csr, op.decision, device, borrowed, threads, uploaded, built=op)
+
+
+def _build(csr, decision: Decision, device: str, threads, *, forced: bool, **options
+           ) -> SpMVOperator:
+    """The operator of ``decision``; when its format refuses A (padding beyond the fill limit)
+    or does not fit in memory, the tree's next choice, noted (a forced kernel raises).
+    ``options``: as :meth:`SpMVOperator._build`'s."""
     while True:
         try:
-            started = time.perf_counter()
-            op = SpMVOperator._canonical(csr, decision, device, threads, source=source,
-                                         borrowed=borrowed, uploaded=uploaded)
+            return SpMVOperator._canonical(csr, decision, device, threads, **options)
         except (FormatTooLargeError, MemoryError) as error:
-            if kernel is not None or not decision.candidates:
+            if forced or not decision.candidates:
                 raise
             refused, fallback = decision.kernel, decision.candidates[0]
             decision = dataclasses.replace(
@@ -131,18 +172,51 @@ def prepare(A, *, kernel: str | None = None, device: str | None = None, model=No
                 candidates=decision.candidates[1:],
                 notes=decision.notes + [f"guardrail: {refused} could not be built ({error}); "
                                         f"fell back to {fallback}, the tree's next choice"])
-            continue
-        if products is None or kernel is not None:
-            return op
-        pays, note = measuring_pays(op.decision, products, time.perf_counter() - started)
-        if pays and (source is not None or _simulated(device)):
-            pays, note = False, note.replace(": measured", ": " + (
-                "not measured, as the matrix lives on the GPU (measuring needs a host matrix)"
-                if source is not None else "not measured under numba-cuda's simulator"))
-        op.decision.notes.append(note)
-        if not pays:
-            return op
-        return measure(csr, op.decision, device, borrowed, threads, uploaded, built=op)
+
+
+def _start_in_background(csr, device: str, model, threads, borrowed: bool, uploaded,
+                         started: float) -> tuple[SpMVOperator | None, str | None]:
+    """``prepare(A, background=True)`` of a canonical host matrix: the operator on the start
+    kernel with its decision running on a thread (:mod:`autospmv._run.background`); or None
+    where the decision is made before returning (at most ``SAMPLE_THRESHOLD`` nonzeros on the
+    GPU, on the GPU without CuPy or under the simulator, or a row too long for the start
+    kernel), with the note that says why for the last."""
+    from ._decide.sampling import SAMPLE_THRESHOLD
+    from ._decide.selection import forced_decision
+    from ._run import background
+
+    if device == "cuda" and (uploaded is None or csr.nnz <= SAMPLE_THRESHOLD):
+        return None, None
+    longest = (uploaded.longest_row() if device == "cuda" else
+               int(np.diff(csr.indptr).max()) if csr.shape[0] else 0)
+    refused = background.start_refused(longest)
+    if refused:
+        return None, refused
+    start = dataclasses.replace(forced_decision(csr, background.START_KERNEL[device], device),
+                                source="the start of a background decision")
+    op = SpMVOperator._canonical(csr, start, device, threads, borrowed=borrowed,
+                                 uploaded=uploaded)
+    if device == "cuda":
+        snapshot, structure = background.snapshot_for_gpu(uploaded)
+
+        @background.on_own_stream
+        def build():
+            decision = decide(snapshot, None, device, model)
+            if (decision.kernel, decision.params) == (op.kernel, op.params):
+                return None
+            return _build(structure, decision, device, threads, forced=False,
+                          uploaded=snapshot)
+    else:
+        snapshot = background.snapshot_for_cpu(op)
+
+        def build():
+            decision = decide(snapshot, None, device, model)
+            if (decision.kernel, decision.params) == (op.kernel, op.params):
+                return None
+            return _build(snapshot, decision, device, threads, forced=False)
+
+    op._switch = background.BackgroundSwitch(build, started)
+    return op, None
 
 
 def _simulated(device: str) -> bool:

@@ -162,6 +162,60 @@ class SpMVOperator(LinearOperator):
         """The host arrays the operator holds, which ``out=`` must not overlap."""
         self._transposed = None
 
+    _switch = None
+    """The background decision still to switch to (:mod:`autospmv._run.background`), or None."""
+
+    @property
+    def _backend(self):
+        """What runs the products: the kernel bound to its format on its device. Taking it
+        switches to a background decision that is ready (:meth:`wait`)."""
+        if self._switch is not None and self._switch.done:
+            self._adopt()
+        return self._runner
+
+    @_backend.setter
+    def _backend(self, runner) -> None:
+        self._runner = runner
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for a background decision (``prepare(A, background=True)``) and switch to its
+        kernel; True once the operator runs its final kernel (at once without a background
+        decision), False when ``timeout`` seconds passed first."""
+        switch = self._switch
+        if switch is None:
+            return True
+        if not switch.join(timeout):
+            return False
+        self._adopt()
+        return True
+
+    def _adopt(self) -> None:
+        """Switch to the operator the background thread built (or keep this one, with a note,
+        when the start kernel is the decision or the thread failed)."""
+        from .background import switch_note, warn_failed
+
+        switch = self._switch
+        with switch.lock:
+            if self._switch is not switch:  # another thread switched
+                return
+            start = self.decision.kernel
+            now = time.perf_counter()
+            if switch.error is not None:
+                self.decision.notes.append(warn_failed(switch.error, start))
+            elif switch.result is None:
+                self.decision.notes.append(switch_note(f"{start} is the decision; kept",
+                                                       start, switch, now))
+            else:
+                if self.device == "cuda":
+                    from numba import cuda
+
+                    cuda.synchronize()  # the products in flight read the format released here
+                new = switch.result
+                new.decision.notes.append(switch_note(f"switched to {new.decision.kernel}",
+                                                      start, switch, now))
+                self.__dict__.update(new.__dict__)
+            self._switch = None
+
     @property
     def kernel(self) -> str:
         return self.decision.kernel
@@ -417,6 +471,7 @@ class SpMVOperator(LinearOperator):
         and thread request; nothing is decided again. An operator on the GPU refuses: its matrix
         lives in device memory, and pickling would copy it to the host. ``copy.copy`` and
         ``copy.deepcopy`` go the same way (a converted copy on the CPU, a TypeError on the GPU)."""
+        self.wait()
         if self.device != "cpu":
             raise TypeError("an operator on the GPU cannot be pickled (its matrix lives in device "
                             "memory); pickle the matrix and prepare it again where it is loaded")

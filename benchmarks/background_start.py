@@ -1,0 +1,91 @@
+"""``prepare(A, background=True)`` against ``prepare(A)`` on the GPU: the time to the first
+product and to the end of N products, from the ``prepare`` call, for host matrices of about
+2·10⁷ nonzeros (the 2-D Laplacian and power-law matrices of ``prepare_cost.make_matrices``).
+
+Products run on CuPy vectors with ``out=`` (the solver's loop, no host copies); each run ends
+with a device synchronisation. Every (matrix, dtype, way, N) is run ``--repeats`` times after
+one untimed run of both ways, interleaved; medians. The kernel the background operator ended
+on is recorded and must be prepare()'s.
+
+    PYTHONPATH=. python benchmarks/background_start.py --out F.json --label DEVICE_KIND
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
+
+import cupy  # noqa: E402
+import numpy as np  # noqa: E402
+
+import autospmv  # noqa: E402
+from prepare_cost import make_matrices  # noqa: E402
+
+PRODUCTS = (1, 100, 1000)
+
+
+def run(A, x, y, products: int, background: bool) -> tuple[float, str]:
+    """Seconds from the prepare call to the end of ``products`` products, and the kernel that
+    ran the last one."""
+    cupy.cuda.Device().synchronize()
+    started = time.perf_counter()
+    op = autospmv.prepare(A, device="cuda", background=background)
+    for _ in range(products):
+        op.matvec(x, out=y)
+    cupy.cuda.Device().synchronize()
+    elapsed = time.perf_counter() - started
+    kernel = op.kernel
+    op.wait()
+    return elapsed, kernel
+
+
+def measure(name: str, A, repeats: int) -> dict:
+    x = cupy.asarray(np.random.default_rng(0).standard_normal(A.shape[1]).astype(A.dtype))
+    y = cupy.empty(A.shape[0], dtype=A.dtype)
+    chosen = autospmv.prepare(A, device="cuda").kernel
+    row = {"matrix": name, "dtype": str(A.dtype), "nnz": int(A.nnz), "kernel": chosen}
+    for products in PRODUCTS:
+        times = {False: [], True: []}
+        ended_on = set()
+        run(A, x, y, products, False)
+        run(A, x, y, products, True)
+        for _ in range(repeats):
+            for background in (False, True):
+                elapsed, kernel = run(A, x, y, products, background)
+                times[background].append(elapsed)
+                if background:
+                    ended_on.add(kernel)
+        plain, hidden = statistics.median(times[False]), statistics.median(times[True])
+        row[f"products_{products}"] = {"prepare_s": plain, "background_s": hidden,
+                                       "saving": plain / hidden,
+                                       "background_last_kernels": sorted(ended_on)}
+    return row
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=float, nargs="+", default=[2e7])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--label", default="")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args(argv)
+    rows = []
+    for name, A in make_matrices(args.sizes, ["float32", "float64"]):
+        rows.append(measure(name, A, args.repeats))
+        print(json.dumps(rows[-1]), flush=True)
+    gpu = cupy.cuda.runtime.getDeviceProperties(0)["name"]
+    result = {"benchmark": "background_start", "label": args.label,
+              "gpu": gpu.decode() if isinstance(gpu, bytes) else gpu,
+              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "rows": rows}
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

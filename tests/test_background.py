@@ -1,0 +1,180 @@
+"""prepare(A, background=True): the operator runs at once on the start kernel, the decision and
+its conversion run on a thread, and the operator switches between two products; every product
+is exact, A is a snapshot, and the notes say what happened."""
+
+from __future__ import annotations
+
+import pickle
+import threading
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from sklearn.tree import DecisionTreeClassifier
+
+import autospmv
+from autospmv._decide.model import TreeModel
+from matrices import (TOLERANCE, poisson2d, power_law, random_matrix, random_vector, reference,
+                      relative_error)
+
+
+def _always(kernel: str) -> TreeModel:
+    """A model that chooses ``kernel`` for every matrix."""
+    clf = DecisionTreeClassifier().fit(np.array([[1.0], [2.0]]), [kernel, kernel])
+    return TreeModel.from_sklearn(clf, ["row_max"], {"device": "test bench",
+                                                     "trained": "2000-01-01T00:00:00+00:00"})
+
+
+def _exact(op, A, rng) -> None:
+    x = random_vector(rng, A.shape[1], np.float64)
+    assert relative_error(op @ x, reference(A, x)) <= TOLERANCE[np.dtype(np.float64)]
+
+
+@pytest.mark.parametrize("kernel", ["hyb", "csr5", "coo"])
+def test_starts_on_csr_scalar_and_switches_to_the_decision(kernel, rng):
+    A = power_law(3000, 2500, 1.8, 4)
+    op = autospmv.prepare(A, device="cpu", model=_always(kernel), background=True)
+    assert op.kernel == "csr_scalar"
+    assert "chosen by the start of a background decision" in op.explain()
+    _exact(op, A, rng)
+    assert op.wait(timeout=60)
+    assert op.kernel == kernel == autospmv.prepare(A, device="cpu", model=_always(kernel)).kernel
+    _exact(op, A, rng)
+    notes = op.decision.notes
+    assert any(note.startswith("background: started on csr_scalar") and
+               f"switched to {kernel}" in note for note in notes), notes
+    assert op.decision.source.startswith("model")
+
+
+def test_the_start_kernel_stays_when_it_is_the_decision(rng):
+    A = poisson2d(30)
+    op = autospmv.prepare(A, device="cpu", model=_always("csr_scalar"), background=True)
+    assert op.wait(timeout=60)
+    assert op.kernel == "csr_scalar"
+    assert any("csr_scalar is the decision; kept" in note for note in op.decision.notes)
+    _exact(op, A, rng)
+
+
+def test_a_product_switches_once_the_thread_is_done(rng):
+    A = poisson2d(40)
+    op = autospmv.prepare(A, device="cpu", model=_always("ell"), background=True)
+    op._switch.join(60)  # the thread is done, nothing has switched yet
+    assert op.decision.kernel == "csr_scalar"
+    _exact(op, A, rng)  # this product switches first
+    assert op.kernel == "ell"
+
+
+def test_changing_a_afterwards_changes_nothing(rng):
+    A = sp.csr_matrix(power_law(2000, 2000, 1.8, 5))
+    assert A.has_canonical_format
+    B = A.copy()
+    op = autospmv.prepare(B, device="cpu", model=_always("hyb"), background=True)
+    B.data *= 3
+    B.indices[:] = 0
+    assert op.wait(timeout=60) and op.kernel == "hyb"
+    _exact(op, A, rng)
+    z = random_vector(rng, A.shape[0], np.float64)
+    assert relative_error(op.T @ z, reference(A.T, z)) <= TOLERANCE[np.dtype(np.float64)]
+
+
+def test_threads_calling_through_the_switch_all_get_the_right_answer():
+    A = power_law(4000, 4000, 1.7, 6)
+    x = np.random.default_rng(3).standard_normal(A.shape[1])
+    expected = reference(A, x)
+    op = autospmv.prepare(A, device="cpu", model=_always("hyb"), background=True)
+    errors = []
+
+    def call():
+        for _ in range(40):
+            errors.append(relative_error(op @ x, expected))
+
+    workers = [threading.Thread(target=call) for _ in range(4)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert op.wait(timeout=60) and op.kernel == "hyb"
+    assert max(errors) <= TOLERANCE[np.dtype(np.float64)]
+
+
+def test_a_failed_background_decision_keeps_the_start_kernel_and_warns(rng, tmp_path):
+    A = poisson2d(20)
+    broken = _always("ell")
+    broken.classes = ["no_such_kernel"] * len(broken.classes)  # decides a kernel that is not there
+    op = autospmv.prepare(A, device="cpu", model=broken, background=True)
+    op._switch.join(60)
+    with pytest.warns(RuntimeWarning, match="background: the decision or its conversion failed"):
+        assert op.wait(timeout=60)
+    assert op.kernel == "csr_scalar"
+    _exact(op, A, rng)
+
+
+def test_pickling_waits_for_the_decision(rng):
+    A = poisson2d(20)
+    op = autospmv.prepare(A, device="cpu", model=_always("ell"), background=True)
+    again = pickle.loads(pickle.dumps(op))
+    assert op.kernel == again.kernel == "ell"
+    _exact(again, A, rng)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"kernel": "ell"}, "cannot be combined"),
+    ({"tune": "measure"}, "cannot be combined"),
+    ({"products": 100}, "cannot be combined"),
+])
+def test_background_refuses_what_decides_otherwise(options, message):
+    with pytest.raises(ValueError, match=message):
+        autospmv.prepare(poisson2d(10), device="cpu", background=True, **options)
+
+
+def test_background_must_be_a_bool():
+    with pytest.raises(TypeError, match="background must be True or False"):
+        autospmv.prepare(poisson2d(10), device="cpu", background=1)
+
+
+def test_without_background_nothing_waits():
+    op = autospmv.prepare(poisson2d(10), device="cpu")
+    assert op.wait(timeout=0) is True
+
+
+@pytest.mark.requires_gpu
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_on_the_gpu_the_switch_gives_prepares_decision(dtype, rng):
+    pytest.importorskip("cupy")
+    A = random_matrix(200_000, 150_000, 5e-5, 8).astype(dtype)  # rows of about 7.5
+    expected = autospmv.prepare(A, device="cuda")
+    B = A.copy()
+    op = autospmv.prepare(B, device="cuda", background=True)
+    assert op.kernel == "csr_vector"
+    B.data[:] = 0
+    x = random_vector(rng, A.shape[1], np.float64)
+    assert relative_error(op @ x, reference(A, x)) <= TOLERANCE[np.dtype(np.float64)]
+    assert op.wait(timeout=120)
+    assert (op.kernel, op.params) == (expected.kernel, expected.params)
+    assert relative_error(op @ x, reference(A, x)) <= TOLERANCE[np.dtype(np.float64)]
+    z = random_vector(rng, A.shape[0], np.float64)
+    assert relative_error(op.T @ z, reference(A.T, z)) <= TOLERANCE[np.dtype(np.float64)]
+
+
+@pytest.mark.requires_gpu
+def test_on_the_gpu_a_small_matrix_is_decided_before_prepare_returns():
+    pytest.importorskip("cupy")
+    A = poisson2d(30)
+    op = autospmv.prepare(A, device="cuda", background=True)
+    assert op._switch is None
+    assert (op.kernel, op.params) == (autospmv.prepare(A, device="cuda").kernel,
+                                      autospmv.prepare(A, device="cuda").params)
+
+
+def test_a_row_too_long_for_the_start_kernel_is_decided_before_prepare_returns(rng):
+    from autospmv._run.background import START_MAX_ROW
+
+    A = sp.lil_matrix((300, START_MAX_ROW + 500))
+    A[7, :] = 1.0
+    A[np.arange(300), np.arange(300)] = 2.0
+    A = A.tocsr()
+    op = autospmv.prepare(A, device="cpu", model=_always("hyb"), background=True)
+    assert op._switch is None and op.kernel == "hyb"
+    assert any(note.startswith("background: not used, as the longest row") for note in
+               op.decision.notes), op.decision.notes
+    _exact(op, A, rng)
