@@ -129,5 +129,33 @@ def warn_failed(error: BaseException, kernel: str) -> str:
     """Warn that the background decision failed, and say so in a note."""
     note = (f"background: the decision or its conversion failed ({type(error).__name__}: "
             f"{error}); the operator stays on {kernel}")
-    warnings.warn(note, RuntimeWarning, stacklevel=4)
+    warnings.warn(note, RuntimeWarning, stacklevel=5)
     return note
+
+
+def adopt(op) -> None:
+    """Switch ``op`` to the operator its background thread built (or keep it, with a note,
+    when the start kernel is the decision or the thread failed). Under the switch's lock, so
+    that one of several calling threads switches; on the GPU after a device synchronisation,
+    since the products in flight read the format released here."""
+    switch = op._switch
+    with switch.lock:
+        if op._switch is not switch:  # another thread switched
+            return
+        start = op.decision.kernel
+        now = time.perf_counter()
+        if switch.error is not None:
+            op.decision.notes.append(warn_failed(switch.error, start))
+        elif switch.result is None:
+            op.decision.notes.append(switch_note(f"{start} is the decision; kept", start,
+                                                 switch, now))
+        else:
+            if op.device == "cuda":
+                from numba import cuda
+
+                cuda.synchronize()
+            new = switch.result
+            new.decision.notes.append(switch_note(f"switched to {new.decision.kernel}", start,
+                                                  switch, now))
+            op.__dict__.update(new.__dict__)
+        op._switch = None

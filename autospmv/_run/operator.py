@@ -18,13 +18,14 @@ from .._decide.selection import Decision, forced_decision
 from ..formats.base import DeviceCSR, FormatTooLargeError, SparseFormat
 from ..formats.coo import COOFormat
 from ..kernels.cpu.backend import CpuBackend
+from . import background
 from .cache import compile_timer
 from .device_input import canonical_device_csr, is_device_matrix, transposed, upload_csr
 from .devices import check_device, resolve_device
 from .linear_operator import LinearOperator
 from .threads import check_threads
 from .validation import (borrows, canonicalize, check_out, check_vector, index_dtype,
-                         result_dtype)
+                         kept_host_arrays, own_arrays, result_dtype)
 
 
 class SpMVOperator(LinearOperator):
@@ -116,7 +117,7 @@ class SpMVOperator(LinearOperator):
             else:  # on the host, or for a DeviceCSR on the GPU, there
                 fmt = spec.convert(csr, decision.params, device)
                 if borrowed and not isinstance(csr, DeviceCSR):
-                    fmt = _own_arrays(fmt, (csr.data, csr.indices, csr.indptr))
+                    fmt = own_arrays(fmt, (csr.data, csr.indices, csr.indptr))
             if device == "cuda":
                 self._backend = CudaBackend(spec, fmt, decision.params)
             else:
@@ -158,7 +159,7 @@ class SpMVOperator(LinearOperator):
         if self._on_device is not None:
             host += self._on_device[1].nbytes
         self._host_nbytes = host
-        self._kept = _host_arrays(self.format, self._source)
+        self._kept = kept_host_arrays(self.format, self._source)
         """The host arrays the operator holds, which ``out=`` must not overlap."""
         self._transposed = None
 
@@ -170,7 +171,7 @@ class SpMVOperator(LinearOperator):
         """What runs the products: the kernel bound to its format on its device. Taking it
         switches to a background decision that is ready (:meth:`wait`)."""
         if self._switch is not None and self._switch.done:
-            self._adopt()
+            background.adopt(self)
         return self._runner
 
     @_backend.setter
@@ -186,35 +187,8 @@ class SpMVOperator(LinearOperator):
             return True
         if not switch.join(timeout):
             return False
-        self._adopt()
+        background.adopt(self)
         return True
-
-    def _adopt(self) -> None:
-        """Switch to the operator the background thread built (or keep this one, with a note,
-        when the start kernel is the decision or the thread failed)."""
-        from .background import switch_note, warn_failed
-
-        switch = self._switch
-        with switch.lock:
-            if self._switch is not switch:  # another thread switched
-                return
-            start = self.decision.kernel
-            now = time.perf_counter()
-            if switch.error is not None:
-                self.decision.notes.append(warn_failed(switch.error, start))
-            elif switch.result is None:
-                self.decision.notes.append(switch_note(f"{start} is the decision; kept",
-                                                       start, switch, now))
-            else:
-                if self.device == "cuda":
-                    from numba import cuda
-
-                    cuda.synchronize()  # the products in flight read the format released here
-                new = switch.result
-                new.decision.notes.append(switch_note(f"switched to {new.decision.kernel}",
-                                                      start, switch, now))
-                self.__dict__.update(new.__dict__)
-            self._switch = None
 
     @property
     def kernel(self) -> str:
@@ -515,23 +489,7 @@ def tall_transpose(csr) -> bool:
     return row_pointer > max(matrix, TALL_TRANSPOSE_BYTES)
 
 
-def _host_arrays(fmt, source) -> tuple:
-    """The host arrays of an operator: its CPU format's (None on the GPU) and those of the
-    host CSR it keeps for its transpose, if any."""
-    arrays = list(fmt.arrays().values()) if fmt is not None else []
-    if isinstance(source, sp.csr_matrix):
-        arrays += [source.data, source.indices, source.indptr]
-    return tuple(arrays)
-
-
 def _is_device_array(x) -> bool:
     """Whether x is a CUDA array (it has ``__cuda_array_interface__``); a numpy array is not,
     and is answered without asking."""
     return type(x) is not np.ndarray and getattr(x, "__cuda_array_interface__", None) is not None
-
-
-def _own_arrays(fmt: SparseFormat, sources: tuple) -> SparseFormat:
-    """``fmt`` with copies of its arrays (also those of nested formats) that may share memory
-    with any of ``sources``."""
-    return fmt.map_arrays(lambda a: a.copy() if isinstance(a, np.ndarray) and any(
-        np.may_share_memory(a, s) for s in sources) else a)
