@@ -12,8 +12,6 @@ on is recorded and must be prepare()'s.
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 import sys
 import time
@@ -25,7 +23,7 @@ import cupy  # noqa: E402
 import numpy as np  # noqa: E402
 
 import autospmv  # noqa: E402
-from prepare_cost import make_matrices  # noqa: E402
+from prepare_cost import gpu_matrices_main  # noqa: E402
 
 PRODUCTS = (1, 100, 1000)
 
@@ -69,22 +67,7 @@ def measure(name: str, A, repeats: int) -> dict:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=float, nargs="+", default=[2e7])
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--label", default="")
-    parser.add_argument("--out", type=Path)
-    args = parser.parse_args(argv)
-    rows = []
-    for name, A in make_matrices(args.sizes, ["float32", "float64"]):
-        rows.append(measure(name, A, args.repeats))
-        print(json.dumps(rows[-1]), flush=True)
-    gpu = cupy.cuda.runtime.getDeviceProperties(0)["name"]
-    result = {"benchmark": "background_start", "label": args.label,
-              "gpu": gpu.decode() if isinstance(gpu, bytes) else gpu,
-              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "rows": rows}
-    if args.out:
-        args.out.write_text(json.dumps(result, indent=1) + "\n")
+    gpu_matrices_main("background_start", __doc__.splitlines()[0], measure, argv, repeats=5)
 
 
 if __name__ == "__main__":

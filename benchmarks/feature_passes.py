@@ -20,8 +20,6 @@ comparison is two runs on one machine. Needs a GPU and CuPy:
 
 from __future__ import annotations
 
-import argparse
-import json
 import re
 import statistics
 import sys
@@ -36,7 +34,7 @@ import autospmv  # noqa: E402
 from autospmv._decide.features import canonical_features_and_lengths  # noqa: E402
 from autospmv._decide.selection import find_model  # noqa: E402
 from autospmv._run.device_input import upload_csr  # noqa: E402
-from prepare_cost import make_matrices  # noqa: E402
+from prepare_cost import gpu_matrices_main  # noqa: E402
 
 
 def milliseconds(call, repeats: int) -> float:
@@ -83,22 +81,7 @@ def measure(name: str, A, repeats: int) -> dict:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=float, nargs="+", default=[2e7])
-    parser.add_argument("--repeats", type=int, default=10)
-    parser.add_argument("--label", default="")
-    parser.add_argument("--out", type=Path)
-    args = parser.parse_args(argv)
-    rows = []
-    for name, A in make_matrices(args.sizes, ["float32", "float64"]):
-        rows.append(measure(name, A, args.repeats))
-        print(json.dumps(rows[-1]), flush=True)
-    gpu = cupy.cuda.runtime.getDeviceProperties(0)["name"]
-    result = {"benchmark": "feature_passes", "label": args.label,
-              "gpu": gpu.decode() if isinstance(gpu, bytes) else gpu,
-              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "rows": rows}
-    if args.out:
-        args.out.write_text(json.dumps(result, indent=1) + "\n")
+    gpu_matrices_main("feature_passes", __doc__.splitlines()[0], measure, argv, repeats=10)
 
 
 if __name__ == "__main__":

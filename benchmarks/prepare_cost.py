@@ -88,6 +88,32 @@ def make_matrices(sizes, dtypes):
                 yield f"{family}_{nnz / 1e6:g}M", canonicalize(A.astype(dtype))
 
 
+def gpu_matrices_main(benchmark: str, description: str, measure, argv=None,
+                      repeats: int = 10) -> None:
+    """The command line of a GPU benchmark that runs ``measure(name, A, repeats)`` (a dict,
+    printed as it comes) on :func:`make_matrices`' matrices in float32 and float64: options
+    ``--sizes``, ``--repeats``, ``--label`` and ``--out`` (the rows, the GPU and the date as
+    JSON)."""
+    import cupy
+
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--sizes", type=float, nargs="+", default=[2e7])
+    parser.add_argument("--repeats", type=int, default=repeats)
+    parser.add_argument("--label", default="")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args(argv)
+    rows = []
+    for name, A in make_matrices(args.sizes, ["float32", "float64"]):
+        rows.append(measure(name, A, args.repeats))
+        print(json.dumps(rows[-1]), flush=True)
+    gpu = cupy.cuda.runtime.getDeviceProperties(0)["name"]
+    result = {"benchmark": benchmark, "label": args.label,
+              "gpu": gpu.decode() if isinstance(gpu, bytes) else gpu,
+              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "rows": rows}
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=1) + "\n")
+
+
 def csr_bytes(A) -> int:
     return A.indptr.nbytes + A.indices.nbytes + A.data.nbytes
 
