@@ -146,6 +146,70 @@ def split_holdout(records, names) -> tuple[list[dict], list[dict]]:
     return train_part, held
 
 
+@dataclasses.dataclass
+class CrossValidation:
+    """What decides whether a model is installed: the nested cross-validations (``runs``, the
+    tree's and the cost model's out-of-fold choices per run), the hyperparameters chosen on all
+    matrices and their score, every policy's mean metrics overall (``cv``) and per size band,
+    the default kernels with the tree's calibrated overrides (``policy``, ``default_table``),
+    and the guard's ``verdict``."""
+
+    runs: list
+    oofs: list
+    cost_oofs: list
+    hyper: object
+    score: float
+    cv: dict
+    bands: dict
+    policy: object
+    default_table: list
+    verdict: dict
+
+
+def cross_validate(ds, n_splits: int = 5, grid=GRID, repeats: int = REPEATS) -> CrossValidation:
+    """The cross-validation and the install guard of :func:`train` on a dataset: the tree must
+    beat every fixed kernel (:func:`~training.crossval.guard`), and its overrides must not lose
+    to the default kernels out of kind (:func:`~training.defaults.overrides_lose`)."""
+    runs = [nested_cv(ds, n_splits, grid, seed) for seed in [None] + list(range(1, repeats))]
+    oofs, cost_oofs = [], []
+    for run in runs:
+        oof, cost_oof = np.full(len(ds), -1), np.full(len(ds), -1)
+        for fold in run:
+            oof[fold.test] = fold.chosen
+            cost_oof[fold.test] = fold.cost_chosen
+        oofs.append(oof)
+        cost_oofs.append(cost_oof)
+    hyper, score = select_hyper(ds, np.arange(len(ds)), n_splits, grid)
+    baselines = policies(ds)
+    chosen = {"tree": oofs, "cost model alone": cost_oofs} if runs[0] else {}
+    chosen.update({name: [c] for name, c in baselines.items()})
+    cv = {"tree": None, "cost model alone": None}
+    cv.update({name: mean_metrics([selection_metrics(ds.times, c) for c in cs])
+               for name, cs in chosen.items()})
+    bands = {band[0]: {name: mean_metrics([selection_metrics(ds.times[rows], c[rows])
+                                           for c in cs])
+                       for name, cs in chosen.items()}
+             for band in BANDS if (rows := band_rows(ds, band)).size}
+    verdict = guard(cv)
+    ranking_ok, scores_ok = out_of_kind(ds, hyper)
+    policy, default_table = calibrate(ds, ranking_ok, scores_ok)
+    lost = overrides_lose(default_table)
+    if lost:
+        verdict = dict(verdict, passed=False,
+                       reason=verdict["reason"] + "; but the tree's overrides lose to the "
+                       "default out of kind in " + ", ".join(lost))
+    return CrossValidation(runs, oofs, cost_oofs, hyper, score, cv, bands, policy,
+                           default_table, verdict)
+
+
+def install_verdict(records, mode: str = "auto") -> dict:
+    """The guard :func:`train` applies before a model is installed, on ``records`` in timing
+    ``mode``, computed as :func:`train` computes it (without fitting the final tree or
+    building the report)."""
+    ds, _ = dataset(list(records), mode)
+    return cross_validate(ds).verdict
+
+
 def train(records, *, mode: str = "auto", n_splits: int = 5, grid=GRID,
           label_files: list[dict] | None = None, repeats: int = REPEATS,
           holdout=()) -> TrainResult:
@@ -168,36 +232,12 @@ def train(records, *, mode: str = "auto", n_splits: int = 5, grid=GRID,
                          "are per (device, dtype): train one per dtype")
     records, held = split_holdout(records, holdout)
     ds, dropped = dataset(records, mode)
-    runs = [nested_cv(ds, n_splits, grid, seed) for seed in [None] + list(range(1, repeats))]
+    checked = cross_validate(ds, n_splits, grid, repeats)
+    runs, oofs, hyper, score = checked.runs, checked.oofs, checked.hyper, checked.score
+    cv, bands, verdict = checked.cv, checked.bands, checked.verdict
+    policy, default_table = checked.policy, checked.default_table
     folds = runs[0]
-    oofs, cost_oofs = [], []
-    for run in runs:
-        oof, cost_oof = np.full(len(ds), -1), np.full(len(ds), -1)
-        for fold in run:
-            oof[fold.test] = fold.chosen
-            cost_oof[fold.test] = fold.cost_chosen
-        oofs.append(oof)
-        cost_oofs.append(cost_oof)
-    hyper, score = select_hyper(ds, np.arange(len(ds)), n_splits, grid)
     fitted = fit(ds, np.arange(len(ds)), hyper)
-    baselines = policies(ds)
-    chosen = {"tree": oofs, "cost model alone": cost_oofs} if folds else {}
-    chosen.update({name: [c] for name, c in baselines.items()})
-    cv = {"tree": None, "cost model alone": None}
-    cv.update({name: mean_metrics([selection_metrics(ds.times, c) for c in cs])
-               for name, cs in chosen.items()})
-    bands = {band[0]: {name: mean_metrics([selection_metrics(ds.times[rows], c[rows])
-                                           for c in cs])
-                       for name, cs in chosen.items()}
-             for band in BANDS if (rows := band_rows(ds, band)).size}
-    verdict = guard(cv)
-    ranking_ok, scores_ok = out_of_kind(ds, hyper)
-    policy, default_table = calibrate(ds, ranking_ok, scores_ok)
-    lost = overrides_lose(default_table)
-    if lost:
-        verdict = dict(verdict, passed=False,
-                       reason=verdict["reason"] + "; but the tree's overrides lose to the "
-                       "default out of kind in " + ", ".join(lost))
     lofo, lofo_chosen = leave_one_family_out(ds, n_splits, grid)
     real = np.flatnonzero(ds.as_given)
     lofo_all = selection_metrics(ds.times[real], lofo_chosen[real]) if lofo else None
