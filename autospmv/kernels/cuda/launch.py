@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import ctypes
+import functools
 
 import numpy as np
 from numba import cuda, types
@@ -88,6 +89,14 @@ def overlapping_config(grid: int, block: int, stream: int = 0):
     return config
 
 
+@functools.lru_cache(maxsize=None)
+def _ptx(py_func, argtypes: tuple, cc: tuple, bounds) -> str:
+    """:meth:`Launch.ptx`'s compilation, kept per (kernel, argument types, compute capability,
+    launch bounds)."""
+    ptx, _ = cuda.compile_ptx(py_func, argtypes, cc=cc, launch_bounds=bounds)
+    return ptx
+
+
 class Launch:
     """One kernel launch with its grid, block and arguments fixed in advance.
 
@@ -124,11 +133,10 @@ class Launch:
         return launch
 
     def ptx(self, cc=(9, 0)) -> str:
-        """PTX for this launch's argument types (compiles without a GPU)."""
+        """PTX for this launch's argument types (compiles without a GPU; the same kernel,
+        argument types and compute capability compile once per process)."""
         bounds = getattr(self.dispatcher, "targetoptions", {}).get("launch_bounds")
-        ptx, _ = cuda.compile_ptx(self.dispatcher.py_func, self.argtypes, cc=cc,
-                                  launch_bounds=bounds)
-        return ptx
+        return _ptx(self.dispatcher.py_func, self.argtypes, tuple(cc), bounds)
 
     def load(self, x_len: int, y_len: int) -> None:
         """Compile for the argument types (or load the kernel from the cubin cache,
