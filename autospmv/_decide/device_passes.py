@@ -112,16 +112,9 @@ def _launcher(csr):
     :data:`~autospmv.kernels.cuda.feature_passes.BLOCK`), queued on CuPy's current stream, or
     run by numba-cuda's simulator."""
     from ..kernels.cuda import feature_passes as kernels
-    from ..kernels.cuda.launch import SIMULATOR, Launch
-
-    stream = 0 if SIMULATOR else csr.xp.cuda.get_current_stream().ptr
+    from ..kernels.cuda.launch import launch_once
 
     def launch(kernel, threads: int, args: list) -> None:
-        step = Launch(kernel, -(-threads // kernels.BLOCK), kernels.BLOCK, args, np.float64)
-        if SIMULATOR:
-            step.simulate(None, None)
-        else:
-            step.load(0, 0)
-            step.fire()(0, 0, stream)
+        launch_once(kernel, threads, kernels.BLOCK, args, csr.xp)
 
     return launch

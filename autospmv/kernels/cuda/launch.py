@@ -216,6 +216,18 @@ class Launch:
         self.dispatcher[self.grid, self.block](*values)
 
 
+def launch_once(kernel, threads: int, block: int, args: list, xp) -> None:
+    """``kernel`` on ``threads`` threads in blocks of ``block``, queued on the current stream of
+    the array module ``xp`` (CuPy), or run by numba-cuda's simulator (on NumPy arrays): the
+    launch of a pass that runs once per matrix (the feature passes, the conversions)."""
+    step = Launch(kernel, -(-threads // block), block, args, np.float64)
+    if SIMULATOR:
+        step.simulate(None, None)
+    else:
+        step.load(0, 0)
+        step.fire()(0, 0, xp.cuda.get_current_stream().ptr)
+
+
 class ZeroY:
     """Set ``y`` to zero before a kernel that accumulates into it with atomics."""
 
