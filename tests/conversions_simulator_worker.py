@@ -44,12 +44,12 @@ def first_difference(pairs: dict) -> str | None:
 def check(csr, width: int) -> str | None:
     stand_in = DeviceCSR(csr.shape, csr.indptr, csr.indices, csr.data, csr.indptr.copy(), np)
     ell, coo = split_at_width(csr, width)
-    col, data, coo_row, coo_col, coo_data = conversions.split_at_width(stand_in, width)
+    longest = int(np.diff(csr.indptr).max()) if csr.shape[0] else 0
+    col, data, coo_row, coo_col, coo_data = conversions.split_at_width(stand_in, width, longest)
     pairs = {"col": (ell.col, col), "data": (ell.data, data), "coo_row": (coo.row, coo_row),
              "coo_col": (coo.col, coo_col), "coo_data": (coo.data, coo_data),
              "rows": (COOFormat.from_csr(csr).row,
                       conversions.nonzero_rows(stand_in, csr.indices.dtype))}
-    longest = int(np.diff(csr.indptr).max()) if csr.shape[0] else 0
     if conversions.longest_row(stand_in) != longest:
         return f"longest row {conversions.longest_row(stand_in)} against {longest}"
     return first_difference(pairs)

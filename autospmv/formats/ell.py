@@ -73,16 +73,17 @@ def split_at_width(csr: sp.csr_matrix, width: int) -> tuple["ELLFormat", COOForm
             COOFormat(csr.shape, coo_row, coo_col, coo_data))
 
 
-def split_at_width_on_device(csr, width: int) -> tuple["ELLFormat", COOFormat]:
+def split_at_width_on_device(csr, width: int, longest: int) -> tuple["ELLFormat", COOFormat]:
     """:func:`split_at_width` of a matrix on the device (:class:`~autospmv.formats.base.DeviceCSR`),
-    on the GPU by the shipped kernels of :mod:`autospmv.kernels.cuda.conversions`, elsewhere with
-    array operations of ``csr.xp``: every entry scattered to its slot. When no row is longer
-    than ``width`` (ELL, and HYB without a COO part) that needs none of the masks and
-    compactions of a split."""
+    whose longest row is ``longest`` (the callers have reduced it), on the GPU by the shipped
+    kernels of :mod:`autospmv.kernels.cuda.conversions`, elsewhere with array operations of
+    ``csr.xp``: every entry scattered to its slot. When no row is longer than ``width`` (ELL,
+    and HYB without a COO part) that needs none of the masks and compactions of a split."""
     if csr.on_gpu:
         from ..kernels.cuda import conversions
 
-        col, data, coo_row, coo_col, coo_data = conversions.split_at_width(csr, int(width))
+        arrays = conversions.split_at_width(csr, int(width), int(longest))
+        col, data, coo_row, coo_col, coo_data = arrays
         return (ELLFormat(csr.shape, int(width), col, data),
                 COOFormat(csr.shape, coo_row, coo_col, coo_data))
     xp = csr.xp
@@ -91,7 +92,7 @@ def split_at_width_on_device(csr, width: int) -> tuple["ELLFormat", COOFormat]:
     row, position = csr.rows_and_positions()
     col = xp.full(m * width, -1, dtype=itype)
     data = xp.zeros(m * width, dtype=csr.data.dtype)
-    if width >= csr.longest_row():
+    if width >= longest:
         slot = position * m + row
         col[slot] = csr.indices
         data[slot] = csr.data
@@ -141,7 +142,7 @@ class ELLFormat(SparseFormat):
         """:meth:`from_csr` on the device; only the longest row comes back to the host."""
         longest = csr.longest_row()
         check_fill(csr.shape[0], longest, csr.nnz, max_fill)
-        return split_at_width_on_device(csr, longest)[0]
+        return split_at_width_on_device(csr, longest, longest)[0]
 
     def csr_arrays(self, csr):
         row, position = csr.rows_and_positions()

@@ -77,8 +77,9 @@ class HYBFormat(SparseFormat):
     def from_device_csr(cls, csr, width: int, max_fill: float = ELL_MAX_FILL) -> "HYBFormat":
         """:meth:`from_csr` on the device; the width is checked against the host's row
         pointer and the longest row reduced on the device."""
-        width = check_width(width, csr.host_indptr, csr.nnz, max_fill, longest=csr.longest_row())
-        ell, coo = split_at_width_on_device(csr, width)
+        longest = csr.longest_row()
+        width = check_width(width, csr.host_indptr, csr.nnz, max_fill, longest=longest)
+        ell, coo = split_at_width_on_device(csr, width, longest)
         return cls(csr.shape, width, ell, coo)
 
     def csr_arrays(self, csr):

@@ -109,16 +109,21 @@ def nonzero_rows(csr, itype):
     return rows
 
 
-def split_at_width(csr, width: int):
+def split_at_width(csr, width: int, longest: int):
     """ELL arrays of ``width`` slots per row (column-major: slot ``k * m + r``) and the COO
-    arrays of the entries past them, from ``csr`` on the GPU: ``(col, data, coo_row, coo_col,
-    coo_data)``. The COO part's size and each row's place in it come from the host's row
-    pointer."""
+    arrays of the entries past them, from ``csr`` on the GPU, whose longest row is ``longest``:
+    ``(col, data, coo_row, coo_col, coo_data)``. When a row is longer than ``width``, the COO
+    part's size and each row's place in it come from the host's row pointer; otherwise there
+    is no COO part and the row pointer is not read on the host."""
     xp, m, itype = csr.xp, csr.shape[0], csr.indices.dtype
-    over = np.maximum(np.diff(csr.host_indptr).astype(np.int64) - width, 0)
-    overflow_ptr = np.zeros(m + 1, np.int64)
-    np.cumsum(over, out=overflow_ptr[1:])
-    overflow = int(overflow_ptr[-1])
+    if longest > width:
+        over = np.maximum(np.diff(csr.host_indptr).astype(np.int64) - width, 0)
+        overflow_ptr = np.zeros(m + 1, np.int64)
+        np.cumsum(over, out=overflow_ptr[1:])
+        overflow = int(overflow_ptr[-1])
+        overflow_ptr = xp.asarray(overflow_ptr)
+    else:
+        overflow, overflow_ptr = 0, xp.zeros(1, np.int64)  # never read: every entry fits
     col = xp.empty(m * width, dtype=itype)
     data = xp.empty(m * width, dtype=csr.data.dtype)
     coo_row = xp.empty(overflow, dtype=itype)
@@ -129,22 +134,17 @@ def split_at_width(csr, width: int):
                                                  data])
     if csr.nnz:
         _launch(csr, split_kernel, csr.nnz, [
-            csr.indptr, csr.indices, csr.data, np.int64(m), np.int64(width),
-            xp.asarray(overflow_ptr), col, data, coo_row, coo_col, coo_data])
+            csr.indptr, csr.indices, csr.data, np.int64(m), np.int64(width), overflow_ptr, col,
+            data, coo_row, coo_col, coo_data])
     return col, data, coo_row, coo_col, coo_data
 
 
 def _launch(csr, kernel, threads: int, args: list) -> None:
-    """``kernel`` on ``threads`` threads in blocks of :data:`BLOCK`, queued on CuPy's current
-    stream, or run by numba-cuda's simulator (on NumPy arrays)."""
-    from .launch import SIMULATOR, Launch
+    """``kernel`` on ``threads`` threads in blocks of :data:`BLOCK` (see
+    :func:`~autospmv.kernels.cuda.launch.launch_once`)."""
+    from .launch import launch_once
 
-    step = Launch(kernel, -(-threads // BLOCK), BLOCK, args, np.float64)
-    if SIMULATOR:
-        step.simulate(None, None)
-    else:
-        step.load(0, 0)
-        step.fire()(0, 0, csr.xp.cuda.get_current_stream().ptr)
+    launch_once(kernel, threads, BLOCK, args, csr.xp)
 
 
 def shipped_launches() -> list[tuple]:
