@@ -198,23 +198,19 @@ def _start_in_background(csr, device: str, model, threads, borrowed: bool, uploa
                                  uploaded=uploaded)
     if device == "cuda":
         snapshot, structure = background.snapshot_for_gpu(uploaded)
-
-        @background.on_own_stream
-        def build():
-            decision = decide(snapshot, None, device, model)
-            if (decision.kernel, decision.params) == (op.kernel, op.params):
-                return None
-            return _build(structure, decision, device, threads, forced=False,
-                          uploaded=snapshot)
+        options = {"uploaded": snapshot}
     else:
-        snapshot = background.snapshot_for_cpu(op)
+        snapshot = structure = background.snapshot_for_cpu(op)
+        options = {}
 
-        def build():
-            decision = decide(snapshot, None, device, model)
-            if (decision.kernel, decision.params) == (op.kernel, op.params):
-                return None
-            return _build(snapshot, decision, device, threads, forced=False)
+    def build():
+        decision = decide(snapshot, None, device, model)
+        if (decision.kernel, decision.params) == (op.kernel, op.params):
+            return None
+        return _build(structure, decision, device, threads, forced=False, **options)
 
+    if device == "cuda":
+        build = background.on_own_stream(build)
     op._switch = background.BackgroundSwitch(build, started)
     return op, None
 
