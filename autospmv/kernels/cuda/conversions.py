@@ -3,8 +3,8 @@
 matrix whose CSR arrays are on the GPU.
 
 The same steps written as CuPy array operations need a dozen elementwise kernels that CuPy
-compiles with NVRTC on first use, about 1.5 s on a new machine; these kernels ship as cubins
-with the SpMV kernels (:mod:`.ship`), so a first conversion compiles nothing. Each builds exactly
+compiles with NVRTC on first use; these kernels ship as cubins with the SpMV kernels
+(:mod:`.ship`), so a first conversion compiles nothing. Each builds exactly
 the arrays of the host conversion:
 
 * :func:`longest_row_kernel`, one thread per row: the longest row (an atomic maximum);
