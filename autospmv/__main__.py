@@ -3,7 +3,7 @@
 Run as ``python -m autospmv`` or ``autospmv`` (the installed entry point).
 
 ``explain`` and ``bench`` take ``--model FILE`` to decide with a model file instead of the one
-found for the device (see :func:`autospmv._decide.selection.find_model`); ``info`` says which model that
+found for the device (see :func:`autospmv._decide.model_lookup.find_model`); ``info`` says which model that
 is and why. ``retrain`` runs ``python -m autospmv.training retrain`` with the same options;
 ``models`` lists the models it installed beside the shipped ones, and ``models --remove`` deletes
 them.
@@ -32,6 +32,7 @@ import scipy.sparse as sp
 
 from . import Decision, prepare, select
 from . import _registry as registry
+from ._decide import model_lookup as lookup
 from ._decide import selection as selector
 from ._decide.model_store import device_slug, user_data_dir
 from ._run import devices, timing
@@ -67,11 +68,11 @@ def resolve_device(requested: str | None) -> str:
 
 
 def resolve_model(device: str, model: str | None = None,
-                  dtype: str = "float64") -> selector.ModelChoice | None:
+                  dtype: str = "float64") -> lookup.ModelChoice | None:
     """:func:`find_model` for ``device`` and matrices of ``dtype``, a damaged or missing model
     file being a user error."""
     try:
-        return selector.find_model(device, model, dtype)
+        return lookup.find_model(device, model, dtype)
     except ValueError as error:
         raise UserError(f"bad model for {device}: {error}") from None
 
@@ -81,7 +82,7 @@ def describe_model(device: str, model: str | None = None, dtype: str = "float64"
     it was trained, which dtype it is for), or that the built-in rule decides."""
     choice = resolve_model(device, model, dtype)
     if choice is None:
-        shipped = ", ".join(sorted(selector.shipped_models())) or "none"
+        shipped = ", ".join(sorted(lookup.shipped_models())) or "none"
         return (f"model: none for {device_slug(device)} {dtype} (shipped: {shipped}), so the "
                 f"built-in rule decides: {selector.rule_summary(device)}; `autospmv retrain` "
                 "trains a model for this machine")
@@ -318,7 +319,7 @@ def cmd_models(args) -> None:
     if args.remove is not None:
         remove_installed(args.remove, labels=args.labels)
         print()
-    shipped, installed = selector.shipped_models(), selector.installed_models()
+    shipped, installed = lookup.shipped_models(), lookup.installed_models()
     folders = sorted({str(path.parent) for path in shipped.values()})
     print(f"shipped with autospmv ({', '.join(folders) or 'none'}):")
     for slug, path in sorted(shipped.items()):
@@ -336,7 +337,7 @@ def cmd_models(args) -> None:
         print(f"  {device:<4} {dtype:<7} {used}")
 
 
-def models_in_use() -> list[tuple[str, str, selector.ModelChoice | None]]:
+def models_in_use() -> list[tuple[str, str, lookup.ModelChoice | None]]:
     """(device, dtype, the model that decides there) for every device and dtype (a device
     without a model for one dtype uses its other dtype's model: see :func:`find_model`)."""
     return [(device, dtype.name, resolve_model(device, dtype=dtype.name))
@@ -346,7 +347,7 @@ def models_in_use() -> list[tuple[str, str, selector.ModelChoice | None]]:
 def _trained(path) -> str:
     """``" (trained on …)"`` for a model file, or why it cannot be read."""
     try:
-        return " (" + selector.trained_on(selector.load_model(path).provenance)[2:] + ")"
+        return " (" + selector.trained_on(lookup.load_model(path).provenance)[2:] + ")"
     except ValueError as error:
         return f" (unreadable: {error})"
 
@@ -357,7 +358,7 @@ def remove_installed(names: list[str], labels: bool = False) -> None:
     with ``labels``, those devices' labels."""
     models, label_dir = user_data_dir() / "models", user_data_dir() / "labels"
     names = [name.removesuffix(".json") for name in names]
-    installed = selector.installed_models()
+    installed = lookup.installed_models()
     # A retrain whose model the guard rejected leaves its report, with or without a model.
     rejected = [path.name.removesuffix(".rejected.md") for path in models.glob("*.rejected.md")]
     label_files = sorted(f for f in label_dir.glob("*.jsonl*") if f.suffix != ".lock")

@@ -52,7 +52,7 @@ def prepare(A, *, kernel: str | None = None, device: str | None = None, model=No
 
     ``device``: ``"cuda"``, ``"cpu"`` or None (CUDA when a usable GPU is present).
     ``model``: a model file path or a loaded :class:`~autospmv._decide.model.TreeModel` to decide with
-    (default: the lookup of :func:`autospmv._decide.selection.find_model`).
+    (default: the lookup of :func:`autospmv._decide.model_lookup.find_model`).
     ``params``: with ``kernel=``, overrides the tuned parameters (e.g. ``{"width": 8}`` for hyb).
     ``threads``: on the CPU, the most threads one product may use (1: the serial kernel, no thread
     pool). Default: the environment variable ``AUTOSPMV_NUM_THREADS``, else one thread per 60K

@@ -32,6 +32,7 @@ import gpu  # noqa: E402  (the benchmark's generated large matrices)
 from kernel_profile import correct_runs, time_us  # noqa: E402
 
 import autospmv  # noqa: E402
+from autospmv._decide import model_lookup as lookup
 from autospmv._decide import selection as selector  # noqa: E402
 from autospmv._decide.model_store import slugify  # noqa: E402
 from autospmv._run.validation import canonicalize  # noqa: E402
@@ -71,7 +72,7 @@ def main(argv=None) -> int:
 
     bench = json.loads(Path(args.results).read_text())
     slug = "cuda-" + slugify(bench["device"]["gpu"])
-    shipped = (selector.shipped_models() if args.models is None
+    shipped = (lookup.shipped_models() if args.models is None
                else {path.stem: path for path in args.models.glob("*.json")})
     rows, built = [], (None, None)  # the last matrix built: records come per matrix, by dtype
     for record in bench["records"]:

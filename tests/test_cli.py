@@ -33,7 +33,7 @@ def isolated_lookup(monkeypatch, tmp_path):
     so that the CPU has no model (whatever CPU models are shipped later)."""
     monkeypatch.delenv("AUTOSPMV_MODEL", raising=False)
     monkeypatch.setenv("AUTOSPMV_HOME", str(tmp_path / "autospmv-home"))
-    monkeypatch.setattr(autospmv._decide.selection, "shipped_models",
+    monkeypatch.setattr(autospmv._decide.model_lookup, "shipped_models",
                         lambda: {"cuda-nvidia-h200-float64": GPU_MODEL})
 
 
@@ -81,7 +81,7 @@ def test_explain_with_a_model_file_shows_it_and_the_path(capsys, matrix_file):
                          "--model", str(GPU_MODEL))
     assert status == 0
     lines = out.splitlines()
-    model = autospmv._decide.selection.load_model(GPU_MODEL)
+    model = autospmv._decide.model_lookup.load_model(GPU_MODEL)
     assert lines[1] == (f"model: {GPU_MODEL} (passed as model=; trained on NVIDIA H200, "
                         f"{model.provenance['trained'][:10]}); a float64 model, deciding for "
                         "float64 matrices")

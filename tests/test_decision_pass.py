@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import autospmv
-from autospmv._decide import selection as selector
+from autospmv._decide import model_lookup as lookup
 from autospmv._decide.cost_model import CostModel
 from autospmv._decide.model import TreeModel
 from autospmv._decide.model_store import device_slug, user_model_path
@@ -42,9 +42,9 @@ def isolated_lookup(monkeypatch, tmp_path):
     monkeypatch.delenv("AUTOSPMV_MODEL", raising=False)
     monkeypatch.setenv("AUTOSPMV_HOME", str(tmp_path / "autospmv-home"))
     stem = f"{device_slug('cpu')}-float64"
-    shipped = {**selector.shipped_models(), stem: tmp_path / f"{stem}.json"}
+    shipped = {**lookup.shipped_models(), stem: tmp_path / f"{stem}.json"}
     shutil.copyfile(CPU_STAND_IN, shipped[stem])
-    monkeypatch.setattr(selector, "shipped_models", lambda: shipped)
+    monkeypatch.setattr(lookup, "shipped_models", lambda: shipped)
 
 
 @pytest.fixture

@@ -23,6 +23,7 @@ import scipy.sparse as sp
 from sklearn.tree import DecisionTreeClassifier
 
 import autospmv
+from autospmv._decide import model_lookup as lookup
 from autospmv._decide import selection as selector
 from autospmv._decide.model import TreeModel
 from autospmv._decide.model_store import user_model_path
@@ -63,7 +64,7 @@ def check_golden(name: str, actual: str) -> None:
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_h200_models_are_shipped_and_valid(dtype):
     stem = f"cuda-nvidia-h200-{dtype}"
-    path = selector.shipped_models()[stem]
+    path = lookup.shipped_models()[stem]
     model = TreeModel.load(path)
     assert set(model.classes) == set(autospmv.KERNELS)
     provenance = model.provenance
@@ -171,8 +172,8 @@ def test_user_model_given_as_a_path(tiny_path):
 
 def test_model_from_the_environment_wins_over_every_other(tiny_path, monkeypatch):
     slug = "cpu-test-machine"
-    monkeypatch.setattr(selector, "device_slug", lambda device: slug)
-    monkeypatch.setattr(selector, "shipped_models", lambda: {slug: GPU_MODEL})
+    monkeypatch.setattr(lookup, "device_slug", lambda device: slug)
+    monkeypatch.setattr(lookup, "shipped_models", lambda: {slug: GPU_MODEL})
     user = user_model_path(slug)
     user.parent.mkdir(parents=True)
     tiny_model(classes=("coo",) * 6).to_json(user)
@@ -189,15 +190,15 @@ def test_model_from_the_environment_wins_over_every_other(tiny_path, monkeypatch
 def test_lookup_order(monkeypatch):
     """user model → shipped for this device → nearest shipped of the same kind → rule."""
     slugs = {"cuda": "cuda-nvidia-a100", "cpu": "cpu-test-machine"}
-    monkeypatch.setattr(selector, "device_slug", lambda device: slugs[device])
-    monkeypatch.setattr(selector, "shipped_models", lambda: {"cuda-nvidia-h200-float64": GPU_MODEL})
-    nearest = selector.find_model("cuda")
+    monkeypatch.setattr(lookup, "device_slug", lambda device: slugs[device])
+    monkeypatch.setattr(lookup, "shipped_models", lambda: {"cuda-nvidia-h200-float64": GPU_MODEL})
+    nearest = lookup.find_model("cuda")
     assert nearest.name == "cuda-nvidia-h200-float64.json"
     assert nearest.reason == ("shipped for cuda-nvidia-h200, the nearest to this device "
                               "(cuda-nvidia-a100)")
     slugs["cuda"] = "cuda-nvidia-h200"
-    assert selector.find_model("cuda").reason == "shipped for this device"
-    assert selector.find_model("cpu") is None, "a CPU must never use a GPU's model"
+    assert lookup.find_model("cuda").reason == "shipped for this device"
+    assert lookup.find_model("cpu") is None, "a CPU must never use a GPU's model"
 
 
 def _shipped(tmp_path, **trained) -> dict:
@@ -217,34 +218,34 @@ def test_nearest_shipped_model_is_the_closest_device_then_the_most_recent(monkey
         "cuda-nvidia-a100-float64": "2026-12-01", "cuda-nvidia-h200": "2026-01-01",
         "cuda-nvidia-h100-float32": "2026-01-01", "cpu-some-cpu-float64": "2026-12-31",
         "cuda-amd-mi300x-float64": "2025-01-01"})
-    monkeypatch.setattr(selector, "shipped_models", lambda: shipped)
+    monkeypatch.setattr(lookup, "shipped_models", lambda: shipped)
     slugs = {"cuda": "cuda-nvidia-h100-80gb-hbm3"}
-    monkeypatch.setattr(selector, "device_slug", lambda device: slugs[device])
+    monkeypatch.setattr(lookup, "device_slug", lambda device: slugs[device])
     # The same family (H) beats a more recent model of another family (A100); the
     # unsuffixed name is a float64 model.
-    choice = selector.find_model("cuda", dtype="float64")
+    choice = lookup.find_model("cuda", dtype="float64")
     assert choice.path.name == "cuda-nvidia-h200.json" and choice.dtype == "float64"
     assert choice.reason == ("shipped for cuda-nvidia-h200, the nearest to this device "
                              "(cuda-nvidia-h100-80gb-hbm3)")
     # No common family: the most recently trained of the same kind of device (never a CPU's).
     slugs["cuda"] = "cuda-tesla-v100"
-    assert selector.find_model("cuda").path.name == "cuda-nvidia-a100-float64.json"
+    assert lookup.find_model("cuda").path.name == "cuda-nvidia-a100-float64.json"
     # A float32 model exists (for another GPU): a float32 matrix uses it, not a float64 one.
-    choice = selector.find_model("cuda", dtype="float32")
+    choice = lookup.find_model("cuda", dtype="float32")
     assert (choice.path.name, choice.dtype) == ("cuda-nvidia-h100-float32.json", "float32")
     # Not alphabetical: a shuffled listing gives the same choice.
-    monkeypatch.setattr(selector, "shipped_models", lambda: dict(reversed(shipped.items())))
+    monkeypatch.setattr(lookup, "shipped_models", lambda: dict(reversed(shipped.items())))
     slugs["cuda"] = "cuda-nvidia-h100-80gb-hbm3"
-    assert selector.find_model("cuda").path.name == "cuda-nvidia-h200.json"
+    assert lookup.find_model("cuda").path.name == "cuda-nvidia-h200.json"
 
 
 def test_a_float32_matrix_uses_a_float64_model_only_when_no_float32_one_exists(monkeypatch,
                                                                               tmp_path):
     slug = "cuda-nvidia-h200"
-    monkeypatch.setattr(selector, "device_slug", lambda device: slug)
+    monkeypatch.setattr(lookup, "device_slug", lambda device: slug)
     shipped = _shipped(tmp_path, **{slug: "2026-01-01"})
-    monkeypatch.setattr(selector, "shipped_models", lambda: shipped)
-    choice = selector.find_model("cuda", dtype="float32")
+    monkeypatch.setattr(lookup, "shipped_models", lambda: shipped)
+    choice = lookup.find_model("cuda", dtype="float32")
     assert choice.dtype == "float64"
     assert choice.reason == ("shipped for this device; no float32 model exists for this kind "
                              "of device")
@@ -253,16 +254,16 @@ def test_a_float32_matrix_uses_a_float64_model_only_when_no_float32_one_exists(m
     user32 = user_model_path(slug, "float32")
     user32.parent.mkdir(parents=True)
     tiny_model(classes=("coo",) * 6).to_json(user32)
-    choice = selector.find_model("cuda", dtype="float32")
+    choice = lookup.find_model("cuda", dtype="float32")
     assert (choice.path, choice.dtype, choice.reason) == (user32, "float32",
                                                           "retrained on this machine")
-    assert selector.find_model("cuda", dtype="float64").path == shipped[slug]
+    assert lookup.find_model("cuda", dtype="float64").path == shipped[slug]
     assert autospmv.select(poisson2d(20).astype(np.float32), device="cuda").kernel == "coo"
     # A shipped file named with its dtype wins over the older name of the same device.
     shipped.update(_shipped(tmp_path, **{f"{slug}-float64": "2025-01-01"}))
-    assert selector.find_model("cuda", dtype="float64").path.name == f"{slug}-float64.json"
-    monkeypatch.setattr(selector, "device_slug", lambda device: "cuda-nvidia-h100")
-    nearest = selector.find_model("cuda", dtype="float64")  # also as the nearest device's
+    assert lookup.find_model("cuda", dtype="float64").path.name == f"{slug}-float64.json"
+    monkeypatch.setattr(lookup, "device_slug", lambda device: "cuda-nvidia-h100")
+    nearest = lookup.find_model("cuda", dtype="float64")  # also as the nearest device's
     assert nearest.path.name == f"{slug}-float64.json"
 
 
@@ -274,20 +275,20 @@ def test_a_float32_matrix_uses_a_float64_model_only_when_no_float32_one_exists(m
 ])
 def test_shipped_models_by_device_and_dtype(monkeypatch, tmp_path, slug, dtype, expected):
     monkeypatch.setenv("AUTOSPMV_HOME", str(tmp_path))  # no retrained model
-    monkeypatch.setattr(selector, "device_slug", lambda device: slug)
-    choice = selector.find_model("cuda", dtype=dtype)
+    monkeypatch.setattr(lookup, "device_slug", lambda device: slug)
+    choice = lookup.find_model("cuda", dtype=dtype)
     assert (choice.path.name, choice.dtype) == (expected, dtype)
 
 
 def test_cpu_never_uses_the_shipped_gpu_model():
-    choice = selector.find_model("cpu")
+    choice = lookup.find_model("cpu")
     assert choice is None or choice.name.startswith("cpu-")
     op = autospmv.prepare(poisson2d(10), device="cpu")
     assert "cuda-" not in op.decision.source
 
 
 def test_without_any_model_the_rule_decides_and_says_so(monkeypatch):
-    monkeypatch.setattr(selector, "shipped_models", lambda: {})
+    monkeypatch.setattr(lookup, "shipped_models", lambda: {})
     decision = selector.rule_decision(poisson2d(20), "cuda")
     assert (decision.kernel, decision.source) == ("csr_vector", "rule")
     assert decision.path == ["max_row_length = 5 ≤ 1024"]
@@ -300,7 +301,7 @@ def test_no_cpu_model_ships_and_the_cpu_runs_csr_scalar(monkeypatch, tmp_path):
     """The CPU path is one kernel (models/README.md, "CPU: one kernel") until a model retrained
     on the machine passes the guard; long rows included, as the rule's note says."""
     monkeypatch.setenv("AUTOSPMV_HOME", str(tmp_path))  # no retrained model
-    assert not [stem for stem in selector.shipped_models() if stem.startswith("cpu-")]
+    assert not [stem for stem in lookup.shipped_models() if stem.startswith("cpu-")]
     for A in (poisson2d(20), one_long_row(50, 2000, 3, 2, 0), sp.csr_matrix((0, 0))):
         decision = autospmv.select(A, device="cpu")
         assert (decision.kernel, decision.source, decision.path) == (

@@ -23,7 +23,7 @@ import autospmv
 from autospmv import _registry as registry
 from autospmv._decide.model import CostModel, TreeModel
 from autospmv._decide.model_store import device_slug, user_model_path, write_atomically
-from autospmv._decide.selection import shipped_models
+from autospmv._decide.model_lookup import shipped_models
 from autospmv._run.validation import canonicalize, check_structure
 from matrices import TOLERANCE, random_matrix, random_vector, reference, relative_error
 
@@ -310,7 +310,7 @@ def user_home(tmp_path, monkeypatch):
     monkeypatch.delenv("AUTOSPMV_MODEL", raising=False)
     shipped = shipped_models()
     shipped[f"{device_slug('cpu')}-float64"] = shipped[STAND_IN]
-    monkeypatch.setattr("autospmv._decide.selection.shipped_models", lambda: shipped)
+    monkeypatch.setattr("autospmv._decide.model_lookup.shipped_models", lambda: shipped)
     path = user_model_path(device_slug("cpu"))
     path.parent.mkdir(parents=True)
     return path

@@ -31,7 +31,7 @@ MEASURE = textwrap.dedent("""
     import json, sys, tracemalloc
     import numpy as np, scipy.sparse as sp
     import autospmv
-    from autospmv._decide.selection import shipped_models
+    from autospmv._decide.model_lookup import shipped_models
     from autospmv._run.validation import canonicalize, index_dtype
 
     def wide(m, n, nnz, seed=0):

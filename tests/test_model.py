@@ -12,7 +12,8 @@ from sklearn.tree import DecisionTreeClassifier, export_text
 
 from autospmv import KERNELS
 from autospmv._decide.model import TreeModel
-from autospmv._decide.model_store import device_slug, find_model, slugify, user_model_path
+from autospmv._decide import model_lookup as lookup
+from autospmv._decide.model_store import device_slug, slugify, user_model_path
 
 NAMES = ["row_max", "row_cv", "nnz", "density", "ell_fill", "block2_share"]
 KNOWN = {"known_features": NAMES + ["unused_feature"]}
@@ -264,17 +265,21 @@ def test_from_sklearn_checks_its_input():
 # -- locations ------------------------------------------------------------------------------
 
 
-def test_user_model_path_and_find_model(tmp_path, monkeypatch, doc):
+def test_user_model_path_and_the_lookup_of_a_retrained_model(tmp_path, monkeypatch, doc):
     monkeypatch.delenv("AUTOSPMV_HOME", raising=False)
+    monkeypatch.delenv("AUTOSPMV_MODEL", raising=False)
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
     assert user_model_path("cpu-x") == tmp_path / "xdg" / "autospmv" / "models" / "cpu-x.json"
     monkeypatch.setenv("AUTOSPMV_HOME", str(tmp_path / "home"))
     path = user_model_path("cuda-nvidia-h100")
     assert path == tmp_path / "home" / "models" / "cuda-nvidia-h100.json"
-    assert find_model("cuda-nvidia-h100") is None
+    monkeypatch.setattr(lookup, "device_slug", lambda device: "cuda-nvidia-h100")
+    monkeypatch.setattr(lookup, "shipped_models", lambda: {})
+    assert lookup.find_model("cuda") is None
     path.parent.mkdir(parents=True)
     TreeModel.from_dict(doc, **KNOWN).to_json(path)
-    assert find_model("cuda-nvidia-h100") == path
+    choice = lookup.find_model("cuda")  # a name without a dtype is a float64 model
+    assert choice.path == path and choice.retrained
 
 
 def test_slugs():

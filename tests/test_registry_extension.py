@@ -18,6 +18,7 @@ import scipy.sparse as sp
 import autospmv
 from autospmv._decide import cost
 from autospmv import _registry as registry
+from autospmv._decide import model_lookup as lookup
 from autospmv._decide import selection as selector
 from autospmv._run.devices import check_device_name
 from autospmv.__main__ import main as cli_main
@@ -136,7 +137,7 @@ def test_automatic_prepare_with_a_model_that_knows_the_toy(toy):
 def test_shipped_models_still_decide_with_the_toy_registered(toy, monkeypatch):
     monkeypatch.delenv("AUTOSPMV_MODEL", raising=False)
     A = _matrix()
-    for model in selector.shipped_models().values():
+    for model in lookup.shipped_models().values():
         op = autospmv.prepare(A, device="cpu", model=model)
         assert op.decision.source.startswith("model ")
         assert op.kernel in autospmv.KERNELS

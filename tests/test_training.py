@@ -1073,7 +1073,7 @@ def _retrain(labels, dtype):
 
 
 def test_a_float32_retrain_never_replaces_the_float64_model(tmp_path, monkeypatch, capsys):
-    from autospmv._decide import selection as selector
+    from autospmv._decide import model_lookup as lookup
     from autospmv._decide.model_store import device_slug, user_model_path
 
     monkeypatch.setenv("AUTOSPMV_HOME", str(tmp_path / "home"))
@@ -1090,8 +1090,8 @@ def test_a_float32_retrain_never_replaces_the_float64_model(tmp_path, monkeypatc
     assert path32.name == f"{slug}-float32.json" and path64.name == f"{slug}-float64.json"
     assert path64.read_bytes() == before
     assert TreeModel.load(path32).provenance["dtype"] == "float32"
-    assert selector.find_model("cpu", dtype="float32").path == path32
-    assert selector.find_model("cpu", dtype="float64").path == path64
+    assert lookup.find_model("cpu", dtype="float32").path == path32
+    assert lookup.find_model("cpu", dtype="float64").path == path64
     A = generators.stencil("dtype", 3000, 5)
     decision = autospmv.select(A.astype(np.float32), device="cpu")
     assert decision.source == f"model {path32.name}"

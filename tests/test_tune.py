@@ -61,7 +61,7 @@ def test_measure_overrules_a_slow_prediction(monkeypatch):
 
 
 def test_without_a_model_the_rule_then_the_registry_order(monkeypatch):
-    monkeypatch.setattr("autospmv._decide.selection.shipped_models", lambda: {})
+    monkeypatch.setattr("autospmv._decide.model_lookup.shipped_models", lambda: {})
     monkeypatch.delenv("AUTOSPMV_MODEL", raising=False)
     monkeypatch.setenv("AUTOSPMV_HOME", "/nonexistent-autospmv-home")
     op = autospmv.prepare(FAMILY["huge_row_among_short_300x3000"](), device="cpu",

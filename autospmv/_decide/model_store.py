@@ -51,7 +51,7 @@ def user_data_dir() -> Path:
     A setting whose ``~`` or ``~user`` cannot be expanded (an unknown user, no home folder)
     raises a ValueError naming it rather than standing for some other folder: retrain and the
     command line stop with that error, and automatic selection skips the retrained models with
-    a warning (:func:`autospmv._decide.selection.find_model`)."""
+    a warning (:func:`autospmv._decide.model_lookup.find_model`)."""
     home = os.environ.get("AUTOSPMV_HOME")
     if home:
         return _expanded(home, "AUTOSPMV_HOME")
@@ -161,18 +161,3 @@ def cpu_model() -> str:
     import platform
 
     return platform.processor() or platform.machine() or "unknown"
-
-
-def find_model(slug: str):
-    """The model for device ``slug``: the user's retrained one, else one shipped in the
-    ``autospmv.models`` package data, else None. Returns a path-like object."""
-    user = user_model_path(slug)
-    if user.is_file():
-        return user
-    from importlib import resources
-
-    try:
-        shipped = resources.files("autospmv.models") / f"{slug}.json"
-    except ModuleNotFoundError:
-        return None
-    return shipped if shipped.is_file() else None

@@ -5,27 +5,9 @@ why it was chosen, the comparisons on the tree's path with the feature values th
 leaf's training support, and any guardrail that changed the outcome. ``str(decision)`` and
 ``op.explain()`` print it.
 
-Automatic selection (:func:`model_decision`) asks a trained :class:`~autospmv._decide.model.TreeModel`,
-found by :func:`find_model` in this order:
-
-1. the ``model=`` argument (a path or a loaded model);
-2. the ``AUTOSPMV_MODEL`` environment variable (a path);
-3. models are per (device, dtype): first for the matrix's dtype, then, only when no model of
-   that dtype exists for this kind of device, for the other one:
-
-   a. a model retrained on this machine for this device (``python -m autospmv.training retrain``,
-      ``<slug>-<dtype>.json``; an older ``<slug>.json`` counts as float64);
-   b. the shipped model for this device (by GPU or CPU name);
-   c. the nearest shipped model of the same kind of device (another GPU's for a GPU, another
-      CPU's for a CPU, never across), by :func:`nearest_model`: the longest common start of the
-      device names (the same maker and product family: ``nvidia-h100`` is nearer to
-      ``nvidia-h200`` than to ``nvidia-a100``), ties going to the most recently trained.
-
-Shipped file names are ``<slug>-<dtype>.json``; a name without a dtype is a float64 model.
-
-A retrained model that cannot be loaded or cannot decide (a damaged or foreign file) is skipped
-with a warning, so that automatic selection never fails because of it; a model named by
-``model=`` or ``AUTOSPMV_MODEL`` raises instead, as the caller asked for that one.
+Automatic selection (:func:`model_decision`) asks the trained
+:class:`~autospmv._decide.model.TreeModel` that :func:`~autospmv._decide.model_lookup.find_model`
+finds for the device and the matrix's dtype.
 
 When no model exists at all, :func:`rule_decision` applies a documented rule. On a GPU it is in
 the style of Ginkgo's default: a matrix with a very long row (more than :data:`LONG_ROW` nonzeros)
@@ -39,11 +21,7 @@ on the machine passes the install guard.
 from __future__ import annotations
 
 import dataclasses
-import functools
-import os
 import time
-import warnings
-from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
@@ -52,9 +30,7 @@ from .. import _registry as registry
 from .._run.cache import compile_timer
 from ..formats.base import DeviceCSR
 from .features import canonical_features_and_lengths, passes_needed
-from .model import TreeModel
-from .model_store import (DTYPES, device_slug, model_dtype, retrained_paths, split_stem,
-                          user_data_dir)
+from .model_lookup import ModelChoice, find_model, warn_skipped
 from .sampling import SAMPLE_THRESHOLD
 
 LONG_ROW = 1024
@@ -135,149 +111,6 @@ def rule_decision(csr: sp.csr_matrix, device: str) -> Decision:
         kernel, registry.choose_params(kernel, csr, device), "rule", [step],
         {"max_row_length": float(longest)}, [note],
     )
-
-
-@dataclasses.dataclass(frozen=True)
-class ModelChoice:
-    """A loaded model, where it came from (None for an object passed in) and why it was picked."""
-
-    model: TreeModel
-    path: Path | None
-    reason: str
-    dtype: str = "float64"
-    """The value type the model was trained for."""
-    retrained: bool = False
-    """Found as the model retrained on this machine (skipped, with a warning, when broken)."""
-
-    @property
-    def name(self) -> str:
-        return self.path.name if self.path else "given"
-
-
-@functools.lru_cache(maxsize=16)
-def _load_cached(path: str, mtime: float) -> TreeModel:
-    return TreeModel.load(path)
-
-
-def load_model(path) -> TreeModel:
-    """Load (and cache, until the file changes) a model file; ValueError if it is invalid."""
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"model file {str(path)!r} does not exist")
-    return _load_cached(str(path), path.stat().st_mtime)
-
-
-def shipped_models() -> dict[str, Path]:
-    """The models shipped with autospmv, by device slug (``cuda-…`` or ``cpu-…``). The
-    installed package's files do not change while it runs, so the folder is listed once per
-    process (listing it took about 1 ms of every automatic decision)."""
-    return dict(_shipped_listing())
-
-
-@functools.lru_cache(maxsize=1)
-def _shipped_listing() -> dict[str, Path]:
-    from importlib import resources
-
-    try:
-        folder = resources.files("autospmv.models")
-    except ModuleNotFoundError:  # running from a source tree: models/ beside the package
-        folder = Path(__file__).resolve().parent.parent / "models"
-    if not folder.is_dir():
-        return {}
-    return {Path(item.name).stem: Path(str(item)) for item in folder.iterdir()
-            if item.name.endswith(".json") and item.name.startswith(("cuda-", "cpu-"))}
-
-
-def installed_models() -> dict[str, Path]:
-    """The models ``retrain`` installed on this machine (the user data folder of
-    :func:`autospmv._decide.model_store.user_data_dir`), by file stem (``<device>-<dtype>``)."""
-    folder = user_data_dir() / "models"
-    if not folder.is_dir():
-        return {}
-    return {path.stem: path for path in sorted(folder.glob("*.json"))}
-
-
-def _choice(path: Path, reason: str) -> ModelChoice:
-    model = load_model(path)
-    return ModelChoice(model, path, reason, model_dtype(model, path))
-
-
-def find_model(device: str, model=None, dtype=None, *,
-               retrained: bool = True) -> ModelChoice | None:
-    """The model to decide with on ``device`` for a matrix of ``dtype`` (None: float64); see
-    the module docstring for the order. ``retrained=False`` skips the models retrained on this
-    machine."""
-    if isinstance(model, TreeModel):
-        return ModelChoice(model, None, "passed as model=", model_dtype(model))
-    if model is not None:
-        return _choice(Path(model), "passed as model=")
-    env = os.environ.get("AUTOSPMV_MODEL")
-    if env:
-        return _choice(Path(env), "from AUTOSPMV_MODEL")
-    dtype = np.dtype(dtype or "float64").name
-    slug = device_slug(device)
-    shipped = shipped_models()
-    for wanted in [dtype] + [d for d in DTYPES if d != dtype]:
-        choice = _find_for_dtype(slug, wanted, shipped, retrained)
-        if choice is not None:
-            if wanted != dtype:
-                choice = dataclasses.replace(
-                    choice, reason=f"{choice.reason}; no {dtype} model exists for this kind of "
-                                   "device")
-            return choice
-    return None
-
-
-def _find_for_dtype(slug: str, dtype: str, shipped: dict[str, Path],
-                    retrained: bool = True) -> ModelChoice | None:
-    """Steps a-c of the module docstring for one dtype."""
-    for user in retrained_paths(slug, dtype) if retrained else []:
-        if user.is_file():
-            try:
-                return dataclasses.replace(_choice(user, "retrained on this machine"),
-                                           retrained=True)
-            except ValueError as error:
-                warn_skipped(error)
-    # A name with its dtype (``<slug>-float64``) before an older one without (``<slug>``).
-    by_device = {stem: path for stem, path in sorted(shipped.items(), key=lambda s: s[0] ==
-                                                     split_stem(s[0])[0])
-                 if split_stem(stem)[1] == dtype}
-    for stem, path in by_device.items():
-        if split_stem(stem)[0] == slug:
-            return _choice(path, "shipped for this device")
-    kind = slug.split("-")[0] + "-"
-    same_kind = {}
-    for stem, path in by_device.items():
-        if stem.startswith(kind):
-            same_kind.setdefault(split_stem(stem)[0], (stem, path))
-    same_kind = dict(same_kind.values())
-    if not same_kind:
-        return None
-    stem = nearest_model(slug, same_kind)
-    return _choice(same_kind[stem], f"shipped for {split_stem(stem)[0]}, the nearest to this "
-                                    f"device ({slug})")
-
-
-def nearest_model(slug: str, candidates: dict[str, Path]) -> str:
-    """The name (stem) among ``candidates`` (shipped models of one dtype and kind of device)
-    whose device is nearest to ``slug``: the longest common start of the device slugs (same
-    maker, then same product family: ``cuda-nvidia-h100`` shares ``cuda-nvidia-h`` with
-    ``cuda-nvidia-h200`` but only ``cuda-nvidia-`` with ``cuda-nvidia-a100``); among equals the
-    most recently trained (provenance ``trained``), then the name."""
-    def closeness(stem: str) -> tuple[int, str, str]:
-        device = split_stem(stem)[0]
-        common = len(os.path.commonprefix([slug, device]))
-        trained = str(load_model(candidates[stem]).provenance.get("trained", ""))
-        return common, trained, stem
-
-    return max(candidates, key=closeness)
-
-
-def warn_skipped(error: Exception) -> None:
-    """Warn that the model retrained on this machine is skipped because of ``error``."""
-    warnings.warn(f"autospmv: the model retrained on this machine is skipped: {error}; the "
-                  "shipped model decides instead (retrain to replace the file)", RuntimeWarning,
-                  stacklevel=4)
 
 
 def trained_on(provenance: dict) -> str:
