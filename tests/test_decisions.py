@@ -187,6 +187,25 @@ def test_model_from_the_environment_wins_over_every_other(tiny_path, monkeypatch
     assert "retrained on this machine" in decision.notes[0]
 
 
+def test_shipped_models_are_found_beside_the_package_in_a_source_tree(monkeypatch):
+    """Run from a source tree where ``autospmv.models`` is not importable, the shipped models
+    are the repository's ``models/`` folder beside the package."""
+    from importlib import resources
+
+    def not_installed(package):
+        raise ModuleNotFoundError(package)
+
+    lookup._shipped_listing.cache_clear()
+    monkeypatch.setattr(resources, "files", not_installed)
+    try:
+        listing = lookup.shipped_models()
+    finally:
+        lookup._shipped_listing.cache_clear()
+    repository_models = Path(autospmv.__file__).resolve().parent.parent / "models"
+    assert listing and all(path.parent == repository_models for path in listing.values())
+    assert "cuda-nvidia-h200-float64" in listing
+
+
 def test_lookup_order(monkeypatch):
     """user model → shipped for this device → nearest shipped of the same kind → rule."""
     slugs = {"cuda": "cuda-nvidia-a100", "cpu": "cpu-test-machine"}

@@ -81,7 +81,7 @@ def _shipped_listing() -> dict[str, Path]:
     try:
         folder = resources.files("autospmv.models")
     except ModuleNotFoundError:  # running from a source tree: models/ beside the package
-        folder = Path(__file__).resolve().parent.parent / "models"
+        folder = Path(__file__).resolve().parents[2] / "models"
     if not folder.is_dir():
         return {}
     return {Path(item.name).stem: Path(str(item)) for item in folder.iterdir()
