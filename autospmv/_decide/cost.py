@@ -58,6 +58,7 @@ from numba import prange
 
 from .. import _registry as registry
 from ..formats.csr5 import OMEGA
+from ..kernels import WARP
 from ..kernels.cpu import specialisations
 from . import choosers
 
@@ -66,7 +67,6 @@ QUANTITY_NAMES = tuple(f"{kernel}_{q}" for kernel in registry.KERNELS for q in Q
 """Feature names of the built-in kernels' cost quantities, kernel by kernel in
 :data:`autospmv.KERNELS` order (:func:`quantity_names` adds registered kernels')."""
 
-WARP = 32
 INDEX_BYTES = 4
 CSR5_DESCRIPTOR_BYTES = 8
 """Per lane and tile: its ``bit_flag`` and ``y_offset`` words."""

@@ -21,11 +21,9 @@ import math
 import numpy as np
 from numba import prange
 
-from ..kernels import njit
+from ..kernels import WARP, njit
 from ..kernels.cpu import specialisations
 
-WARP = 32
-"""Rows per warp of the GPU kernels: the unit of the warp imbalance."""
 
 
 def _row_length_moments(indptr, m):

@@ -25,11 +25,10 @@ import dataclasses
 import numpy as np
 import scipy.sparse as sp
 
+from ..kernels import WARP
 from . import convert
 from .base import SparseFormat
 from .ell import ELL_MAX_FILL, fill_exceeded, too_large
-
-WARP = 32
 
 
 def warp_slots(sorted_lengths: np.ndarray) -> int:

@@ -14,6 +14,10 @@ import warnings
 import numba
 import numpy as np
 
+WARP = 32
+"""Threads of a CUDA warp: the unit the GPU kernels, the formats padded to warps (JDS) and the
+cost estimates of the decision share."""
+
 _warned = False
 
 

@@ -40,6 +40,12 @@ import numba
 from .. import njit
 from ..._run.threads import NNZ_PER_THREAD
 
+ROWS_PER_TASK = 256
+"""Rows per task of the CPU kernels that split the rows (csr, ell, jds)."""
+
+NNZ_PER_TASK = 16384
+"""Nonzeros per task of the CPU kernels that split the nonzeros (coo, csr5)."""
+
 PARALLEL_MIN_NNZ = 2 * NNZ_PER_THREAD
 """Smallest nnz for which ``parallel=None`` picks the parallel specialisation: where the size
 rule of :mod:`autospmv._run.threads` first gives two threads (waking them costs ~15-20 µs)."""

@@ -11,9 +11,7 @@ import numba
 import numpy as np
 
 from .. import unsigned
-from . import specialisations, use_parallel
-
-_NNZ_PER_TASK = 16384
+from . import NNZ_PER_TASK, specialisations, use_parallel
 
 
 def _coo(row, col, data, x, y, ntasks):
@@ -22,7 +20,7 @@ def _coo(row, col, data, x, y, ntasks):
     first_row = np.empty(ntasks, dtype=np.int64)
     first_sum = np.zeros(ntasks, dtype=y.dtype)
     for t in numba.prange(ntasks):
-        start, end = t * _NNZ_PER_TASK, min(nnz, (t + 1) * _NNZ_PER_TASK)
+        start, end = t * NNZ_PER_TASK, min(nnz, (t + 1) * NNZ_PER_TASK)
         r0 = row[start]
         first_row[t] = r0
         acc = y.dtype.type(0)
@@ -52,7 +50,7 @@ _coo_serial, _coo_parallel = specialisations(_coo)
 
 def bind(fmt, params, parallel=None):
     nnz = fmt.data.shape[0]
-    ntasks = (nnz + _NNZ_PER_TASK - 1) // _NNZ_PER_TASK
+    ntasks = (nnz + NNZ_PER_TASK - 1) // NNZ_PER_TASK
     if parallel is None:
         parallel = use_parallel(nnz)
     kernel = _coo_parallel if parallel else _coo_serial

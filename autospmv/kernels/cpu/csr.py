@@ -13,9 +13,7 @@ import numba
 import numpy as np
 
 from .. import njit, unsigned
-from . import specialisations, use_parallel
-
-_ROWS_PER_TASK = 256
+from . import ROWS_PER_TASK, specialisations, use_parallel
 
 
 def _scalar(indptr, indices, data, x, y):
@@ -33,7 +31,7 @@ def _vector(indptr, indices, data, x, y, group, nchunks):
     m = y.shape[0]
     for chunk in numba.prange(nchunks):
         lanes = np.empty(group, dtype=y.dtype)
-        for i in range(chunk * _ROWS_PER_TASK, min(m, (chunk + 1) * _ROWS_PER_TASK)):
+        for i in range(chunk * ROWS_PER_TASK, min(m, (chunk + 1) * ROWS_PER_TASK)):
             start, end = indptr[i], indptr[i + 1]
             for lane in range(group):
                 acc = y.dtype.type(0)
@@ -66,7 +64,7 @@ _vector_serial, _vector_parallel = specialisations(_vector)
 
 
 def _nchunks(m: int) -> int:
-    return (m + _ROWS_PER_TASK - 1) // _ROWS_PER_TASK
+    return (m + ROWS_PER_TASK - 1) // ROWS_PER_TASK
 
 
 def bind_scalar(fmt, params, parallel=None):

@@ -24,9 +24,7 @@ import numpy as np
 
 from ...formats.csr5 import OMEGA
 from .. import unsigned
-from . import specialisations, use_parallel
-
-_NNZ_PER_TASK = 16384
+from . import NNZ_PER_TASK, specialisations, use_parallel
 
 
 def _csr5(tile_ptr, bit_flag, y_offset, indices, data, x, y, sigma, tiles_per_task):
@@ -110,7 +108,7 @@ def bind(fmt, params, parallel=None):
     if parallel is None:
         parallel = use_parallel(nnz)
     kernel = _csr5_parallel if parallel else _csr5_serial
-    tiles_per_task = max(1, _NNZ_PER_TASK // fmt.tile_size)
+    tiles_per_task = max(1, NNZ_PER_TASK // fmt.tile_size)
     arrays = (fmt.tile_ptr, fmt.bit_flag, fmt.y_offset, unsigned(fmt.indices), fmt.data)
     sigma = fmt.sigma
     return lambda x, y: kernel(*arrays, x, y, sigma, tiles_per_task)

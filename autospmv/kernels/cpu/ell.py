@@ -1,7 +1,7 @@
 """ELL kernel on the CPU: tasks of consecutive rows, each walking its slots column by column.
 
 The column-major layout stores slot ``k`` of rows ``r, r+1, ...`` contiguously, so a task of
-``_ROWS_PER_TASK`` rows streams through ``col``/``data`` one column at a time and keeps its part of
+``ROWS_PER_TASK`` rows streams through ``col``/``data`` one column at a time and keeps its part of
 ``y`` in L1. A row's padding is trailing, so padding slots are skipped without touching ``x``, and a
 task stops at the first column where all its rows are exhausted (ELL accepted under the fill limit
 can still hold up to 3x padding in tasks of short rows).
@@ -12,16 +12,14 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from . import specialisations, use_parallel
-
-_ROWS_PER_TASK = 256
+from . import ROWS_PER_TASK, specialisations, use_parallel
 
 
 def _ell(col, data, width, x, y, accumulate, nchunks):
     m = y.shape[0]
     for chunk in numba.prange(nchunks):
-        start = chunk * _ROWS_PER_TASK
-        end = min(m, start + _ROWS_PER_TASK)
+        start = chunk * ROWS_PER_TASK
+        end = min(m, start + ROWS_PER_TASK)
         if not accumulate:
             for r in range(start, end):
                 y[r] = 0
@@ -47,7 +45,7 @@ def bind_ell(fmt, accumulate: bool, parallel=None):
         parallel = use_parallel(fmt.col.shape[0])
     kernel = _ell_parallel if parallel else _ell_serial
     col, data, width = fmt.col, fmt.data, fmt.width
-    nchunks = (fmt.shape[0] + _ROWS_PER_TASK - 1) // _ROWS_PER_TASK
+    nchunks = (fmt.shape[0] + ROWS_PER_TASK - 1) // ROWS_PER_TASK
     return lambda x, y: kernel(col, data, width, x, y, accumulate, nchunks)
 
 

@@ -24,12 +24,11 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda, uint64
 
-from .. import unsigned
+from .. import WARP, unsigned
 from . import jit
 from .launch import X, Y, DeviceProgram, Launch, ZeroY
 
 BLOCK = 256
-WARP = 32
 
 
 ITEMS = 4

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 
-WARP = 32
+from .. import WARP
 
 
 def _warp_values(value) -> tuple[int, list]:
