@@ -2,8 +2,9 @@
 ``autospmv bench --solver`` runs) on the project's shared matrices, results to
 ``benchmarks/results``.
 
-Differences from ``autospmv bench --solver``: ``--matrices`` defaults to ``.matrices`` or
-``../shared/matrices`` beside the repository (the generated matrices when neither exists), and
+Differences from ``autospmv bench --solver``: ``--matrices`` defaults to the first of
+``.matrices/shared``, ``.matrices`` and ``../shared/matrices`` beside the repository that holds
+``.npz`` files (the generated matrices when none does), and
 the results file defaults to ``benchmarks/results/solvers-<cpu>-<cores>c-<date>.json``. Command
 lines, from the repository root::
 
@@ -34,8 +35,9 @@ from autospmv._tools.bench_solvers import main  # noqa: E402
 
 def default_matrices() -> Path | None:
     """The project's shared matrices beside the repository, or None."""
-    for candidate in (ROOT / ".matrices", ROOT.parent / "shared" / "matrices"):
-        if candidate.is_dir():
+    for candidate in (ROOT / ".matrices" / "shared", ROOT / ".matrices",
+                      ROOT.parent / "shared" / "matrices"):
+        if any(candidate.glob("*.npz")):
             return candidate
     return None
 

@@ -376,6 +376,17 @@ def test_bench_solver_flag_reaches_the_solver_benchmark(capsys):
     assert "unknown solvers ['nope']" in capsys.readouterr().err
 
 
+def test_bench_solver_refuses_a_folder_without_matrices(tmp_path, capsys):
+    from autospmv.__main__ import main
+
+    (tmp_path / "shared").mkdir()  # matrices one folder down are not this folder's
+    sp.save_npz(tmp_path / "shared" / "a.npz", sp.eye(3, format="csr"))
+    with pytest.raises(SystemExit) as stop:
+        main(["bench", "--solver", "--matrices", str(tmp_path), "--quick"])
+    assert stop.value.code == 2
+    assert "the folder holds no .npz files" in capsys.readouterr().err
+
+
 def test_bench_solver_runs_on_a_users_folder(tmp_path, capsys):
     """``--quick`` in a folder without the project's quick set takes its first matrices; the
     results go to ``--out``, one record per matrix and solver."""

@@ -230,6 +230,8 @@ def parse_args(argv=None, prog: str = "autospmv bench --solver", matrices=None):
         parser.error(f"unknown environments {sorted(unknown)}; valid: {', '.join(ENVS)}")
     if args.matrices is not None and not Path(args.matrices).is_dir():
         parser.error(f"--matrices {args.matrices}: no such folder")
+    if args.matrices is not None and not any(Path(args.matrices).glob("*.npz")):
+        parser.error(f"--matrices {args.matrices}: the folder holds no .npz files")
     if args.quick:
         argv_text = " ".join(argv if argv is not None else sys.argv[1:])
         if args.only is None and args.matrices is not None:
