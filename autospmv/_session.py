@@ -8,14 +8,17 @@ import time
 import numpy as np
 
 from . import _registry as registry
-from ._decide.selection import Decision, decide
+from ._decide.sampling import SAMPLE_THRESHOLD
+from ._decide.selection import Decision, decide, forced_decision
+from ._run.background import (START_KERNEL, BackgroundSwitch, on_own_stream, snapshot_for_cpu,
+                              snapshot_for_gpu, start_refused)
 from ._run.device_input import canonical_device_csr, is_device_matrix, upload_for
 from ._run.devices import check_device, resolve_device, target_device
 from ._run.operator import SpMVOperator
 from ._run.threads import check_threads
 from ._run.tuning import measure, measuring_pays
 from ._run.validation import borrows, canonicalize
-from .formats.base import FormatTooLargeError
+from .formats.base import FormatTooLargeError, longest_row
 
 
 def select(A, *, kernel: str | None = None, device: str | None = None, model=None) -> Decision:
@@ -181,26 +184,21 @@ def _start_in_background(csr, device: str, model, threads, borrowed: bool, uploa
     where the decision is made before returning (at most ``SAMPLE_THRESHOLD`` nonzeros on the
     GPU, on the GPU without CuPy or under the simulator, or a row too long for the start
     kernel), with the note that says why for the last."""
-    from ._decide.sampling import SAMPLE_THRESHOLD
-    from ._decide.selection import forced_decision
-    from ._run import background
-
     if device == "cuda" and (uploaded is None or csr.nnz <= SAMPLE_THRESHOLD):
         return None, None
-    longest = (uploaded.longest_row() if device == "cuda" else
-               int(np.diff(csr.indptr).max()) if csr.shape[0] else 0)
-    refused = background.start_refused(longest)
+    longest = uploaded.longest_row() if device == "cuda" else longest_row(csr.indptr)
+    refused = start_refused(longest)
     if refused:
         return None, refused
-    start = dataclasses.replace(forced_decision(csr, background.START_KERNEL[device], device),
+    start = dataclasses.replace(forced_decision(csr, START_KERNEL[device], device),
                                 source="the start of a background decision")
     op = SpMVOperator._canonical(csr, start, device, threads, borrowed=borrowed,
                                  uploaded=uploaded)
     if device == "cuda":
-        snapshot, structure = background.snapshot_for_gpu(uploaded)
+        snapshot, structure = snapshot_for_gpu(uploaded)
         options = {"uploaded": snapshot}
     else:
-        snapshot = structure = background.snapshot_for_cpu(op)
+        snapshot = structure = snapshot_for_cpu(op)
         options = {}
 
     def build():
@@ -210,8 +208,8 @@ def _start_in_background(csr, device: str, model, threads, borrowed: bool, uploa
         return _build(structure, decision, device, threads, forced=False, **options)
 
     if device == "cuda":
-        build = background.on_own_stream(build)
-    op._switch = background.BackgroundSwitch(build, started)
+        build = on_own_stream(build)
+    op._switch = BackgroundSwitch(build, started)
     return op, None
 
 

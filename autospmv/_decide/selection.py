@@ -28,7 +28,7 @@ import scipy.sparse as sp
 
 from .. import _registry as registry
 from .._run.cache import compile_timer
-from ..formats.base import DeviceCSR
+from ..formats.base import DeviceCSR, longest_row
 from .features import canonical_features_and_lengths, passes_needed
 from .model_lookup import ModelChoice, find_model, warn_skipped
 from .sampling import SAMPLE_THRESHOLD
@@ -96,8 +96,7 @@ def rule_summary(device: str) -> str:
 
 def rule_decision(csr: sp.csr_matrix, device: str) -> Decision:
     """The built-in rule used while no trained model is available (see the module docstring)."""
-    lengths = np.diff(csr.indptr)
-    longest = int(lengths.max()) if lengths.size else 0
+    longest = longest_row(csr.indptr)
     note = "no trained model is installed yet; the built-in rule decided"
     if device == "cpu":
         kernel, step = RULE_CPU, "device = cpu"

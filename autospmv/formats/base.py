@@ -26,6 +26,12 @@ class FormatTooLargeError(ValueError):
     """A conversion would pad the matrix beyond the format's fill limit."""
 
 
+def longest_row(indptr, xp=np) -> int:
+    """The longest row's length from a row pointer of the array module ``xp`` (0 without
+    rows)."""
+    return int(xp.diff(indptr).max()) if len(indptr) > 1 else 0
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class DeviceCSR:
     """A canonical CSR matrix on the GPU (arrays of module ``xp``) and its row pointer on the
@@ -59,13 +65,11 @@ class DeviceCSR:
 
     def longest_row(self) -> int:
         """The longest row's length, reduced on the device (one scalar comes back)."""
-        if not self.shape[0]:
-            return 0
-        if self.on_gpu:
+        if self.on_gpu and self.shape[0]:
             from ..kernels.cuda import conversions
 
             return conversions.longest_row(self)
-        return int(self.xp.diff(self.indptr).max())
+        return longest_row(self.indptr, self.xp)
 
     def rows_and_positions(self):
         """The row of every nonzero and its position in the row (int64 arrays of ``xp``)."""

@@ -18,7 +18,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._decide.choosers import default_hyb_width
-from .base import SparseFormat
+from .base import SparseFormat, longest_row
 from .coo import COOFormat
 from .ell import (
     ELL_MAX_FILL, ELLFormat, fill_exceeded, split_at_width, split_at_width_on_device, too_large,
@@ -39,7 +39,7 @@ def check_width(width, indptr: np.ndarray, nnz: int, max_fill: float = ELL_MAX_F
         raise ValueError(f"the HYB width must be >= 0; got {width}")
     m = len(indptr) - 1
     if longest is None:
-        longest = int(np.diff(indptr).max()) if m else 0
+        longest = longest_row(indptr)
     width = min(width, longest)
     if fill_exceeded(m * width, nnz, max_fill):
         raise too_large(
