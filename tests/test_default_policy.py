@@ -89,7 +89,8 @@ def test_model_files_carry_the_policy_from_schema_3(tmp_path):
     assert shipped["schema_version"] >= 3
     doc = dict(shipped, defaults=_policy().to_dict())
     model = TreeModel.from_dict(doc)
-    assert model.schema_version >= 3 and model.defaults.bands == _policy().bands
+    assert model.schema_version == shipped["schema_version"]
+    assert model.defaults.bands == _policy().bands
     again = TreeModel.from_dict(json.loads(model.to_json()))
     assert again.defaults.to_dict() == _policy().to_dict()
     assert again.to_dict()["defaults"]["bands"][1]["threshold"] is None
