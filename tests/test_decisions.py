@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 import os
 from pathlib import Path
 
@@ -135,10 +136,34 @@ def test_gpu_decision_explains_itself():
     assert decision.notes[0].startswith("model cuda-nvidia-h200-float64.json (passed as model=")
     leaf_note = decision.notes[1]
     assert leaf_note.startswith("the path ends in leaf ") and "training matrices" in leaf_note
-    assert f"smallest corrected estimate (µs, best first): {decision.kernel} " in leaf_note
+    node = int(re.search(r"the path ends in leaf (\d+)", leaf_note).group(1))
+    corrects = np.any(TreeModel.load(GPU_MODEL).value[node])
+    ranks_by = "smallest corrected estimate" if corrects else "smallest estimate"
+    assert f"{ranks_by} (µs, best first): {decision.kernel} " in leaf_note
     used = [step.split(" = ")[0] for step in decision.path]
     assert set(decision.features) == set(used)
     assert sorted([decision.kernel] + decision.candidates) == sorted(autospmv.KERNELS)
+
+
+def test_the_leaf_note_says_whether_the_leaf_corrects_the_estimates(monkeypatch):
+    """A leaf with corrections names the corrected estimates; a leaf of a regime that keeps
+    the cost model's estimates (all corrections zero) says so instead."""
+    model = TreeModel.load(GPU_MODEL)
+    A = poisson2d(60)
+    leaf_note = autospmv.select(A, device="cuda", model=model).notes[1]
+    node = int(re.search(r"the path ends in leaf (\d+)", leaf_note).group(1))
+    for values, says in ((np.zeros(len(model.classes)), "keeps the cost model's estimates as "
+                          "they are; the tree's kernel is the one with the smallest estimate"),
+                         (np.linspace(-0.5, 0.5, len(model.classes)), "corrects the cost "
+                          "model's estimate of each kernel; the tree's kernel is the one with "
+                          "the smallest corrected estimate")):
+        value = model.value.copy()
+        value[node] = values
+        monkeypatch.setattr(model, "value", value)
+        decision = autospmv.select(A, device="cuda", model=model)
+        assert says in decision.notes[1]
+        before = "before the leaf's corrections " if values.any() else ""
+        assert decision.notes[2].startswith(f"cost model estimates {before}(µs")
 
 
 # -- a user's own model ---------------------------------------------------------------------

@@ -149,13 +149,19 @@ def model_decision(csr: sp.csr_matrix, choice: ModelChoice, features: dict,
     notes = [f"model {choice.name} ({choice.reason}{trained_on(model.provenance)})"]
     matrix_dtype = np.dtype(csr.dtype).name
     estimates_us = dict(evaluation.estimates or {})
+    corrects = evaluation.corrected is not None and bool(np.any(model.value[leaf.node]))
     if evaluation.corrected is not None:
         corrected = dict(zip(model.classes, np.exp2(evaluation.corrected).tolist()))
         estimates_us = corrected
+        if corrects:
+            what = ("corrects the cost model's estimate of each kernel; the tree's kernel is "
+                    "the one with the smallest corrected estimate")
+        else:  # a leaf of an uncorrected regime: the cost model alone ranks
+            what = ("keeps the cost model's estimates as they are; the tree's kernel is the "
+                    "one with the smallest estimate")
         notes.append(
             f"the path ends in leaf {leaf.node} ({leaf.samples} training matrices), which "
-            "corrects the cost model's estimate of each kernel; the tree's kernel is the one "
-            "with the smallest corrected estimate (µs, best first): "
+            f"{what} (µs, best first): "
             + ", ".join(f"{kernel} {corrected[kernel]:.3g}" for kernel in evaluation.ranked))
     else:
         top = evaluation.ranked[0]
@@ -164,7 +170,8 @@ def model_decision(csr: sp.csr_matrix, choice: ModelChoice, features: dict,
                      f"= {leaf.proba[top]:.2f} (the leaf's normalised class value)")
     if evaluation.estimates is not None:
         regime = _regime_words(model.cost_model, features["nnz"])
-        notes.append(f"cost model estimates before the leaf's corrections (µs{regime}): "
+        when = "before the leaf's corrections " if corrects else ""
+        notes.append(f"cost model estimates {when}(µs{regime}): "
                      + ", ".join(f"{kernel} {t:.3g}" for kernel, t in
                                  sorted(evaluation.estimates.items(), key=lambda e: e[1])))
     notes.append(f"a {choice.dtype} model, deciding for a {matrix_dtype} matrix")
