@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import difflib
 import json
-import re
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -137,7 +137,7 @@ def test_gpu_decision_explains_itself():
     leaf_note = decision.notes[1]
     assert leaf_note.startswith("the path ends in leaf ") and "training matrices" in leaf_note
     node = int(re.search(r"the path ends in leaf (\d+)", leaf_note).group(1))
-    corrects = np.any(TreeModel.load(GPU_MODEL).value[node])
+    corrects = TreeModel.load(GPU_MODEL).corrects(node)
     ranks_by = "smallest corrected estimate" if corrects else "smallest estimate"
     assert f"{ranks_by} (µs, best first): {decision.kernel} " in leaf_note
     used = [step.split(" = ")[0] for step in decision.path]

@@ -43,7 +43,7 @@ def test_automatic_choice_is_valid_correct_and_explained(name, model, device, rn
         assert steps, "a tree with splits compares at least one feature"
     if tree.ranking == "correction":  # the (corrected) estimates decide and are listed, best first
         leaf = tree.leaf(features).node
-        ranks_by = "corrected estimate" if np.any(tree.value[leaf]) else "smallest estimate"
+        ranks_by = "corrected estimate" if tree.corrects(leaf) else "smallest estimate"
         assert f"{ranks_by} (µs, best first): {tree.ranked(features)[0]} " in explanation
     for step in steps:
         assert f"{step.feature} = {selector._comparison(step)}" in explanation

@@ -338,6 +338,12 @@ class TreeModel:
         by leaf ``node``'s values."""
         return np.log2([estimates[c] for c in self.classes]) + self.value[node]
 
+    def corrects(self, node: int) -> bool:
+        """Whether leaf ``node`` of a ``"correction"`` tree changes the cost model's estimates:
+        the leaves of a size regime fitted without corrections (the cost model alone) are all
+        zeros."""
+        return bool(np.any(self.value[node]))
+
     def decision_path(self, features: Mapping) -> list[Step]:
         """The comparisons made from the root to the leaf, in order."""
         return list(self.evaluate(features).path)

@@ -149,16 +149,14 @@ def model_decision(csr: sp.csr_matrix, choice: ModelChoice, features: dict,
     notes = [f"model {choice.name} ({choice.reason}{trained_on(model.provenance)})"]
     matrix_dtype = np.dtype(csr.dtype).name
     estimates_us = dict(evaluation.estimates or {})
-    corrects = evaluation.corrected is not None and bool(np.any(model.value[leaf.node]))
+    corrects = evaluation.corrected is not None and model.corrects(leaf.node)
     if evaluation.corrected is not None:
         corrected = dict(zip(model.classes, np.exp2(evaluation.corrected).tolist()))
         estimates_us = corrected
-        if corrects:
-            what = ("corrects the cost model's estimate of each kernel; the tree's kernel is "
-                    "the one with the smallest corrected estimate")
-        else:  # a leaf of an uncorrected regime: the cost model alone ranks
-            what = ("keeps the cost model's estimates as they are; the tree's kernel is the "
-                    "one with the smallest estimate")
+        what = ("corrects the cost model's estimate of each kernel; the tree's kernel is the one "
+                "with the smallest corrected estimate" if corrects else
+                "keeps the cost model's estimates as they are; the tree's kernel is the one "
+                "with the smallest estimate")
         notes.append(
             f"the path ends in leaf {leaf.node} ({leaf.samples} training matrices), which "
             f"{what} (µs, best first): "
