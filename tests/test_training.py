@@ -134,6 +134,28 @@ def test_grown_in_three_ways(tmp_path):
     assert names == [f"alpha-x{copies}", f"alpha-c{copies}", f"alpha-p{copies}"]
 
 
+def test_kinds_preset_grows_every_long_row_base_to_the_streamed_size(tmp_path):
+    short = sp.random(40, 40, density=0.1, format="csr", random_state=2)
+    long = sp.lil_matrix((3, 2000))
+    long[0, :1500] = 1.0  # one row longer than the preset's row limit
+    long[1, :3] = 1.0
+    sp.save_npz(tmp_path / "short.npz", short)
+    sp.save_npz(tmp_path / "wide.npz", sp.csr_matrix(long))
+    spec = corpus.PRESETS["kinds"]
+    row_limit, target, ways = spec["long_rows"]
+    files = corpus.folder_entries(tmp_path)
+    assert [corpus.longest_row(e) for e in files] == [short.getnnz(axis=1).max(), 1500]
+    grown = corpus.drawn_grown_entries(files, spec)
+    copies = -(-target // files[1].nnz)
+    wide = [e for e in grown if e.name.startswith("wide-") and e.nnz >= target]
+    assert sorted(e.name for e in wide) == sorted(f"wide-{w}{copies}" for w in ways)
+    assert 1500 > row_limit
+    # The short base gets only what the draws give it: nothing grown to the target in every way.
+    assert len([e for e in grown if e.name.startswith("short-") and e.nnz >= target]) <= 1
+    # Drawn by the coins as well, a long-row copy is listed once.
+    assert len({e.name for e in grown}) == len(grown)
+
+
 def test_large_preset_makes_large_matrices_first_class(tmp_path):
     for i in range(6):  # six small "real" files of 500-1000 nonzeros
         A = sp.random(100, 100, density=0.05 + 0.01 * i, format="csr", random_state=i)

@@ -146,10 +146,11 @@ PRESETS: dict[str, dict] = {
     "large": {"sizes": (10_000, 100_000, 1_600_000), "family_sizes": (5_000_000, 20_000_000),
               "max_nnz": 20_000_000, "grow_sizes": (1_000_000, 5_000_000, 20_000_000),
               "grow_every": (1, 3)},
-    "kinds": {"sizes": (10_000, 100_000, 1_600_000), "family_sizes": (5_000_000,),
+    "kinds": {"sizes": (10_000, 100_000, 1_600_000), "family_sizes": (5_000_000, 20_000_000),
               "max_nnz": 20_000_000,
               "draws": ((1_000_000, 1.0, "xcp"), (5_000_000, 1 / 8, "xcp"),
                         (20_000_000, 1 / 3, "xp")),
+              "long_rows": (1024, 20_000_000, "xp"),
               "held_out_sizes": ((20_000_000, "xp"),)},
 }
 """Synthetic sizes (target nnz) and variants of each preset, the largest file it takes, and the
@@ -166,7 +167,14 @@ in one way (rotating) to ≥ 5·10⁶, and every third file in one way to ≥ 2�
 UF collection): every base as given, and grown copies drawn per base (:func:`drawn_grown_entries`)
 rather than every base at every size: ``draws`` lists (size, probability, ways), each drawn
 with its own seeded coin and growth way, so that one labelling of about 400 bases fits a few
-device calls. The bases named in :data:`HOLDOUT_FILE` are grown instead to ``held_out_sizes``
+device calls. Bases with rows longer than ``long_rows[0]`` nonzeros are rare in the collections
+(6 of the 376 files) and are the matrices whose row-length costs (a warp's longest loop, the
+atomic additions into one row's y) reach furthest; a coin would leave most of them out of the
+streamed size band, where the cost model needs them to fit those costs, so each is also grown
+to ``long_rows[1]`` in every way of ``long_rows[2]``. The first variant of every synthetic
+family is labelled at 5·10⁶ and 2·10⁷ nonzeros (``family_sizes``), the generated long-row
+structures (dense rows, long rows, wide LP blocks, power laws) among them. The bases named in
+:data:`HOLDOUT_FILE` are grown instead to ``held_out_sizes``
 in each listed way (block-diagonal and permuted copies of about 2·10⁷ nonzeros), the matrices
 on which a model trained without them is scored."""
 
@@ -361,12 +369,20 @@ def read_names(path) -> list[str]:
     return [line.split("#")[0].strip() for line in lines if line.split("#")[0].strip()]
 
 
+def longest_row(entry: Entry) -> int:
+    """The most nonzeros in one row of a file entry's matrix (0 for an empty one)."""
+    indptr = entry.load().indptr
+    return int(np.diff(indptr).max()) if len(indptr) > 1 else 0
+
+
 def drawn_grown_entries(files: list[Entry], spec: dict, held_out=()) -> list[Entry]:
     """The ``kinds`` preset's grown copies (see :data:`PRESETS`): for each base not in
     ``held_out``, each ``(size, probability, ways)`` of ``spec["draws"]`` is drawn with a coin
     seeded by the base's name and, when drawn, grown in one of ``ways`` (letters of
-    :data:`GROWTHS`), also drawn; each held-out base is grown to every size of
-    ``spec["held_out_sizes"]`` in every listed way."""
+    :data:`GROWTHS`), also drawn; a base with a row longer than ``spec["long_rows"][0]`` is
+    also grown to ``spec["long_rows"][1]`` in each of its ways (a copy the draws made already
+    counts once); each held-out base is grown to every size of ``spec["held_out_sizes"]`` in
+    every listed way."""
     held_out = set(held_out)
     out = []
     for entry in files:
@@ -375,10 +391,19 @@ def drawn_grown_entries(files: list[Entry], spec: dict, held_out=()) -> list[Ent
                 out += grown_entries([entry], target, tuple(ways), at_least=True)
             continue
         rng = _rng(f"draw/{entry.name}")
+        mine = []
         for target, probability, ways in spec["draws"]:
             coin, way = rng.random(), ways[int(rng.integers(len(ways)))]
             if coin < probability:
-                out += grown_entries([entry], target, (way,), at_least=True)
+                mine += grown_entries([entry], target, (way,), at_least=True)
+        if "long_rows" in spec:
+            row_limit, target, ways = spec["long_rows"]
+            if longest_row(entry) > row_limit:
+                drawn = {grown.name for grown in mine}
+                mine += [grown for grown in grown_entries([entry], target, tuple(ways),
+                                                          at_least=True)
+                         if grown.name not in drawn]
+        out += mine
     return out
 
 
