@@ -168,7 +168,7 @@ UF collection): every base as given, and grown copies drawn per base (:func:`dra
 rather than every base at every size: ``draws`` lists (size, probability, ways), each drawn
 with its own seeded coin and growth way, so that one labelling of about 400 bases fits a few
 device calls. Bases with rows longer than ``long_rows[0]`` nonzeros are rare in the collections
-(6 of the 376 files) and are the matrices whose row-length costs (a warp's longest loop, the
+(7 of the 376 files) and are the matrices whose row-length costs (a warp's longest loop, the
 atomic additions into one row's y) reach furthest; a coin would leave most of them out of the
 streamed size band, where the cost model needs them to fit those costs, so each is also grown
 to ``long_rows[1]`` in every way of ``long_rows[2]``. The first variant of every synthetic
