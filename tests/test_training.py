@@ -830,17 +830,7 @@ def test_matrices_streamed_from_memory_get_a_cost_table_of_their_own():
     enough matrices on both sides the cost model fits them a third table and recovers both."""
     from autospmv.training import fitting
 
-    records = _two_regimes(n=90)
-    rng = np.random.default_rng(1)
-    streamed_rate = dict(zip(autospmv.KERNELS, (5e5, 3e6, 1e6, 1e6, 1e6, 1e6, 1e6)))
-    for record in records[1::3]:
-        nnz = float(rng.integers(fitting.STREAMED_NNZ, 3 * fitting.STREAMED_NNZ))
-        record["nnz"] = record["features"]["nnz"] = nnz
-        for k in autospmv.KERNELS:
-            record["features"][f"{k}_bytes"] = nnz * rng.uniform(8, 40)
-            record["kernels"][k]["time_b2b_us"] = (record["features"][f"{k}_bytes"]
-                                                   / streamed_rate[k])
-    ds, _ = train.dataset(records)
+    ds, _ = train.dataset(_three_regimes())
     cost_model = fitting.fit_cost_model(ds, np.arange(len(ds)))
     assert [start for start, _ in cost_model.regimes] == [LARGE_NNZ, fitting.STREAMED_NNZ]
     scalar = cost_model.kernels.index("csr_scalar")
@@ -853,6 +843,64 @@ def test_matrices_streamed_from_memory_get_a_cost_table_of_their_own():
     few = np.concatenate([np.flatnonzero(ds.nnz < fitting.STREAMED_NNZ),
                           np.flatnonzero(ds.nnz >= fitting.STREAMED_NNZ)[:fitting.MIN_REGIME_MATRICES - 1]])
     assert len(fitting.fit_cost_model(ds, few).regimes) == 1
+
+
+def _three_regimes() -> list[dict]:
+    """:func:`_two_regimes` with a third of the records moved to STREAMED_NNZ nonzeros or more,
+    where the times follow other rates (memory, not the L2 cache)."""
+    from autospmv.training import fitting
+
+    records = _two_regimes(n=90)
+    rng = np.random.default_rng(1)
+    streamed_rate = dict(zip(autospmv.KERNELS, (5e5, 3e6, 1e6, 1e6, 1e6, 1e6, 1e6)))
+    for record in records[1::3]:
+        nnz = float(rng.integers(fitting.STREAMED_NNZ, 3 * fitting.STREAMED_NNZ))
+        record["nnz"] = record["features"]["nnz"] = nnz
+        for k in autospmv.KERNELS:
+            record["features"][f"{k}_bytes"] = nnz * rng.uniform(8, 40)
+            record["kernels"][k]["time_b2b_us"] = (record["features"][f"{k}_bytes"]
+                                                   / streamed_rate[k])
+    return records
+
+
+def test_streamed_matrices_get_a_tree_of_their_own():
+    from autospmv.training import fitting
+
+    records = _three_regimes()
+    ds, _ = dataset(records)
+    rows = np.arange(len(ds))
+    small, large = regimes(ds, rows)
+    cached, streamed = fitting.streamed_split(ds, large)
+    assert (ds.nnz[cached] < fitting.STREAMED_NNZ).all()
+    assert (ds.nnz[streamed] >= fitting.STREAMED_NNZ).all() and streamed.size == 30
+    assert fitting.streamed_split(ds, np.concatenate(
+        [cached, streamed[:MIN_REGIME_MATRICES - 1]])) is None
+    hyper = RegimeHyper(Hyper(0, 4, "none", "correction"), Hyper(1, 4, "none", "correction"),
+                        Hyper(2, 4, "none", "correction"))
+    assert hyper.as_dict()["streamed"] == hyper.streamed.as_dict()
+    fitted = fit(ds, rows, hyper)
+    model = TreeModel.from_dict(json.loads(fitted.export({"test": True}).to_json()))
+    right = model.children_right[0]
+    assert model.feature_names[model.feature[right]] == "nnz"
+    # float32 has no half above 2**23: the split sends STREAMED_NNZ - 1 left and STREAMED_NNZ right.
+    assert (np.float32(fitting.STREAMED_NNZ - 1) <= model.threshold[right]
+            < np.float32(fitting.STREAMED_NNZ))
+    assert model.n_node_samples[model.children_left[right]] == cached.size
+    assert model.n_node_samples[model.children_right[right]] == streamed.size
+    for record, order in zip(records, fitted.ranking(ds, rows)):
+        assert model.ranked(record["features"]) == [ds.kernels[c] for c in order]
+    # Each part's tree was fitted with its own hyperparameters.
+    below, (cached_tree, streamed_tree) = fitted.tree.parts[0], fitted.tree.parts[1].parts
+    assert below.regressor.min_samples_split == small.size + 1  # depth 0: one leaf
+    assert (cached_tree.regressor.max_depth, streamed_tree.regressor.max_depth) == (1, 2)
+    with pytest.raises(ValueError, match="need one objective"):
+        RegimeHyper(Hyper(1, 4, "none", "correction"), Hyper(1, 4, "none", "correction"),
+                    Hyper(1, 4, "none", "fastest"))
+    result = train.train(records, n_splits=3, repeats=1)
+    chosen = result.scores["hyper"]
+    assert isinstance(chosen, RegimeHyper) and chosen.streamed is not None
+    assert result.model.provenance["hyperparameters"]["streamed"] == chosen.streamed.as_dict()
+    assert "streamed (from 10,000,000, back-to-back)" in result.report
 
 
 def test_two_size_regimes_get_their_own_cost_model_and_tree():

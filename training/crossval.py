@@ -2,7 +2,7 @@
 
 Folds are grouped by (family, synthetic or real) so that no family is on both sides of a split
 (:func:`group_splits`); :func:`select_hyper` picks a grid point by its pooled out-of-fold
-score (in two size regimes, one per regime by that regime's score), :func:`nested_cv` scores
+score (in size regimes, one per regime by that regime's score), :func:`nested_cv` scores
 that choice without bias, :func:`leave_one_family_out` scores
 each real family with a tree trained without it, and :func:`guard` decides whether a model may
 be installed. The reasons for the grid's shape are in the :mod:`training.train` docstring.
@@ -17,8 +17,8 @@ import numpy as np
 from sklearn.model_selection import GroupKFold
 
 from .dataset import Dataset
-from .fitting import (OBJECTIVES, WEIGHTINGS, Hyper, RegimeHyper, fit, fit_cost_model,
-                              regimes)
+from .fitting import (OBJECTIVES, STREAMED_NNZ, WEIGHTINGS, Hyper, RegimeHyper, fit,
+                      fit_cost_model, regimes, streamed_split)
 from .metrics import (best_fixed, cost_policy, fixed_kernel, fixed_name, fixed_policy,
                               rule_policy, selection_log_q, selection_metrics, tree_policy)
 
@@ -82,10 +82,12 @@ def select_hyper(ds: Dataset, rows: np.ndarray, n_splits: int,
 
     Where a model of ``rows`` has two size regimes (:func:`training.fitting.regimes`), each
     regime's tree is chosen by the out-of-fold score on that regime's matrices: the large
-    matrices' tree by how it does on large matrices, not by a score that small ones dominate.
-    The pooled score is a mean over matrices, the two regimes' scores weighted by their
-    matrices; the two choices share an objective (the best pair per objective, then the
-    objective whose pair pools best), and the score returned is the pair's pooled one."""
+    matrices' tree by how it does on large matrices, not by a score that small ones dominate;
+    where the large regime is split at the streamed size
+    (:func:`training.fitting.streamed_split`), each part's tree by the score on its own
+    matrices. The pooled score is a mean over matrices, the regimes' scores weighted by their
+    matrices; the choices share an objective (the best set per objective, then the objective
+    whose set pools best), and the score returned is the set's pooled one."""
     splits = group_splits(ds.groups[rows], n_splits)
     if not splits:
         return FALLBACK_HYPER, math.nan
@@ -100,14 +102,19 @@ def select_hyper(ds: Dataset, rows: np.ndarray, n_splits: int,
     if regimes(ds, rows) is None:
         return _best(grid, times, chosen, everything)
     large = ds.large[rows]
+    parts = [everything[~large], everything[large]]
+    split = streamed_split(ds, rows[large])
+    if split is not None:
+        streamed = ds.nnz[rows] >= STREAMED_NNZ
+        parts = [everything[~large], everything[large & ~streamed], everything[large & streamed]]
     best, best_score = None, -math.inf
     for objective in dict.fromkeys(hyper.objective for hyper in grid):
         options = [hyper for hyper in grid if hyper.objective == objective]
-        small_hyper, small_score = _best(options, times, chosen, everything[~large])
-        large_hyper, large_score = _best(options, times, chosen, everything[large])
-        score = ((~large).sum() * small_score + large.sum() * large_score) / len(rows)
+        picks = [_best(options, times, chosen, positions) for positions in parts]
+        score = sum(len(positions) * part_score
+                    for positions, (_, part_score) in zip(parts, picks)) / len(rows)
         if score > best_score + 1e-12:
-            best, best_score = RegimeHyper(small_hyper, large_hyper), score
+            best, best_score = RegimeHyper(*(hyper for hyper, _ in picks)), score
     return best, best_score
 
 

@@ -14,9 +14,11 @@ neither, and one tree spends its splits telling the two apart. So, where the row
 matrices of both (:func:`regimes`), each regime gets its own cost-model coefficients (one
 :class:`CostModel` with a second table, ``large_coefficients``) and its own tree with its own
 hyperparameters (:class:`RegimeHyper`); the two trees hang under a root that splits on ``nnz``
-at the regime boundary (:class:`RegimeTree`), so the model stays one tree. The cost model
-splits the large regime once more, at :data:`STREAMED_NNZ` (the matrices streamed from memory
-rather than held in the L2 cache), where the labels hold enough matrices on both sides.
+at the regime boundary (:class:`RegimeTree`), so the model stays one tree. The large regime is
+split once more at :data:`STREAMED_NNZ` (the matrices streamed from memory rather than held in
+the L2 cache), where the labels hold enough matrices on both sides (:func:`streamed_split`):
+the cost model fits the streamed matrices a table of their own, and they get a tree of their
+own, with hyperparameters chosen on them, under a second split on ``nnz``.
 """
 
 from __future__ import annotations
@@ -82,25 +84,37 @@ class Hyper:
 
 @dataclasses.dataclass(frozen=True)
 class RegimeHyper:
-    """Hyperparameters of a model fitted in two size regimes (see the module docstring): one
-    :class:`Hyper` for the matrices below :attr:`Dataset.large_nnz`, one for the rest. Both
-    have one objective: the model's leaves rank kernels one way."""
+    """Hyperparameters of a model fitted in size regimes (see the module docstring): one
+    :class:`Hyper` for the matrices below :attr:`Dataset.large_nnz`, one for the rest, and,
+    where the large regime is split at :data:`STREAMED_NNZ`, one for the matrices from there
+    (``streamed``; None: ``large``'s). All have one objective: the model's leaves rank kernels
+    one way."""
 
     small: Hyper
     large: Hyper
+    streamed: Hyper | None = None
 
     def __post_init__(self):
-        if self.small.objective != self.large.objective:
-            raise ValueError("the two size regimes' trees need one objective; got "
-                             f"{self.small.objective} and {self.large.objective}")
+        objectives = {h.objective for h in (self.small, self.large, self.streamed) if h}
+        if len(objectives) > 1:
+            raise ValueError("the size regimes' trees need one objective; got "
+                             + " and ".join(sorted(objectives)))
 
     @property
     def objective(self) -> str:
         return self.small.objective
 
+    @property
+    def streamed_or_large(self) -> Hyper:
+        """The hyperparameters of the streamed matrices' tree."""
+        return self.streamed or self.large
+
     def as_dict(self) -> dict:
         """Per regime, :meth:`Hyper.as_dict`."""
-        return {"small": self.small.as_dict(), "large": self.large.as_dict()}
+        out = {"small": self.small.as_dict(), "large": self.large.as_dict()}
+        if self.streamed is not None:
+            out["streamed"] = self.streamed.as_dict()
+        return out
 
 
 def regimes(ds: Dataset, rows) -> tuple[np.ndarray, np.ndarray] | None:
@@ -116,20 +130,30 @@ def regimes(ds: Dataset, rows) -> tuple[np.ndarray, np.ndarray] | None:
     return rows[~large], rows[large]
 
 
+def streamed_split(ds: Dataset, large) -> tuple[np.ndarray, np.ndarray] | None:
+    """(the matrices of the large regime's rows ``large`` below :data:`STREAMED_NNZ`
+    nonzeros, those from it) when both hold at least :data:`MIN_REGIME_MATRICES`; else None."""
+    large = np.asarray(large)
+    streamed = ds.nnz[large] >= STREAMED_NNZ
+    if (ds.large_nnz is None or STREAMED_NNZ <= ds.large_nnz
+            or min(int(streamed.sum()), int((~streamed).sum())) < MIN_REGIME_MATRICES):
+        return None
+    return large[~streamed], large[streamed]
+
+
 def fit_cost_model(ds: Dataset, rows) -> CostModel:
     """The cost model of ``ds`` rows ``rows``: one coefficient table
     (:func:`fit_coefficients`), or one per size regime where :func:`regimes` finds two; the
     large regime's matrices from :data:`STREAMED_NNZ` nonzeros get a table of their own where
-    both sides of that boundary hold :data:`MIN_REGIME_MATRICES` of them."""
+    :func:`streamed_split` splits them."""
     parts = regimes(ds, rows)
     if parts is None:
         return CostModel(fit_coefficients(ds, rows))
     small, large = parts
     tables = [(ds.large_nnz, large)]
-    streamed = ds.nnz[large] >= STREAMED_NNZ
-    if STREAMED_NNZ > ds.large_nnz and min(int(streamed.sum()),
-                                           int((~streamed).sum())) >= MIN_REGIME_MATRICES:
-        tables = [(ds.large_nnz, large[~streamed]), (STREAMED_NNZ, large[streamed])]
+    split = streamed_split(ds, large)
+    if split is not None:
+        tables = [(ds.large_nnz, split[0]), (STREAMED_NNZ, split[1])]
     return CostModel(fit_coefficients(ds, small),
                      regimes=[(start, fit_coefficients(ds, part)) for start, part in tables])
 
@@ -269,9 +293,9 @@ class CorrectionTree:
 
 
 class RegimeTree:
-    """The trees of the two size regimes (see the module docstring) as one tree: a root that
+    """The trees of two size regimes (see the module docstring) as one tree: a root that
     sends a matrix with fewer than ``large_nnz`` nonzeros to ``small``'s tree and the others to
-    ``large``'s. Both were fitted on the same input columns; ``nnz_column`` is the one holding
+    ``large``'s (itself a :class:`RegimeTree` where the large regime is split again). Both were fitted on the same input columns; ``nnz_column`` is the one holding
     ``nnz``. ``classes_`` are the kernels of either tree in ``kernels`` order (a value of 0
     where a tree lacks one: a classifier fitted on a regime where a kernel never won); the root's
     value is the two trees' root values averaged over their matrices (it ranks nothing: every
@@ -353,9 +377,11 @@ def fit(ds: Dataset, rows, hyper: Hyper | RegimeHyper,
     :meth:`TreeModel.from_sklearn` exports.
 
     Where :func:`regimes` finds two size regimes in ``rows``, one such tree per regime, fitted
-    on its matrices with its hyperparameters (a plain :class:`Hyper` serves both), under the
-    root of a :class:`RegimeTree`. Where it does not, a :class:`RegimeHyper` gives the one tree
-    the hyperparameters of the regime that holds most of the rows."""
+    on its matrices with its hyperparameters (a plain :class:`Hyper` serves all), under the
+    root of a :class:`RegimeTree`; where :func:`streamed_split` splits the large regime, its
+    two parts get a tree each (``hyper.streamed`` from :data:`STREAMED_NNZ` nonzeros) under a
+    :class:`RegimeTree` of their own. Where there are no regimes, a :class:`RegimeHyper` gives
+    the one tree the hyperparameters of the regime that holds most of the rows."""
     rows = np.asarray(rows)
     cost_model = cost_model or fit_cost_model(ds, rows)
     parts = regimes(ds, rows)
@@ -363,16 +389,19 @@ def fit(ds: Dataset, rows, hyper: Hyper | RegimeHyper,
         if isinstance(hyper, RegimeHyper):
             hyper = hyper.large if 2 * ds.large[rows].sum() > rows.size else hyper.small
         return _fit_tree(ds, rows, hyper, cost_model)
-    small, large = (hyper.small, hyper.large) if isinstance(hyper, RegimeHyper) \
-        else (hyper, hyper)
-    if small.objective != large.objective:
-        raise ValueError("the two size regimes' trees need one objective; got "
-                         f"{small.objective} and {large.objective}")
-    below = _fit_tree(ds, parts[0], small, cost_model)
-    above = _fit_tree(ds, parts[1], large, cost_model)
+    if not isinstance(hyper, RegimeHyper):
+        hyper = RegimeHyper(hyper, hyper)
+    below = _fit_tree(ds, parts[0], hyper.small, cost_model)
     nnz_column = below.feature_names.index("nnz")
-    return Fitted(cost_model, small.objective,
-                  RegimeTree(below.tree, above.tree, ds.kernels, nnz_column, ds.large_nnz))
+    split = streamed_split(ds, parts[1])
+    if split is None:
+        above = _fit_tree(ds, parts[1], hyper.large, cost_model).tree
+    else:
+        cached = _fit_tree(ds, split[0], hyper.large, cost_model)
+        streamed = _fit_tree(ds, split[1], hyper.streamed_or_large, cost_model)
+        above = RegimeTree(cached.tree, streamed.tree, ds.kernels, nnz_column, STREAMED_NNZ)
+    return Fitted(cost_model, hyper.objective,
+                  RegimeTree(below.tree, above, ds.kernels, nnz_column, ds.large_nnz))
 
 
 def _fit_tree(ds: Dataset, rows: np.ndarray, hyper: Hyper, cost_model: CostModel) -> Fitted:

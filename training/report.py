@@ -14,7 +14,7 @@ import numpy as np
 
 from autospmv._decide.model import CostModel, TreeModel
 from .dataset import Dataset
-from .fitting import QUALITY_FLOOR, Hyper, RegimeHyper
+from .fitting import QUALITY_FLOOR, STREAMED_NNZ, Hyper, RegimeHyper
 from .records import LARGE_NNZ, NOISE_LIMIT
 from .metrics import (best_fixed, chooser_quality, fixed_policy, rule_policy,
                               selection_metrics)
@@ -70,7 +70,9 @@ def _describe(hyper: Hyper | RegimeHyper) -> str:
     """``objective/depth/leaf/weighting`` (``cost model alone`` for the uncorrected leaf); per
     size regime, ``small …; large …``."""
     if isinstance(hyper, RegimeHyper):
-        return f"small {_describe(hyper.small)}; large {_describe(hyper.large)}"
+        streamed = (f"; streamed {_describe(hyper.streamed)}" if hyper.streamed is not None
+                    else "")
+        return f"small {_describe(hyper.small)}; large {_describe(hyper.large)}{streamed}"
     if not hyper.corrected:
         return "cost model alone"
     return (f"{hyper.objective}/{hyper.max_depth}/{hyper.min_samples_leaf}/"
@@ -90,9 +92,14 @@ def _chosen(hyper: Hyper | RegimeHyper, large_nnz: float | None) -> str:
         f" (floor {QUALITY_FLOOR})" if hyper.objective == "quality" else "")
     if not isinstance(hyper, RegimeHyper):
         return f"{objective}, {_settings(hyper)}"
-    return (f"{objective}; per size regime, each by the out-of-fold score on its own matrices: "
-            f"small (below {large_nnz:,.0f} nonzeros, per call) {_settings(hyper.small)}; "
-            f"large (from {large_nnz:,.0f}, back-to-back) {_settings(hyper.large)}")
+    words = (f"{objective}; per size regime, each by the out-of-fold score on its own "
+             f"matrices: small (below {large_nnz:,.0f} nonzeros, per call) "
+             f"{_settings(hyper.small)}; ")
+    if hyper.streamed is None:
+        return words + f"large (from {large_nnz:,.0f}, back-to-back) {_settings(hyper.large)}"
+    return (words + f"large (from {large_nnz:,.0f} to {STREAMED_NNZ - 1:,}, back-to-back) "
+            f"{_settings(hyper.large)}; streamed (from {STREAMED_NNZ:,}, back-to-back) "
+            f"{_settings(hyper.streamed)}")
 
 
 def _all_real_row(ds: Dataset, tree: dict) -> list:
@@ -230,8 +237,10 @@ def _report(ds: Dataset, model: TreeModel, scores: dict, records, mode: str) -> 
     parts.append(f"Chosen by grouped CV on all matrices among {len(scores['grid'])} settings "
                  f"(objectives: {searched}): {_chosen(hyper, ds.large_nnz)}; tree: "
                  f"{model.n_nodes} nodes, depth {model.depth}"
-                 + (", its root splitting the regimes on nnz." if isinstance(hyper, RegimeHyper)
-                    else "."))
+                 + (", its root splitting the regimes on nnz"
+                    + (" and its large side splitting again at the streamed size."
+                       if hyper.streamed is not None else ".")
+                    if isinstance(hyper, RegimeHyper) else "."))
     if folds:
         parts.append("## Nested cross-validation, per outer fold")
         rows = []

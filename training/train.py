@@ -78,8 +78,9 @@ kernel)/t(best); ``log_ratio`` = 1 + ln of that ratio: how much is at stake on a
 the mean log q of the out-of-fold choices (a miss scores as the worst ok kernel): the
 simplest setting whose score is within one standard error of the best one wins (the error of
 the paired per-matrix differences, :func:`training.crossval._best`), so that a deeper tree
-is kept only for a gain larger than its spread over the matrices. In two size regimes, each regime's tree is chosen by that score on the
-regime's own matrices (:func:`training.crossval.select_hyper`).
+is kept only for a gain larger than its spread over the matrices. In size regimes (per call
+below 10⁶ nonzeros, back to back from 10⁶, streamed from memory from 10⁷), each regime's tree
+is chosen by that score on the regime's own matrices (:func:`training.crossval.select_hyper`).
 The reported per-fold scores come from nested cross-validation (the hyperparameters of each
 outer fold are chosen on its training part alone), so they are not biased by that choice. The
 exported model uses the hyperparameters chosen by cross-validation on all matrices and is
