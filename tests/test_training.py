@@ -882,7 +882,8 @@ def test_streamed_matrices_get_a_tree_of_their_own():
     model = TreeModel.from_dict(json.loads(fitted.export({"test": True}).to_json()))
     right = model.children_right[0]
     assert model.feature_names[model.feature[right]] == "nnz"
-    # float32 has no half above 2**23: the split sends STREAMED_NNZ - 1 left and STREAMED_NNZ right.
+    # float32 has no halves above 2**23: the split sends STREAMED_NNZ - 1 left, STREAMED_NNZ
+    # right.
     assert (np.float32(fitting.STREAMED_NNZ - 1) <= model.threshold[right]
             < np.float32(fitting.STREAMED_NNZ))
     assert model.n_node_samples[model.children_left[right]] == cached.size

@@ -1,7 +1,8 @@
 """The matrices the selector is trained on: synthetic structure families and real files.
 
 Every corpus entry is a :class:`Entry` with a lazy loader, so a corpus of a hundred matrices of
-up to ten million nonzeros costs nothing until each matrix is needed. Synthetic generators are
+up to ten million nonzeros costs nothing until each matrix is needed (the ``kinds`` preset
+reads each real file once, small as they are, to find its longest row). Synthetic generators are
 pure NumPy/SciPy, seeded from the entry's name (the same name always gives the same matrix), and
 vectorised: a 10⁷-nonzero matrix takes a few seconds.
 

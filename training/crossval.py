@@ -103,8 +103,7 @@ def select_hyper(ds: Dataset, rows: np.ndarray, n_splits: int,
         return _best(grid, times, chosen, everything)
     large = ds.large[rows]
     parts = [everything[~large], everything[large]]
-    split = streamed_split(ds, rows[large])
-    if split is not None:
+    if streamed_split(ds, rows[large]) is not None:
         streamed = ds.nnz[rows] >= STREAMED_NNZ
         parts = [everything[~large], everything[large & ~streamed], everything[large & streamed]]
     best, best_score = None, -math.inf
