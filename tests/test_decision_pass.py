@@ -171,7 +171,7 @@ def test_the_tree_and_derived_share_one_derivation_of_the_estimates(monkeypatch)
     the one function that derives them from the estimates."""
     tree = {"children_left": [-1], "children_right": [-1], "feature": [-2], "threshold": [-2.0],
             "value": [[1.0, 0.0]], "n_node_samples": [1], "weighted_n_node_samples": [1.0]}
-    cost = CostModel({"coo": [12, 0, 0, 0, 0, 0, 0, 0, 0], "csr5": [16, 0, 0, 0, 0, 0, 0, 0, 0]})
+    cost = CostModel({"coo": [12] + [0] * 9, "csr5": [16] + [0] * 9})
     model = TreeModel(["rows", "est_csr5"], ["coo", "csr5"], tree, cost_model=cost)
     features = {name: 0.0 for k in ("coo", "csr5") for name in cost.feature_names_of(k)}
     expected = {"est_coo": 0.0, "est_csr5": pytest.approx(np.log2(16 / 12))}

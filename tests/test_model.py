@@ -179,7 +179,7 @@ def _leaf_value_len(d):
 
 INVALID = [
     (lambda d: d.__setitem__("format", "sklearn-pickle"), "not an autospmv tree model"),
-    (lambda d: d.__setitem__("schema_version", 5), "unsupported schema_version 5"),
+    (lambda d: d.__setitem__("schema_version", 6), "unsupported schema_version 6"),
     (lambda d: d.pop("classes"), "the model has no 'classes' entry"),
     (lambda d: d.__setitem__("feature_names", "row_max"), "feature_names must be a non-empty"),
     (lambda d: d.__setitem__("feature_names", []), "feature_names must be a non-empty"),
@@ -308,26 +308,29 @@ def _cost_model(**coefficients):
 
 def test_cost_model_estimates_and_relative_values_by_hand():
     # coo: 10 µs + 0.5 µs per span step + 2 µs per x sector; csr5: 12 µs + 1 µs per 1000
-    # bytes + 1 µs per launch.
-    cost = _cost_model(coo=[10, 0, 0, 2, 0, 0, 0.5, 0, 0],
-                       csr5=[12, 0, 0, 0, 1e-3, 0, 0, 0, 1.0])
-    features = {"rows": 5.0, "nnz": 9.0, "x_sectors_per_nnz_warp": 0.5,
+    # bytes + 1 µs per launch + 0.25 µs per nonzero and unit of row length (of at most 32).
+    cost = _cost_model(coo=[10, 0, 0, 2, 0, 0, 0, 0.5, 0, 0],
+                       csr5=[12, 0, 0, 0, 0.25, 1e-3, 0, 0, 0, 1.0])
+    features = {"rows": 5.0, "nnz": 9.0, "x_sectors_per_nnz_warp": 0.5, "row_mean": 1.8,
                 "coo_bytes": 0.0, "coo_work": 0.0, "coo_span": 4.0,
                 "coo_atomics": 0.0, "coo_launches": 2.0, "csr5_bytes": 4000.0, "csr5_work": 0.0,
                 "csr5_span": 0.0, "csr5_atomics": 0.0, "csr5_launches": 2.0}
-    # coo: 10 + 0.5·4 + 2·(9·0.5) = 21; csr5: 12 + 4 + 2 = 18.
-    assert cost.estimates(features) == {"coo": 21.0, "csr5": 18.0}
-    assert cost.derived(features) == {"est_coo": pytest.approx(np.log2(21 / 18)),
-                                      "est_csr5": 0.0}
-    assert cost.regressor_names("coo") == ["1", "rows", "nnz", "x_sectors", "coo_bytes",
-                                           "coo_work", "coo_span", "coo_atomics",
+    # coo: 10 + 0.5·4 + 2·(9·0.5) = 21; csr5: 12 + 4 + 2 + 0.25·(9·1.8) = 22.05.
+    assert cost.estimates(features) == {"coo": 21.0, "csr5": pytest.approx(22.05)}
+    assert cost.derived(features) == {"est_coo": 0.0,
+                                      "est_csr5": pytest.approx(np.log2(22.05 / 21))}
+    assert cost.regressor_names("coo") == ["1", "rows", "nnz", "x_sectors", "row_length",
+                                           "coo_bytes", "coo_work", "coo_span", "coo_atomics",
                                            "coo_launches"]
-    assert "x_sectors_per_nnz_warp" in cost.input_names()
-    for missing in ("coo_atomics", "x_sectors_per_nnz_warp"):
+    assert {"x_sectors_per_nnz_warp", "row_mean"} <= set(cost.input_names())
+    # row_length stops growing at a mean row length of 32.
+    long_rows = dict(features, row_mean=100.0)
+    assert cost.estimates(long_rows)["csr5"] == pytest.approx(18 + 0.25 * 9 * 32)
+    for missing in ("coo_atomics", "x_sectors_per_nnz_warp", "row_mean"):
         with pytest.raises(ValueError, match=f"features missing for the cost model: {missing}"):
             cost.estimates({k: v for k, v in features.items() if k != missing})
     # All-zero coefficients still give a finite logarithm.
-    assert _cost_model(coo=[0] * 9).estimates(features)["coo"] == pytest.approx(1e-3)
+    assert _cost_model(coo=[0] * 10).estimates(features)["coo"] == pytest.approx(1e-3)
 
 
 def test_cost_model_without_the_launch_regressor_is_refused():
@@ -346,17 +349,37 @@ def test_cost_model_fitted_without_x_sectors_reads_as_a_zero_coefficient():
            "coefficients": {"coo": [10, 0, 0, 0, 0, 0.5, 0, 0]},
            "large_nnz": 1000, "large_coefficients": {"coo": [3, 0, 0, 0, 0, 0.5, 0, 0]}}
     cost = CostModel.from_dict(old)
-    assert cost.coefficients.tolist() == [[10, 0, 0, 0, 0, 0, 0.5, 0, 0]]
-    assert cost.large_coefficients.tolist() == [[3, 0, 0, 0, 0, 0, 0.5, 0, 0]]
+    assert cost.coefficients.tolist() == [[10, 0, 0, 0, 0, 0, 0, 0.5, 0, 0]]
+    assert cost.large_coefficients.tolist() == [[3, 0, 0, 0, 0, 0, 0, 0.5, 0, 0]]
     assert CostModel.from_dict(cost.to_dict()).coefficients.tolist() == \
         cost.coefficients.tolist()
 
 
+def test_cost_model_fitted_without_row_length_reads_as_a_zero_coefficient():
+    from autospmv._decide.cost_model import CostModel
+
+    old = {"regressors": ["1", "rows", "nnz", "x_sectors", "bytes", "work", "span", "atomics",
+                          "launches"],
+           "coefficients": {"coo": [10, 0, 0, 2, 0, 0, 0.5, 0, 0]},
+           "regimes": [{"from_nnz": 1000, "coefficients": {"coo": [3, 0, 0, 1, 0, 0, 0, 0, 0]}}]}
+    cost = CostModel.from_dict(old)
+    assert cost.coefficients.tolist() == [[10, 0, 0, 2, 0, 0, 0, 0.5, 0, 0]]
+    assert cost.regimes[0][1].tolist() == [[3, 0, 0, 1, 0, 0, 0, 0, 0, 0]]
+    assert not cost.uses("row_length") and cost.uses("x_sectors")
+    # Regressors out of order, or one missing that every file has, are refused.
+    for regressors in (["1", "nnz", "rows", "x_sectors", "bytes", "work", "span", "atomics",
+                        "launches"],
+                       ["1", "rows", "nnz", "x_sectors", "row_length", "bytes", "work", "span",
+                        "atomics"]):
+        with pytest.raises(ValueError, match="cost_model regressors must be"):
+            CostModel.from_dict(dict(old, regressors=regressors))
+
+
 @pytest.mark.parametrize("coefficients, message", [
     ({}, "non-empty object"),
-    ({"gemm": [1] * 9}, "unknown kernel names in the cost model: gemm"),
-    ({"coo": [1] * 6}, "must be 9 non-negative numbers"),
-    ({"coo": [1, -1, 0, 0, 0, 0, 0, 0, 0]}, "must be 9 non-negative numbers"),
+    ({"gemm": [1] * 10}, "unknown kernel names in the cost model: gemm"),
+    ({"coo": [1] * 6}, "must be 10 non-negative numbers"),
+    ({"coo": [1, -1, 0, 0, 0, 0, 0, 0, 0, 0]}, "must be 10 non-negative numbers"),
     ({"coo": [1, float("nan"), 0, 0, 0, 0, 0, 0, 0]}, "finite numbers"),
 ])
 def test_cost_model_rejects_bad_coefficients(coefficients, message):
@@ -375,7 +398,7 @@ def test_correction_ranking_needs_a_cost_model_and_round_trips():
         TreeModel(["rows"], ["coo", "csr5"], tree)
     with pytest.raises(ValueError, match="unknown ranking 'best'"):
         TreeModel(["rows"], ["coo", "csr5"], tree, ranking="best")
-    cost = CostModel({"coo": [12, 0, 0, 0, 0, 0, 0, 0, 0], "csr5": [16, 0, 0, 0, 0, 0, 0, 0, 0]})
+    cost = CostModel({"coo": [12] + [0] * 9, "csr5": [16] + [0] * 9})
     model = TreeModel(["rows", "est_csr5"], ["coo", "csr5"], tree, cost_model=cost,
                       ranking="correction")
     features = {name: 0.0 for k in ("coo", "csr5") for name in cost.feature_names_of(k)}
@@ -396,9 +419,9 @@ def test_cost_model_of_two_size_regimes_by_hand_and_schema_2():
     from autospmv._decide.model import CostModel
 
     # Below 1000 nonzeros coo costs 10 µs and csr5 12 µs; from 1000 on, coo 20 µs and csr5 15.
-    cost = CostModel({"coo": [10, 0, 0, 0, 0, 0, 0, 0, 0], "csr5": [12, 0, 0, 0, 0, 0, 0, 0, 0]},
-                     large_coefficients={"coo": [20, 0, 0, 0, 0, 0, 0, 0, 0],
-                                         "csr5": [15, 0, 0, 0, 0, 0, 0, 0, 0]}, large_nnz=1000)
+    cost = CostModel({"coo": [10] + [0] * 9, "csr5": [12] + [0] * 9},
+                     large_coefficients={"coo": [20] + [0] * 9,
+                                         "csr5": [15] + [0] * 9}, large_nnz=1000)
     features = {name: 0.0 for k in ("coo", "csr5") for name in cost.feature_names_of(k)}
     assert cost.estimates(dict(features, nnz=999)) == {"coo": 10.0, "csr5": 12.0}
     assert cost.estimates(dict(features, nnz=1000)) == {"coo": 20.0, "csr5": 15.0}
@@ -420,7 +443,7 @@ def test_cost_model_of_two_size_regimes_by_hand_and_schema_2():
     with pytest.raises(ValueError, match="large_coefficients need schema_version 2"):
         TreeModel.from_dict(dict(doc, schema_version=1))
     single = TreeModel(["nnz", "est_csr5"], ["coo", "csr5"], tree, ranking="correction",
-                       cost_model=CostModel({"coo": [10] + [0] * 8, "csr5": [12] + [0] * 8}))
+                       cost_model=CostModel({"coo": [10] + [0] * 9, "csr5": [12] + [0] * 9}))
     assert json.loads(single.to_json())["schema_version"] == 1
 
 
@@ -428,7 +451,7 @@ def test_cost_model_with_three_size_regimes_round_trips_and_says_which_table():
     from autospmv._decide.cost_model import CostModel
     from autospmv._decide.selection import _regime_words
 
-    table = lambda c: {"coo": [c] + [0] * 8, "csr5": [c + 1] + [0] * 8}  # noqa: E731
+    table = lambda c: {"coo": [c] + [0] * 9, "csr5": [c + 1] + [0] * 9}  # noqa: E731
     cost = CostModel(table(10), regimes=[(1000, table(20)), (10_000, table(30))])
     names = cost.input_names()
     X = np.array([[nnz if n == "nnz" else 0.0 for n in names] for nnz in (999, 1000, 10_000)])
@@ -457,20 +480,39 @@ def test_cost_model_with_three_size_regimes_round_trips_and_says_which_table():
         TreeModel.from_dict(file_doc)
 
 
+def test_cost_model_reading_row_length_needs_schema_version_5():
+    from autospmv._decide.cost_model import CostModel
+
+    at = CostModel.REGRESSORS.index("row_length")
+    row = [10.0] + [0.0] * 9
+    row[at] = 1e-3
+    cost = CostModel({"coo": row, "csr5": [12.0] + [0.0] * 9})
+    tree = {"children_left": [-1], "children_right": [-1], "feature": [-2], "threshold": [-2.0],
+            "value": [[0.0, 0.0]], "n_node_samples": [3], "weighted_n_node_samples": [3.0]}
+    model = TreeModel(["nnz", "est_csr5"], ["coo", "csr5"], tree, ranking="correction",
+                      cost_model=cost)
+    file_doc = json.loads(model.to_json())
+    assert file_doc["schema_version"] == 5
+    assert TreeModel.from_dict(file_doc).cost_model.uses("row_length")
+    file_doc["schema_version"] = 4
+    with pytest.raises(ValueError, match="row_length needs schema_version 5"):
+        TreeModel.from_dict(file_doc)
+
+
 @pytest.mark.parametrize("large, message", [
     ({"large_nnz": 1000}, "large_coefficients and large_nnz go together"),
-    ({"large_coefficients": {"coo": [1] * 9}}, "large_coefficients and large_nnz go together"),
-    ({"large_coefficients": {"coo": [1] * 9}, "large_nnz": 0}, "large_nnz must be a positive"),
-    ({"large_coefficients": {"coo": [1] * 9}, "large_nnz": True}, "large_nnz must be a positive"),
-    ({"large_coefficients": {"csr5": [1] * 9}, "large_nnz": 10}, "must name the same kernels"),
-    ({"large_coefficients": {"coo": [-1] * 9}, "large_nnz": 10},
-     "large_coefficients of coo must be 9 non-negative"),
+    ({"large_coefficients": {"coo": [1] * 10}}, "large_coefficients and large_nnz go together"),
+    ({"large_coefficients": {"coo": [1] * 10}, "large_nnz": 0}, "large_nnz must be a positive"),
+    ({"large_coefficients": {"coo": [1] * 10}, "large_nnz": True}, "large_nnz must be a positive"),
+    ({"large_coefficients": {"csr5": [1] * 10}, "large_nnz": 10}, "must name the same kernels"),
+    ({"large_coefficients": {"coo": [-1] * 10}, "large_nnz": 10},
+     "large_coefficients of coo must be 10 non-negative"),
 ])
 def test_cost_model_rejects_a_bad_second_regime(large, message):
     from autospmv._decide.model import CostModel
 
     with pytest.raises(ValueError, match=message):
-        CostModel({"coo": [1] * 9}, **large)
+        CostModel({"coo": [1] * 10}, **large)
 
 
 def test_only_the_features_read_are_required_when_asked(doc):

@@ -692,9 +692,9 @@ def test_cost_model_recovers_known_coefficients():
     cost_model = fit_cost_model(ds, np.arange(len(ds)))
     assert cost_model.kernels == autospmv.KERNELS
     coefficients = dict(zip(cost_model.kernels, cost_model.coefficients))
-    np.testing.assert_allclose(coefficients["coo"], [11.0, 0, 0, 0, 1 / 2e5, 0, 0.25, 0, 0],
+    np.testing.assert_allclose(coefficients["coo"], [11.0, 0, 0, 0, 0, 1 / 2e5, 0, 0.25, 0, 0],
                                rtol=1e-6, atol=1e-9)
-    np.testing.assert_allclose(coefficients["csr5"], [13.0, 0, 0, 0, 1 / 3.5e5, 0, 0.25, 0, 0],
+    np.testing.assert_allclose(coefficients["csr5"], [13.0, 0, 0, 0, 0, 1 / 3.5e5, 0, 0.25, 0, 0],
                                rtol=1e-6, atol=1e-9)
     # Exact estimates: the cost model alone picks the fastest kernel everywhere.
     chosen = cost_policy(cost_model, ds, np.arange(len(ds)))
@@ -918,10 +918,10 @@ def test_two_size_regimes_get_their_own_cost_model_and_tree():
     cost_model = fit_cost_model(ds, rows)
     assert cost_model.large_nnz == LARGE_NNZ
     coo, csr5 = cost_model.kernels.index("coo"), cost_model.kernels.index("csr5")
-    np.testing.assert_allclose(cost_model.coefficients[coo], [11.0, 0, 0, 0, 1 / 2e5, 0, 0, 0, 0],
-                               rtol=1e-6, atol=1e-9)
-    np.testing.assert_allclose(cost_model.large_coefficients[csr5], [0, 0, 0, 0, 1 / 3e6, 0, 0, 0, 0],
-                               rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(cost_model.coefficients[coo],
+                               [11.0, 0, 0, 0, 0, 1 / 2e5, 0, 0, 0, 0], rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(cost_model.large_coefficients[csr5],
+                               [0, 0, 0, 0, 0, 1 / 3e6, 0, 0, 0, 0], rtol=1e-6, atol=1e-9)
     chosen = cost_policy(cost_model, ds, rows)
     assert selection_metrics(ds.times, chosen)["geomean"] == pytest.approx(1.0)
     # Each regime's tree has its own hyperparameters under a root split on nnz.

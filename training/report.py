@@ -138,15 +138,16 @@ def _cost_model_table(cost_model: CostModel) -> str:
     """The exported cost model's coefficients, one row per kernel; one table per size regime
     where it has two."""
     headers = ["kernel", "constant µs", "ns per row", "ns per nonzero", "ns per x sector",
-               "bytes: GB/s", "ps per thread step", "ns per span step", "ns per atomic",
-               "µs per launch"]
+               "ps per nonzero × row length", "bytes: GB/s", "ps per thread step",
+               "ns per span step", "ns per atomic", "µs per launch"]
 
     def table(coefficients) -> str:
         rows = []
-        for kernel, (constant, per_row, per_nnz, per_sector, per_byte, per_step, per_span,
-                     per_atomic, per_launch) in zip(cost_model.kernels, coefficients):
+        for kernel, (constant, per_row, per_nnz, per_sector, per_row_length, per_byte,
+                     per_step, per_span, per_atomic, per_launch) in zip(cost_model.kernels,
+                                                                         coefficients):
             rows.append([kernel, _fmt(constant, 2), _fmt(per_row * 1e3), _fmt(per_nnz * 1e3),
-                         _fmt(per_sector * 1e3),
+                         _fmt(per_sector * 1e3), _fmt(per_row_length * 1e6),
                          _fmt(1e-3 / per_byte, 0) if per_byte else "–", _fmt(per_step * 1e6),
                          _fmt(per_span * 1e3), _fmt(per_atomic * 1e3), _fmt(per_launch, 2)])
         return _table(headers, rows)

@@ -21,13 +21,19 @@ class CostModel:
     :mod:`autospmv._decide.cost`.
 
     The estimate for kernel k is ``t̂_k = Σ_r c_kr · x_r`` over :data:`REGRESSORS`: a constant
-    (``"1"``: fixed latency), the matrix's ``rows``, ``nnz`` and ``x_sectors``, and the
-    kernel's own ``<kernel>_bytes``, ``_work``, ``_span``, ``_atomics`` and ``_launches``.
+    (``"1"``: fixed latency), the matrix's ``rows``, ``nnz``, ``x_sectors`` and
+    ``row_length``, and the kernel's own ``<kernel>_bytes``, ``_work``, ``_span``,
+    ``_atomics`` and ``_launches``.
     ``x_sectors`` (``nnz × x_sectors_per_nnz_warp``, the 32-byte sectors of x that the warps
     gather) is the traffic the quantities' perfect cache for x leaves out: near ``nnz`` where
     columns are scattered, a small share of it where they are local; each kernel has its own
     coefficient because a kernel whose threads own whole rows (CSR-scalar) pays more for
-    scattered gathers than one whose warps read the nonzeros in order. (For a kernel
+    scattered gathers than one whose warps read the nonzeros in order. ``row_length``
+    (``nnz × min(row_mean, 32)``) lets a kernel's time per nonzero grow with the rows' length
+    at equal traffic: a CSR-scalar thread walks its row alone, with loads its warp cannot
+    coalesce, so its time per nonzero rises with the row length, while kernels that split rows
+    across lanes or tiles pay little for it. It saturates at 32, a warp's width: the longest
+    rows are the quantities' ``work`` and ``span``. (For a kernel
     with a fixed number of device steps the constant and the launches say the same; HYB has one
     step or two depending on the matrix, and its launches are what tell them apart.) The
     coefficients are fitted on a device's labels (non-negative least squares on relative
@@ -48,12 +54,19 @@ class CostModel:
     cross-validated figures), so a model holds one coefficient table per regime.
     """
 
-    REGRESSORS = ("1", "rows", "nnz", "x_sectors", "bytes", "work", "span", "atomics",
-                  "launches")
-    MATRIX_REGRESSORS = 4
+    REGRESSORS = ("1", "rows", "nnz", "x_sectors", "row_length", "bytes", "work", "span",
+                  "atomics", "launches")
+    MATRIX_REGRESSORS = 5
     """The first regressors, the matrix's own; the others are the kernel's quantities."""
-    DERIVED = {"x_sectors": ("nnz", "x_sectors_per_nnz_warp")}
-    """Regressors that are products of features rather than features."""
+    ROW_LENGTH_CAP = 32
+    """Where ``row_length`` stops growing with the mean row length: a warp's width."""
+    DERIVED = {"x_sectors": (("nnz", "x_sectors_per_nnz_warp"), lambda nnz, per_nnz: nnz * per_nnz),
+               "row_length": (("nnz", "row_mean"),
+                              lambda nnz, mean: nnz * np.minimum(mean, CostModel.ROW_LENGTH_CAP))}
+    """Regressors computed from features rather than read: ``(the features, the function)``."""
+    LATER_REGRESSORS = ("x_sectors", "row_length")
+    """Regressors added after the first model files: a file without one reads as a coefficient
+    0 for it (the model it was fitted as)."""
     MAX_COEFFICIENT = 1e9
     """Largest coefficient a model may hold (µs per unit). Fitted values are below 10⁴ (the
     constant, microseconds) and far below 1 for the counts; the bound keeps every estimate
@@ -130,8 +143,13 @@ class CostModel:
         """The features a kernel's regressors (but the constant) are computed from."""
         names = []
         for name in cls.regressor_names(kernel)[1:]:
-            names += [n for n in cls.DERIVED.get(name, (name,)) if n not in names]
+            names += [n for n in cls._inputs_of(name) if n not in names]
         return names
+
+    @classmethod
+    def _inputs_of(cls, name: str) -> tuple[str, ...]:
+        """The features regressor ``name`` is computed from (itself, where it is a feature)."""
+        return cls.DERIVED[name][0] if name in cls.DERIVED else (name,)
 
     @classmethod
     def design(cls, X, feature_names, kernel: str) -> np.ndarray:
@@ -142,9 +160,14 @@ class CostModel:
         missing = [n for n in cls.feature_names_of(kernel) if n not in column]
         if missing:
             raise ValueError(f"features missing for the cost model: {', '.join(missing)}")
-        return np.column_stack([
-            np.prod([X[:, column[n]] for n in cls.DERIVED.get(name, (name,))], axis=0)
-            for name in cls.regressor_names(kernel)[1:]])
+        columns = []
+        for name in cls.regressor_names(kernel)[1:]:
+            if name in cls.DERIVED:
+                inputs, function = cls.DERIVED[name]
+                columns.append(function(*(X[:, column[n]] for n in inputs)))
+            else:
+                columns.append(X[:, column[name]])
+        return np.column_stack(columns)
 
     def times(self, X, feature_names) -> np.ndarray:
         """Estimated µs per row of X (columns in ``feature_names`` order) and kernel, each row
@@ -162,10 +185,10 @@ class CostModel:
                                                  for design, row in zip(designs, table)])
         return np.maximum(out, self.FLOOR_US)
 
-    def uses_x_sectors(self) -> bool:
-        """Whether any table gives ``x_sectors`` a coefficient (models fitted before it give
-        none)."""
-        at = self.REGRESSORS.index("x_sectors")
+    def uses(self, regressor: str) -> bool:
+        """Whether any table gives ``regressor`` a coefficient (models fitted before one of
+        :data:`LATER_REGRESSORS` give it none)."""
+        at = self.REGRESSORS.index(regressor)
         return bool(any((table[:, at] != 0).any()
                         for table in [self.coefficients] + [t for _, t in self.regimes]))
 
@@ -245,22 +268,25 @@ class CostModel:
             raise ValueError("cost_model has regimes and large_nnz; a file holds one of them")
         tables = [doc.get("coefficients"), doc.get("large_coefficients")]
         tables += [r["coefficients"] for r in regimes]
-        if regressors == [r for r in cls.REGRESSORS if r != "x_sectors"]:
-            # A model fitted before x_sectors: the same model with that coefficient 0.
-            tables = [cls._with_zero_x_sectors(t) for t in tables]
-        elif regressors != list(cls.REGRESSORS):
+        missing = [r for r in cls.REGRESSORS if r not in regressors]
+        if (regressors != [r for r in cls.REGRESSORS if r not in missing]
+                or not set(missing) <= set(cls.LATER_REGRESSORS)):
             raise ValueError(f"cost_model regressors must be {list(cls.REGRESSORS)}; found "
                              f"{doc.get('regressors')!r}")
+        for regressor in missing:
+            # A model fitted before this regressor: the same model with a coefficient 0 for it.
+            tables = [cls._with_zero_column(t, regressor) for t in tables]
         return cls(tables[0], known_kernels, large_coefficients=tables[1],
                    large_nnz=doc.get("large_nnz"),
                    regimes=[(r["from_nnz"], t) for r, t in zip(regimes, tables[2:])])
 
     @classmethod
-    def _with_zero_x_sectors(cls, coefficients):
-        """A table without the ``x_sectors`` column, given a zero coefficient there (tables
-        that are not lists of numbers are left for :meth:`_table` to refuse)."""
+    def _with_zero_column(cls, coefficients, regressor: str):
+        """A table without ``regressor``'s column, given a zero coefficient there (columns
+        of regressors after it in :data:`REGRESSORS` that are missing too are added later, in
+        order; tables that are not lists of numbers are left for :meth:`_table` to refuse)."""
         if not isinstance(coefficients, Mapping):
             return coefficients
-        at = cls.REGRESSORS.index("x_sectors")
+        at = cls.REGRESSORS.index(regressor)
         return {k: (list(row[:at]) + [0.0] + list(row[at:]) if isinstance(row, list) else row)
                 for k, row in coefficients.items()}

@@ -356,11 +356,14 @@ class TreeModel:
 
     @property
     def schema_version(self) -> int:
-        """The oldest file layout that holds this model: 4 with a cost model that reads
-        ``x_sectors`` or has more than two size regimes, 3 with defaults, 2 with a cost model of
-        two size regimes, else 1 (readable by every autospmv that reads model files)."""
+        """The oldest file layout that holds this model: 5 with a cost model that reads
+        ``row_length``, 4 with one that reads ``x_sectors`` or has more than two size regimes,
+        3 with defaults, 2 with a cost model of two size regimes, else 1 (readable by every
+        autospmv that reads model files)."""
         cost = self.cost_model
-        if cost is not None and (cost.uses_x_sectors() or len(cost.regimes) > 1):
+        if cost is not None and cost.uses("row_length"):
+            return 5
+        if cost is not None and (cost.uses("x_sectors") or len(cost.regimes) > 1):
             return 4
         if self.defaults is not None:
             return 3

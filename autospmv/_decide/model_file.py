@@ -1,6 +1,6 @@
 """The file format of a trained tree: JSON, validated when read.
 
-File layout (``schema_version`` 1 to 4)::
+File layout (``schema_version`` 1 to 5)::
 
     {
       "format": "autospmv-tree",
@@ -18,8 +18,9 @@ File layout (``schema_version`` 1 to 4)::
         "weighted_n_node_samples": [40.0, ...]
       },
       "cost_model": {                         # optional (see CostModel)
-        "regressors": ["1", "rows", "nnz", "x_sectors", "bytes", "work", "span",
-                       "atomics", "launches"],  # without "x_sectors": read as 0 for it
+        "regressors": ["1", "rows", "nnz", "x_sectors", "row_length", "bytes", "work",
+                       "span", "atomics", "launches"],  # without "x_sectors" or
+                                              # "row_length": read as 0 for it
         "coefficients": {"coo": [11.5, ...], ...},  # µs per unit, one list per kernel
         "large_nnz": 1000000,                 # version 2, optional: from this many nonzeros
         "large_coefficients": {"coo": [...], ...}, # on, these coefficients estimate instead
@@ -37,8 +38,10 @@ only. Version 3 added ``defaults``: per size band a default kernel that the tree
 replaces only when the tree's margin for it reaches the band's calibrated threshold
 (:mod:`autospmv._decide.default_policy`). Version 4 added the cost model's ``x_sectors``
 regressor and ``regimes``, any number of further coefficient tables (a file without
-``x_sectors`` in its regressors reads as a coefficient 0 for it). An autospmv refuses a file of a version it does not know,
-rather than ignoring entries it would not understand.
+``x_sectors`` in its regressors reads as a coefficient 0 for it). Version 5 added the cost
+model's ``row_length`` regressor (likewise 0 where a file's regressors lack it). An autospmv
+refuses a file of a version it does not know, rather than ignoring entries it would not
+understand.
 """
 
 from __future__ import annotations
@@ -54,9 +57,9 @@ from .default_policy import DefaultPolicy
 from .model_check import LEAF, LEAF_FEATURE
 
 FORMAT = "autospmv-tree"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 5
 """The newest file layout this autospmv reads and writes (see the module docstring)."""
-SCHEMA_VERSIONS = (1, 2, 3, 4)
+SCHEMA_VERSIONS = (1, 2, 3, 4, 5)
 """The layouts it reads."""
 
 LOADER_ERRORS = (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError,
@@ -118,8 +121,11 @@ def read_document(doc, known_kernels=None) -> dict:
         if cost_model.large_nnz is not None and version < 2:
             raise ValueError("the cost model's large_coefficients need schema_version 2; "
                              f"the file says {version}")
-        if (cost_model.uses_x_sectors() or len(cost_model.regimes) > 1) and version < 4:
+        if (cost_model.uses("x_sectors") or len(cost_model.regimes) > 1) and version < 4:
             raise ValueError("the cost model's x_sectors and regimes need schema_version 4; "
+                             f"the file says {version}")
+        if cost_model.uses("row_length") and version < 5:
+            raise ValueError("the cost model's row_length needs schema_version 5; "
                              f"the file says {version}")
     defaults = doc.get("defaults")
     if defaults is not None:
