@@ -16,6 +16,21 @@ from .. import _registry as registry
 from .model_check import _array
 
 
+ROW_LENGTH_CAP = 32
+"""Where ``row_length`` stops growing with the mean row length: a warp's width."""
+
+
+def x_sectors(nnz, per_nnz):
+    """The ``x_sectors`` regressor: the 32-byte sectors of x the warps gather."""
+    return nnz * per_nnz
+
+
+def row_length(nnz, row_mean):
+    """The ``row_length`` regressor: the nonzeros weighted by the mean row length, up to
+    :data:`ROW_LENGTH_CAP`."""
+    return nnz * np.minimum(row_mean, ROW_LENGTH_CAP)
+
+
 class CostModel:
     """A per-kernel linear model of a kernel's time on one device, over the cost quantities of
     :mod:`autospmv._decide.cost`.
@@ -58,11 +73,8 @@ class CostModel:
                   "atomics", "launches")
     MATRIX_REGRESSORS = 5
     """The first regressors, the matrix's own; the others are the kernel's quantities."""
-    ROW_LENGTH_CAP = 32
-    """Where ``row_length`` stops growing with the mean row length: a warp's width."""
-    DERIVED = {"x_sectors": (("nnz", "x_sectors_per_nnz_warp"), lambda nnz, per_nnz: nnz * per_nnz),
-               "row_length": (("nnz", "row_mean"),
-                              lambda nnz, mean: nnz * np.minimum(mean, CostModel.ROW_LENGTH_CAP))}
+    DERIVED = {"x_sectors": (("nnz", "x_sectors_per_nnz_warp"), x_sectors),
+               "row_length": (("nnz", "row_mean"), row_length)}
     """Regressors computed from features rather than read: ``(the features, the function)``."""
     LATER_REGRESSORS = ("x_sectors", "row_length")
     """Regressors added after the first model files: a file without one reads as a coefficient
