@@ -300,6 +300,14 @@ def test_cuda_slug_without_a_gpu(monkeypatch):
 # -- cost models ------------------------------------------------------------------------------
 
 
+def _one_leaf_correction(cost):
+    """A coo/csr5 model of one leaf correcting nothing over the cost model ``cost``."""
+    tree = {"children_left": [-1], "children_right": [-1], "feature": [-2], "threshold": [-2.0],
+            "value": [[0.0, 0.0]], "n_node_samples": [3], "weighted_n_node_samples": [3.0]}
+    return TreeModel(["nnz", "est_csr5"], ["coo", "csr5"], tree, ranking="correction",
+                     cost_model=cost)
+
+
 def _cost_model(**coefficients):
     from autospmv._decide.model import CostModel
 
@@ -430,10 +438,7 @@ def test_cost_model_of_two_size_regimes_by_hand_and_schema_2():
     X = np.array([[999.0 if n == "nnz" else 0.0 for n in names],
                   [5000.0 if n == "nnz" else 0.0 for n in names]])
     np.testing.assert_array_equal(cost.times(X, names), [[10, 12], [20, 15]])
-    tree = {"children_left": [-1], "children_right": [-1], "feature": [-2], "threshold": [-2.0],
-            "value": [[0.0, 0.0]], "n_node_samples": [3], "weighted_n_node_samples": [3.0]}
-    model = TreeModel(["nnz", "est_csr5"], ["coo", "csr5"], tree, cost_model=cost,
-                      ranking="correction")
+    model = _one_leaf_correction(cost)
     assert model.ranked(dict(features, nnz=10)) == ["coo", "csr5"]
     assert model.ranked(dict(features, nnz=10**6)) == ["csr5", "coo"]
     doc = json.loads(model.to_json())
@@ -442,8 +447,7 @@ def test_cost_model_of_two_size_regimes_by_hand_and_schema_2():
     # Version 1 cannot hold the second table; a model without one is still written as 1.
     with pytest.raises(ValueError, match="large_coefficients need schema_version 2"):
         TreeModel.from_dict(dict(doc, schema_version=1))
-    single = TreeModel(["nnz", "est_csr5"], ["coo", "csr5"], tree, ranking="correction",
-                       cost_model=CostModel({"coo": [10] + [0] * 9, "csr5": [12] + [0] * 9}))
+    single = _one_leaf_correction(CostModel({"coo": [10] + [0] * 9, "csr5": [12] + [0] * 9}))
     assert json.loads(single.to_json())["schema_version"] == 1
 
 
@@ -469,10 +473,7 @@ def test_cost_model_with_three_size_regimes_round_trips_and_says_which_table():
         CostModel(table(10), regimes=[(1000, table(20)), (1000, table(30))])
     with pytest.raises(ValueError, match="has regimes and large_nnz"):
         CostModel.from_dict(dict(doc, large_nnz=5, large_coefficients=table(1)))
-    tree = {"children_left": [-1], "children_right": [-1], "feature": [-2], "threshold": [-2.0],
-            "value": [[0.0, 0.0]], "n_node_samples": [3], "weighted_n_node_samples": [3.0]}
-    model = TreeModel(["nnz", "est_csr5"], ["coo", "csr5"], tree, ranking="correction",
-                      cost_model=cost)
+    model = _one_leaf_correction(cost)
     file_doc = json.loads(model.to_json())
     assert file_doc["schema_version"] == 4
     file_doc["schema_version"] = 3
@@ -487,10 +488,7 @@ def test_cost_model_reading_row_length_needs_schema_version_5():
     row = [10.0] + [0.0] * 9
     row[at] = 1e-3
     cost = CostModel({"coo": row, "csr5": [12.0] + [0.0] * 9})
-    tree = {"children_left": [-1], "children_right": [-1], "feature": [-2], "threshold": [-2.0],
-            "value": [[0.0, 0.0]], "n_node_samples": [3], "weighted_n_node_samples": [3.0]}
-    model = TreeModel(["nnz", "est_csr5"], ["coo", "csr5"], tree, ranking="correction",
-                      cost_model=cost)
+    model = _one_leaf_correction(cost)
     file_doc = json.loads(model.to_json())
     assert file_doc["schema_version"] == 5
     assert TreeModel.from_dict(file_doc).cost_model.uses("row_length")
