@@ -296,8 +296,9 @@ class RegimeTree:
     """The trees of two size regimes (see the module docstring) as one tree: a root that
     sends a matrix with fewer than ``large_nnz`` nonzeros to ``small``'s tree and the others to
     ``large``'s (itself a :class:`RegimeTree` where the large regime is split again). Both
-    were fitted on the same input columns; ``nnz_column`` is the one holding ``nnz``. ``classes_`` are the kernels of either tree in ``kernels`` order (a value of 0
-    where a tree lacks one: a classifier fitted on a regime where a kernel never won); the root's
+    were fitted on the same input columns; ``nnz_column`` is the one holding ``nnz``.
+    ``classes_`` are the kernels of either tree in ``kernels`` order (a value of 0 where a
+    tree lacks one: a classifier fitted on a regime where a kernel never won); the root's
     value is the two trees' root values averaged over their matrices (it ranks nothing: every
     matrix goes on to a subtree). ``predict_proba`` and ``tree_`` are what the subtrees' are,
     routed as :class:`autospmv._decide.model.TreeModel` routes: ``float32(nnz) <= large_nnz − ½``."""

@@ -235,13 +235,13 @@ def _report(ds: Dataset, model: TreeModel, scores: dict, records, mode: str) -> 
     parts.append("Fastest kernel: " + ", ".join(f"{k} {c}" for k, c in zip(labels, counts))
                  + " matrices.")
     searched = ", ".join(dict.fromkeys(h.objective for h in scores["grid"]))
+    shape = f"{model.n_nodes} nodes, depth {model.depth}"
+    if isinstance(hyper, RegimeHyper):
+        shape += ", its root splitting the regimes on nnz"
+        if hyper.streamed is not None:
+            shape += " and its large side splitting again at the streamed size"
     parts.append(f"Chosen by grouped CV on all matrices among {len(scores['grid'])} settings "
-                 f"(objectives: {searched}): {_chosen(hyper, ds.large_nnz)}; tree: "
-                 f"{model.n_nodes} nodes, depth {model.depth}"
-                 + (", its root splitting the regimes on nnz"
-                    + (" and its large side splitting again at the streamed size."
-                       if hyper.streamed is not None else ".")
-                    if isinstance(hyper, RegimeHyper) else "."))
+                 f"(objectives: {searched}): {_chosen(hyper, ds.large_nnz)}; tree: {shape}.")
     if folds:
         parts.append("## Nested cross-validation, per outer fold")
         rows = []
