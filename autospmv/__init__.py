@@ -41,8 +41,9 @@ from ._run.operator import SpMVOperator  # noqa: E402
 from ._run.devices import cuda_available  # noqa: E402
 from ._session import prepare, select  # noqa: E402
 from .formats.base import FormatTooLargeError, SparseFormat  # noqa: E402
+from .solvers import bicgstab, cg, gmres, minres  # noqa: E402
 
 __all__ = ["KERNELS", "Decision", "FormatTooLargeError", "KernelSpec", "Param", "SparseFormat",
-           "SpMVOperator", "cuda_available", "features", "kernel_names", "prepare", "register",
-           "select", "unregister"]
+           "SpMVOperator", "bicgstab", "cg", "cuda_available", "features", "gmres",
+           "kernel_names", "minres", "prepare", "register", "select", "unregister"]
 __version__ = "0.1.0"

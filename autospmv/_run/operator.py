@@ -223,6 +223,28 @@ class SpMVOperator(LinearOperator):
         memory = self.memory
         return memory["host"] + memory["device"]
 
+    def diagonal(self):
+        """A's main diagonal, as ``scipy.sparse.csr_matrix.diagonal`` gives it: a NumPy array
+        of length min(m, n) in the operator's dtype (zeros where A has no entry). It is read
+        from the matrix the operator keeps (on the GPU, copied to the host once per call).
+
+        Returns
+        -------
+        numpy.ndarray
+            The entries ``A[i, i]``.
+
+        Examples
+        --------
+        >>> import scipy.sparse as sp, autospmv
+        >>> autospmv.prepare(sp.diags([1.0, 2.0, 3.0]), device="cpu").diagonal()
+        array([1., 2., 3.])
+        """
+        csr = self._matrix_csr()
+        if isinstance(csr, DeviceCSR):
+            diagonal = csr.sparse().diagonal()
+            return diagonal.get() if hasattr(diagonal, "get") else np.asarray(diagonal)
+        return np.asarray(csr.diagonal(), dtype=self.dtype)
+
     def explain(self) -> str:
         """Human-readable account of the decision (see :class:`Decision`)."""
         return self.decision.explain()

@@ -1,0 +1,174 @@
+"""BiCGSTAB, step for step as ``scipy.sparse.linalg.bicgstab``.
+
+SciPy's loop, per iteration: stop if ‖r‖ < atol; ρ = r̃·r (breakdown −10 if |ρ| < eps²);
+from the second iteration on, breakdown −11 if |ω| < eps², β = (ρ/ρ_prev)(α/ω),
+p = β (p − ω v) + r (p = r at first); p̂ = M p; v = A p̂; α = ρ / (r̃·v) (−11 if r̃·v = 0);
+s = r − α v; if ‖s‖ < atol: x += α p̂ and stop; ŝ = M s; t = A ŝ; ω = (t·s)/(t·t);
+x += α p̂; x += ω ŝ; r = s − ω t.
+
+Here, around the two products:
+
+1. ``direction``: p = β (p − ω v) + r, and p̂ = M p for a Jacobi M, in one pass;
+2. v = A p̂; ``dot(r̃, v)`` finishes with α;
+3. ``half_step``: r −= α v (r serves as s) with ‖s‖², and ŝ = M s for a Jacobi M; its finish
+   marks the half-step exit (:data:`~.scalars.HALF`), which the next pass skips on;
+4. t = A ŝ; ``dot_and_norm(t, s)`` finishes with ω;
+5. ``update``: x += α p̂, x += ω ŝ, r −= ω t, with r·r and r̃·r for the next iteration's tests,
+   ρ and β (or, after a half-step exit, only x += α p̂).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .bodies import dot, dot_and_norm, preconditioned
+from .dual import dual
+from .method import Method
+from .scalars import FIRST_FREE_SCALAR, HALF, ITERATIONS, MAXITER, STATE, STOPPED, TOL, stop
+from .steps import Step
+
+RHO, RHO_PREV, ALPHA, OMEGA, BETA, BREAKDOWN, HALF_EXIT = range(FIRST_FREE_SCALAR + 1,
+                                                                 FIRST_FREE_SCALAR + 8)
+SCALARS = HALF_EXIT + 1
+
+
+@dual
+def residual(W, ld, i, s, D, r, b, q, rt, e, g):
+    """r = r̃ = b − q (q = A x0), with the terms of r·r twice."""
+    value = W[b * ld + i] - W[q * ld + i]
+    W[r * ld + i] = value
+    W[rt * ld + i] = value
+    return float(value) * value, float(value) * value
+
+
+@dual
+def tests(s, f, rr, rho):
+    """SciPy's tests at the top of an iteration (ρ = r̃·r), then β."""
+    if math.sqrt(rr) < s[TOL]:
+        stop(f, 0)
+    elif abs(rho) < s[BREAKDOWN]:
+        stop(f, -10)
+    elif f[ITERATIONS] > 0 and abs(s[OMEGA]) < s[BREAKDOWN]:
+        stop(f, -11)
+    else:
+        if f[ITERATIONS] > 0:
+            s[BETA] = (rho / s[RHO_PREV]) * (s[ALPHA] / s[OMEGA])
+        s[RHO] = rho
+
+
+@dual
+def direction(W, ld, i, s, D, p, r, v, ph, e, g):
+    """p = β (p − ω v) + r; p̂ = M p into row ``ph`` for a Jacobi M."""
+    value = (W[p * ld + i] - s[OMEGA] * W[v * ld + i]) * s[BETA] + W[r * ld + i]
+    W[p * ld + i] = value
+    if ph != p:
+        W[ph * ld + i] = preconditioned(W, ld, i, D, value)
+    return 0.0, 0.0
+
+
+@dual
+def step_length(s, f, rv, unused):
+    if rv == 0:
+        stop(f, -11)
+    else:
+        s[ALPHA] = s[RHO] / rv
+
+
+@dual
+def half_step(W, ld, i, s, D, r, v, sh, d, e, g):
+    """s = r − α v (into r); ŝ = M s into row ``sh`` for a Jacobi M; the terms of s·s."""
+    value = W[r * ld + i] - s[ALPHA] * W[v * ld + i]
+    W[r * ld + i] = value
+    if sh != r:
+        W[sh * ld + i] = preconditioned(W, ld, i, D, value)
+    return float(value) * value, 0.0
+
+
+@dual
+def half_test(s, f, ss, unused):
+    if math.sqrt(ss) < s[TOL]:
+        f[STATE] |= HALF
+        s[HALF_EXIT] = 1.0
+
+
+@dual
+def smoothing(s, f, ts, tt):
+    s[OMEGA] = ts / tt
+
+
+@dual
+def update(W, ld, i, s, D, x, r, ph, sh, t, rt):
+    """x += α p̂; x += ω ŝ; r −= ω t; the terms of r·r and r̃·r (after a half-step exit only
+    x += α p̂)."""
+    xi = W[x * ld + i] + s[ALPHA] * W[ph * ld + i]
+    if s[HALF_EXIT] != 0:
+        W[x * ld + i] = xi
+        return 0.0, 0.0
+    W[x * ld + i] = xi + s[OMEGA] * W[sh * ld + i]
+    value = W[r * ld + i] - s[OMEGA] * W[t * ld + i]
+    W[r * ld + i] = value
+    return float(value) * value, float(value) * W[rt * ld + i]
+
+
+@dual
+def next_iteration(s, f, rr, rho):
+    if s[HALF_EXIT] != 0:
+        stop(f, 0)  # SciPy returns inside the iteration, before counting it
+        return
+    done = f[ITERATIONS] + 1
+    f[ITERATIONS] = done
+    s[RHO_PREV] = s[RHO]
+    if done >= f[MAXITER]:
+        stop(f, done)
+    else:
+        tests(s, f, rr, rho)
+
+
+RESIDUAL = Step(residual, tests)
+DIRECTION = Step(direction)
+STEP_LENGTH = Step(dot, step_length)
+HALF_STEP = Step(half_step, half_test)
+HALF_STEP_ONLY = Step(half_step)
+HALF_TEST_AFTER_PRODUCT = Step(dot, half_test)
+SMOOTHING = Step(dot_and_norm, smoothing, STOPPED | HALF)
+UPDATE = Step(update, next_iteration)
+
+
+class BiCGSTAB(Method):
+    """The iteration of this module on a machine (:mod:`.machines`)."""
+
+    name = "bicgstab"
+    rows = ("x", "b", "r", "rt", "p", "ph", "v", "sh", "t", "q")
+    scalars = SCALARS
+    products_per_iteration = 2
+
+    def initial_scalars(self, *, bnrm2, rtol, atol, maxiter):
+        return {BREAKDOWN: float(np.finfo(self.m.dtype).eps) ** 2}
+
+    def start(self, x0_given: bool) -> None:
+        m = self.m
+        if x0_given:
+            m.product(self.x, self.q)
+        m.step(RESIDUAL, self.r, self.b, self.q, self.rt)
+
+    def iteration(self) -> None:
+        m = self.m
+        jacobi = not m.preconditioner_is_product and m.preconditioner is not None
+        ph = self.ph if m.preconditioner is not None else self.p
+        sh = self.sh if m.preconditioner is not None else self.r
+        m.step(DIRECTION, self.p, self.r, self.v, ph if jacobi else self.p)
+        if m.preconditioner_is_product:
+            m.precondition(self.p, ph)
+        m.product(ph, self.v)
+        m.step(STEP_LENGTH, self.rt, self.v)
+        if m.preconditioner_is_product:
+            m.step(HALF_STEP_ONLY, self.r, self.v, self.r)
+            m.precondition(self.r, sh)
+            m.step(HALF_TEST_AFTER_PRODUCT, self.r, self.r)
+        else:
+            m.step(HALF_STEP, self.r, self.v, sh)
+        m.product(sh, self.t)
+        m.step(SMOOTHING, self.t, self.r)
+        m.step(UPDATE, self.x, self.r, ph, sh, self.t, self.rt)

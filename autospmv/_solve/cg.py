@@ -1,0 +1,141 @@
+"""Conjugate gradients, step for step as ``scipy.sparse.linalg.cg``.
+
+SciPy's loop, per iteration: stop if ‖r‖ < atol; z = M r; ρ = r·z; p = z + (ρ/ρ_prev) p
+(p = z at first); q = A p; α = ρ / (p·q); x += α p; r -= α q. Here the same iteration is three
+fused passes around the product (:mod:`.steps`):
+
+1. ``direction``: p = z + β p, with z = M r formed on the fly for a Jacobi M;
+2. the product q = A p;
+3. ``dot(p, q)``, whose finish sets α;
+4. ``update``: x += α p and r -= α q in one pass that also sums r·r and r·z for the next
+   iteration's test and ρ; its finish counts the iteration, tests ‖r‖ against the tolerance
+   (and the iteration limit) and sets β.
+
+A preconditioner that is an operator splits pass 4: the update keeps r·r, the operator makes
+z = M r, and ``dot(r, z)`` finishes the iteration. The test that ends SciPy's loop at the top of
+iteration k+1 is made at the end of iteration k; the iteration count and x are SciPy's.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .bodies import dot, preconditioned
+from .dual import dual
+from .method import Method
+from .scalars import FIRST_FREE_SCALAR, ITERATIONS, KEPT, MAXITER, TOL, keep, stop
+from .steps import Step
+
+RHO, BETA, ALPHA = FIRST_FREE_SCALAR + 1, FIRST_FREE_SCALAR + 2, FIRST_FREE_SCALAR + 3
+SCALARS = ALPHA + 1
+
+
+@dual
+def residual(W, ld, i, s, D, r, b, q, c, d, e):
+    """r = b − q (q = A x0), with the terms of r·r and r·z."""
+    value = W[b * ld + i] - W[q * ld + i]
+    W[r * ld + i] = value
+    return float(value) * value, float(value) * preconditioned(W, ld, i, D, value)
+
+
+@dual
+def begin(s, f, rr, rz):
+    """SciPy's test before the first iteration, and ρ."""
+    if math.sqrt(rr) < s[TOL]:
+        stop(f, 0)
+    else:
+        s[RHO] = rz
+        s[BETA] = 0.0
+
+
+@dual
+def begin_after_product(s, f, rz, unused):
+    """:func:`begin` once a preconditioner's product has given r·z."""
+    begin(s, f, s[KEPT], rz)
+
+
+@dual
+def direction(W, ld, i, s, D, p, r, z, c, d, e):
+    """p = z + β p (z: row ``z``, or M r formed here when ``z`` is ``r``)."""
+    if z != r:
+        zi = W[z * ld + i]
+    else:
+        zi = preconditioned(W, ld, i, D, W[r * ld + i])
+    W[p * ld + i] = W[p * ld + i] * s[BETA] + zi
+    return 0.0, 0.0
+
+
+@dual
+def step_length(s, f, pq, unused):
+    s[ALPHA] = s[RHO] / pq
+
+
+@dual
+def update(W, ld, i, s, D, x, r, p, q, d, e):
+    """x += α p; r −= α q; the terms of r·r and r·z."""
+    alpha = s[ALPHA]
+    W[x * ld + i] = W[x * ld + i] + alpha * W[p * ld + i]
+    value = W[r * ld + i] - alpha * W[q * ld + i]
+    W[r * ld + i] = value
+    return float(value) * value, float(value) * preconditioned(W, ld, i, D, value)
+
+
+@dual
+def next_iteration(s, f, rr, rz):
+    """The iteration is done: SciPy's tests at the top of the next one, then β and ρ."""
+    done = f[ITERATIONS] + 1
+    f[ITERATIONS] = done
+    if done >= f[MAXITER]:
+        stop(f, done)
+    elif math.sqrt(rr) < s[TOL]:
+        stop(f, 0)
+    else:
+        s[BETA] = rz / s[RHO]
+        s[RHO] = rz
+
+
+@dual
+def next_after_product(s, f, rz, unused):
+    next_iteration(s, f, s[KEPT], rz)
+
+
+RESIDUAL = Step(residual, begin)
+RESIDUAL_KEPT = Step(residual, keep)
+BEGIN_AFTER_PRODUCT = Step(dot, begin_after_product)
+DIRECTION = Step(direction)
+STEP_LENGTH = Step(dot, step_length)
+UPDATE = Step(update, next_iteration)
+UPDATE_KEPT = Step(update, keep)
+NEXT_AFTER_PRODUCT = Step(dot, next_after_product)
+
+
+class CG(Method):
+    """The iteration of this module on a machine (:mod:`.machines`)."""
+
+    name = "cg"
+    rows = ("x", "b", "r", "p", "q", "z")
+    scalars = SCALARS
+
+    def start(self, x0_given: bool) -> None:
+        m = self.m
+        if x0_given:
+            m.product(self.x, self.q)
+        if m.preconditioner_is_product:
+            m.step(RESIDUAL_KEPT, self.r, self.b, self.q)
+            m.precondition(self.r, self.z)
+            m.step(BEGIN_AFTER_PRODUCT, self.r, self.z)
+        else:
+            m.step(RESIDUAL, self.r, self.b, self.q)
+
+    def iteration(self) -> None:
+        m = self.m
+        z = self.z if m.preconditioner_is_product else self.r
+        m.step(DIRECTION, self.p, self.r, z)
+        m.product(self.p, self.q)
+        m.step(STEP_LENGTH, self.p, self.q)
+        if m.preconditioner_is_product:
+            m.step(UPDATE_KEPT, self.x, self.r, self.p, self.q)
+            m.precondition(self.r, self.z)
+            m.step(NEXT_AFTER_PRODUCT, self.r, self.z)
+        else:
+            m.step(UPDATE, self.x, self.r, self.p, self.q)

@@ -1,0 +1,268 @@
+"""One solve: the arguments checked as SciPy checks them, the operator and workspace made, the
+method's iteration run to the end on the operator's device, x returned in b's kind.
+
+On the GPU, without a callback or a preconditioner that must be called from the host, the
+iteration runs as a CUDA graph: :data:`REPLAY_ITERATIONS` iterations (the method's product and
+steps, and a preconditioner's product) are captured once and replayed until the flags, read once
+per replay, say the method stopped. Iterations queued after the one that stopped do nothing but
+their products (every step skips once the method has stopped), so x and the iteration count
+are those of the stopping iteration. With a callback, or a preconditioner given as any other
+linear operator, each iteration runs eagerly and the host reads the flags after each.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from .. import _session
+from .._run.operator import SpMVOperator
+from .machines import CpuMachine, CudaMachine
+from .scalars import ERROR, ERRORS, INFO, ITERATIONS, MAXITER, TOL
+
+REPLAY_ITERATIONS = 16
+"""Iterations captured in one CUDA graph (rounded up to a multiple of the method's period)."""
+
+HINT_ITERATIONS = 1000
+"""The iterations a solve is expected to take when it prepares A itself: with the method's
+products per iteration, the ``products=`` workload hint it prepares A with (at most maxiter)."""
+
+
+def solve(method, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None,
+          callback=None, options=None):
+    """Run ``method`` (a class of :mod:`.cg`, :mod:`.bicgstab`, :mod:`.gmres`, :mod:`.minres`);
+    ``(x, info)`` as SciPy's solver of that name returns them."""
+    rtol, atol = _tolerances(method.name, rtol, atol)
+    kind = _kind(b)
+    host_b = kind == "numpy"
+    if host_b:
+        b = np.asarray(b)
+    n_b = _length(b, "b")
+    options = dict(options or {})
+    default_maxiter = method.default_maxiter(n_b)
+    maxiter = default_maxiter if maxiter is None else _count(maxiter, "maxiter")
+    op = _operator(A, kind, min(maxiter, HINT_ITERATIONS) * method.products_per_iteration)
+    m, n = op.shape
+    if m != n:
+        raise ValueError(f"the solvers need a square matrix; A is {m}x{n}")
+    if n_b != n:
+        raise ValueError(f"b has length {n_b}, but A is {n}x{n}")
+    if x0 is not None and _length(x0, "x0") != n:
+        raise ValueError(f"x0 has length {_length(x0, 'x0')}, but A is {n}x{n}")
+    dtype = _dtype(op.dtype, b, x0)
+    on_gpu = op.device == "cuda"
+    if not on_gpu and not host_b:
+        raise ValueError(f"b is a GPU array ({type(b).__module__.split('.')[0]}), but the "
+                         "operator runs on the CPU; prepare A with device='cuda' or pass a "
+                         "NumPy b")
+    xp = np
+    if on_gpu:
+        from ..kernels.cuda.launch import SIMULATOR
+
+        if not SIMULATOR:
+            import cupy as xp
+    b_work = xp.asarray(b).reshape(-1).astype(dtype, copy=False)
+    bnrm2 = float(xp.linalg.norm(b_work))
+    if bnrm2 == 0 or maxiter == 0:
+        x = b_work.copy() if bnrm2 == 0 or x0 is None else xp.asarray(x0).astype(dtype)
+        if bnrm2 != 0 and x0 is None:
+            x = xp.zeros_like(b_work)
+        op.last_solve = {"method": method.name, "iterations": 0, "info": 0, "device": op.device}
+        return _returned(x, kind, b), 0
+    options = method.configure(n, options)
+    preconditioner = _preconditioner(M, op, dtype)
+    machine_type = CudaMachine if on_gpu else CpuMachine
+    machine = machine_type(op, n, dtype, method.rows, method.scalar_count(options),
+                           preconditioner, workspace_rows=method.workspace_rows(options))
+    with _stream(machine):
+        solver = method(machine, **options)
+        machine.upload(solver.b, b_work)
+        if x0 is not None:
+            machine.upload(solver.x, xp.asarray(x0).reshape(-1).astype(dtype, copy=False))
+        machine.set_flags({MAXITER: maxiter})
+        machine.set_scalars({TOL: max(atol, rtol * bnrm2), **solver.initial_scalars(
+            bnrm2=bnrm2, rtol=rtol, atol=atol, maxiter=maxiter)})
+        solver.start(x0 is not None)
+        flags = machine.flags()
+        if not machine.stopped(flags):
+            if callback is not None or not machine.captures:
+                flags = _run_eagerly(machine, solver, callback, kind, b)
+            else:
+                flags = _run_captured(machine, solver)
+        x = machine.result(solver.x)
+    if flags[ERROR]:
+        raise ValueError(ERRORS[int(flags[ERROR])])
+    info = int(flags[INFO])
+    op.last_solve = {"method": method.name, "iterations": int(flags[ITERATIONS]),
+                     "info": info, "device": op.device}
+    return _returned(x, kind, b), info
+
+
+class _stream:
+    """The machine's stream as the current stream (CuPy) for the solve; nothing on the CPU."""
+
+    def __init__(self, machine):
+        self.machine = machine
+
+    def __enter__(self):
+        if isinstance(self.machine, CudaMachine):
+            self.machine.__enter__()
+
+    def __exit__(self, *exc):
+        if isinstance(self.machine, CudaMachine):
+            self.machine.__exit__(*exc)
+
+
+def _run_eagerly(machine, solver, callback, kind, b):
+    while True:
+        done = solver.callbacks_due(machine.flags())
+        solver.iteration()
+        flags = machine.flags()
+        if callback is not None and solver.callbacks_due(flags) > done:
+            callback(_returned(machine.result(solver.x), kind, b))
+        if machine.stopped(flags):
+            return flags
+
+
+def _run_captured(machine, solver):
+    for _ in range(solver.eager):
+        solver.iteration()
+    flags = machine.flags()
+    if machine.stopped(flags):
+        return flags
+    per_replay = solver.iterations_per_replay(REPLAY_ITERATIONS)
+    graph = machine.capture(lambda: [solver.iteration() for _ in range(per_replay)])
+    while True:
+        machine.replay(graph)
+        flags = machine.flags()
+        if machine.stopped(flags):
+            return flags
+
+
+def _tolerances(name, rtol, atol):
+    for value, what in ((rtol, "rtol"), (atol, "atol")):
+        if (isinstance(value, bool) or not isinstance(value, numbers.Real)
+                or not value >= 0 or value == float("inf")):
+            raise ValueError(f"{name}: {what} must be a real, non-negative, finite number; "
+                             f"got {value!r}")
+    return float(rtol), float(atol)
+
+
+def _count(value, what):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{what} must be a whole number; got {value!r}")
+    if value < 0:
+        raise ValueError(f"{what} must be 0 or more; got {value}")
+    return int(value)
+
+
+def _kind(vector) -> str:
+    """``"numpy"`` for host arrays (and anything NumPy takes), else the module of a CUDA array
+    (``"cupy"``, ``"torch"``, or another kind with ``__cuda_array_interface__``)."""
+    if isinstance(vector, np.ndarray):
+        return "numpy"
+    if getattr(vector, "__cuda_array_interface__", None) is not None:
+        return type(vector).__module__.split(".")[0]
+    return "numpy"
+
+
+def _length(vector, what):
+    shape = tuple(getattr(vector, "shape", np.shape(vector)))
+    if len(shape) == 2 and 1 in shape:
+        return shape[0] * shape[1]
+    if len(shape) != 1:
+        raise ValueError(f"{what} must be a vector; got shape {shape}")
+    return shape[0]
+
+
+def _dtype(matrix_dtype, b, x0):
+    dtypes = [np.dtype(matrix_dtype), _vector_dtype(b)]
+    if x0 is not None:
+        dtypes.append(_vector_dtype(x0))
+    dtype = np.result_type(*dtypes)
+    if dtype.kind == "c":
+        raise TypeError(f"the solvers are real; got a {dtype} problem (solve the real and "
+                        "imaginary parts, or use SciPy's solvers)")
+    if dtype not in (np.float32, np.float64):
+        raise TypeError(f"the solvers run in float32 or float64; b and x0 of dtype {dtype} "
+                        "cannot be; convert them to float64")
+    return dtype
+
+
+def _vector_dtype(vector):
+    dtype = getattr(vector, "dtype", None)
+    if dtype is None:
+        return np.asarray(vector).dtype
+    try:
+        return np.dtype(dtype)
+    except TypeError:  # torch dtypes
+        return np.dtype(str(dtype).replace("torch.", ""))
+
+
+def _operator(A, kind, products):
+    if isinstance(A, SpMVOperator):
+        A.wait()
+        if kind != "numpy" and A.device != "cuda":
+            raise ValueError("b is a GPU array, but the operator runs on the CPU; prepare A "
+                             "with device='cuda'")
+        return A
+    device = "cuda" if kind != "numpy" else None
+    return _session.prepare(A, device=device, products=products)
+
+
+def _preconditioner(M, op, dtype):
+    if M is None:
+        return None
+    n = op.shape[0]
+    if isinstance(M, str):
+        if M != "jacobi":
+            raise ValueError(f"M must be 'jacobi', an operator or None; got {M!r}")
+        diagonal = np.asarray(op.diagonal(), dtype=np.float64)
+        zero = np.flatnonzero(diagonal == 0)
+        if zero.size:
+            raise ValueError(f"M='jacobi' needs a nonzero diagonal; A[{zero[0]}, {zero[0]}] is 0")
+        return ("jacobi", (1.0 / diagonal).astype(dtype))
+    if getattr(M, "shape", (n, n)) != (n, n):
+        raise ValueError(f"M must be {n}x{n} like A; got {M.shape}")
+    if isinstance(M, SpMVOperator):
+        if M.device != op.device:
+            raise ValueError(f"M runs on {M.device}, A on {op.device}; prepare both on one "
+                             "device")
+        if np.result_type(M.dtype, dtype) == dtype:
+            return ("product", M)
+    import scipy.sparse.linalg as spla
+
+    if not isinstance(M, SpMVOperator) and not hasattr(M, "matvec"):
+        M = spla.aslinearoperator(M)
+    if op.device == "cuda" and isinstance(M, spla.LinearOperator) and not isinstance(
+            M, SpMVOperator):
+        return ("call", _HostOperator(M))
+    return ("call", M)
+
+
+class _HostOperator:
+    """A SciPy linear operator called from a GPU solve: NumPy in and out."""
+
+    def __init__(self, M):
+        self.M = M
+
+    def matvec(self, vector):
+        host = vector.get() if hasattr(vector, "get") else np.asarray(vector)
+        return self.M.matvec(host)
+
+
+def _returned(x, kind, b):
+    """x as the kind of array b is: NumPy, CuPy, torch (on b's device), or a numba device
+    array for other CUDA arrays."""
+    if kind == "numpy":
+        return x.get() if hasattr(x, "get") else np.asarray(x)
+    if kind == "cupy":
+        return x
+    if kind == "torch":
+        import torch
+
+        return torch.as_tensor(x, device=b.device)
+    from numba import cuda
+
+    return cuda.as_cuda_array(x)

@@ -1,0 +1,359 @@
+"""Restarted GMRES, step for step as ``scipy.sparse.linalg.gmres`` (``callback_type='x'``).
+
+SciPy's restart cycle: v0 = M r / ‖M r‖; for each column c: w = M A v_c, h0 = ‖w‖, modified
+Gram-Schmidt against v_0 … v_c (h_ck = v_k·w; w −= h_ck v_k), h1 = ‖w‖, v_{c+1} = w / h1 (no
+scaling on breakdown, h1 ≤ eps·h0); the column's Givens rotations and the residual estimate
+``presid``; the cycle's Arnoldi loop ends when presid ≤ ptol, on breakdown or after ``restart``
+columns. Then the triangular solve, x += V y, r = b − A x, and SciPy's outer tests and update
+of ptol. ``maxiter`` counts restart cycles, as in SciPy.
+
+Here each Gram-Schmidt step is one pass that subtracts v_k and sums the next dot product with
+the updated w (:func:`project`), and everything scalar (the rotations, the tests, the
+triangular solve) runs in the finish of the pass before it. One restart cycle is one iteration
+of the driver: on the GPU the whole cycle is one CUDA graph, and the host reads the flags once
+per cycle.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .bodies import dot, preconditioned
+from .dual import dual
+from .method import Method
+from .scalars import (FIRST_FREE_FLAG, FIRST_FREE_SCALAR, INNER_DONE, ITERATIONS, MAXITER,
+                      STATE, STOPPED, TOL, stop)
+from .steps import Step
+
+COLUMN, K, RESTART, CYCLES, BREAKDOWN = range(FIRST_FREE_FLAG, FIRST_FREE_FLAG + 5)
+(PTOL, PTOL_FACTOR, PRESID, H0, SCALE, EPS, BNRM2, COLUMNS) = range(FIRST_FREE_SCALAR + 1,
+                                                                      FIRST_FREE_SCALAR + 9)
+H = COLUMNS + 1
+"""Start of SciPy's h (restart × (restart + 1), row c holds column c of the Hessenberg
+matrix), followed by the rotations (restart × 2), S (restart + 1) and y (restart)."""
+
+
+@dual
+def rotations(restart):
+    return H + restart * (restart + 1)
+
+
+@dual
+def residual_estimates(restart):
+    return rotations(restart) + 2 * restart
+
+
+@dual
+def coefficients(restart):
+    return residual_estimates(restart) + restart + 1
+
+
+@dual
+def preconditioned_norm(W, ld, i, s, D, u, w, c, d, e, g):
+    """M u into row ``w`` (for a Jacobi M; u itself when ``w`` is ``u`` without M) and the
+    terms of its norm."""
+    value = preconditioned(W, ld, i, D, W[u * ld + i])
+    if w != u or D.shape[0] != 1:
+        W[w * ld + i] = value
+    return float(value) * value, 0.0
+
+
+@dual
+def initial_ptol(s, f, mb, unused):
+    """SciPy's first ptol from ‖M b‖."""
+    s[PTOL] = math.sqrt(mb) * min(s[PTOL_FACTOR], s[TOL] / s[BNRM2])
+
+
+@dual
+def residual(W, ld, i, s, D, r, b, q, d, e, g):
+    value = W[b * ld + i] - W[q * ld + i]
+    W[r * ld + i] = value
+    return float(value) * value, 0.0
+
+
+@dual
+def begin(s, f, rr, unused):
+    if math.sqrt(rr) < s[TOL]:
+        stop(f, 0)
+
+
+@dual
+def cycle_start(s, f, norm, unused):
+    """S = (‖M r‖, 0, …) and the scale of v0."""
+    restart = f[RESTART]
+    first = residual_estimates(restart)
+    tmp = math.sqrt(norm)
+    for k in range(restart + 1):
+        s[first + k] = 0.0
+    s[first] = tmp
+    s[SCALE] = 1.0 / tmp
+
+
+@dual
+def scale(W, ld, i, s, D, v, w, c, d, e, g):
+    """v = w · s[SCALE] (in place when ``v`` is ``w``)."""
+    W[v * ld + i] = W[w * ld + i] * s[SCALE]
+    return 0.0, 0.0
+
+
+@dual
+def first_projection(W, ld, i, s, D, src, w, v0, d, e, g):
+    """w = M src (a Jacobi M; src itself without one) with the terms of w·w and v0·w."""
+    value = preconditioned(W, ld, i, D, W[src * ld + i])
+    if w != src or D.shape[0] != 1:
+        W[w * ld + i] = value
+    return float(value) * value, float(W[v0 * ld + i]) * value
+
+
+@dual
+def column_start(s, f, ww, h):
+    restart = f[RESTART]
+    column = f[COLUMN]
+    s[H0] = math.sqrt(ww)
+    s[H + column * (restart + 1)] = h
+    f[K] = 0
+
+
+@dual
+def project(W, ld, i, s, D, w, v, following, slot, e, g):
+    """w −= h v (h = s[slot]); the terms of following·w (following: the next basis vector, or
+    w itself after the last)."""
+    value = W[w * ld + i] - s[slot] * W[v * ld + i]
+    W[w * ld + i] = value
+    if following == w:
+        return float(value) * value, 0.0
+    return float(W[following * ld + i]) * value, 0.0
+
+
+@dual
+def projected(s, f, total, unused):
+    """The next h, or after the last projection the end of the column."""
+    restart = f[RESTART]
+    column = f[COLUMN]
+    k = f[K]
+    if k < column:
+        s[H + column * (restart + 1) + k + 1] = total
+        f[K] = k + 1
+    else:
+        column_end(s, f, math.sqrt(total))
+
+
+@dual
+def column_end(s, f, h1):
+    """SciPy's end of an Arnoldi column: breakdown test, rotations, presid, inner stop."""
+    restart = f[RESTART]
+    column = f[COLUMN]
+    h = H + column * (restart + 1)
+    givens = rotations(restart)
+    estimates = residual_estimates(restart)
+    s[h + column + 1] = h1
+    breakdown = h1 <= s[EPS] * s[H0]
+    if breakdown:
+        s[h + column + 1] = 0.0
+        s[SCALE] = 1.0
+    else:
+        s[SCALE] = 1.0 / h1
+    for k in range(column):
+        c = s[givens + 2 * k]
+        sn = s[givens + 2 * k + 1]
+        n0 = s[h + k]
+        n1 = s[h + k + 1]
+        s[h + k] = c * n0 + sn * n1
+        s[h + k + 1] = -sn * n0 + c * n1
+    c, sn, mag = lartg(s[h + column], s[h + column + 1])
+    s[givens + 2 * column] = c
+    s[givens + 2 * column + 1] = sn
+    s[h + column] = mag
+    s[h + column + 1] = 0.0
+    tmp = -sn * s[estimates + column]
+    s[estimates + column] = c * s[estimates + column]
+    s[estimates + column + 1] = tmp
+    presid = abs(tmp)
+    s[PRESID] = presid
+    f[ITERATIONS] += 1
+    f[COLUMN] = column + 1
+    if presid <= s[PTOL] or breakdown or column + 1 == restart:
+        f[STATE] |= INNER_DONE
+        f[BREAKDOWN] = 1 if breakdown else 0
+        s[COLUMNS] = column + 1
+
+
+@dual
+def lartg(f, g):
+    """LAPACK's ``dlartg`` for values of ordinary size: ``(c, s, r)`` with c f + s g = r and
+    −s f + c g = 0, r carrying f's sign."""
+    if g == 0:
+        return 1.0, 0.0, f
+    if f == 0:
+        return 0.0, math.copysign(1.0, g), abs(g)
+    d = math.sqrt(f * f + g * g)
+    r = math.copysign(d, f)
+    return abs(f) / d, g / r, r
+
+
+@dual
+def triangular_solve(s, f, unused0, unused1):
+    """SciPy's back substitution for y over the cycle's columns."""
+    restart = f[RESTART]
+    last = int(s[COLUMNS]) - 1
+    estimates = residual_estimates(restart)
+    y = coefficients(restart)
+    if s[H + last * (restart + 1) + last] == 0:
+        s[estimates + last] = 0.0
+    for k in range(last + 1):
+        s[y + k] = s[estimates + k]
+    for k in range(last, 0, -1):
+        if s[y + k] != 0:
+            s[y + k] /= s[H + k * (restart + 1) + k]
+            tmp = s[y + k]
+            for j in range(k):
+                s[y + j] -= tmp * s[H + k * (restart + 1) + j]
+    if s[y] != 0:
+        s[y] /= s[H]
+
+
+@dual
+def combine(W, ld, i, s, D, x, v0, y, d, e, g):
+    """x += Σ_k y_k v_k over the cycle's columns."""
+    total = 0.0
+    for k in range(int(s[COLUMNS])):
+        total += s[y + k] * W[(v0 + k) * ld + i]
+    W[x * ld + i] = W[x * ld + i] + total
+    return 0.0, 0.0
+
+
+@dual
+def outer_tests(s, f, rr, unused):
+    """SciPy's tests after a restart cycle, and the next ptol."""
+    rnorm = math.sqrt(rr)
+    cycles = f[CYCLES] + 1
+    f[CYCLES] = cycles
+    f[STATE] &= ~INNER_DONE
+    f[COLUMN] = 0
+    if rnorm <= s[TOL]:
+        stop(f, 0)
+        return
+    if f[BREAKDOWN] != 0:
+        stop(f, f[MAXITER])
+        return
+    presid = s[PRESID]
+    if presid <= s[PTOL]:
+        s[PTOL_FACTOR] = max(s[EPS], 0.25 * s[PTOL_FACTOR])
+    else:
+        s[PTOL_FACTOR] = min(1.0, 1.5 * s[PTOL_FACTOR])
+    s[PTOL] = presid * min(s[PTOL_FACTOR], s[TOL] / rnorm)
+    if cycles >= f[MAXITER]:
+        stop(f, f[MAXITER])
+
+
+@dual
+def nothing(W, ld, i, s, D, a, b, c, d, e, g):
+    return 0.0, 0.0
+
+
+COLUMN_SKIP = STOPPED | INNER_DONE
+INITIAL_PTOL = Step(preconditioned_norm, initial_ptol)
+INITIAL_PTOL_AFTER_PRODUCT = Step(dot, initial_ptol)
+RESIDUAL = Step(residual, begin)
+OUTER_RESIDUAL = Step(residual, outer_tests)
+CYCLE_START = Step(preconditioned_norm, cycle_start)
+CYCLE_START_AFTER_PRODUCT = Step(dot, cycle_start)
+SCALE_V0 = Step(scale)
+FIRST_PROJECTION = Step(first_projection, column_start, COLUMN_SKIP)
+PROJECT = Step(project, projected, COLUMN_SKIP)
+NEXT_VECTOR = Step(scale, None, COLUMN_SKIP)
+TRIANGULAR_SOLVE = Step(nothing, triangular_solve)
+COMBINE = Step(combine)
+
+
+class GMRES(Method):
+    """The iteration of this module (one restart cycle) on a machine (:mod:`.machines`)."""
+
+    name = "gmres"
+    rows = ("x", "b", "q", "r", "w")
+    products_per_iteration = 20
+
+    def __init__(self, m, restart):
+        super().__init__(m)
+        self.restart = restart
+        self.v = [len(self.rows) + k for k in range(self.restart + 1)]
+
+    @classmethod
+    def configure(cls, n, options):
+        return {"restart": restart_of(n, options.get("restart"))}
+
+    @classmethod
+    def scalar_count(cls, options):
+        restart = options["restart"]
+        return H + restart * (restart + 1) + 2 * restart + 2 * restart + 1
+
+    @classmethod
+    def workspace_rows(cls, options):
+        return len(cls.rows) + options["restart"] + 1
+
+    def initial_scalars(self, *, bnrm2, rtol, atol, maxiter):
+        self.m.set_flags({RESTART: self.restart})
+        return {PTOL_FACTOR: 1.0, EPS: float(np.finfo(self.m.dtype).eps), BNRM2: bnrm2}
+
+    def callbacks_due(self, flags) -> int:
+        return int(flags[CYCLES])
+
+    def iterations_per_replay(self, wanted: int) -> int:
+        return 1
+
+    def start(self, x0_given: bool) -> None:
+        m = self.m
+        if m.preconditioner_is_product:
+            m.precondition(self.b, self.w)
+            m.step(INITIAL_PTOL_AFTER_PRODUCT, self.w, self.w)
+        else:
+            m.step(INITIAL_PTOL, self.b, self.w)
+        if x0_given:
+            m.product(self.x, self.q)
+        m.step(RESIDUAL, self.r, self.b, self.q)
+        self._cycle_start()
+
+    def _cycle_start(self) -> None:
+        m, v0 = self.m, self.v[0]
+        if m.preconditioner_is_product:
+            m.precondition(self.r, v0)
+            m.step(CYCLE_START_AFTER_PRODUCT, v0, v0)
+        else:
+            m.step(CYCLE_START, self.r, v0)
+        m.step(SCALE_V0, v0, v0)
+
+    def iteration(self) -> None:
+        m = self.m
+        for column in range(self.restart):
+            self.column(column)
+        m.step(TRIANGULAR_SOLVE, n=0)
+        m.step(COMBINE, self.x, self.v[0], coefficients(self.restart))
+        m.product(self.x, self.q)
+        m.step(OUTER_RESIDUAL, self.r, self.b, self.q)
+        self._cycle_start()
+
+    def column(self, c: int) -> None:
+        m, v, w = self.m, self.v, self.w
+        if m.preconditioner_is_product:
+            m.product(v[c], self.q)
+            m.precondition(self.q, w)
+            m.step(FIRST_PROJECTION, w, w, v[0])
+        else:
+            m.product(v[c], w)
+            m.step(FIRST_PROJECTION, w, w, v[0])
+        first = H + c * (self.restart + 1)
+        for k in range(c + 1):
+            following = v[k + 1] if k < c else w
+            m.step(PROJECT, w, v[k], following, first + k)
+        m.step(NEXT_VECTOR, v[c + 1], w)
+
+
+def restart_of(n: int, restart) -> int:
+    """SciPy's restart: 20 by default, at most n."""
+    if restart is None:
+        restart = 20
+    if isinstance(restart, bool) or not isinstance(restart, (int, np.integer)) or restart < 1:
+        raise ValueError(f"restart must be a whole number of at least 1; got {restart!r}")
+    return int(min(restart, n))

@@ -1,0 +1,229 @@
+"""Where a solve runs: the workspace of its vectors and scalars, and the calls its iteration is
+written in (:meth:`step`, :meth:`product`, :meth:`precondition`).
+
+A method's iteration (:mod:`.cg`, :mod:`.bicgstab`, :mod:`.gmres`, :mod:`.minres`) is a short
+sequence of those calls, written once. :class:`CpuMachine` runs each call at once (numba loops
+on the host). :class:`CudaMachine` queues each call on its stream, where the driver
+(:mod:`.driver`) captures whole iterations once as a CUDA graph and replays them: the scalars
+and the tests stay on the device, and the host reads the flags once per replay.
+
+The workspace is one array ``W`` with a row per named vector (row ``k`` starts at ``k * ld``),
+``s`` (float64 scalars) and ``f`` (int64 flags, :mod:`.scalars`), allocated once per solve.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .scalars import FLAGS, STATE, STOPPED
+from .steps import BLOCK, PARALLEL_FROM, cpu_step, cuda_step
+
+NO_JACOBI = np.ones(1)
+"""``D`` of a solve without a Jacobi preconditioner (one element: see
+:func:`.bodies.preconditioned`)."""
+
+
+class Machine:
+    """What both machines share: rows by name, the preconditioner's kind, the solve's
+    operator and vectors."""
+
+    captures = False
+
+    def __init__(self, op, n: int, dtype, rows: tuple, scalars: int, preconditioner):
+        """``preconditioner``: None, ``("jacobi", inverse diagonal)``, ``("product", op)`` for an
+        operator whose product can be queued and captured, or ``("call", M)`` for anything with
+        ``matvec`` (run eagerly)."""
+        self.op = op
+        self.n = n
+        self.dtype = np.dtype(dtype)
+        self.rows = {name: k for k, name in enumerate(rows)}
+        self.scalar_count = scalars
+        kind = preconditioner[0] if preconditioner else None
+        self.preconditioner = preconditioner
+        self.preconditioner_is_product = kind in ("product", "call")
+        self.captures = self.captures and kind != "call"
+
+    def row(self, name: str) -> int:
+        return self.rows[name]
+
+    def view(self, row: int):
+        """Row ``row`` of the workspace as a vector of length n (a view)."""
+        return self._views[row]
+
+    def stopped(self, flags) -> bool:
+        return bool(flags[STATE] & STOPPED)
+
+
+class CpuMachine(Machine):
+    """Runs every call at once on the host: steps as numba loops (on numba's threads for
+    vectors of :data:`~.steps.PARALLEL_FROM` elements or more), products by the operator."""
+
+    def __init__(self, op, n, dtype, rows, scalars, preconditioner, workspace_rows=None):
+        super().__init__(op, n, dtype, rows, scalars, preconditioner)
+        self.ld = max(n, 1)
+        count = workspace_rows or len(rows)
+        self.W = np.zeros(count * self.ld, dtype=self.dtype)
+        self.s = np.zeros(scalars, dtype=np.float64)
+        self.f = np.zeros(FLAGS, dtype=np.int64)
+        self.D = NO_JACOBI.astype(self.dtype)
+        if preconditioner and preconditioner[0] == "jacobi":
+            self.D = np.ascontiguousarray(preconditioner[1], dtype=self.dtype)
+        self._views = [self.W[k * self.ld:k * self.ld + n] for k in range(count)]
+        import numba
+
+        self._parallel = n >= PARALLEL_FROM and numba.get_num_threads() > 1
+
+    def step(self, step, a=0, b=0, c=0, d=0, e=0, g=0, n=None) -> None:
+        cpu_step(step, self._parallel)(self.W, self.ld, self.n if n is None else n, self.s,
+                                       self.f, self.D, a, b, c, d, e, g)
+
+    def product(self, src: int, dst: int) -> None:
+        self.op.matvec(self._views[src], out=self._views[dst])
+
+    def precondition(self, src: int, dst: int) -> None:
+        kind, M = self.preconditioner
+        if kind == "product":
+            M.matvec(self._views[src], out=self._views[dst])
+        else:
+            self._views[dst][:] = np.asarray(M.matvec(self._views[src])).reshape(-1)
+
+    def upload(self, row: int, vector) -> None:
+        self._views[row][:] = vector
+
+    def flags(self):
+        return self.f
+
+    def scalars(self):
+        return self.s
+
+    def set_scalars(self, values: dict) -> None:
+        for slot, value in values.items():
+            self.s[slot] = value
+
+    def set_flags(self, values: dict) -> None:
+        for slot, value in values.items():
+            self.f[slot] = value
+
+    def result(self, row: int):
+        return self._views[row].copy()
+
+
+class CudaMachine(Machine):
+    """Queues every call on a stream of its own (CuPy): steps as numba-cuda kernels launched
+    through :class:`autospmv.kernels.cuda.launch.Launch` (arguments fixed once per solve),
+    products by the operator on that stream. Under numba-cuda's simulator the workspace is
+    NumPy arrays and the kernels run in the simulator (the products then run on the host)."""
+
+    captures = True
+
+    def __init__(self, op, n, dtype, rows, scalars, preconditioner, workspace_rows=None):
+        super().__init__(op, n, dtype, rows, scalars, preconditioner)
+        from ..kernels.cuda.launch import SIMULATOR
+
+        self.simulated = SIMULATOR
+        if SIMULATOR:
+            self.xp = np
+            self.stream = None
+            blocks = 4
+        else:
+            import cupy
+
+            self.xp = cupy
+            self.stream = cupy.cuda.Stream(non_blocking=True)
+            device = cupy.cuda.Device()
+            blocks = 4 * device.attributes["MultiProcessorCount"]
+        xp = self.xp
+        self.ld = -(-max(n, 1) // 64) * 64  # rows start 512-byte aligned
+        count = workspace_rows or len(rows)
+        self.grid = max(1, min(-(-n // BLOCK), blocks))
+        with self:
+            self.W = xp.zeros(count * self.ld, dtype=self.dtype)
+            self.s = xp.zeros(scalars, dtype=np.float64)
+            self.f = xp.zeros(FLAGS, dtype=np.int64)
+            self.D = xp.asarray(NO_JACOBI.astype(self.dtype))
+            if preconditioner and preconditioner[0] == "jacobi":
+                self.D = xp.zeros(self.ld, dtype=self.dtype)
+                self.D[:n] = xp.asarray(preconditioner[1], dtype=self.dtype)
+            self.partials = xp.zeros(2 * self.grid, dtype=np.float64)
+            self.ticket = xp.zeros(1, dtype=np.int32)
+        self._views = [self.W[k * self.ld:k * self.ld + n] for k in range(count)]
+        self._launches = {}
+
+    def __enter__(self):
+        if self.stream is not None:
+            self.stream.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self.stream is not None:
+            self.stream.__exit__(*exc)
+
+    def step(self, step, a=0, b=0, c=0, d=0, e=0, g=0, n=None) -> None:
+        n = self.n if n is None else n
+        key = (step, a, b, c, d, e, g, n)
+        fire = self._launches.get(key)
+        if fire is None:
+            fire = self._launches[key] = self._load(step, (a, b, c, d, e, g), n)
+        fire()
+
+    def _load(self, step, rows: tuple, n: int):
+        from ..kernels.cuda.launch import Launch
+
+        grid = self.grid if n else 1
+        args = [self.W, np.int64(self.ld), np.int64(n), self.s, self.f, self.D,
+                *(np.int64(r) for r in rows), self.partials, self.ticket]
+        launch = Launch(cuda_step(step), grid, BLOCK, args, np.float64)
+        if self.simulated:
+            return lambda: launch.simulate(None, None)
+        launch.load(0, 0)
+        fire, stream = launch.fire(), self.stream.ptr
+        return lambda: fire(0, 0, stream)
+
+    def product(self, src: int, dst: int) -> None:
+        self.op.matvec(self._views[src], out=self._views[dst])
+
+    def precondition(self, src: int, dst: int) -> None:
+        kind, M = self.preconditioner
+        if kind == "product":
+            M.matvec(self._views[src], out=self._views[dst])
+        else:
+            self._views[dst][...] = self.xp.asarray(M.matvec(self._views[src])).reshape(-1)
+
+    def upload(self, row: int, vector) -> None:
+        self._views[row][...] = self.xp.asarray(vector)
+
+    def capture(self, run):
+        """``run()`` captured as a CUDA graph on this machine's stream, not yet run."""
+        stream = self.stream
+        stream.begin_capture()
+        try:
+            run()
+        finally:
+            graph = stream.end_capture()
+        return graph
+
+    def replay(self, graph) -> None:
+        graph.launch(self.stream)
+
+    def flags(self):
+        return self.f if self.simulated else self.f.get(stream=self.stream)
+
+    def scalars(self):
+        return self.s if self.simulated else self.s.get(stream=self.stream)
+
+    def set_scalars(self, values: dict) -> None:
+        host = np.zeros(self.scalar_count) if self.simulated else self.scalars()
+        if self.simulated:
+            host[:] = self.s
+        for slot, value in values.items():
+            host[slot] = value
+        self.s[...] = self.xp.asarray(host)
+
+    def set_flags(self, values: dict) -> None:
+        host = np.array(self.flags())
+        for slot, value in values.items():
+            host[slot] = value
+        self.f[...] = self.xp.asarray(host)
+
+    def result(self, row: int):
+        return self._views[row].copy()

@@ -1,0 +1,175 @@
+"""Fused vector steps: one pass over a solver's vectors that updates them elementwise and sums
+up to two products on the way, then runs the solver's scalar logic on the sums.
+
+A step is a :class:`Step`: a *body* ``body(W, ld, i, s, D, a, b, c, d, e, g) -> (t0, t1)`` that
+does element ``i`` (reads and writes rows of the workspace ``W``, whose row ``k`` starts at
+``k * ld``; ``a`` … ``g`` are row numbers or slots chosen by the caller; ``D`` is the inverse
+diagonal of a Jacobi preconditioner, or one element when there is none) and returns its two
+terms; an optional *finish* ``finish(s, f, sum0, sum1)`` that turns the two sums into the solver's
+scalars ``s`` and flags ``f`` (:mod:`.scalars`); and a *skip* mask: the step does nothing while
+``f[STATE] & skip`` (a solver that has stopped leaves its vectors as they are).
+
+Both parts are :func:`~.dual.dual` functions, so one definition runs on both targets:
+
+* on the CPU, :func:`cpu_step` compiles a ``numba.njit`` loop over the elements (``prange`` on
+  the threads numba has, for long vectors) that sums the terms and calls finish;
+* on the GPU, :func:`cuda_step` compiles a numba-cuda kernel: a grid-stride loop, a sum per
+  block, and the last block to finish (a ticket taken with an atomic after each block has
+  published its partial sums) adds the partial sums in block order and calls finish. The sums
+  never leave the device and are the same from run to run (no floating-point atomics); the
+  ticket is set back to 0 for the next step.
+
+The generated kernels are named after their parts (``__qualname__``) and hold them as globals,
+so the compile cache tells them apart and sees changes to the parts' code
+(:func:`autospmv.kernels.cuda.cubins.kernel_sources`).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import numba
+from numba import prange
+
+from .dual import Dual, dual, retargeted
+from .scalars import STATE
+
+BLOCK = 256
+"""Threads per block of a step's kernel."""
+
+PARALLEL_FROM = 1 << 16
+"""Vectors at least this long are stepped on all of numba's threads on the CPU."""
+
+
+@dual
+def no_finish(s, f, sum0, sum1):
+    """The finish of a step that only updates vectors."""
+    return
+
+
+@dataclass(frozen=True)
+class Step:
+    """A fused vector step (see the module docstring)."""
+
+    body: Dual
+    finish: Dual | None = None
+    skip: int = 1
+
+    @property
+    def name(self) -> str:
+        finish = self.finish.__name__ if self.finish is not None else "none"
+        return f"step__{self.body.__name__}__{finish}__{self.skip}"
+
+
+_COMPILED: dict = {}
+_LOCK = threading.Lock()
+
+
+def _memoised(key, build):
+    compiled = _COMPILED.get(key)
+    if compiled is None:
+        with _LOCK:
+            compiled = _COMPILED.get(key)
+            if compiled is None:
+                compiled = _COMPILED[key] = build()
+    return compiled
+
+
+def _cpu_template(W, ld, n, s, f, D, a, b, c, d, e, g):
+    if f[STATE] & SKIP:
+        return
+    sum0 = 0.0
+    sum1 = 0.0
+    for i in prange(n):
+        t0, t1 = BODY(W, ld, i, s, D, a, b, c, d, e, g)
+        sum0 += t0
+        sum1 += t1
+    FINISH(s, f, sum0, sum1)
+
+
+def cpu_step(step: Step, parallel: bool):
+    """The numba CPU function ``run(W, ld, n, s, f, D, a, b, c, d, e, g)`` of ``step``, on
+    numba's threads when ``parallel`` (else serial)."""
+    def build():
+        function = retargeted(_cpu_template, "cpu", BODY=step.body.on("cpu"),
+                              FINISH=(step.finish or no_finish).on("cpu"), SKIP=step.skip)
+        function.__qualname__ = function.__name__ = step.name
+        return numba.njit(parallel=parallel, error_model="numpy")(function)
+
+    return _memoised(("cpu", step, parallel), build)
+
+
+def _cuda_template(W, ld, n, s, f, D, a, b, c, d, e, g, partials, ticket):
+    if f[STATE] & SKIP:
+        return
+    tid = cuda.threadIdx.x
+    block = cuda.blockIdx.x
+    blocks = cuda.gridDim.x
+    sum0 = 0.0
+    sum1 = 0.0
+    i = block * BLOCK + tid
+    while i < n:
+        t0, t1 = BODY(W, ld, i, s, D, a, b, c, d, e, g)
+        sum0 += t0
+        sum1 += t1
+        i += blocks * BLOCK
+    if not REDUCES:
+        return
+    sums = cuda.shared.array(TWO_BLOCKS, float64)
+    last = cuda.shared.array(1, int32)
+    _block_sum(sums, tid, sum0, sum1)
+    if tid == 0:
+        partials[2 * block] = sums[0]
+        partials[2 * block + 1] = sums[BLOCK]
+        cuda.threadfence()
+        last[0] = cuda.atomic.add(ticket, 0, 1) == blocks - 1
+    cuda.syncthreads()
+    if last[0] == 0:
+        return
+    cuda.threadfence()
+    sum0 = 0.0
+    sum1 = 0.0
+    j = tid
+    while j < blocks:
+        sum0 += partials[2 * j]
+        sum1 += partials[2 * j + 1]
+        j += BLOCK
+    _block_sum(sums, tid, sum0, sum1)
+    if tid == 0:
+        FINISH(s, f, sums[0], sums[BLOCK])
+        ticket[0] = 0
+
+
+def _block_sum_template(sums, tid, sum0, sum1):
+    """Both sums over the block, into ``sums[0]`` and ``sums[BLOCK]`` (a fixed tree: the same
+    order every time)."""
+    sums[tid] = sum0
+    sums[BLOCK + tid] = sum1
+    cuda.syncthreads()
+    width = BLOCK // 2
+    while width > 0:
+        if tid < width:
+            sums[tid] += sums[tid + width]
+            sums[BLOCK + tid] += sums[BLOCK + tid + width]
+        cuda.syncthreads()
+        width //= 2
+
+
+def cuda_step(step: Step):
+    """The numba-cuda kernel ``kernel(W, ld, n, s, f, D, a, b, c, d, e, g, partials, ticket)``
+    of ``step`` (blocks of :data:`BLOCK` threads; ``partials`` holds two float64 per block,
+    ``ticket`` one int32, 0 between steps)."""
+    def build():
+        from numba import cuda, float64, int32
+
+        names = dict(cuda=cuda, float64=float64, int32=int32, BLOCK=BLOCK,
+                     TWO_BLOCKS=2 * BLOCK)
+        block_sum = cuda.jit(device=True)(retargeted(_block_sum_template, "cuda", **names))
+        function = retargeted(_cuda_template, "cuda", BODY=step.body.on("cuda"),
+                              FINISH=(step.finish or no_finish).on("cuda"), SKIP=step.skip,
+                              REDUCES=step.finish is not None, _block_sum=block_sum, **names)
+        function.__qualname__ = function.__name__ = step.name
+        return cuda.jit(function)
+
+    return _memoised(("cuda", step), build)
