@@ -126,7 +126,7 @@ def _run_eagerly(machine, solver, callback, kind, b):
 
 
 def _run_captured(machine, solver):
-    for _ in range(solver.eager):
+    for _ in range(max(solver.eager, 1)):  # also loads every kernel before the capture
         solver.iteration()
     flags = machine.flags()
     if machine.stopped(flags):

@@ -121,6 +121,7 @@ class CudaMachine(Machine):
         from ..kernels.cuda.launch import SIMULATOR
 
         self.simulated = SIMULATOR
+        self.captures = self.captures and not SIMULATOR
         if SIMULATOR:
             self.xp = np
             self.stream = None
@@ -150,13 +151,20 @@ class CudaMachine(Machine):
         self._launches = {}
 
     def __enter__(self):
+        """Make the machine's stream current, after the caller's current stream's work (which
+        produced b and x0); :meth:`__exit__` orders the caller's stream after the solve."""
         if self.stream is not None:
+            import cupy
+
+            self._caller = cupy.cuda.get_current_stream()
+            self.stream.wait_event(self._caller.record())
             self.stream.__enter__()
         return self
 
     def __exit__(self, *exc):
         if self.stream is not None:
             self.stream.__exit__(*exc)
+            self._caller.wait_event(self.stream.record())
 
     def step(self, step, a=0, b=0, c=0, d=0, e=0, g=0, n=None) -> None:
         n = self.n if n is None else n

@@ -26,6 +26,7 @@ so the compile cache tells them apart and sees changes to the parts' code
 
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass
 
@@ -35,8 +36,9 @@ from numba import prange
 from .dual import Dual, dual, retargeted
 from .scalars import STATE
 
-BLOCK = 256
-"""Threads per block of a step's kernel."""
+BLOCK = 32 if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1" else 256
+"""Threads per block of a step's kernel (a warp under numba-cuda's simulator, which runs each
+thread as a Python thread)."""
 
 PARALLEL_FROM = 1 << 16
 """Vectors at least this long are stepped on all of numba's threads on the CPU."""

@@ -1,0 +1,348 @@
+"""GPU solvers against cupyx's, SciPy's iteration counts and the memory floor, in one run.
+
+For each matrix and dtype it measures:
+
+* **per iteration**: ``autospmv.cg`` with rtol=0 for a fixed number of iterations (so every
+  solver runs the same count), against ``cupyx.scipy.sparse.linalg.cg`` with the matrix as a
+  cuSPARSE CSR matrix and with the autospmv operator; CUDA events around whole solves, median
+  of several solves;
+* **the memory floor** of one cg iteration: the product's fewest bytes (CSR values, column
+  indices, row pointer, x and y once) plus ten vector passes, at the device-to-device copy
+  bandwidth measured in the same run;
+* **per solve** to rtol=1e-6 (cg, bicgstab, gmres(restart=30), minres) against cupyx's solver of
+  the same name where cupyx has one (cupyx has no bicgstab: its cgs, also two products per
+  iteration, stands in and is named so), with the iteration counts of autospmv and of SciPy's
+  solver on the CPU in float64 (where SciPy converges within the limit).
+
+Matrices: 2-D (5-point) and 3-D (7-point) Laplacians from 10⁴ nonzeros up (``--sizes``), and
+the real matrices of ``--matrices`` folders (``.npz``), symmetric ones shifted to be positive
+definite for cg and minres, and nonsymmetric ones for bicgstab and gmres. Results go to a JSON
+file that names the GPU; a table is printed last. Run from the repository root on a GPU::
+
+    PYTHONPATH=. python benchmarks/solvers_gpu.py --out results.json
+    PYTHONPATH=. python benchmarks/solvers_gpu.py --check     # correctness only, small sizes
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import inspect
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+import scipy.sparse.linalg as spla
+
+import autospmv
+
+METHODS = ("cg", "bicgstab", "gmres", "minres")
+
+
+def laplacian_2d(k):
+    T = sp.diags([-1.0, 2.0, -1.0], [-1, 0, 1], shape=(k, k))
+    return sp.kronsum(T, T, format="csr")
+
+
+def laplacian_3d(k):
+    T = sp.diags([-1.0, 2.0, -1.0], [-1, 0, 1], shape=(k, k))
+    return sp.kronsum(sp.kronsum(T, T), T, format="csr")
+
+
+def laplacian(dims: int, nnz: float):
+    """The Laplacian of ``dims`` dimensions with about ``nnz`` nonzeros."""
+    if dims == 2:
+        return laplacian_2d(max(3, int(round((nnz / 5) ** 0.5))))
+    return laplacian_3d(max(3, int(round((nnz / 7) ** (1 / 3)))))
+
+
+def copy_bandwidth(cp) -> float:
+    """Bytes per second of a 1 GiB device-to-device copy (read + write), median of 20."""
+    a = cp.ones(1 << 27, dtype=cp.float64)
+    b = cp.empty_like(a)
+    times = []
+    for _ in range(22):
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        start.record()
+        b[...] = a
+        end.record()
+        end.synchronize()
+        times.append(cp.cuda.get_elapsed_time(start, end) / 1e3)
+    return 2 * a.nbytes / statistics.median(times[2:])
+
+
+def floor_seconds(A, itemsize: int, bandwidth: float) -> float:
+    """One cg iteration's fewest bytes over the copy bandwidth: the product (values, column
+    indices, row pointer, x and y once) plus ten vector passes."""
+    m, n = A.shape
+    index = 4
+    product = A.nnz * (itemsize + index) + (m + 1) * index + (m + n) * itemsize
+    return (product + 10 * n * itemsize) / bandwidth
+
+
+def timed(cp, run, repeats=5):
+    """Median seconds of ``run()`` (CUDA events around it, the device synchronised)."""
+    times = []
+    run()
+    for _ in range(repeats):
+        cp.cuda.Device().synchronize()
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        start.record()
+        result = run()
+        end.record()
+        end.synchronize()
+        times.append(cp.cuda.get_elapsed_time(start, end) / 1e3)
+    return statistics.median(times), result
+
+
+def cupyx_solver(name):
+    import cupyx.scipy.sparse.linalg as cla
+
+    solver = getattr(cla, "cgs" if name == "bicgstab" else name, None)
+    if solver is None:
+        return None, None
+    parameters = inspect.signature(solver).parameters
+    tolerance = "rtol" if "rtol" in parameters else "tol"
+    return solver, tolerance
+
+
+def cupyx_call(name, A, b, rtol, maxiter):
+    solver, tolerance = cupyx_solver(name)
+    kwargs = {tolerance: rtol, "maxiter": maxiter}
+    if "atol" in inspect.signature(solver).parameters:
+        kwargs["atol"] = 0.0
+    if name == "gmres":
+        kwargs["restart"] = 30
+    return solver(A, b, **kwargs)
+
+
+def scipy_iterations(name, A, b, rtol, maxiter):
+    count = []
+    kwargs = {"callback_type": "pr_norm"} if name == "gmres" else {}
+    if name == "gmres":
+        kwargs["restart"] = 30
+    solver = getattr(spla, name)
+    x, info = solver(A, b, rtol=rtol, maxiter=maxiter, callback=lambda *a: count.append(1),
+                     **kwargs)
+    return len(count), int(info), float(np.linalg.norm(A @ x - b))
+
+
+def per_iteration(cp, cusparse, A, op, b, dtype, iterations):
+    """Seconds per cg iteration: autospmv, cupyx + cuSPARSE, cupyx + the operator."""
+    import cupyx.scipy.sparse.linalg as cla
+
+    n = A.shape[0]
+    b_gpu = cp.asarray(b, dtype=dtype)
+    ours, _ = timed(cp, lambda: autospmv.cg(op, b_gpu, rtol=0.0, maxiter=iterations))
+    wrapped = cla.LinearOperator((n, n), matvec=op.matvec, dtype=dtype)
+    solver, tolerance = cupyx_solver("cg")
+    kwargs = {tolerance: 0.0, "maxiter": iterations}
+    with_cusparse, _ = timed(cp, lambda: solver(cusparse, b_gpu, **kwargs), repeats=3)
+    with_operator, _ = timed(cp, lambda: solver(wrapped, b_gpu, **kwargs), repeats=3)
+    return ours / iterations, with_cusparse / iterations, with_operator / iterations
+
+
+def per_solve(cp, cusparse, A, op, b, dtype, name, rtol, maxiter, with_scipy):
+    b_gpu = cp.asarray(b, dtype=dtype)
+    kwargs = {"restart": 30} if name == "gmres" else {}
+    ours, (x, info) = timed(cp, lambda: getattr(autospmv, name)(
+        op, b_gpu, rtol=rtol, maxiter=maxiter, **kwargs), repeats=3)
+    iterations = op.last_solve["iterations"]
+    residual = float(cp.linalg.norm(cusparse @ x - b_gpu))
+    row = {"method": name, "seconds": ours, "iterations": iterations, "info": info,
+           "residual": residual, "b_norm": float(np.linalg.norm(b))}
+    if cupyx_solver(name)[0] is not None:
+        theirs, (xc, infoc) = timed(cp, lambda: cupyx_call(name, cusparse, b_gpu, rtol,
+                                                            maxiter), repeats=3)
+        row.update(cupyx=("cgs" if name == "bicgstab" else name), cupyx_seconds=theirs,
+                   cupyx_info=int(infoc),
+                   cupyx_residual=float(cp.linalg.norm(cusparse @ xc - b_gpu)))
+    if with_scipy and dtype == np.float64:
+        maxiter_scipy = maxiter
+        count, info_s, res_s = scipy_iterations(name, A.astype(np.float64), b, rtol,
+                                                maxiter_scipy)
+        row.update(scipy_iterations=count, scipy_info=info_s, scipy_residual=res_s)
+    return row
+
+
+def nonsymmetric_copy(A, seed=0):
+    """A made diagonally dominant enough for Krylov methods to converge (same pattern plus the
+    diagonal)."""
+    A = sp.csr_matrix(A, dtype=np.float64)
+    row_sums = np.asarray(abs(A).sum(axis=1)).ravel()
+    return (A + sp.diags(row_sums + 1.0)).tocsr()
+
+
+def spd_copy(A):
+    """A symmetric matrix shifted to be positive definite: A + (Gershgorin shift) I, scaled
+    by the diagonal so the iteration counts stay moderate."""
+    A = sp.csr_matrix(A, dtype=np.float64)
+    A = ((A + A.T) * 0.5).tocsr()
+    row_sums = np.asarray(abs(A).sum(axis=1)).ravel()
+    return (A + sp.diags(row_sums - A.diagonal() + 1e-2 * (row_sums.max() + 1))).tocsr()
+
+
+def real_matrices(folders, limit):
+    found = []
+    for folder in folders:
+        for path in sorted(Path(folder).glob("*.npz")):
+            A = sp.load_npz(path).tocsr()
+            if A.shape[0] != A.shape[1] or A.nnz < 1000:
+                continue
+            symmetric = abs(A - A.T).sum() <= 1e-12 * abs(A).sum()
+            found.append((path.stem, A, bool(symmetric)))
+    found.sort(key=lambda item: item[1].nnz)
+    step = max(1, len(found) // limit)
+    return found[::step][:limit]
+
+
+def check(cp, out):
+    """Correctness on small problems: every method, dtype and preconditioner against SciPy."""
+    rows = []
+    rng = np.random.default_rng(1)
+    P = laplacian_2d(60)
+    n = P.shape[0]
+    N = (P + sp.diags(rng.uniform(-0.3, 0.3, n - 1), 1)).tocsr()
+    S = (P - 0.3 * sp.identity(n)).tocsr()
+    b = rng.standard_normal(n)
+    for name, A in (("cg", P), ("bicgstab", N), ("gmres", N), ("minres", P), ("minres", S)):
+        for dtype in (np.float64, np.float32):
+            Ad = A.astype(dtype)
+            op = autospmv.prepare(Ad, device="cuda")
+            jac = sp.diags(1.0 / A.diagonal())
+            for M in (None, "jacobi", "operator"):
+                if name == "minres" and M is not None and A is S:
+                    continue
+                Mo = autospmv.prepare(jac.astype(dtype), device="cuda") if M == "operator" else M
+                kwargs = {"restart": 30} if name == "gmres" else {}
+                x, info = getattr(autospmv, name)(op, cp.asarray(b, dtype=dtype), rtol=1e-8,
+                                                  M=Mo, **kwargs)
+                its = op.last_solve["iterations"]
+                xe, infoe = getattr(autospmv, name)(op, b.astype(dtype), rtol=1e-8, M=Mo,
+                                                    callback=lambda x: None, **kwargs)
+                its_eager = op.last_solve["iterations"]
+                cpu = autospmv.prepare(Ad, device="cpu")
+                xc, infoc = getattr(autospmv, name)(cpu, b.astype(dtype), rtol=1e-8,
+                                                    M=None if M is None else "jacobi", **kwargs)
+                its_cpu = cpu.last_solve["iterations"]
+                count, info_s, res_s = scipy_iterations(
+                    name, A, b, 1e-8, None) if dtype == np.float64 else (None, None, None)
+                if name == "gmres" and count is not None:
+                    pass
+                res = float(np.linalg.norm(A @ cp.asnumpy(x).astype(np.float64) - b))
+                row = dict(method=name, dtype=np.dtype(dtype).name, M=str(M), info=info,
+                           iterations=its, iterations_eager=its_eager, iterations_cpu=its_cpu,
+                           scipy_iterations=count, scipy_info=info_s, residual=res,
+                           scipy_residual=res_s,
+                           eager_vs_graph=float(np.linalg.norm(xe - cp.asnumpy(x))
+                                                / np.linalg.norm(xe)),
+                           type=type(x).__module__)
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    out["check"] = rows
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True, help="results file (JSON)")
+    parser.add_argument("--check", action="store_true", help="correctness only")
+    parser.add_argument("--sizes", default="1e4,1e5,1e6,5e6,2e7",
+                        help="Laplacian sizes in nonzeros, comma-separated")
+    parser.add_argument("--dims", default="2,3", help="Laplacian dimensions")
+    parser.add_argument("--iterations", type=int, default=300,
+                        help="cg iterations timed per solve (rtol=0)")
+    parser.add_argument("--matrices", nargs="*", default=[], help="folders of .npz matrices")
+    parser.add_argument("--limit", type=int, default=16, help="real matrices per kind")
+    parser.add_argument("--dtypes", default="float64,float32")
+    parser.add_argument("--methods", default=",".join(METHODS))
+    args = parser.parse_args(argv)
+    import cupy as cp
+    import cupyx.scipy.sparse as csp
+
+    out = {"device": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(),
+           "date": datetime.date.today().isoformat(), "host": platform.node(),
+           "versions": {"cupy": cp.__version__, "numpy": np.__version__}}
+    if args.check:
+        check(cp, out)
+        args.out.write_text(json.dumps(out, indent=1))
+        return
+    bandwidth = copy_bandwidth(cp)
+    out["copy_bandwidth"] = bandwidth
+    dtypes = [np.dtype(d) for d in args.dtypes.split(",")]
+    methods = args.methods.split(",")
+    laplacians = []
+    for dims in (int(d) for d in args.dims.split(",")):
+        for size in (float(s) for s in args.sizes.split(",")):
+            laplacians.append((f"laplacian{dims}d-{int(size):.0e}", laplacian(dims, size)))
+    rows = []
+    for name, A in laplacians:
+        for dtype in dtypes:
+            Ad = A.astype(dtype)
+            op = autospmv.prepare(Ad, device="cuda")
+            cusparse = csp.csr_matrix(Ad)
+            b = np.random.default_rng(2).standard_normal(A.shape[0])
+            ours, cusp, wrapped = per_iteration(cp, cusparse, Ad, op, b, dtype, args.iterations)
+            floor = floor_seconds(A, dtype.itemsize, bandwidth)
+            row = dict(matrix=name, n=A.shape[0], nnz=int(A.nnz), dtype=dtype.name,
+                       kernel=op.kernel, iteration_us=ours * 1e6,
+                       cupyx_cusparse_us=cusp * 1e6, cupyx_operator_us=wrapped * 1e6,
+                       floor_us=floor * 1e6)
+            solves = []
+            for method in methods:
+                A_method = A if method in ("cg", "minres") else nonsymmetric_copy(A)
+                op_m = op if A_method is A else autospmv.prepare(A_method.astype(dtype),
+                                                                  device="cuda")
+                cus_m = cusparse if A_method is A else csp.csr_matrix(A_method.astype(dtype))
+                solves.append(per_solve(cp, cus_m, A_method.astype(dtype), op_m, b, dtype,
+                                        method, 1e-6, 2000 if method != "gmres" else 100,
+                                        with_scipy=A.nnz <= 2e6))
+            row["solves"] = solves
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+            args.out.write_text(json.dumps({**out, "laplacians": rows}, indent=1))
+    out["laplacians"] = rows
+    real = []
+    for name, A, symmetric in real_matrices(args.matrices, args.limit):
+        for dtype in dtypes:
+            prepared = {}
+            for method in methods:
+                if method in ("cg", "minres"):
+                    A_method = spd_copy(A) if symmetric else None
+                else:
+                    A_method = nonsymmetric_copy(A) if not symmetric else None
+                if A_method is None:
+                    continue
+                key = id(A_method)
+                Ad = A_method.astype(dtype)
+                op = autospmv.prepare(Ad, device="cuda")
+                b = np.random.default_rng(3).standard_normal(A.shape[0])
+                real.append(dict(matrix=name, nnz=int(A.nnz), dtype=dtype.name,
+                                 **per_solve(cp, csp.csr_matrix(Ad), Ad, op, b, dtype, method,
+                                             1e-6, 2000 if method != "gmres" else 100,
+                                             with_scipy=True)))
+                print(json.dumps(real[-1]), flush=True)
+        out["real"] = real
+        args.out.write_text(json.dumps(out, indent=1))
+    args.out.write_text(json.dumps(out, indent=1))
+    print_table(out)
+
+
+def print_table(out):
+    print(f"\n{out['device']}, copy {out['copy_bandwidth'] / 1e12:.2f} TB/s")
+    print(f"{'matrix':22s} {'dtype':7s} {'nnz':>9s} {'ours':>8s} {'floor':>8s} {'cuSPARSE':>9s}"
+          f" {'operator':>9s}  per solve vs cupyx (cg bicgstab* gmres minres)")
+    for row in out.get("laplacians", []):
+        speedups = " ".join(f"{s['cupyx_seconds'] / s['seconds']:.1f}x" if "cupyx_seconds" in s
+                            else "-" for s in row["solves"])
+        print(f"{row['matrix']:22s} {row['dtype']:7s} {row['nnz']:9d} "
+              f"{row['iteration_us']:7.1f}u {row['floor_us']:7.1f}u "
+              f"{row['cupyx_cusparse_us']:8.1f}u {row['cupyx_operator_us']:8.1f}u  {speedups}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
