@@ -153,7 +153,7 @@ class BiCGSTAB(Method):
             m.product(self.x, self.q)
         m.step(RESIDUAL, self.r, self.b, self.q, self.rt)
 
-    def iteration(self) -> None:
+    def iteration(self, eager: bool = False) -> None:
         m = self.m
         jacobi = not m.preconditioner_is_product and m.preconditioner is not None
         ph = self.ph if m.preconditioner is not None else self.p

@@ -127,7 +127,7 @@ class CG(Method):
         else:
             m.step(RESIDUAL, self.r, self.b, self.q)
 
-    def iteration(self) -> None:
+    def iteration(self, eager: bool = False) -> None:
         m = self.m
         z = self.z if m.preconditioner_is_product else self.r
         m.step(DIRECTION, self.p, self.r, z)

@@ -12,7 +12,10 @@ linear operator, each iteration runs eagerly and the host reads the flags after 
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
+import threading
+import weakref
 
 import numpy as np
 
@@ -29,19 +32,34 @@ HINT_ITERATIONS = 1000
 products per iteration, the ``products=`` workload hint it prepares A with (at most maxiter)."""
 
 
+@dataclasses.dataclass
+class Problem:
+    """One solve's right-hand side, start and limits, checked (:func:`solve`)."""
+
+    b: object
+    """b in the solve's dtype, as an array of the machine's module (NumPy or CuPy)."""
+    x0: object
+    """x0 likewise, or None."""
+    rtol: float
+    atol: float
+    bnrm2: float
+    maxiter: int
+    callback: object
+    kind: str
+    """The kind of array b came as (:func:`_kind`), which x goes back as."""
+    given_b: object
+
+
 def solve(method, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None,
           callback=None, options=None):
     """Run ``method`` (a class of :mod:`.cg`, :mod:`.bicgstab`, :mod:`.gmres`, :mod:`.minres`);
     ``(x, info)`` as SciPy's solver of that name returns them."""
     rtol, atol = _tolerances(method.name, rtol, atol)
     kind = _kind(b)
-    host_b = kind == "numpy"
-    if host_b:
+    if kind == "numpy":
         b = np.asarray(b)
     n_b = _length(b, "b")
-    options = dict(options or {})
-    default_maxiter = method.default_maxiter(n_b)
-    maxiter = default_maxiter if maxiter is None else _count(maxiter, "maxiter")
+    maxiter = method.default_maxiter(n_b) if maxiter is None else _count(maxiter, "maxiter")
     op = _operator(A, kind, min(maxiter, HINT_ITERATIONS) * method.products_per_iteration)
     m, n = op.shape
     if m != n:
@@ -51,52 +69,114 @@ def solve(method, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None,
     if x0 is not None and _length(x0, "x0") != n:
         raise ValueError(f"x0 has length {_length(x0, 'x0')}, but A is {n}x{n}")
     dtype = _dtype(op.dtype, b, x0)
-    on_gpu = op.device == "cuda"
-    if not on_gpu and not host_b:
-        raise ValueError(f"b is a GPU array ({type(b).__module__.split('.')[0]}), but the "
-                         "operator runs on the CPU; prepare A with device='cuda' or pass a "
-                         "NumPy b")
-    xp = np
-    if on_gpu:
-        from ..kernels.cuda.launch import SIMULATOR
-
-        if not SIMULATOR:
-            import cupy as xp
+    if op.device != "cuda" and kind != "numpy":
+        raise ValueError(f"b is a GPU array ({kind}), but the operator runs on the CPU; "
+                         "prepare A with device='cuda' or pass a NumPy b")
+    xp = _array_module(op)
     b_work = xp.asarray(b).reshape(-1).astype(dtype, copy=False)
+    x0_work = None if x0 is None else xp.asarray(x0).reshape(-1).astype(dtype, copy=False)
     bnrm2 = float(xp.linalg.norm(b_work))
-    if bnrm2 == 0 or maxiter == 0:
-        x = b_work.copy() if bnrm2 == 0 or x0 is None else xp.asarray(x0).astype(dtype)
-        if bnrm2 != 0 and x0 is None:
-            x = xp.zeros_like(b_work)
-        op.last_solve = {"method": method.name, "iterations": 0, "info": 0, "device": op.device}
+    if bnrm2 == 0 or maxiter == 0:  # SciPy returns before iterating
+        x = b_work.copy() if bnrm2 == 0 else (
+            xp.zeros_like(b_work) if x0_work is None else x0_work.copy())
+        op.last_solve = {"method": method.name, "iterations": 0, "info": 0,
+                         "device": op.device}
         return _returned(x, kind, b), 0
-    options = method.configure(n, options)
+    problem = Problem(b_work, x0_work, rtol, atol, bnrm2, maxiter, callback, kind, b)
+    options = method.configure(n, dict(options or {}))
     preconditioner = _preconditioner(M, op, dtype)
-    machine_type = CudaMachine if on_gpu else CpuMachine
-    machine = machine_type(op, n, dtype, method.rows, method.scalar_count(options),
-                           preconditioner, workspace_rows=method.workspace_rows(options))
-    with _stream(machine):
-        solver = method(machine, **options)
-        machine.upload(solver.b, b_work)
-        if x0 is not None:
-            machine.upload(solver.x, xp.asarray(x0).reshape(-1).astype(dtype, copy=False))
-        machine.set_flags({MAXITER: maxiter})
-        machine.set_scalars({TOL: max(atol, rtol * bnrm2), **solver.initial_scalars(
-            bnrm2=bnrm2, rtol=rtol, atol=atol, maxiter=maxiter)})
-        solver.start(x0 is not None)
-        flags = machine.flags()
-        if not machine.stopped(flags):
-            if callback is not None or not machine.captures:
-                flags = _run_eagerly(machine, solver, callback, kind, b)
-            else:
-                flags = _run_captured(machine, solver)
-        x = machine.result(solver.x)
+    workspace = _workspace(op, method, n, dtype, options, preconditioner)
+    try:
+        with _stream(workspace.machine):
+            if workspace.reused:
+                workspace.machine.reset(op)
+            x, flags = _run(method(workspace.machine, **options), workspace, problem)
+    finally:
+        workspace.release()
     if flags[ERROR]:
         raise ValueError(ERRORS[int(flags[ERROR])])
     info = int(flags[INFO])
     op.last_solve = {"method": method.name, "iterations": int(flags[ITERATIONS]),
                      "info": info, "device": op.device}
     return _returned(x, kind, b), info
+
+
+def _array_module(op):
+    """CuPy for an operator on a GPU (NumPy under numba-cuda's simulator and on the CPU)."""
+    if op.device == "cuda":
+        from ..kernels.cuda.launch import SIMULATOR
+
+        if not SIMULATOR:
+            import cupy
+
+            return cupy
+    return np
+
+
+def _run(solver, workspace, problem: Problem):
+    """The solve on its machine: ``(x, flags)``."""
+    machine = workspace.machine
+    machine.upload(solver.b, problem.b)
+    if problem.x0 is not None:
+        machine.upload(solver.x, problem.x0)
+    machine.set_flags({MAXITER: problem.maxiter})
+    machine.set_scalars({TOL: max(problem.atol, problem.rtol * problem.bnrm2),
+                         **solver.initial_scalars(bnrm2=problem.bnrm2, rtol=problem.rtol,
+                                                  atol=problem.atol, maxiter=problem.maxiter)})
+    solver.start(problem.x0 is not None)
+    flags = machine.flags()
+    if not machine.stopped(flags):
+        if problem.callback is not None or not machine.captures:
+            flags = _run_eagerly(machine, solver, problem)
+        else:
+            flags = _run_captured(machine, solver, workspace)
+    return machine.result(solver.x), flags
+
+
+class _Workspace:
+    """A machine kept with its operator for the next solve of the same kind, with the graph
+    captured on it; ``lock`` is held by the solve using it."""
+
+    def __init__(self, key, machine):
+        self.key = key
+        self.machine = machine
+        self.graph = None
+        self.lock = threading.Lock()
+        self.lock.acquire()
+        self.reused = False
+
+    def release(self) -> None:
+        self.machine.op = None  # the operator holds the workspace, not the other way round
+        self.lock.release()
+
+
+_WORKSPACES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+"""operator -> the :class:`_Workspace` of its last GPU solve (one per operator)."""
+
+
+def _workspace(op, method, n, dtype, options, preconditioner) -> _Workspace:
+    """The machine for this solve: on the GPU, the operator's last one when that was made for
+    the same method, dtype, options and preconditioner and no other solve uses it (its arrays
+    and captured graph are reused: nothing is allocated or captured again), else a new one,
+    kept for the next solve."""
+    kind = preconditioner[0] if preconditioner else None
+    key = (method.name, np.dtype(dtype), tuple(sorted(options.items())), kind,
+           id(preconditioner[1]) if kind == "product" else None)
+    cached = op.device == "cuda" and kind != "call"
+    if cached:
+        workspace = _WORKSPACES.get(op)
+        if (workspace is not None and workspace.key == key
+                and workspace.lock.acquire(blocking=False)):
+            workspace.reused = True
+            workspace.machine.op = op
+            return workspace
+    machine_type = CudaMachine if op.device == "cuda" else CpuMachine
+    machine = machine_type(op, n, dtype, method.rows, method.scalar_count(options),
+                           preconditioner, workspace_rows=method.workspace_rows(options))
+    workspace = _Workspace(key, machine)
+    if cached and not machine.simulated:
+        _WORKSPACES[op] = workspace
+    return workspace
 
 
 class _stream:
@@ -114,27 +194,30 @@ class _stream:
             self.machine.__exit__(*exc)
 
 
-def _run_eagerly(machine, solver, callback, kind, b):
+def _run_eagerly(machine, solver, problem: Problem):
     while True:
         done = solver.callbacks_due(machine.flags())
-        solver.iteration()
+        solver.iteration(eager=True)
         flags = machine.flags()
-        if callback is not None and solver.callbacks_due(flags) > done:
-            callback(_returned(machine.result(solver.x), kind, b))
+        if problem.callback is not None and solver.callbacks_due(flags) > done:
+            problem.callback(_returned(machine.result(solver.x), problem.kind,
+                                       problem.given_b))
         if machine.stopped(flags):
             return flags
 
 
-def _run_captured(machine, solver):
+def _run_captured(machine, solver, workspace):
     for _ in range(max(solver.eager, 1)):  # also loads every kernel before the capture
-        solver.iteration()
-    flags = machine.flags()
-    if machine.stopped(flags):
-        return flags
-    per_replay = solver.iterations_per_replay(REPLAY_ITERATIONS)
-    graph = machine.capture(lambda: [solver.iteration() for _ in range(per_replay)])
+        solver.iteration(eager=True)
+        flags = machine.flags()
+        if machine.stopped(flags):
+            return flags
+    if workspace.graph is None:
+        per_replay = solver.iterations_per_replay(REPLAY_ITERATIONS)
+        workspace.graph = machine.capture(lambda: [solver.iteration()
+                                                   for _ in range(per_replay)])
     while True:
-        machine.replay(graph)
+        machine.replay(workspace.graph)
         flags = machine.flags()
         if machine.stopped(flags):
             return flags

@@ -324,10 +324,12 @@ class GMRES(Method):
             m.step(CYCLE_START, self.r, v0)
         m.step(SCALE_V0, v0, v0)
 
-    def iteration(self) -> None:
+    def iteration(self, eager: bool = False) -> None:
         m = self.m
         for column in range(self.restart):
             self.column(column)
+            if eager and m.flags()[STATE] & COLUMN_SKIP:
+                break  # the rest of the cycle's columns would do nothing
         m.step(TRIANGULAR_SOLVE, n=0)
         m.step(COMBINE, self.x, self.v[0], coefficients(self.restart))
         m.product(self.x, self.q)

@@ -18,6 +18,10 @@ import numpy as np
 from .scalars import FLAGS, STATE, STOPPED
 from .steps import BLOCK, PARALLEL_FROM, cpu_step, cuda_step
 
+BLOCKS_PER_SM = 16
+"""A step's grid on the GPU: at most this many blocks per multiprocessor (enough loads in
+flight to keep the memory busy), fewer for short vectors."""
+
 NO_JACOBI = np.ones(1)
 """``D`` of a solve without a Jacobi preconditioner (one element: see
 :func:`.bodies.preconditioned`)."""
@@ -28,6 +32,7 @@ class Machine:
     operator and vectors."""
 
     captures = False
+    simulated = False
 
     def __init__(self, op, n: int, dtype, rows: tuple, scalars: int, preconditioner):
         """``preconditioner``: None, ``("jacobi", inverse diagonal)``, ``("product", op)`` for an
@@ -132,7 +137,7 @@ class CudaMachine(Machine):
             self.xp = cupy
             self.stream = cupy.cuda.Stream(non_blocking=True)
             device = cupy.cuda.Device()
-            blocks = 4 * device.attributes["MultiProcessorCount"]
+            blocks = BLOCKS_PER_SM * device.attributes["MultiProcessorCount"]
         xp = self.xp
         self.ld = -(-max(n, 1) // 64) * 64  # rows start 512-byte aligned
         count = workspace_rows or len(rows)
@@ -149,6 +154,15 @@ class CudaMachine(Machine):
             self.ticket = xp.zeros(1, dtype=np.int32)
         self._views = [self.W[k * self.ld:k * self.ld + n] for k in range(count)]
         self._launches = {}
+
+    def reset(self, op) -> None:
+        """Ready for another solve with ``op`` (the same matrix): the vectors, scalars and
+        flags set back to zeros, on the machine's stream (a captured graph stays valid: it
+        refers to the same arrays)."""
+        self.op = op
+        self.W.fill(0)
+        self.s.fill(0)
+        self.f.fill(0)
 
     def __enter__(self):
         """Make the machine's stream current, after the caller's current stream's work (which

@@ -58,5 +58,7 @@ class Method:
     def start(self, x0_given: bool) -> None:
         raise NotImplementedError
 
-    def iteration(self) -> None:
+    def iteration(self, eager: bool = False) -> None:
+        """Queue one iteration (``eager``: run now, the host may read the flags as it goes,
+        as a method whose iteration has parts that end early does)."""
         raise NotImplementedError

@@ -236,7 +236,7 @@ class MINRES(Method):
         else:
             m.step(RESIDUAL, self.r1, self.b, self.q, self.z if m.preconditioner else self.r1)
 
-    def iteration(self) -> None:
+    def iteration(self, eager: bool = False) -> None:
         m = self.m
         y = self.z if m.preconditioner is not None else self.r2
         m.step(LANCZOS_VECTOR, self.v, y)

@@ -97,6 +97,21 @@ def _ptx(py_func, argtypes: tuple, cc: tuple, bounds) -> str:
     return ptx
 
 
+_HANDLES: dict = {}
+"""``(dispatcher, argument types, device ordinal)`` -> the loaded kernel's handle."""
+
+
+def _function_handle(dispatcher, argtypes: tuple, device_id: int) -> int:
+    """:func:`cubins.function_handle`, remembered for the process: launches of one kernel
+    with other arrays (a solver's steps on each solve's workspace) find it without hashing the
+    kernel's sources again."""
+    key = (dispatcher, argtypes, device_id)
+    handle = _HANDLES.get(key)
+    if handle is None:
+        handle = _HANDLES[key] = cubins.function_handle(dispatcher, argtypes)
+    return handle
+
+
 class Launch:
     """One kernel launch with its grid, block and arguments fixed in advance.
 
@@ -147,7 +162,8 @@ class Launch:
         device = cuda.current_context().device
         self._overlaps = (self.overlaps_previous
                           and device.compute_capability >= grid_dependency.SUPPORTED_FROM)
-        self._function = driver.CUkernel(cubins.function_handle(self.dispatcher, self.argtypes))
+        self._function = driver.CUkernel(_function_handle(self.dispatcher, self.argtypes,
+                                                          device.id))
         lengths = {"X": x_len, "Y": y_len}
         self._storage = []  # the ctypes values the parameter array points into
         self._slots = {}  # slot name -> ctypes value holding that vector's data pointer
