@@ -1,0 +1,71 @@
+"""The solvers' GPU steps (numba-cuda kernels: the fused passes, the last-block reductions and
+the scalar logic) run in numba-cuda's simulator against the same solves on the CPU, and compile
+to PTX for compute capability 9.0 without a GPU."""
+
+from __future__ import annotations
+
+import pathlib
+import types
+
+import numpy as np
+import pytest
+
+from simulator_run import run_simulator_worker
+
+cuda = pytest.importorskip("numba.cuda")
+
+WORKER = pathlib.Path(__file__).with_name("solvers_simulator_worker.py")
+
+
+@pytest.fixture(scope="module")
+def simulated():
+    return {record["case"]: record for record in run_simulator_worker(WORKER, timeout_s=600)}
+
+
+CASES = [f"{method}-{name}-{M}" for method, name in
+         (("cg", "laplacian"), ("bicgstab", "convection"), ("gmres", "convection"),
+          ("minres", "laplacian")) for M in ("None", "jacobi")] + ["minres-indefinite-None"]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_gpu_steps_give_the_cpu_iterates(simulated, case):
+    record = simulated[case]
+    assert record["device"] == "cuda"
+    assert record["info"] == [0, 0]
+    assert record["iterations"][0] == record["iterations"][1] > 0
+    assert record["difference"] <= 1e-12
+
+
+def steps():
+    from autospmv._solve import bicgstab, cg, gmres, minres
+    from autospmv._solve.steps import Step
+
+    found = {}
+    for module in (cg, bicgstab, gmres, minres):
+        for value in vars(module).values():
+            if isinstance(value, Step):
+                found[value.name] = value
+    return [found[name] for name in sorted(found)]
+
+
+@pytest.mark.skipif(cuda.config.ENABLE_CUDASIM, reason="PTX needs the real numba-cuda")
+def test_every_step_compiles_to_ptx(dtype=np.float64):
+    """float64 vectors here (the GPU tests compile both dtypes on a real GPU)."""
+    from numba import types as nt
+    from numba.cuda import dispatcher
+    from numba.np.numpy_support import from_dtype
+
+    from autospmv._solve.steps import cuda_step
+
+    vector = nt.Array(from_dtype(np.dtype(dtype)), 1, "C")
+    float64, int64 = nt.Array(nt.float64, 1, "C"), nt.Array(nt.int64, 1, "C")
+    argtypes = (vector, nt.int64, nt.int64, float64, int64, vector, *[nt.int64] * 6, float64,
+                nt.Array(nt.int32, 1, "C"))
+    current = dispatcher.get_current_device  # device functions read the compute capability
+    dispatcher.get_current_device = lambda: types.SimpleNamespace(compute_capability=(9, 0))
+    try:
+        for step in steps():
+            ptx, _ = cuda.compile_ptx(cuda_step(step).py_func, argtypes, cc=(9, 0))
+            assert ".visible .entry" in ptx, step.name
+    finally:
+        dispatcher.get_current_device = current
