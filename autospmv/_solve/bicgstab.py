@@ -62,9 +62,10 @@ def tests(s, f, rr, rho):
 def direction(W, ld, i, s, D, p, r, v, ph, e, g):
     """p = β (p − ω v) + r; p̂ = M p into row ``ph`` for a Jacobi M."""
     value = (W[p * ld + i] - s[OMEGA] * W[v * ld + i]) * s[BETA] + W[r * ld + i]
+    preconditioned_value = preconditioned(W, ld, i, D, value)
     W[p * ld + i] = value
     if ph != p:
-        W[ph * ld + i] = preconditioned(W, ld, i, D, value)
+        W[ph * ld + i] = preconditioned_value
     return 0.0, 0.0
 
 
@@ -80,9 +81,10 @@ def step_length(s, f, rv, unused):
 def half_step(W, ld, i, s, D, r, v, sh, d, e, g):
     """s = r − α v (into r); ŝ = M s into row ``sh`` for a Jacobi M; the terms of s·s."""
     value = W[r * ld + i] - s[ALPHA] * W[v * ld + i]
+    preconditioned_value = preconditioned(W, ld, i, D, value)
     W[r * ld + i] = value
     if sh != r:
-        W[sh * ld + i] = preconditioned(W, ld, i, D, value)
+        W[sh * ld + i] = preconditioned_value
     return float(value) * value, 0.0
 
 
@@ -106,10 +108,12 @@ def update(W, ld, i, s, D, x, r, ph, sh, t, rt):
     if s[HALF_EXIT] != 0:
         W[x * ld + i] = xi
         return 0.0, 0.0
-    W[x * ld + i] = xi + s[OMEGA] * W[sh * ld + i]
-    value = W[r * ld + i] - s[OMEGA] * W[t * ld + i]
+    omega = s[OMEGA]
+    shi, ri, ti, rti = W[sh * ld + i], W[r * ld + i], W[t * ld + i], W[rt * ld + i]
+    value = ri - omega * ti
+    W[x * ld + i] = xi + omega * shi
     W[r * ld + i] = value
-    return float(value) * value, float(value) * W[rt * ld + i]
+    return float(value) * value, float(value) * rti
 
 
 @dual

@@ -34,8 +34,9 @@ SCALARS = ALPHA + 1
 def residual(W, ld, i, s, D, r, b, q, c, d, e):
     """r = b − q (q = A x0), with the terms of r·r and r·z."""
     value = W[b * ld + i] - W[q * ld + i]
+    zi = preconditioned(W, ld, i, D, value)
     W[r * ld + i] = value
-    return float(value) * value, float(value) * preconditioned(W, ld, i, D, value)
+    return float(value) * value, float(value) * zi
 
 
 @dual
@@ -57,11 +58,12 @@ def begin_after_product(s, f, rz, unused):
 @dual
 def direction(W, ld, i, s, D, p, r, z, c, d, e):
     """p = z + β p (z: row ``z``, or M r formed here when ``z`` is ``r``)."""
+    pi = W[p * ld + i]
     if z != r:
         zi = W[z * ld + i]
     else:
         zi = preconditioned(W, ld, i, D, W[r * ld + i])
-    W[p * ld + i] = W[p * ld + i] * s[BETA] + zi
+    W[p * ld + i] = pi * s[BETA] + zi
     return 0.0, 0.0
 
 
@@ -74,10 +76,12 @@ def step_length(s, f, pq, unused):
 def update(W, ld, i, s, D, x, r, p, q, d, e):
     """x += α p; r −= α q; the terms of r·r and r·z."""
     alpha = s[ALPHA]
-    W[x * ld + i] = W[x * ld + i] + alpha * W[p * ld + i]
-    value = W[r * ld + i] - alpha * W[q * ld + i]
+    xi, pi, ri, qi = W[x * ld + i], W[p * ld + i], W[r * ld + i], W[q * ld + i]
+    value = ri - alpha * qi
+    zi = preconditioned(W, ld, i, D, value)
+    W[x * ld + i] = xi + alpha * pi
     W[r * ld + i] = value
-    return float(value) * value, float(value) * preconditioned(W, ld, i, D, value)
+    return float(value) * value, float(value) * zi
 
 
 @dual

@@ -172,7 +172,8 @@ def _workspace(op, method, n, dtype, options, preconditioner) -> _Workspace:
             return workspace
     machine_type = CudaMachine if op.device == "cuda" else CpuMachine
     machine = machine_type(op, n, dtype, method.rows, method.scalar_count(options),
-                           preconditioner, workspace_rows=method.workspace_rows(options))
+                           preconditioner, workspace_rows=method.workspace_rows(options),
+                           partial_sums=method.partial_sums(options))
     workspace = _Workspace(key, machine)
     if cached and not machine.simulated:
         _WORKSPACES[op] = workspace

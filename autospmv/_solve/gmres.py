@@ -1,4 +1,5 @@
-"""Restarted GMRES, step for step as ``scipy.sparse.linalg.gmres`` (``callback_type='x'``).
+"""Restarted GMRES as ``scipy.sparse.linalg.gmres`` (``callback_type='x'``), with classical
+Gram-Schmidt applied twice where SciPy uses modified Gram-Schmidt.
 
 SciPy's restart cycle: v0 = M r / ‖M r‖; for each column c: w = M A v_c, h0 = ‖w‖, modified
 Gram-Schmidt against v_0 … v_c (h_ck = v_k·w; w −= h_ck v_k), h1 = ‖w‖, v_{c+1} = w / h1 (no
@@ -7,15 +8,20 @@ scaling on breakdown, h1 ≤ eps·h0); the column's Givens rotations and the res
 columns. Then the triangular solve, x += V y, r = b − A x, and SciPy's outer tests and update
 of ptol. ``maxiter`` counts restart cycles, as in SciPy.
 
-Here each Gram-Schmidt step is one pass that subtracts v_k and sums the next dot product with
-the updated w (:func:`project`), and everything scalar (the rotations, the tests, the
-triangular solve) runs in the finish of the pass before it. One restart cycle is one iteration
+Here the orthogonalisation of a column is three passes over w and the basis, whatever the
+column (:func:`gram_schmidt`): the dot products with every v_k at once, their subtraction with
+the dot products again, and the second subtraction with ‖w‖. Twice-applied classical
+Gram-Schmidt is as accurate as the modified one, so the Hessenberg matrix and the iteration
+count agree with SciPy's up to rounding, while a column costs three passes instead of c + 2.
+Everything scalar (the rotations, the tests, the triangular solve) runs in the finish of the
+pass before it. One restart cycle is one iteration
 of the driver: on the GPU the whole cycle is one CUDA graph, and the host reads the flags once
 per cycle.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -25,14 +31,15 @@ from .dual import dual
 from .method import Method
 from .scalars import (FIRST_FREE_FLAG, FIRST_FREE_SCALAR, INNER_DONE, ITERATIONS, MAXITER,
                       STATE, STOPPED, TOL, stop)
-from .steps import Step
+from .steps import MultiStep, Step
 
 COLUMN, K, RESTART, CYCLES, BREAKDOWN = range(FIRST_FREE_FLAG, FIRST_FREE_FLAG + 5)
 (PTOL, PTOL_FACTOR, PRESID, H0, SCALE, EPS, BNRM2, COLUMNS) = range(FIRST_FREE_SCALAR + 1,
                                                                       FIRST_FREE_SCALAR + 9)
 H = COLUMNS + 1
 """Start of SciPy's h (restart × (restart + 1), row c holds column c of the Hessenberg
-matrix), followed by the rotations (restart × 2), S (restart + 1) and y (restart)."""
+matrix), followed by the rotations (restart × 2), S (restart + 1), y (restart) and the second
+Gram-Schmidt pass's coefficients (restart)."""
 
 
 @dual
@@ -48,6 +55,11 @@ def residual_estimates(restart):
 @dual
 def coefficients(restart):
     return residual_estimates(restart) + restart + 1
+
+
+@dual
+def second_coefficients(restart):
+    return coefficients(restart) + restart
 
 
 @dual
@@ -99,45 +111,58 @@ def scale(W, ld, i, s, D, v, w, c, d, e, g):
 
 
 @dual
-def first_projection(W, ld, i, s, D, src, w, v0, d, e, g):
-    """w = M src (a Jacobi M; src itself without one) with the terms of w·w and v0·w."""
-    value = preconditioned(W, ld, i, D, W[src * ld + i])
-    if w != src or D.shape[0] != 1:
-        W[w * ld + i] = value
-    return float(value) * value, float(W[v0 * ld + i]) * value
-
-
-@dual
-def column_start(s, f, ww, h):
-    restart = f[RESTART]
-    column = f[COLUMN]
-    s[H0] = math.sqrt(ww)
-    s[H + column * (restart + 1)] = h
-    f[K] = 0
-
-
-@dual
-def project(W, ld, i, s, D, w, v, following, slot, e, g):
-    """w −= h v (h = s[slot]); the terms of following·w (following: the next basis vector, or
-    w itself after the last)."""
-    value = W[w * ld + i] - s[slot] * W[v * ld + i]
-    W[w * ld + i] = value
-    if following == w:
-        return float(value) * value, 0.0
-    return float(W[following * ld + i]) * value, 0.0
-
-
-@dual
-def projected(s, f, total, unused):
-    """The next h, or after the last projection the end of the column."""
-    restart = f[RESTART]
-    column = f[COLUMN]
-    k = f[K]
-    if k < column:
-        s[H + column * (restart + 1) + k + 1] = total
-        f[K] = k + 1
+def gram_schmidt(W, ld, i, s, D, w, v0, count, coefficients, mode, g, acc):
+    """One pass of classical Gram-Schmidt, twice over (CGS2), against v_0 … v_{count−1}:
+    mode 0 forms w = M w for a Jacobi M and sums v_k·w and w·w; mode 1 subtracts
+    Σ h_k v_k (h from slot ``coefficients``) and sums v_k·w and w·w again; mode 2 subtracts
+    the second coefficients and sums w·w."""
+    wi = W[w * ld + i]
+    if mode == 0:
+        if D.shape[0] != 1:
+            wi = wi * D[i]
+            W[w * ld + i] = wi
     else:
-        column_end(s, f, math.sqrt(total))
+        total = 0.0
+        for k in range(count):
+            total += s[coefficients + k] * W[(v0 + k) * ld + i]
+        wi = wi - total
+        W[w * ld + i] = wi
+    if mode != 2:
+        for k in range(count):
+            acc[k] += float(W[(v0 + k) * ld + i]) * wi
+    acc[count] += float(wi) * wi
+
+
+@dual
+def projections(s, f, totals):
+    """The first pass's coefficients into h's column and ‖w‖ before projecting (SciPy's h0)."""
+    restart = f[RESTART]
+    column = f[COLUMN]
+    h = H + column * (restart + 1)
+    for k in range(column + 1):
+        s[h + k] = totals[k]
+    s[H0] = math.sqrt(totals[column + 1])
+
+
+@dual
+def reprojections(s, f, totals):
+    """The second pass's coefficients, kept apart until the third pass has used them."""
+    column = f[COLUMN]
+    second = second_coefficients(f[RESTART])
+    for k in range(column + 1):
+        s[second + k] = totals[k]
+
+
+@dual
+def orthogonalised(s, f, totals):
+    """h's column is the sum of both passes' coefficients; the column ends with ‖w‖."""
+    restart = f[RESTART]
+    column = f[COLUMN]
+    h = H + column * (restart + 1)
+    second = second_coefficients(restart)
+    for k in range(column + 1):
+        s[h + k] += s[second + k]
+    column_end(s, f, math.sqrt(totals[column + 1]))
 
 
 @dual
@@ -261,8 +286,6 @@ OUTER_RESIDUAL = Step(residual, outer_tests)
 CYCLE_START = Step(preconditioned_norm, cycle_start)
 CYCLE_START_AFTER_PRODUCT = Step(dot, cycle_start)
 SCALE_V0 = Step(scale)
-FIRST_PROJECTION = Step(first_projection, column_start, COLUMN_SKIP)
-PROJECT = Step(project, projected, COLUMN_SKIP)
 NEXT_VECTOR = Step(scale, None, COLUMN_SKIP)
 TRIANGULAR_SOLVE = Step(nothing, triangular_solve)
 COMBINE = Step(combine)
@@ -286,8 +309,11 @@ class GMRES(Method):
 
     @classmethod
     def scalar_count(cls, options):
-        restart = options["restart"]
-        return H + restart * (restart + 1) + 2 * restart + 2 * restart + 1
+        return second_coefficients(options["restart"]) + options["restart"]
+
+    @classmethod
+    def partial_sums(cls, options):
+        return options["restart"] + 2
 
     @classmethod
     def workspace_rows(cls, options):
@@ -341,15 +367,21 @@ class GMRES(Method):
         if m.preconditioner_is_product:
             m.product(v[c], self.q)
             m.precondition(self.q, w)
-            m.step(FIRST_PROJECTION, w, w, v[0])
         else:
             m.product(v[c], w)
-            m.step(FIRST_PROJECTION, w, w, v[0])
-        first = H + c * (self.restart + 1)
-        for k in range(c + 1):
-            following = v[k + 1] if k < c else w
-            m.step(PROJECT, w, v[k], following, first + k)
+        first, second, third = gram_schmidt_steps(self.restart + 2)
+        m.step(first, w, v[0], c + 1, 0, 0)
+        m.step(second, w, v[0], c + 1, H + c * (self.restart + 1), 1)
+        m.step(third, w, v[0], c + 1, second_coefficients(self.restart), 2)
         m.step(NEXT_VECTOR, v[c + 1], w)
+
+
+@functools.lru_cache(maxsize=None)
+def gram_schmidt_steps(sums: int) -> tuple:
+    """The three passes of a column's Gram-Schmidt, for a restart of ``sums − 2``."""
+    return (MultiStep(gram_schmidt, projections, sums, COLUMN_SKIP),
+            MultiStep(gram_schmidt, reprojections, sums, COLUMN_SKIP),
+            MultiStep(gram_schmidt, orthogonalised, sums, COLUMN_SKIP))
 
 
 def restart_of(n: int, restart) -> int:

@@ -16,7 +16,8 @@ from __future__ import annotations
 import numpy as np
 
 from .scalars import FLAGS, STATE, STOPPED
-from .steps import BLOCK, PARALLEL_FROM, cpu_step, cuda_step
+from .steps import (BLOCK, PARALLEL_FROM, MultiStep, cpu_multi_step, cpu_step, cuda_multi_step,
+                    cuda_step)
 
 BLOCKS_PER_SM = 16
 """A step's grid on the GPU: at most this many blocks per multiprocessor (enough loads in
@@ -63,7 +64,8 @@ class CpuMachine(Machine):
     """Runs every call at once on the host: steps as numba loops (on numba's threads for
     vectors of :data:`~.steps.PARALLEL_FROM` elements or more), products by the operator."""
 
-    def __init__(self, op, n, dtype, rows, scalars, preconditioner, workspace_rows=None):
+    def __init__(self, op, n, dtype, rows, scalars, preconditioner, workspace_rows=None,
+                 partial_sums=2):
         super().__init__(op, n, dtype, rows, scalars, preconditioner)
         self.ld = max(n, 1)
         count = workspace_rows or len(rows)
@@ -79,7 +81,8 @@ class CpuMachine(Machine):
         self._parallel = n >= PARALLEL_FROM and numba.get_num_threads() > 1
 
     def step(self, step, a=0, b=0, c=0, d=0, e=0, g=0, n=None) -> None:
-        cpu_step(step, self._parallel)(self.W, self.ld, self.n if n is None else n, self.s,
+        compiled = cpu_multi_step if isinstance(step, MultiStep) else cpu_step
+        compiled(step, self._parallel)(self.W, self.ld, self.n if n is None else n, self.s,
                                        self.f, self.D, a, b, c, d, e, g)
 
     def product(self, src: int, dst: int) -> None:
@@ -121,7 +124,8 @@ class CudaMachine(Machine):
 
     captures = True
 
-    def __init__(self, op, n, dtype, rows, scalars, preconditioner, workspace_rows=None):
+    def __init__(self, op, n, dtype, rows, scalars, preconditioner, workspace_rows=None,
+                 partial_sums=2):
         super().__init__(op, n, dtype, rows, scalars, preconditioner)
         from ..kernels.cuda.launch import SIMULATOR
 
@@ -150,7 +154,7 @@ class CudaMachine(Machine):
             if preconditioner and preconditioner[0] == "jacobi":
                 self.D = xp.zeros(self.ld, dtype=self.dtype)
                 self.D[:n] = xp.asarray(preconditioner[1], dtype=self.dtype)
-            self.partials = xp.zeros(2 * self.grid, dtype=np.float64)
+            self.partials = xp.zeros(max(2, partial_sums) * self.grid, dtype=np.float64)
             self.ticket = xp.zeros(1, dtype=np.int32)
         self._views = [self.W[k * self.ld:k * self.ld + n] for k in range(count)]
         self._launches = {}
@@ -194,7 +198,8 @@ class CudaMachine(Machine):
         grid = self.grid if n else 1
         args = [self.W, np.int64(self.ld), np.int64(n), self.s, self.f, self.D,
                 *(np.int64(r) for r in rows), self.partials, self.ticket]
-        launch = Launch(cuda_step(step), grid, BLOCK, args, np.float64)
+        kernel = cuda_multi_step(step) if isinstance(step, MultiStep) else cuda_step(step)
+        launch = Launch(kernel, grid, BLOCK, args, np.float64)
         if self.simulated:
             return lambda: launch.simulate(None, None)
         launch.load(0, 0)

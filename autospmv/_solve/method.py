@@ -41,6 +41,11 @@ class Method:
         return cls.scalars
 
     @classmethod
+    def partial_sums(cls, options: dict) -> int:
+        """The most sums one of the method's steps makes (two but for :class:`.steps.MultiStep`)."""
+        return 2
+
+    @classmethod
     def workspace_rows(cls, options: dict) -> int:
         return len(cls.rows)
 

@@ -39,8 +39,8 @@ SCALARS = EPS + 1
 def residual(W, ld, i, s, D, r, b, q, z, e, g):
     """r1 = b − q (q = A x0); y = M r1 into row ``z`` for a Jacobi M; the terms of r1·y."""
     value = W[b * ld + i] - W[q * ld + i]
-    W[r * ld + i] = value
     y = preconditioned(W, ld, i, D, value)
+    W[r * ld + i] = value
     if z != r:
         W[z * ld + i] = y
     return float(value) * y, 0.0
@@ -74,10 +74,11 @@ def lanczos_vector(W, ld, i, s, D, v, y, c, d, e, g):
 @dual
 def lanczos_alpha(W, ld, i, s, D, y, v, r1, d, e, g):
     value = W[y * ld + i]
+    vi = W[v * ld + i]
     if s[OLDB] != 0:
         value = value - (s[BETA] / s[OLDB]) * W[r1 * ld + i]
         W[y * ld + i] = value
-    return float(W[v * ld + i]) * value, 0.0
+    return float(vi) * value, 0.0
 
 
 @dual
@@ -89,8 +90,8 @@ def alpha(s, f, alfa, unused):
 def lanczos_beta(W, ld, i, s, D, y, r2, z, d, e, g):
     """y −= (α/β) r2 (y becomes r2); M y into row ``z`` for a Jacobi M; the terms of y·M y."""
     value = W[y * ld + i] - (s[ALFA] / s[BETA]) * W[r2 * ld + i]
-    W[y * ld + i] = value
     preconditioned_value = preconditioned(W, ld, i, D, value)
+    W[y * ld + i] = value
     if z != y:
         W[z * ld + i] = preconditioned_value
     return float(value) * preconditioned_value, 0.0
@@ -138,9 +139,10 @@ def recurrences_after_product(s, f, beta, unused):
 @dual
 def solution(W, ld, i, s, D, w, w1, w2, v, x, g):
     """w = (v − ε_old w1 − δ w2)/γ (into row ``w``); x += φ w; the terms of x·x."""
+    xi = W[x * ld + i]
     value = (W[v * ld + i] - s[OLDEPS] * W[w1 * ld + i] - s[DELTA] * W[w2 * ld + i]) * s[DENOM]
+    xi = xi + s[PHI] * value
     W[w * ld + i] = value
-    xi = W[x * ld + i] + s[PHI] * value
     W[x * ld + i] = xi
     return float(xi) * xi, 0.0
 

@@ -175,3 +175,138 @@ def cuda_step(step: Step):
         return cuda.jit(function)
 
     return _memoised(("cuda", step), build)
+
+
+@dataclass(frozen=True)
+class MultiStep:
+    """A fused vector step that sums up to ``sums`` products: its body
+    ``body(W, ld, i, s, D, a, b, c, d, e, g, acc)`` adds element i's terms into ``acc`` (an
+    array of ``sums`` float64), and its finish ``finish(s, f, totals)`` reads the totals (GMRES's
+    Gram-Schmidt passes, one sum per basis vector)."""
+
+    body: Dual
+    finish: Dual
+    sums: int
+    skip: int = 1
+
+    @property
+    def name(self) -> str:
+        return f"multistep__{self.body.__name__}__{self.finish.__name__}__{self.sums}__{self.skip}"
+
+
+def _cpu_multi_template(W, ld, n, s, f, D, a, b, c, d, e, g):
+    if f[STATE] & SKIP:
+        return
+    chunks = max(1, min(CHUNKS, n // 4096))
+    partial = np.zeros((chunks, SUMS))
+    for chunk in prange(chunks):
+        start = n * chunk // chunks
+        end = n * (chunk + 1) // chunks
+        acc = partial[chunk]
+        for i in range(start, end):
+            BODY(W, ld, i, s, D, a, b, c, d, e, g, acc)
+    totals = np.zeros(SUMS)
+    for chunk in range(chunks):
+        for k in range(SUMS):
+            totals[k] += partial[chunk, k]
+    FINISH(s, f, totals)
+
+
+def cpu_multi_step(step: MultiStep, parallel: bool):
+    """The numba CPU function of a :class:`MultiStep` (arguments as :func:`cpu_step`'s)."""
+    def build():
+        import numpy
+
+        function = retargeted(_cpu_multi_template, "cpu", BODY=step.body.on("cpu"),
+                              FINISH=step.finish.on("cpu"), SKIP=step.skip, SUMS=step.sums,
+                              CHUNKS=numba.config.NUMBA_NUM_THREADS if parallel else 1,
+                              np=numpy)
+        function.__qualname__ = function.__name__ = step.name
+        return numba.njit(parallel=parallel, error_model="numpy")(function)
+
+    return _memoised(("cpu", step, parallel), build)
+
+
+def _cuda_multi_template(W, ld, n, s, f, D, a, b, c, d, e, g, partials, ticket):
+    if f[STATE] & SKIP:
+        return
+    tid = cuda.threadIdx.x
+    block = cuda.blockIdx.x
+    blocks = cuda.gridDim.x
+    acc = cuda.local.array(SUMS, float64)
+    for k in range(SUMS):
+        acc[k] = 0.0
+    i = block * BLOCK + tid
+    while i < n:
+        BODY(W, ld, i, s, D, a, b, c, d, e, g, acc)
+        i += blocks * BLOCK
+    sums = cuda.shared.array(WARPS_SUMS, float64)
+    last = cuda.shared.array(1, int32)
+    _warp_sums(sums, tid, acc)
+    if tid < SUMS:
+        total = 0.0
+        for warp in range(WARPS):
+            total += sums[warp * SUMS + tid]
+        partials[block * SUMS + tid] = total
+    cuda.threadfence()
+    cuda.syncthreads()
+    if tid == 0:
+        last[0] = cuda.atomic.add(ticket, 0, 1) == blocks - 1
+    cuda.syncthreads()
+    if last[0] == 0:
+        return
+    cuda.threadfence()
+    for k in range(SUMS):
+        acc[k] = 0.0
+    j = tid
+    while j < blocks:
+        for k in range(SUMS):
+            acc[k] += partials[j * SUMS + k]
+        j += BLOCK
+    _warp_sums(sums, tid, acc)
+    if tid < SUMS:
+        total = 0.0
+        for warp in range(WARPS):
+            total += sums[warp * SUMS + tid]
+        acc[0] = total
+    cuda.syncthreads()
+    if tid < SUMS:
+        sums[tid] = acc[0]
+    cuda.syncthreads()
+    if tid == 0:
+        FINISH(s, f, sums)
+        ticket[0] = 0
+
+
+def _warp_sums_template(sums, tid, acc):
+    """Each warp's sum of every ``acc[k]`` into ``sums[warp * SUMS + k]`` (shuffles in a fixed
+    order), then a barrier."""
+    lane = tid % 32
+    warp = tid // 32
+    for k in range(SUMS):
+        value = acc[k]
+        offset = 16
+        while offset > 0:
+            value += cuda.shfl_down_sync(0xFFFFFFFF, value, offset)
+            offset //= 2
+        if lane == 0:
+            sums[warp * SUMS + k] = value
+    cuda.syncthreads()
+
+
+def cuda_multi_step(step: MultiStep):
+    """The numba-cuda kernel of a :class:`MultiStep` (arguments as :func:`cuda_step`'s;
+    ``partials`` holds ``step.sums`` float64 per block)."""
+    def build():
+        from numba import cuda, float64, int32
+
+        names = dict(cuda=cuda, float64=float64, int32=int32, BLOCK=BLOCK, SUMS=step.sums,
+                     WARPS=BLOCK // 32, WARPS_SUMS=(BLOCK // 32) * step.sums)
+        warp_sums = cuda.jit(device=True)(retargeted(_warp_sums_template, "cuda", **names))
+        function = retargeted(_cuda_multi_template, "cuda", BODY=step.body.on("cuda"),
+                              FINISH=step.finish.on("cuda"), SKIP=step.skip,
+                              _warp_sums=warp_sums, **names)
+        function.__qualname__ = function.__name__ = step.name
+        return cuda.jit(function)
+
+    return _memoised(("cuda", step), build)
