@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import stat
 import warnings
 from pathlib import Path
 
@@ -55,16 +56,25 @@ class ModelChoice:
 
 
 @functools.lru_cache(maxsize=16)
-def _load_cached(path: str, mtime: float) -> TreeModel:
+def _load_cached(path: str, identity: tuple[int, int, int, int]) -> TreeModel:
     return TreeModel.load(path)
 
 
 def load_model(path) -> TreeModel:
-    """Load (and cache, until the file changes) a model file; ValueError if it is invalid."""
+    """Load a model file; ValueError if it is missing, not a regular file, or invalid.
+
+    Loaded models are cached by path and the file's identity (device, inode, size and mtime in
+    nanoseconds), so that a file replaced or rewritten in place is read again even when its
+    mtime is unchanged (a copy that keeps the mtime, or a file system with a coarse clock)."""
     path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"model file {str(path)!r} does not exist")
-    return _load_cached(str(path), path.stat().st_mtime)
+    try:
+        info = path.stat()
+    except OSError:
+        raise ValueError(f"model file {str(path)!r} does not exist") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise ValueError(f"model file {str(path)!r} is not a regular file")
+    identity = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+    return _load_cached(str(path), identity)
 
 
 def shipped_models() -> dict[str, Path]:
