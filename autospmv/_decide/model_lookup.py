@@ -112,11 +112,12 @@ def _choice(path: Path, reason: str) -> ModelChoice:
     return ModelChoice(model, path, reason, model_dtype(model, path))
 
 
-def find_model(device: str, model=None, dtype=None, *,
-               retrained: bool = True) -> ModelChoice | None:
-    """The model to decide with on ``device`` for a matrix of ``dtype`` (None: float64); see
-    the module docstring for the order. ``retrained=False`` skips the models retrained on this
-    machine."""
+def named_model(model=None) -> ModelChoice | None:
+    """The model that the caller names, loaded: ``model`` (a path or a loaded model), else the
+    ``AUTOSPMV_MODEL`` environment variable; None when neither names one. ValueError when the
+    named file is missing or invalid: the caller asked for that model, so nothing replaces it.
+    :func:`autospmv.prepare` with ``background=True`` calls it before the decision's thread
+    starts, so that a broken model raises there as it does without ``background``."""
     if isinstance(model, TreeModel):
         return ModelChoice(model, None, "passed as model=", model_dtype(model))
     if model is not None:
@@ -124,6 +125,17 @@ def find_model(device: str, model=None, dtype=None, *,
     env = os.environ.get("AUTOSPMV_MODEL")
     if env:
         return _choice(Path(env), "from AUTOSPMV_MODEL")
+    return None
+
+
+def find_model(device: str, model=None, dtype=None, *,
+               retrained: bool = True) -> ModelChoice | None:
+    """The model to decide with on ``device`` for a matrix of ``dtype`` (None: float64); see
+    the module docstring for the order. ``retrained=False`` skips the models retrained on this
+    machine."""
+    named = named_model(model)
+    if named is not None:
+        return named
     dtype = np.dtype(dtype or "float64").name
     slug = device_slug(device)
     shipped = shipped_models()
