@@ -333,7 +333,7 @@ class SpMVOperator(LinearOperator):
             raise ValueError(f"X must have shape ({self.shape[1]}, k); got {X.shape}")
         if X.shape[1] == 1 and self.device == "cpu":
             return self.matvec(X)
-        dtype = result_dtype(self.dtype, X.dtype)
+        dtype = result_dtype(self.dtype, X.dtype, "X")
         Y = np.empty((self.shape[0], X.shape[1]), dtype=dtype)
         if Y.size:
             backend = self._backend
