@@ -166,8 +166,9 @@ def test_every_matrix_of_the_family_is_covered():
     assert set(MATRICES) <= set(ALL)
 
 
-LONGDOUBLE_MESSAGE = (r"must have dtype float32 or float64; got float(128|96), which autospmv's "
-                      r"kernels do not compute in; convert it first, e\.g\. [xX]\.astype\(numpy\.float64\)")
+LONGDOUBLE_MESSAGE = (r"must have dtype float32 or float64; got float(128|96), which "
+                      r"autospmv's kernels do not compute in; convert it first, "
+                      r"e\.g\. [xX]\.astype\(numpy\.float64\)")
 
 LONGDOUBLE_FORMS = {
     "matvec": lambda op, x, X, z: op.matvec(x),

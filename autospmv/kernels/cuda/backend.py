@@ -73,7 +73,7 @@ def _check_device_vector(cai: dict, length: int, dtypes: tuple, what: str
     else:
         dtype = np.dtype(typestr)
     if dtype not in dtypes:
-        if what == "x":
+        if what == "x" and dtype not in VECTOR_DTYPES:  # no kernel takes it: say the fix
             raise TypeError(unsupported_vector(dtype, what))
         allowed = " or ".join(str(d) for d in dtypes)
         raise TypeError(f"{what} must have dtype {allowed}; got {dtype}")
