@@ -1,5 +1,5 @@
-"""Vectors of a dtype the kernels cannot take (``numpy.longdouble``) given to every CUDA
-kernel's operator in numba-cuda's CUDA simulator, in every product form; prints one JSON
+"""Vectors of a dtype the kernels cannot take (``numpy.longdouble``) given to CUDA operators
+in numba-cuda's CUDA simulator, in every product form; prints one JSON
 object. ``test_dtypes.py`` runs it in a subprocess (the simulator replaces ``numba.cuda``
 process-wide) and asserts that each form is refused with a TypeError naming the dtype and the
 fix, while a float64 vector of the same form gives SciPy's result.
@@ -27,6 +27,12 @@ from numba import cuda  # noqa: E402
 
 import autospmv  # noqa: E402
 from matrices import random_matrix, relative_error  # noqa: E402
+
+KERNELS = ("csr_vector", "hyb")
+"""The kernels tried: the refusal happens in code every CUDA operator shares (the vector
+checks and the CUDA backend), so a CSR kernel and one of another format (two launches) stand
+for all; each simulated product costs seconds (``test_dtypes.py`` tries every kernel on the
+CPU)."""
 
 FORMS = {
     "host x": lambda op, x, X, z: op @ x,
@@ -63,7 +69,7 @@ def main() -> dict:
                 "device rmatvec": A.T @ z}
     wide = [v.astype(np.longdouble) for v in (x, X, z)]
     results = {}
-    for kernel in autospmv.KERNELS:
+    for kernel in KERNELS:
         op = autospmv.prepare(A, kernel=kernel, device="cuda")
         for form, call in FORMS.items():
             try:
