@@ -8,6 +8,7 @@ import time
 import numpy as np
 
 from . import _registry as registry
+from ._decide.model_lookup import named_model
 from ._decide.sampling import SAMPLE_THRESHOLD
 from ._decide.selection import Decision, decide, forced_decision
 from ._run.background import (START_KERNEL, BackgroundSwitch, on_own_stream, snapshot_for_cpu,
@@ -183,7 +184,9 @@ def _start_in_background(csr, device: str, model, threads, borrowed: bool, uploa
     kernel with its decision running on a thread (:mod:`autospmv._run.background`); or None
     where the decision is made before returning (at most ``SAMPLE_THRESHOLD`` nonzeros on the
     GPU, on the GPU without CuPy or under the simulator, or a row too long for the start
-    kernel), with the note that says why for the last."""
+    kernel), with the note that says why for the last. A model that ``model=`` or
+    ``AUTOSPMV_MODEL`` names is loaded first, so that a broken one raises here."""
+    named_model(model)
     if device == "cuda" and (uploaded is None or csr.nnz <= SAMPLE_THRESHOLD):
         return None, None
     longest = uploaded.longest_row() if device == "cuda" else longest_row(csr.indptr)

@@ -178,3 +178,102 @@ def test_a_row_too_long_for_the_start_kernel_is_decided_before_prepare_returns(r
     assert any(note.startswith("background: not used, as the longest row") for note in
                op.decision.notes), op.decision.notes
     _exact(op, A, rng)
+
+
+def test_threads_waiting_pickling_and_multiplying_through_switches_never_fail():
+    """A few switches of ``background_stress.py`` (run it as a script for 1,000): 8 threads
+    making 1-D and 2-D products, waiting, pickling and explaining while the operator switches."""
+    from background_stress import run
+
+    result = run(switches=12, threads=8, rows=1500)
+    assert result["exceptions"] == result["wrong"] == 0, result["first_errors"]
+    assert result["calls"] >= 12 * 8 * 6
+
+
+def test_wait_from_many_threads_once_the_decision_is_ready(rng):
+    """Issue reproducer: eight threads call ``wait()`` as the thread finishes; the first
+    switches and the others return True once it has."""
+    A = sp.random(4000, 4000, density=1e-3, format="csr", random_state=2)
+    for _ in range(5):
+        op = autospmv.prepare(A, device="cpu", model=_always("hyb"), background=True)
+        errors, answers = [], []
+
+        def wait():
+            try:
+                answers.append(op.wait())
+            except Exception as error:  # noqa: BLE001 - the test's finding
+                errors.append(repr(error))
+
+        workers = [threading.Thread(target=wait) for _ in range(8)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        assert errors == [] and answers == [True] * 8
+        assert op.kernel == "hyb"
+        _exact(op, A, rng)
+
+
+def test_a_2d_product_runs_on_the_backend_it_set_up_when_the_switch_lands_between(
+        rng, monkeypatch):
+    """The thread's result becomes ready after a 2-D product set up its multi-vector product on
+    the start kernel and before it ran: the product runs where it set up (SciPy's result), and
+    the next one on the decision's kernel."""
+    from autospmv.kernels.cpu.backend import CpuBackend
+
+    A = random_matrix(800, 700, 0.01, 3)
+    op = autospmv.prepare(A, device="cpu", model=_always("hyb"), background=True)
+    switch = op._switch
+    switch.join(60)
+    finished, switch.finished = switch.finished, None  # not ready yet, as the product begins
+    set_up = CpuBackend.set_up_multi
+
+    def set_up_then_finish(self, matrix_csr):
+        note = set_up(self, matrix_csr)
+        switch.finished = finished  # the thread is done from here on
+        return note
+
+    monkeypatch.setattr(CpuBackend, "set_up_multi", set_up_then_finish)
+    X = rng.uniform(0.5, 1.0, (A.shape[1], 3))
+    tolerance = TOLERANCE[np.dtype(np.float64)]
+    assert relative_error(op @ X, A @ X) <= tolerance
+    assert op.kernel == "csr_scalar"  # the product did not switch
+    assert relative_error(op @ X, A @ X) <= tolerance
+    assert op.kernel == "hyb"
+    assert op.memory["host"] >= op.nnz * 12  # the decision's operator counts its own set-up
+
+
+def test_a_broken_model_file_raises_with_background_as_without(tmp_path):
+    path = tmp_path / "broken.json"
+    path.write_text('{"format": "autospmv-tree"')
+    A = poisson2d(20)
+    for background in (False, True):
+        with pytest.raises(ValueError, match="broken.json is not a valid JSON model file"):
+            autospmv.prepare(A, device="cpu", model=path, background=background)
+    with pytest.raises(ValueError, match="does not exist"):
+        autospmv.prepare(A, device="cpu", model=tmp_path / "missing.json", background=True)
+
+
+def test_a_broken_autospmv_model_raises_with_background(tmp_path, monkeypatch):
+    path = tmp_path / "broken.json"
+    path.write_text("[]")
+    monkeypatch.setenv("AUTOSPMV_MODEL", str(path))
+    with pytest.raises(ValueError, match="broken.json"):
+        autospmv.prepare(poisson2d(20), device="cpu", background=True)
+
+
+def test_a_decision_failing_on_the_thread_warns_at_the_product_that_switches(rng):
+    """A decision whose format refuses A (a leaf model picking ELL for a power-law matrix, with
+    no next choice) fails on the thread: the product that would switch warns, runs on the
+    start kernel (SciPy's result) and the operator stays there."""
+    A = power_law(3000, 3000, 1.8, 4)
+    with pytest.raises(autospmv.FormatTooLargeError, match="ELL would need"):
+        autospmv.prepare(A, device="cpu", model=_always("ell"))
+    op = autospmv.prepare(A, device="cpu", model=_always("ell"), background=True)
+    op._switch.join(60)
+    with pytest.warns(RuntimeWarning, match="the decision or its conversion failed "
+                                            r"\(FormatTooLargeError: ELL would need"):
+        _exact(op, A, rng)
+    assert op.kernel == "csr_scalar" and op._switch is None
+    assert any("the operator stays on csr_scalar" in note for note in op.decision.notes)
+    _exact(op, A, rng)

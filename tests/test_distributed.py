@@ -469,3 +469,173 @@ def test_in_process_workers():
         _, _, iterations = scipy_iterations(spla.cg, A, b, rtol=1e-10)
         x, info = adist.cg(op, b, rtol=1e-10)
         assert info == 0 and op.last_solve["iterations"] == iterations
+
+
+# --- hostile input and lost workers -------------------------------------------------------------
+
+HANG_GUARD_S = 120
+"""A call that hung before its fix is run under this bound (far above its time), so that a
+regression fails the test instead of stalling the suite."""
+
+
+def finishes(call):
+    """``call()``'s result, or a failure when it hangs (see :data:`HANG_GUARD_S`)."""
+    import concurrent.futures
+
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    try:
+        return pool.submit(call).result(timeout=HANG_GUARD_S)
+    except concurrent.futures.TimeoutError:
+        pytest.fail(f"still running after {HANG_GUARD_S} s: a rank's worker is blocked")
+    finally:
+        pool.shutdown(wait=False)
+
+
+def still_usable(client):
+    """A prepare and a product on the same cluster give SciPy's result."""
+    A = band(300)
+    finishes(lambda: check_product(prepare(A, client), A, np.float64))
+
+
+def test_a_column_index_out_of_range_is_refused_as_prepare_refuses_it(client):
+    A = random_matrix(200, 200, 0.05, 1)
+    A.indices = A.indices.copy()
+    A.indices[3] = 10 ** 9
+    message = "column index 1000000000 out of range for 200 columns"
+    with pytest.raises(ValueError, match=message):
+        autospmv.prepare(A, device="cpu")
+    with pytest.raises(ValueError, match=message):
+        prepare(A, client)
+
+
+@pytest.mark.parametrize("spoil, message", [
+    (lambda block: block.indices.__setitem__(2, 10 ** 7),
+     r"rank 1's row block \(rows 150:300\): malformed CSR matrix: column index 10000000 out of "
+     r"range for 300 columns"),
+    (lambda block: block.indices.__setitem__(0, -4),
+     r"rank 1's row block \(rows 150:300\): malformed CSR matrix: negative column index -4"),
+    (lambda block: block.indptr.__setitem__(5, 10 ** 6),
+     r"rank 1's row block \(rows 150:300\): malformed CSR matrix: indptr decreases"),
+], ids=["column past the end", "negative column", "indptr"])
+def test_a_malformed_row_block_is_refused_naming_its_rank(client, spoil, message):
+    """The block function's block of rank 1 only is malformed: refused before any split reads
+    it (a split used to write out of bounds there), and every rank stays usable."""
+    A = band(300)
+
+    def rows(start, stop):
+        block = A[start:stop].copy()
+        if start:
+            block.indices, block.indptr = block.indices.copy(), block.indptr.copy()
+            spoil(block)
+        return block
+
+    with pytest.raises(ValueError, match=message):
+        finishes(lambda: prepare(rows, client, shape=A.shape))
+    still_usable(client)
+
+
+def test_a_part_source_that_is_not_an_npz_file_names_its_rank(client, tmp_path):
+    A = band(200)
+    good = tmp_path / "part0.npz"
+    sp.save_npz(good, A[:100])
+    broken = tmp_path / "part1.npz"
+    broken.write_bytes(b"not a zip file")
+    with pytest.raises(ValueError, match="rank 1's part source .*part1.npz.* cannot be read"):
+        finishes(lambda: prepare([str(good), str(broken)], client))
+    still_usable(client)
+
+
+def test_a_block_function_failing_on_one_rank_leaves_every_rank_usable(client):
+    """Rank 0's block was made, rank 1's function raised: rank 0 used to wait for rank 1 in
+    the exchange, and the next prepare on the cluster hung behind it."""
+    A = band(300)
+
+    def rows(start, stop):
+        if start:
+            raise RuntimeError("no block for rank 1")
+        return A[start:stop]
+
+    with pytest.raises(RuntimeError, match="no block for rank 1"):
+        finishes(lambda: prepare(rows, client, shape=A.shape))
+    still_usable(client)
+
+
+def test_a_kernel_refusing_one_rank_only_leaves_every_rank_usable(client):
+    """ELL fits rank 0's block (a diagonal) and not rank 1's (one long row): rank 1 fails after
+    the exchange; its communicator is released on every rank."""
+    n = 20_000
+    A = (sp.eye(n, format="lil") * 2.0)
+    A[n - 10, :] = 1.0
+    A = sp.csr_matrix(A)
+    with pytest.raises(autospmv.FormatTooLargeError, match="ELL would need"):
+        finishes(lambda: prepare(A, client, kernel="ell"))
+    still_usable(client)
+
+
+def test_longdouble_is_refused_on_every_distributed_path(client):
+    A = band(200)
+    op = prepare(A, client)
+    x = np.ones(200, dtype=np.longdouble)
+    message = (r"must have dtype float32 or float64; got float(128|96), which autospmv's "
+               r"kernels do not compute in; convert it first")
+    if np.dtype(np.longdouble) == np.float64:
+        pytest.skip("longdouble is float64 here")
+    for call in (lambda: op @ x, lambda: op.vector(x), lambda: op @ da.from_array(x),
+                 lambda: adist.cg(op, x)):
+        with pytest.raises(TypeError, match=message):
+            finishes(call)
+    with pytest.raises(TypeError, match=r"does not support dtype float(128|96).*A\.astype"):
+        prepare(A.astype(np.longdouble), client)
+    check_product(op, A, np.float64)
+
+
+def test_cuda_on_cpu_workers_says_they_have_no_gpu(client):
+    with pytest.raises(ValueError, match=r"device='cuda', but worker tcp://\S+ has no usable "
+                                         r"GPU"):
+        prepare(band(50), client, device="cuda")
+
+
+def test_a_closed_client_is_named_as_closed():
+    A = band(100)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                                  dashboard_address=":0", silence_logs=50) as cluster:
+        client = distributed.Client(cluster, set_as_default=False)
+        op = prepare(A, client)
+        x = op.vector(np.ones(100))
+        client.close()
+        for call in (lambda: op @ np.ones(100), lambda: op @ x, lambda: op.vector(np.ones(100)),
+                     lambda: adist.cg(op, np.ones(100)), lambda: prepare(A, client)):
+            with pytest.raises(ValueError, match=r"the Dask client is closed \(status 'closed'\)"):
+                call()
+
+
+def test_a_dead_worker_is_named_with_its_rank():
+    """Rank 1's worker process is killed between products, then during a solve: each call
+    says which rank and worker left, and a new prepare works on the workers there are then."""
+    import os
+    import signal
+    import threading
+
+    A = band(400)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=":0", silence_logs=50) as cluster, \
+            distributed.Client(cluster, set_as_default=False) as client:
+        op = prepare(A, client)
+        x = op.vector(np.ones(400))
+        check_product(op, A, np.float64)
+        pid = client.run(os.getpid, workers=[op.workers[1]])[op.workers[1]]
+        os.kill(pid, signal.SIGKILL)
+        gone = rf"rank 1 \(worker {op.workers[1]}\) left the cluster"
+        for call in (lambda: op @ np.ones(400), lambda: (op @ x).gather(),
+                     lambda: adist.cg(op, np.ones(400))):
+            with pytest.raises(RuntimeError, match=gone):
+                finishes(call)
+        client.wait_for_workers(2, timeout=60)
+        op = prepare(A, client)
+        check_product(op, A, np.float64)
+        pid = client.run(os.getpid, workers=[op.workers[1]])[op.workers[1]]
+        threading.Timer(1.0, os.kill, (pid, signal.SIGKILL)).start()
+        lost = (r"rank 0 lost its connection to rank 1 .*: rank 1's worker died|"
+                rf"rank 1 \(worker {op.workers[1]}\) left the cluster")
+        with pytest.raises(RuntimeError, match=lost):
+            finishes(lambda: adist.cg(op, np.ones(400), rtol=0.0, maxiter=10 ** 7))

@@ -5,10 +5,16 @@ values and accumulates in float64, so the result must meet float64's tolerance a
 float64 on the same (float32) matrix, where a float32 sum would miss it by orders of magnitude.
 A float32 x keeps the float32 product. Every kernel runs every (matrix, x) dtype pair on the CPU
 and, with host vectors, on a real GPU (the ``device`` fixture); the CUDA simulator's runs are in
-``test_cuda_simulator.py`` and device arrays in ``test_gpu.py``.
+``test_cuda_simulator.py`` and device arrays in ``test_gpu.py``. A vector whose product the
+kernels cannot compute in (``numpy.longdouble``) is refused with a TypeError naming the dtype
+and the fix, on the CPU and under the simulator (``dtype_simulator_worker.py``), on every
+product form.
 """
 
 from __future__ import annotations
+
+import pathlib
+import re
 
 import numba
 import numpy as np
@@ -158,3 +164,62 @@ def test_a_real_operator_times_complex_parts_matches_scipy(rng):
 def test_every_matrix_of_the_family_is_covered():
     """MATRICES above are names of the shared family, so a renamed maker fails here."""
     assert set(MATRICES) <= set(ALL)
+
+
+LONGDOUBLE_MESSAGE = (r"must have dtype float32 or float64; got float(128|96), which "
+                      r"autospmv's kernels do not compute in; convert it first, "
+                      r"e\.g\. [xX]\.astype\(numpy\.float64\)")
+
+LONGDOUBLE_FORMS = {
+    "matvec": lambda op, x, X, z: op.matvec(x),
+    "@": lambda op, x, X, z: op @ x,
+    "column": lambda op, x, X, z: op @ x[:, None],
+    "dot": lambda op, x, X, z: op.dot(x),
+    "out= of its dtype": lambda op, x, X, z: op.matvec(x, out=np.empty(op.shape[0], x.dtype)),
+    "out= float64": lambda op, x, X, z: op.matvec(x, out=np.empty(op.shape[0])),
+    "matmat": lambda op, x, X, z: op.matmat(X),
+    "@ X": lambda op, x, X, z: op @ X,
+    "rmatvec": lambda op, x, X, z: op.rmatvec(z),
+    "T @": lambda op, x, X, z: op.T @ z,
+    "rmatmat": lambda op, x, X, z: op.rmatmat(np.stack([z, z], axis=1)),
+}
+
+
+@pytest.mark.skipif(np.dtype(np.longdouble) == np.float64, reason="longdouble is float64 here")
+@pytest.mark.parametrize("matrix_dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("kernel", autospmv.KERNELS)
+def test_longdouble_vectors_are_refused_with_the_fix_on_every_product_form(kernel, matrix_dtype,
+                                                                          rng):
+    A = sp.random(40, 30, density=0.2, format="csr", random_state=3, dtype=matrix_dtype)
+    op = autospmv.prepare(A, kernel=kernel, device="cpu")
+    x, z = rng.uniform(0.5, 1, 30), rng.uniform(0.5, 1, 40)
+    X = rng.uniform(0.5, 1, (30, 3))
+    wide = [v.astype(np.longdouble) for v in (x, X, z)]
+    for form, call in LONGDOUBLE_FORMS.items():
+        with pytest.raises(TypeError, match=LONGDOUBLE_MESSAGE):
+            call(op, *wide)
+    assert np.allclose(op @ x, A @ x) and np.allclose(op @ X, A @ X)  # still usable
+
+
+@pytest.mark.skipif(np.dtype(np.longdouble) == np.float64, reason="longdouble is float64 here")
+def test_a_longdouble_matrix_is_refused_with_the_fix():
+    with pytest.raises(TypeError, match=r"does not support dtype float(128|96); supported: "
+                                        r"float32, float64 .*A\.astype\(numpy\.float64\)"):
+        autospmv.prepare(sp.random(10, 10, density=0.3, format="csr").astype(np.longdouble),
+                         device="cpu")
+
+
+@pytest.mark.skipif(np.dtype(np.longdouble) == np.float64, reason="longdouble is float64 here")
+def test_longdouble_vectors_are_refused_by_the_simulated_gpu_operators():
+    """CUDA operators under numba-cuda's simulator, host and device vectors, every product
+    form (``dtype_simulator_worker.py``): refused with the fix, while float64 vectors of the
+    same form give SciPy's result."""
+    from simulator_run import run_simulator_worker
+
+    results = run_simulator_worker(pathlib.Path(__file__).with_name(
+        "dtype_simulator_worker.py"), 600)
+    assert len(results) == 2 * 8
+    for case, result in results.items():
+        assert isinstance(result["control"], float) and result["control"] <= 1e-12, (case, result)
+        assert re.fullmatch("TypeError: [xX] " + LONGDOUBLE_MESSAGE, result["refused"]), \
+            (case, result)

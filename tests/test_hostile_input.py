@@ -664,3 +664,49 @@ def test_the_corpus_refuses_malformed_files_and_skips_what_is_not_a_regular_file
                         "out of range for 3 rows (first at entry 2; valid: 0..2)")
     assert lines[4] == (f"{tmp_path / 'bad-dia.npz'}: malformed DIA matrix: offset 7 lies "
                         "outside the 4x4 matrix (valid: -4..4)")
+
+
+# --- the model cache and the model file's size cap ----------------------------------------------
+
+def leaf_model(kernel: str) -> dict:
+    """A one-leaf model file's document: it picks ``kernel`` for every matrix."""
+    return {"format": "autospmv-tree", "schema_version": 1, "feature_names": ["nnz"],
+            "classes": [kernel],
+            "tree": {"children_left": [-1], "children_right": [-1], "feature": [-2],
+                     "threshold": [-2.0], "value": [[1.0]], "n_node_samples": [1],
+                     "weighted_n_node_samples": [1.0]}}
+
+
+def test_a_model_replaced_with_the_same_size_and_mtime_is_read_again(tmp_path):
+    path = tmp_path / "model.json"
+    path.write_text(json.dumps(leaf_model("hyb")))
+    A = random_matrix(60, 60, 0.1, 1)
+    assert autospmv.prepare(A, device="cpu", model=path).kernel == "hyb"
+    mtime = path.stat().st_mtime_ns
+    replacement = tmp_path / "replacement.json"
+    replacement.write_text(json.dumps(leaf_model("ell")))  # the same number of bytes
+    os.utime(replacement, ns=(mtime, mtime))
+    os.replace(replacement, path)
+    assert (path.stat().st_size, path.stat().st_mtime_ns) == (len(json.dumps(leaf_model("hyb"))),
+                                                              mtime)
+    assert autospmv.prepare(A, device="cpu", model=path).kernel == "ell"
+
+
+def test_a_model_file_larger_than_the_cap_is_refused_unread(tmp_path, monkeypatch):
+    from autospmv._decide import model_file
+
+    path = tmp_path / "model.json"
+    path.write_text(json.dumps(leaf_model("hyb")) + " " * 5000)
+    monkeypatch.setattr(model_file, "MAX_MODEL_BYTES", 4096)
+    with pytest.raises(ValueError, match="model.json is larger than 4,096 bytes"):
+        TreeModel.load(path)
+    with pytest.raises(ValueError, match="larger than"):
+        with open(path) as handle:
+            TreeModel.load(handle)
+    monkeypatch.setattr(model_file, "MAX_MODEL_BYTES", 8192)
+    assert list(TreeModel.load(path).classes) == ["hyb"]
+
+
+def test_a_model_path_that_is_not_a_regular_file_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="is not a regular file"):
+        autospmv.prepare(random_matrix(5, 5, 0.5, 1), device="cpu", model=tmp_path)

@@ -138,22 +138,30 @@ def read_document(doc, known_kernels=None) -> dict:
                 ranking=doc.get("ranking", "value"), defaults=defaults)
 
 
+MAX_MODEL_BYTES = 64 << 20
+"""The largest model file read (64 MiB): a trained tree of 100,000 nodes takes about 10 MB, so
+a larger file is not a model, and reading it whole would hold it in memory."""
+
+
 def read_json(source) -> tuple[object, str]:
     """The parsed JSON document of a path or a text/binary file object (never unpickled) and
-    the name to report it by; ValueError when it cannot be read or is not JSON."""
+    the name to report it by; ValueError when it cannot be read, is larger than
+    :data:`MAX_MODEL_BYTES`, or is not JSON. At most one byte beyond the cap is read."""
     where = getattr(source, "name", "the model file") if hasattr(source, "read") \
         else os.fspath(source)
     try:
         if hasattr(source, "read"):
-            text = source.read()
+            text = source.read(MAX_MODEL_BYTES + 1)
         else:
             with open(where, "rb") as handle:
-                text = handle.read()
+                text = handle.read(MAX_MODEL_BYTES + 1)
     except OSError as err:
         raise ValueError(f"cannot read the model file {where}: {err}") from None
-    if isinstance(text, bytes):
-        text = text.decode("utf-8", errors="replace")
+    if len(text) > MAX_MODEL_BYTES:
+        raise ValueError(f"{where} is larger than {MAX_MODEL_BYTES:,} bytes, the most a model "
+                         "file may take; it is not a model file")
     try:
+        # bytes are parsed as they are (UTF-8, -16 or -32), without a decoded copy
         doc = json.loads(text, parse_constant=_reject_constant)
     except (ValueError, RecursionError) as err:
         raise ValueError(f"{where} is not a valid JSON model file: {err}") from None

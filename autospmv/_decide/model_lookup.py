@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import stat
 import warnings
 from pathlib import Path
 
@@ -55,16 +56,25 @@ class ModelChoice:
 
 
 @functools.lru_cache(maxsize=16)
-def _load_cached(path: str, mtime: float) -> TreeModel:
+def _load_cached(path: str, identity: tuple[int, int, int, int]) -> TreeModel:
     return TreeModel.load(path)
 
 
 def load_model(path) -> TreeModel:
-    """Load (and cache, until the file changes) a model file; ValueError if it is invalid."""
+    """Load a model file; ValueError if it is missing, not a regular file, or invalid.
+
+    Loaded models are cached by path and the file's identity (device, inode, size and mtime in
+    nanoseconds), so that a file replaced or rewritten in place is read again even when its
+    mtime is unchanged (a copy that keeps the mtime, or a file system with a coarse clock)."""
     path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"model file {str(path)!r} does not exist")
-    return _load_cached(str(path), path.stat().st_mtime)
+    try:
+        info = path.stat()
+    except OSError:
+        raise ValueError(f"model file {str(path)!r} does not exist") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise ValueError(f"model file {str(path)!r} is not a regular file")
+    identity = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+    return _load_cached(str(path), identity)
 
 
 def shipped_models() -> dict[str, Path]:
@@ -102,11 +112,12 @@ def _choice(path: Path, reason: str) -> ModelChoice:
     return ModelChoice(model, path, reason, model_dtype(model, path))
 
 
-def find_model(device: str, model=None, dtype=None, *,
-               retrained: bool = True) -> ModelChoice | None:
-    """The model to decide with on ``device`` for a matrix of ``dtype`` (None: float64); see
-    the module docstring for the order. ``retrained=False`` skips the models retrained on this
-    machine."""
+def named_model(model=None) -> ModelChoice | None:
+    """The model that the caller names, loaded: ``model`` (a path or a loaded model), else the
+    ``AUTOSPMV_MODEL`` environment variable; None when neither names one. ValueError when the
+    named file is missing or invalid: the caller asked for that model, so nothing replaces it.
+    :func:`autospmv.prepare` with ``background=True`` calls it before the decision's thread
+    starts, so that a broken model raises there as it does without ``background``."""
     if isinstance(model, TreeModel):
         return ModelChoice(model, None, "passed as model=", model_dtype(model))
     if model is not None:
@@ -114,6 +125,17 @@ def find_model(device: str, model=None, dtype=None, *,
     env = os.environ.get("AUTOSPMV_MODEL")
     if env:
         return _choice(Path(env), "from AUTOSPMV_MODEL")
+    return None
+
+
+def find_model(device: str, model=None, dtype=None, *,
+               retrained: bool = True) -> ModelChoice | None:
+    """The model to decide with on ``device`` for a matrix of ``dtype`` (None: float64); see
+    the module docstring for the order. ``retrained=False`` skips the models retrained on this
+    machine."""
+    named = named_model(model)
+    if named is not None:
+        return named
     dtype = np.dtype(dtype or "float64").name
     slug = device_slug(device)
     shipped = shipped_models()

@@ -6,6 +6,10 @@ canonical CSR is csr_scalar's), while a thread decides as :func:`autospmv.prepar
 converts A for the chosen kernel. The product that follows the thread's end switches the
 operator to the chosen kernel, in the caller's thread and between two products, so no product
 runs half on one format and half on the other; ``op.wait()`` waits for the thread and switches.
+The switch is one hand-over (:func:`adopt`): any number of threads may make products, wait,
+pickle or explain through it. A model that ``model=`` or ``AUTOSPMV_MODEL`` names is loaded
+before the thread starts, so that a broken one raises in ``prepare``; a decision that fails on
+the thread warns at the switch, and the operator keeps the start kernel.
 On the GPU the switch first waits for the products in flight (a device synchronisation), since
 they read the format it releases. Each product is exact to the rounding of the kernel that ran
 it. The thread's GPU work queues on a stream of its own (:func:`on_own_stream`), so it runs
@@ -133,12 +137,17 @@ def warn_failed(error: BaseException, kernel: str) -> str:
     return note
 
 
-def adopt(op) -> None:
-    """Switch ``op`` to the operator its background thread built (or keep it, with a note,
-    when the start kernel is the decision or the thread failed). Under the switch's lock, so
-    that one of several calling threads switches; on the GPU after a device synchronisation,
-    since the products in flight read the format released here."""
-    switch = op._switch
+def adopt(op, switch: BackgroundSwitch) -> None:
+    """Switch ``op`` to the operator that its background thread ``switch`` built (or keep it,
+    with a note, when the start kernel is the decision or the thread failed).
+
+    One hand-over, under the switch's lock, so that one of several calling threads switches
+    and the others return once it has (``switch`` is the one the caller read: ``op._switch``
+    is None once switched). The new operator's state is copied in before its runner, which
+    products read once per call (:attr:`SpMVOperator._backend`), and ``op._switch`` is cleared
+    last, so a thread that finds no switch finds the whole new state. On the GPU the hand-over
+    follows a device synchronisation, since the products in flight read the format released
+    here."""
     with switch.lock:
         if op._switch is not switch:  # another thread switched
             return
@@ -157,5 +166,8 @@ def adopt(op) -> None:
             new = switch.result
             new.decision.notes.append(switch_note(f"switched to {new.decision.kernel}", start,
                                                   switch, now))
-            op.__dict__.update(new.__dict__)
+            state = dict(new.__dict__)
+            runner = state.pop("_runner")
+            op.__dict__.update(state)
+            op._runner = runner
         op._switch = None

@@ -169,9 +169,11 @@ class SpMVOperator(LinearOperator):
     @property
     def _backend(self):
         """What runs the products: the kernel bound to its format on its device. Taking it
-        switches to a background decision that is ready (:meth:`wait`)."""
-        if self._switch is not None and self._switch.done:
-            background.adopt(self)
+        switches to a background decision that is ready (:meth:`wait`). A product reads it
+        once and runs on what it read, whichever kernel another thread switches to meanwhile."""
+        switch = self._switch
+        if switch is not None and switch.done:
+            background.adopt(self, switch)
         return self._runner
 
     @_backend.setter
@@ -187,7 +189,7 @@ class SpMVOperator(LinearOperator):
             return True
         if not switch.join(timeout):
             return False
-        background.adopt(self)
+        background.adopt(self, switch)
         return True
 
     @property
@@ -267,8 +269,9 @@ class SpMVOperator(LinearOperator):
         while they write out). An (n, 1) column gives an (m, 1) result. Any number of threads
         may call one operator at once.
         """
+        backend = self._backend
         if type(x) is not np.ndarray:  # (a numpy x is never a CUDA array: not asked)
-            y = self._backend.device_matvec(x, out)
+            y = backend.device_matvec(x, out)
             if y is not None:
                 return y
         column = np.ndim(x) == 2
@@ -278,7 +281,7 @@ class SpMVOperator(LinearOperator):
         else:
             check_out(out, self.shape[0], x.dtype, x, self._kept)
             y = out
-        self._backend.host_matvec(x, y)
+        backend.host_matvec(x, y)
         return y.reshape(-1, 1) if column and out is None else y
 
     def _matvec(self, x):
@@ -341,9 +344,10 @@ class SpMVOperator(LinearOperator):
 
     def _device_matmat(self, X):
         """``A @ X`` for a 2-D CUDA array X (the backend's result, or its refusal on the CPU)."""
+        backend = self._backend
         if self.device == "cuda":
-            self._multi_vector()
-        return self._backend.device_matmat(X)
+            self._multi_vector(backend)
+        return backend.device_matmat(X)
 
     def _matmat(self, X):
         X = np.asarray(X)
@@ -351,25 +355,29 @@ class SpMVOperator(LinearOperator):
             raise ValueError(f"X must have shape ({self.shape[1]}, k); got {X.shape}")
         if X.shape[1] == 1 and self.device == "cpu":
             return self.matvec(X)
-        dtype = result_dtype(self.dtype, X.dtype)
+        dtype = result_dtype(self.dtype, X.dtype, "X")
         Y = np.empty((self.shape[0], X.shape[1]), dtype=dtype)
         if Y.size:
-            self._multi_vector()
-            self._backend.host_matmat(np.ascontiguousarray(X, dtype=dtype), Y)
+            backend = self._backend
+            self._multi_vector(backend)
+            backend.host_matmat(np.ascontiguousarray(X, dtype=dtype), Y)
         return Y
 
-    def _multi_vector(self) -> None:
-        """Set up the backend's multi-vector product at the first 2-D product (once, whichever
-        thread gets here first). It runs on A's CSR arrays: a CSR kernel's format holds them;
-        for any other format they are taken from the host CSR the operator keeps, or rebuilt
-        from its format (:meth:`_matrix_csr`) and kept from then on, counted in
-        :attr:`memory`. The rule and where the arrays came from go to the decision's notes
-        (``op.explain()``)."""
-        if self._backend.multi is not None:
+    def _multi_vector(self, backend) -> None:
+        """Set up ``backend``'s multi-vector product at its first 2-D product (once, whichever
+        thread gets here first); ``backend`` is the one the product read and runs on, which a
+        background switch may have replaced since. It runs on A's CSR arrays: a CSR kernel's
+        format holds them; for any other format they are taken from the host CSR the operator
+        keeps, or rebuilt from its format (:meth:`_matrix_csr`) and kept from then on, counted
+        in :attr:`memory`. The rule and where the arrays came from go to the decision's notes
+        (``op.explain()``), for the backend the operator runs on."""
+        if backend.multi is not None:
             return
         with _MULTI_VECTOR_SET_UP:
-            if self._backend.multi is None:
-                note, arrays = self._backend.set_up_multi(self._matrix_csr)
+            if backend.multi is None:
+                note, arrays = backend.set_up_multi(self._matrix_csr)
+                if backend is not self._runner:  # switched away from: released with it
+                    return
                 extra = sum(a.nbytes for a in arrays if not any(
                     np.may_share_memory(a, kept) for kept in self._kept))
                 self._host_nbytes += extra

@@ -54,7 +54,8 @@ def value_dtype(dtype) -> np.dtype:
                         "store the real and imaginary parts as two real matrices")
     raise TypeError(
         f"autospmv does not support dtype {dtype}; supported: float32, float64 "
-        "(integer and bool matrices are converted to float64)"
+        "(integer and bool matrices are converted to float64); convert the matrix first, e.g. "
+        "A.astype(numpy.float64)"
     )
 
 
@@ -63,11 +64,13 @@ COMPLEX_REASON = ("its kernels are real-valued (the GPU kernels combine partial 
 """Why complex matrices and vectors are refused (in each TypeError that refuses them)."""
 
 
-def result_dtype(matrix_dtype, x_dtype) -> np.dtype:
+def result_dtype(matrix_dtype, x_dtype, what: str = "x") -> np.dtype:
     """The dtype of ``A @ x``: ``numpy.result_type`` of the matrix's and the vector's dtypes,
     as SciPy gives it. A float32 matrix times a float64 vector is float64 (the kernels then
     accumulate in float64); times a float32 vector it stays float32. Raises TypeError for a
-    complex or non-numeric vector."""
+    complex or non-numeric vector, and for one whose result the kernels cannot compute in
+    (``numpy.longdouble``: SciPy would compute in it, autospmv has no kernel for it); ``what``
+    names the vector (``"X"`` for a block of vectors) in the message."""
     x_dtype = np.dtype(x_dtype)
     if x_dtype.kind == "c":
         raise TypeError(f"x has complex dtype {x_dtype}: autospmv does not support complex "
@@ -76,7 +79,18 @@ def result_dtype(matrix_dtype, x_dtype) -> np.dtype:
     if x_dtype.kind not in "biuf":  # NumPy would parse strings and convert objects
         raise TypeError(f"x has dtype {x_dtype}; autospmv multiplies numbers (float32, "
                         "float64; integer and bool vectors are converted)")
-    return np.result_type(matrix_dtype, x_dtype)
+    dtype = np.result_type(matrix_dtype, x_dtype)
+    if dtype not in SUPPORTED_DTYPES:  # numpy.longdouble: no kernel is compiled for it
+        raise TypeError(unsupported_vector(x_dtype, what))
+    return dtype
+
+
+def unsupported_vector(dtype, what: str) -> str:
+    """The refusal of a vector (or block of vectors) ``what`` of a ``dtype`` the kernels cannot
+    take (``numpy.longdouble``, for instance), with the fix."""
+    return (f"{what} must have dtype float32 or float64; got {np.dtype(dtype)}, which "
+            f"autospmv's kernels do not compute in; convert it first, e.g. "
+            f"{what}.astype(numpy.float64)")
 
 
 def index_dtype(nnz: int, shape: tuple[int, int]) -> np.dtype:

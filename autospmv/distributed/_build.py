@@ -26,6 +26,10 @@ def probe(device):
     if device is None:
         device = "cuda" if autospmv.cuda_available() else "cpu"
     if device == "cuda":
+        if not autospmv.cuda_available():
+            raise ValueError(f"device='cuda', but worker {_worker_address()} has no usable GPU "
+                             "(numba-cuda finds none); pass device='cpu' for CPU workers, or "
+                             "start workers with GPUs (e.g. dask_cuda.LocalCUDACluster())")
         try:
             import cupy  # noqa: F401
         except ImportError:
@@ -36,26 +40,43 @@ def probe(device):
     return device, "CPU workers"
 
 
-def call_block(start: int, stop: int, *, function, n: int):
-    """On a worker: the row block ``function(start, stop)``, checked."""
-    return canonical_block(function(start, stop), stop - start, n)
+def _worker_address() -> str:
+    """The address of the worker this task runs on (for messages)."""
+    from distributed import get_worker
+
+    try:
+        return get_worker().address
+    except ValueError:  # not in a worker
+        return "(not a worker)"
 
 
-def load_block(source):
-    """On a worker: a per-part source's row block: a path to a ``scipy.sparse.save_npz`` file,
-    or a function of no arguments."""
+def call_block(start: int, stop: int, rank: int, *, function, n: int):
+    """On a worker: rank ``rank``'s row block ``function(start, stop)``, checked
+    (:func:`~._partition.canonical_block`)."""
+    return canonical_block(function(start, stop), stop - start, n,
+                           f"rank {rank}'s row block (rows {start}:{stop})")
+
+
+def load_block(source, rank: int):
+    """On a worker: rank ``rank``'s row block from its per-part source: a path to a
+    ``scipy.sparse.save_npz`` file, or a function of no arguments; checked
+    (:func:`~._partition.canonical_block`)."""
     if callable(source):
         block = source()
     elif isinstance(source, (str, os.PathLike)):
-        block = sp.load_npz(source)
+        try:
+            block = sp.load_npz(source)
+        except Exception as error:  # any failure to read is the file's, named with it
+            raise ValueError(f"rank {rank}'s part source {os.fspath(source)!r} cannot be read "
+                             f"as a scipy.sparse.save_npz file: {error}") from None
     else:
         raise TypeError("a part source must be a path to a .npz file (scipy.sparse.save_npz) or "
                         f"a function of no arguments returning a row block; got "
                         f"{type(source).__name__}")
     if not sp.issparse(block) or block.ndim != 2:
-        raise TypeError(f"a part source must give a 2-D SciPy sparse matrix; got "
+        raise TypeError(f"rank {rank}'s part source must give a 2-D SciPy sparse matrix; got "
                         f"{type(block).__name__}")
-    return canonical_block(block, block.shape[0], block.shape[1])
+    return canonical_block(block, block.shape[0], block.shape[1], f"rank {rank}'s row block")
 
 
 def block_shape(block):
@@ -72,7 +93,7 @@ def build_rank(block, rank: int, *, row_bounds, col_bounds, comm_id: str, device
     size = len(row_bounds) - 1
     clock = _Clock()
     block = canonical_block(block, int(row_bounds[rank + 1] - row_bounds[rank]),
-                            int(col_bounds[-1]))
+                            int(col_bounds[-1]), f"rank {rank}'s row block")
     clock.lap("check")
     split = split_block(block, col_bounds, rank)
     nnz = int(block.nnz)

@@ -95,9 +95,12 @@ class SocketComm:
         errors = []
 
         def send_all():
+            peer = None
             try:
                 for peer in sorted(sends):
                     self._connections[peer].send_bytes(memoryview(sends[peer]).cast("B"))
+            except (EOFError, OSError) as error:  # re-raised by wait()
+                errors.append(self._lost(peer, error))
             except BaseException as error:  # re-raised by wait()
                 errors.append(error)
 
@@ -107,7 +110,11 @@ class SocketComm:
         def wait():
             for peer in sorted(receives):
                 target = receives[peer]
-                data = np.frombuffer(self._connections[peer].recv_bytes(), dtype=target.dtype)
+                try:
+                    received = self._connections[peer].recv_bytes()
+                except (EOFError, OSError) as error:
+                    raise self._lost(peer, error) from None
+                data = np.frombuffer(received, dtype=target.dtype)
                 if data.size != target.size:
                     raise RuntimeError(f"rank {self.rank} expected {target.size} entries from "
                                        f"rank {peer}, received {data.size}")
@@ -117,6 +124,13 @@ class SocketComm:
                 raise errors[0]
 
         return wait
+
+    def _lost(self, peer: int, error: BaseException) -> RuntimeError:
+        """The error of a connection to ``peer`` that broke: its worker died or left."""
+        return RuntimeError(f"rank {self.rank} lost its connection to rank {peer} "
+                            f"({type(error).__name__}: {error or 'closed'}): rank {peer}'s worker "
+                            "died, was restarted or closed the connection; prepare the operator "
+                            "again on the workers that remain")
 
     def allreduce(self, values, xp, out=None):
         """The sum over ranks of ``values`` (a 1-D array), in rank order on every rank; into

@@ -9,8 +9,9 @@ import scipy.sparse as sp
 from scipy.sparse.linalg import LinearOperator
 
 from . import _build, _comm
-from ._partition import canonical_block, check_bounds, even_bounds, row_partition
-from ._tasks import on_workers
+from .._run.validation import canonicalize, result_dtype
+from ._partition import check_bounds, even_bounds, row_partition
+from ._tasks import connected, naming_lost_workers, on_workers
 from ._vector import DistributedVector, Layout, _is_dask_array
 
 
@@ -119,6 +120,8 @@ class DistributedOperator(LinearOperator):
 
     @property
     def client(self):
+        """The Dask client the operator works through; a ValueError when it is closed or has
+        lost its scheduler (:func:`connected`)."""
         if self._client is None:
             distributed = require_distributed()
             try:
@@ -127,7 +130,7 @@ class DistributedOperator(LinearOperator):
                 raise ValueError("this unpickled DistributedOperator needs a Dask client "
                                  "connected to the cluster that holds its parts; start one "
                                  "first") from None
-        return self._client
+        return connected(self._client)
 
     @property
     def kernels(self) -> list:
@@ -203,6 +206,9 @@ class DistributedOperator(LinearOperator):
         return [part.worker for part in self.parts]
 
     def _live_ranks(self) -> list:
+        """The ranks; a RuntimeError once the operator is closed. (A rank whose worker left
+        the cluster is named when a call's result is read: see
+        :func:`~._tasks.naming_lost_workers`.)"""
         if not self._ranks:
             raise RuntimeError("this DistributedOperator was closed; prepare it again")
         return self._ranks
@@ -239,7 +245,9 @@ class DistributedOperator(LinearOperator):
             import cupy
 
             y = self._distributed_matvec(self._scatter(x))
-            return cupy.concatenate([cupy.asarray(c) for c in self.client.gather(y.chunks)])
+            with naming_lost_workers(self.client, self.workers):
+                chunks = self.client.gather(y.chunks)
+            return cupy.concatenate([cupy.asarray(c) for c in chunks])
         column = np.ndim(x) == 2
         x = np.asarray(x)
         if x.ndim == 2 and x.shape[1] == 1:
@@ -251,9 +259,7 @@ class DistributedOperator(LinearOperator):
         return y.reshape(-1, 1) if column else y
 
     def _scatter(self, x) -> DistributedVector:
-        if x.dtype.kind == "c":
-            raise TypeError("autospmv does not support complex vectors (the kernels are real)")
-        dtype = np.result_type(self.dtype, x.dtype)
+        dtype = result_dtype(self.dtype, x.dtype)  # refused here, before any rank exchanges
         return DistributedVector.scatter(x, self.col_layout, self.client, dtype)
 
     def _distributed_matvec(self, x: DistributedVector) -> DistributedVector:
@@ -261,7 +267,7 @@ class DistributedOperator(LinearOperator):
             raise ValueError("x is cut differently from the operator's columns; make it with "
                              "op.vector(x) or as a product of an operator with the same "
                              "layout")
-        dtype = np.result_type(self.dtype, x.dtype)
+        dtype = result_dtype(self.dtype, x.dtype)
         return DistributedVector(self.client, self.row_layout,
                                  self.map_ranks(_matvec_on_rank, x), dtype)
 
@@ -297,7 +303,7 @@ class DistributedOperator(LinearOperator):
 
 
 def _workers(client, parts):
-    workers = sorted(client.nthreads())
+    workers = sorted(connected(client).nthreads())
     if not workers:
         raise ValueError("the Dask cluster has no workers; start some (or wait for them with "
                          "client.wait_for_workers(n)) before preparing")
@@ -341,6 +347,23 @@ def _set_up_comm(client, workers, device):
     return device, comm_id, "; ".join(reasons)
 
 
+RELEASE_TIMEOUT_S = 10
+"""How long a failed :func:`prepare` waits for the workers to release its communicator."""
+
+
+def _release_comm(client, workers, comm_id: str) -> None:
+    """Release the communicator ``comm_id`` on every worker after a failed build, so that no
+    worker keeps a half-built operator's connections; best effort (the build's error is the
+    one to report), waiting at most :data:`RELEASE_TIMEOUT_S`."""
+    distributed = require_distributed()
+    try:
+        released = on_workers(client, _comm.release, workers, [comm_id] * len(workers),
+                              range(len(workers)))
+        distributed.wait(released, timeout=RELEASE_TIMEOUT_S)
+    except Exception:  # noqa: BLE001 - the build's own error follows
+        pass
+
+
 def _host_of(address: str) -> str:
     """The host part of a Dask worker address (in-process workers: the loopback)."""
     if "://" in address:
@@ -382,14 +405,18 @@ def prepare(A, client=None, parts: int | None = None, device: str | None = None,
     blocks, (m, n), bounds = _blocks(A, client, workers, shape, row_bounds)
     col_bounds = bounds if m == n else even_bounds(n, size)
     device, comm_id, reason = _set_up_comm(client, workers, device)
-    ranks = on_workers(client, _build.build_rank, workers, blocks, range(size), row_bounds=bounds,
-                       col_bounds=col_bounds, comm_id=comm_id, device=device,
-                       kwargs=prepare_kwargs)
-    described = client.gather(on_workers(client, _describe, workers, ranks))
-    dtypes = {info.pop("dtype") for info in described}
-    if len(dtypes) > 1:
-        raise ValueError(f"the row blocks have different dtypes ({sorted(map(str, dtypes))}); "
-                         "give them one dtype")
+    try:
+        ranks = on_workers(client, _build.build_rank, workers, blocks, range(size),
+                           row_bounds=bounds, col_bounds=col_bounds, comm_id=comm_id,
+                           device=device, kwargs=prepare_kwargs)
+        described = client.gather(on_workers(client, _describe, workers, ranks))
+        dtypes = {info.pop("dtype") for info in described}
+        if len(dtypes) > 1:
+            raise ValueError(f"the row blocks have different dtypes "
+                             f"({sorted(map(str, dtypes))}); give them one dtype")
+    except BaseException:
+        _release_comm(client, workers, comm_id)
+        raise
     parts_ = []
     for r, (w, info) in enumerate(zip(workers, described)):
         parts_.append(Part(r, (int(bounds[r]), int(bounds[r + 1])),
@@ -411,13 +438,16 @@ def _blocks(A, client, workers, shape, row_bounds):
         bounds = (even_bounds(m, size) if row_bounds is None
                   else check_bounds(row_bounds, m, size, "row_bounds"))
         blocks = on_workers(client, _build.call_block, workers, bounds[:-1].tolist(),
-                            bounds[1:].tolist(), function=A, n=n)
+                            bounds[1:].tolist(), range(size), function=A, n=n)
+        # every block checked before any rank communicates: a rank whose block is refused
+        # must not leave the others waiting for it in the exchange
+        client.gather(on_workers(client, _build.block_shape, workers, blocks))
         return blocks, (m, n), bounds
     if isinstance(A, (list, tuple)):
         if len(A) != size:
             raise ValueError(f"give one part source per rank: {size} (the workers, or parts=); "
                              f"got {len(A)}")
-        blocks = on_workers(client, _build.load_block, workers, list(A))
+        blocks = on_workers(client, _build.load_block, workers, list(A), range(size))
         shapes = client.gather(on_workers(client, _build.block_shape, workers, blocks))
         widths = {s[1] for s in shapes}
         if len(widths) != 1:
@@ -442,4 +472,4 @@ def _canonical_matrix(A) -> sp.csr_matrix:
                         f"or a list of part sources; got {type(A).__name__}")
     if A.ndim != 2:
         raise ValueError(f"A must be 2-D; got {A.ndim} dimensions")
-    return canonical_block(sp.csr_matrix(A), A.shape[0], A.shape[1])
+    return canonicalize(A)  # checked as autospmv.prepare checks it

@@ -22,6 +22,7 @@ import dataclasses
 import numpy as np
 import scipy.sparse as sp
 
+from .._run.validation import canonicalize
 from ._passes import look_up, mark
 
 
@@ -77,24 +78,20 @@ class Split:
     :attr:`ghost_columns` (contiguous, since ranks own contiguous columns)."""
 
 
-def canonical_block(block, rows: int, n: int) -> sp.csr_matrix:
-    """A row block as canonical CSR (sorted, summed indices; float32 or float64), after checking
-    its shape."""
+def canonical_block(block, rows: int, n: int, where: str) -> sp.csr_matrix:
+    """A row block as canonical CSR (sorted, summed indices; float32 or float64), checked as
+    :func:`autospmv.prepare` checks a matrix (:func:`autospmv._run.validation.canonicalize`:
+    every index in range, offsets consistent, a supported dtype) before anything splits it;
+    ``where`` names the block (which rank's) in the ValueError or TypeError."""
     if not sp.issparse(block):
-        raise TypeError(f"a row block must be a SciPy sparse matrix; got {type(block).__name__}")
+        raise TypeError(f"{where} must be a SciPy sparse matrix; got {type(block).__name__}")
     if block.shape != (rows, n):
-        raise ValueError(f"a row block for {rows} rows of a matrix with {n} columns must have "
+        raise ValueError(f"{where}, for {rows} rows of a matrix with {n} columns, must have "
                          f"shape {(rows, n)}; got {block.shape}")
-    csr = sp.csr_matrix(block)
-    if csr.dtype not in (np.float32, np.float64):
-        if csr.dtype.kind not in "biuf":
-            raise TypeError(f"autospmv does not support dtype {csr.dtype}; supported: float32, "
-                            "float64")
-        csr = csr.astype(np.float64)
-    if not csr.has_canonical_format:
-        csr = csr.copy()
-        csr.sum_duplicates()
-    return csr
+    try:
+        return canonicalize(block)
+    except (TypeError, ValueError) as error:
+        raise type(error)(f"{where}: {error}") from None
 
 
 def _index_dtype(size: int):

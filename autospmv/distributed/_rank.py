@@ -21,6 +21,7 @@ import threading
 
 import numpy as np
 
+from .._run.validation import result_dtype
 from . import _comm
 from ._kernels import scatter_add
 from ._partition import Split
@@ -79,7 +80,10 @@ class Rank:
         return op.matvec(x)
 
     def matvec(self, x):
-        """This rank's rows of ``A @ x``, from this rank's chunk of x (all ranks at once)."""
+        """This rank's rows of ``A @ x``, from this rank's chunk of x (all ranks at once). A
+        dtype the kernels cannot take is refused before the exchange starts, as on every rank,
+        so that no rank is left with entries sent and never received."""
+        result_dtype(self.dtype, x.dtype)
         xp = self.xp
         comm = self.comm
         ghost_x = self._ghost_buffer(x.dtype)

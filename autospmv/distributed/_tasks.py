@@ -5,10 +5,16 @@ so tasks submitted one at a time reach the scheduler up to 10 ms apart, and a co
 (a product, a solve) starts only when the last rank's task arrives. :func:`on_workers` submits
 all the ranks' tasks as one graph (``Client.map`` with one key per rank, each key pinned to its
 worker through a ``workers`` annotation), so they arrive and start together.
+
+A rank's tasks run on its worker only, so a worker that left the cluster (died, restarted,
+retired) takes its part of the operator with it: :func:`naming_lost_workers` turns what Dask
+raises then into an error that names the rank and the worker, and :func:`connected` refuses a
+closed client before Dask's calls fail on it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import uuid
 
@@ -37,3 +43,49 @@ def on_workers(client, fn, workers, *columns, **kwargs) -> list:
     where = {key: [worker] for key, worker in zip(keys, workers)}
     with dask.annotate(workers=where.__getitem__):
         return client.map(task, *columns, key=keys, pure=False)
+
+
+def check_workers(client, workers) -> None:
+    """A RuntimeError naming the ranks whose workers (``workers``, in rank order) have left
+    the cluster (died, were restarted or retired): their blocks and chunks are gone with
+    them, and a task pinned to such a worker would wait for it."""
+    alive = set(client.scheduler_info()["workers"])
+    gone = [f"rank {r} (worker {w})" for r, w in enumerate(workers) if w not in alive]
+    if gone:
+        raise RuntimeError(f"{', '.join(gone)} left the cluster (the worker died, was "
+                           "restarted or retired), and its part of the operator and of its "
+                           "vectors with it; prepare the operator again on the workers that "
+                           "remain")
+
+
+@contextlib.contextmanager
+def naming_lost_workers(client, workers):
+    """Run the block; when it fails, and a rank's worker has left the cluster, raise
+    :func:`check_workers`'s RuntimeError, which says which, instead of what Dask raises then
+    (a KeyError naming an address, a cancelled future)."""
+    try:
+        yield
+    except Exception as error:
+        try:
+            check_workers(client, workers)
+        except RuntimeError as lost:
+            raise lost from error
+        except Exception:  # noqa: BLE001 - the cluster cannot say; the error stands
+            pass
+        raise
+
+
+def connected(client):
+    """``client``, or a ValueError saying that it is closed or has lost its scheduler (the
+    cluster was closed): Dask's own calls would fail with an AttributeError, or wait to
+    reconnect."""
+    status = getattr(client, "status", "running")
+    if status in ("closing", "closed"):
+        raise ValueError(f"the Dask client is closed (status {status!r}): it was closed, or "
+                         "its cluster was; connect a new client to a running cluster and "
+                         "prepare the operator again")
+    if status != "running":
+        raise ValueError(f"the Dask client is not connected to its scheduler (status "
+                         f"{status!r}): the cluster was closed or cannot be reached; start it "
+                         "again and prepare the operator again")
+    return client

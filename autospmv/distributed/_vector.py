@@ -14,7 +14,9 @@ import dataclasses
 
 import numpy as np
 
-from ._tasks import on_workers
+from .._run.validation import result_dtype
+from ._tasks import connected, naming_lost_workers, on_workers
+
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Layout:
@@ -139,9 +141,11 @@ class DistributedVector:
         if x.shape != (layout.size,):
             raise ValueError(f"x must be a vector of length {layout.size}; got shape {x.shape}")
         dtype = np.dtype(x.dtype if dtype is None else dtype)
-        pieces = [client.scatter(x[start:stop], workers=[worker], hash=False)
-                  for worker, start, stop in zip(layout.workers, layout.bounds[:-1],
-                                                 layout.bounds[1:])]
+        result_dtype(np.float32, dtype)  # refused as a product would (longdouble, complex)
+        with naming_lost_workers(connected(client), layout.workers):
+            pieces = [client.scatter(x[start:stop], workers=[worker], hash=False)
+                      for worker, start, stop in zip(layout.workers, layout.bounds[:-1],
+                                                     layout.bounds[1:])]
         return cls(client, layout, _on(client, layout, _on_device, pieces, device=layout.device,
                                        dtype=dtype), dtype)
 
@@ -152,6 +156,7 @@ class DistributedVector:
             raise ValueError(f"x must be a vector of length {layout.size}; got a dask array with "
                              f"shape {x.shape}")
         dtype = np.dtype(x.dtype if dtype is None else dtype)
+        result_dtype(np.float32, dtype)  # refused as a product would (longdouble, complex)
         pieces = x.rechunk((layout.sizes,)).to_delayed().ravel()
         if len(pieces) != len(layout.workers):  # dask drops no chunks, but say so if it did
             raise RuntimeError("rechunking the dask array did not give one chunk per worker")
@@ -168,7 +173,8 @@ class DistributedVector:
 
     def gather(self) -> np.ndarray:
         """The whole vector as a NumPy array on the client."""
-        parts = self.client.gather(_on(self.client, self.layout, _to_host, self.chunks))
+        with naming_lost_workers(self.client, self.layout.workers):
+            parts = self.client.gather(_on(self.client, self.layout, _to_host, self.chunks))
         return np.concatenate(parts).astype(self.dtype, copy=False) if parts else \
             np.empty(0, self.dtype)
 
@@ -233,8 +239,9 @@ class DistributedVector:
     def dot(self, other: "DistributedVector") -> float:
         """``self · other``: each rank's partial dot, summed on the client in rank order."""
         other = self._check(other)
-        partial = self.client.gather(_on(self.client, self.layout, _dot, self.chunks,
-                                         other.chunks))
+        with naming_lost_workers(self.client, self.layout.workers):
+            partial = self.client.gather(_on(self.client, self.layout, _dot, self.chunks,
+                                             other.chunks))
         return float(sum(partial))
 
     def norm(self) -> float:

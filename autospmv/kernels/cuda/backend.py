@@ -41,7 +41,7 @@ import weakref
 import numpy as np
 from numba import cuda
 
-from ..._run.validation import OUT_OVERLAPS_X, result_dtype
+from ..._run.validation import OUT_OVERLAPS_X, result_dtype, unsupported_vector
 from ...formats.base import DeviceCSR
 from ...formats.csr import CSRFormat
 from .launch import SIMULATOR, DeviceProgram, device_pointer, upload
@@ -73,6 +73,8 @@ def _check_device_vector(cai: dict, length: int, dtypes: tuple, what: str
     else:
         dtype = np.dtype(typestr)
     if dtype not in dtypes:
+        if what == "x" and dtype not in VECTOR_DTYPES:  # no kernel takes it: say the fix
+            raise TypeError(unsupported_vector(dtype, what))
         allowed = " or ".join(str(d) for d in dtypes)
         raise TypeError(f"{what} must have dtype {allowed}; got {dtype}")
     strides = cai.get("strides")
@@ -366,8 +368,7 @@ class CudaBackend:
         k = shape[1]
         x_dtype = np.dtype(cai["typestr"])
         if x_dtype not in VECTOR_DTYPES:
-            allowed = " or ".join(str(d) for d in VECTOR_DTYPES)
-            raise TypeError(f"X must have dtype {allowed}; got {x_dtype}")
+            raise TypeError(unsupported_vector(x_dtype, "X"))
         y_dtype = self._y_dtypes[x_dtype]
         X, cai = _row_major(X, cai)
         Y = _empty_like_input(X, (m, k), y_dtype)
