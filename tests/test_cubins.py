@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -203,25 +204,50 @@ def test_with_an_empty_cache_the_shipped_cubins_serve_every_kernel(tmp_path):
         assert not list((tmp_path / "cubins").glob("*.cubin"))  # nothing compiled, so stored
 
 
-def test_the_shipped_archives_hold_every_specialization_of_the_current_sources(monkeypatch):
-    """A kernel's source edited without rebuilding the archives leaves its entries unmatched
-    (every first run would compile it again): rebuild them with ``python -m
+def test_the_shipped_archives_hold_every_specialization_under_the_installed_versions():
+    """Every kernel and argument types a product reaches has its entry in each archive, under the
+    key computed here, with the numba and numba-cuda versions installed: what a first run after
+    ``pip install ".[cuda]"`` looks up. Fails when a kernel's source changes without the
+    archives being rebuilt, and when an installed numba-cuda (or a numba that entered the keys)
+    differs from the one the archives were built with: rebuild them with ``python -m
     autospmv.kernels.cuda.ship --build autospmv/kernels/cuda/shipped`` on a GPU."""
-    import numba
-
     from autospmv.kernels.cuda import ship
 
     folder = REPO_ROOT / "autospmv" / "kernels" / "cuda" / "shipped"
-    versions = json.loads((folder / ship.BUILT_WITH).read_text(encoding="utf-8"))
-    monkeypatch.setattr(numba, "__version__", versions["numba"])
-    monkeypatch.setattr(cubins, "numba_cuda_version", versions["numba-cuda"])
-    cubins.kernel_digest.cache_clear()
+    built = json.loads((folder / ship.BUILT_WITH).read_text(encoding="utf-8"))
+    assert built == ship.built_with(), "the archives were built with other versions"
     found = ship.specializations()
     for cc in ship.DEFAULT_CCS:
         archive = cubins.read_archive(folder / f"sm_{cc[0]}{cc[1]}.cubins")
+        keys = {cubins.entry_key(d, argtypes, cc) for d, argtypes in found}
         stale = sorted({d.py_func.__name__ for d, argtypes in found
                         if cubins.entry_key(d, argtypes, cc) not in archive})
         assert not stale, f"sm_{cc[0]}{cc[1]}: no entry for the current sources of {stale}"
+        assert set(archive) == keys, f"sm_{cc[0]}{cc[1]}: entries no product reaches"
+
+
+def test_the_archives_are_built_with_the_numba_cuda_the_extras_pin():
+    """The extras that install numba-cuda pin the version that enters every key, so that a pip
+    install gets the archives' version whatever numba it resolves."""
+    from autospmv.kernels.cuda import ship
+
+    folder = REPO_ROOT / "autospmv" / "kernels" / "cuda" / "shipped"
+    built = json.loads((folder / ship.BUILT_WITH).read_text(encoding="utf-8"))
+    pins = re.findall(r'"numba-cuda(?:\[\w+\])?([^"]*)"',
+                      (REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    assert len(pins) >= 2 and set(pins) == {f"=={built['numba-cuda']}"}, pins
+
+
+def test_numbas_version_is_not_part_of_an_entrys_key(monkeypatch):
+    """numba-cuda generates the CUDA code: a numba release keeps every key, a numba-cuda
+    release changes every one."""
+    import numba
+
+    key = cubins.entry_key(cuda_csr.csr_scalar_kernel, ARGTYPES, (9, 0))
+    monkeypatch.setattr(numba, "__version__", "0.0.1")
+    assert cubins.entry_key(cuda_csr.csr_scalar_kernel, ARGTYPES, (9, 0)) == key
+    monkeypatch.setattr(cubins, "numba_cuda_version", "0.0.1")
+    assert cubins.entry_key(cuda_csr.csr_scalar_kernel, ARGTYPES, (9, 0)) != key
 
 
 def test_the_shipped_archives_hold_cubins():

@@ -8,12 +8,24 @@ launch path (:class:`autospmv.kernels.cuda.launch.Launch`) needs only the kernel
 handle, so a cubin and its entry name are enough, loaded with the driver
 (``cuModuleLoadData``, ``cuModuleGetFunction``).
 
-An entry is found by a hash of what decides its machine code: the kernel's module and name, its
-argument types and compile options (launch bounds), the device's compute capability, the numba
-and numba-cuda versions, and :func:`kernel_digest`: the code of the source files of the kernel
-and of the device functions and autospmv modules it reaches (without comments and docstrings),
-and the values of the constants it reads (host code, such as the launch layer, is not part of
-it, so changing it keeps every entry).
+An entry is found by a hash of what decides the kernel it holds (:func:`entry_key`): the kernel's
+module and name, its argument types and compile options (launch bounds), the device's compute
+capability, numba-cuda's version, and :func:`kernel_digest`: the code of the source files of the
+kernel and of the device functions and autospmv modules it reaches (without comments and
+docstrings), and the values of the constants it reads (host code, such as the launch layer, is
+not part of it, so changing it keeps every entry).
+
+numba's version is not part of it: numba-cuda types, lowers and generates the CUDA code itself
+(``numba.cuda.core``, its own typing and lowering registries; it runs without numba installed),
+and takes from an installed numba only third-party extensions registered there, which autospmv's
+kernels do not use. A kernel that calls a numba-compiled function is compiled by numba-cuda from
+that function's Python source, which :func:`kernel_sources` follows. So a numba release changes
+no entry, and the archives built with one numba version serve every version the package allows.
+The versions of llvmlite and of the CUDA compiler libraries (NVVM, nvJitLink) are not part of it
+either: they choose the instructions, not what the kernel computes or how it takes its
+arguments (numba-cuda's data model, hence its version, decides that, and the launch layer relies
+on it); an entry they built is as correct as a new compilation, and one the driver cannot load is
+compiled instead.
 
 :func:`function_handle` looks in three places, in order: the cache folder
 (``<cache folder>/cubins``, :func:`autospmv._run.cache.cache_dir`, one file per entry, written
@@ -40,7 +52,6 @@ import types
 import zlib
 from pathlib import Path
 
-import numba
 from cuda.bindings import driver
 from numba import cuda
 from numba_cuda import __version__ as numba_cuda_version
@@ -151,12 +162,29 @@ def kernel_digest(py_func) -> str:
 
 def entry_key(dispatcher, argtypes, cc) -> str:
     """The hash naming the entry of ``dispatcher`` compiled for ``argtypes`` on a device of
-    compute capability ``cc`` (see the module docstring for what it covers)."""
+    compute capability ``cc``.
+
+    Parameters
+    ----------
+    dispatcher : numba.cuda.dispatcher.CUDADispatcher
+        The kernel.
+    argtypes : tuple of numba types
+        Its argument types.
+    cc : tuple of int
+        The compute capability, e.g. ``(9, 0)``.
+
+    Returns
+    -------
+    str
+        SHA-256, in hexadecimal, of the kernel's module and qualified name, ``argtypes``, its
+        compile options (launch bounds among them), ``cc``, numba-cuda's version and
+        :func:`kernel_digest`; not numba's version (the module docstring says why).
+    """
     options = sorted((key, repr(value))
                      for key, value in getattr(dispatcher, "targetoptions", {}).items())
     parts = [dispatcher.py_func.__module__, dispatcher.py_func.__qualname__,
-             repr(tuple(argtypes)), repr(options), repr(tuple(cc)), numba.__version__,
-             numba_cuda_version, kernel_digest(dispatcher.py_func)]
+             repr(tuple(argtypes)), repr(options), repr(tuple(cc)),
+             f"numba-cuda {numba_cuda_version}", kernel_digest(dispatcher.py_func)]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
