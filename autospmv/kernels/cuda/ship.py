@@ -5,8 +5,10 @@
 Run it on a machine with a CUDA GPU (numba-cuda needs a context to compile, whatever the target)
 and the numba-cuda version the package pins (the ``cuda`` extra): an entry's key holds that
 version (:func:`.cubins.entry_key`), and entries of another version are never used. numba's
-version does not matter (the archives serve every numba version the package allows). It writes one archive per compute capability, ``sm_<cc>.cubins``, holding every
-kernel of the package compiled for every argument types a product reaches: each kernel's
+version does not matter (the archives serve every numba version the package allows).
+
+It writes one archive per compute capability, ``sm_<cc>.cubins``, holding every kernel of the
+package compiled for every argument types a product reaches: each kernel's
 program for float32 and float64 matrices with 32-bit indices, for vectors of either dtype
 (:meth:`autospmv.kernels.cuda.launch.DeviceProgram.for_vectors`), and the multi-vector kernels;
 and the kernels that count the features of a matrix on the GPU
