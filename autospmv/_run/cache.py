@@ -47,7 +47,9 @@ from pathlib import Path
 
 
 class CacheWarning(UserWarning):
-    """The compiled-code cache folder is unusable; compiled code will not persist."""
+    """Compiled code on disk cannot be used: the cache folder is unusable (compiled code will
+    not persist), or compiled GPU kernels stored there or shipped with the package are damaged
+    (:mod:`autospmv.kernels.cuda.cubins`; those kernels are compiled instead)."""
 
 
 def _numba_version() -> str:

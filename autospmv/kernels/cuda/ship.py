@@ -3,9 +3,12 @@
     python -m autospmv.kernels.cuda.ship --build autospmv/kernels/cuda/shipped [--cc 9.0 8.0]
 
 Run it on a machine with a CUDA GPU (numba-cuda needs a context to compile, whatever the target)
-and the numba and numba-cuda versions the package is used with: entries of other versions are
-never used. It writes one archive per compute capability, ``sm_<cc>.cubins``, holding every
-kernel of the package compiled for every argument types a product reaches: each kernel's
+and the numba-cuda version the package pins (the ``cuda`` extra): an entry's key holds that
+version (:func:`.cubins.entry_key`), and entries of another version are never used. numba's
+version does not matter (the archives serve every numba version the package allows).
+
+It writes one archive per compute capability, ``sm_<cc>.cubins``, holding every kernel of the
+package compiled for every argument types a product reaches: each kernel's
 program for float32 and float64 matrices with 32-bit indices, for vectors of either dtype
 (:meth:`autospmv.kernels.cuda.launch.DeviceProgram.for_vectors`), and the multi-vector kernels;
 and the kernels that count the features of a matrix on the GPU
@@ -16,8 +19,10 @@ Each kernel is compiled exactly as numba-cuda's dispatcher compiles it on a GPU 
 capability (its ``_Kernel``, with the dispatcher's options), in worker processes.
 Matrices with 64-bit indices are not covered: their kernels compile on first use.
 
-Rebuild the archives whenever a kernel's sources (:func:`.cubins.kernel_sources`), numba or
-numba-cuda change; stale entries are harmless (never matched) but useless.
+Rebuild the archives whenever a kernel's sources (:func:`.cubins.kernel_sources`) or the pinned
+numba-cuda version change; stale entries are harmless (never matched) but useless. The tests
+check that the archives hold every specialization under the keys of the installed versions
+(``tests/test_cubins.py``).
 """
 
 from __future__ import annotations
@@ -135,18 +140,17 @@ def _job(module: str, name: str, argtypes, cc) -> tuple[str, tuple, str, bytes] 
 
 
 BUILT_WITH = "built-with.json"
-"""The file beside the archives naming the numba and numba-cuda versions they were built with:
-their entries' keys hold those versions, so a check on a machine with other versions (a test
-without a GPU) recomputes the keys with them."""
+"""The file beside the archives naming the numba-cuda version they were built with, the one
+version that enters their entries' keys: a check that finds no entry can say whether the
+version or the sources changed."""
 
 
 def built_with() -> dict:
-    """The versions that enter every entry's key (:func:`.cubins.entry_key`), in this process."""
-    import numba
-
+    """The versions that enter every entry's key (:func:`.cubins.entry_key`), in this process:
+    ``{"numba-cuda": version}``."""
     from .cubins import numba_cuda_version
 
-    return {"numba": numba.__version__, "numba-cuda": numba_cuda_version}
+    return {"numba-cuda": numba_cuda_version}
 
 
 def build(folder: Path, ccs=DEFAULT_CCS, jobs: int | None = None, log=print) -> dict:
