@@ -312,6 +312,25 @@ def test_cg_on_one_device_as_scipy_does(maxiter, x0):
     np.testing.assert_allclose(x, x_ref, rtol=1e-8, atol=1e-12)
 
 
+def test_gmres_and_minres_run_on_the_workers_as_scipy_does(client):
+    n = 2000
+    N = (band(n, offsets=(1, 9)) + sp.diags(np.linspace(0.1, 0.9, n - 4), 4)).tocsr()
+    op = prepare(N, client)
+    b = np.random.default_rng(5).standard_normal(n)
+    counted = []
+    x_ref, info_ref = spla.gmres(N, b, rtol=1e-10, restart=15, callback_type="pr_norm",
+                                 callback=lambda r: counted.append(r))
+    x, info = adist.gmres(op, b, rtol=1e-10, restart=15)
+    assert info == info_ref == 0 and op.last_solve["iterations"] == len(counted)
+    np.testing.assert_allclose(x, x_ref, rtol=1e-7, atol=1e-10)
+    S = band(n, offsets=(1, 2, 40))
+    op = prepare(S, client)
+    x_ref, info_ref, iterations = scipy_iterations(spla.minres, S, b, rtol=1e-10)
+    x, info = adist.minres(op, b, rtol=1e-10)
+    assert info == info_ref == 0 and op.last_solve["iterations"] == iterations
+    np.testing.assert_allclose(x, x_ref, rtol=1e-7, atol=1e-10)
+
+
 def test_one_task_per_worker_in_one_graph(client):
     from autospmv.distributed._tasks import on_workers
 

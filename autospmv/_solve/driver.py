@@ -196,9 +196,11 @@ class _stream:
 
 
 def _run_eagerly(machine, solver, problem: Problem):
+    interval = 1 if problem.callback is not None else getattr(machine, "flag_interval", 1)
     while True:
         done = solver.callbacks_due(machine.flags())
-        solver.iteration(eager=True)
+        for _ in range(interval):  # iterations after a stop do nothing but their products
+            solver.iteration(eager=True)
         flags = machine.flags()
         if problem.callback is not None and solver.callbacks_due(flags) > done:
             problem.callback(_returned(machine.result(solver.x), problem.kind,
@@ -350,3 +352,28 @@ def _returned(x, kind, b):
     from numba import cuda
 
     return cuda.as_cuda_array(x)
+
+
+def solve_on_rank(method, rank, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter, columns,
+                  options=None):
+    """One rank's part of a solve of :mod:`autospmv.distributed`, run on every rank at once:
+    ``(x chunk, info, iterations)``. ``b`` and ``x0`` are the rank's chunks; ``columns``, the
+    matrix's order (for options that depend on it, such as GMRES's restart). The iteration is
+    the one every other solve runs (:class:`~.machines.RankMachine`)."""
+    from .machines import RankMachine
+
+    rtol, atol = _tolerances(method.name, rtol, atol)
+    bnrm2 = rank.norm(b)
+    if bnrm2 == 0 or maxiter == 0:
+        x = b.copy() if bnrm2 == 0 else (rank.xp.zeros_like(b) if x0 is None else x0.copy())
+        return x, 0, 0
+    options = method.configure(columns, dict(options or {}))
+    machine = RankMachine(rank, b.shape[0], b.dtype, method.rows, method.scalar_count(options),
+                          None, workspace_rows=method.workspace_rows(options),
+                          partial_sums=method.partial_sums(options))
+    problem = Problem(b, x0, rtol, atol, bnrm2, maxiter, None, "rank", b)
+    with machine:
+        x, flags = _run(method(machine, **options), _Workspace(None, machine), problem)
+    if flags[ERROR]:
+        raise ValueError(ERRORS[int(flags[ERROR])])
+    return x, int(flags[INFO]), int(flags[ITERATIONS])

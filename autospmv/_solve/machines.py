@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .dual import dual
 from .scalars import FLAGS, STATE, STOPPED
 from .steps import (BLOCK, PARALLEL_FROM, MultiStep, cpu_multi_step, cpu_step, cuda_multi_step,
                     cuda_step)
@@ -254,3 +255,109 @@ class CudaMachine(Machine):
 
     def result(self, row: int):
         return self._views[row].copy()
+
+
+class RankMachine:
+    """One rank of :mod:`autospmv.distributed`: its chunk of every vector on a machine of its
+    device (:class:`CpuMachine` or :class:`CudaMachine`), products through ``rank.matvec``
+    (which exchanges the ghost entries), and each step's sums all-reduced over the ranks
+    before its finish runs, so every rank runs the same scalar logic on the same totals and
+    stops at the same iteration.
+
+    A step with a finish runs as three: the step with a finish that keeps its sums at the end
+    of ``s``; the all-reduce of those slots (``rank.comm.allreduce``, in place); the finish on
+    the totals (:func:`_finishing`). Nothing is captured; on a GPU the host reads the flags
+    every :attr:`flag_interval` iterations (the steps do nothing once the method has stopped)."""
+
+    captures = False
+    simulated = False
+
+    def __init__(self, rank, n, dtype, rows, scalars, preconditioner, workspace_rows=None,
+                 partial_sums=2):
+        if preconditioner is not None:
+            raise ValueError("the distributed solvers take no preconditioner")
+        self.rank = rank
+        self.sums = max(2, partial_sums)
+        machine_type = CudaMachine if rank.device == "cuda" else CpuMachine
+        self.inner = machine_type(None, n, dtype, rows, scalars + self.sums, None,
+                                  workspace_rows=workspace_rows, partial_sums=partial_sums)
+        self.flag_interval = 8 if rank.device == "cuda" else 1
+        self._totals = self.inner.s[scalars:]
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def __enter__(self):
+        if isinstance(self.inner, CudaMachine):
+            self.inner.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if isinstance(self.inner, CudaMachine):
+            self.inner.__exit__(*exc)
+
+    def step(self, step, a=0, b=0, c=0, d=0, e=0, g=0, n=None) -> None:
+        if step.finish is None:
+            self.inner.step(step, a, b, c, d, e, g, n)
+            return
+        summing, finishing = _rank_steps(step, self.sums)
+        self.inner.step(summing, a, b, c, d, e, g, n)
+        self.rank.comm.allreduce(self._totals, self.inner.xp if isinstance(
+            self.inner, CudaMachine) else np, out=self._totals)
+        self.inner.step(finishing, n=0)
+
+    def product(self, src: int, dst: int) -> None:
+        self.inner.view(dst)[...] = self.rank.matvec(self.inner.view(src))
+
+
+def _keep_two(s, f, sum0, sum1):
+    s[s.shape[0] - 2] = sum0
+    s[s.shape[0] - 1] = sum1
+
+
+def _keep_all(s, f, totals):
+    for k in range(SUMS):
+        s[s.shape[0] - SUMS + k] = totals[k]
+
+
+def _finish_two(s, f, sum0, sum1):
+    FINISH(s, f, s[s.shape[0] - 2], s[s.shape[0] - 1])
+
+
+def _finish_all(s, f, sum0, sum1):
+    FINISH(s, f, s[s.shape[0] - SUMS:])
+
+
+_RANK_STEPS: dict = {}
+
+
+def _rank_steps(step, sums: int):
+    """``(summing, finishing)`` of a step for :class:`RankMachine`."""
+    key = (step, sums)
+    if key not in _RANK_STEPS:
+        import types
+
+        from .dual import Dual
+        from .steps import Step
+
+        def dual_of(template, name, **names):
+            function = types.FunctionType(template.__code__,
+                                          {**template.__globals__, **names}, name)
+            return Dual(function)
+
+        finish = step.finish
+        if isinstance(step, MultiStep):
+            keep = dual_of(_keep_all, f"keep_{step.sums}", SUMS=step.sums)
+            summing = MultiStep(step.body, keep, step.sums, step.skip)
+            apply = dual_of(_finish_all, f"all_reduced_{finish.__name__}", FINISH=finish,
+                            SUMS=sums)
+        else:
+            summing = Step(step.body, dual_of(_keep_two, "keep_two"), step.skip)
+            apply = dual_of(_finish_two, f"all_reduced_{finish.__name__}", FINISH=finish)
+        _RANK_STEPS[key] = (summing, Step(_nothing, apply, step.skip))
+    return _RANK_STEPS[key]
+
+
+@dual
+def _nothing(W, ld, i, s, D, a, b, c, d, e, g):
+    return 0.0, 0.0

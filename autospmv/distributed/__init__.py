@@ -38,8 +38,8 @@ to start one: it never starts a cluster itself. There is no transpose product.
 
 from ._operator import DistributedOperator, Part, prepare
 from ._partition import even_bounds, row_partition
-from ._solvers import bicgstab, cg
+from ._solvers import bicgstab, cg, gmres, minres
 from ._vector import DistributedVector, Layout
 
 __all__ = ["DistributedOperator", "DistributedVector", "Layout", "Part", "bicgstab", "cg",
-           "even_bounds", "prepare", "row_partition"]
+           "even_bounds", "gmres", "minres", "prepare", "row_partition"]
