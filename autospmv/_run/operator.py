@@ -124,6 +124,8 @@ class SpMVOperator(LinearOperator):
                 self._backend = CpuBackend(spec, fmt, decision.params, csr.nnz, threads)
                 decision.notes.append(f"CPU threads per product: {self._backend.threads} "
                                       f"({self._backend.threads_reason})")
+                if self._backend.engine_note:
+                    decision.notes.append(self._backend.engine_note)
             elapsed = time.perf_counter() - started
         self.format = fmt if device == "cpu" else None
         self._threads_request = threads

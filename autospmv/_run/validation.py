@@ -397,6 +397,9 @@ def load_matrix_file(path):
 def check_vector(x, n: int, matrix_dtype: np.dtype) -> np.ndarray:
     """Return x as a contiguous 1-D numpy array of length n for a product with a matrix of
     ``matrix_dtype``, in the product's dtype (:func:`result_dtype`), or raise."""
+    if (type(x) is np.ndarray and x.ndim == 1 and x.shape[0] == n and x.dtype == matrix_dtype
+            and x.flags.c_contiguous):
+        return x  # the common call, returned as it is without the general path's conversions
     arr = np.asarray(x)
     if arr.ndim == 2 and 1 in arr.shape and arr.size == n:
         arr = arr.reshape(n)
@@ -435,8 +438,9 @@ def check_out(out, m: int, dtype: np.dtype, x: np.ndarray, kept: tuple = ()) -> 
         raise ValueError("out is read-only; pass a writable array")
     if np.may_share_memory(out, x):
         raise ValueError(OUT_OVERLAPS_X)
-    if any(np.may_share_memory(out, array) for array in kept):
-        raise ValueError(OUT_OVERLAPS_MATRIX)
+    for array in kept:
+        if np.may_share_memory(out, array):
+            raise ValueError(OUT_OVERLAPS_MATRIX)
 
 
 def kept_host_arrays(fmt, source) -> tuple:
