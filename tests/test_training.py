@@ -1259,3 +1259,19 @@ def test_two_labelling_runs_on_one_file_take_turns(tmp_path):
     assert summaries == ["0 ", "9 "]
     names = [record["name"] for record in read_records(out)]
     assert sorted(names) == sorted(e.name for e in corpus.corpus("tiny"))
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027])
+def test_written_files_get_the_umasks_mode(tmp_path, umask):
+    """Models, reports and rejected reports are written atomically through a private temporary
+    file, but end with the mode a plain open() would give them."""
+    import os
+
+    from autospmv._decide.model_store import write_atomically
+
+    previous = os.umask(umask)
+    try:
+        write_atomically(tmp_path / "report.md", "text")
+    finally:
+        os.umask(previous)
+    assert (tmp_path / "report.md").stat().st_mode & 0o777 == 0o666 & ~umask
