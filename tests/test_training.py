@@ -1275,3 +1275,47 @@ def test_written_files_get_the_umasks_mode(tmp_path, umask):
     finally:
         os.umask(previous)
     assert (tmp_path / "report.md").stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+def test_the_labels_lock_is_removed_after_a_failure(tmp_path):
+    from autospmv.training.records import labels_lock
+
+    path = tmp_path / "labels.jsonl"
+    with pytest.raises(RuntimeError):
+        with labels_lock(path):
+            assert (tmp_path / "labels.jsonl.lock").exists()
+            raise RuntimeError("the run failed")
+    assert list(tmp_path.iterdir()) == []
+    with labels_lock(path):  # and it can be taken again
+        pass
+
+
+def test_a_run_waiting_for_the_lock_takes_the_fresh_one(tmp_path):
+    """A second run that waited on the lock file the first deleted locks the new file at the
+    path, so that a third run cannot hold the lock beside it."""
+    import threading
+
+    from autospmv.training.records import labels_lock
+
+    path = tmp_path / "labels.jsonl"
+    lock = tmp_path / "labels.jsonl.lock"
+    inside, release, order = threading.Event(), threading.Event(), []
+
+    def first():
+        with labels_lock(path):
+            inside.set()
+            release.wait(30)
+            order.append("first")
+
+    def second():
+        inside.wait(30)
+        with labels_lock(path):
+            order.append("second")
+            assert lock.exists()  # the file it holds is the one at the path
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    [t.start() for t in threads]
+    inside.wait(30)
+    release.set()
+    [t.join(30) for t in threads]
+    assert order == ["first", "second"] and not lock.exists()
