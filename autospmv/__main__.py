@@ -38,7 +38,9 @@ from ._decide.model_store import device_slug, user_data_dir
 from ._run import devices, timing
 from ._run.devices import DEVICES
 from ._run.validation import SUPPORTED_DTYPES, canonicalize, load_matrix_file
+from ._run.threads import requested_threads
 from ._tools import glossary
+from ._tools.cli_checks import OneLineParser
 from ._tools.examples import demo_matrices
 from .formats.base import FormatTooLargeError
 
@@ -105,7 +107,17 @@ vectors, a single back-to-back call (not printed), no re-timing: a quick look at
 where the labeller's defaults would take seconds per kernel."""
 
 
+def check_thread_setting() -> None:
+    """A user error for an ``AUTOSPMV_NUM_THREADS`` that is no positive integer, before a
+    command that runs products starts."""
+    try:
+        requested_threads()
+    except ValueError as error:
+        raise UserError(str(error)) from None
+
+
 def cmd_demo(args) -> None:
+    check_thread_setting()
     device = devices.default_device()
     resolve_model(device)
     baseline = "cuSPARSE (CuPy)" if device == "cuda" else "SciPy"
@@ -203,6 +215,7 @@ def baseline(A, device: str, vectors: list):
 
 
 def cmd_bench(args) -> None:
+    check_thread_setting()
     A = load_matrix(args.file)
     device = resolve_device(args.device)
     resolve_model(device, args.model)
@@ -399,36 +412,53 @@ def cmd_retrain(options: list[str]) -> int:
                         "it with pip install 'autospmv[training]'") from None
 
 
+MATRIX_FILE_HELP = "the matrix: a .npz file (scipy.sparse.save_npz) or a .mtx file (Matrix Market)"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="autospmv", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("demo", help="prepare representative matrices, show decisions and speed")
-    p = sub.add_parser("explain", help="show the decision for a matrix file (.npz or .mtx): "
-                                       "the model, the path through the tree, feature values")
-    p.add_argument("file")
-    p.add_argument("--device", choices=["cuda", "cpu"], help="default: cuda when usable")
+    parser = OneLineParser(prog="autospmv", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True,
+                                help="what to do (`autospmv COMMAND --help` describes each)")
+
+    def command(name: str, summary: str, **options):
+        return sub.add_parser(name, help=summary, description=summary[0].upper() + summary[1:],
+                              **options)
+
+    command("demo", "prepare four generated matrices on this machine's device (the GPU when "
+                    "usable) and show each decision, its explanation and the time per product "
+                    "against SciPy's (or cuSPARSE's on the GPU); takes no options")
+    p = command("explain", "show the decision for a matrix file (.npz or .mtx): the model, the "
+                           "path through the tree, feature values")
+    p.add_argument("file", help=MATRIX_FILE_HELP)
+    p.add_argument("--device", choices=["cuda", "cpu"],
+                   help="decide for this device (default: cuda when usable, else cpu)")
     p.add_argument("--model", metavar="FILE", help="decide with this model file")
-    p = sub.add_parser("bench", help="time every kernel on a matrix file on this device")
-    p.add_argument("file")
+    p = command("bench", "time every kernel on a matrix file on this device, with min, median "
+                         "and max over the repeats")
+    p.add_argument("file", help=MATRIX_FILE_HELP)
     p.add_argument("--solver", action="store_true",
                    help="instead: SciPy solvers with the operator against the SciPy matrix on "
                         "generated matrices or --matrices DIR (takes its options, no file; "
                         "`autospmv bench --solver --help` lists them)")
-    p.add_argument("--device", choices=["cuda", "cpu"], help="default: cuda when usable")
+    p.add_argument("--device", choices=["cuda", "cpu"],
+                   help="run on this device (default: cuda when usable, else cpu)")
     p.add_argument("--model", metavar="FILE", help="decide with this model file")
-    sub.add_parser("info", help="device, versions, the model in use and kernels")
-    p = sub.add_parser("models", help="list the shipped and installed models and which one "
-                                      "decides for each device and dtype")
-    p.add_argument("--remove", nargs="*", metavar="DEVICE",
-                   help="undo `autospmv retrain`: delete the installed models of these devices "
-                        "(e.g. cpu-amd-epyc; all when none is named) with their reports, so "
-                        "that the shipped models decide again")
+    command("info", "device, versions, the model in use and kernels, and the last retrain "
+                    "whose model was not installed")
+    p = command("models", "list the shipped and installed models and which one decides for "
+                          "each device and dtype")
+    p.add_argument("--remove", nargs="*", metavar="NAME",
+                   help="undo `autospmv retrain`: delete the installed models named (a device, "
+                        "such as cpu-amd-epyc-7b13, for both dtypes, or a model file's name, "
+                        "such as cpu-amd-epyc-7b13-float64; exact names only; all when none is "
+                        "named) with their reports, so that the shipped models decide again")
     p.add_argument("--labels", action="store_true",
-                   help="with --remove: also delete those devices' labels (a later retrain "
+                   help="with --remove: also delete those models' labels (a later retrain "
                         "then starts over)")
-    p = sub.add_parser("warmup", help="compile every kernel and conversion for this machine "
-                                      "into the on-disk cache, and report the time per kernel")
-    p.add_argument("--device", choices=["cuda", "cpu"], help="default: cuda when usable")
+    p = command("warmup", "compile every kernel and conversion for this machine into the "
+                          "on-disk cache, and report the time per kernel")
+    p.add_argument("--device", choices=["cuda", "cpu"],
+                   help="compile for this device (default: cuda when usable, else cpu)")
     p.add_argument("--dtype", choices=["float32", "float64"], action="append",
                    help="value dtype to compile for (repeatable; default: both)")
     sub.add_parser("retrain", add_help=False,
@@ -459,6 +489,10 @@ def main(argv=None) -> int:
         return 2
     except BrokenPipeError:
         return reader_gone()
+    except OSError as error:  # a file the command writes or reads that the system refuses
+        where = f" ({str(error.filename)[:200]})" if error.filename else ""
+        print(f"autospmv {command}: error: {error.strerror or error}{where}", file=sys.stderr)
+        return 2
 
 
 def reader_gone() -> int:

@@ -359,3 +359,130 @@ def test_retrain_can_be_restarted_and_undone(capsys, monkeypatch):
     assert "  cpu  float64 none: the built-in rule decides" in out
     status, _, err = run(capsys, "models", "--remove", slug)
     assert_user_error(status, err, "models", f"no installed model {slug}; installed: none")
+
+
+# -- user errors: one line, exit status 2, checked before any work ----------------------------
+
+
+def _parsers() -> list:
+    """Every argparse parser of the command lines: ``autospmv`` and its commands, the training
+    pipeline and its commands."""
+    import argparse
+
+    from autospmv.training.__main__ import _parser as training_parser
+
+    found = []
+
+    def walk(parser):
+        found.append(parser)
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    walk(sub)
+
+    walk(cli.build_parser())
+    walk(training_parser("autospmv"))
+    return found
+
+
+def test_every_command_and_argument_has_help(capsys):
+    parsers = _parsers()
+    missing = [f"{parser.prog} {action.dest}" for parser in parsers for action in parser._actions
+               if action.help is None and action.dest != "help"]
+    assert missing == []
+    assert all(parser.description for parser in parsers[1:] if parser.add_help), \
+        [p.prog for p in parsers[1:] if p.add_help and not p.description]
+    with pytest.raises(SystemExit):
+        cli.main(["demo", "--help"])
+    assert "generated matrices" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", ["explain", "bench"])
+def test_a_file_name_too_long_is_a_user_error(capsys, command):
+    status, _, err = run(capsys, command, "a" * 5000 + ".npz")
+    assert_user_error(status, err, command, "File name too long")
+
+
+@pytest.mark.parametrize("argv", [["demo"], ["bench", "FILE"]])
+def test_a_bad_thread_setting_is_a_user_error(capsys, monkeypatch, matrix_file, argv):
+    monkeypatch.setenv("AUTOSPMV_NUM_THREADS", "abc")
+    argv = [str(matrix_file) if a == "FILE" else a for a in argv]
+    status, _, err = run(capsys, *argv)
+    assert_user_error(status, err, argv[0], "AUTOSPMV_NUM_THREADS must be a positive integer")
+
+
+def _usage_error(capsys, argv, message) -> None:
+    """``argv`` ends with exit status 2 and one line on stderr that holds ``message``."""
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(argv)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and message in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--rounds", "-5"], "-5 is out of range: an integer from 1 to 1000 is allowed"),
+    (["--rounds", str(10**30)], "is out of range"),
+    (["--rounds", "x"], "'x' is not an integer"),
+    (["--cores", "abc"], "--cores 'abc': a number from 1 to"),
+    (["--cores", "0"], "--cores '0': a number from 1 to"),
+    (["--out", "/nonexistent/folder/out.json"],
+     "the folder /nonexistent/folder does not exist (it is not created)"),
+    (["--out", "/dev/null"], "--out /dev/null exists and is not a regular file"),
+])
+def test_solver_benchmark_options_are_checked_before_any_work(capsys, options, message):
+    _usage_error(capsys, ["bench", "--solver", *options], message)
+    assert not Path("/nonexistent").exists()
+
+
+def test_usage_errors_are_one_line(capsys):
+    _usage_error(capsys, ["explain"], "autospmv explain: error: the following arguments are "
+                                      "required: file")
+    _usage_error(capsys, ["retrain", "--budget-minutes", "0"], "0 is out of range")
+    _usage_error(capsys, ["retrain", "--jobs", "-1"], "-1 is out of range")
+
+
+@pytest.mark.parametrize("labels, message", [
+    ("/nonexistent/folder/labels.jsonl", "the folder /nonexistent/folder does not exist"),
+    ("/dev/null", "--labels /dev/null exists and is not a regular file"),
+])
+def test_retrain_checks_its_label_file_before_any_work(capsys, labels, message):
+    status, _, err = run(capsys, "retrain", "--device", "cpu", "--corpus", "tiny", "--quick",
+                         "--labels", labels)
+    assert_user_error(status, err, "retrain", message)
+    assert not Path("/nonexistent").exists() and not Path("/dev/null.lock").exists()
+
+
+def test_child_processes_end_with_their_parent(tmp_path):
+    """A benchmark killed mid-run leaves no child running (the solver benchmark's children
+    start through ending_with_parent)."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    script = ("import subprocess, sys\n"
+              "from autospmv._tools.cli_checks import ending_with_parent\n"
+              "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'],"
+              " preexec_fn=ending_with_parent())\n"
+              "print(child.pid, flush=True)\n"
+              "import time; time.sleep(60)\n")
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                              env=dict(os.environ, PYTHONPATH=str(REPO)))
+    child = int(parent.stdout.readline())
+    parent.send_signal(signal.SIGKILL)
+    parent.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        try:  # reap it if it became ours
+            os.waitpid(child, os.WNOHANG)
+        except ChildProcessError:
+            pass
+        time.sleep(0.05)
+    else:
+        os.kill(child, signal.SIGKILL)
+        pytest.fail("the child outlived its parent")

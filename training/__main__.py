@@ -31,8 +31,11 @@ Data goes to files or stdout, progress to stderr.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 
 RETRAIN = {"cuda": ("kinds", 15.0), "cpu": ("small", 30.0)}
@@ -58,10 +61,12 @@ def _parser(prog: str = "python -m autospmv.training") -> argparse.ArgumentParse
     from .crossval import DEFAULT_OBJECTIVES, REPEATS
     from .fitting import OBJECTIVES
     from .records import TRAINING_MODES
+    from autospmv._tools.cli_checks import OneLineParser, bounded
 
-    parser = argparse.ArgumentParser(prog=prog, description=(
+    parser = OneLineParser(prog=prog, description=(
         "Label matrices with every kernel's time, train the kernel-selection tree, export it."))
-    commands = parser.add_subparsers(dest="command", required=True)
+    commands = parser.add_subparsers(dest="command", required=True,
+                                     help="the step to run (each takes --help)")
 
     def corpus_options(p):
         p.add_argument("--corpus", choices=tuple(PRESETS), default="default",
@@ -70,35 +75,49 @@ def _parser(prog: str = "python -m autospmv.training") -> argparse.ArgumentParse
                        help="folders of .npz/.mtx files to add (default: $AUTOSPMV_MATRICES)")
 
     def label_options(p):
-        p.add_argument("--dtype", choices=("float64", "float32"), default="float64")
-        p.add_argument("--jobs", type=int, default=min(8, os.cpu_count() or 1),
-                       help="processes generating matrices (never while timing)")
+        p.add_argument("--dtype", choices=("float64", "float32"), default="float64",
+                       help="value type of the matrices timed, and of the model (default: "
+                            "%(default)s)")
+        p.add_argument("--jobs", type=bounded(int, 1, 1024), default=min(8, os.cpu_count() or 1),
+                       help="processes generating matrices, 1 to 1024 (never while timing; "
+                            "default: %(default)s)")
         p.add_argument("--no-variants", dest="variants", action="store_false",
                        help="time only the choosers' parameters")
         p.add_argument("--quick", action="store_true",
                        help="short, noisy timings (smoke tests)")
 
-    p = commands.add_parser("corpus", help="list the corpus (TSV on stdout)")
+    p = commands.add_parser("corpus", help="list the corpus (TSV on stdout)",
+                            description="List the corpus of a preset, with the matrices of "
+                                        "--matrices, as TSV on stdout.")
     corpus_options(p)
 
-    p = commands.add_parser("label", help="time every kernel on every corpus matrix")
+    p = commands.add_parser("label", help="time every kernel on every corpus matrix",
+                            description="Time every kernel on every corpus matrix into a label "
+                                        "file (resumed if it exists).")
     corpus_options(p)
     label_options(p)
     p.add_argument("--device", choices=("cuda", "cpu"), default=None,
                    help="default: cuda when a GPU is usable")
     p.add_argument("--out", required=True,
-                   help="JSON-lines file, gzip-compressed if named *.gz (resumed if it exists)")
-    p.add_argument("--budget-minutes", type=float, default=None)
+                   help="JSON-lines file, gzip-compressed if named *.gz (resumed if it exists; "
+                        "its folder must exist)")
+    p.add_argument("--budget-minutes", type=bounded(float, high=10_000, above=0), default=None,
+                   help="stop labelling after this many minutes (default: no limit)")
 
-    p = commands.add_parser("train", help="fit, cross-validate and export the tree")
+    p = commands.add_parser("train", help="fit, cross-validate and export the tree",
+                            description="Fit, cross-validate and export the tree from label "
+                                        "files; the report says whether it passes the install "
+                                        "guard.")
     p.add_argument("labels", nargs="+", help="JSON-lines label files (.jsonl or .jsonl.gz)")
-    p.add_argument("--out", required=True, help="model JSON file to write")
+    p.add_argument("--out", required=True,
+                   help="model JSON file to write (its folder must exist)")
     p.add_argument("--report", help="write the Markdown report here (default: stdout)")
     p.add_argument("--timing", choices=TRAINING_MODES, default="auto",
                    help="timing mode that defines the fastest kernel (default: %(default)s: "
                         "back-to-back from 10^6 nonzeros, per call below)")
-    p.add_argument("--folds", type=int, default=5)
-    p.add_argument("--repeats", type=int, default=REPEATS,
+    p.add_argument("--folds", type=bounded(int, 2, 100), default=5,
+                   help="cross-validation folds, 2 to 100 (default: %(default)s)")
+    p.add_argument("--repeats", type=bounded(int, 1, 100), default=REPEATS,
                    help="nested cross-validations on differently shuffled grouped folds "
                         "(default: %(default)s)")
     p.add_argument("--holdout", metavar="FILE",
@@ -120,17 +139,24 @@ def _parser(prog: str = "python -m autospmv.training") -> argparse.ArgumentParse
 
     p = commands.add_parser("retrain", help="label, train and install a model for this machine",
                             description=RETRAIN_HELP)
-    p.add_argument("--matrices", nargs="*", default=_default_folders(), metavar="DIR")
+    p.add_argument("--matrices", nargs="*", default=_default_folders(), metavar="DIR",
+                   help="folders of .npz/.mtx files whose matrices the corpus adds (on cuda "
+                        "grown into variants; default: $AUTOSPMV_MATRICES); without them the "
+                        "corpus is synthetic, and retrain says so")
     label_options(p)
-    p.add_argument("--device", choices=("cuda", "cpu"), default=None)
+    p.add_argument("--device", choices=("cuda", "cpu"), default=None,
+                   help="device to label and train for (default: cuda on a real GPU, else cpu)")
     p.add_argument("--corpus", choices=tuple(PRESETS), default=None,
                    help="corpus preset (default: kinds on cuda, the shipped models' corpus, which "
                         "grows the real matrices of --matrices; small on cpu)")
-    p.add_argument("--budget-minutes", type=float, default=None,
+    p.add_argument("--budget-minutes", type=bounded(float, high=10_000, above=0), default=None,
                    help="labelling budget (default: 15 on cuda, 30 on cpu)")
-    p.add_argument("--timing", choices=TRAINING_MODES, default="auto")
+    p.add_argument("--timing", choices=TRAINING_MODES, default="auto",
+                   help="timing mode that defines the fastest kernel (default: %(default)s: "
+                        "back-to-back from 10^6 nonzeros, per call below)")
     p.add_argument("--labels", help="label file (default: <data dir>/labels/<device>-<dtype>"
-                                    ".jsonl, where an interrupted retrain resumes)")
+                                    ".jsonl, where an interrupted retrain resumes); its folder "
+                                    "must exist")
     p.add_argument("--fresh", action="store_true",
                    help="start over: delete the earlier labels in the label file first "
                         "(without it, matrices labelled before are kept and skipped)")
@@ -208,6 +234,8 @@ def _retrain(args) -> None:
     (:func:`.records.labels_lock`), so that a second retrain for the same device and dtype
     waits for the first and then resumes from its labels."""
     from autospmv._decide.model_store import device_slug, user_data_dir, user_model_path
+    from autospmv._tools.cli_checks import output_path
+    import tqdm  # noqa: F401  (the training extra's package: missing, retrain stops here)
     from .records import labels_lock
     from .train import train_files
 
@@ -215,7 +243,11 @@ def _retrain(args) -> None:
     preset, budget = RETRAIN[args.device]
     slug = device_slug(args.device)
     model_path = user_model_path(slug, args.dtype)
-    labels = Path(args.labels or user_data_dir() / "labels" / f"{slug}-{args.dtype}.jsonl")
+    if args.labels:
+        labels = output_path(args.labels, "--labels")
+    else:
+        labels = user_data_dir() / "labels" / f"{slug}-{args.dtype}.jsonl"
+        labels.parent.mkdir(parents=True, exist_ok=True)  # autospmv's own data folder
     with labels_lock(labels):
         if args.fresh and labels.exists():
             labels.unlink()
@@ -257,6 +289,21 @@ def install(result, model_path) -> bool:
     return True
 
 
+@contextlib.contextmanager
+def exit_on_sigterm():
+    """For the block, SIGTERM ends the process through Python's exit path (status 143), so
+    that the blocks being left clean up (the labels lock is removed) as after Ctrl-C; the
+    previous handler is restored afterwards. Outside the main thread nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv=None, prog: str = "python -m autospmv.training") -> int:
     """Run a command; ``prog`` names the program in help and usage messages (``autospmv``
     delegates ``autospmv retrain`` here)."""
@@ -266,14 +313,20 @@ def main(argv=None, prog: str = "python -m autospmv.training") -> int:
             for e in _entries(args.corpus, args.matrices):
                 print(f"{e.name}\t{e.family}\t{e.size}\t{e.nnz}\t{e.source}")
         elif args.command == "label":
+            from autospmv._tools.cli_checks import output_path
             from .records import labels_lock
 
+            output_path(args.out, "--out")
             args.device = args.device or _default_device()
             with labels_lock(args.out):
                 _label(args, args.corpus, args.out, args.budget_minutes)
         elif args.command == "train":
+            from autospmv._tools.cli_checks import output_path
             from .train import train_files
 
+            output_path(args.out, "--out")
+            if args.report:
+                output_path(args.report, "--report")
             result = train_files(args.labels, args.out, args.report, mode=args.timing,
                                  n_splits=args.folds, objectives=args.objectives,
                                  repeats=args.repeats, holdout=args.holdout)
@@ -286,9 +339,10 @@ def main(argv=None, prog: str = "python -m autospmv.training") -> int:
         elif args.command == "rechoose":
             _rechoose(args)
         else:
-            _retrain(args)
+            with exit_on_sigterm():
+                _retrain(args)
     except (ValueError, RuntimeError, OSError) as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"{prog} {args.command}: error: {err}", file=sys.stderr)
         return 2
     return 0
 

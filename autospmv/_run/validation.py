@@ -366,9 +366,13 @@ def load_matrix_file(path):
     wrong, also when the path is not a regular file (opening a FIFO would wait for a writer).
     ``allow_pickle`` stays off: loading executes nothing from the file."""
     path = Path(path)
-    if not path.exists():
+    try:
+        exists, regular = path.exists(), path.is_file()
+    except OSError as error:  # a name too long for the file system, a folder it cannot read
+        raise ValueError(f"cannot read {str(path)[:200]}: {error.strerror}") from None
+    if not exists:
         raise ValueError(f"no such file: {path}")
-    if not path.is_file():
+    if not regular:
         raise ValueError(f"{path} is not a regular file")
     if path.suffix not in (".npz", ".mtx"):
         raise ValueError(f"{path}: unsupported file type {path.suffix!r}; use .npz or .mtx")
