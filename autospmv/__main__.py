@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime
+import os
 import sys
 from pathlib import Path
 
@@ -34,7 +36,8 @@ from . import Decision, prepare, select
 from . import _registry as registry
 from ._decide import model_lookup as lookup
 from ._decide import selection as selector
-from ._decide.model_store import device_slug, user_data_dir
+from ._decide.model_store import (device_slug, split_stem, user_data_dir, user_model_path,
+                                  written_name)
 from ._run import devices, timing
 from ._run.devices import DEVICES
 from ._run.validation import SUPPORTED_DTYPES, canonicalize, load_matrix_file
@@ -365,40 +368,117 @@ def _trained(path) -> str:
         return f" (unreadable: {error})"
 
 
+MODEL_SUFFIXES = (".json", ".md", ".rejected.md")
+"""The files ``retrain`` writes per model in the models folder: the model, its report, and the
+report of a run that installed none."""
+
+LABEL_SUFFIXES = (".jsonl", ".jsonl.gz")
+"""The label files ``retrain`` writes per model in the labels folder (``.lock`` beside each
+while a run holds it)."""
+
+LOCKED_LABEL_SUFFIXES = LABEL_SUFFIXES + tuple(suffix + ".lock" for suffix in LABEL_SUFFIXES)
+
+def written_stems(folder: Path, suffixes) -> set[str]:
+    """The stems of the files in ``folder`` that ``retrain`` could have written (a
+    :func:`~autospmv._decide.model_store.written_name` with one of ``suffixes``; regular files or links, never folders),
+    listed without following links out of it."""
+    stems = set()
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:  # no folder (nothing installed yet), or one that cannot be read
+        return stems
+    for entry in entries:
+        if entry.is_dir(follow_symlinks=False):
+            continue
+        for suffix in suffixes:
+            stem = entry.name.removesuffix(suffix)
+            if entry.name.endswith(suffix) and written_name(stem):
+                stems.add(stem)
+    return stems
+
+
+def resolve_removal(names: list[str], stems: set[str]) -> list[str]:
+    """The model stems that ``models --remove NAME…`` removes: a name is a stem itself
+    (``cpu-amd-epyc-7b13-float64``) or a device (``cpu-amd-epyc-7b13``: both its dtypes),
+    exactly; all of ``stems`` when no name is given.
+
+    Raises
+    ------
+    UserError
+        For a name that is neither, listing the stems that start with it (a prefix is refused,
+        never widened) or, when none does, the stems there are.
+    """
+    if not names:
+        return sorted(stems)
+    chosen = []
+    for name in names:
+        name = name.removesuffix(".json")
+        exact = [stem for stem in sorted(stems) if stem == name or split_stem(stem)[0] == name]
+        if not exact:
+            near = sorted(stem for stem in stems if stem.startswith(name))
+            if near:
+                raise UserError(f"{name!r} is not the exact name of an installed model or its "
+                                f"device; names starting with it: {', '.join(near)}; name one "
+                                "of them (or its device) exactly")
+            raise UserError(f"no installed model {name}; installed: "
+                            f"{', '.join(sorted(stems)) or 'none'}")
+        chosen += [stem for stem in exact if stem not in chosen]
+    return chosen
+
+
 def remove_installed(names: list[str], labels: bool = False) -> None:
-    """Undo ``autospmv retrain``: delete the installed models of the devices ``names`` (all
-    when empty) with their training reports (also that of a model the guard rejected) and,
-    with ``labels``, those devices' labels."""
+    """Undo ``autospmv retrain``: delete the installed models named by ``names`` (see
+    :func:`resolve_removal`; all when empty) with their reports (also those of runs that
+    installed no model) and, with ``labels``, their label files and locks.
+
+    Only files named as ``retrain`` names them are deleted
+    (:func:`~autospmv._decide.model_store.written_name`, the model's exact stem); a link among them is removed itself, never what it points to, and a
+    label file is removed under its lock (waiting for a retrain that holds it).
+
+    Raises
+    ------
+    UserError
+        For a name that is not exact (see :func:`resolve_removal`).
+    """
+    from .training.records import labels_lock
+
     models, label_dir = user_data_dir() / "models", user_data_dir() / "labels"
-    names = [name.removesuffix(".json") for name in names]
-    installed = lookup.installed_models()
-    # A retrain whose model the guard rejected leaves its report, with or without a model.
-    rejected = [path.name.removesuffix(".rejected.md") for path in models.glob("*.rejected.md")]
-    label_files = sorted(f for f in label_dir.glob("*.jsonl*") if f.suffix != ".lock")
-
-    def labels_of(name: str) -> list[Path]:
-        return [f for f in label_files if f.name.startswith(f"{name}-")]
-
-    unknown = [n for n in names if n not in installed and n not in rejected
-               and not (labels and labels_of(n))]
-    if unknown:
-        raise UserError(f"no installed model {', '.join(unknown)}; installed: "
-                        f"{', '.join(installed) or 'none'}")
-    files = [models / f"{name}{suffix}" for name in names or sorted({*installed, *rejected})
-             for suffix in (".json", ".md", ".rejected.md")]
+    stems = written_stems(models, MODEL_SUFFIXES)
     if labels:
-        files += [f for f in label_files if not names or any(f in labels_of(n) for n in names)]
-    removed = [file for file in files if file.exists()]
+        stems |= written_stems(label_dir, LOCKED_LABEL_SUFFIXES)
+    chosen = resolve_removal(names, stems)
+    removed = [models / f"{stem}{suffix}" for stem in chosen for suffix in MODEL_SUFFIXES
+               if _remove(models / f"{stem}{suffix}")]
+    if labels:
+        for stem in chosen:
+            for suffix in LABEL_SUFFIXES:
+                path = label_dir / f"{stem}{suffix}"
+                lock = path.with_name(path.name + ".lock")
+                had_lock = os.path.lexists(lock)
+                if os.path.lexists(path) or had_lock:
+                    with labels_lock(path):  # waits for a retrain; the lock goes at the end
+                        removed += [path] if _remove(path) else []
+                    removed += [lock] if had_lock and not os.path.lexists(lock) else []
     for file in removed:
-        file.unlink()
         print(f"removed {file}")
     if not removed:
         print(f"nothing to remove in {user_data_dir()}")
-    kept = [f for f in label_files if f.exists()]
+    kept = sorted(written_stems(label_dir, LOCKED_LABEL_SUFFIXES))
     if kept:
-        print(f"kept {len(kept)} label file(s) in {label_dir}: a later retrain resumes from "
-              "them (`autospmv retrain --fresh` starts over; `autospmv models --remove "
-              "--labels` deletes them)")
+        print(f"kept the labels of {', '.join(kept)} in {label_dir}: a later retrain resumes "
+              "from them (`autospmv retrain --fresh` starts over; `autospmv models --remove "
+              "NAME --labels` deletes them)")
+
+
+def _remove(path: Path) -> bool:
+    """Delete the file or link ``path`` (never a folder); False when there is none."""
+    try:
+        if path.is_dir() and not path.is_symlink():
+            return False
+        path.unlink()
+        return True
+    except FileNotFoundError:
+        return False
 
 
 def cmd_retrain(options: list[str]) -> int:

@@ -355,7 +355,8 @@ def test_retrain_can_be_restarted_and_undone(capsys, monkeypatch):
 
     status, out, _ = run(capsys, "models", "--remove")
     assert status == 0 and not model.exists() and not model.with_suffix(".md").exists()
-    assert f"removed {model}\n" in out and "kept 1 label file(s)" in out and labels.is_file()
+    assert f"removed {model}\n" in out and labels.is_file()
+    assert f"kept the labels of {slug}-float64 in {labels.parent}" in out
     assert "  cpu  float64 none: the built-in rule decides" in out
     status, _, err = run(capsys, "models", "--remove", slug)
     assert_user_error(status, err, "models", f"no installed model {slug}; installed: none")
@@ -486,3 +487,67 @@ def test_child_processes_end_with_their_parent(tmp_path):
     else:
         os.kill(child, signal.SIGKILL)
         pytest.fail("the child outlived its parent")
+
+
+# -- models --remove: exact names, only the files retrain wrote ---------------------------------
+
+
+@pytest.fixture
+def data_folders():
+    home = autospmv._decide.model_store.user_data_dir()
+    models, labels = home / "models", home / "labels"
+    models.mkdir(parents=True)
+    labels.mkdir()
+    return models, labels
+
+
+def test_models_remove_takes_exact_names_only(capsys, data_folders):
+    """The reproducer of the hostile-input report: a device name's prefix of another device
+    removes nothing of the other one; a bare prefix is refused with the names it matches."""
+    models, labels = data_folders
+    (models / "cpu-amd-epyc-float64.json").write_bytes(GPU_MODEL.read_bytes())
+    mine, other = labels / "cpu-amd-epyc-float64.jsonl", labels / "cpu-amd-epyc-7b13-float64.jsonl"
+    mine.write_text("{}\n")
+    other.write_text("{}\n")
+    status, out, _ = run(capsys, "models", "--remove", "cpu-amd-epyc", "--labels")
+    assert status == 0 and other.exists() and not mine.exists()
+    assert not (models / "cpu-amd-epyc-float64.json").exists()
+    status, _, err = run(capsys, "models", "--remove", "cpu", "--labels")
+    assert_user_error(status, err, "models", "names starting with it: "
+                                             "cpu-amd-epyc-7b13-float64")
+    assert other.exists()
+    status, _, err = run(capsys, "models", "--remove", "cuda-nvidia-h200")
+    assert_user_error(status, err, "models", "no installed model cuda-nvidia-h200; installed: "
+                                             "none")
+
+
+def test_models_remove_of_a_model_takes_its_labels_and_lock(capsys, data_folders):
+    models, labels = data_folders
+    for dtype in ("float64", "float32"):
+        (models / f"cpu-x-{dtype}.json").write_bytes(GPU_MODEL.read_bytes())
+        (labels / f"cpu-x-{dtype}.jsonl").write_text("{}\n")
+    (labels / "cpu-x-float64.jsonl.lock").write_text("")  # left by a killed run
+    status, out, _ = run(capsys, "models", "--remove", "cpu-x-float64", "--labels")
+    assert status == 0
+    assert sorted(p.name for p in labels.iterdir()) == ["cpu-x-float32.jsonl"]
+    assert sorted(p.name for p in models.iterdir()) == ["cpu-x-float32.json"]
+    assert f"removed {labels / 'cpu-x-float64.jsonl.lock'}" in out
+
+
+def test_models_remove_never_deletes_files_it_did_not_write(capsys, tmp_path, data_folders):
+    """With the models folder a link to a folder of the user's, only files named as retrain
+    names them go; a link among them is removed, not what it points to."""
+    models, _ = data_folders
+    elsewhere = tmp_path / "user-folder"
+    elsewhere.mkdir()
+    models.rmdir()
+    models.symlink_to(elsewhere)
+    settings, target = elsewhere / "settings.json", tmp_path / "precious.json"
+    settings.write_text("{}")
+    target.write_text("{}")
+    (elsewhere / "cpu-y-float64.json").symlink_to(target)
+    (elsewhere / "cpu-y-float64.md").write_text("report")
+    status, out, _ = run(capsys, "models", "--remove")
+    assert status == 0 and settings.exists() and target.exists()
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["settings.json"]
+    assert "settings" not in out

@@ -34,7 +34,7 @@ import numpy as np
 
 from .model import TreeModel
 from .model_store import (DTYPES, device_slug, model_dtype, retrained_paths, split_stem,
-                          user_data_dir)
+                          user_data_dir, written_name)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,11 +60,16 @@ def _load_cached(path: str, mtime: float) -> TreeModel:
 
 
 def load_model(path) -> TreeModel:
-    """Load (and cache, until the file changes) a model file; ValueError if it is invalid."""
+    """Load (and cache, until the file changes) a model file; ValueError if it is invalid, or
+    if it cannot be read, also when another process removes or replaces it while it is read."""
     path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"model file {str(path)!r} does not exist")
-    return _load_cached(str(path), path.stat().st_mtime)
+    try:
+        if not path.is_file():
+            raise ValueError(f"model file {str(path)!r} does not exist")
+        return _load_cached(str(path), path.stat().st_mtime)
+    except OSError as error:
+        raise ValueError(f"model file {str(path)!r} could not be read: "
+                         f"{error.strerror or error}") from None
 
 
 def shipped_models() -> dict[str, Path]:
@@ -90,11 +95,13 @@ def _shipped_listing() -> dict[str, Path]:
 
 def installed_models() -> dict[str, Path]:
     """The models ``retrain`` installed on this machine (the user data folder of
-    :func:`autospmv._decide.model_store.user_data_dir`), by file stem (``<device>-<dtype>``)."""
+    :func:`autospmv._decide.model_store.user_data_dir`), by file stem (``<device>-<dtype>``):
+    the ``.json`` files named as ``retrain`` names them
+    (:func:`~autospmv._decide.model_store.written_name`; other files there are not models)."""
     folder = user_data_dir() / "models"
     if not folder.is_dir():
         return {}
-    return {path.stem: path for path in sorted(folder.glob("*.json"))}
+    return {path.stem: path for path in sorted(folder.glob("*.json")) if written_name(path.stem)}
 
 
 def _choice(path: Path, reason: str) -> ModelChoice:
@@ -173,8 +180,16 @@ def nearest_model(slug: str, candidates: dict[str, Path]) -> str:
     return max(candidates, key=closeness)
 
 
+_warned: set[str] = set()
+"""The skip warnings given in this process (each is given once)."""
+
+
 def warn_skipped(error: Exception) -> None:
-    """Warn that the model retrained on this machine is skipped because of ``error``."""
-    warnings.warn(f"autospmv: the model retrained on this machine is skipped: {error}; the "
-                  "shipped model decides instead (retrain to replace the file)", RuntimeWarning,
-                  stacklevel=4)
+    """Warn that the model retrained on this machine is skipped because of ``error``, once per
+    process for each distinct reason (a loop of prepare() calls gets one warning)."""
+    message = (f"autospmv: the model retrained on this machine is skipped: {error}; the "
+               "shipped model decides instead (retrain to replace the file)")
+    if message in _warned:
+        return
+    _warned.add(message)
+    warnings.warn(message, RuntimeWarning, stacklevel=4)

@@ -107,6 +107,17 @@ def split_stem(stem: str) -> tuple[str, str]:
     return stem, "float64"
 
 
+WRITTEN_STEM = re.compile(r"(cpu|cuda)-[a-z0-9]+(-[a-z0-9]+)*")
+"""The stem of every file ``retrain`` writes: ``<device slug>-<dtype>`` (or the older
+``<device slug>`` of a float64 model), the slug being :func:`device_slug`'s."""
+
+
+def written_name(stem: str) -> bool:
+    """Whether ``stem`` is a name ``retrain`` gives its files (:data:`WRITTEN_STEM`): only such
+    files are listed as installed models and removed by ``autospmv models --remove``."""
+    return WRITTEN_STEM.fullmatch(stem) is not None
+
+
 def user_model_path(slug: str, dtype: str | None = None) -> Path:
     """Where a model retrained on this machine for device ``slug`` and value type ``dtype``
     is installed (``<slug>-<dtype>.json``; without ``dtype`` the older ``<slug>.json``, read
