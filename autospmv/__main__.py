@@ -296,11 +296,29 @@ def cmd_info(args) -> None:
         print("device: cpu (no usable CUDA GPU found)")
     for dtype in ("float64", "float32"):
         print(describe_model(devices.default_device(), dtype=dtype))
+        rejected = last_rejected(devices.default_device(), dtype)
+        if rejected:
+            print(rejected)
     print(f"kernels: {', '.join(registry.names())}")
     from ._run.cache import configure
 
     state = configure()
     print(f"compiled-code cache: {state.path} ({state.source})")
+
+
+def last_rejected(device: str, dtype: str) -> str | None:
+    """One line on the last ``retrain`` for ``device`` and ``dtype`` that installed no model
+    (its ``<model>.rejected.md``: when, and why), or None when there is none."""
+    try:
+        path = user_model_path(device_slug(device), dtype).with_suffix(".rejected.md")
+        with open(path, encoding="utf-8", errors="replace") as report:
+            first = report.readline(2000).strip()
+        when = datetime.datetime.fromtimestamp(path.stat().st_mtime).strftime("%Y-%m-%d %H:%M")
+    except (OSError, ValueError):
+        return None
+    reason = first.removeprefix("Not installed: ") if first.startswith("Not installed: ") \
+        else "the install guard rejected its model"
+    return f"last retrain for {dtype} ({when}) installed nothing: {reason} (report: {path})"
 
 
 def cmd_warmup(args) -> None:

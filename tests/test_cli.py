@@ -551,3 +551,16 @@ def test_models_remove_never_deletes_files_it_did_not_write(capsys, tmp_path, da
     assert status == 0 and settings.exists() and target.exists()
     assert sorted(p.name for p in elsewhere.iterdir()) == ["settings.json"]
     assert "settings" not in out
+
+
+def test_info_reports_the_last_run_that_installed_nothing(capsys, data_folders):
+    from autospmv._decide.model_store import device_slug
+    from autospmv.training.__main__ import write_rejected
+
+    models, _ = data_folders
+    write_rejected(models / f"{device_slug('cpu')}-float64.json", "oracle gain 0.020 < 0.05",
+                   "figures")
+    status, out, _ = run(capsys, "info")
+    assert status == 0
+    assert "last retrain for float64 (" in out and "installed nothing: oracle gain 0.020" in out
+    assert "last retrain for float32" not in out

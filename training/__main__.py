@@ -38,6 +38,8 @@ import sys
 import threading
 from pathlib import Path
 
+from .forecast import Forecast
+
 RETRAIN = {"cuda": ("kinds", 15.0), "cpu": ("small", 30.0)}
 """Corpus preset and default labelling budget (minutes) of ``retrain`` per device. On a GPU it
 is the shipped models' own corpus: the real matrices of ``--matrices`` grown by the ``kinds``
@@ -161,6 +163,9 @@ def _parser(prog: str = "python -m autospmv.training") -> argparse.ArgumentParse
                    help="start over: delete the earlier labels in the label file first "
                         "(without it, matrices labelled before are kept and skipped)")
     p.add_argument("--holdout", metavar="FILE", help="as for train")
+    p.add_argument("--no-probe", dest="probe", action="store_false",
+                   help="on the CPU, label the whole corpus without first checking on a few "
+                        "matrices whether any kernel beats the built-in rule here")
     return parser
 
 
@@ -210,16 +215,17 @@ def _entries(preset: str, folders):
     return corpus(preset, folders)
 
 
-def _label(args, preset: str, out, budget_minutes) -> dict:
+def _label(args, entries, out, budget_minutes, forecast=None) -> dict:
     from autospmv._run.timing import TimingOptions
 
     from .label import label
     from .timing import QUICK
 
     summary = label(
-        _entries(preset, args.matrices), out, args.device, dtype=args.dtype,
+        entries, out, args.device, dtype=args.dtype,
         budget_seconds=None if budget_minutes is None else 60 * budget_minutes,
         jobs=args.jobs, variants=args.variants, options=QUICK if args.quick else TimingOptions(),
+        forecast=forecast,
     )
     print(f"labelled {summary['labelled']} matrices in {summary['seconds']:.0f} s "
           f"({summary['skipped']} were already in {out} and kept; {summary['remaining']} left "
@@ -253,13 +259,62 @@ def _retrain(args) -> None:
             labels.unlink()
             print(f"--fresh: deleted the earlier labels {labels}", file=sys.stderr)
         preset = args.corpus or preset
-        if preset == "kinds" and not args.matrices:
-            print("the kinds corpus grows the real matrices of --matrices (or $AUTOSPMV_MATRICES);"
-                  " without them it labels its synthetic matrices only", file=sys.stderr)
-        _label(args, preset, labels, args.budget_minutes or budget)
+        if not args.matrices:
+            what = ("its synthetic matrices only (the kinds corpus grows the real matrices of "
+                    "--matrices)" if preset == "kinds" else f"the {preset} corpus's generated "
+                    "matrices only")
+            print(f"no --matrices (nor $AUTOSPMV_MATRICES): labelling {what}", file=sys.stderr)
+        entries = _entries(preset, args.matrices)
+        forecast = Forecast.for_device(args.device)
+        if args.device == "cpu" and args.probe:
+            found = _probe(args, entries, labels, forecast, args.budget_minutes or budget)
+            if not found.worth_labelling:
+                report = write_rejected(model_path, found.reason, found.report())
+                print(f"not labelling the whole corpus: {found.reason}; the built-in rule stays "
+                      f"(figures: {report}; --no-probe labels everything anyway)",
+                      file=sys.stderr)
+                return
+        _label(args, entries, labels, args.budget_minutes or budget, forecast)
         result = train_files([labels], None, None, mode=args.timing, holdout=args.holdout)
         print(result.report)
         install(result, model_path)
+
+
+def _probe(args, entries, labels, forecast, budget_minutes: float):
+    """Label the probe's matrices (:mod:`training.probe`) into ``labels``, within the run's
+    labelling budget, and read the oracle gain over the CPU rule from them; prints the
+    figures."""
+    from autospmv._decide.selection import RULE_CPU
+
+    from .probe import PROBE_SECONDS, oracle_gain, probe_entries
+    from .records import read_records
+
+    chosen = probe_entries(entries)
+    print(f"probe: can any kernel beat the built-in rule ({RULE_CPU}) here? labelling up to "
+          f"{len(chosen)} matrices first (for at most {PROBE_SECONDS:.0f} s)",
+          file=sys.stderr)
+    _label(args, chosen, labels, min(PROBE_SECONDS / 60, budget_minutes), forecast)
+    names = {entry.name for entry in chosen}
+    records = read_records(labels) if labels.exists() else []
+    found = oracle_gain([r for r in records if r["name"] in names], RULE_CPU)
+    print(f"probe:\n{found.report()}", file=sys.stderr)
+    return found
+
+
+REJECTED_PREFIX = "Not installed: "
+"""The first line of a ``<model>.rejected.md`` report starts with this, then the reason
+(``autospmv info`` shows it)."""
+
+
+def write_rejected(model_path: Path, reason: str, body: str) -> Path:
+    """Write a run's ``<model>.rejected.md``: the reason in its first line, then ``body``;
+    returns its path."""
+    from autospmv._decide.model_store import write_atomically
+
+    report_path = model_path.with_suffix(".rejected.md")
+    model_path.parent.mkdir(parents=True, exist_ok=True)  # autospmv's own data folder
+    write_atomically(report_path, f"{REJECTED_PREFIX}{reason}\n\n{body}\n")
+    return report_path
 
 
 def install(result, model_path) -> bool:
@@ -273,8 +328,10 @@ def install(result, model_path) -> bool:
     verdict = result.scores["guard"]
     model_path.parent.mkdir(parents=True, exist_ok=True)
     if not verdict["passed"]:
-        report_path = model_path.with_suffix(".rejected.md")
-        write_atomically(report_path, result.report)
+        report_path = write_rejected(
+            model_path, f"{verdict['reason']}; the best fixed kernel (always "
+                        f"{verdict['best_fixed']}) would do better on these labels",
+            result.report)
         kept = f"kept {model_path}" if model_path.is_file() else "no model installed"
         print(f"not installed ({kept}): {verdict['reason']}; the best fixed kernel "
               f"(always {verdict['best_fixed']}) would do better on these labels "
@@ -318,8 +375,9 @@ def main(argv=None, prog: str = "python -m autospmv.training") -> int:
 
             output_path(args.out, "--out")
             args.device = args.device or _default_device()
-            with labels_lock(args.out):
-                _label(args, args.corpus, args.out, args.budget_minutes)
+            with exit_on_sigterm(), labels_lock(args.out):
+                _label(args, _entries(args.corpus, args.matrices), args.out,
+                       args.budget_minutes)
         elif args.command == "train":
             from autospmv._tools.cli_checks import output_path
             from .train import train_files
