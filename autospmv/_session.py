@@ -190,8 +190,12 @@ def _start_in_background(csr, device: str, model, threads, borrowed: bool, uploa
     refused = start_refused(longest)
     if refused:
         return None, refused
-    start = dataclasses.replace(forced_decision(csr, START_KERNEL[device], device),
-                                source="the start of a background decision")
+    start = dataclasses.replace(
+        forced_decision(csr, START_KERNEL[device], device),
+        source="the start of a background decision", path=[],
+        notes=[f"background=True: products run {START_KERNEL[device]} while the decision runs "
+               "on a thread (no kernel was requested); they switch to the decided kernel when "
+               "it is ready"])
     op = SpMVOperator._canonical(csr, start, device, threads, borrowed=borrowed,
                                  uploaded=uploaded)
     if device == "cuda":
