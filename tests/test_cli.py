@@ -227,7 +227,7 @@ def test_models_remove_deletes_rejected_reports_too(capsys):
     assert all(f"removed {file}" in out for file in files[:3])
 
 
-def test_info_names_the_model_and_why(capsys, monkeypatch):
+def test_info_names_the_model_and_why(capsys, monkeypatch, tmp_path):
     status, out, _ = run(capsys, "info")
     assert status == 0
     assert out.startswith(f"autospmv {autospmv.__version__}, numba ")
@@ -235,9 +235,35 @@ def test_info_names_the_model_and_why(capsys, monkeypatch):
     assert [line.split()[4] for line in model_lines] == ["float64", "float32"]  # one per dtype
     assert all("none for cpu-" in line and "cuda-nvidia-h200" in line
                and "rule decides: csr_scalar for every matrix" in line for line in model_lines)
-    monkeypatch.setenv("AUTOSPMV_MODEL", str(GPU_MODEL))
+    cpu_model = _as_cpu_model(tmp_path)
+    monkeypatch.setenv("AUTOSPMV_MODEL", str(cpu_model))
     status, out, _ = run(capsys, "info")
-    assert f"model: {GPU_MODEL} (from AUTOSPMV_MODEL; trained on NVIDIA H200" in out
+    assert f"model: {cpu_model} (from AUTOSPMV_MODEL; trained on a test CPU" in out
+
+
+def _as_cpu_model(tmp_path) -> Path:
+    """The GPU model's tree in a file whose provenance says it was trained on a CPU."""
+    doc = json.loads(GPU_MODEL.read_text())
+    doc["provenance"]["device"] = {"device": "cpu", "name": "a test CPU"}
+    path = tmp_path / "cpu-model.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_a_cpu_model_in_the_environment_does_not_decide_for_the_gpu(capsys, monkeypatch,
+                                                                     tmp_path, matrix_file):
+    """AUTOSPMV_MODEL naming a CPU model decides on the CPU only: for the GPU the shipped GPU
+    model decides, with one warning that says why."""
+    cpu_model = _as_cpu_model(tmp_path)
+    monkeypatch.setenv("AUTOSPMV_MODEL", str(cpu_model))
+    A = poisson2d(12)
+    assert autospmv.select(A, device="cpu").notes[0].startswith("model cpu-model.json (from "
+                                                               "AUTOSPMV_MODEL")
+    with pytest.warns(RuntimeWarning, match="is a model for cpu, so it does not decide for cuda"):
+        decision = autospmv.select(A, device="cuda")
+    assert decision.source == "model cuda-nvidia-h200-float64.json"
+    status, out, _ = run(capsys, "explain", "--device", "cuda", str(matrix_file))
+    assert status == 0 and "model: " in out and "AUTOSPMV_MODEL" not in out
 
 
 def test_demo_on_a_small_set(capsys, monkeypatch):

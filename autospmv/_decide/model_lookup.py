@@ -1,7 +1,10 @@
 """Which trained model decides: :func:`find_model` takes, in this order,
 
 1. the ``model=`` argument (a path or a loaded model);
-2. the ``AUTOSPMV_MODEL`` environment variable (a path);
+2. the ``AUTOSPMV_MODEL`` environment variable (a path), for the kind of device its model was
+   trained for (its provenance's ``device``): a CPU model there does not decide for a GPU, nor a
+   GPU model for the CPU (a warning says so, once), and one whose provenance does not say
+   decides everywhere;
 3. models are per (device, dtype): first for the matrix's dtype, then, only when no model of
    that dtype exists for this kind of device, for the other one:
 
@@ -120,7 +123,13 @@ def find_model(device: str, model=None, dtype=None, *,
         return _choice(Path(model), "passed as model=")
     env = os.environ.get("AUTOSPMV_MODEL")
     if env:
-        return _choice(Path(env), "from AUTOSPMV_MODEL")
+        choice = _choice(Path(env), "from AUTOSPMV_MODEL")
+        kind = trained_for(choice.model)
+        if kind in (None, device):
+            return choice
+        _warn_once(f"autospmv: AUTOSPMV_MODEL={env} is a model for {kind}, so it does not "
+                   f"decide for {device}; the {device} model or rule decides there (pass "
+                   "model= to use it anyway)")
     dtype = np.dtype(dtype or "float64").name
     slug = device_slug(device)
     shipped = shipped_models()
@@ -181,15 +190,38 @@ def nearest_model(slug: str, candidates: dict[str, Path]) -> str:
 
 
 _warned: set[str] = set()
-"""The skip warnings given in this process (each is given once)."""
+"""The warnings about models given in this process (each is given once)."""
+
+
+def _warn_once(message: str) -> None:
+    """A RuntimeWarning of ``message``, once per process (a loop of prepare() calls gets one)."""
+    if message in _warned:
+        return
+    _warned.add(message)
+    warnings.warn(message, RuntimeWarning, stacklevel=5)
 
 
 def warn_skipped(error: Exception) -> None:
     """Warn that the model retrained on this machine is skipped because of ``error``, once per
-    process for each distinct reason (a loop of prepare() calls gets one warning)."""
-    message = (f"autospmv: the model retrained on this machine is skipped: {error}; the "
+    process for each distinct reason."""
+    _warn_once(f"autospmv: the model retrained on this machine is skipped: {error}; the "
                "shipped model decides instead (retrain to replace the file)")
-    if message in _warned:
-        return
-    _warned.add(message)
-    warnings.warn(message, RuntimeWarning, stacklevel=4)
+
+
+def trained_for(model: TreeModel) -> str | None:
+    """The kind of device (``"cuda"`` or ``"cpu"``) a model's labels were timed on, from its
+    provenance; None when the provenance does not say.
+
+    Parameters
+    ----------
+    model : TreeModel
+        A loaded model.
+
+    Returns
+    -------
+    str or None
+        ``"cuda"``, ``"cpu"`` or None.
+    """
+    device = model.provenance.get("device")
+    kind = device.get("device") if isinstance(device, dict) else None
+    return kind if kind in ("cuda", "cpu") else None
