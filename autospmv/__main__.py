@@ -43,7 +43,7 @@ from ._run.devices import DEVICES
 from ._run.validation import SUPPORTED_DTYPES, canonicalize, load_matrix_file
 from ._run.threads import requested_threads
 from ._tools import glossary
-from ._tools.cli_checks import OneLineParser
+from ._tools.cli_checks import OneLineParser, bounded
 from ._tools.examples import demo_matrices
 from .formats.base import FormatTooLargeError
 
@@ -239,13 +239,13 @@ def cmd_bench(args) -> None:
         print(f"  {name:11s}  not timed: CuPy is not installed")
     else:
         rows[name] = product
-    times = {}
-    for row, measured in bench.time_all(rows).items():
-        if isinstance(measured, Exception):
-            raise measured
-        times[row] = measured["per_call"]["median"] * 1e-6
+    repeats = bench_repeats(bench, rows, args.repeats)
+    times = {row: float(np.median(seconds)) for row, seconds in repeats.items()}
+    print(f"  {'':11s} {'median':>10s}  {'min':>8s}  {'max':>8s}  µs per call over "
+          f"{args.repeats} repeats")
     for row in rows:
-        print(f"  {row:11s} {times[row] * 1e6:10.1f} µs per call")
+        print(f"  {row:11s} {times[row] * 1e6:10.1f}  {min(repeats[row]) * 1e6:8.1f}  "
+              f"{max(repeats[row]) * 1e6:8.1f}")
     # Timed after every kernel and the feature extractor have run once, so that it excludes
     # one-off JIT compilation (or loading it from numba's cache).
     select(A, device=device, model=args.model)
@@ -260,7 +260,9 @@ def cmd_bench(args) -> None:
     line = (f"picked {picked.kernel} ({spmv_s * 1e6:.1f} µs), best {best} "
             f"({times[best] * 1e6:.1f} µs): quality {times[best] / spmv_s:.3f}")
     if name in times:
-        line += f"; {times[name] / spmv_s:.2f}× {name}'s speed"
+        ratios = [theirs / ours for theirs, ours in zip(repeats[name], repeats[picked.kernel])]
+        line += (f"; {times[name] / spmv_s:.2f}× {name}'s speed (per repeat "
+                 f"{min(ratios):.2f}–{max(ratios):.2f}×)")
     print(line)
     scipy_s = times.get("SciPy") or timing.time_calls(lambda: A @ x)["median"] * 1e-6
     print(f"deciding (features and prediction, select()) took {select_s * 1e3:.2f} ms = "
@@ -269,6 +271,19 @@ def cmd_bench(args) -> None:
     stored = registry.get(picked.kernel).format_class().name
     print(f"prepare() in all (deciding, conversion to {stored}, set-up) took "
           f"{prepare_s * 1e3:.2f} ms = {prepare_s / spmv_s:.0f} SpMVs of {picked.kernel}")
+
+
+def bench_repeats(bench, rows: dict, repeats: int) -> dict[str, list[float]]:
+    """Each row's per-call median (seconds) in each of ``repeats`` measurements of all rows
+    together (:meth:`autospmv._run.timing.Bench.time_all`): the spread between repeats is what
+    a second run of ``bench`` would show."""
+    seconds = {row: [] for row in rows}
+    for _ in range(repeats):
+        for row, measured in bench.time_all(rows).items():
+            if isinstance(measured, Exception):
+                raise measured
+            seconds[row].append(measured["per_call"]["median"] * 1e-6)
+    return seconds
 
 
 def cmd_bench_solvers(options: list[str]) -> int:
@@ -541,6 +556,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", choices=["cuda", "cpu"],
                    help="run on this device (default: cuda when usable, else cpu)")
     p.add_argument("--model", metavar="FILE", help="decide with this model file")
+    p.add_argument("--repeats", type=bounded(int, 1, 100), default=5,
+                   help="measurements of all the kernels together, each about 0.2 s per "
+                        "kernel, 1 to 100 (default: %(default)s); the table shows the median, "
+                        "min and max of their per-call medians")
     command("info", "device, versions, the model in use and kernels, and the last retrain "
                     "whose model was not installed")
     p = command("models", "list the shipped and installed models and which one decides for "

@@ -159,6 +159,32 @@ def test_bench_a_tiny_matrix_on_the_cpu(capsys, matrix_file):
     assert "prepare() in all (deciding, conversion to csr, set-up) took " in out
 
 
+def test_bench_prints_the_spread_over_repeats(capsys, matrix_file, monkeypatch):
+    """Each row is the median, min and max of the per-call medians of --repeats measurements,
+    and the speed against SciPy's is given per repeat too (a clock whose readings grow by one
+    µs per measurement)."""
+    from autospmv._run import timing
+
+    class Growing(_FixedClock):
+        reading = 0.0
+
+        def stop(self) -> float:
+            return self.reading
+
+    clock = Growing()
+    real_time_all = timing.Bench.time_all
+
+    def time_all(self, rows):
+        clock.reading += 1.0
+        return real_time_all(self, rows)
+
+    monkeypatch.setattr(timing, "clock", lambda device: clock)
+    monkeypatch.setattr(timing.Bench, "time_all", time_all)
+    status, out, _ = run(capsys, "bench", str(matrix_file), "--device", "cpu", "--repeats", "3")
+    assert status == 0 and "over 3 repeats" in out
+    assert f"  {'SciPy':11s} {2.0:10.1f}  {1.0:8.1f}  {3.0:8.1f}\n" in out
+
+
 def test_bench_on_the_gpu_says_when_cusparse_cannot_be_timed(monkeypatch):
     monkeypatch.setitem(sys.modules, "cupy", None)  # makes the import fail
     assert cli.baseline(poisson2d(4), "cuda", []) == ("cuSPARSE", None)
@@ -182,10 +208,11 @@ def test_demo_and_bench_time_with_autospmvs_timer(capsys, matrix_file, monkeypat
     monkeypatch.setattr(timing, "clock", lambda device: _FixedClock())
     status, out, _ = run(capsys, "bench", str(matrix_file), "--device", "cpu")
     assert status == 0
+    assert "median       min       max  µs per call over 5 repeats" in out
     for row in (*autospmv.KERNELS, "SciPy"):
-        assert f"  {row:11s} {7.0:10.1f} µs per call\n" in out
+        assert f"  {row:11s} {7.0:10.1f}  {7.0:8.1f}  {7.0:8.1f}\n" in out
     assert "picked csr_scalar (7.0 µs), best " in out and "quality 1.000" in out
-    assert "1.00× SciPy's speed" in out
+    assert "1.00× SciPy's speed (per repeat 1.00–1.00×)" in out
     assert ("deciding (features and prediction, select()) took 0.01 ms = 1.0× SciPy's A @ x on "
             "the CPU (0.01 ms) = 1 SpMVs of csr_scalar") in out
     assert "prepare() in all (deciding, conversion to csr, set-up) took 0.01 ms = 1 SpMVs" in out
