@@ -95,20 +95,20 @@ def usable_cores() -> int:
 
 
 def core_counts(requested: list[str]) -> list[int]:
-    """The distinct core counts of ``--cores`` (numbers and 'all'); ValueError for an item that
-    is neither a number from 1 to the usable cores nor 'all'."""
+    """The distinct core counts of ``--cores`` (numbers and 'all') that this machine has;
+    ValueError for an item that is neither a positive number nor 'all', or when none fits."""
     available = usable_cores()
     counts = []
     for item in requested:
-        if item == "all":
-            count = available
-        elif item.strip().isdigit() and 1 <= int(item) <= available:
-            count = int(item)
-        else:
-            raise ValueError(f"--cores {item!r}: a number from 1 to {available} (the usable "
-                             "cores) or 'all' is allowed")
-        if count not in counts:
+        if item != "all" and not (item.strip().isdigit() and int(item) >= 1):
+            raise ValueError(f"--cores {item!r}: positive numbers of cores or 'all' are "
+                             "allowed")
+        count = available if item == "all" else int(item)
+        if count <= available and count not in counts:
             counts.append(count)
+    if not counts:
+        raise ValueError(f"--cores {','.join(requested)}: none of these fits the {available} "
+                         "usable cores")
     return counts
 
 
@@ -244,12 +244,6 @@ def parse_args(argv=None, prog: str = "autospmv bench --solver", matrices=None):
     unknown = set(args.envs) - set(ENVS)
     if unknown:
         parser.error(f"unknown environments {sorted(unknown)}; valid: {', '.join(ENVS)}")
-    try:
-        args.core_counts = core_counts(args.cores)
-        if args.out and not args.child:
-            output_path(args.out, "--out")
-    except ValueError as error:
-        parser.error(str(error))
     if args.matrices is not None and not Path(args.matrices).is_dir():
         parser.error(f"--matrices {args.matrices}: no such folder")
     if args.matrices is not None and not any(Path(args.matrices).glob("*.npz")):
@@ -265,6 +259,13 @@ def parse_args(argv=None, prog: str = "autospmv bench --solver", matrices=None):
             args.cores = ["all"]
     if args.rounds is None:
         args.rounds = 3 if args.quick else 5
+    try:
+        if not args.child:  # a child is pinned to its configuration's cores
+            args.core_counts = core_counts(args.cores)
+            if args.out:
+                output_path(args.out, "--out")
+    except ValueError as error:
+        parser.error(str(error))
     return args
 
 
