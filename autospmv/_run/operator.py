@@ -251,7 +251,7 @@ class SpMVOperator(LinearOperator):
             y = self._backend.device_matvec(x, out)
             if y is not None:
                 return y
-        column = np.ndim(x) == 2
+        column = (x.ndim if type(x) is np.ndarray else np.ndim(x)) == 2
         x = check_vector(x, self.shape[1], self.dtype)
         if out is None:
             y = np.empty(self.shape[0], dtype=x.dtype)

@@ -431,14 +431,15 @@ def check_out(out, m: int, dtype: np.dtype, x: np.ndarray, kept: tuple = ()) -> 
     shape = getattr(out, "shape", None)
     if shape != (m,):
         raise ValueError(f"out must have shape ({m},); got {shape}")
-    out_dtype = np.dtype(getattr(out, "dtype", None))
+    out_dtype = out.dtype if isinstance(out, np.ndarray) else np.dtype(getattr(out, "dtype", None))
     if out_dtype != dtype:
         raise TypeError(f"out must have dtype {dtype}; got {out_dtype}")
     if not isinstance(out, np.ndarray):
         raise TypeError(f"out must be a numpy array like x; got {type(out).__name__}")
-    if not out.flags.c_contiguous:
+    flags = out.flags
+    if not flags.c_contiguous:
         raise ValueError("out must be contiguous")
-    if not out.flags.writeable:
+    if not flags.writeable:
         raise ValueError("out is read-only; pass a writable array")
     if np.may_share_memory(out, x):
         raise ValueError(OUT_OVERLAPS_X)
