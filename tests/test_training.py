@@ -1304,12 +1304,16 @@ def test_retrain_on_the_cpu_stops_when_no_kernel_can_beat_the_rule(tmp_path, mon
 
     monkeypatch.setenv("AUTOSPMV_HOME", str(tmp_path))
     monkeypatch.setenv("TQDM_DISABLE", "1")
+    monkeypatch.delenv("AUTOSPMV_MATRICES", raising=False)
     monkeypatch.setattr(probe, "PROBE_SIZES", ("3e3",))  # the tiny corpus's size
     monkeypatch.setattr(probe, "MIN_GAIN", 2.0)  # a gain no labels can show
     labels = tmp_path / "labels.jsonl"
     assert main(["retrain", "--device", "cpu", "--corpus", "tiny", "--quick",
                  "--labels", str(labels)]) == 0
     err = capsys.readouterr().err
+    # without --matrices the run says that it labels generated matrices only (retraining.md)
+    assert "no --matrices (nor $AUTOSPMV_MATRICES): labelling the tiny corpus's generated " \
+           "matrices only" in err
     assert "not labelling the whole corpus: no kernel beats the built-in rule (csr_scalar)" in err
     assert "a perfect choice among the kernels would take" in err
     rejected = list((tmp_path / "models").glob("*.rejected.md"))
