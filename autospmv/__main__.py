@@ -138,23 +138,21 @@ def cmd_demo(args) -> None:
 
 
 def _demo_timings(op, A, x, device):
-    """Seconds per call of ``op`` and of the baseline (SciPy, or cuSPARSE through CuPy: NaN
-    without CuPy), both per call on ``device``'s clock."""
-    if device == "cpu":
-        y = np.empty(A.shape[0])
-        return (time_per_call(lambda: op.matvec(x, out=y)),
-                time_per_call(lambda: A @ x))
-    from numba import cuda
+    """Seconds per call of ``op`` and of the baseline (SciPy's ``A @ x``, or cuSPARSE's
+    through CuPy: NaN without CuPy), the per-call medians of :data:`DEMO_REPEATS`
+    measurements of the two together, interleaved (:class:`autospmv._run.timing.Bench`, as
+    ``bench`` times its rows), so that a change in the machine's load hits both alike."""
+    bench = timing.Bench(device, x.astype(op.dtype), A.shape[0], CLI_TIMING)
+    bench.result(op)
+    _, product = baseline(A, device, bench.xs)
+    rows = {"autospmv": op} if product is None else {"autospmv": op, "baseline": product}
+    seconds = bench_repeats(bench, rows, DEMO_REPEATS)
+    return (float(np.median(seconds["autospmv"])),
+            float(np.median(seconds["baseline"])) if product is not None else float("nan"))
 
-    xd, yd = cuda.to_device(x), cuda.device_array(A.shape[0])
-    ours = time_per_call(lambda: op.matvec(xd, out=yd), device=device)
-    try:
-        import cupy
-        import cupyx.scipy.sparse as csp
-    except ImportError:
-        return ours, float("nan")
-    M, xc = csp.csr_matrix(A), cupy.asarray(x)
-    return ours, time_per_call(lambda: M @ xc, device=device)
+
+DEMO_REPEATS = 3
+"""Measurements of the operator and the baseline per demo matrix (about 0.4 s each)."""
 
 
 def cmd_explain(args) -> None:
