@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime
+import os
 import sys
 from pathlib import Path
 
@@ -34,11 +36,14 @@ from . import Decision, prepare, select
 from . import _registry as registry
 from ._decide import model_lookup as lookup
 from ._decide import selection as selector
-from ._decide.model_store import device_slug, user_data_dir
+from ._decide.model_store import (device_slug, split_stem, user_data_dir, user_model_path,
+                                  written_name)
 from ._run import devices, timing
 from ._run.devices import DEVICES
 from ._run.validation import SUPPORTED_DTYPES, canonicalize, load_matrix_file
+from ._run.threads import requested_threads
 from ._tools import glossary
+from ._tools.cli_checks import OneLineParser, bounded
 from ._tools.examples import demo_matrices
 from .formats.base import FormatTooLargeError
 
@@ -105,7 +110,17 @@ vectors, a single back-to-back call (not printed), no re-timing: a quick look at
 where the labeller's defaults would take seconds per kernel."""
 
 
+def check_thread_setting() -> None:
+    """A user error for an ``AUTOSPMV_NUM_THREADS`` that is no positive integer, before a
+    command that runs products starts."""
+    try:
+        requested_threads()
+    except ValueError as error:
+        raise UserError(str(error)) from None
+
+
 def cmd_demo(args) -> None:
+    check_thread_setting()
     device = devices.default_device()
     resolve_model(device)
     baseline = "cuSPARSE (CuPy)" if device == "cuda" else "SciPy"
@@ -123,23 +138,21 @@ def cmd_demo(args) -> None:
 
 
 def _demo_timings(op, A, x, device):
-    """Seconds per call of ``op`` and of the baseline (SciPy, or cuSPARSE through CuPy: NaN
-    without CuPy), both per call on ``device``'s clock."""
-    if device == "cpu":
-        y = np.empty(A.shape[0])
-        return (time_per_call(lambda: op.matvec(x, out=y)),
-                time_per_call(lambda: A @ x))
-    from numba import cuda
+    """Seconds per call of ``op`` and of the baseline (SciPy's ``A @ x``, or cuSPARSE's
+    through CuPy: NaN without CuPy), the per-call medians of :data:`DEMO_REPEATS`
+    measurements of the two together, interleaved (:class:`autospmv._run.timing.Bench`, as
+    ``bench`` times its rows), so that a change in the machine's load hits both alike."""
+    bench = timing.Bench(device, x.astype(op.dtype), A.shape[0], CLI_TIMING)
+    bench.result(op)
+    _, product = baseline(A, device, bench.xs)
+    rows = {"autospmv": op} if product is None else {"autospmv": op, "baseline": product}
+    seconds = bench_repeats(bench, rows, DEMO_REPEATS)
+    return (float(np.median(seconds["autospmv"])),
+            float(np.median(seconds["baseline"])) if product is not None else float("nan"))
 
-    xd, yd = cuda.to_device(x), cuda.device_array(A.shape[0])
-    ours = time_per_call(lambda: op.matvec(xd, out=yd), device=device)
-    try:
-        import cupy
-        import cupyx.scipy.sparse as csp
-    except ImportError:
-        return ours, float("nan")
-    M, xc = csp.csr_matrix(A), cupy.asarray(x)
-    return ours, time_per_call(lambda: M @ xc, device=device)
+
+DEMO_REPEATS = 3
+"""Measurements of the operator and the baseline per demo matrix (about 0.4 s each)."""
 
 
 def cmd_explain(args) -> None:
@@ -203,6 +216,7 @@ def baseline(A, device: str, vectors: list):
 
 
 def cmd_bench(args) -> None:
+    check_thread_setting()
     A = load_matrix(args.file)
     device = resolve_device(args.device)
     resolve_model(device, args.model)
@@ -223,13 +237,13 @@ def cmd_bench(args) -> None:
         print(f"  {name:11s}  not timed: CuPy is not installed")
     else:
         rows[name] = product
-    times = {}
-    for row, measured in bench.time_all(rows).items():
-        if isinstance(measured, Exception):
-            raise measured
-        times[row] = measured["per_call"]["median"] * 1e-6
+    repeats = bench_repeats(bench, rows, args.repeats)
+    times = {row: float(np.median(seconds)) for row, seconds in repeats.items()}
+    print(f"  {'':11s} {'median':>10s}  {'min':>8s}  {'max':>8s}  µs per call over "
+          f"{args.repeats} repeats")
     for row in rows:
-        print(f"  {row:11s} {times[row] * 1e6:10.1f} µs per call")
+        print(f"  {row:11s} {times[row] * 1e6:10.1f}  {min(repeats[row]) * 1e6:8.1f}  "
+              f"{max(repeats[row]) * 1e6:8.1f}")
     # Timed after every kernel and the feature extractor have run once, so that it excludes
     # one-off JIT compilation (or loading it from numba's cache).
     select(A, device=device, model=args.model)
@@ -244,7 +258,9 @@ def cmd_bench(args) -> None:
     line = (f"picked {picked.kernel} ({spmv_s * 1e6:.1f} µs), best {best} "
             f"({times[best] * 1e6:.1f} µs): quality {times[best] / spmv_s:.3f}")
     if name in times:
-        line += f"; {times[name] / spmv_s:.2f}× {name}'s speed"
+        ratios = [theirs / ours for theirs, ours in zip(repeats[name], repeats[picked.kernel])]
+        line += (f"; {times[name] / spmv_s:.2f}× {name}'s speed (per repeat "
+                 f"{min(ratios):.2f}–{max(ratios):.2f}×)")
     print(line)
     scipy_s = times.get("SciPy") or timing.time_calls(lambda: A @ x)["median"] * 1e-6
     print(f"deciding (features and prediction, select()) took {select_s * 1e3:.2f} ms = "
@@ -253,6 +269,19 @@ def cmd_bench(args) -> None:
     stored = registry.get(picked.kernel).format_class().name
     print(f"prepare() in all (deciding, conversion to {stored}, set-up) took "
           f"{prepare_s * 1e3:.2f} ms = {prepare_s / spmv_s:.0f} SpMVs of {picked.kernel}")
+
+
+def bench_repeats(bench, rows: dict, repeats: int) -> dict[str, list[float]]:
+    """Each row's per-call median (seconds) in each of ``repeats`` measurements of all rows
+    together (:meth:`autospmv._run.timing.Bench.time_all`): the spread between repeats is what
+    a second run of ``bench`` would show."""
+    seconds = {row: [] for row in rows}
+    for _ in range(repeats):
+        for row, measured in bench.time_all(rows).items():
+            if isinstance(measured, Exception):
+                raise measured
+            seconds[row].append(measured["per_call"]["median"] * 1e-6)
+    return seconds
 
 
 def cmd_bench_solvers(options: list[str]) -> int:
@@ -280,11 +309,29 @@ def cmd_info(args) -> None:
         print("device: cpu (no usable CUDA GPU found)")
     for dtype in ("float64", "float32"):
         print(describe_model(devices.default_device(), dtype=dtype))
+        rejected = last_rejected(devices.default_device(), dtype)
+        if rejected:
+            print(rejected)
     print(f"kernels: {', '.join(registry.names())}")
     from ._run.cache import configure
 
     state = configure()
     print(f"compiled-code cache: {state.path} ({state.source})")
+
+
+def last_rejected(device: str, dtype: str) -> str | None:
+    """One line on the last ``retrain`` for ``device`` and ``dtype`` that installed no model
+    (its ``<model>.rejected.md``: when, and why), or None when there is none."""
+    try:
+        path = user_model_path(device_slug(device), dtype).with_suffix(".rejected.md")
+        with open(path, encoding="utf-8", errors="replace") as report:
+            first = report.readline(2000).strip()
+        when = datetime.datetime.fromtimestamp(path.stat().st_mtime).strftime("%Y-%m-%d %H:%M")
+    except (OSError, ValueError):
+        return None
+    reason = first.removeprefix("Not installed: ") if first.startswith("Not installed: ") \
+        else "the install guard rejected its model"
+    return f"last retrain for {dtype} ({when}) installed nothing: {reason} (report: {path})"
 
 
 def cmd_warmup(args) -> None:
@@ -352,40 +399,117 @@ def _trained(path) -> str:
         return f" (unreadable: {error})"
 
 
+MODEL_SUFFIXES = (".json", ".md", ".rejected.md")
+"""The files ``retrain`` writes per model in the models folder: the model, its report, and the
+report of a run that installed none."""
+
+LABEL_SUFFIXES = (".jsonl", ".jsonl.gz")
+"""The label files ``retrain`` writes per model in the labels folder (``.lock`` beside each
+while a run holds it)."""
+
+LOCKED_LABEL_SUFFIXES = LABEL_SUFFIXES + tuple(suffix + ".lock" for suffix in LABEL_SUFFIXES)
+
+def written_stems(folder: Path, suffixes) -> set[str]:
+    """The stems of the files in ``folder`` that ``retrain`` could have written (a
+    :func:`~autospmv._decide.model_store.written_name` with one of ``suffixes``; regular files or links, never folders),
+    listed without following links out of it."""
+    stems = set()
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:  # no folder (nothing installed yet), or one that cannot be read
+        return stems
+    for entry in entries:
+        if entry.is_dir(follow_symlinks=False):
+            continue
+        for suffix in suffixes:
+            stem = entry.name.removesuffix(suffix)
+            if entry.name.endswith(suffix) and written_name(stem):
+                stems.add(stem)
+    return stems
+
+
+def resolve_removal(names: list[str], stems: set[str]) -> list[str]:
+    """The model stems that ``models --remove NAME…`` removes: a name is a stem itself
+    (``cpu-amd-epyc-7b13-float64``) or a device (``cpu-amd-epyc-7b13``: both its dtypes),
+    exactly; all of ``stems`` when no name is given.
+
+    Raises
+    ------
+    UserError
+        For a name that is neither, listing the stems that start with it (a prefix is refused,
+        never widened) or, when none does, the stems there are.
+    """
+    if not names:
+        return sorted(stems)
+    chosen = []
+    for name in names:
+        name = name.removesuffix(".json")
+        exact = [stem for stem in sorted(stems) if stem == name or split_stem(stem)[0] == name]
+        if not exact:
+            near = sorted(stem for stem in stems if stem.startswith(name))
+            if near:
+                raise UserError(f"{name!r} is not the exact name of an installed model or its "
+                                f"device; names starting with it: {', '.join(near)}; name one "
+                                "of them (or its device) exactly")
+            raise UserError(f"no installed model {name}; installed: "
+                            f"{', '.join(sorted(stems)) or 'none'}")
+        chosen += [stem for stem in exact if stem not in chosen]
+    return chosen
+
+
 def remove_installed(names: list[str], labels: bool = False) -> None:
-    """Undo ``autospmv retrain``: delete the installed models of the devices ``names`` (all
-    when empty) with their training reports (also that of a model the guard rejected) and,
-    with ``labels``, those devices' labels."""
+    """Undo ``autospmv retrain``: delete the installed models named by ``names`` (see
+    :func:`resolve_removal`; all when empty) with their reports (also those of runs that
+    installed no model) and, with ``labels``, their label files and locks.
+
+    Only files named as ``retrain`` names them are deleted
+    (:func:`~autospmv._decide.model_store.written_name`, the model's exact stem); a link among them is removed itself, never what it points to, and a
+    label file is removed under its lock (waiting for a retrain that holds it).
+
+    Raises
+    ------
+    UserError
+        For a name that is not exact (see :func:`resolve_removal`).
+    """
+    from .training.records import labels_lock
+
     models, label_dir = user_data_dir() / "models", user_data_dir() / "labels"
-    names = [name.removesuffix(".json") for name in names]
-    installed = lookup.installed_models()
-    # A retrain whose model the guard rejected leaves its report, with or without a model.
-    rejected = [path.name.removesuffix(".rejected.md") for path in models.glob("*.rejected.md")]
-    label_files = sorted(f for f in label_dir.glob("*.jsonl*") if f.suffix != ".lock")
-
-    def labels_of(name: str) -> list[Path]:
-        return [f for f in label_files if f.name.startswith(f"{name}-")]
-
-    unknown = [n for n in names if n not in installed and n not in rejected
-               and not (labels and labels_of(n))]
-    if unknown:
-        raise UserError(f"no installed model {', '.join(unknown)}; installed: "
-                        f"{', '.join(installed) or 'none'}")
-    files = [models / f"{name}{suffix}" for name in names or sorted({*installed, *rejected})
-             for suffix in (".json", ".md", ".rejected.md")]
+    stems = written_stems(models, MODEL_SUFFIXES)
     if labels:
-        files += [f for f in label_files if not names or any(f in labels_of(n) for n in names)]
-    removed = [file for file in files if file.exists()]
+        stems |= written_stems(label_dir, LOCKED_LABEL_SUFFIXES)
+    chosen = resolve_removal(names, stems)
+    removed = [models / f"{stem}{suffix}" for stem in chosen for suffix in MODEL_SUFFIXES
+               if _remove(models / f"{stem}{suffix}")]
+    if labels:
+        for stem in chosen:
+            for suffix in LABEL_SUFFIXES:
+                path = label_dir / f"{stem}{suffix}"
+                lock = path.with_name(path.name + ".lock")
+                had_lock = os.path.lexists(lock)
+                if os.path.lexists(path) or had_lock:
+                    with labels_lock(path):  # waits for a retrain; the lock goes at the end
+                        removed += [path] if _remove(path) else []
+                    removed += [lock] if had_lock and not os.path.lexists(lock) else []
     for file in removed:
-        file.unlink()
         print(f"removed {file}")
     if not removed:
         print(f"nothing to remove in {user_data_dir()}")
-    kept = [f for f in label_files if f.exists()]
+    kept = sorted(written_stems(label_dir, LOCKED_LABEL_SUFFIXES))
     if kept:
-        print(f"kept {len(kept)} label file(s) in {label_dir}: a later retrain resumes from "
-              "them (`autospmv retrain --fresh` starts over; `autospmv models --remove "
-              "--labels` deletes them)")
+        print(f"kept the labels of {', '.join(kept)} in {label_dir}: a later retrain resumes "
+              "from them (`autospmv retrain --fresh` starts over; `autospmv models --remove "
+              "NAME --labels` deletes them)")
+
+
+def _remove(path: Path) -> bool:
+    """Delete the file or link ``path`` (never a folder); False when there is none."""
+    try:
+        if path.is_dir() and not path.is_symlink():
+            return False
+        path.unlink()
+        return True
+    except FileNotFoundError:
+        return False
 
 
 def cmd_retrain(options: list[str]) -> int:
@@ -399,36 +523,57 @@ def cmd_retrain(options: list[str]) -> int:
                         "it with pip install 'autospmv[training]'") from None
 
 
+MATRIX_FILE_HELP = "the matrix: a .npz file (scipy.sparse.save_npz) or a .mtx file (Matrix Market)"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="autospmv", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("demo", help="prepare representative matrices, show decisions and speed")
-    p = sub.add_parser("explain", help="show the decision for a matrix file (.npz or .mtx): "
-                                       "the model, the path through the tree, feature values")
-    p.add_argument("file")
-    p.add_argument("--device", choices=["cuda", "cpu"], help="default: cuda when usable")
+    parser = OneLineParser(prog="autospmv", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True,
+                                help="what to do (`autospmv COMMAND --help` describes each)")
+
+    def command(name: str, summary: str, **options):
+        return sub.add_parser(name, help=summary, description=summary[0].upper() + summary[1:],
+                              **options)
+
+    command("demo", "prepare four generated matrices on this machine's device (the GPU when "
+                    "usable) and show each decision, its explanation and the time per product "
+                    "against SciPy's (or cuSPARSE's on the GPU); takes no options")
+    p = command("explain", "show the decision for a matrix file (.npz or .mtx): the model, the "
+                           "path through the tree, feature values")
+    p.add_argument("file", help=MATRIX_FILE_HELP)
+    p.add_argument("--device", choices=["cuda", "cpu"],
+                   help="decide for this device (default: cuda when usable, else cpu)")
     p.add_argument("--model", metavar="FILE", help="decide with this model file")
-    p = sub.add_parser("bench", help="time every kernel on a matrix file on this device")
-    p.add_argument("file")
+    p = command("bench", "time every kernel on a matrix file on this device, with min, median "
+                         "and max over the repeats")
+    p.add_argument("file", help=MATRIX_FILE_HELP)
     p.add_argument("--solver", action="store_true",
                    help="instead: SciPy solvers with the operator against the SciPy matrix on "
                         "generated matrices or --matrices DIR (takes its options, no file; "
                         "`autospmv bench --solver --help` lists them)")
-    p.add_argument("--device", choices=["cuda", "cpu"], help="default: cuda when usable")
+    p.add_argument("--device", choices=["cuda", "cpu"],
+                   help="run on this device (default: cuda when usable, else cpu)")
     p.add_argument("--model", metavar="FILE", help="decide with this model file")
-    sub.add_parser("info", help="device, versions, the model in use and kernels")
-    p = sub.add_parser("models", help="list the shipped and installed models and which one "
-                                      "decides for each device and dtype")
-    p.add_argument("--remove", nargs="*", metavar="DEVICE",
-                   help="undo `autospmv retrain`: delete the installed models of these devices "
-                        "(e.g. cpu-amd-epyc; all when none is named) with their reports, so "
-                        "that the shipped models decide again")
+    p.add_argument("--repeats", type=bounded(int, 1, 100), default=5,
+                   help="measurements of all the kernels together, each about 0.2 s per "
+                        "kernel, 1 to 100 (default: %(default)s); the table shows the median, "
+                        "min and max of their per-call medians")
+    command("info", "device, versions, the model in use and kernels, and the last retrain "
+                    "whose model was not installed")
+    p = command("models", "list the shipped and installed models and which one decides for "
+                          "each device and dtype")
+    p.add_argument("--remove", nargs="*", metavar="NAME",
+                   help="undo `autospmv retrain`: delete the installed models named (a device, "
+                        "such as cpu-amd-epyc-7b13, for both dtypes, or a model file's name, "
+                        "such as cpu-amd-epyc-7b13-float64; exact names only; all when none is "
+                        "named) with their reports, so that the shipped models decide again")
     p.add_argument("--labels", action="store_true",
-                   help="with --remove: also delete those devices' labels (a later retrain "
+                   help="with --remove: also delete those models' labels (a later retrain "
                         "then starts over)")
-    p = sub.add_parser("warmup", help="compile every kernel and conversion for this machine "
-                                      "into the on-disk cache, and report the time per kernel")
-    p.add_argument("--device", choices=["cuda", "cpu"], help="default: cuda when usable")
+    p = command("warmup", "compile every kernel and conversion for this machine into the "
+                          "on-disk cache, and report the time per kernel")
+    p.add_argument("--device", choices=["cuda", "cpu"],
+                   help="compile for this device (default: cuda when usable, else cpu)")
     p.add_argument("--dtype", choices=["float32", "float64"], action="append",
                    help="value dtype to compile for (repeatable; default: both)")
     sub.add_parser("retrain", add_help=False,
@@ -459,6 +604,10 @@ def main(argv=None) -> int:
         return 2
     except BrokenPipeError:
         return reader_gone()
+    except OSError as error:  # a file the command writes or reads that the system refuses
+        where = f" ({str(error.filename)[:200]})" if error.filename else ""
+        print(f"autospmv {command}: error: {error.strerror or error}{where}", file=sys.stderr)
+        return 2
 
 
 def reader_gone() -> int:

@@ -49,61 +49,77 @@ def prepare(A, *, kernel: str | None = None, device: str | None = None, model=No
             background: bool = False) -> SpMVOperator:
     """Canonicalise A, choose a kernel (or use ``kernel=``), convert once, return the operator.
 
-    ``A``: a SciPy sparse matrix or array, a 2-D array-like, or a matrix already on the GPU
-    (``cupyx.scipy.sparse`` CSR/COO/CSC, torch sparse COO/CSR on CUDA), which is canonicalised
-    and converted on the device without copying its nonzeros to the host (see
-    :mod:`autospmv._run.device_input` for what is computed where and how such a matrix is decided).
+    Parameters
+    ----------
+    A : sparse matrix, array-like or GPU sparse matrix
+        A SciPy sparse matrix or array, a 2-D array-like, or a matrix already on the GPU
+        (``cupyx.scipy.sparse`` CSR/COO/CSC, torch sparse COO/CSR on CUDA), which is
+        canonicalised and converted on the device without copying its nonzeros to the host
+        (the user guide's "NVIDIA GPUs" says what is computed where and how it is decided).
+        The operator is a snapshot: changing A afterwards does not change it.
+    kernel : str, optional
+        Use this kernel (one of :data:`autospmv.KERNELS`) instead of deciding.
+    device : {"cuda", "cpu"}, optional
+        Default: CUDA when a usable GPU is present, else the CPU.
+    model : str, PathLike or TreeModel, optional
+        A model file, or a loaded model, to decide with. Default: the ``AUTOSPMV_MODEL``
+        environment variable, then a model retrained on this machine, then the shipped model
+        of this device or the nearest one of the same kind, else the built-in rule (the user
+        guide's "How the kernel is chosen").
+    params : dict, optional
+        With ``kernel=``: parameters that replace the tuned ones (``{"width": 8}`` for hyb).
+    tune : {None, "measure"}, optional
+        ``"measure"`` (in the manner of FFTW_MEASURE) builds up to three of the decision's
+        best-ranked kernels that A's formats accept (without a model: the rule's kernel, then
+        the registry's in order; kernels the tree ranks far behind its first choice are
+        skipped), times each back-to-back on A with autospmv's timer and keeps the fastest.
+        ``op.decision.tuning`` records every candidate's times, the kept kernel and what tuning
+        cost. It pays when the operator is applied hundreds of times or more on a large matrix.
+        On CUDA it needs a real GPU.
+    threads : int, optional
+        On the CPU, the most threads one product may use (1: the serial kernel, no thread
+        pool). Default: ``AUTOSPMV_NUM_THREADS``, else one thread per 60,000 nonzeros up to the
+        usable cores (the performance notes' "CPU threads" says why). Ignored on CUDA.
+    products : int, optional
+        A workload hint: how many products the caller expects (a solver's iterations). With a
+        model's decision and ``tune=None``, prepare measures by itself (as ``tune="measure"``)
+        when the expected saving, ``products`` × the chosen kernel's estimated time × 1 %,
+        exceeds the estimated cost of measuring. ``op.explain()`` shows the figures.
+    background : bool, default False
+        For a host matrix with automatic selection: the operator runs at once on a kernel
+        that converts nothing (csr_vector on the GPU, csr_scalar on the CPU) while a thread
+        decides and converts; the first product after the thread ends switches to the chosen
+        kernel, and ``op.wait()`` waits for it. ``op.kernel`` and ``op.explain()`` tell the
+        kernel that runs now.
 
-    ``device``: ``"cuda"``, ``"cpu"`` or None (CUDA when a usable GPU is present).
-    ``model``: a model file path or a loaded :class:`~autospmv._decide.model.TreeModel` to decide with
-    (default: the lookup of :func:`autospmv._decide.model_lookup.find_model`).
-    ``params``: with ``kernel=``, overrides the tuned parameters (e.g. ``{"width": 8}`` for hyb).
-    ``threads``: on the CPU, the most threads one product may use (1: the serial kernel, no thread
-    pool). Default: the environment variable ``AUTOSPMV_NUM_THREADS``, else one thread per 60K
-    nonzeros up to the usable cores; see :mod:`autospmv._run.threads` for why. Ignored on CUDA.
+    Returns
+    -------
+    SpMVOperator
+        The operator, a ``scipy.sparse.linalg.LinearOperator``; ``op.explain()`` says why its
+        kernel was chosen. When the chosen kernel's format refuses A (padding beyond the fill
+        limit) or does not fit in memory, the tree's next choice is used, and ``op.decision``
+        records it.
 
-    When the chosen kernel's format refuses A (padding beyond the fill limit) or does not fit in
-    memory, the tree's next choice is tried, and ``op.decision`` records it; a forced kernel
-    raises instead.
+    Raises
+    ------
+    ValueError
+        A malformed sparse matrix (indices out of range, ``indptr`` not monotone or not ending
+        at nnz, inconsistent lengths), before anything reads it; an unknown ``kernel`` or
+        ``tune``, or options that do not go together.
+    TypeError
+        Complex values, or ``background`` that is not a bool.
+    FormatTooLargeError
+        A forced ``kernel=`` whose format refuses A.
 
-    ``tune="measure"`` (in the manner of FFTW_MEASURE) builds up to
-    :data:`~autospmv._run.tuning.TUNE_CANDIDATES` of the decision's best-ranked kernels that A's
-    formats accept (without a model: the rule's kernel, then the registry's kernels in order;
-    those the tree ranks :data:`~autospmv._run.tuning.TUNE_MARGIN` or more behind its first
-    choice are skipped; on the GPU all are converted from one upload of A), times each on A
-    back-to-back (the kernel's own time, what an iterative solver's loop of products sees) with
-    the labeller's timer (:class:`autospmv._run.timing.Bench` with
-    :data:`~autospmv._run.tuning.TUNE_TIMING`: a warm-up, then a few batches, all candidates
-    interleaved) and keeps the fastest; on CUDA it needs a real GPU (under numba-cuda's
-    simulator it would time a Python interpreter, and raises RuntimeError).
-    ``op.decision.tuning`` records the predicted kernel, every candidate's times, the kept one
-    and the seconds tuning took, also as a count of the kept kernel's products. It pays off
-    when the operator is applied many times (hundreds of products or more, as in an iterative
-    solver) on a large matrix, where the tree's candidates can differ by tens of per cent and
-    one conversion is cheap next to the products saved; for a handful of products, or a small
-    matrix whose time is the launch, the default prediction is the better deal.
-
-    ``products``: a workload hint, the number of products the caller expects to run with the
-    operator (an iterative solver's iterations, for example). With a model's decision and
-    ``tune=None``, :func:`prepare` measures by itself (as ``tune="measure"``) when that pays
-    by the rule of :func:`~autospmv._run.tuning.measuring_pays`: the products' expected saving,
-    ``products`` × the chosen kernel's estimated time ×
-    :data:`~autospmv._run.tuning.MEASURE_GAIN`, exceeds the estimated cost of measuring, the
-    conversions of the other candidates (each costed as the predicted kernel's conversion just
-    measured) and
-    :data:`~autospmv._run.tuning.TUNE_PRODUCTS` timed products of each candidate.
-    ``op.explain()`` shows the figures and the outcome.
-
-    ``background=True`` (a host matrix, automatic selection only): the operator runs at once
-    on a kernel that converts nothing (csr_vector on the GPU, csr_scalar on the CPU) while a
-    thread decides and converts; the first product after the thread ends switches to the
-    chosen kernel, and ``op.wait()`` waits for it. ``op.kernel`` and ``op.explain()`` tell the
-    kernel that runs now; the notes say when it switched. See :mod:`autospmv._run.background`.
-
-    The operator is a snapshot: it holds its own copy of A's values and structure, so changing
-    A afterwards (``A.data *= 2``, new indices) does not change ``op``; call ``prepare`` again.
-    A malformed sparse matrix (indices out of range, ``indptr`` not monotone or not ending at
-    nnz, inconsistent lengths) raises ValueError before anything reads it.
+    Examples
+    --------
+    >>> import numpy as np, scipy.sparse as sp, autospmv
+    >>> A = sp.random(1000, 1000, density=0.01, format="csr", random_state=0)
+    >>> op = autospmv.prepare(A, device="cpu")
+    >>> bool(np.allclose(op @ np.ones(1000), A @ np.ones(1000)))
+    True
+    >>> autospmv.prepare(A, kernel="hyb", device="cpu").kernel
+    'hyb'
     """
     threads = check_threads(threads)
     if tune not in (None, "measure"):
@@ -193,8 +209,12 @@ def _start_in_background(csr, device: str, model, threads, borrowed: bool, uploa
     refused = start_refused(longest)
     if refused:
         return None, refused
-    start = dataclasses.replace(forced_decision(csr, START_KERNEL[device], device),
-                                source="the start of a background decision")
+    start = dataclasses.replace(
+        forced_decision(csr, START_KERNEL[device], device),
+        source="the start of a background decision", path=[],
+        notes=[f"background=True: products run {START_KERNEL[device]} while the decision runs "
+               "on a thread (no kernel was requested); they switch to the decided kernel when "
+               "it is ready"])
     op = SpMVOperator._canonical(csr, start, device, threads, borrowed=borrowed,
                                  uploaded=uploaded)
     if device == "cuda":

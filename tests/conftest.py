@@ -92,3 +92,13 @@ def row_length_passes(monkeypatch) -> collections.Counter:
 
     monkeypatch.setattr(np, "diff", counted)
     return passes
+
+
+@pytest.fixture(autouse=True)
+def fresh_skip_warnings():
+    """Each test sees the warnings for a skipped retrained model anew (autospmv gives each
+    reason once per process)."""
+    from autospmv._decide import model_lookup
+
+    model_lookup._warned.clear()
+    yield

@@ -55,6 +55,17 @@ def test_the_start_kernel_stays_when_it_is_the_decision(rng):
     _exact(op, A, rng)
 
 
+def test_explain_says_that_no_kernel_was_requested(rng):
+    """The start kernel of a background decision is autospmv's, not the caller's: explain()
+    says so rather than "kernel='csr_scalar' requested"."""
+    A = poisson2d(30)
+    op = autospmv.prepare(A, device="cpu", model=_always("csr_scalar"), background=True)
+    op.wait(timeout=60)
+    text = op.explain()
+    assert "requested" not in text.replace("no kernel was requested", ""), text
+    assert "background=True: products run csr_scalar while the decision runs on a thread" in text
+
+
 def test_a_product_switches_once_the_thread_is_done(rng):
     A = poisson2d(40)
     op = autospmv.prepare(A, device="cpu", model=_always("ell"), background=True)

@@ -159,6 +159,32 @@ def test_bench_a_tiny_matrix_on_the_cpu(capsys, matrix_file):
     assert "prepare() in all (deciding, conversion to csr, set-up) took " in out
 
 
+def test_bench_prints_the_spread_over_repeats(capsys, matrix_file, monkeypatch):
+    """Each row is the median, min and max of the per-call medians of --repeats measurements,
+    and the speed against SciPy's is given per repeat too (a clock whose readings grow by one
+    µs per measurement)."""
+    from autospmv._run import timing
+
+    class Growing(_FixedClock):
+        reading = 0.0
+
+        def stop(self) -> float:
+            return self.reading
+
+    clock = Growing()
+    real_time_all = timing.Bench.time_all
+
+    def time_all(self, rows):
+        clock.reading += 1.0
+        return real_time_all(self, rows)
+
+    monkeypatch.setattr(timing, "clock", lambda device: clock)
+    monkeypatch.setattr(timing.Bench, "time_all", time_all)
+    status, out, _ = run(capsys, "bench", str(matrix_file), "--device", "cpu", "--repeats", "3")
+    assert status == 0 and "over 3 repeats" in out
+    assert f"  {'SciPy':11s} {2.0:10.1f}  {1.0:8.1f}  {3.0:8.1f}\n" in out
+
+
 def test_bench_on_the_gpu_says_when_cusparse_cannot_be_timed(monkeypatch):
     monkeypatch.setitem(sys.modules, "cupy", None)  # makes the import fail
     assert cli.baseline(poisson2d(4), "cuda", []) == ("cuSPARSE", None)
@@ -182,10 +208,11 @@ def test_demo_and_bench_time_with_autospmvs_timer(capsys, matrix_file, monkeypat
     monkeypatch.setattr(timing, "clock", lambda device: _FixedClock())
     status, out, _ = run(capsys, "bench", str(matrix_file), "--device", "cpu")
     assert status == 0
+    assert "median       min       max  µs per call over 5 repeats" in out
     for row in (*autospmv.KERNELS, "SciPy"):
-        assert f"  {row:11s} {7.0:10.1f} µs per call\n" in out
+        assert f"  {row:11s} {7.0:10.1f}  {7.0:8.1f}  {7.0:8.1f}\n" in out
     assert "picked csr_scalar (7.0 µs), best " in out and "quality 1.000" in out
-    assert "1.00× SciPy's speed" in out
+    assert "1.00× SciPy's speed (per repeat 1.00–1.00×)" in out
     assert ("deciding (features and prediction, select()) took 0.01 ms = 1.0× SciPy's A @ x on "
             "the CPU (0.01 ms) = 1 SpMVs of csr_scalar") in out
     assert "prepare() in all (deciding, conversion to csr, set-up) took 0.01 ms = 1 SpMVs" in out
@@ -227,7 +254,7 @@ def test_models_remove_deletes_rejected_reports_too(capsys):
     assert all(f"removed {file}" in out for file in files[:3])
 
 
-def test_info_names_the_model_and_why(capsys, monkeypatch):
+def test_info_names_the_model_and_why(capsys, monkeypatch, tmp_path):
     status, out, _ = run(capsys, "info")
     assert status == 0
     assert out.startswith(f"autospmv {autospmv.__version__}, numba ")
@@ -235,9 +262,35 @@ def test_info_names_the_model_and_why(capsys, monkeypatch):
     assert [line.split()[4] for line in model_lines] == ["float64", "float32"]  # one per dtype
     assert all("none for cpu-" in line and "cuda-nvidia-h200" in line
                and "rule decides: csr_scalar for every matrix" in line for line in model_lines)
-    monkeypatch.setenv("AUTOSPMV_MODEL", str(GPU_MODEL))
+    cpu_model = _as_cpu_model(tmp_path)
+    monkeypatch.setenv("AUTOSPMV_MODEL", str(cpu_model))
     status, out, _ = run(capsys, "info")
-    assert f"model: {GPU_MODEL} (from AUTOSPMV_MODEL; trained on NVIDIA H200" in out
+    assert f"model: {cpu_model} (from AUTOSPMV_MODEL; trained on a test CPU" in out
+
+
+def _as_cpu_model(tmp_path) -> Path:
+    """The GPU model's tree in a file whose provenance says it was trained on a CPU."""
+    doc = json.loads(GPU_MODEL.read_text())
+    doc["provenance"]["device"] = {"device": "cpu", "name": "a test CPU"}
+    path = tmp_path / "cpu-model.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_a_cpu_model_in_the_environment_does_not_decide_for_the_gpu(capsys, monkeypatch,
+                                                                     tmp_path, matrix_file):
+    """AUTOSPMV_MODEL naming a CPU model decides on the CPU only: for the GPU the shipped GPU
+    model decides, with one warning that says why."""
+    cpu_model = _as_cpu_model(tmp_path)
+    monkeypatch.setenv("AUTOSPMV_MODEL", str(cpu_model))
+    A = poisson2d(12)
+    assert autospmv.select(A, device="cpu").notes[0].startswith("model cpu-model.json (from "
+                                                               "AUTOSPMV_MODEL")
+    with pytest.warns(RuntimeWarning, match="is a model for cpu, so it does not decide for cuda"):
+        decision = autospmv.select(A, device="cuda")
+    assert decision.source == "model cuda-nvidia-h200-float64.json"
+    status, out, _ = run(capsys, "explain", "--device", "cuda", str(matrix_file))
+    assert status == 0 and "model: " in out and "AUTOSPMV_MODEL" not in out
 
 
 def test_demo_on_a_small_set(capsys, monkeypatch):
@@ -355,7 +408,213 @@ def test_retrain_can_be_restarted_and_undone(capsys, monkeypatch):
 
     status, out, _ = run(capsys, "models", "--remove")
     assert status == 0 and not model.exists() and not model.with_suffix(".md").exists()
-    assert f"removed {model}\n" in out and "kept 1 label file(s)" in out and labels.is_file()
+    assert f"removed {model}\n" in out and labels.is_file()
+    assert f"kept the labels of {slug}-float64 in {labels.parent}" in out
     assert "  cpu  float64 none: the built-in rule decides" in out
     status, _, err = run(capsys, "models", "--remove", slug)
     assert_user_error(status, err, "models", f"no installed model {slug}; installed: none")
+
+
+# -- user errors: one line, exit status 2, checked before any work ----------------------------
+
+
+def _parsers() -> list:
+    """Every argparse parser of the command lines: ``autospmv`` and its commands, the training
+    pipeline and its commands."""
+    import argparse
+
+    from autospmv.training.__main__ import _parser as training_parser
+
+    found = []
+
+    def walk(parser):
+        found.append(parser)
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    walk(sub)
+
+    walk(cli.build_parser())
+    walk(training_parser("autospmv"))
+    return found
+
+
+def test_every_command_and_argument_has_help(capsys):
+    parsers = _parsers()
+    missing = [f"{parser.prog} {action.dest}" for parser in parsers for action in parser._actions
+               if action.help is None and action.dest != "help"]
+    assert missing == []
+    assert all(parser.description for parser in parsers[1:] if parser.add_help), \
+        [p.prog for p in parsers[1:] if p.add_help and not p.description]
+    with pytest.raises(SystemExit):
+        cli.main(["demo", "--help"])
+    assert "generated matrices" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", ["explain", "bench"])
+def test_a_file_name_too_long_is_a_user_error(capsys, command):
+    status, _, err = run(capsys, command, "a" * 5000 + ".npz")
+    assert_user_error(status, err, command, "File name too long")
+
+
+@pytest.mark.parametrize("argv", [["demo"], ["bench", "FILE"]])
+def test_a_bad_thread_setting_is_a_user_error(capsys, monkeypatch, matrix_file, argv):
+    monkeypatch.setenv("AUTOSPMV_NUM_THREADS", "abc")
+    argv = [str(matrix_file) if a == "FILE" else a for a in argv]
+    status, _, err = run(capsys, *argv)
+    assert_user_error(status, err, argv[0], "AUTOSPMV_NUM_THREADS must be a positive integer")
+
+
+def _usage_error(capsys, argv, message) -> None:
+    """``argv`` ends with exit status 2 and one line on stderr that holds ``message``."""
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(argv)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and message in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--rounds", "-5"], "-5 is out of range: an integer from 1 to 1000 is allowed"),
+    (["--rounds", str(10**30)], "is out of range"),
+    (["--rounds", "x"], "'x' is not an integer"),
+    (["--cores", "abc"], "--cores 'abc': positive numbers of cores or 'all' are allowed"),
+    (["--cores", "0"], "--cores '0': positive numbers of cores or 'all' are allowed"),
+    (["--cores", "100000"], "--cores 100000: none of these fits the"),
+    (["--out", "/nonexistent/folder/out.json"],
+     "the folder /nonexistent/folder does not exist (it is not created)"),
+    (["--out", "/dev/null"], "--out /dev/null exists and is not a regular file"),
+])
+def test_solver_benchmark_options_are_checked_before_any_work(capsys, options, message):
+    _usage_error(capsys, ["bench", "--solver", *options], message)
+    assert not Path("/nonexistent").exists()
+
+
+def test_usage_errors_are_one_line(capsys):
+    _usage_error(capsys, ["explain"], "autospmv explain: error: the following arguments are "
+                                      "required: file")
+    _usage_error(capsys, ["retrain", "--budget-minutes", "0"], "0 is out of range")
+    _usage_error(capsys, ["retrain", "--jobs", "-1"], "-1 is out of range")
+
+
+@pytest.mark.parametrize("labels, message", [
+    ("/nonexistent/folder/labels.jsonl", "the folder /nonexistent/folder does not exist"),
+    ("/dev/null", "--labels /dev/null exists and is not a regular file"),
+])
+def test_retrain_checks_its_label_file_before_any_work(capsys, labels, message):
+    status, _, err = run(capsys, "retrain", "--device", "cpu", "--corpus", "tiny", "--quick",
+                         "--labels", labels)
+    assert_user_error(status, err, "retrain", message)
+    assert not Path("/nonexistent").exists() and not Path("/dev/null.lock").exists()
+
+
+def test_child_processes_end_with_their_parent(tmp_path):
+    """A benchmark killed mid-run leaves no child running (the solver benchmark's children
+    start through ending_with_parent)."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    script = ("import subprocess, sys\n"
+              "from autospmv._tools.cli_checks import ending_with_parent\n"
+              "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'],"
+              " preexec_fn=ending_with_parent())\n"
+              "print(child.pid, flush=True)\n"
+              "import time; time.sleep(60)\n")
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                              env=dict(os.environ, PYTHONPATH=str(REPO)))
+    child = int(parent.stdout.readline())
+    parent.send_signal(signal.SIGKILL)
+    parent.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        try:  # reap it if it became ours
+            os.waitpid(child, os.WNOHANG)
+        except ChildProcessError:
+            pass
+        time.sleep(0.05)
+    else:
+        os.kill(child, signal.SIGKILL)
+        pytest.fail("the child outlived its parent")
+
+
+# -- models --remove: exact names, only the files retrain wrote ---------------------------------
+
+
+@pytest.fixture
+def data_folders():
+    home = autospmv._decide.model_store.user_data_dir()
+    models, labels = home / "models", home / "labels"
+    models.mkdir(parents=True)
+    labels.mkdir()
+    return models, labels
+
+
+def test_models_remove_takes_exact_names_only(capsys, data_folders):
+    """The reproducer of the hostile-input report: a device name's prefix of another device
+    removes nothing of the other one; a bare prefix is refused with the names it matches."""
+    models, labels = data_folders
+    (models / "cpu-amd-epyc-float64.json").write_bytes(GPU_MODEL.read_bytes())
+    mine, other = labels / "cpu-amd-epyc-float64.jsonl", labels / "cpu-amd-epyc-7b13-float64.jsonl"
+    mine.write_text("{}\n")
+    other.write_text("{}\n")
+    status, out, _ = run(capsys, "models", "--remove", "cpu-amd-epyc", "--labels")
+    assert status == 0 and other.exists() and not mine.exists()
+    assert not (models / "cpu-amd-epyc-float64.json").exists()
+    status, _, err = run(capsys, "models", "--remove", "cpu", "--labels")
+    assert_user_error(status, err, "models", "names starting with it: "
+                                             "cpu-amd-epyc-7b13-float64")
+    assert other.exists()
+    status, _, err = run(capsys, "models", "--remove", "cuda-nvidia-h200")
+    assert_user_error(status, err, "models", "no installed model cuda-nvidia-h200; installed: "
+                                             "none")
+
+
+def test_models_remove_of_a_model_takes_its_labels_and_lock(capsys, data_folders):
+    models, labels = data_folders
+    for dtype in ("float64", "float32"):
+        (models / f"cpu-x-{dtype}.json").write_bytes(GPU_MODEL.read_bytes())
+        (labels / f"cpu-x-{dtype}.jsonl").write_text("{}\n")
+    (labels / "cpu-x-float64.jsonl.lock").write_text("")  # left by a killed run
+    status, out, _ = run(capsys, "models", "--remove", "cpu-x-float64", "--labels")
+    assert status == 0
+    assert sorted(p.name for p in labels.iterdir()) == ["cpu-x-float32.jsonl"]
+    assert sorted(p.name for p in models.iterdir()) == ["cpu-x-float32.json"]
+    assert f"removed {labels / 'cpu-x-float64.jsonl.lock'}" in out
+
+
+def test_models_remove_never_deletes_files_it_did_not_write(capsys, tmp_path, data_folders):
+    """With the models folder a link to a folder of the user's, only files named as retrain
+    names them go; a link among them is removed, not what it points to."""
+    models, _ = data_folders
+    elsewhere = tmp_path / "user-folder"
+    elsewhere.mkdir()
+    models.rmdir()
+    models.symlink_to(elsewhere)
+    settings, target = elsewhere / "settings.json", tmp_path / "precious.json"
+    settings.write_text("{}")
+    target.write_text("{}")
+    (elsewhere / "cpu-y-float64.json").symlink_to(target)
+    (elsewhere / "cpu-y-float64.md").write_text("report")
+    status, out, _ = run(capsys, "models", "--remove")
+    assert status == 0 and settings.exists() and target.exists()
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["settings.json"]
+    assert "settings" not in out
+
+
+def test_info_reports_the_last_run_that_installed_nothing(capsys, data_folders):
+    from autospmv._decide.model_store import device_slug
+    from autospmv.training.__main__ import write_rejected
+
+    models, _ = data_folders
+    write_rejected(models / f"{device_slug('cpu')}-float64.json", "oracle gain 0.020 < 0.05",
+                   "figures")
+    status, out, _ = run(capsys, "info")
+    assert status == 0
+    assert "last retrain for float64 (" in out and "installed nothing: oracle gain 0.020" in out
+    assert "last retrain for float32" not in out

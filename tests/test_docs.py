@@ -9,6 +9,7 @@ its own interpreter, on the CPU, into a temporary folder.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -41,3 +42,37 @@ def test_every_figure_is_shown_and_every_shown_figure_exists():
              if "](figures/" in line}
     drawn = {path.name for path in (DOCS / "figures").iterdir()}
     assert shown and shown == drawn
+
+
+def test_the_public_functions_name_no_private_module():
+    """The API reference shows these docstrings: they point to public names and pages, never
+    to modules whose names start with an underscore; prepare's examples run."""
+    import doctest
+    import re
+
+    import autospmv
+
+    for function in (autospmv.prepare, autospmv.select, autospmv.features):
+        private = re.findall(r"(?:autospmv\.)?\b_[a-z]\w*\.\w+", function.__doc__)
+        assert private == [], (function.__name__, private)
+    finder = doctest.DocTestFinder()
+    runner = doctest.DocTestRunner()
+    for test in finder.find(autospmv.prepare, "prepare", globs={}):
+        runner.run(test)
+    assert runner.failures == 0 and runner.tries >= 3
+
+
+def test_the_stylesheet_keeps_code_and_member_names_on_the_page():
+    """At 1280 px the theme's fixed 940-px body made wide code blocks run past the page and
+    the sidebar cut long member names: the page widens with the window, code blocks scroll
+    inside themselves and sidebar names wrap."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("docs_conf", DOCS / "conf.py")
+    conf = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conf)
+    assert conf.html_theme_options["page_width"] != "940px"
+    assert "custom.css" in conf.html_css_files
+    css = (DOCS / "_static" / "custom.css").read_text()
+    assert re.search(r"pre\s*\{[^}]*overflow-x:\s*auto", css)
+    assert re.search(r"div\.sphinxsidebar[^{]*a[^{]*\{[^}]*overflow-wrap:\s*anywhere", css)

@@ -710,3 +710,58 @@ def test_a_model_file_larger_than_the_cap_is_refused_unread(tmp_path, monkeypatc
 def test_a_model_path_that_is_not_a_regular_file_is_refused(tmp_path):
     with pytest.raises(ValueError, match="is not a regular file"):
         autospmv.prepare(random_matrix(5, 5, 0.5, 1), device="cpu", model=tmp_path)
+
+
+def test_a_model_removed_while_it_is_read_falls_back_with_one_warning(user_home, cpu_model_doc,
+                                                                      monkeypatch):
+    """Another process removes (or replaces) the installed model between the look for it and
+    the read: prepare() decides without it and warns once for any number of prepares."""
+    import warnings
+
+    from autospmv._decide import model_lookup
+
+    user_home.write_text(json.dumps(cpu_model_doc))
+
+    load = model_lookup._load_cached
+
+    def vanished(path, mtime):
+        if path == str(user_home):
+            raise FileNotFoundError(2, "No such file or directory", path)
+        return load(path, mtime)
+
+    monkeypatch.setattr(model_lookup, "_load_cached", vanished)
+    A = random_matrix(50, 50, 0.1, 1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ops = [autospmv.prepare(A, device="cpu") for _ in range(5)]
+    messages = [str(w.message) for w in caught if "skipped" in str(w.message)]
+    assert len(messages) == 1 and "could not be read: No such file or directory" in messages[0]
+    assert all(np.allclose(op @ np.ones(50), A @ np.ones(50)) for op in ops)
+
+
+def test_prepare_survives_another_process_writing_and_removing_the_model(user_home,
+                                                                         cpu_model_doc):
+    """The reproducer of the hostile-input report: prepare() in a loop while another thread
+    writes and removes the installed model never raises."""
+    import threading
+    import warnings
+
+    text = json.dumps(cpu_model_doc)
+    stop = threading.Event()
+
+    def churn():
+        while not stop.is_set():
+            user_home.write_text(text)
+            user_home.unlink()
+
+    writer = threading.Thread(target=churn)
+    writer.start()
+    A = random_matrix(50, 50, 0.1, 1)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for _ in range(300):
+                autospmv.prepare(A, device="cpu")
+    finally:
+        stop.set()
+        writer.join()

@@ -268,3 +268,28 @@ def test_threaded_rmatvec_goes_through_the_transposed_operator():
     z = np.random.default_rng(8).standard_normal(300)
     np.testing.assert_allclose(op.rmatvec(z), A.T @ z, rtol=1e-12)
     assert op._transposed is not None
+
+
+def test_short_rows_on_one_thread_run_scipys_loop(rng):
+    """A serial csr_scalar product over at least SCIPY_MIN_NNZ nonzeros of short rows runs
+    SciPy's compiled CSR loop, and explain() says so; a mixed-precision product runs the numba
+    loop; two threads, long rows or a smaller matrix keep the numba kernel."""
+    from autospmv.kernels.cpu import scipy_product
+
+    A = poisson2d(200)  # 40,000 rows of at most 5 nonzeros: 199,200 nonzeros
+    assert A.nnz >= scipy_product.SCIPY_MIN_NNZ
+    op = autospmv.prepare(A, device="cpu", threads=1)
+    assert op.kernel == "csr_scalar" and scipy_product.note() in op.explain()
+    x = random_vector(rng, A.shape[1], np.float64)
+    out = np.full(A.shape[0], np.nan)
+    np.testing.assert_array_equal(op.matvec(x, out=out), A @ x)  # the same loop as SciPy's
+    single = autospmv.prepare(A.astype(np.float32), device="cpu", threads=1)
+    assert_close(single @ x, reference(A, x), np.float64)  # float64 x: the numba loop
+    assert_close(single @ x.astype(np.float32), reference(A, x), np.float32)
+    assert "SciPy's compiled" not in autospmv.prepare(A, device="cpu", threads=2).explain()
+    small = poisson2d(100)
+    assert "SciPy's compiled" not in autospmv.prepare(small, device="cpu", threads=1).explain()
+    long_rows = sp.random(2_000, 2_000, density=0.05, format="csr", random_state=1)
+    assert long_rows.nnz >= scipy_product.SCIPY_MIN_NNZ
+    assert not scipy_product.scipy_applies(
+        "csr_scalar", autospmv.prepare(long_rows, device="cpu", threads=1).format, 1)

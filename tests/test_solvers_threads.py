@@ -201,6 +201,22 @@ def test_auto_threads_follow_size_cores_and_pool(monkeypatch):
     assert cpu_kernels.PARALLEL_MIN_NNZ == 2 * per
 
 
+def test_auto_threads_stay_serial_on_two_cores_below_a_million_nonzeros(monkeypatch):
+    """On two usable cores a second thread waits for a core that other work may hold: below
+    BLAS_SHARED_MIN_NNZ products run serially there, whatever the BLAS and the vectors."""
+    monkeypatch.delenv(cpu_threads.ENV_THREADS, raising=False)
+    monkeypatch.setattr(cpu_threads, "pool_size", lambda: 16)
+    monkeypatch.setattr(cpu_threads, "blas_threads", lambda: 1)
+    monkeypatch.setattr(cpu_threads, "usable_cores", lambda: 2)
+    limit = cpu_threads.BLAS_SHARED_MIN_NNZ
+    count, why = cpu_threads.choose_threads(limit - 1, vector_length=100)
+    assert count == 1 and "serial on 2 usable cores below 1,000,000 nonzeros" in why
+    assert cpu_threads.choose_threads(limit, vector_length=100)[0] == 2
+    assert cpu_threads.choose_threads(limit - 1, threads=2)[0] == 2  # asked for: honoured
+    monkeypatch.setattr(cpu_threads, "usable_cores", lambda: 3)
+    assert cpu_threads.choose_threads(limit - 1, vector_length=100)[0] == 3
+
+
 def test_auto_threads_stay_serial_beside_a_threaded_blas_below_the_limit(monkeypatch):
     monkeypatch.delenv(cpu_threads.ENV_THREADS, raising=False)
     monkeypatch.setattr(cpu_threads, "pool_size", lambda: 16)

@@ -1221,7 +1221,7 @@ def test_retrain_holds_the_labels_lock_while_it_labels_and_trains(tmp_path, monk
     monkeypatch.setattr(train, "train_files", train_files)
     assert main(["retrain", "--device", "cpu", "--labels", str(tmp_path / "labels.jsonl"),
                  "--matrices"]) == 2
-    assert seen == [("label", True), ("train", True)]
+    assert seen == [("label", True)] * 2 + [("train", True)]  # the CPU's probe labels first
     assert not held()
 
 
@@ -1259,3 +1259,132 @@ def test_two_labelling_runs_on_one_file_take_turns(tmp_path):
     assert summaries == ["0 ", "9 "]
     names = [record["name"] for record in read_records(out)]
     assert sorted(names) == sorted(e.name for e in corpus.corpus("tiny"))
+
+
+# -- retrain's probe on the CPU, its lock and the files it writes ------------------------------
+
+
+def _timed_record(name: str, nnz: int, times: dict[str, float]) -> dict:
+    """A label record with these per-call (and back-to-back) times per kernel."""
+    kernels = {k: {"status": "ok", "time_per_call_us": t, "time_b2b_us": t}
+               for k, t in times.items()}
+    return {"name": name, "nnz": nnz, "kernels": kernels}
+
+
+def test_probe_reads_the_oracle_gain_over_the_rule():
+    from autospmv.training.probe import MIN_GAIN, oracle_gain
+
+    even = [_timed_record(f"m{i}", 10_000, {"csr_scalar": 10.0, "coo": 10.5}) for i in range(3)]
+    found = oracle_gain(even, "csr_scalar")
+    assert found.gain == 0.0 and not found.worth_labelling
+    assert "oracle gain 0.000 < 0.05 on 3 probe matrices" in found.reason
+    assert "fastest csr_scalar   1.00× csr_scalar's speed" in found.report()
+    faster = even + [_timed_record("m3", 10_000, {"csr_scalar": 10.0, "coo": 5.0})]
+    found = oracle_gain(faster, "csr_scalar")
+    assert found.gain == pytest.approx(0.125) and found.gain >= MIN_GAIN and found.worth_labelling
+    assert oracle_gain(even[:2], "csr_scalar").worth_labelling  # too few matrices: no verdict
+
+
+def test_probe_takes_one_matrix_per_family_and_size():
+    from autospmv.training.probe import PROBE_SIZES, probe_entries
+
+    entries = corpus.corpus("small", [])
+    chosen = probe_entries(entries)
+    assert [e.size for e in chosen] == sorted((e.size for e in chosen), key=PROBE_SIZES.index)
+    for size in PROBE_SIZES:
+        families = [e.family for e in chosen if e.size == size]
+        assert sorted(families) == sorted({e.family for e in entries if e.size == size})
+
+
+def test_retrain_on_the_cpu_stops_when_no_kernel_can_beat_the_rule(tmp_path, monkeypatch,
+                                                                   capsys):
+    """The probe's verdict stops the run before the whole corpus is labelled: its figures are
+    printed and kept as the run's rejected report, the labels so far stay and no lock remains."""
+    from autospmv.training import probe
+
+    monkeypatch.setenv("AUTOSPMV_HOME", str(tmp_path))
+    monkeypatch.setenv("TQDM_DISABLE", "1")
+    monkeypatch.delenv("AUTOSPMV_MATRICES", raising=False)
+    monkeypatch.setattr(probe, "PROBE_SIZES", ("3e3",))  # the tiny corpus's size
+    monkeypatch.setattr(probe, "MIN_GAIN", 2.0)  # a gain no labels can show
+    labels = tmp_path / "labels.jsonl"
+    assert main(["retrain", "--device", "cpu", "--corpus", "tiny", "--quick",
+                 "--labels", str(labels)]) == 0
+    err = capsys.readouterr().err
+    # without --matrices the run says that it labels generated matrices only (retraining.md)
+    assert "no --matrices (nor $AUTOSPMV_MATRICES): labelling the tiny corpus's generated " \
+           "matrices only" in err
+    assert "not labelling the whole corpus: no kernel beats the built-in rule (csr_scalar)" in err
+    assert "a perfect choice among the kernels would take" in err
+    rejected = list((tmp_path / "models").glob("*.rejected.md"))
+    assert len(rejected) == 1 and rejected[0].read_text().startswith("Not installed: no kernel")
+    assert not list((tmp_path / "models").glob("*.json"))
+    assert len(read_records(labels)) == 9 and not labels.with_name("labels.jsonl.lock").exists()
+
+
+def test_the_labels_lock_is_removed_after_a_failure(tmp_path):
+    from autospmv.training.records import labels_lock
+
+    path = tmp_path / "labels.jsonl"
+    with pytest.raises(RuntimeError):
+        with labels_lock(path):
+            assert (tmp_path / "labels.jsonl.lock").exists()
+            raise RuntimeError("the run failed")
+    assert list(tmp_path.iterdir()) == []
+    with labels_lock(path):  # and it can be taken again
+        pass
+
+
+def test_a_run_waiting_for_the_lock_takes_the_fresh_one(tmp_path):
+    """A second run that waited on the lock file the first deleted locks the new file at the
+    path, so that a third run cannot hold the lock beside it."""
+    import threading
+
+    from autospmv.training.records import labels_lock
+
+    path = tmp_path / "labels.jsonl"
+    lock = tmp_path / "labels.jsonl.lock"
+    inside, release, order = threading.Event(), threading.Event(), []
+
+    def first():
+        with labels_lock(path):
+            inside.set()
+            release.wait(30)
+            order.append("first")
+
+    def second():
+        inside.wait(30)
+        with labels_lock(path):
+            order.append("second")
+            assert lock.exists()  # the file it holds is the one at the path
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    [t.start() for t in threads]
+    inside.wait(30)
+    release.set()
+    [t.join(30) for t in threads]
+    assert order == ["first", "second"] and not lock.exists()
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027])
+def test_written_files_get_the_umasks_mode(tmp_path, umask):
+    """Models, reports and rejected reports are written atomically through a private temporary
+    file, but end with the mode a plain open() would give them."""
+    import os
+
+    from autospmv._decide.model_store import write_atomically
+
+    previous = os.umask(umask)
+    try:
+        write_atomically(tmp_path / "report.md", "text")
+    finally:
+        os.umask(previous)
+    assert (tmp_path / "report.md").stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+def test_train_refuses_an_output_folder_that_does_not_exist(tmp_path, capsys):
+    missing = tmp_path / "missing" / "model.json"
+    assert main(["train", str(tmp_path / "labels.jsonl"), "--out", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert f"the folder {missing.parent} does not exist (it is not created)" in err
+    assert not missing.parent.exists()

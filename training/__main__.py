@@ -31,9 +31,14 @@ Data goes to files or stdout, progress to stderr.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
+
+from .forecast import Forecast
 
 RETRAIN = {"cuda": ("kinds", 15.0), "cpu": ("small", 30.0)}
 """Corpus preset and default labelling budget (minutes) of ``retrain`` per device. On a GPU it
@@ -58,10 +63,12 @@ def _parser(prog: str = "python -m autospmv.training") -> argparse.ArgumentParse
     from .crossval import DEFAULT_OBJECTIVES, REPEATS
     from .fitting import OBJECTIVES
     from .records import TRAINING_MODES
+    from autospmv._tools.cli_checks import OneLineParser, bounded
 
-    parser = argparse.ArgumentParser(prog=prog, description=(
+    parser = OneLineParser(prog=prog, description=(
         "Label matrices with every kernel's time, train the kernel-selection tree, export it."))
-    commands = parser.add_subparsers(dest="command", required=True)
+    commands = parser.add_subparsers(dest="command", required=True,
+                                     help="the step to run (each takes --help)")
 
     def corpus_options(p):
         p.add_argument("--corpus", choices=tuple(PRESETS), default="default",
@@ -70,35 +77,49 @@ def _parser(prog: str = "python -m autospmv.training") -> argparse.ArgumentParse
                        help="folders of .npz/.mtx files to add (default: $AUTOSPMV_MATRICES)")
 
     def label_options(p):
-        p.add_argument("--dtype", choices=("float64", "float32"), default="float64")
-        p.add_argument("--jobs", type=int, default=min(8, os.cpu_count() or 1),
-                       help="processes generating matrices (never while timing)")
+        p.add_argument("--dtype", choices=("float64", "float32"), default="float64",
+                       help="value type of the matrices timed, and of the model (default: "
+                            "%(default)s)")
+        p.add_argument("--jobs", type=bounded(int, 1, 1024), default=min(8, os.cpu_count() or 1),
+                       help="processes generating matrices, 1 to 1024 (never while timing; "
+                            "default: %(default)s)")
         p.add_argument("--no-variants", dest="variants", action="store_false",
                        help="time only the choosers' parameters")
         p.add_argument("--quick", action="store_true",
                        help="short, noisy timings (smoke tests)")
 
-    p = commands.add_parser("corpus", help="list the corpus (TSV on stdout)")
+    p = commands.add_parser("corpus", help="list the corpus (TSV on stdout)",
+                            description="List the corpus of a preset, with the matrices of "
+                                        "--matrices, as TSV on stdout.")
     corpus_options(p)
 
-    p = commands.add_parser("label", help="time every kernel on every corpus matrix")
+    p = commands.add_parser("label", help="time every kernel on every corpus matrix",
+                            description="Time every kernel on every corpus matrix into a label "
+                                        "file (resumed if it exists).")
     corpus_options(p)
     label_options(p)
     p.add_argument("--device", choices=("cuda", "cpu"), default=None,
                    help="default: cuda when a GPU is usable")
     p.add_argument("--out", required=True,
-                   help="JSON-lines file, gzip-compressed if named *.gz (resumed if it exists)")
-    p.add_argument("--budget-minutes", type=float, default=None)
+                   help="JSON-lines file, gzip-compressed if named *.gz (resumed if it exists; "
+                        "its folder must exist)")
+    p.add_argument("--budget-minutes", type=bounded(float, high=10_000, above=0), default=None,
+                   help="stop labelling after this many minutes (default: no limit)")
 
-    p = commands.add_parser("train", help="fit, cross-validate and export the tree")
+    p = commands.add_parser("train", help="fit, cross-validate and export the tree",
+                            description="Fit, cross-validate and export the tree from label "
+                                        "files; the report says whether it passes the install "
+                                        "guard.")
     p.add_argument("labels", nargs="+", help="JSON-lines label files (.jsonl or .jsonl.gz)")
-    p.add_argument("--out", required=True, help="model JSON file to write")
+    p.add_argument("--out", required=True,
+                   help="model JSON file to write (its folder must exist)")
     p.add_argument("--report", help="write the Markdown report here (default: stdout)")
     p.add_argument("--timing", choices=TRAINING_MODES, default="auto",
                    help="timing mode that defines the fastest kernel (default: %(default)s: "
                         "back-to-back from 10^6 nonzeros, per call below)")
-    p.add_argument("--folds", type=int, default=5)
-    p.add_argument("--repeats", type=int, default=REPEATS,
+    p.add_argument("--folds", type=bounded(int, 2, 100), default=5,
+                   help="cross-validation folds, 2 to 100 (default: %(default)s)")
+    p.add_argument("--repeats", type=bounded(int, 1, 100), default=REPEATS,
                    help="nested cross-validations on differently shuffled grouped folds "
                         "(default: %(default)s)")
     p.add_argument("--holdout", metavar="FILE",
@@ -120,21 +141,31 @@ def _parser(prog: str = "python -m autospmv.training") -> argparse.ArgumentParse
 
     p = commands.add_parser("retrain", help="label, train and install a model for this machine",
                             description=RETRAIN_HELP)
-    p.add_argument("--matrices", nargs="*", default=_default_folders(), metavar="DIR")
+    p.add_argument("--matrices", nargs="*", default=_default_folders(), metavar="DIR",
+                   help="folders of .npz/.mtx files whose matrices the corpus adds (on cuda "
+                        "grown into variants; default: $AUTOSPMV_MATRICES); without them the "
+                        "corpus is synthetic, and retrain says so")
     label_options(p)
-    p.add_argument("--device", choices=("cuda", "cpu"), default=None)
+    p.add_argument("--device", choices=("cuda", "cpu"), default=None,
+                   help="device to label and train for (default: cuda on a real GPU, else cpu)")
     p.add_argument("--corpus", choices=tuple(PRESETS), default=None,
                    help="corpus preset (default: kinds on cuda, the shipped models' corpus, which "
                         "grows the real matrices of --matrices; small on cpu)")
-    p.add_argument("--budget-minutes", type=float, default=None,
+    p.add_argument("--budget-minutes", type=bounded(float, high=10_000, above=0), default=None,
                    help="labelling budget (default: 15 on cuda, 30 on cpu)")
-    p.add_argument("--timing", choices=TRAINING_MODES, default="auto")
+    p.add_argument("--timing", choices=TRAINING_MODES, default="auto",
+                   help="timing mode that defines the fastest kernel (default: %(default)s: "
+                        "back-to-back from 10^6 nonzeros, per call below)")
     p.add_argument("--labels", help="label file (default: <data dir>/labels/<device>-<dtype>"
-                                    ".jsonl, where an interrupted retrain resumes)")
+                                    ".jsonl, where an interrupted retrain resumes); its folder "
+                                    "must exist")
     p.add_argument("--fresh", action="store_true",
                    help="start over: delete the earlier labels in the label file first "
                         "(without it, matrices labelled before are kept and skipped)")
     p.add_argument("--holdout", metavar="FILE", help="as for train")
+    p.add_argument("--no-probe", dest="probe", action="store_false",
+                   help="on the CPU, label the whole corpus without first checking on a few "
+                        "matrices whether any kernel beats the built-in rule here")
     return parser
 
 
@@ -184,16 +215,17 @@ def _entries(preset: str, folders):
     return corpus(preset, folders)
 
 
-def _label(args, preset: str, out, budget_minutes) -> dict:
+def _label(args, entries, out, budget_minutes, forecast=None) -> dict:
     from autospmv._run.timing import TimingOptions
 
     from .label import label
     from .timing import QUICK
 
     summary = label(
-        _entries(preset, args.matrices), out, args.device, dtype=args.dtype,
+        entries, out, args.device, dtype=args.dtype,
         budget_seconds=None if budget_minutes is None else 60 * budget_minutes,
         jobs=args.jobs, variants=args.variants, options=QUICK if args.quick else TimingOptions(),
+        forecast=forecast,
     )
     print(f"labelled {summary['labelled']} matrices in {summary['seconds']:.0f} s "
           f"({summary['skipped']} were already in {out} and kept; {summary['remaining']} left "
@@ -208,6 +240,8 @@ def _retrain(args) -> None:
     (:func:`.records.labels_lock`), so that a second retrain for the same device and dtype
     waits for the first and then resumes from its labels."""
     from autospmv._decide.model_store import device_slug, user_data_dir, user_model_path
+    from autospmv._tools.cli_checks import output_path
+    import tqdm  # noqa: F401  (the training extra's package: missing, retrain stops here)
     from .records import labels_lock
     from .train import train_files
 
@@ -215,19 +249,72 @@ def _retrain(args) -> None:
     preset, budget = RETRAIN[args.device]
     slug = device_slug(args.device)
     model_path = user_model_path(slug, args.dtype)
-    labels = Path(args.labels or user_data_dir() / "labels" / f"{slug}-{args.dtype}.jsonl")
+    if args.labels:
+        labels = output_path(args.labels, "--labels")
+    else:
+        labels = user_data_dir() / "labels" / f"{slug}-{args.dtype}.jsonl"
+        labels.parent.mkdir(parents=True, exist_ok=True)  # autospmv's own data folder
     with labels_lock(labels):
         if args.fresh and labels.exists():
             labels.unlink()
             print(f"--fresh: deleted the earlier labels {labels}", file=sys.stderr)
         preset = args.corpus or preset
-        if preset == "kinds" and not args.matrices:
-            print("the kinds corpus grows the real matrices of --matrices (or $AUTOSPMV_MATRICES);"
-                  " without them it labels its synthetic matrices only", file=sys.stderr)
-        _label(args, preset, labels, args.budget_minutes or budget)
+        if not args.matrices:
+            what = ("its synthetic matrices only (the kinds corpus grows the real matrices of "
+                    "--matrices)" if preset == "kinds" else f"the {preset} corpus's generated "
+                    "matrices only")
+            print(f"no --matrices (nor $AUTOSPMV_MATRICES): labelling {what}", file=sys.stderr)
+        entries = _entries(preset, args.matrices)
+        forecast = Forecast.for_device(args.device)
+        if args.device == "cpu" and args.probe:
+            found = _probe(args, entries, labels, forecast, args.budget_minutes or budget)
+            if not found.worth_labelling:
+                report = write_rejected(model_path, found.reason, found.report())
+                print(f"not labelling the whole corpus: {found.reason}; the built-in rule stays "
+                      f"(figures: {report}; --no-probe labels everything anyway)",
+                      file=sys.stderr)
+                return
+        _label(args, entries, labels, args.budget_minutes or budget, forecast)
         result = train_files([labels], None, None, mode=args.timing, holdout=args.holdout)
         print(result.report)
         install(result, model_path)
+
+
+def _probe(args, entries, labels, forecast, budget_minutes: float):
+    """Label the probe's matrices (:mod:`training.probe`) into ``labels``, within the run's
+    labelling budget, and read the oracle gain over the CPU rule from them; prints the
+    figures."""
+    from autospmv._decide.selection import RULE_CPU
+
+    from .probe import PROBE_SECONDS, oracle_gain, probe_entries
+    from .records import read_records
+
+    chosen = probe_entries(entries)
+    print(f"probe: can any kernel beat the built-in rule ({RULE_CPU}) here? labelling up to "
+          f"{len(chosen)} matrices first (for at most {PROBE_SECONDS:.0f} s)",
+          file=sys.stderr)
+    _label(args, chosen, labels, min(PROBE_SECONDS / 60, budget_minutes), forecast)
+    names = {entry.name for entry in chosen}
+    records = read_records(labels) if labels.exists() else []
+    found = oracle_gain([r for r in records if r["name"] in names], RULE_CPU)
+    print(f"probe:\n{found.report()}", file=sys.stderr)
+    return found
+
+
+REJECTED_PREFIX = "Not installed: "
+"""The first line of a ``<model>.rejected.md`` report starts with this, then the reason
+(``autospmv info`` shows it)."""
+
+
+def write_rejected(model_path: Path, reason: str, body: str) -> Path:
+    """Write a run's ``<model>.rejected.md``: the reason in its first line, then ``body``;
+    returns its path."""
+    from autospmv._decide.model_store import write_atomically
+
+    report_path = model_path.with_suffix(".rejected.md")
+    model_path.parent.mkdir(parents=True, exist_ok=True)  # autospmv's own data folder
+    write_atomically(report_path, f"{REJECTED_PREFIX}{reason}\n\n{body}\n")
+    return report_path
 
 
 def install(result, model_path) -> bool:
@@ -241,8 +328,10 @@ def install(result, model_path) -> bool:
     verdict = result.scores["guard"]
     model_path.parent.mkdir(parents=True, exist_ok=True)
     if not verdict["passed"]:
-        report_path = model_path.with_suffix(".rejected.md")
-        write_atomically(report_path, result.report)
+        report_path = write_rejected(
+            model_path, f"{verdict['reason']}; the best fixed kernel (always "
+                        f"{verdict['best_fixed']}) would do better on these labels",
+            result.report)
         kept = f"kept {model_path}" if model_path.is_file() else "no model installed"
         print(f"not installed ({kept}): {verdict['reason']}; the best fixed kernel "
               f"(always {verdict['best_fixed']}) would do better on these labels "
@@ -257,6 +346,21 @@ def install(result, model_path) -> bool:
     return True
 
 
+@contextlib.contextmanager
+def exit_on_sigterm():
+    """For the block, SIGTERM ends the process through Python's exit path (status 143), so
+    that the blocks being left clean up (the labels lock is removed) as after Ctrl-C; the
+    previous handler is restored afterwards. Outside the main thread nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv=None, prog: str = "python -m autospmv.training") -> int:
     """Run a command; ``prog`` names the program in help and usage messages (``autospmv``
     delegates ``autospmv retrain`` here)."""
@@ -266,14 +370,21 @@ def main(argv=None, prog: str = "python -m autospmv.training") -> int:
             for e in _entries(args.corpus, args.matrices):
                 print(f"{e.name}\t{e.family}\t{e.size}\t{e.nnz}\t{e.source}")
         elif args.command == "label":
+            from autospmv._tools.cli_checks import output_path
             from .records import labels_lock
 
+            output_path(args.out, "--out")
             args.device = args.device or _default_device()
-            with labels_lock(args.out):
-                _label(args, args.corpus, args.out, args.budget_minutes)
+            with exit_on_sigterm(), labels_lock(args.out):
+                _label(args, _entries(args.corpus, args.matrices), args.out,
+                       args.budget_minutes)
         elif args.command == "train":
+            from autospmv._tools.cli_checks import output_path
             from .train import train_files
 
+            output_path(args.out, "--out")
+            if args.report:
+                output_path(args.report, "--report")
             result = train_files(args.labels, args.out, args.report, mode=args.timing,
                                  n_splits=args.folds, objectives=args.objectives,
                                  repeats=args.repeats, holdout=args.holdout)
@@ -286,9 +397,10 @@ def main(argv=None, prog: str = "python -m autospmv.training") -> int:
         elif args.command == "rechoose":
             _rechoose(args)
         else:
-            _retrain(args)
+            with exit_on_sigterm():
+                _retrain(args)
     except (ValueError, RuntimeError, OSError) as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"{prog} {args.command}: error: {err}", file=sys.stderr)
         return 2
     return 0
 

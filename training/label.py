@@ -282,8 +282,12 @@ def _warm_up(device: str, dtype: str, options: TimingOptions, variants: bool) ->
 
 def label(entries, out, device: str = "cpu", *, dtype: str = "float64",
           budget_seconds: float | None = None, jobs: int = 1, variants: bool = True,
-          options: TimingOptions = TimingOptions(), progress: bool = True) -> dict:
+          options: TimingOptions = TimingOptions(), progress: bool = True,
+          forecast: Forecast | None = None) -> dict:
     """Label ``entries`` on ``device`` ("cuda" or "cpu") into the JSON-lines file ``out``.
+
+    ``forecast``: the time forecast to print and update (one :class:`Forecast` carried over
+    several calls keeps this machine's pace; default: a new one for ``device``).
 
     Returns a summary: ``labelled`` (this run), ``skipped`` (already in the file),
     ``remaining`` (left for lack of time), ``seconds``, ``failures`` (distinct failure reasons),
@@ -312,7 +316,7 @@ def label(entries, out, device: str = "cpu", *, dtype: str = "float64",
                bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]",
                **({} if progress else {"disable": True}))
     history: list[tuple[int, float]] = []
-    forecast = Forecast.for_device(device)
+    forecast = forecast or Forecast.for_device(device)
     summary["estimated_seconds"] = forecast.remaining(pending)
     if pending:
         budget = ("" if budget_seconds is None

@@ -229,19 +229,36 @@ def _append(path: Path, record: dict) -> None:
 @contextlib.contextmanager
 def labels_lock(path):
     """Hold an exclusive lock on the labels file ``path`` for the block: an advisory
-    ``flock`` on ``<name>.lock`` beside it, released when the block ends (or the process
-    does). Two runs on one file take turns, the second saying on stderr that it waits, instead
-    of labelling the same matrices into it twice (the trainer refuses duplicate records). Where
-    the platform has no ``fcntl`` the block runs unlocked."""
+    ``flock`` on ``<name>.lock`` beside it (its folder must exist). Two runs on one file take
+    turns, the second saying on stderr that it waits, instead of labelling the same matrices
+    into it twice (the trainer refuses duplicate records). The lock file is deleted when the
+    block ends, also by an error: it is removed while still locked, and a run that was waiting
+    on it locks a fresh file instead (it checks that the file it locked is still the one at
+    the path). Where the platform has no ``fcntl`` the block runs unlocked."""
     path = Path(path)
     lock = path.with_name(path.name + ".lock")
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock, "a", encoding="utf-8") as handle:
-        if fcntl is not None:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
+    waited = False
+    while True:
+        handle = open(lock, "a", encoding="utf-8")
+        if fcntl is None:
+            break
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if not waited:
                 print(f"waiting for another run that writes {path} to finish", file=sys.stderr,
                       flush=True)
-                fcntl.flock(handle, fcntl.LOCK_EX)
+                waited = True
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            if os.stat(lock).st_ino == os.fstat(handle.fileno()).st_ino:
+                break  # the file still at the path: the lock is ours
+        except FileNotFoundError:
+            pass
+        handle.close()  # the run before deleted the file it locked: lock the path's new one
+    try:
         yield
+    finally:
+        with contextlib.suppress(OSError):
+            lock.unlink()
+        handle.close()

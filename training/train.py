@@ -113,6 +113,7 @@ import numpy as np
 
 import autospmv
 from autospmv._decide.model import TreeModel
+from autospmv._decide.model_store import write_atomically
 from autospmv._run.tuning import TUNE_CANDIDATES
 from .corpus import read_names
 from .crossval import (DEFAULT_OBJECTIVES, GRID, REPEATS, guard, hyper_grid, leave_one_family_out,
@@ -351,5 +352,5 @@ def train_files(paths, out=None, report=None, *, mode: str = "auto", n_splits: i
         result.model.to_json(out)
     if report is not None:
         Path(report).parent.mkdir(parents=True, exist_ok=True)
-        Path(report).write_text(result.report, encoding="utf-8")
+        write_atomically(report, result.report)
     return result

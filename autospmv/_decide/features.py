@@ -140,7 +140,7 @@ SAMPLED_FEATURES = (
 def features(A, sample_rows: int | None = None, device: str | None = None) -> dict[str, float]:
     """Return the structural features of A, keyed by :func:`feature_names` (see module doc).
 
-    A: anything :func:`autospmv._run.validation.canonicalize` accepts; a canonical float32/float64
+    A: anything :func:`autospmv.prepare` accepts on the host; a canonical float32/float64
     ``scipy.sparse.csr_matrix`` is used as is. device: ``"cuda"`` or ``"cpu"``, whose parameter
     choosers the cost quantities count with; None means the device :func:`autospmv.prepare`
     would use. sample_rows: ``None`` samples the features in

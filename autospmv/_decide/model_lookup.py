@@ -1,7 +1,10 @@
 """Which trained model decides: :func:`find_model` takes, in this order,
 
 1. the ``model=`` argument (a path or a loaded model);
-2. the ``AUTOSPMV_MODEL`` environment variable (a path);
+2. the ``AUTOSPMV_MODEL`` environment variable (a path), for the kind of device its model was
+   trained for (its provenance's ``device``): a CPU model there does not decide for a GPU, nor a
+   GPU model for the CPU (a warning says so, once), and one whose provenance does not say
+   decides everywhere;
 3. models are per (device, dtype): first for the matrix's dtype, then, only when no model of
    that dtype exists for this kind of device, for the other one:
 
@@ -35,7 +38,7 @@ import numpy as np
 
 from .model import TreeModel
 from .model_store import (DTYPES, device_slug, model_dtype, retrained_paths, split_stem,
-                          user_data_dir)
+                          user_data_dir, written_name)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,7 +64,8 @@ def _load_cached(path: str, identity: tuple[int, int, int, int]) -> TreeModel:
 
 
 def load_model(path) -> TreeModel:
-    """Load a model file; ValueError if it is missing, not a regular file, or invalid.
+    """Load a model file; ValueError if it is missing, not a regular file, invalid, or
+    cannot be read (also when another process removes or replaces it while it is read).
 
     Loaded models are cached by path and the file's identity (device, inode, size and mtime in
     nanoseconds), so that a file replaced or rewritten in place is read again even when its
@@ -74,7 +78,11 @@ def load_model(path) -> TreeModel:
     if not stat.S_ISREG(info.st_mode):
         raise ValueError(f"model file {str(path)!r} is not a regular file")
     identity = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
-    return _load_cached(str(path), identity)
+    try:
+        return _load_cached(str(path), identity)
+    except OSError as error:
+        raise ValueError(f"model file {str(path)!r} could not be read: "
+                         f"{error.strerror or error}") from None
 
 
 def shipped_models() -> dict[str, Path]:
@@ -100,11 +108,13 @@ def _shipped_listing() -> dict[str, Path]:
 
 def installed_models() -> dict[str, Path]:
     """The models ``retrain`` installed on this machine (the user data folder of
-    :func:`autospmv._decide.model_store.user_data_dir`), by file stem (``<device>-<dtype>``)."""
+    :func:`autospmv._decide.model_store.user_data_dir`), by file stem (``<device>-<dtype>``):
+    the ``.json`` files named as ``retrain`` names them
+    (:func:`~autospmv._decide.model_store.written_name`; other files there are not models)."""
     folder = user_data_dir() / "models"
     if not folder.is_dir():
         return {}
-    return {path.stem: path for path in sorted(folder.glob("*.json"))}
+    return {path.stem: path for path in sorted(folder.glob("*.json")) if written_name(path.stem)}
 
 
 def _choice(path: Path, reason: str) -> ModelChoice:
@@ -112,9 +122,10 @@ def _choice(path: Path, reason: str) -> ModelChoice:
     return ModelChoice(model, path, reason, model_dtype(model, path))
 
 
-def named_model(model=None) -> ModelChoice | None:
+def named_model(model=None, device: str | None = None) -> ModelChoice | None:
     """The model that the caller names, loaded: ``model`` (a path or a loaded model), else the
-    ``AUTOSPMV_MODEL`` environment variable; None when neither names one. ValueError when the
+    ``AUTOSPMV_MODEL`` environment variable when its model was trained for ``device`` (or
+    ``device`` is None); None when neither names one. ValueError when the
     named file is missing or invalid: the caller asked for that model, so nothing replaces it.
     :func:`autospmv.prepare` with ``background=True`` calls it before the decision's thread
     starts, so that a broken model raises there as it does without ``background``."""
@@ -124,7 +135,13 @@ def named_model(model=None) -> ModelChoice | None:
         return _choice(Path(model), "passed as model=")
     env = os.environ.get("AUTOSPMV_MODEL")
     if env:
-        return _choice(Path(env), "from AUTOSPMV_MODEL")
+        choice = _choice(Path(env), "from AUTOSPMV_MODEL")
+        kind = trained_for(choice.model)
+        if device is None or kind in (None, device):
+            return choice
+        _warn_once(f"autospmv: AUTOSPMV_MODEL={env} is a model for {kind}, so it does not "
+                   f"decide for {device}; the {device} model or rule decides there (pass "
+                   "model= to use it anyway)")
     return None
 
 
@@ -133,7 +150,7 @@ def find_model(device: str, model=None, dtype=None, *,
     """The model to decide with on ``device`` for a matrix of ``dtype`` (None: float64); see
     the module docstring for the order. ``retrained=False`` skips the models retrained on this
     machine."""
-    named = named_model(model)
+    named = named_model(model, device)
     if named is not None:
         return named
     dtype = np.dtype(dtype or "float64").name
@@ -195,8 +212,39 @@ def nearest_model(slug: str, candidates: dict[str, Path]) -> str:
     return max(candidates, key=closeness)
 
 
+_warned: set[str] = set()
+"""The warnings about models given in this process (each is given once)."""
+
+
+def _warn_once(message: str) -> None:
+    """A RuntimeWarning of ``message``, once per process (a loop of prepare() calls gets one)."""
+    if message in _warned:
+        return
+    _warned.add(message)
+    warnings.warn(message, RuntimeWarning, stacklevel=5)
+
+
 def warn_skipped(error: Exception) -> None:
-    """Warn that the model retrained on this machine is skipped because of ``error``."""
-    warnings.warn(f"autospmv: the model retrained on this machine is skipped: {error}; the "
-                  "shipped model decides instead (retrain to replace the file)", RuntimeWarning,
-                  stacklevel=4)
+    """Warn that the model retrained on this machine is skipped because of ``error``, once per
+    process for each distinct reason."""
+    _warn_once(f"autospmv: the model retrained on this machine is skipped: {error}; the "
+               "shipped model decides instead (retrain to replace the file)")
+
+
+def trained_for(model: TreeModel) -> str | None:
+    """The kind of device (``"cuda"`` or ``"cpu"``) a model's labels were timed on, from its
+    provenance; None when the provenance does not say.
+
+    Parameters
+    ----------
+    model : TreeModel
+        A loaded model.
+
+    Returns
+    -------
+    str or None
+        ``"cuda"``, ``"cpu"`` or None.
+    """
+    device = model.provenance.get("device")
+    kind = device.get("device") if isinstance(device, dict) else None
+    return kind if kind in ("cuda", "cpu") else None

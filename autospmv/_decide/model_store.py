@@ -23,10 +23,13 @@ from .._run import devices
 def write_atomically(path, text: str) -> None:
     """Write ``text`` to ``path`` so that no reader, and no crash or full disk, can leave a
     partial file: a temporary file in the same folder is written, flushed to disk and renamed
-    over ``path`` (an atomic replacement); on any failure the old file stays as it was."""
+    over ``path`` (an atomic replacement); on any failure the old file stays as it was. The
+    file gets the mode a newly created file gets (``0o666`` less the process's umask), as
+    ``open(path, "w")`` would give it, not the temporary file's private ``0o600``."""
     path = Path(path)
     fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.chmod(temporary, 0o666 & ~current_umask())
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()
@@ -42,6 +45,21 @@ def write_atomically(path, text: str) -> None:
             os.fsync(folder)
         finally:
             os.close(folder)
+
+
+def current_umask() -> int:
+    """The process's umask: read from ``/proc/self/status`` where Linux gives it, else set and
+    restored at once (``os.umask`` can only be read by changing it)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def user_data_dir() -> Path:
@@ -87,6 +105,17 @@ def split_stem(stem: str) -> tuple[str, str]:
         if stem.endswith("-" + dtype):
             return stem[: -len(dtype) - 1], dtype
     return stem, "float64"
+
+
+WRITTEN_STEM = re.compile(r"(cpu|cuda)-[a-z0-9]+(-[a-z0-9]+)*")
+"""The stem of every file ``retrain`` writes: ``<device slug>-<dtype>`` (or the older
+``<device slug>`` of a float64 model), the slug being :func:`device_slug`'s."""
+
+
+def written_name(stem: str) -> bool:
+    """Whether ``stem`` is a name ``retrain`` gives its files (:data:`WRITTEN_STEM`): only such
+    files are listed as installed models and removed by ``autospmv models --remove``."""
+    return WRITTEN_STEM.fullmatch(stem) is not None
 
 
 def user_model_path(slug: str, dtype: str | None = None) -> Path:

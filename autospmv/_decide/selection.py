@@ -90,7 +90,11 @@ class Decision:
 def rule_summary(device: str) -> str:
     """The built-in rule for ``device`` in words (what :func:`rule_decision` does)."""
     if device == "cpu":
-        return f"{RULE_CPU} for every matrix"
+        from ..kernels.cpu.scipy_product import SCIPY_MAX_ROW_LENGTH, SCIPY_MIN_NNZ
+
+        return (f"{RULE_CPU} for every matrix (its one-thread product through SciPy's compiled "
+                f"CSR loop from {SCIPY_MIN_NNZ:,} nonzeros with at most {SCIPY_MAX_ROW_LENGTH:g} "
+                "per row)")
     return f"{RULE_LONG} when a row has more than {LONG_ROW} nonzeros, else {RULE_SHORT}"
 
 

@@ -124,6 +124,8 @@ class SpMVOperator(LinearOperator):
                 self._backend = CpuBackend(spec, fmt, decision.params, csr.nnz, threads)
                 decision.notes.append(f"CPU threads per product: {self._backend.threads} "
                                       f"({self._backend.threads_reason})")
+                if self._backend.engine_note:
+                    decision.notes.append(self._backend.engine_note)
             elapsed = time.perf_counter() - started
         self.format = fmt if device == "cpu" else None
         self._threads_request = threads
@@ -274,7 +276,7 @@ class SpMVOperator(LinearOperator):
             y = backend.device_matvec(x, out)
             if y is not None:
                 return y
-        column = np.ndim(x) == 2
+        column = (x.ndim if type(x) is np.ndarray else np.ndim(x)) == 2
         x = check_vector(x, self.shape[1], self.dtype)
         if out is None:
             y = np.empty(self.shape[0], dtype=x.dtype)

@@ -1,8 +1,8 @@
 """How the CPU kernels use threads, chosen so that they never fight the BLAS or a loaded machine.
 
 SciPy's solvers alternate ``A @ x`` with BLAS calls (``dot``, ``norm``, ``axpy``, ARPACK's
-``gemv``) on OpenBLAS's own thread pool. Four rules keep the two pools from getting in each
-other's way:
+``gemv``) on OpenBLAS's own thread pool. Five rules keep the two pools from getting in each
+other's way, and the products from waiting for cores other work holds:
 
 1. **No spinning between calls.** numba's OpenMP layer, left at OpenMP's default wait policy,
    keeps its workers spinning after each product, and the BLAS call that follows shares the
@@ -26,7 +26,14 @@ other's way:
    beside it) is at least :data:`BLAS_THREADED_MIN_LENGTH`. From :data:`BLAS_SHARED_MIN_NNZ` on
    a serial product takes a millisecond or more, and what the threads save outweighs taking the
    cores back.
-4. **Never more threads than cores.** The count is also capped by the cores this process may
+4. **No threads on two cores below 10⁶ nonzeros.** With at most :data:`FEW_CORES` usable
+   cores, products below :data:`BLAS_SHARED_MIN_NNZ` nonzeros run serially: a second thread
+   needs the other core free, and on a shared machine another process often holds it. On the
+   shared 2-core development machine one thread was 1.07-1.25× as fast as two on matrices of
+   122,713 to 502,504 nonzeros, and two threads ran at 0.50-0.87× SciPy's speed on two of them
+   (``benchmarks/results/cpu-default-vs-scipy.json``; ``benchmarks/cpu_default.py``). From 10⁶
+   nonzeros the work per thread outweighs the wait (1.6-1.7× SciPy's speed with two threads).
+5. **Never more threads than cores.** The count is also capped by the cores this process may
    run on (``os.sched_getaffinity``: ``taskset`` and container CPU sets) and by numba's current
    thread count (``numba.get_num_threads()``, which the caller may lower with
    ``numba.set_num_threads``), read at every call.
@@ -53,6 +60,10 @@ ENV_THREADS = "AUTOSPMV_NUM_THREADS"
 BLAS_SHARED_MIN_NNZ = 1_000_000
 """Below this many nonzeros a product runs serially while the BLAS runs more than one thread on
 vectors as long as the operator's (:data:`BLAS_THREADED_MIN_LENGTH`)."""
+
+FEW_CORES = 2
+"""At most this many usable cores: products below :data:`BLAS_SHARED_MIN_NNZ` nonzeros run
+serially (rule 4 of the module docstring)."""
 
 BLAS_THREADED_MIN_LENGTH = 10_000
 """Vectors of at least this many entries make OpenBLAS run its vector calls (``dot``, ``axpy``)
@@ -189,6 +200,9 @@ def choose_threads(nnz: int, threads=None, vector_length: int = BLAS_THREADED_MI
     count = min(pool, cores, by_size)
     why = (f"auto: min(one per {NNZ_PER_THREAD:,} nonzeros = {by_size}, usable cores = {cores}, "
            f"numba pool = {pool})")
+    if count > 1 and nnz < BLAS_SHARED_MIN_NNZ and cores <= FEW_CORES:
+        return 1, (f"auto: serial on {cores} usable cores below {BLAS_SHARED_MIN_NNZ:,} "
+                   "nonzeros (a second thread waits for a core another process may hold)")
     if count > 1 and nnz < BLAS_SHARED_MIN_NNZ and vector_length >= BLAS_THREADED_MIN_LENGTH:
         blas = blas_threads()
         if blas > 1:

@@ -380,9 +380,13 @@ def load_matrix_file(path):
     wrong, also when the path is not a regular file (opening a FIFO would wait for a writer).
     ``allow_pickle`` stays off: loading executes nothing from the file."""
     path = Path(path)
-    if not path.exists():
+    try:
+        exists, regular = path.exists(), path.is_file()
+    except OSError as error:  # a name too long for the file system, a folder it cannot read
+        raise ValueError(f"cannot read {str(path)[:200]}: {error.strerror}") from None
+    if not exists:
         raise ValueError(f"no such file: {path}")
-    if not path.is_file():
+    if not regular:
         raise ValueError(f"{path} is not a regular file")
     if path.suffix not in (".npz", ".mtx"):
         raise ValueError(f"{path}: unsupported file type {path.suffix!r}; use .npz or .mtx")
@@ -411,6 +415,9 @@ def load_matrix_file(path):
 def check_vector(x, n: int, matrix_dtype: np.dtype) -> np.ndarray:
     """Return x as a contiguous 1-D numpy array of length n for a product with a matrix of
     ``matrix_dtype``, in the product's dtype (:func:`result_dtype`), or raise."""
+    if (type(x) is np.ndarray and x.ndim == 1 and x.shape[0] == n and x.dtype == matrix_dtype
+            and x.flags.c_contiguous):
+        return x  # the common call, returned as it is without the general path's conversions
     arr = np.asarray(x)
     if arr.ndim == 2 and 1 in arr.shape and arr.size == n:
         arr = arr.reshape(n)
@@ -438,19 +445,21 @@ def check_out(out, m: int, dtype: np.dtype, x: np.ndarray, kept: tuple = ()) -> 
     shape = getattr(out, "shape", None)
     if shape != (m,):
         raise ValueError(f"out must have shape ({m},); got {shape}")
-    out_dtype = np.dtype(getattr(out, "dtype", None))
+    out_dtype = out.dtype if isinstance(out, np.ndarray) else np.dtype(getattr(out, "dtype", None))
     if out_dtype != dtype:
         raise TypeError(f"out must have dtype {dtype}; got {out_dtype}")
     if not isinstance(out, np.ndarray):
         raise TypeError(f"out must be a numpy array like x; got {type(out).__name__}")
-    if not out.flags.c_contiguous:
+    flags = out.flags
+    if not flags.c_contiguous:
         raise ValueError("out must be contiguous")
-    if not out.flags.writeable:
+    if not flags.writeable:
         raise ValueError("out is read-only; pass a writable array")
     if np.may_share_memory(out, x):
         raise ValueError(OUT_OVERLAPS_X)
-    if any(np.may_share_memory(out, array) for array in kept):
-        raise ValueError(OUT_OVERLAPS_MATRIX)
+    for array in kept:
+        if np.may_share_memory(out, array):
+            raise ValueError(OUT_OVERLAPS_MATRIX)
 
 
 def kept_host_arrays(fmt, source) -> tuple:

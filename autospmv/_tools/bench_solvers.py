@@ -74,8 +74,11 @@ from pathlib import Path
 from .bench_solver_runs import (
     LARGE_NNZ, MAX_ITERATIONS, SOLVERS, geomean, log, matrix_files, run_child,
 )
+from .cli_checks import OneLineParser, bounded, ending_with_parent, output_path
 
 ENVS = ("default", "blas1")
+MAX_ROUNDS = 1000
+"""Most timed rounds ``--rounds`` allows (5 is the default: each round runs every solver)."""
 QUICK_MATRICES = ("young1c", "watt_2", "airfoil1", "bayer10", "FIT2D", "delaunay_n15",
                   "bcsstk16", "MIT8")
 """``--quick``'s matrices where the folder has them (the project's shared matrices)."""
@@ -87,13 +90,25 @@ BLAS_VARIABLES = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS",
 
 # ------------------------------------------------------------------ driver (parent process)
 
+def usable_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
 def core_counts(requested: list[str]) -> list[int]:
-    available = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    """The distinct core counts of ``--cores`` (numbers and 'all') that this machine has;
+    ValueError for an item that is neither a positive number nor 'all', or when none fits."""
+    available = usable_cores()
     counts = []
     for item in requested:
+        if item != "all" and not (item.strip().isdigit() and int(item) >= 1):
+            raise ValueError(f"--cores {item!r}: positive numbers of cores or 'all' are "
+                             "allowed")
         count = available if item == "all" else int(item)
-        if 1 <= count <= available and count not in counts:
+        if count <= available and count not in counts:
             counts.append(count)
+    if not counts:
+        raise ValueError(f"--cores {','.join(requested)}: none of these fits the {available} "
+                         "usable cores")
     return counts
 
 
@@ -127,8 +142,8 @@ def run_config(args, env_name: str, cores: int) -> dict:
         if cpus is not None:
             os.sched_setaffinity(0, cpus)
 
-    result = subprocess.run(command, env=env, stdout=subprocess.PIPE, preexec_fn=pin,
-                            check=False, text=True)
+    result = subprocess.run(command, env=env, stdout=subprocess.PIPE,
+                            preexec_fn=ending_with_parent(then=pin), check=False, text=True)
     if result.returncode != 0:
         raise SystemExit(f"configuration {env_name} on {cores} cores failed "
                          f"(exit status {result.returncode})")
@@ -198,7 +213,7 @@ def print_summary(rows: list[dict]) -> None:
 def parse_args(argv=None, prog: str = "autospmv bench --solver", matrices=None):
     """The options; ``matrices``: the folder used when ``--matrices`` is not given (None: the
     generated matrices)."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog=prog, description="SciPy solvers with the autospmv operator against the SciPy matrix")
     parser.add_argument("--matrices", default=matrices,
                         help="folder of .npz files (default: generated matrices)")
@@ -211,8 +226,9 @@ def parse_args(argv=None, prog: str = "autospmv bench --solver", matrices=None):
                                                  "limited to one thread)")
     parser.add_argument("--cores", type=lambda s: [x for x in s.split(",") if x],
                         default=["1", "2", "all"], help="core counts: numbers and/or 'all'")
-    parser.add_argument("--rounds", type=int, default=None,
-                        help="timed rounds per solver and side (default 5, --quick 3)")
+    parser.add_argument("--rounds", type=bounded(int, 1, MAX_ROUNDS), default=None,
+                        help=f"timed rounds per solver and side, 1 to {MAX_ROUNDS} (default 5, "
+                             "--quick 3)")
     parser.add_argument("--quick", action="store_true",
                         help=f"at most {QUICK_COUNT} matrices, 3 rounds, default environment, "
                              "all cores (unless given otherwise)")
@@ -243,6 +259,13 @@ def parse_args(argv=None, prog: str = "autospmv bench --solver", matrices=None):
             args.cores = ["all"]
     if args.rounds is None:
         args.rounds = 3 if args.quick else 5
+    try:
+        if not args.child:  # a child is pinned to its configuration's cores
+            args.core_counts = core_counts(args.cores)
+            if args.out:
+                output_path(args.out, "--out")
+    except ValueError as error:
+        parser.error(str(error))
     return args
 
 
@@ -258,7 +281,7 @@ def main(argv=None, prog: str = "autospmv bench --solver", matrices=None,
     started = time.perf_counter()
     load_at_start = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
     configs = []
-    for cores in core_counts(args.cores):
+    for cores in args.core_counts:
         for env_name in args.envs:
             log(f"configuration: {env_name} environment, {cores} cores")
             configs.append(run_config(args, env_name, cores))
@@ -280,7 +303,6 @@ def main(argv=None, prog: str = "autospmv bench --solver", matrices=None,
     }
     out = Path(args.out) if args.out else (
         (results or Path.cwd()) / f"solvers-{slugify(cpu_model())}-{usable}c-{today:%Y-%m-%d}.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
     log(f"wrote {out} ({result['wall_s']:.0f} s)")
     return 0

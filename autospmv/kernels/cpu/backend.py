@@ -11,16 +11,23 @@ from ..._run.threads import choose_threads
 from ...formats.csr import CSRFormat
 from . import bind_threaded
 from .csr import bind_transposed
+from .scipy_product import bind_scipy, note, scipy_applies
 
 
 class CpuBackend:
     """Runs the registry's numba CPU kernel on host arrays, on at most ``threads`` threads
     (:func:`autospmv._run.threads.choose_threads`: ``threads=``, ``AUTOSPMV_NUM_THREADS`` or a
-    rule from the matrix size and the usable cores; 1 runs the serial kernel)."""
+    rule from the matrix size and the usable cores; 1 runs the serial kernel). A serial
+    ``csr_scalar`` product runs SciPy's compiled CSR loop where that is the faster one
+    (:mod:`autospmv.kernels.cpu.scipy_product`); :attr:`engine_note` then says so."""
 
     def __init__(self, spec: KernelSpec, fmt, params: dict, nnz: int, threads=None):
         self.threads, self.threads_reason = choose_threads(nnz, threads, max(fmt.shape))
         self._run = bind_threaded(spec.cpu_kernel(), fmt, params, self.threads)
+        self.engine_note = None
+        """The decision's note when the products run SciPy's loop, else None."""
+        if scipy_applies(spec.name, fmt, self.threads):
+            self._run, self.engine_note = bind_scipy(fmt, self._run), note()
         self._format = fmt
         self._threads_request = threads
         self.multi = None
