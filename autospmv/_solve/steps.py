@@ -180,9 +180,10 @@ def cuda_step(step: Step):
 @dataclass(frozen=True)
 class MultiStep:
     """A fused vector step that sums up to ``sums`` products: its body
-    ``body(W, ld, i, s, D, a, b, c, d, e, g, acc)`` adds element i's terms into ``acc`` (an
-    array of ``sums`` float64), and its finish ``finish(s, f, totals)`` reads the totals (GMRES's
-    Gram-Schmidt passes, one sum per basis vector)."""
+    ``body(W, ld, i, s, D, a, b, c, d, e, g, acc)`` adds element i's terms into ``acc[0]`` …
+    ``acc[c]`` (the third row argument ``c`` says how many sums a launch uses: c + 1, at most
+    ``sums``), and its finish ``finish(s, f, totals)`` reads the totals (GMRES's Gram-Schmidt
+    passes, one sum per basis vector and one for the norm)."""
 
     body: Dual
     finish: Dual
@@ -207,7 +208,7 @@ def _cpu_multi_template(W, ld, n, s, f, D, a, b, c, d, e, g):
             BODY(W, ld, i, s, D, a, b, c, d, e, g, acc)
     totals = np.zeros(SUMS)
     for chunk in range(chunks):
-        for k in range(SUMS):
+        for k in range(c + 1):
             totals[k] += partial[chunk, k]
     FINISH(s, f, totals)
 
@@ -233,8 +234,9 @@ def _cuda_multi_template(W, ld, n, s, f, D, a, b, c, d, e, g, partials, ticket):
     tid = cuda.threadIdx.x
     block = cuda.blockIdx.x
     blocks = cuda.gridDim.x
+    active = c + 1
     acc = cuda.local.array(SUMS, float64)
-    for k in range(SUMS):
+    for k in range(active):
         acc[k] = 0.0
     i = block * BLOCK + tid
     while i < n:
@@ -242,8 +244,8 @@ def _cuda_multi_template(W, ld, n, s, f, D, a, b, c, d, e, g, partials, ticket):
         i += blocks * BLOCK
     sums = cuda.shared.array(WARPS_SUMS, float64)
     last = cuda.shared.array(1, int32)
-    _warp_sums(sums, tid, acc)
-    if tid < SUMS:
+    _warp_sums(sums, tid, acc, active)
+    if tid < active:
         total = 0.0
         for warp in range(WARPS):
             total += sums[warp * SUMS + tid]
@@ -256,21 +258,21 @@ def _cuda_multi_template(W, ld, n, s, f, D, a, b, c, d, e, g, partials, ticket):
     if last[0] == 0:
         return
     cuda.threadfence()
-    for k in range(SUMS):
+    for k in range(active):
         acc[k] = 0.0
     j = tid
     while j < blocks:
-        for k in range(SUMS):
+        for k in range(active):
             acc[k] += partials[j * SUMS + k]
         j += BLOCK
-    _warp_sums(sums, tid, acc)
-    if tid < SUMS:
+    _warp_sums(sums, tid, acc, active)
+    if tid < active:
         total = 0.0
         for warp in range(WARPS):
             total += sums[warp * SUMS + tid]
         acc[0] = total
     cuda.syncthreads()
-    if tid < SUMS:
+    if tid < active:
         sums[tid] = acc[0]
     cuda.syncthreads()
     if tid == 0:
@@ -278,12 +280,12 @@ def _cuda_multi_template(W, ld, n, s, f, D, a, b, c, d, e, g, partials, ticket):
         ticket[0] = 0
 
 
-def _warp_sums_template(sums, tid, acc):
-    """Each warp's sum of every ``acc[k]`` into ``sums[warp * SUMS + k]`` (shuffles in a fixed
-    order), then a barrier."""
+def _warp_sums_template(sums, tid, acc, active):
+    """Each warp's sum of ``acc[k]``, k < ``active``, into ``sums[warp * SUMS + k]`` (shuffles
+    in a fixed order), then a barrier."""
     lane = tid % 32
     warp = tid // 32
-    for k in range(SUMS):
+    for k in range(active):
         value = acc[k]
         offset = 16
         while offset > 0:

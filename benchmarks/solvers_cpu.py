@@ -1,0 +1,117 @@
+"""autospmv's solvers on the CPU against SciPy's with SciPy's matrix: seconds per solve and
+iteration counts, for cg and minres (2-D Laplacians), gmres(restart=30) and bicgstab (the
+Laplacians with a convection term), from 10⁴ to 2·10⁶ nonzeros.
+
+SciPy runs in a process of its own that never imports autospmv (so numba's threads and the
+OpenMP settings autospmv makes cannot slow it down), on the same problems; each solve runs
+``--repeats`` times after one warm-up (compilation excluded). The table gives the medians and
+the spread. Run from the repository root::
+
+    PYTHONPATH=. python benchmarks/solvers_cpu.py --out results.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import scipy
+import scipy.sparse as sp
+
+
+def laplacian(nnz):
+    k = max(3, int(round((nnz / 5) ** 0.5)))
+    T = sp.diags([-1.0, 2.0, -1.0], [-1, 0, 1], shape=(k, k))
+    return sp.kronsum(T, T, format="csr")
+
+
+def convection(A):
+    return (A + 0.5 * (sp.triu(A, 1) - sp.tril(A, -1))).tocsr()
+
+
+def problems(args):
+    for size in (float(s) for s in args.sizes.split(",")):
+        P = laplacian(size)
+        b = np.random.default_rng(0).standard_normal(P.shape[0])
+        for method in args.methods.split(","):
+            A = P if method in ("cg", "minres") else convection(P)
+            extra = {"restart": 30} if method == "gmres" else {}
+            maxiter = max(1, args.maxiter // 30) if method == "gmres" else args.maxiter
+            yield method, A, b, dict(rtol=1e-8, maxiter=maxiter, **extra)
+
+
+def timings(run, repeats):
+    run()
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - started)
+    return times
+
+
+def scipy_side(args):
+    import scipy.sparse.linalg as spla
+
+    rows = []
+    for method, A, b, kwargs in problems(args):
+        solver = getattr(spla, method)
+        x, info = solver(A, b, **kwargs)
+        rows.append({"seconds": timings(lambda: solver(A, b, **kwargs), args.repeats),
+                     "info": int(info), "residual": float(np.linalg.norm(A @ x - b))})
+    print(json.dumps(rows))
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, help="results file (JSON)")
+    parser.add_argument("--sizes", default="1e4,1e5,5e5,2e6", help="nonzeros, comma-separated")
+    parser.add_argument("--methods", default="cg,gmres,bicgstab,minres")
+    parser.add_argument("--repeats", type=int, default=5, help="timed solves per solver")
+    parser.add_argument("--maxiter", type=int, default=400, help="iteration limit")
+    parser.add_argument("--scipy-side", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.scipy_side:
+        return scipy_side(args)
+    if args.out is None:
+        parser.error("--out is required")
+    theirs = json.loads(subprocess.run(
+        [sys.executable, __file__, "--scipy-side", "--sizes", args.sizes, "--methods",
+         args.methods, "--repeats", str(args.repeats), "--maxiter", str(args.maxiter)],
+        check=True, capture_output=True, text=True).stdout)
+    import autospmv
+
+    rows = []
+    for (method, A, b, kwargs), scipy_row in zip(problems(args), theirs):
+        op = autospmv.prepare(A, device="cpu")
+        solver = getattr(autospmv, method)
+        x, info = solver(op, b, **kwargs)
+        ours = timings(lambda: solver(op, b, **kwargs), args.repeats)
+        row = {"method": method, "n": A.shape[0], "nnz": int(A.nnz), "kernel": op.kernel,
+               "threads": op.threads, "iterations": op.last_solve["iterations"], "info": info,
+               "residual": float(np.linalg.norm(A @ x - b)), "seconds": ours,
+               "scipy": scipy_row}
+        rows.append(row)
+        ratio = statistics.median(scipy_row["seconds"]) / statistics.median(ours)
+        print(f"{method:9s} {A.nnz:9d} autospmv {statistics.median(ours) * 1e3:9.2f} ms "
+              f"[{min(ours) * 1e3:.2f}-{max(ours) * 1e3:.2f}] SciPy "
+              f"{statistics.median(scipy_row['seconds']) * 1e3:9.2f} ms "
+              f"[{min(scipy_row['seconds']) * 1e3:.2f}-{max(scipy_row['seconds']) * 1e3:.2f}]"
+              f"  {ratio:.2f}x", flush=True)
+    out = {"machine": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+           "date": datetime.date.today().isoformat(), "scipy": scipy.__version__,
+           "autospmv": autospmv.__version__, "rows": rows}
+    args.out.write_text(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
