@@ -279,11 +279,19 @@ def main(argv=None):
     parser.add_argument("--limit", type=int, default=16, help="real matrices per kind")
     parser.add_argument("--dtypes", default="float64,float32")
     parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--no-overlap", action="store_true",
+                        help="launch the solvers' steps without programmatic dependent launch "
+                             "(for comparison)")
     args = parser.parse_args(argv)
+    if args.no_overlap:
+        from autospmv._solve import steps
+
+        steps.OVERLAP = False
     import cupy as cp
     import cupyx.scipy.sparse as csp
 
     out = {"device": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(),
+           "overlap": not args.no_overlap,
            "date": datetime.date.today().isoformat(), "host": platform.node(),
            "versions": {"cupy": cp.__version__, "numpy": np.__version__}}
     if args.check:

@@ -17,12 +17,14 @@ import numpy as np
 
 from .dual import dual
 from .scalars import FLAGS, STATE, STOPPED
+from . import steps
 from .steps import (BLOCK, PARALLEL_FROM, MultiStep, cpu_multi_step, cpu_step, cuda_multi_step,
                     cuda_step)
 
-BLOCKS_PER_SM = 16
-"""A step's grid on the GPU: at most this many blocks per multiprocessor (enough loads in
-flight to keep the memory busy), fewer for short vectors."""
+BLOCKS_PER_SM = 8
+"""A step's grid on the GPU: at most this many blocks per multiprocessor, as many as are
+resident at once (2,048 threads), so the whole grid runs in one wave; fewer for short
+vectors."""
 
 NO_JACOBI = np.ones(1)
 """``D`` of a solve without a Jacobi preconditioner (one element: see
@@ -200,7 +202,7 @@ class CudaMachine(Machine):
         args = [self.W, np.int64(self.ld), np.int64(n), self.s, self.f, self.D,
                 *(np.int64(r) for r in rows), self.partials, self.ticket]
         kernel = cuda_multi_step(step) if isinstance(step, MultiStep) else cuda_step(step)
-        launch = Launch(kernel, grid, BLOCK, args, np.float64)
+        launch = Launch(kernel, grid, BLOCK, args, np.float64, overlaps_previous=steps.OVERLAP)
         if self.simulated:
             return lambda: launch.simulate(None, None)
         launch.load(0, 0)

@@ -40,6 +40,11 @@ BLOCK = 32 if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1" else 256
 """Threads per block of a step's kernel (a warp under numba-cuda's simulator, which runs each
 thread as a Python thread)."""
 
+OVERLAP = True
+"""Launch a step's kernel as a programmatic dependent launch
+(:mod:`autospmv.kernels.cuda.grid_dependency`): its blocks are scheduled while the kernel before
+it finishes, and wait there for its results."""
+
 PARALLEL_FROM = 1 << 16
 """Vectors at least this long are stepped on all of numba's threads on the CPU."""
 
@@ -103,6 +108,8 @@ def cpu_step(step: Step, parallel: bool):
 
 
 def _cuda_template(W, ld, n, s, f, D, a, b, c, d, e, g, partials, ticket):
+    wait_for_previous()
+    release_dependents()
     if f[STATE] & SKIP:
         return
     tid = cuda.threadIdx.x
@@ -165,8 +172,11 @@ def cuda_step(step: Step):
     def build():
         from numba import cuda, float64, int32
 
+        from ..kernels.cuda.grid_dependency import release_dependents, wait_for_previous
+
         names = dict(cuda=cuda, float64=float64, int32=int32, BLOCK=BLOCK,
-                     TWO_BLOCKS=2 * BLOCK)
+                     TWO_BLOCKS=2 * BLOCK, wait_for_previous=wait_for_previous,
+                     release_dependents=release_dependents)
         block_sum = cuda.jit(device=True)(retargeted(_block_sum_template, "cuda", **names))
         function = retargeted(_cuda_template, "cuda", BODY=step.body.on("cuda"),
                               FINISH=(step.finish or no_finish).on("cuda"), SKIP=step.skip,
@@ -229,6 +239,8 @@ def cpu_multi_step(step: MultiStep, parallel: bool):
 
 
 def _cuda_multi_template(W, ld, n, s, f, D, a, b, c, d, e, g, partials, ticket):
+    wait_for_previous()
+    release_dependents()
     if f[STATE] & SKIP:
         return
     tid = cuda.threadIdx.x
@@ -302,8 +314,12 @@ def cuda_multi_step(step: MultiStep):
     def build():
         from numba import cuda, float64, int32
 
+        from ..kernels.cuda.grid_dependency import release_dependents, wait_for_previous
+
         names = dict(cuda=cuda, float64=float64, int32=int32, BLOCK=BLOCK, SUMS=step.sums,
-                     WARPS=BLOCK // 32, WARPS_SUMS=(BLOCK // 32) * step.sums)
+                     WARPS=BLOCK // 32, WARPS_SUMS=(BLOCK // 32) * step.sums,
+                     wait_for_previous=wait_for_previous,
+                     release_dependents=release_dependents)
         warp_sums = cuda.jit(device=True)(retargeted(_warp_sums_template, "cuda", **names))
         function = retargeted(_cuda_multi_template, "cuda", BODY=step.body.on("cuda"),
                               FINISH=step.finish.on("cuda"), SKIP=step.skip,
