@@ -133,6 +133,23 @@ def gram_schmidt(W, ld, i, s, D, w, v0, count, coefficients, mode, g, acc):
     acc[count] += float(wi) * wi
 
 
+def gram_schmidt_host(rows, n, s, D, w, v0, count, coefficients, mode, g):
+    """:func:`gram_schmidt`'s pass with NumPy's products (for the CPU, see
+    :class:`.steps.MultiStep`): the same updates of w, and its sums as an array."""
+    vector = rows[w, :n]
+    basis = rows[v0:v0 + count, :n]
+    if mode == 0:
+        if D.shape[0] != 1:
+            vector *= D[:n]
+    else:
+        vector -= (s[coefficients:coefficients + count] @ basis).astype(vector.dtype)
+    totals = np.zeros(count + 1)
+    if mode != 2:
+        totals[:count] = basis @ vector
+    totals[count] = vector @ vector
+    return totals
+
+
 @dual
 def projections(s, f, totals):
     """The first pass's coefficients into h's column and ‖w‖ before projecting (SciPy's h0)."""
@@ -379,9 +396,9 @@ class GMRES(Method):
 @functools.lru_cache(maxsize=None)
 def gram_schmidt_steps(sums: int) -> tuple:
     """The three passes of a column's Gram-Schmidt, for a restart of ``sums − 2``."""
-    return (MultiStep(gram_schmidt, projections, sums, COLUMN_SKIP),
-            MultiStep(gram_schmidt, reprojections, sums, COLUMN_SKIP),
-            MultiStep(gram_schmidt, orthogonalised, sums, COLUMN_SKIP))
+    return (MultiStep(gram_schmidt, projections, sums, COLUMN_SKIP, gram_schmidt_host),
+            MultiStep(gram_schmidt, reprojections, sums, COLUMN_SKIP, gram_schmidt_host),
+            MultiStep(gram_schmidt, orthogonalised, sums, COLUMN_SKIP, gram_schmidt_host))
 
 
 MAX_RESTART = 254

@@ -84,6 +84,12 @@ class CpuMachine(Machine):
         self._parallel = n >= PARALLEL_FROM and numba.get_num_threads() > 1
 
     def step(self, step, a=0, b=0, c=0, d=0, e=0, g=0, n=None) -> None:
+        if isinstance(step, MultiStep) and step.host is not None:
+            if not self.f[STATE] & step.skip:
+                rows = self.W.reshape(-1, self.ld)
+                totals = step.host(rows, self.n, self.s, self.D, a, b, c, d, e, g)
+                step.finish.on("cpu")(self.s, self.f, totals)
+            return
         compiled = cpu_multi_step if isinstance(step, MultiStep) else cpu_step
         compiled(step, self._parallel)(self.W, self.ld, self.n if n is None else n, self.s,
                                        self.f, self.D, a, b, c, d, e, g)
@@ -350,7 +356,7 @@ def _rank_steps(step, sums: int):
         finish = step.finish
         if isinstance(step, MultiStep):
             keep = dual_of(_keep_all, f"keep_{step.sums}", SUMS=step.sums)
-            summing = MultiStep(step.body, keep, step.sums, step.skip)
+            summing = MultiStep(step.body, keep, step.sums, step.skip, step.host)
             apply = dual_of(_finish_all, f"all_reduced_{finish.__name__}", FINISH=finish,
                             SUMS=sums)
         else:

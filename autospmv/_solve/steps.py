@@ -26,6 +26,7 @@ so the compile cache tells them apart and sees changes to the parts' code
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 from dataclasses import dataclass
@@ -199,6 +200,11 @@ class MultiStep:
     finish: Dual
     sums: int
     skip: int = 1
+    host: object = dataclasses.field(default=None, compare=False)
+    """The same pass written with NumPy's matrix-vector products, which the CPU runs instead
+    of the body's loop: ``host(rows, n, s, D, a, b, c, d, e, g) -> totals`` (``rows``: the
+    workspace as a 2-D array, one vector a row). Row by row, BLAS reads a basis of many vectors
+    far faster than a loop over elements that visits every vector at each element."""
 
     @property
     def name(self) -> str:
