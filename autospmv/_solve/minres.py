@@ -31,8 +31,12 @@ from .steps import Step
 
 ISTOP = FIRST_FREE_FLAG
 (BETA1, BETA, OLDB, ALFA, DBAR, EPSLN, OLDEPS, DELTA, PHI, PHIBAR, DENOM, CS, SN, TNORM2, GMAX,
- GMIN, RHS1, RHS2, ROOT, GAMMA, RTOL, EPS) = range(FIRST_FREE_SCALAR + 1, FIRST_FREE_SCALAR + 23)
-SCALARS = EPS + 1
+ GMIN, RHS1, RHS2, ROOT, GAMMA, RTOL, EPS, INVERSE_BETA, BETA_RATIO,
+ ALFA_RATIO) = range(FIRST_FREE_SCALAR + 1, FIRST_FREE_SCALAR + 26)
+"""The slots of SciPy's scalars, and the three quotients the passes multiply by (SciPy's
+``1.0/beta``, ``beta/oldb`` and ``alfa/beta``), formed once by the finish before them rather
+than at every element."""
+SCALARS = ALFA_RATIO + 1
 
 
 @dual
@@ -56,6 +60,7 @@ def begin(s, f, beta1, unused):
         beta1 = math.sqrt(beta1)
         s[BETA1] = beta1
         s[BETA] = beta1
+        s[INVERSE_BETA] = 1.0 / beta1
         s[PHIBAR] = beta1
         s[RHS1] = beta1
 
@@ -67,29 +72,28 @@ def begin_after_product(s, f, beta1, unused):
 
 @dual
 def lanczos_vector(W, ld, i, s, D, v, y, c, d, e, g):
-    W[v * ld + i] = (1.0 / s[BETA]) * W[y * ld + i]
+    W[v * ld + i] = s[INVERSE_BETA] * W[y * ld + i]
     return 0.0, 0.0
 
 
 @dual
 def lanczos_alpha(W, ld, i, s, D, y, v, r1, d, e, g):
-    value = W[y * ld + i]
+    value = W[y * ld + i] - s[BETA_RATIO] * W[r1 * ld + i]  # the ratio is 0 at first
     vi = W[v * ld + i]
-    if s[OLDB] != 0:
-        value = value - (s[BETA] / s[OLDB]) * W[r1 * ld + i]
-        W[y * ld + i] = value
+    W[y * ld + i] = value
     return float(vi) * value, 0.0
 
 
 @dual
 def alpha(s, f, alfa, unused):
     s[ALFA] = alfa
+    s[ALFA_RATIO] = alfa / s[BETA]
 
 
 @dual
 def lanczos_beta(W, ld, i, s, D, y, r2, z, d, e, g):
     """y −= (α/β) r2 (y becomes r2); M y into row ``z`` for a Jacobi M; the terms of y·M y."""
-    value = W[y * ld + i] - (s[ALFA] / s[BETA]) * W[r2 * ld + i]
+    value = W[y * ld + i] - s[ALFA_RATIO] * W[r2 * ld + i]
     preconditioned_value = preconditioned(W, ld, i, D, value)
     W[y * ld + i] = value
     if z != y:
@@ -110,6 +114,8 @@ def recurrences(s, f, beta, unused):
     alfa = s[ALFA]
     s[OLDB] = oldb
     s[BETA] = beta
+    s[INVERSE_BETA] = 1.0 / beta
+    s[BETA_RATIO] = beta / oldb  # SciPy subtracts (beta/oldb) r1 from the second iteration on
     s[TNORM2] += alfa * alfa + oldb * oldb + beta * beta
     if itn == 1 and beta / s[BETA1] <= 10 * s[EPS]:
         f[ISTOP] = -1
