@@ -46,7 +46,7 @@ OVERLAP = True
 (:mod:`autospmv.kernels.cuda.grid_dependency`): its blocks are scheduled while the kernel before
 it finishes, and wait there for its results."""
 
-PARALLEL_FROM = 1 << 16
+PARALLEL_FROM = 1 << 18
 """Vectors at least this long are stepped on all of numba's threads on the CPU."""
 
 
