@@ -19,6 +19,18 @@ def dot_and_norm(W, ld, i, s, D, u, v, c, d, e, g):
 
 
 @dual
+def residual(W, ld, i, s, D, r, b, q, z, e, g):
+    """r = b − q (q = A x0); M r into row ``z`` for a Jacobi M when ``z`` is not ``r``; the
+    terms of r·r and r·M r."""
+    value = W[b * ld + i] - W[q * ld + i]
+    preconditioned_value = preconditioned(W, ld, i, D, value)
+    W[r * ld + i] = value
+    if z != r:
+        W[z * ld + i] = preconditioned_value
+    return float(value) * value, float(value) * preconditioned_value
+
+
+@dual
 def preconditioned(W, ld, i, D, value):
     """``value`` times the inverse diagonal of a Jacobi preconditioner at ``i``; ``value``
     itself without one (``D`` of one element)."""

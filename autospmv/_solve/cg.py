@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 
-from .bodies import dot, preconditioned
+from .bodies import dot, preconditioned, residual
 from .dual import dual
 from .method import Method
 from .scalars import FIRST_FREE_SCALAR, ITERATIONS, KEPT, MAXITER, TOL, keep, stop
@@ -28,15 +28,6 @@ from .steps import Step
 
 RHO, BETA, ALPHA = FIRST_FREE_SCALAR + 1, FIRST_FREE_SCALAR + 2, FIRST_FREE_SCALAR + 3
 SCALARS = ALPHA + 1
-
-
-@dual
-def residual(W, ld, i, s, D, r, b, q, c, d, e):
-    """r = b − q (q = A x0), with the terms of r·r and r·z."""
-    value = W[b * ld + i] - W[q * ld + i]
-    zi = preconditioned(W, ld, i, D, value)
-    W[r * ld + i] = value
-    return float(value) * value, float(value) * zi
 
 
 @dual
@@ -125,11 +116,11 @@ class CG(Method):
         if x0_given:
             m.product(self.x, self.q)
         if m.preconditioner_is_product:
-            m.step(RESIDUAL_KEPT, self.r, self.b, self.q)
+            m.step(RESIDUAL_KEPT, self.r, self.b, self.q, self.r)
             m.precondition(self.r, self.z)
             m.step(BEGIN_AFTER_PRODUCT, self.r, self.z)
         else:
-            m.step(RESIDUAL, self.r, self.b, self.q)
+            m.step(RESIDUAL, self.r, self.b, self.q, self.r)
 
     def iteration(self, eager: bool = False) -> None:
         m = self.m

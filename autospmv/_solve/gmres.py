@@ -26,7 +26,7 @@ import math
 
 import numpy as np
 
-from .bodies import dot, preconditioned
+from .bodies import dot, preconditioned, residual
 from .dual import dual
 from .method import Method
 from .scalars import (FIRST_FREE_FLAG, FIRST_FREE_SCALAR, INNER_DONE, ITERATIONS, MAXITER,
@@ -79,13 +79,6 @@ def initial_ptol(s, f, mb, unused):
 
 
 @dual
-def residual(W, ld, i, s, D, r, b, q, d, e, g):
-    value = W[b * ld + i] - W[q * ld + i]
-    W[r * ld + i] = value
-    return float(value) * value, 0.0
-
-
-@dual
 def begin(s, f, rr, unused):
     if math.sqrt(rr) < s[TOL]:
         stop(f, 0)
@@ -134,19 +127,24 @@ def gram_schmidt(W, ld, i, s, D, w, v0, count, coefficients, mode, g, acc):
 
 
 def gram_schmidt_host(rows, n, s, D, w, v0, count, coefficients, mode, g):
-    """:func:`gram_schmidt`'s pass with NumPy's products (for the CPU, see
-    :class:`.steps.MultiStep`): the same updates of w, and its sums as an array."""
+    """The CPU's Gram-Schmidt (see :class:`.steps.MultiStep`): SciPy's own, modified
+    Gram-Schmidt with NumPy's products, all in the first pass, which returns the coefficients
+    and ‖w‖² before them as :func:`gram_schmidt`'s first pass does; the later passes then find w
+    orthogonal already (coefficients 0) and return ‖w‖². It reads the basis twice per column,
+    where the GPU's twice-applied classical passes read it about four times: on the CPU, row by
+    row through BLAS, modified Gram-Schmidt costs no more than its dot products and updates."""
     vector = rows[w, :n]
-    basis = rows[v0:v0 + count, :n]
+    totals = np.zeros(count + 1)
     if mode == 0:
         if D.shape[0] != 1:
             vector *= D[:n]
+        totals[count] = vector @ vector
+        for k in range(count):
+            basis = rows[v0 + k, :n]
+            totals[k] = basis @ vector
+            vector -= vector.dtype.type(totals[k]) * basis
     else:
-        vector -= (s[coefficients:coefficients + count] @ basis).astype(vector.dtype)
-    totals = np.zeros(count + 1)
-    if mode != 2:
-        totals[:count] = basis @ vector
-    totals[count] = vector @ vector
+        totals[count] = vector @ vector
     return totals
 
 
@@ -355,7 +353,7 @@ class GMRES(Method):
             m.step(INITIAL_PTOL, self.b, self.w)
         if x0_given:
             m.product(self.x, self.q)
-        m.step(RESIDUAL, self.r, self.b, self.q)
+        m.step(RESIDUAL, self.r, self.b, self.q, self.r)
         self._cycle_start()
 
     def _cycle_start(self) -> None:
@@ -376,7 +374,7 @@ class GMRES(Method):
         m.step(TRIANGULAR_SOLVE, n=0)
         m.step(COMBINE, self.x, self.v[0], coefficients(self.restart))
         m.product(self.x, self.q)
-        m.step(OUTER_RESIDUAL, self.r, self.b, self.q)
+        m.step(OUTER_RESIDUAL, self.r, self.b, self.q, self.r)
         self._cycle_start()
 
     def column(self, c: int) -> None:

@@ -62,10 +62,31 @@ class Machine:
     def stopped(self, flags) -> bool:
         return bool(flags[STATE] & STOPPED)
 
+    def product(self, src: int, dst: int) -> None:
+        """Row ``dst`` = A @ row ``src`` (queued on the current stream on a GPU)."""
+        self.op.matvec(self._views[src], out=self._views[dst])
+
+    def precondition(self, src: int, dst: int) -> None:
+        """Row ``dst`` = M @ row ``src`` for an operator M (queued as :meth:`product`) or any
+        other M (called now)."""
+        kind, M = self.preconditioner
+        if kind == "product":
+            M.matvec(self._views[src], out=self._views[dst])
+        else:
+            self._views[dst][...] = self.xp.asarray(M.matvec(self._views[src])).reshape(-1)
+
+    def upload(self, row: int, vector) -> None:
+        self._views[row][...] = self.xp.asarray(vector)
+
+    def result(self, row: int):
+        return self._views[row].copy()
+
 
 class CpuMachine(Machine):
     """Runs every call at once on the host: steps as numba loops (on numba's threads for
     vectors of :data:`~.steps.PARALLEL_FROM` elements or more), products by the operator."""
+
+    xp = np
 
     def __init__(self, op, n, dtype, rows, scalars, preconditioner, workspace_rows=None,
                  partial_sums=2):
@@ -94,19 +115,6 @@ class CpuMachine(Machine):
         compiled(step, self._parallel)(self.W, self.ld, self.n if n is None else n, self.s,
                                        self.f, self.D, a, b, c, d, e, g)
 
-    def product(self, src: int, dst: int) -> None:
-        self.op.matvec(self._views[src], out=self._views[dst])
-
-    def precondition(self, src: int, dst: int) -> None:
-        kind, M = self.preconditioner
-        if kind == "product":
-            M.matvec(self._views[src], out=self._views[dst])
-        else:
-            self._views[dst][:] = np.asarray(M.matvec(self._views[src])).reshape(-1)
-
-    def upload(self, row: int, vector) -> None:
-        self._views[row][:] = vector
-
     def flags(self):
         return self.f
 
@@ -121,8 +129,6 @@ class CpuMachine(Machine):
         for slot, value in values.items():
             self.f[slot] = value
 
-    def result(self, row: int):
-        return self._views[row].copy()
 
 
 class CudaMachine(Machine):
@@ -215,19 +221,6 @@ class CudaMachine(Machine):
         fire, stream = launch.fire(), self.stream.ptr
         return lambda: fire(0, 0, stream)
 
-    def product(self, src: int, dst: int) -> None:
-        self.op.matvec(self._views[src], out=self._views[dst])
-
-    def precondition(self, src: int, dst: int) -> None:
-        kind, M = self.preconditioner
-        if kind == "product":
-            M.matvec(self._views[src], out=self._views[dst])
-        else:
-            self._views[dst][...] = self.xp.asarray(M.matvec(self._views[src])).reshape(-1)
-
-    def upload(self, row: int, vector) -> None:
-        self._views[row][...] = self.xp.asarray(vector)
-
     def capture(self, run):
         """``run()`` captured as a CUDA graph on this machine's stream, not yet run."""
         stream = self.stream
@@ -261,8 +254,6 @@ class CudaMachine(Machine):
             host[slot] = value
         self.f[...] = self.xp.asarray(host)
 
-    def result(self, row: int):
-        return self._views[row].copy()
 
 
 class RankMachine:

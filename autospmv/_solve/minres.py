@@ -22,7 +22,7 @@ import math
 
 import numpy as np
 
-from .bodies import dot, preconditioned
+from .bodies import dot, preconditioned, residual
 from .dual import dual
 from .method import Method
 from .scalars import (FIRST_FREE_FLAG, FIRST_FREE_SCALAR, INDEFINITE_PRECONDITIONER, ITERATIONS,
@@ -40,18 +40,8 @@ SCALARS = ALFA_RATIO + 1
 
 
 @dual
-def residual(W, ld, i, s, D, r, b, q, z, e, g):
-    """r1 = b − q (q = A x0); y = M r1 into row ``z`` for a Jacobi M; the terms of r1·y."""
-    value = W[b * ld + i] - W[q * ld + i]
-    y = preconditioned(W, ld, i, D, value)
-    W[r * ld + i] = value
-    if z != r:
-        W[z * ld + i] = y
-    return float(value) * y, 0.0
-
-
-@dual
-def begin(s, f, beta1, unused):
+def begin(s, f, unused, beta1):
+    """SciPy's start from β1² = r1·M r1."""
     if beta1 < 0:
         fail(f, INDEFINITE_PRECONDITIONER)
     elif beta1 == 0:
@@ -67,7 +57,7 @@ def begin(s, f, beta1, unused):
 
 @dual
 def begin_after_product(s, f, beta1, unused):
-    begin(s, f, beta1, 0.0)
+    begin(s, f, 0.0, beta1)
 
 
 @dual
