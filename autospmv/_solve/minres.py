@@ -26,7 +26,7 @@ from .bodies import dot, preconditioned, residual
 from .dual import dual
 from .method import Method
 from .scalars import (FIRST_FREE_FLAG, FIRST_FREE_SCALAR, INDEFINITE_PRECONDITIONER, ITERATIONS,
-                      KEPT, MAXITER, NOT_SYMMETRIC, TOL, fail, keep, stop)
+                      MAXITER, NOT_SYMMETRIC, TOL, fail, keep, stop)
 from .steps import Step
 
 ISTOP = FIRST_FREE_FLAG

@@ -84,6 +84,9 @@ def _memoised(key, build):
     return compiled
 
 
+# The templates below read BODY, FINISH, SKIP, REDUCES, SUMS, BLOCK, cuda and the other upper-case
+# names as globals that :func:`~.dual.retargeted` binds for each step (see the module docstring).
+
 def _cpu_template(W, ld, n, s, f, D, a, b, c, d, e, g):
     if f[STATE] & SKIP:
         return
