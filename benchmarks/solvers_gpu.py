@@ -362,8 +362,8 @@ def main(argv=None):
 
 def print_table(out):
     print(f"\n{out['device']}, copy {out['copy_bandwidth'] / 1e12:.2f} TB/s")
-    print(f"{'matrix':22s} {'dtype':7s} {'nnz':>9s} {'ours':>8s} {'product':>8s} {'floor':>8s} {'cuSPARSE':>9s}"
-          f" {'operator':>9s}  per solve vs cupyx (cg bicgstab* gmres minres)")
+    print(f"{'matrix':22s} {'dtype':7s} {'nnz':>9s} {'ours':>8s} {'product':>8s} {'floor':>8s}"
+          f" {'cuSPARSE':>9s} {'operator':>9s}  per solve vs cupyx (cg bicgstab* gmres minres)")
     for row in out.get("laplacians", []):
         speedups = " ".join(f"{s['cupyx_seconds'] / s['seconds']:.1f}x" if "cupyx_seconds" in s
                             else "-" for s in row["solves"])
