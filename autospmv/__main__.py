@@ -471,7 +471,7 @@ def remove_installed(names: list[str], labels: bool = False) -> None:
     UserError
         For a name that is not exact (see :func:`resolve_removal`).
     """
-    from .training.records import labels_lock
+    from ._decide.model_store import labels_lock
 
     models, label_dir = user_data_dir() / "models", user_data_dir() / "labels"
     stems = written_stems(models, MODEL_SUFFIXES)

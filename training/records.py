@@ -5,26 +5,21 @@ the CLI and the benchmarks, which need none of the labelling machinery: which ti
 matrix is decided on (:func:`target_mode`), whether a record's timings stayed disturbed
 (:func:`row_noise`, :func:`is_noisy`), and reading and appending the JSON-lines file, plain or
 gzip-compressed (:func:`read_records`, and the resumption and durable appends the labeller
-uses), and the lock a run holds on a labels file (:func:`labels_lock`).
+uses), and the lock a run holds on a labels file (:func:`labels_lock`, which the command
+line's ``models --remove`` shares, from :mod:`autospmv._decide.model_store`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import gzip
 import json
 import os
-import sys
 import zlib
 from pathlib import Path
 
-try:
-    import fcntl
-except ImportError:  # Windows: no advisory file locks
-    fcntl = None
-
 from autospmv._decide.cost import launches_of_features
+from autospmv._decide.model_store import labels_lock  # noqa: F401 (the pipeline's lock)
 from autospmv._run.timing import TimingOptions
 
 from .timing import QUICK
@@ -226,39 +221,3 @@ def _append(path: Path, record: dict) -> None:
         os.fsync(handle.fileno())
 
 
-@contextlib.contextmanager
-def labels_lock(path):
-    """Hold an exclusive lock on the labels file ``path`` for the block: an advisory
-    ``flock`` on ``<name>.lock`` beside it (its folder must exist). Two runs on one file take
-    turns, the second saying on stderr that it waits, instead of labelling the same matrices
-    into it twice (the trainer refuses duplicate records). The lock file is deleted when the
-    block ends, also by an error: it is removed while still locked, and a run that was waiting
-    on it locks a fresh file instead (it checks that the file it locked is still the one at
-    the path). Where the platform has no ``fcntl`` the block runs unlocked."""
-    path = Path(path)
-    lock = path.with_name(path.name + ".lock")
-    waited = False
-    while True:
-        handle = open(lock, "a", encoding="utf-8")
-        if fcntl is None:
-            break
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            if not waited:
-                print(f"waiting for another run that writes {path} to finish", file=sys.stderr,
-                      flush=True)
-                waited = True
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            if os.stat(lock).st_ino == os.fstat(handle.fileno()).st_ino:
-                break  # the file still at the path: the lock is ours
-        except FileNotFoundError:
-            pass
-        handle.close()  # the run before deleted the file it locked: lock the path's new one
-    try:
-        yield
-    finally:
-        with contextlib.suppress(OSError):
-            lock.unlink()
-        handle.close()

@@ -13,9 +13,15 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import sys
 import tempfile
 import warnings
 from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # not on every platform: labels_lock then runs unlocked
+    fcntl = None
 
 from .._run import devices
 
@@ -190,3 +196,41 @@ def cpu_model() -> str:
     import platform
 
     return platform.processor() or platform.machine() or "unknown"
+
+
+@contextlib.contextmanager
+def labels_lock(path):
+    """Hold an exclusive lock on the labels file ``path`` for the block: an advisory
+    ``flock`` on ``<name>.lock`` beside it (its folder must exist). Two runs on one file take
+    turns, the second saying on stderr that it waits, instead of labelling the same matrices
+    into it twice (the trainer refuses duplicate records). The lock file is deleted when the
+    block ends, also by an error: it is removed while still locked, and a run that was waiting
+    on it locks a fresh file instead (it checks that the file it locked is still the one at
+    the path). Where the platform has no ``fcntl`` the block runs unlocked."""
+    path = Path(path)
+    lock = path.with_name(path.name + ".lock")
+    waited = False
+    while True:
+        handle = open(lock, "a", encoding="utf-8")
+        if fcntl is None:
+            break
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if not waited:
+                print(f"waiting for another run that writes {path} to finish", file=sys.stderr,
+                      flush=True)
+                waited = True
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            if os.stat(lock).st_ino == os.fstat(handle.fileno()).st_ino:
+                break  # the file still at the path: the lock is ours
+        except FileNotFoundError:
+            pass
+        handle.close()  # the run before deleted the file it locked: lock the path's new one
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            lock.unlink()
+        handle.close()

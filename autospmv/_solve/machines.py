@@ -347,7 +347,7 @@ def _rank_steps(step, sums: int):
         finish = step.finish
         if isinstance(step, MultiStep):
             keep = dual_of(_keep_all, f"keep_{step.sums}", SUMS=step.sums)
-            summing = MultiStep(step.body, keep, step.sums, step.skip, step.host)
+            summing = MultiStep(step.body, keep, step.sums, step.skip)  # the body's sums
             apply = dual_of(_finish_all, f"all_reduced_{finish.__name__}", FINISH=finish,
                             SUMS=sums)
         else:

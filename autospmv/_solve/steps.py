@@ -204,10 +204,12 @@ class MultiStep:
     sums: int
     skip: int = 1
     host: object = dataclasses.field(default=None, compare=False)
-    """The same pass written with NumPy's matrix-vector products, which the CPU runs instead
-    of the body's loop: ``host(rows, n, s, D, a, b, c, d, e, g) -> totals`` (``rows``: the
-    workspace as a 2-D array, one vector a row). Row by row, BLAS reads a basis of many vectors
-    far faster than a loop over elements that visits every vector at each element."""
+    """What one CPU process runs instead of the body's loop, with NumPy's matrix-vector
+    products: ``host(rows, n, s, D, a, b, c, d, e, g) -> totals`` (``rows``: the workspace as a
+    2-D array, one vector a row). Row by row, BLAS reads a basis of many vectors far faster
+    than a loop over elements that visits every vector at each element. It may reach the
+    finish's result another way (GMRES's runs SciPy's own Gram-Schmidt), so the ranks of
+    :mod:`autospmv.distributed`, whose sums are partial, run the body."""
 
     @property
     def name(self) -> str:
