@@ -10,7 +10,7 @@ Here, around the two products:
 
 1. ``direction``: p = β (p − ω v) + r, and p̂ = M p for a Jacobi M, in one pass;
 2. v = A p̂; ``dot(r̃, v)`` finishes with α;
-3. ``half_step``: r −= α v (r serves as s) with ‖s‖², and ŝ = M s for a Jacobi M; its finish
+3. ``subtract``: r −= α v (r serves as s) with ‖s‖², and ŝ = M s for a Jacobi M; its finish
    marks the half-step exit (:data:`~.scalars.HALF`), which the next pass skips on;
 4. t = A ŝ; ``dot_and_norm(t, s)`` finishes with ω;
 5. ``update``: x += α p̂, x += ω ŝ, r −= ω t, with r·r and r̃·r for the next iteration's tests,
@@ -23,7 +23,7 @@ import math
 
 import numpy as np
 
-from .bodies import dot, dot_and_norm, preconditioned
+from .bodies import dot, dot_and_norm, preconditioned, subtract
 from .dual import dual
 from .method import Method
 from .scalars import FIRST_FREE_SCALAR, HALF, ITERATIONS, MAXITER, STATE, STOPPED, TOL, stop
@@ -78,17 +78,6 @@ def step_length(s, f, rv, unused):
 
 
 @dual
-def half_step(W, ld, i, s, D, r, v, sh, d, e, g):
-    """s = r − α v (into r); ŝ = M s into row ``sh`` for a Jacobi M; the terms of s·s."""
-    value = W[r * ld + i] - s[ALPHA] * W[v * ld + i]
-    preconditioned_value = preconditioned(W, ld, i, D, value)
-    W[r * ld + i] = value
-    if sh != r:
-        W[sh * ld + i] = preconditioned_value
-    return float(value) * value, 0.0
-
-
-@dual
 def half_test(s, f, ss, unused):
     if math.sqrt(ss) < s[TOL]:
         f[STATE] |= HALF
@@ -133,8 +122,9 @@ def next_iteration(s, f, rr, rho):
 RESIDUAL = Step(residual, tests)
 DIRECTION = Step(direction)
 STEP_LENGTH = Step(dot, step_length)
-HALF_STEP = Step(half_step, half_test)
-HALF_STEP_ONLY = Step(half_step)
+HALF_STEP = Step(subtract, half_test)
+"""s = r − α v (into r), ŝ = M s for a Jacobi M, and the half-step test on s·s."""
+HALF_STEP_ONLY = Step(subtract)
 HALF_TEST_AFTER_PRODUCT = Step(dot, half_test)
 SMOOTHING = Step(dot_and_norm, smoothing, STOPPED | HALF)
 UPDATE = Step(update, next_iteration)
@@ -168,11 +158,11 @@ class BiCGSTAB(Method):
         m.product(ph, self.v)
         m.step(STEP_LENGTH, self.rt, self.v)
         if m.preconditioner_is_product:
-            m.step(HALF_STEP_ONLY, self.r, self.v, self.r)
+            m.step(HALF_STEP_ONLY, self.r, self.v, self.r, ALPHA)
             m.precondition(self.r, sh)
             m.step(HALF_TEST_AFTER_PRODUCT, self.r, self.r)
         else:
-            m.step(HALF_STEP, self.r, self.v, sh)
+            m.step(HALF_STEP, self.r, self.v, sh, ALPHA)
         m.product(sh, self.t)
         m.step(SMOOTHING, self.t, self.r)
         m.step(UPDATE, self.x, self.r, ph, sh, self.t, self.rt)

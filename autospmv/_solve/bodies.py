@@ -31,6 +31,18 @@ def residual(W, ld, i, s, D, r, b, q, z, e, g):
 
 
 @dual
+def subtract(W, ld, i, s, D, y, x, z, slot, e, g):
+    """y −= s[slot] x; M y into row ``z`` for a Jacobi M when ``z`` is not ``y``; the terms of
+    y·y and y·M y."""
+    value = W[y * ld + i] - s[slot] * W[x * ld + i]
+    preconditioned_value = preconditioned(W, ld, i, D, value)
+    W[y * ld + i] = value
+    if z != y:
+        W[z * ld + i] = preconditioned_value
+    return float(value) * value, float(value) * preconditioned_value
+
+
+@dual
 def preconditioned(W, ld, i, D, value):
     """``value`` times the inverse diagonal of a Jacobi preconditioner at ``i``; ``value``
     itself without one (``D`` of one element)."""

@@ -87,7 +87,7 @@ def solve(method, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None,
     preconditioner = _preconditioner(M, op, dtype)
     workspace = _workspace(op, method, n, dtype, options, preconditioner)
     try:
-        with _stream(workspace.machine):
+        with workspace.machine:
             if workspace.reused:
                 workspace.machine.reset(op)
             x, flags = _run(method(workspace.machine, **options), workspace, problem)
@@ -135,14 +135,13 @@ def _run(solver, workspace, problem: Problem):
 
 class _Workspace:
     """A machine kept with its operator for the next solve of the same kind, with the graph
-    captured on it; ``lock`` is held by the solve using it."""
+    captured on it; ``lock`` is held by the solve using it (:func:`_workspace`)."""
 
     def __init__(self, key, machine):
         self.key = key
         self.machine = machine
         self.graph = None
         self.lock = threading.Lock()
-        self.lock.acquire()
         self.reused = False
 
     def release(self) -> None:
@@ -175,28 +174,14 @@ def _workspace(op, method, n, dtype, options, preconditioner) -> _Workspace:
                            preconditioner, workspace_rows=method.workspace_rows(options),
                            partial_sums=method.partial_sums(options))
     workspace = _Workspace(key, machine)
+    workspace.lock.acquire()
     if cached and not machine.simulated:
         _WORKSPACES[op] = workspace
     return workspace
 
 
-class _stream:
-    """The machine's stream as the current stream (CuPy) for the solve; nothing on the CPU."""
-
-    def __init__(self, machine):
-        self.machine = machine
-
-    def __enter__(self):
-        if isinstance(self.machine, CudaMachine):
-            self.machine.__enter__()
-
-    def __exit__(self, *exc):
-        if isinstance(self.machine, CudaMachine):
-            self.machine.__exit__(*exc)
-
-
 def _run_eagerly(machine, solver, problem: Problem):
-    interval = 1 if problem.callback is not None else getattr(machine, "flag_interval", 1)
+    interval = 1 if problem.callback is not None else machine.flag_interval
     while True:
         done = solver.callbacks_due(machine.flags())
         for _ in range(interval):  # iterations after a stop do nothing but their products

@@ -49,13 +49,13 @@ def dual(py_func: types.FunctionType) -> Dual:
 
 def retargeted(py_func: types.FunctionType, target: str, **extra_globals) -> types.FunctionType:
     """A copy of ``py_func`` whose globals name, for each :class:`Dual` it calls, that one's
-    compilation for ``target``, plus ``extra_globals`` (a generated kernel's parts)."""
-    names = dict(py_func.__globals__)
+    compilation for ``target``, plus ``extra_globals`` (a generated kernel's parts, a
+    :class:`Dual` among them also compiled for ``target``)."""
+    names = {**py_func.__globals__, **extra_globals}
     for name in py_func.__code__.co_names:
         value = names.get(name)
         if isinstance(value, Dual):
             names[name] = value.on(target)
-    names.update(extra_globals)
     function = types.FunctionType(py_func.__code__, names, py_func.__name__,
                                   py_func.__defaults__, py_func.__closure__)
     function.__qualname__ = py_func.__qualname__

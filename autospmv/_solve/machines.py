@@ -37,6 +37,8 @@ class Machine:
 
     captures = False
     simulated = False
+    flag_interval = 1
+    """Iterations run eagerly between two reads of the flags (:mod:`.driver`)."""
 
     def __init__(self, op, n: int, dtype, rows: tuple, scalars: int, preconditioner):
         """``preconditioner``: None, ``("jacobi", inverse diagonal)``, ``("product", op)`` for an
@@ -46,7 +48,6 @@ class Machine:
         self.n = n
         self.dtype = np.dtype(dtype)
         self.rows = {name: k for k, name in enumerate(rows)}
-        self.scalar_count = scalars
         kind = preconditioner[0] if preconditioner else None
         self.preconditioner = preconditioner
         self.preconditioner_is_product = kind in ("product", "call")
@@ -80,6 +81,27 @@ class Machine:
 
     def result(self, row: int):
         return self._views[row].copy()
+
+    def set_scalars(self, values: dict) -> None:
+        """Set slots of ``s`` (``{slot: value}``)."""
+        self._set(self.s, self.scalars(), values)
+
+    def set_flags(self, values: dict) -> None:
+        """Set slots of ``f`` (``{slot: value}``)."""
+        self._set(self.f, self.flags(), values)
+
+    def _set(self, array, current, values: dict) -> None:
+        host = np.array(current)
+        for slot, value in values.items():
+            host[slot] = value
+        array[...] = self.xp.asarray(host)
+
+    def __enter__(self):
+        """The solve's context (nothing but on the GPU, :meth:`CudaMachine.__enter__`)."""
+        return self
+
+    def __exit__(self, *exc):
+        pass
 
 
 class CpuMachine(Machine):
@@ -120,14 +142,6 @@ class CpuMachine(Machine):
 
     def scalars(self):
         return self.s
-
-    def set_scalars(self, values: dict) -> None:
-        for slot, value in values.items():
-            self.s[slot] = value
-
-    def set_flags(self, values: dict) -> None:
-        for slot, value in values.items():
-            self.f[slot] = value
 
 
 
@@ -240,20 +254,6 @@ class CudaMachine(Machine):
     def scalars(self):
         return self.s if self.simulated else self.s.get(stream=self.stream)
 
-    def set_scalars(self, values: dict) -> None:
-        host = np.zeros(self.scalar_count) if self.simulated else self.scalars()
-        if self.simulated:
-            host[:] = self.s
-        for slot, value in values.items():
-            host[slot] = value
-        self.s[...] = self.xp.asarray(host)
-
-    def set_flags(self, values: dict) -> None:
-        host = np.array(self.flags())
-        for slot, value in values.items():
-            host[slot] = value
-        self.f[...] = self.xp.asarray(host)
-
 
 
 class RankMachine:
@@ -287,13 +287,11 @@ class RankMachine:
         return getattr(self.inner, name)
 
     def __enter__(self):
-        if isinstance(self.inner, CudaMachine):
-            self.inner.__enter__()
+        self.inner.__enter__()
         return self
 
     def __exit__(self, *exc):
-        if isinstance(self.inner, CudaMachine):
-            self.inner.__exit__(*exc)
+        self.inner.__exit__(*exc)
 
     def step(self, step, a=0, b=0, c=0, d=0, e=0, g=0, n=None) -> None:
         if step.finish is None:

@@ -6,7 +6,7 @@ tridiagonal matrix in scalars, with x updated along the direction w. Here, aroun
 1. ``lanczos_vector``: v = y / β;
 2. y = A v;
 3. ``lanczos_alpha``: y −= (β/β_old) r1 (from the second iteration on), with v·y: α;
-4. ``lanczos_beta``: y −= (α/β) r2, and M y for a Jacobi M, with y·M y: the new β, whose
+4. ``subtract``: y −= (α/β) r2, and M y for a Jacobi M, with y·M y: the new β, whose
    finish runs SciPy's scalar recurrences (the rotation, φ, the next direction's coefficients);
 5. ``solution``: w = (v − ε_old w1 − δ w2)/γ and x += φ w in one pass with x·x, whose finish
    runs SciPy's stopping tests (``istop``; info = maxiter for the iteration limit, else 0).
@@ -22,7 +22,7 @@ import math
 
 import numpy as np
 
-from .bodies import dot, preconditioned, residual
+from .bodies import dot, residual, subtract
 from .dual import dual
 from .method import Method
 from .scalars import (FIRST_FREE_FLAG, FIRST_FREE_SCALAR, INDEFINITE_PRECONDITIONER, ITERATIONS,
@@ -81,19 +81,8 @@ def alpha(s, f, alfa, unused):
 
 
 @dual
-def lanczos_beta(W, ld, i, s, D, y, r2, z, d, e, g):
-    """y −= (α/β) r2 (y becomes r2); M y into row ``z`` for a Jacobi M; the terms of y·M y."""
-    value = W[y * ld + i] - s[ALFA_RATIO] * W[r2 * ld + i]
-    preconditioned_value = preconditioned(W, ld, i, D, value)
-    W[y * ld + i] = value
-    if z != y:
-        W[z * ld + i] = preconditioned_value
-    return float(value) * preconditioned_value, 0.0
-
-
-@dual
-def recurrences(s, f, beta, unused):
-    """SciPy's scalars from the new β to the next direction's coefficients."""
+def recurrences(s, f, unused, beta):
+    """SciPy's scalars from the new β² = y·M y to the next direction's coefficients."""
     itn = f[ITERATIONS] + 1
     f[ITERATIONS] = itn
     oldb = s[BETA]
@@ -129,7 +118,7 @@ def recurrences(s, f, beta, unused):
 
 @dual
 def recurrences_after_product(s, f, beta, unused):
-    recurrences(s, f, beta, 0.0)
+    recurrences(s, f, 0.0, beta)
 
 
 @dual
@@ -195,8 +184,9 @@ RESIDUAL_KEPT = Step(residual, keep)
 BEGIN_AFTER_PRODUCT = Step(dot, begin_after_product)
 LANCZOS_VECTOR = Step(lanczos_vector)
 LANCZOS_ALPHA = Step(lanczos_alpha, alpha)
-LANCZOS_BETA = Step(lanczos_beta, recurrences)
-LANCZOS_BETA_ONLY = Step(lanczos_beta)
+LANCZOS_BETA = Step(subtract, recurrences)
+"""y −= (α/β) r2 (y becomes r2), M y for a Jacobi M, and SciPy's recurrences on y·M y."""
+LANCZOS_BETA_ONLY = Step(subtract)
 RECURRENCES_AFTER_PRODUCT = Step(dot, recurrences_after_product)
 SOLUTION = Step(solution, stopping_tests)
 
@@ -241,11 +231,12 @@ class MINRES(Method):
         m.product(self.v, self.out)
         m.step(LANCZOS_ALPHA, self.out, self.v, self.r1)
         if m.preconditioner_is_product:
-            m.step(LANCZOS_BETA_ONLY, self.out, self.r2, self.out)
+            m.step(LANCZOS_BETA_ONLY, self.out, self.r2, self.out, ALFA_RATIO)
             m.precondition(self.out, self.z)
             m.step(RECURRENCES_AFTER_PRODUCT, self.out, self.z)
         else:
-            m.step(LANCZOS_BETA, self.out, self.r2, self.z if m.preconditioner else self.out)
+            m.step(LANCZOS_BETA, self.out, self.r2, self.z if m.preconditioner else self.out,
+                   ALFA_RATIO)
         m.step(SOLUTION, self.w1, self.w2, self.w, self.v, self.x)
         self.w, self.w1, self.w2 = self.w1, self.w2, self.w
         free = ({self.ra, self.rb, self.rc} - {self.r2, self.out}).pop()

@@ -102,9 +102,14 @@ def _cpu_template(W, ld, n, s, f, D, a, b, c, d, e, g):
 def cpu_step(step: Step, parallel: bool):
     """The numba CPU function ``run(W, ld, n, s, f, D, a, b, c, d, e, g)`` of ``step``, on
     numba's threads when ``parallel`` (else serial)."""
+    return _cpu_function(_cpu_template, step, parallel, FINISH=step.finish or no_finish)
+
+
+def _cpu_function(template, step, parallel: bool, **names):
+    """``template`` with ``step``'s body, skip mask and ``names`` bound, named after the step and
+    compiled by ``numba.njit`` (once per step and ``parallel``)."""
     def build():
-        function = retargeted(_cpu_template, "cpu", BODY=step.body.on("cpu"),
-                              FINISH=(step.finish or no_finish).on("cpu"), SKIP=step.skip)
+        function = retargeted(template, "cpu", BODY=step.body, SKIP=step.skip, **names)
         function.__qualname__ = function.__name__ = step.name
         return numba.njit(parallel=parallel, error_model="numpy")(function)
 
@@ -236,17 +241,11 @@ def _cpu_multi_template(W, ld, n, s, f, D, a, b, c, d, e, g):
 
 def cpu_multi_step(step: MultiStep, parallel: bool):
     """The numba CPU function of a :class:`MultiStep` (arguments as :func:`cpu_step`'s)."""
-    def build():
-        import numpy
+    import numpy
 
-        function = retargeted(_cpu_multi_template, "cpu", BODY=step.body.on("cpu"),
-                              FINISH=step.finish.on("cpu"), SKIP=step.skip, SUMS=step.sums,
-                              CHUNKS=numba.config.NUMBA_NUM_THREADS if parallel else 1,
-                              np=numpy)
-        function.__qualname__ = function.__name__ = step.name
-        return numba.njit(parallel=parallel, error_model="numpy")(function)
-
-    return _memoised(("cpu", step, parallel), build)
+    return _cpu_function(_cpu_multi_template, step, parallel, FINISH=step.finish,
+                         SUMS=step.sums, np=numpy,
+                         CHUNKS=numba.config.NUMBA_NUM_THREADS if parallel else 1)
 
 
 def _cuda_multi_template(W, ld, n, s, f, D, a, b, c, d, e, g, partials, ticket):
