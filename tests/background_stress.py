@@ -5,7 +5,7 @@ must be SciPy's to the rounding of the kernel that ran it.
 
 ``test_background.py`` runs a few switches; run it as a script for the full count::
 
-    PYTHONPATH=. python tests/background_stress.py [switches] [threads]
+    PYTHONPATH=. python tests/background_stress.py [switches] [threads] [rows] [cpu|cuda]
 
 which prints one JSON object: the switches, the calls made, the exceptions and wrong results
 (both 0 when the switch is safe) and the kernels switched to.
@@ -29,8 +29,11 @@ import autospmv  # noqa: E402
 from autospmv._decide.model import TreeModel  # noqa: E402
 from matrices import TOLERANCE, random_matrix, relative_error  # noqa: E402
 
-KERNELS = ("hyb", "ell", "csr5", "coo", "csr_vector", "jds")
-"""The decisions switched to in turn (csr_scalar, the start kernel, is kept instead)."""
+KERNELS = ("hyb", "ell", "csr5", "coo", "csr_vector", "csr_scalar", "jds")
+"""The decisions switched to in turn, less the device's start kernel (which is kept instead)."""
+GPU_ROWS = 40_000
+"""Rows of the GPU's matrix: above the nonzeros that the GPU decides before ``prepare``
+returns, so that its operator switches too."""
 CALLS = 6
 """Calls per thread per switch, the first ones as soon as the operator is returned."""
 
@@ -45,17 +48,24 @@ def always(kernel: str) -> TreeModel:
                  "weighted_n_node_samples": [1.0]}})
 
 
-def run(switches: int, threads: int = 8, rows: int = 3000) -> dict:
+def run(switches: int, threads: int = 8, rows: int = 3000, device: str = "cpu") -> dict:
     """``switches`` background prepares, each met by ``threads`` threads of :data:`CALLS`
     calls (a 1-D product, a 2-D product, ``wait()``, a pickle round trip, ``explain()``, in an
-    order that differs per thread); the counts of what happened."""
+    order that differs per thread); the counts of what happened. On ``device="cuda"`` the
+    vectors are the host's (the products upload them), and the matrix has at least
+    :data:`GPU_ROWS` rows."""
+    from autospmv._run.background import START_KERNEL
+
+    if device == "cuda":
+        rows = max(rows, GPU_ROWS)
+    kernels_switched_to = [k for k in KERNELS if k != START_KERNEL[device]]
     A = random_matrix(rows, rows, 4 / rows, 4)
     rng = np.random.default_rng(0)
     x = rng.uniform(0.5, 1.0, A.shape[1])
     X = rng.uniform(0.5, 1.0, (A.shape[1], 3))
     y_ref, Y_ref = A @ x, A @ X
     tolerance = TOLERANCE[np.dtype(np.float64)]
-    models = {kernel: always(kernel) for kernel in KERNELS}
+    models = {kernel: always(kernel) for kernel in kernels_switched_to}
     counts = collections.Counter()
     errors: list[str] = []
     lock = threading.Lock()
@@ -91,8 +101,11 @@ def run(switches: int, threads: int = 8, rows: int = 3000) -> dict:
     kernels = collections.Counter()
     names = ["matvec", "matmat", "matvec", "matmat", "wait", "pickle", "explain"]
     for switch in range(switches):
-        kernel = KERNELS[switch % len(KERNELS)]
-        op = autospmv.prepare(A, device="cpu", model=models[kernel], background=True)
+        kernel = kernels_switched_to[switch % len(kernels_switched_to)]
+        op = autospmv.prepare(A, device=device, model=models[kernel], background=True)
+        if op._switch is None:
+            counts["wrong"] += 1
+            errors.append(f"switch {switch}: decided before prepare returned")
         barrier = threading.Barrier(threads)
         workers = []
         for t in range(threads):
@@ -108,11 +121,13 @@ def run(switches: int, threads: int = 8, rows: int = 3000) -> dict:
         if op.kernel != kernel:
             counts["wrong"] += 1
             errors.append(f"switch {switch}: runs {op.kernel}, decided {kernel}")
-    return {"switches": switches, "threads": threads, "calls": counts["calls"],
+    return {"device": device, "rows": rows, "switches": switches, "threads": threads,
+            "calls": counts["calls"],
             "exceptions": counts["exceptions"], "wrong": counts["wrong"],
             "kernels": dict(kernels), "first_errors": errors[:5]}
 
 
 if __name__ == "__main__":
-    args = [int(a) for a in sys.argv[1:]]
-    print(json.dumps(run(*args) if args else run(1000)))
+    numbers = [int(a) for a in sys.argv[1:4]]
+    device = sys.argv[4] if len(sys.argv) > 4 else "cpu"
+    print(json.dumps(run(*(numbers or [1000]), device=device)))

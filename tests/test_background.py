@@ -201,6 +201,18 @@ def test_threads_waiting_pickling_and_multiplying_through_switches_never_fail():
     assert result["calls"] >= 12 * 8 * 6
 
 
+@pytest.mark.requires_gpu
+def test_on_the_gpu_threads_through_switches_never_fail():
+    """``background_stress.py`` on CUDA operators: 8 threads making 1-D and 2-D products,
+    waiting, pickling and explaining while each operator switches from csr_vector."""
+    pytest.importorskip("cupy")
+    from background_stress import run
+
+    result = run(switches=24, threads=8, device="cuda")
+    assert result["exceptions"] == result["wrong"] == 0, result["first_errors"]
+    assert result["calls"] >= 24 * 8 * 6
+
+
 def test_wait_from_many_threads_once_the_decision_is_ready(rng):
     """Issue reproducer: eight threads call ``wait()`` as the thread finishes; the first
     switches and the others return True once it has."""

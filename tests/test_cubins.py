@@ -486,7 +486,7 @@ def run_products(cache: Path, *argv) -> dict:
     done = subprocess.run([sys.executable, "-c", PRODUCTS, *map(str, argv)],
                           capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.splitlines()[-1])
+    return {**json.loads(done.stdout.splitlines()[-1]), "stderr": done.stderr}
 
 
 def check_products(run: dict, compiled: bool | None = None) -> None:
@@ -521,6 +521,31 @@ def test_with_an_empty_cache_the_shipped_cubins_serve_every_kernel(tmp_path):
     check_products(run, compiled=False if matching else None)
     if matching:
         assert not list((tmp_path / "cubins").glob("*.cubin"))  # nothing compiled, so stored
+
+
+@pytest.mark.requires_gpu
+def test_on_the_gpu_damaged_archives_and_cache_entries_are_compiled_instead(tmp_path):
+    """The shipped archives with every cubin damaged: a first process compiles every kernel,
+    warns once, and gets SciPy's products; with the cache entries it stored damaged too, a
+    second process warns once per source and compiles again, loading nothing damaged."""
+    shipped = tmp_path / "shipped"
+    shipped.mkdir()
+    for source in cubins.SHIPPED.glob("sm_*.cubins"):
+        index, blobs = split_archive(source.read_bytes())
+        (shipped / source.name).write_bytes(archive_bytes(index, bytes(b ^ 0x5A for b in blobs)))
+    first = run_products(tmp_path, shipped)
+    check_products(first)
+    assert first["loaded"] == 0 and first["stderr"].count("CacheWarning") == 1, first["stderr"]
+    stored = sorted((tmp_path / "cubins").glob("*.cubin"))
+    assert stored
+    for entry in stored:
+        image = bytearray(entry.read_bytes())
+        image[len(image) // 2] ^= 0xFF
+        entry.write_bytes(bytes(image))
+    second = run_products(tmp_path, shipped)
+    check_products(second)
+    assert second["loaded"] == 0 and second["stderr"].count("CacheWarning") == 2, \
+        second["stderr"]
 
 
 def test_the_shipped_archives_hold_every_specialization_under_the_installed_versions():

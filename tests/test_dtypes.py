@@ -223,3 +223,34 @@ def test_longdouble_vectors_are_refused_by_the_simulated_gpu_operators():
         assert isinstance(result["control"], float) and result["control"] <= 1e-12, (case, result)
         assert re.fullmatch("TypeError: [xX] " + LONGDOUBLE_MESSAGE, result["refused"]), \
             (case, result)
+
+
+@pytest.mark.requires_gpu
+@pytest.mark.skipif(np.dtype(np.longdouble) == np.float64, reason="longdouble is float64 here")
+@pytest.mark.parametrize("matrix_dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("kernel", autospmv.KERNELS)
+def test_longdouble_vectors_are_refused_by_the_gpu_operators(kernel, matrix_dtype, rng):
+    """Every kernel's CUDA operator, every product form with host vectors, and with device
+    vectors where the device array can be made at all: refused with the fix, while float64
+    vectors of the same form give SciPy's result."""
+    from numba import cuda
+    from product_forms import DEVICE_FORMS, expected_products, to_host
+
+    A = sp.random(40, 30, density=0.2, format="csr", random_state=3, dtype=matrix_dtype)
+    op = autospmv.prepare(A, kernel=kernel, device="cuda")
+    x, z = rng.uniform(0.5, 1, 30), rng.uniform(0.5, 1, 40)
+    X = rng.uniform(0.5, 1, (30, 3))
+    wide = [v.astype(np.longdouble) for v in (x, X, z)]
+    try:
+        cuda.to_device(wide[0])
+        device_longdouble = True
+    except Exception:  # noqa: BLE001 - numba-cuda has no longdouble device arrays
+        device_longdouble = False
+    expected = expected_products(A, x, X, z)
+    for form, call in DEVICE_FORMS.items():
+        if form.startswith("host") or device_longdouble:
+            with pytest.raises(TypeError, match=LONGDOUBLE_MESSAGE):
+                call(op, *wide)
+        assert relative_error(to_host(call(op, x, X, z)), expected[form]) <= 1e-12, form
+    with pytest.raises(TypeError, match="out must have dtype float64; got float(128|96)"):
+        op.matvec(x, out=np.empty(40, np.longdouble))
