@@ -8,15 +8,18 @@ scaling on breakdown, h1 ≤ eps·h0); the column's Givens rotations and the res
 columns. Then the triangular solve, x += V y, r = b − A x, and SciPy's outer tests and update
 of ptol. ``maxiter`` counts restart cycles, as in SciPy.
 
-Here the orthogonalisation of a column is three passes over w and the basis, whatever the
-column (:func:`gram_schmidt`): the dot products with every v_k at once, their subtraction with
-the dot products again, and the second subtraction with ‖w‖. Twice-applied classical
-Gram-Schmidt is as accurate as the modified one, so the Hessenberg matrix and the iteration
-count agree with SciPy's up to rounding, while a column costs three passes instead of c + 2.
+Here the orthogonalisation of a column is classical Gram-Schmidt with a second pass where the
+first one lost most of w's norm (the test of Daniel, Gragg, Kaufman and Stewart,
+:data:`REORTHOGONALISE_BELOW`): one pass forms the dot products with every v_k at once
+(:func:`project`), the next subtracts them and sums ‖w‖² (:func:`subtract_projections`); the
+same two passes again only when ‖w‖ fell below that fraction of its norm before projecting.
+Gram-Schmidt applied twice where it is needed is as accurate as the modified one, so the
+Hessenberg matrix and the iteration count agree with SciPy's up to rounding, while a column
+reads the basis twice (four times where it is reorthogonalised) instead of in c + 2 passes.
 Everything scalar (the rotations, the tests, the triangular solve) runs in the finish of the
-pass before it. One restart cycle is one iteration
-of the driver: on the GPU the whole cycle is one CUDA graph, and the host reads the flags once
-per cycle.
+pass before it. One restart cycle is one iteration of the driver: on the GPU the whole cycle is
+one CUDA graph (the second passes stay in it and return at once where they are not needed),
+and the host reads the flags once per cycle.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from .bodies import dot, preconditioned, residual
 from .dual import dual
 from .method import Method
 from .scalars import (FIRST_FREE_FLAG, FIRST_FREE_SCALAR, INNER_DONE, ITERATIONS, MAXITER,
-                      STATE, STOPPED, TOL, stop)
+                      ORTHOGONAL, STATE, STOPPED, TOL, stop)
 from .steps import MultiStep, Step
 
 COLUMN, K, RESTART, CYCLES, BREAKDOWN = range(FIRST_FREE_FLAG, FIRST_FREE_FLAG + 5)
@@ -103,49 +106,59 @@ def scale(W, ld, i, s, D, v, w, c, d, e, g):
     return 0.0, 0.0
 
 
+REORTHOGONALISE_BELOW = 1 / math.sqrt(2)
+"""A column's Gram-Schmidt is applied a second time where the first pass leaves ‖w‖ at or
+below this fraction of its norm before projecting (cancellation that leaves the rounding of
+the subtracted projections large against what remains)."""
+
+
 @dual
-def gram_schmidt(W, ld, i, s, D, w, v0, count, coefficients, mode, g, acc):
-    """One pass of classical Gram-Schmidt, twice over (CGS2), against v_0 … v_{count−1}:
-    mode 0 forms w = M w for a Jacobi M and sums v_k·w and w·w; mode 1 subtracts
-    Σ h_k v_k (h from slot ``coefficients``) and sums v_k·w and w·w again; mode 2 subtracts
-    the second coefficients and sums w·w."""
+def project(W, ld, i, s, D, w, v0, count, unused, first, g):
+    """Element i of w, whose dot products with v_0 … v_{count−1} the step sums: on the column's
+    first pass (``first`` 1) M w for a Jacobi M (stored), on the second w as it is."""
     wi = W[w * ld + i]
-    if mode == 0:
-        if D.shape[0] != 1:
-            wi = wi * D[i]
-            W[w * ld + i] = wi
-    else:
-        total = 0.0
-        for k in range(count):
-            total += s[coefficients + k] * W[(v0 + k) * ld + i]
-        wi = wi - total
+    if first != 0 and D.shape[0] != 1:
+        wi = wi * D[i]
         W[w * ld + i] = wi
-    if mode != 2:
-        for k in range(count):
-            acc[k] += float(W[(v0 + k) * ld + i]) * wi
-    acc[count] += float(wi) * wi
+    return wi
 
 
-def gram_schmidt_host(rows, n, s, D, w, v0, count, coefficients, mode, g):
-    """The CPU's Gram-Schmidt (see :class:`.steps.MultiStep`): SciPy's own, modified
-    Gram-Schmidt with NumPy's products, all in the first pass, which returns the coefficients
-    and ‖w‖² before them as :func:`gram_schmidt`'s first pass does; the later passes then find w
-    orthogonal already (coefficients 0) and return ‖w‖². It reads the basis twice per column,
-    where the GPU's twice-applied classical passes read it about four times: on the CPU, row by
-    row through BLAS, modified Gram-Schmidt costs no more than its dot products and updates."""
+@dual
+def subtract_projections(W, ld, i, s, D, w, v0, none, coefficients, count, g):
+    """w −= Σ_k h_k v_k over k < ``count`` (h from slot ``coefficients``); the step sums ‖w‖²."""
+    total = 0.0
+    for k in range(count):
+        total += s[coefficients + k] * W[(v0 + k) * ld + i]
+    wi = W[w * ld + i] - total
+    W[w * ld + i] = wi
+    return wi
+
+
+def project_host(rows, n, s, D, w, v0, count, unused, first, g):
+    """The CPU's Gram-Schmidt (see :class:`.steps.MultiStep`): on the first pass SciPy's own,
+    modified Gram-Schmidt with NumPy's products, all of it, returning the coefficients and ‖w‖²
+    before them as :func:`project`'s pass does; the later passes then find w orthogonal already
+    (coefficients 0, nothing left to subtract: :func:`norm_host`). It reads the basis twice per
+    column as the GPU's passes do: on the CPU, row by row through BLAS, modified Gram-Schmidt
+    costs no more than its dot products and updates."""
     vector = rows[w, :n]
     totals = np.zeros(count + 1)
-    if mode == 0:
-        if D.shape[0] != 1:
-            vector *= D[:n]
-        totals[count] = vector @ vector
+    if first and D.shape[0] != 1:
+        vector *= D[:n]
+    totals[count] = vector @ vector
+    if first:
         for k in range(count):
             basis = rows[v0 + k, :n]
             totals[k] = basis @ vector
             vector -= vector.dtype.type(totals[k]) * basis
-    else:
-        totals[count] = vector @ vector
     return totals
+
+
+def norm_host(rows, n, s, D, w, v0, none, coefficients, count, g):
+    """The CPU's :func:`subtract_projections` after :func:`project_host`: w is orthogonal
+    already, so only ‖w‖²."""
+    vector = rows[w, :n]
+    return np.array([vector @ vector])
 
 
 @dual
@@ -157,6 +170,17 @@ def projections(s, f, totals):
     for k in range(column + 1):
         s[h + k] = totals[k]
     s[H0] = math.sqrt(totals[column + 1])
+
+
+@dual
+def subtracted(s, f, totals):
+    """‖w‖ after the first pass: the column ends here, or is projected a second time."""
+    h1 = math.sqrt(totals[0])
+    if h1 > REORTHOGONALISE_BELOW * s[H0]:
+        f[STATE] |= ORTHOGONAL
+        column_end(s, f, h1)
+    else:
+        f[STATE] &= ~ORTHOGONAL
 
 
 @dual
@@ -177,7 +201,7 @@ def orthogonalised(s, f, totals):
     second = second_coefficients(restart)
     for k in range(column + 1):
         s[h + k] += s[second + k]
-    column_end(s, f, math.sqrt(totals[column + 1]))
+    column_end(s, f, math.sqrt(totals[0]))
 
 
 @dual
@@ -294,6 +318,7 @@ def nothing(W, ld, i, s, D, a, b, c, d, e, g):
 
 
 COLUMN_SKIP = STOPPED | INNER_DONE
+SECOND_PASS_SKIP = COLUMN_SKIP | ORTHOGONAL
 INITIAL_PTOL = Step(preconditioned_norm, initial_ptol)
 INITIAL_PTOL_AFTER_PRODUCT = Step(dot, initial_ptol)
 RESIDUAL = Step(residual, begin)
@@ -384,24 +409,28 @@ class GMRES(Method):
             m.precondition(self.q, w)
         else:
             m.product(v[c], w)
-        first, second, third = gram_schmidt_steps(self.restart + 2)
-        m.step(first, w, v[0], c + 1, 0, 0)
-        m.step(second, w, v[0], c + 1, H + c * (self.restart + 1), 1)
-        m.step(third, w, v[0], c + 1, second_coefficients(self.restart), 2)
+        project_first, subtract_first, project_again, subtract_again = gram_schmidt_steps(
+            self.restart + 2)
+        m.step(project_first, w, v[0], c + 1, 0, 1)
+        m.step(subtract_first, w, v[0], 0, H + c * (self.restart + 1), c + 1)
+        m.step(project_again, w, v[0], c + 1, 0, 0)
+        m.step(subtract_again, w, v[0], 0, second_coefficients(self.restart), c + 1)
         m.step(NEXT_VECTOR, v[c + 1], w)
 
 
 @functools.lru_cache(maxsize=None)
 def gram_schmidt_steps(sums: int) -> tuple:
-    """The three passes of a column's Gram-Schmidt, for a restart of ``sums − 2``."""
-    return (MultiStep(gram_schmidt, projections, sums, COLUMN_SKIP, gram_schmidt_host),
-            MultiStep(gram_schmidt, reprojections, sums, COLUMN_SKIP, gram_schmidt_host),
-            MultiStep(gram_schmidt, orthogonalised, sums, COLUMN_SKIP, gram_schmidt_host))
+    """A column's Gram-Schmidt passes, for a restart of ``sums − 2``: project and subtract,
+    then both again where :func:`subtracted` finds it needed."""
+    return (MultiStep(project, projections, sums, COLUMN_SKIP, project_host),
+            MultiStep(subtract_projections, subtracted, sums, COLUMN_SKIP, norm_host),
+            MultiStep(project, reprojections, sums, SECOND_PASS_SKIP, project_host),
+            MultiStep(subtract_projections, orthogonalised, sums, SECOND_PASS_SKIP, norm_host))
 
 
 MAX_RESTART = 254
 """The longest restart cycle: a Gram-Schmidt pass sums one product per basis vector plus the
-norm, and the GPU's pass gives each sum a thread of one block (:data:`.steps.BLOCK`)."""
+norm, which each block of the GPU's pass keeps in shared memory (2 KiB at this length)."""
 
 
 def restart_of(n: int, restart) -> int:

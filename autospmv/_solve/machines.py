@@ -225,6 +225,8 @@ class CudaMachine(Machine):
         from ..kernels.cuda.launch import Launch
 
         grid = self.grid if n else 1
+        if isinstance(step, MultiStep):  # a block per tile of w, at most the step grid
+            grid = max(1, min(grid, -(-n // (BLOCK * steps.PER_THREAD))))
         args = [self.W, np.int64(self.ld), np.int64(n), self.s, self.f, self.D,
                 *(np.int64(r) for r in rows), self.partials, self.ticket]
         kernel = cuda_multi_step(step) if isinstance(step, MultiStep) else cuda_step(step)

@@ -5,7 +5,7 @@ the GPU): ``s``, float64 scalars (tolerances, the recurrences' coefficients), an
 flags. The flags' first slots are common to every method:
 
 * ``f[STATE]``: a bit mask; :data:`STOPPED` once the method has returned (its vectors no longer
-  change), and method-specific bits (:data:`HALF`, :data:`INNER_DONE`) that some steps skip on;
+  change), and method-specific bits (:data:`HALF`, :data:`INNER_DONE`, :data:`ORTHOGONAL`) that some steps skip on;
 * ``f[ITERATIONS]``: the iterations done, counted as SciPy calls its callback;
 * ``f[INFO]``: SciPy's ``info`` once stopped;
 * ``f[MAXITER]``: the iteration limit;
@@ -29,6 +29,9 @@ HALF = 2
 """BiCGSTAB: the half-step residual passed; only the update of x is left."""
 INNER_DONE = 4
 """GMRES: the current restart cycle's Arnoldi loop has ended."""
+ORTHOGONAL = 8
+"""GMRES: the column's first Gram-Schmidt pass kept enough of w's norm that its second pass is
+skipped."""
 
 TOL = 0
 FIRST_FREE_SCALAR = 1

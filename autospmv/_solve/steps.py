@@ -198,11 +198,16 @@ def cuda_step(step: Step):
 
 @dataclass(frozen=True)
 class MultiStep:
-    """A fused vector step that sums up to ``sums`` products: its body
-    ``body(W, ld, i, s, D, a, b, c, d, e, g, acc)`` adds element i's terms into ``acc[0]`` …
-    ``acc[c]`` (the third row argument ``c`` says how many sums a launch uses: c + 1, at most
-    ``sums``), and its finish ``finish(s, f, totals)`` reads the totals (GMRES's Gram-Schmidt
-    passes, one sum per basis vector and one for the norm)."""
+    """A fused vector step that projects onto a basis: its body
+    ``body(W, ld, i, s, D, a, b, c, d, e, g) -> value`` forms (and stores) element i of a vector
+    w, and the step sums w's products with rows ``b`` … ``b + c − 1`` of the workspace and
+    w·w, ``c + 1`` sums in all (at most ``sums``), which its finish ``finish(s, f, totals)``
+    reads in that order (GMRES's Gram-Schmidt passes: one sum per basis vector and one for the
+    norm; with ``c`` = 0 only the norm).
+
+    On the GPU (:func:`cuda_multi_step`) each block forms a tile of w into shared memory, and
+    its warps take the basis vectors in turn, each reading its vector's stretch of the tile in
+    whole lines: the basis is read once, coalesced, and no thread keeps a sum per vector."""
 
     body: Dual
     finish: Dual
@@ -231,7 +236,10 @@ def _cpu_multi_template(W, ld, n, s, f, D, a, b, c, d, e, g):
         end = n * (chunk + 1) // chunks
         acc = partial[chunk]
         for i in range(start, end):
-            BODY(W, ld, i, s, D, a, b, c, d, e, g, acc)
+            value = BODY(W, ld, i, s, D, a, b, c, d, e, g)
+            for k in range(c):
+                acc[k] += float(W[(b + k) * ld + i]) * value
+            acc[c] += float(value) * value
     totals = np.zeros(SUMS)
     for chunk in range(chunks):
         for k in range(c + 1):
@@ -254,24 +262,46 @@ def _cuda_multi_template(W, ld, n, s, f, D, a, b, c, d, e, g, partials, ticket):
     if f[STATE] & SKIP:
         return
     tid = cuda.threadIdx.x
+    lane = tid % 32
+    warp = tid // 32
     block = cuda.blockIdx.x
     blocks = cuda.gridDim.x
-    active = c + 1
-    acc = cuda.local.array(SUMS, float64)
-    for k in range(active):
-        acc[k] = 0.0
-    i = block * BLOCK + tid
-    while i < n:
-        BODY(W, ld, i, s, D, a, b, c, d, e, g, acc)
-        i += blocks * BLOCK
-    sums = cuda.shared.array(WARPS_SUMS, float64)
+    tile = cuda.shared.array(TILE, float64)
+    totals = cuda.shared.array(SUMS, float64)
+    warp_norms = cuda.shared.array(WARPS, float64)
     last = cuda.shared.array(1, int32)
-    _warp_sums(sums, tid, acc, active)
-    if tid < active:
+    for k in range(tid, c + 1, BLOCK):
+        totals[k] = 0.0
+    norm = 0.0
+    start = block * TILE
+    while start < n:
+        for part in range(PER_THREAD):
+            i = start + part * BLOCK + tid
+            value = 0.0
+            if i < n:
+                value = float(BODY(W, ld, i, s, D, a, b, c, d, e, g))
+            tile[part * BLOCK + tid] = value
+            norm += value * value
+        cuda.syncthreads()
+        width = min(TILE, n - start)
+        for k in range(warp, c, WARPS):
+            total = _tile_dot(W, (b + k) * ld + start, tile, width, lane)
+            if lane == 0:
+                totals[k] += total
+        cuda.syncthreads()
+        start += blocks * TILE
+    norm = _warp_sum(norm)
+    if lane == 0:
+        warp_norms[warp] = norm
+    cuda.syncthreads()
+    if tid == 0:
         total = 0.0
-        for warp in range(WARPS):
-            total += sums[warp * SUMS + tid]
-        partials[block * SUMS + tid] = total
+        for other in range(WARPS):
+            total += warp_norms[other]
+        totals[c] = total
+    cuda.syncthreads()
+    for k in range(tid, c + 1, BLOCK):
+        partials[block * SUMS + k] = totals[k]
     cuda.threadfence()
     cuda.syncthreads()
     if tid == 0:
@@ -280,42 +310,53 @@ def _cuda_multi_template(W, ld, n, s, f, D, a, b, c, d, e, g, partials, ticket):
     if last[0] == 0:
         return
     cuda.threadfence()
-    for k in range(active):
-        acc[k] = 0.0
-    j = tid
-    while j < blocks:
-        for k in range(active):
-            acc[k] += partials[j * SUMS + k]
-        j += BLOCK
-    _warp_sums(sums, tid, acc, active)
-    if tid < active:
+    for k in range(warp, c + 1, WARPS):
         total = 0.0
-        for warp in range(WARPS):
-            total += sums[warp * SUMS + tid]
-        acc[0] = total
-    cuda.syncthreads()
-    if tid < active:
-        sums[tid] = acc[0]
+        j = lane
+        while j < blocks:
+            total += partials[j * SUMS + k]
+            j += 32
+        total = _warp_sum(total)
+        if lane == 0:
+            totals[k] = total
     cuda.syncthreads()
     if tid == 0:
-        FINISH(s, f, sums)
+        FINISH(s, f, totals)
         ticket[0] = 0
 
 
-def _warp_sums_template(sums, tid, acc, active):
-    """Each warp's sum of ``acc[k]``, k < ``active``, into ``sums[warp * SUMS + k]`` (shuffles
-    in a fixed order), then a barrier."""
-    lane = tid % 32
-    warp = tid // 32
-    for k in range(active):
-        value = acc[k]
-        offset = 16
-        while offset > 0:
-            value += cuda.shfl_down_sync(0xFFFFFFFF, value, offset)
-            offset //= 2
-        if lane == 0:
-            sums[warp * SUMS + k] = value
-    cuda.syncthreads()
+def _tile_dot_template(W, row, tile, width, lane):
+    """One warp's sum of ``W[row + j] * tile[j]`` over j < ``width`` (each lane four lines
+    apart at a time, then shuffles in a fixed order), returned to lane 0."""
+    t0 = 0.0
+    t1 = 0.0
+    t2 = 0.0
+    t3 = 0.0
+    j = lane
+    while j + 96 < width:
+        t0 += float(W[row + j]) * tile[j]
+        t1 += float(W[row + j + 32]) * tile[j + 32]
+        t2 += float(W[row + j + 64]) * tile[j + 64]
+        t3 += float(W[row + j + 96]) * tile[j + 96]
+        j += 128
+    while j < width:
+        t0 += float(W[row + j]) * tile[j]
+        j += 32
+    return _warp_sum((t0 + t1) + (t2 + t3))
+
+
+def _warp_sum_template(value):
+    """The warp's sum of ``value``, in lane 0 (shuffles in a fixed order)."""
+    offset = 16
+    while offset > 0:
+        value += cuda.shfl_down_sync(0xFFFFFFFF, value, offset)
+        offset //= 2
+    return value
+
+
+PER_THREAD = 4
+"""Elements of w each thread of a :class:`MultiStep`'s block forms per tile (the tile:
+:data:`BLOCK` × this many)."""
 
 
 def cuda_multi_step(step: MultiStep):
@@ -327,13 +368,15 @@ def cuda_multi_step(step: MultiStep):
         from ..kernels.cuda.grid_dependency import release_dependents, wait_for_previous
 
         names = dict(cuda=cuda, float64=float64, int32=int32, BLOCK=BLOCK, SUMS=step.sums,
-                     WARPS=BLOCK // 32, WARPS_SUMS=(BLOCK // 32) * step.sums,
+                     WARPS=BLOCK // 32, PER_THREAD=PER_THREAD, TILE=BLOCK * PER_THREAD,
                      wait_for_previous=wait_for_previous,
                      release_dependents=release_dependents)
-        warp_sums = cuda.jit(device=True)(retargeted(_warp_sums_template, "cuda", **names))
+        warp_sum = cuda.jit(device=True)(retargeted(_warp_sum_template, "cuda", **names))
+        tile_dot = cuda.jit(device=True)(retargeted(_tile_dot_template, "cuda",
+                                                    _warp_sum=warp_sum, **names))
         function = retargeted(_cuda_multi_template, "cuda", BODY=step.body.on("cuda"),
                               FINISH=step.finish.on("cuda"), SKIP=step.skip,
-                              _warp_sums=warp_sums, **names)
+                              _warp_sum=warp_sum, _tile_dot=tile_dot, **names)
         function.__qualname__ = function.__name__ = step.name
         return cuda.jit(function)
 
