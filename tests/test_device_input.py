@@ -180,6 +180,30 @@ def test_cupy_input_never_downloads_the_nonzeros(kernel, dtype, no_large_downloa
 
 
 @pytest.mark.requires_gpu
+@pytest.mark.parametrize("kernel", ["csr_scalar", "csr_vector", "hyb"])
+def test_an_operator_outlives_the_stream_current_when_it_was_prepared(kernel, rng):
+    """A CuPy matrix prepared while a stream of the caller's was current (as a background
+    decision's thread does), that stream then destroyed: the operator's later copies (the
+    first 2-D product's set-up reads the row pointer) queue on no dead stream."""
+    import gc
+
+    cupy = _cupy()
+    import cupyx.scipy.sparse as cusp
+
+    A = random_matrix(3000, 2000, 0.004, 11)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        op = autospmv.prepare(cusp.csr_matrix(A), kernel=kernel, device="cuda")
+    stream.synchronize()
+    del stream
+    gc.collect()
+    X = rng.standard_normal((2000, 3))
+    assert relative_error(op @ X, A @ X) <= TOLERANCE[np.dtype(np.float64)]
+    x = rng.standard_normal(2000)
+    assert relative_error(op @ x, A @ x) <= TOLERANCE[np.dtype(np.float64)]
+
+
+@pytest.mark.requires_gpu
 @pytest.mark.parametrize("layout", ["coo", "csr"])
 def test_torch_sparse_cuda_input(layout, no_large_downloads, rng):
     _cupy()

@@ -346,8 +346,18 @@ def upload(fmt, extra_bytes: int = 0) -> dict:
                 f"the {fmt.name} format needs {needed:,} bytes on the GPU; "
                 f"{free:,} of {total:,} bytes are free"
             )
-    # as_cuda_array keeps the owning array (e.g. CuPy's) alive with the view; an empty device
-    # array (no allocation behind it) is replaced by an empty numba array.
+    # An empty device array (no allocation behind it) is replaced by an empty numba array.
     return {name: cuda.to_device(np.ascontiguousarray(a)) if name in on_host
-            else cuda.as_cuda_array(a) if a.size else cuda.device_array(0, dtype=a.dtype)
+            else _view_without_stream(a) if a.size else cuda.device_array(0, dtype=a.dtype)
             for name, a in arrays.items()}
+
+
+def _view_without_stream(array):
+    """A numba view of a device array of another library (CuPy's), which keeps that array
+    alive, made once the stream that array names is done with it, and tied to no stream:
+    numba would otherwise queue the view's later copies on the stream that was current when
+    it was made, which may not outlive the operator (a background decision's stream ends with
+    its thread)."""
+    view = cuda.as_cuda_array(array)  # synchronises the stream the array names
+    view.stream = 0
+    return view
