@@ -126,12 +126,30 @@ def project(W, ld, i, s, D, w, v0, count, unused, first, g):
 @dual
 def subtract_projections(W, ld, i, s, D, w, v0, none, coefficients, count, g):
     """w −= Σ_k h_k v_k over k < ``count`` (h from slot ``coefficients``); the step sums ‖w‖²."""
-    total = 0.0
-    for k in range(count):
-        total += s[coefficients + k] * W[(v0 + k) * ld + i]
-    wi = W[w * ld + i] - total
+    wi = W[w * ld + i] - combination(W, ld, i, s, v0, coefficients, count)
     W[w * ld + i] = wi
     return wi
+
+
+@dual
+def combination(W, ld, i, s, v0, coefficients, count):
+    """Element i of Σ_k a_k v_k over k < ``count`` (a from slot ``coefficients``), four basis
+    vectors at a time, so that four of their loads are in flight at once."""
+    total0 = 0.0
+    total1 = 0.0
+    total2 = 0.0
+    total3 = 0.0
+    k = 0
+    while k + 3 < count:
+        total0 += s[coefficients + k] * W[(v0 + k) * ld + i]
+        total1 += s[coefficients + k + 1] * W[(v0 + k + 1) * ld + i]
+        total2 += s[coefficients + k + 2] * W[(v0 + k + 2) * ld + i]
+        total3 += s[coefficients + k + 3] * W[(v0 + k + 3) * ld + i]
+        k += 4
+    while k < count:
+        total0 += s[coefficients + k] * W[(v0 + k) * ld + i]
+        k += 1
+    return (total0 + total1) + (total2 + total3)
 
 
 def project_host(rows, n, s, D, w, v0, count, unused, first, g):
@@ -185,7 +203,8 @@ def subtracted(s, f, totals):
 
 @dual
 def reprojections(s, f, totals):
-    """The second pass's coefficients, kept apart until the third pass has used them."""
+    """The second projection's coefficients, kept apart until the second subtraction has used
+    them."""
     column = f[COLUMN]
     second = second_coefficients(f[RESTART])
     for k in range(column + 1):
@@ -212,21 +231,17 @@ def column_end(s, f, h1):
     h = H + column * (restart + 1)
     givens = rotations(restart)
     estimates = residual_estimates(restart)
-    s[h + column + 1] = h1
     breakdown = h1 <= s[EPS] * s[H0]
-    if breakdown:
-        s[h + column + 1] = 0.0
-        s[SCALE] = 1.0
-    else:
-        s[SCALE] = 1.0 / h1
+    below = 0.0 if breakdown else h1
+    s[SCALE] = 1.0 if breakdown else 1.0 / h1
+    rotated = s[h]  # the column's entry k, rotated by the rotations before k (a register)
     for k in range(column):
         c = s[givens + 2 * k]
         sn = s[givens + 2 * k + 1]
-        n0 = s[h + k]
         n1 = s[h + k + 1]
-        s[h + k] = c * n0 + sn * n1
-        s[h + k + 1] = -sn * n0 + c * n1
-    c, sn, mag = lartg(s[h + column], s[h + column + 1])
+        s[h + k] = c * rotated + sn * n1
+        rotated = -sn * rotated + c * n1
+    c, sn, mag = lartg(rotated, below)
     s[givens + 2 * column] = c
     s[givens + 2 * column + 1] = sn
     s[h + column] = mag
@@ -281,10 +296,7 @@ def triangular_solve(s, f, unused0, unused1):
 @dual
 def combine(W, ld, i, s, D, x, v0, y, d, e, g):
     """x += Σ_k y_k v_k over the cycle's columns."""
-    total = 0.0
-    for k in range(int(s[COLUMNS])):
-        total += s[y + k] * W[(v0 + k) * ld + i]
-    W[x * ld + i] = W[x * ld + i] + total
+    W[x * ld + i] = W[x * ld + i] + combination(W, ld, i, s, v0, y, int(s[COLUMNS]))
     return 0.0, 0.0
 
 
