@@ -125,17 +125,27 @@ class CpuMachine(Machine):
         import numba
 
         self._parallel = n >= PARALLEL_FROM and numba.get_num_threads() > 1
+        self._runs = {}
 
     def step(self, step, a=0, b=0, c=0, d=0, e=0, g=0, n=None) -> None:
+        run = self._runs.get(step)
+        if run is None:
+            run = self._runs[step] = self._compiled(step)
+        run(self.W, self.ld, self.n if n is None else n, self.s, self.f, self.D, a, b, c, d, e, g)
+
+    def _compiled(self, step):
+        """What runs ``step`` here: its numba function, or the host function of a
+        :class:`~.steps.MultiStep` that has one (then its finish after it)."""
         if isinstance(step, MultiStep) and step.host is not None:
-            if not self.f[STATE] & step.skip:
-                rows = self.W.reshape(-1, self.ld)
-                totals = step.host(rows, self.n, self.s, self.D, a, b, c, d, e, g)
-                step.finish.on("cpu")(self.s, self.f, totals)
-            return
+            finish = step.finish.on("cpu")
+
+            def run(W, ld, n, s, f, D, a, b, c, d, e, g):
+                if not f[STATE] & step.skip:
+                    finish(s, f, step.host(W.reshape(-1, ld), n, s, D, a, b, c, d, e, g))
+
+            return run
         compiled = cpu_multi_step if isinstance(step, MultiStep) else cpu_step
-        compiled(step, self._parallel)(self.W, self.ld, self.n if n is None else n, self.s,
-                                       self.f, self.D, a, b, c, d, e, g)
+        return compiled(step, self._parallel)
 
     def flags(self):
         return self.f
