@@ -354,9 +354,10 @@ def _warp_sum_template(value):
     return value
 
 
-PER_THREAD = 4
+PER_THREAD = 1
 """Elements of w each thread of a :class:`MultiStep`'s block forms per tile (the tile:
-:data:`BLOCK` × this many)."""
+:data:`BLOCK` × this many). Short tiles give short vectors many blocks, and each warp's pass
+over a basis vector's stretch a short chain of loads."""
 
 
 def cuda_multi_step(step: MultiStep):
