@@ -35,7 +35,7 @@ import autospmv  # noqa: E402
 from autospmv._decide import model_lookup as lookup
 from autospmv._decide import selection as selector  # noqa: E402
 from autospmv._decide.model_store import slugify  # noqa: E402
-from autospmv._run.validation import canonicalize  # noqa: E402
+from autospmv._support.validation import canonicalize  # noqa: E402
 
 
 def rebuild(name: str, group: str, folder: Path, large_nnz: float):

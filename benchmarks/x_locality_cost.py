@@ -21,8 +21,8 @@ import cupy  # noqa: E402
 import cupyx.scipy.sparse as cusp  # noqa: E402
 
 import autospmv  # noqa: E402
-from autospmv._run.device_input import canonical_device_csr  # noqa: E402
-from autospmv._run.validation import canonicalize  # noqa: E402
+from autospmv._prepare.device_input import canonical_device_csr  # noqa: E402
+from autospmv._support.validation import canonicalize  # noqa: E402
 from autospmv.training import generators  # noqa: E402
 
 from autospmv._decide import choosers  # noqa: E402

@@ -54,7 +54,7 @@ def run(switches: int, threads: int = 8, rows: int = 3000, device: str = "cpu") 
     order that differs per thread); the counts of what happened. On ``device="cuda"`` the
     vectors are the host's (the products upload them), and the matrix has at least
     :data:`GPU_ROWS` rows."""
-    from autospmv._run.background import START_KERNEL
+    from autospmv._prepare.background import START_KERNEL
 
     if device == "cuda":
         rows = max(rows, GPU_ROWS)

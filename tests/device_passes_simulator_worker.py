@@ -29,7 +29,7 @@ import numpy as np  # noqa: E402
 
 from autospmv._decide import features as features_module  # noqa: E402
 from autospmv._decide.sampling import x_locality  # noqa: E402
-from autospmv._run.validation import canonicalize  # noqa: E402
+from autospmv._support.validation import canonicalize  # noqa: E402
 from autospmv.formats.base import DeviceCSR  # noqa: E402
 from device_passes_cases import (  # noqa: E402
     LOCALITY, NEEDED, SAMPLE_ROWS, SAMPLED, SIMULATED_FAMILY,

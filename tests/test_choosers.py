@@ -15,7 +15,7 @@ from autospmv._decide import choosers
 from autospmv import _registry as registry
 from autospmv._decide.features import features
 from autospmv._decide.sampling import SAMPLE_TARGET_NNZ, x_locality
-from autospmv._run.validation import canonicalize
+from autospmv._support.validation import canonicalize
 
 
 def rows_of(lengths, n: int = 400) -> sp.csr_matrix:

@@ -97,7 +97,7 @@ def test_explain_with_a_model_file_shows_it_and_the_path(capsys, matrix_file):
 def test_explain_for_a_gpu_on_a_machine_without_one(capsys, matrix_file, monkeypatch):
     """Deciding needs no GPU: the CLI decides as ``autospmv.select(A, device="cuda")`` does,
     says each fact once and explains every feature on the path in one line."""
-    monkeypatch.setattr(autospmv._run.devices, "cuda_available", lambda: False)
+    monkeypatch.setattr(autospmv._support.devices, "cuda_available", lambda: False)
     status, out, err = run(capsys, "explain", str(matrix_file), "--device", "cuda")
     assert status == 0, err
     decision = autospmv.select(sp.load_npz(matrix_file), device="cuda")
@@ -163,7 +163,7 @@ def test_bench_prints_the_spread_over_repeats(capsys, matrix_file, monkeypatch):
     """Each row is the median, min and max of the per-call medians of --repeats measurements,
     and the speed against SciPy's is given per repeat too (a clock whose readings grow by one
     µs per measurement)."""
-    from autospmv._run import timing
+    from autospmv._support import timing
 
     class Growing(_FixedClock):
         reading = 0.0
@@ -201,9 +201,9 @@ class _FixedClock:
 
 
 def test_demo_and_bench_time_with_autospmvs_timer(capsys, matrix_file, monkeypatch):
-    """Every figure demo and bench print comes from autospmv._run.timing's clocks: with a clock
+    """Every figure demo and bench print comes from autospmv._support.timing's clocks: with a clock
     reading 7 µs, every time printed is 7 µs, SciPy's row in bench's table too."""
-    from autospmv._run import timing
+    from autospmv._support import timing
 
     monkeypatch.setattr(timing, "clock", lambda device: _FixedClock())
     status, out, _ = run(capsys, "bench", str(matrix_file), "--device", "cpu")

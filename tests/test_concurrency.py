@@ -70,13 +70,13 @@ def test_feature_scan_with_many_threads_keeps_its_memory_and_its_values(monkeypa
 
     import numba
 
-    from autospmv._run.validation import canonicalize
+    from autospmv._support.validation import canonicalize
     from matrices import random_matrix
 
     from autospmv._decide import features as features
     A = canonicalize(random_matrix(20_000, 20_000, 5e-4, 1))
     serial = features.features(A, device="cpu", sample_rows=20_000)
-    from autospmv._run import threads as cpu_threads
+    from autospmv._support import threads as cpu_threads
 
     monkeypatch.setattr(cpu_threads, "PASSES_PARALLEL_MIN_NNZ", 0)
     monkeypatch.setattr(cpu_threads, "PARALLEL_MIN_THREADS", 1)

@@ -13,7 +13,7 @@ from matrices import ALL
 from autospmv._decide.cost import QUANTITY_NAMES, launches_of_features, quantities
 from autospmv._decide.choosers import choose_csr5_sigma, choose_hyb_width, choose_threads_per_row
 from autospmv._registry import KERNELS
-from autospmv._run.validation import canonicalize
+from autospmv._support.validation import canonicalize
 
 
 def _warp_loops(lengths, rows_per_warp: int, lanes: int) -> int:

@@ -152,7 +152,7 @@ def always(kernel: str) -> TreeModel:
 def test_an_automatic_hyb_takes_its_width_from_the_scan(calls, row_length_passes):
     """The chooser's width comes from the row-length histogram of the feature scan; the row
     lengths are computed once more, by the format's width check, and not by the chooser."""
-    A = autospmv._run.validation.canonicalize(poisson2d(80))  # 6084 of 6400 rows of 5: width 5
+    A = autospmv._support.validation.canonicalize(poisson2d(80))  # 6084 of 6400 rows of 5: width 5
     m = A.shape[0]
     chosen = autospmv._registry.choose_params("hyb", A, "cpu")
     model = always("hyb")
@@ -193,7 +193,7 @@ def test_the_tree_and_derived_share_one_derivation_of_the_estimates(monkeypatch)
 
 def test_an_automatic_prepare_validates_the_matrix_once(monkeypatch):
     """canonicalize() checks every index; the decision's feature scan does not check again."""
-    from autospmv._run import validation
+    from autospmv._support import validation
 
     checks = collections.Counter()
     check_structure = validation.check_structure
@@ -214,7 +214,7 @@ def test_a_decision_from_the_features_read_is_the_decision_from_all(model):
     """prepare() computes only the features its model reads (features_read): the tree and its
     cost model decide exactly as from every feature, and the full check still stands."""
     from autospmv._decide.features import canonical_features_and_lengths, feature_names
-    from autospmv._run.validation import canonicalize
+    from autospmv._support.validation import canonicalize
 
     tree = TreeModel.load(model)
     device = "cuda" if model.stem.startswith("cuda-") else "cpu"

@@ -115,7 +115,7 @@ def test_decisions_snapshot(model):
 
 
 def test_deciding_for_a_gpu_without_one_uses_the_nearest_gpu_model(monkeypatch):
-    monkeypatch.setattr(autospmv._run.devices, "cuda_available", lambda: False)
+    monkeypatch.setattr(autospmv._support.devices, "cuda_available", lambda: False)
     decision = autospmv.select(poisson2d(20), device="cuda")
     # Every shipped GPU model is equally near to "cuda-no-gpu"; the most recently trained
     # float64 one decides.

@@ -1,4 +1,4 @@
-"""Matrices on the GPU (autospmv/_run/device_input.py): conversions on the device, and prepare() on CuPy and
+"""Matrices on the GPU (autospmv/_prepare/device_input.py): conversions on the device, and prepare() on CuPy and
 torch sparse input without device-to-host copies of the nonzeros.
 
 The conversions are written for any array module; run with NumPy they must build exactly the
@@ -12,13 +12,13 @@ import pytest
 import scipy.sparse as sp
 
 import autospmv
-from autospmv._run import threads as cpu_threads
+from autospmv._support import threads as cpu_threads
 from autospmv import _registry as registry
-from autospmv._run.device_input import is_device_matrix
+from autospmv._prepare.device_input import is_device_matrix
 from autospmv._decide.sampling import SAMPLE_THRESHOLD
 from autospmv.formats.base import DeviceCSR
 from autospmv.formats.base import FormatTooLargeError
-from autospmv._run.validation import canonicalize
+from autospmv._support.validation import canonicalize
 from autospmv.formats.csr import CSRFormat
 from matrices import (FAMILY, TOLERANCE, power_law, random_matrix,
                       random_vector, reference, relative_error)
@@ -309,7 +309,7 @@ def test_automatic_prepare_of_a_host_matrix_uploads_once_and_decides_as_select(m
     model's features call for on the GPU, and the operator converts from that upload (a second
     would fail here)."""
     _cupy()
-    import autospmv._run.operator
+    import autospmv._prepare.operator
 
     A = canonicalize(power_law(40_000, 30_000, 1.8, 9))
     expected = autospmv.select(A, device="cuda")
@@ -317,7 +317,7 @@ def test_automatic_prepare_of_a_host_matrix_uploads_once_and_decides_as_select(m
     def no_second_upload(csr):
         raise AssertionError("the operator uploaded the matrix again")
 
-    monkeypatch.setattr(autospmv._run.operator, "upload_csr", no_second_upload)
+    monkeypatch.setattr(autospmv._prepare.operator, "upload_csr", no_second_upload)
     op = autospmv.prepare(A, device="cuda")
     assert (op.kernel, op.params) == (expected.kernel, expected.params)
     assert any("counted on the GPU" in note for note in op.decision.notes), op.decision.notes

@@ -22,7 +22,7 @@ pytest.importorskip("numba.cuda")
 
 from autospmv._decide import device_passes, feature_scan  # noqa: E402
 from autospmv._decide import features as features_module  # noqa: E402
-from autospmv._run.validation import canonicalize  # noqa: E402
+from autospmv._support.validation import canonicalize  # noqa: E402
 from autospmv.formats.base import DeviceCSR  # noqa: E402
 from matrices import FAMILY, power_law  # noqa: E402
 from simulator_run import run_simulator_worker  # noqa: E402
@@ -102,7 +102,7 @@ def test_numpy_arrays_run_the_kernels_only_in_the_simulator():
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_features_of_an_uploaded_matrix_are_the_host_features(dtype):
     from autospmv._decide.sampling import x_locality
-    from autospmv._run.device_input import upload_csr
+    from autospmv._prepare.device_input import upload_csr
 
     pytest.importorskip("cupy")
     matrices = [FAMILY[name]() for name in sorted(FAMILY)]
@@ -123,7 +123,7 @@ FIRST_DECISION = """
 import json, os, pathlib, re
 import numpy as np, scipy.sparse as sp
 import autospmv
-from autospmv._run.cache import compile_timer
+from autospmv._support.cache import compile_timer
 T = sp.diags([-1.0, 2.0, -1.0], [-1, 0, 1], shape=(300, 300))
 A = sp.kronsum(T, T, format="csr").astype(np.float32)
 x = np.ones(A.shape[1], dtype=np.float32)

@@ -22,7 +22,7 @@ from autospmv.kernels.cpu import coo as cpu_coo
 from autospmv.kernels.cpu import ell as cpu_ell
 from autospmv.kernels.cpu import hyb as cpu_hyb
 from autospmv.kernels.cpu import jds as cpu_jds
-from autospmv._run.validation import canonicalize
+from autospmv._support.validation import canonicalize
 from matrices import DTYPES, PADDED, TOLERANCE
 
 

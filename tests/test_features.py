@@ -22,12 +22,12 @@ from autospmv._decide.features import (
     WINDOW_ROWS,
     features,
 )
-from autospmv._run import threads as cpu_threads
+from autospmv._support import threads as cpu_threads
 from autospmv._decide import row_lengths
 from autospmv._decide.choosers import width_cost
 from autospmv._decide.sampling import SAMPLE_THRESHOLD, SAMPLE_TOLERANCE
-from autospmv._run.devices import target_device
-from autospmv._run.validation import canonicalize
+from autospmv._support.devices import target_device
+from autospmv._support.validation import canonicalize
 
 from autospmv._decide import features as F
 

@@ -24,7 +24,7 @@ from autospmv import _registry as registry
 from autospmv._decide.model import CostModel, TreeModel
 from autospmv._decide.model_store import device_slug, user_model_path, write_atomically
 from autospmv._decide.model_lookup import shipped_models
-from autospmv._run.validation import canonicalize, check_structure
+from autospmv._support.validation import canonicalize, check_structure
 from matrices import TOLERANCE, random_matrix, random_vector, reference, relative_error
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -442,8 +442,8 @@ def test_large_index_arrays_are_range_checked_by_the_compiled_pass(itype, bad, m
                                                                    threaded, monkeypatch):
     # From COMPILED_MIN_SIZE entries the range comes from one compiled pass, not NumPy's:
     # serial, or on numba's threads (forced here even where there are fewer than the rule's).
-    from autospmv._run import threads as cpu_threads
-    from autospmv._run.validation import COMPILED_MIN_SIZE, index_range
+    from autospmv._support import threads as cpu_threads
+    from autospmv._support.validation import COMPILED_MIN_SIZE, index_range
 
     monkeypatch.setattr(cpu_threads, "PARALLEL_MIN_THREADS", 1 if threaded else 10**6)
 

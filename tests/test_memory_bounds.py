@@ -32,7 +32,7 @@ MEASURE = textwrap.dedent("""
     import numpy as np, scipy.sparse as sp
     import autospmv
     from autospmv._decide.model_lookup import shipped_models
-    from autospmv._run.validation import canonicalize, index_dtype
+    from autospmv._support.validation import canonicalize, index_dtype
 
     def wide(m, n, nnz, seed=0):
         # distinct random positions, the CSR built from its arrays: nothing of n entries

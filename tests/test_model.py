@@ -291,9 +291,9 @@ def test_slugs():
 
 
 def test_cuda_slug_without_a_gpu(monkeypatch):
-    import autospmv._run.devices
+    import autospmv._support.devices
 
-    monkeypatch.setattr(autospmv._run.devices, "cuda_available", lambda: False)
+    monkeypatch.setattr(autospmv._support.devices, "cuda_available", lambda: False)
     assert device_slug("cuda") == "cuda-no-gpu"
 
 

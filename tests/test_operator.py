@@ -9,7 +9,7 @@ import scipy.sparse.linalg as spla
 
 import autospmv
 from autospmv import _registry as registry
-from autospmv._run.devices import resolve_device
+from autospmv._support.devices import resolve_device
 from matrices import (
     FAMILY, assert_close, one_long_row, poisson2d, random_matrix, random_vector, reference,
     relative_error,

@@ -12,7 +12,7 @@ from matrices import poisson2d
 
 from autospmv import _registry as registry
 from autospmv._decide.features import features
-from autospmv._run.validation import canonicalize
+from autospmv._support.validation import canonicalize
 from autospmv.training.records import read_records
 from autospmv.training.rechoose import rechoose_files, rechoose_record
 

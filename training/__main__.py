@@ -53,7 +53,7 @@ def _default_folders() -> list[str]:
 def _default_device() -> str:
     """The device to label and train for when none is named: CUDA on a real GPU, else the CPU
     (under numba-cuda's simulator too, whose times would be an interpreter's)."""
-    from autospmv._run.devices import real_gpu_available
+    from autospmv._support.devices import real_gpu_available
 
     return "cuda" if real_gpu_available() else "cpu"
 
@@ -216,7 +216,7 @@ def _entries(preset: str, folders):
 
 
 def _label(args, entries, out, budget_minutes, forecast=None) -> dict:
-    from autospmv._run.timing import TimingOptions
+    from autospmv._support.timing import TimingOptions
 
     from .label import label
     from .timing import QUICK

@@ -65,7 +65,7 @@ import numpy as np
 import scipy.io
 import scipy.sparse as sp
 
-from autospmv._run.validation import load_matrix_file
+from autospmv._support.validation import load_matrix_file
 
 from .generators import GENERATORS, _rng
 
@@ -211,7 +211,7 @@ def _preset(preset: str) -> dict:
 
 def load_file(path: str) -> sp.csr_matrix:
     """A matrix from ``.npz`` (``scipy.sparse.save_npz``) or ``.mtx`` (Matrix Market), read by
-    :func:`autospmv._run.validation.load_matrix_file`: a malformed file raises a ValueError naming
+    :func:`autospmv._support.validation.load_matrix_file`: a malformed file raises a ValueError naming
     it before SciPy converts its arrays."""
     return sp.csr_matrix(load_matrix_file(path))
 

@@ -8,7 +8,7 @@ width strategy and ``csr5`` with every tile height (:mod:`autospmv._decide.choos
 ``THREADS_PER_ROW_VARIANTS``, ``HYB_STRATEGIES``, ``CSR5_SIGMAS``). A configuration whose
 parameters equal one already measured is not timed again; its record repeats the measurement.
 All configurations of a matrix are built and checked first and then timed together, interleaved
-(:meth:`autospmv._run.timing.Bench.time_all`, through :class:`training.timing.Bench`).
+(:meth:`autospmv._support.timing.Bench.time_all`, through :class:`training.timing.Bench`).
 
 Each configuration gets a status:
 
@@ -77,8 +77,8 @@ import numpy as np
 import autospmv
 from autospmv import _registry as registry
 from autospmv._decide.features import features
-from autospmv._run.timing import TimingOptions, relative_error, release_device_memory
-from autospmv._run.validation import canonicalize
+from autospmv._support.timing import TimingOptions, relative_error, release_device_memory
+from autospmv._support.validation import canonicalize
 from autospmv.formats.base import FormatTooLargeError
 from . import corpus as corpus_module
 from .forecast import Forecast, _minutes, _predicted_seconds

@@ -20,21 +20,21 @@ from pathlib import Path
 
 from autospmv._decide.cost import launches_of_features
 from autospmv._decide.model_store import labels_lock  # noqa: F401 (the pipeline's lock)
-from autospmv._run.timing import TimingOptions
+from autospmv._support.timing import TimingOptions
 
 from .timing import QUICK
 
 
 SCHEMA = "autospmv-labels/1"
 TIMING_MODES = ("per_call", "b2b")
-"""The two times every label records (see :mod:`autospmv._run.timing`)."""
+"""The two times every label records (see :mod:`autospmv._support.timing`)."""
 TRAINING_MODES = ("auto",) + TIMING_MODES
 """What a model may be trained on: ``auto`` applies :func:`target_mode` per matrix."""
 LARGE_NNZ = 1_000_000
 """Matrices with at least this many nonzeros are decided on back-to-back time."""
 NOISE_LIMIT = TimingOptions.noise_limit
 """A label row is noisy when a kernel's median time in the row's timing mode exceeds this many
-times its minimum even after re-timing (:meth:`autospmv._run.timing.Bench.time_all`)."""
+times its minimum even after re-timing (:meth:`autospmv._support.timing.Bench.time_all`)."""
 
 
 def target_mode(nnz: int, mode: str = "auto") -> str:

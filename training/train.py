@@ -114,7 +114,7 @@ import numpy as np
 import autospmv
 from autospmv._decide.model import TreeModel
 from autospmv._decide.model_store import write_atomically
-from autospmv._run.tuning import TUNE_CANDIDATES
+from autospmv._prepare.tuning import TUNE_CANDIDATES
 from .corpus import read_names
 from .crossval import (DEFAULT_OBJECTIVES, GRID, REPEATS, guard, hyper_grid, leave_one_family_out,
                        nested_cv, select_hyper)

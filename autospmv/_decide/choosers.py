@@ -26,8 +26,8 @@ from collections.abc import Callable
 import numpy as np
 import scipy.sparse as sp
 
-from .._run.devices import CUDA_WARPS_IN_FLIGHT, check_device_name
-from .._run.threads import threaded_passes
+from .._support.devices import CUDA_WARPS_IN_FLIGHT, check_device_name
+from .._support.threads import threaded_passes
 from ..formats.base import row_lengths
 from ..formats.csr5 import OMEGA
 from .row_lengths import row_length_counts, row_length_moments
@@ -152,7 +152,7 @@ def choose_sigma(csr: sp.csr_matrix, device: str, x_locality: Callable[[], float
        kernel's fast path takes whole steps of eight entries); on rows of :data:`LONG_ROWS` or
        more the structural 8 in float64 but 16 in float32 (:data:`CUDA_LONG_ROW_SIGMA`: a
        lane's tile then carries 128 bytes of values and indices, against float64's 96);
-    2. halved when the matrix has fewer tiles than :data:`~autospmv._run.devices.CUDA_WARPS_IN_FLIGHT`
+    2. halved when the matrix has fewer tiles than :data:`~autospmv._support.devices.CUDA_WARPS_IN_FLIGHT`
        (each tile is one warp's work, so the lanes' σ-long loops then set the time, not the
        bandwidth) or rows shorter than :data:`VERY_SHORT_ROWS` on average (a lane then stores
        about σ row results, one per step);

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._run.devices import cuda_simulator
+from .._support.devices import cuda_simulator
 from ..formats.base import to_host
 from .feature_scan import WINDOW_ROWS
 from .row_lengths import chunked_ratio_sum, lengths_counted

@@ -6,7 +6,7 @@ and whose values are finite Python floats for every input, including empty matri
 inside every ``prepare()``, so on large matrices it costs at most a few SciPy ``A @ x``: one
 numba pass over all rows (row lengths, diagonals) and one over a sample of them (blocks, x
 locality), parallel over numba's threads on large matrices
-(:func:`autospmv._run.threads.threaded_passes`).
+(:func:`autospmv._support.threads.threaded_passes`).
 
 This module defines the features and computes them in one pass of calls
 (:func:`canonical_features_and_lengths`): the rows to sample
@@ -94,9 +94,9 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 
-from .._run.devices import target_device
-from .._run.threads import threaded_passes
-from .._run.validation import canonicalize
+from .._support.devices import target_device
+from .._support.threads import threaded_passes
+from .._support.validation import canonicalize
 from ..formats.base import DeviceCSR
 from . import device_passes
 from .cost import QUANTITY_NAMES, quantities, quantity_names
@@ -164,7 +164,7 @@ def features_and_lengths(A, sample_rows: int | None = None, device: str | None =
 def canonical_features_and_lengths(csr: sp.csr_matrix, sample_rows: int | None = None,
                                    device: str | None = None, uploaded=None, needed=None
                                    ) -> tuple[dict[str, float], tuple[np.ndarray, np.ndarray]]:
-    """:func:`features_and_lengths` of a matrix that :func:`autospmv._run.validation.canonicalize`
+    """:func:`features_and_lengths` of a matrix that :func:`autospmv._support.validation.canonicalize`
     returned, without validating it again (the checks read every index: :func:`prepare` has
     just made them), or of a matrix on the GPU (:class:`autospmv.formats.base.DeviceCSR`),
     counted there, equal to those of the same matrix on the host: its nonzeros stay on the
@@ -248,7 +248,7 @@ def _scan(csr: sp.csr_matrix, sample_rows: int | None, uploaded=None, sampled: b
     ``index_passes`` False leaves out the pass over every column index there, and the
     bandwidth and the diagonals are None (see :func:`passes_needed`). On the host the scan's
     pass over every row counts both anyway, and returns them; ``parallel``: its passes on
-    numba's threads (:func:`autospmv._run.threads.threaded_passes`)."""
+    numba's threads (:func:`autospmv._support.threads.threaded_passes`)."""
     m, n = csr.shape
     windows = sampled_windows(m, csr.nnz, sample_rows) if sampled else 0
     selected = select_windows(m, windows)

@@ -23,7 +23,7 @@ try:
 except ImportError:  # not on every platform: labels_lock then runs unlocked
     fcntl = None
 
-from .._run import devices
+from .._support import devices
 
 
 def write_atomically(path, text: str) -> None:

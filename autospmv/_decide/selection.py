@@ -27,7 +27,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .. import _registry as registry
-from .._run.cache import compile_timer
+from .._support.cache import compile_timer
 from ..formats.base import DeviceCSR, longest_row
 from .features import canonical_features_and_lengths, passes_needed
 from .model_lookup import ModelChoice, find_model, warn_skipped
@@ -190,9 +190,9 @@ def model_decision(csr: sp.csr_matrix, choice: ModelChoice, features: dict,
 def decide(csr, kernel: str | None, device: str, model=None, params: dict | None = None,
            uploaded=None) -> Decision:
     """The decision for a canonical matrix: ``csr`` as
-    :func:`~autospmv._run.validation.canonicalize` returned it, or a
+    :func:`~autospmv._support.validation.canonicalize` returned it, or a
     :class:`~autospmv.formats.base.DeviceCSR` for a matrix that lives on the GPU
-    (:mod:`autospmv._run.device_input`).
+    (:mod:`autospmv._prepare.device_input`).
 
     ``kernel=`` decides (:func:`forced_decision`); else the model that :func:`find_model` finds
     decides from the features it reads (:func:`model_decision`), and without one the built-in

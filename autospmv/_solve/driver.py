@@ -19,8 +19,8 @@ import weakref
 
 import numpy as np
 
-from .. import _session
-from .._run.operator import SpMVOperator
+from .._prepare import prepare as _session
+from .._prepare.operator import SpMVOperator
 from .machines import CpuMachine, CudaMachine
 from .scalars import ERROR, ERRORS, INFO, ITERATIONS, MAXITER, TOL
 

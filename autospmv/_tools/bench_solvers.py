@@ -23,7 +23,7 @@ median wall times are reported. Solvers stop at 1e-8 relative tolerance or ``MAX
 ``op @ x`` then ``dot`` is timed against its parts on every matrix as well.
 
 Wall time of whole solver runs, not of products, is the figure here, so the timing loops are
-this module's own rather than the labeller's timer (:class:`autospmv._run.timing.Bench`, which times
+this module's own rather than the labeller's timer (:class:`autospmv._support.timing.Bench`, which times
 one operator's products); its child processes may also import another version of autospmv,
 for comparisons, which need not have that timer.
 
@@ -115,8 +115,8 @@ def core_counts(requested: list[str]) -> list[int]:
 def run_config(args, env_name: str, cores: int) -> dict:
     """One child process: ``env_name`` environment, pinned to the first ``cores`` usable CPUs."""
     env = dict(os.environ)
-    if "autospmv._run.threads" in sys.modules:  # imported here (by the CLI): the child gets the
-        from autospmv._run.threads import wait_policy  # user's variables, not autospmv's
+    if "autospmv._support.threads" in sys.modules:  # imported here (by the CLI): the child gets the
+        from autospmv._support.threads import wait_policy  # user's variables, not autospmv's
 
         if "set by autospmv" in wait_policy():
             env.pop("OMP_WAIT_POLICY", None)

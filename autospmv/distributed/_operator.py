@@ -9,7 +9,7 @@ import scipy.sparse as sp
 from scipy.sparse.linalg import LinearOperator
 
 from . import _build, _comm
-from .._run.validation import canonicalize, result_dtype
+from .._support.validation import canonicalize, result_dtype
 from ._partition import check_bounds, even_bounds, row_partition
 from ._tasks import connected, naming_lost_workers, on_workers
 from ._vector import DistributedVector, Layout, _is_dask_array

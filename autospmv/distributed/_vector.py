@@ -14,7 +14,7 @@ import dataclasses
 
 import numpy as np
 
-from .._run.validation import result_dtype
+from .._support.validation import result_dtype
 from ._tasks import connected, naming_lost_workers, on_workers
 
 

@@ -1,7 +1,7 @@
 """What every storage format provides, on the host and on the GPU.
 
 A format is an immutable bundle of arrays built once from a canonical CSR matrix (see
-:mod:`autospmv._run.validation`). On the host it holds NumPy arrays (:meth:`SparseFormat.from_csr`);
+:mod:`autospmv._support.validation`). On the host it holds NumPy arrays (:meth:`SparseFormat.from_csr`);
 from a matrix on the GPU (:class:`DeviceCSR`) it is built there, with the array operations of
 the matrix's array module ``xp`` (CuPy; NumPy in the tests, which is how they prove that both
 conversions build the same arrays): :meth:`SparseFormat.from_device_csr`. Kernels read the
@@ -179,7 +179,7 @@ class SparseFormat:
         """The format's arrays by field name, in declaration order (what a GPU upload copies).
 
         NumPy arrays for a format built on the host; CUDA arrays (CuPy) for one built on the
-        device by :mod:`autospmv._run.device_input`."""
+        device by :mod:`autospmv._prepare.device_input`."""
         out = {}
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)

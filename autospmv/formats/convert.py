@@ -2,7 +2,7 @@
 
 Every function here is a numba ``njit(cache=True)`` kernel, so it is compiled once per
 combination of index dtype (int32/int64) and value dtype (float32/float64), stored in numba's
-on-disk cache (see :mod:`autospmv._run.cache`) and never again for another matrix. The callers in the
+on-disk cache (see :mod:`autospmv._support.cache`) and never again for another matrix. The callers in the
 format modules allocate every output with NumPy before calling (so ``tracemalloc`` sees the
 memory a conversion takes) and the kernels only fill them: no temporary array of nnz entries is
 built on the way.
@@ -220,7 +220,7 @@ def csr5_fill(indptr, padded, indices, data, sigma, omega, tile_row, bit_flag, y
     the transposed tile order (the incomplete last tile stays in CSR order), an empty row's
     being its placeholder (column ``placeholder``, value 0). With empty ``out_indices`` only the
     descriptors are written (they depend on the row pointers alone), for a matrix whose
-    nonzeros stay on the GPU (:mod:`autospmv._run.device_input`)."""
+    nonzeros stay on the GPU (:mod:`autospmv._prepare.device_input`)."""
     m = padded.shape[0] - 1
     total = padded[m]
     size = omega * sigma

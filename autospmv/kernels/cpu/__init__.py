@@ -4,7 +4,7 @@ Every kernel module exposes ``bind(fmt, params, parallel=None) -> run``, where `
 overwrites ``y`` with ``A @ x``. Binding does once what every call would otherwise repeat: choosing the serial or
 the parallel specialisation, computing task counts, and taking unsigned views of the index arrays.
 
-x and y have the product's dtype (:func:`autospmv._run.validation.result_dtype`): the matrix's, or
+x and y have the product's dtype (:func:`autospmv._support.validation.result_dtype`): the matrix's, or
 float64 for a float32 matrix and a float64 x. Every sum is accumulated in y's dtype, so that
 mixed product reads the float32 values and computes in float64, as SciPy does; numba compiles
 each kernel once per combination of argument types.
@@ -12,7 +12,7 @@ each kernel once per combination of argument types.
 Work is split over threads with ``prange`` when the matrix is large enough for threading to pay;
 below that a serial specialisation avoids the thread pool altogether. ``bind(fmt, params,
 parallel)`` takes the choice from the caller (the operator, through :func:`bind_threaded` and the
-policy of :mod:`autospmv._run.threads`); ``parallel=None`` decides by size alone
+policy of :mod:`autospmv._support.threads`); ``parallel=None`` decides by size alone
 (:data:`PARALLEL_MIN_NNZ`).
 
 
@@ -38,7 +38,7 @@ import warnings
 import numba
 
 from .. import njit
-from ..._run.threads import NNZ_PER_THREAD
+from ..._support.threads import NNZ_PER_THREAD
 
 ROWS_PER_TASK = 256
 """Rows per task of the CPU kernels that split the rows (csr, ell, jds)."""
@@ -48,7 +48,7 @@ NNZ_PER_TASK = 16384
 
 PARALLEL_MIN_NNZ = 2 * NNZ_PER_THREAD
 """Smallest nnz for which ``parallel=None`` picks the parallel specialisation: where the size
-rule of :mod:`autospmv._run.threads` first gives two threads (waking them costs ~15-20 µs)."""
+rule of :mod:`autospmv._support.threads` first gives two threads (waking them costs ~15-20 µs)."""
 
 
 def use_parallel(nnz: int) -> bool:

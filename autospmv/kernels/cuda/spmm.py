@@ -26,7 +26,7 @@ holding one group for their whole length; a matrix without long rows has no seco
 Where a row has several pieces, its sum's rounding depends on the order of the atomics, so it is
 not bitwise reproducible from run to run.
 
-Sums are accumulated in Y's dtype (the product's, :func:`autospmv._run.validation.result_dtype`): a
+Sums are accumulated in Y's dtype (the product's, :func:`autospmv._support.validation.result_dtype`): a
 float32 matrix in a float64 product is read as float32 and computed in float64. Shuffles appear
 only in the few-columns kernel, after the loop over the nonzeros, where every thread of the block
 (also those without a row) takes part, as numba-cuda's simulator requires

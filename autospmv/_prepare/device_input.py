@@ -5,7 +5,7 @@ CSR tensors on a CUDA device. Their nonzeros never travel to the host:
 
 * **Canonical form on the device.** CuPy: ``tocsr()`` and ``sum_duplicates()`` (which also sorts
   the columns) when the matrix is not canonical yet, then the value and index dtypes of
-  :mod:`autospmv._run.validation`. torch: ``coalesce()`` (sorted, summed) and ``to_sparse_csr()``,
+  :mod:`autospmv._support.validation`. torch: ``coalesce()`` (sorted, summed) and ``to_sparse_csr()``,
   then the tensors are viewed as CuPy arrays through ``__cuda_array_interface__`` (no copy).
   CuPy is needed in both cases (the ``cuda`` extra's natural companion).
 * **What goes to the host: the row pointer** (m + 1 integers, not nnz-sized). The parameter
@@ -29,8 +29,8 @@ CSR tensors on a CUDA device. Their nonzeros never travel to the host:
 from __future__ import annotations
 
 from ..formats.base import DeviceCSR
-from . import devices
-from .validation import index_dtype, value_dtype
+from .._support import devices
+from .._support.validation import index_dtype, value_dtype
 
 
 def is_device_matrix(A) -> bool:
