@@ -33,7 +33,7 @@ _cache.configure()  # before any numba function is defined: see autospmv/_suppor
 
 # Then: asks OpenMP for sleeping workers before numba starts its threads (see _support/threads.py).
 from ._support import threads as _threads  # noqa: E402, F401, I001
-from ._decide.features import features  # noqa: E402
+from ._decide.features.extract import features  # noqa: E402
 from ._decide.selection import Decision  # noqa: E402
 from ._registry import KERNELS, KernelSpec, Param, register, unregister  # noqa: E402
 from ._registry import names as kernel_names  # noqa: E402

@@ -3,7 +3,7 @@
 Run as ``python -m autospmv`` or ``autospmv`` (the installed entry point).
 
 ``explain`` and ``bench`` take ``--model FILE`` to decide with a model file instead of the one
-found for the device (see :func:`autospmv._decide.model_lookup.find_model`); ``info`` says which model that
+found for the device (see :func:`autospmv._decide.model.lookup.find_model`); ``info`` says which model that
 is and why. ``retrain`` runs ``python -m autospmv.training retrain`` with the same options;
 ``models`` lists the models it installed beside the shipped ones, and ``models --remove`` deletes
 them.
@@ -34,9 +34,9 @@ import scipy.sparse as sp
 
 from . import Decision, prepare, select
 from . import _registry as registry
-from ._decide import model_lookup as lookup
+from ._decide.model import lookup
 from ._decide import selection as selector
-from ._decide.model_store import (device_slug, split_stem, user_data_dir, user_model_path,
+from ._decide.model.store import (device_slug, split_stem, user_data_dir, user_model_path,
                                   written_name)
 from ._support import devices, timing
 from ._support.devices import DEVICES
@@ -411,7 +411,7 @@ LOCKED_LABEL_SUFFIXES = LABEL_SUFFIXES + tuple(suffix + ".lock" for suffix in LA
 
 def written_stems(folder: Path, suffixes) -> set[str]:
     """The stems of the files in ``folder`` that ``retrain`` could have written (a
-    :func:`~autospmv._decide.model_store.written_name` with one of ``suffixes``; regular files or links, never folders),
+    :func:`~autospmv._decide.model.store.written_name` with one of ``suffixes``; regular files or links, never folders),
     listed without following links out of it."""
     stems = set()
     try:
@@ -463,7 +463,7 @@ def remove_installed(names: list[str], labels: bool = False) -> None:
     installed no model) and, with ``labels``, their label files and locks.
 
     Only files named as ``retrain`` names them are deleted
-    (:func:`~autospmv._decide.model_store.written_name`, the model's exact stem); a link among them is removed itself, never what it points to, and a
+    (:func:`~autospmv._decide.model.store.written_name`, the model's exact stem); a link among them is removed itself, never what it points to, and a
     label file is removed under its lock (waiting for a retrain that holds it).
 
     Raises
@@ -471,7 +471,7 @@ def remove_installed(names: list[str], labels: bool = False) -> None:
     UserError
         For a name that is not exact (see :func:`resolve_removal`).
     """
-    from ._decide.model_store import labels_lock
+    from ._decide.model.store import labels_lock
 
     models, label_dir = user_data_dir() / "models", user_data_dir() / "labels"
     stems = written_stems(models, MODEL_SUFFIXES)

@@ -1,4 +1,4 @@
-"""Cost of :func:`autospmv._decide.features.features` against one SciPy ``A @ x``.
+"""Cost of :func:`autospmv._decide.features.extract.features` against one SciPy ``A @ x``.
 
 ``features`` runs inside every ``prepare()``, so it must stay within a small multiple of one
 matrix-vector product. This script times both on the largest matrix of a folder of ``.npz``
@@ -36,8 +36,8 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
 from autospmv._support.threads import PARALLEL_MIN_THREADS, PASSES_PARALLEL_MIN_NNZ
-from autospmv._decide.features import features
-from autospmv._decide.sampling import SAMPLE_THRESHOLD
+from autospmv._decide.features.extract import features
+from autospmv._decide.features.sampling import SAMPLE_THRESHOLD
 from autospmv._support.validation import canonicalize
 
 

@@ -48,7 +48,7 @@ import solvers  # noqa: E402  (benchmarks/solvers.py: the problems and solver ca
 
 sys.path.insert(0, str(solvers.ROOT))
 from autospmv._support.threads import wait_policy  # noqa: E402
-from autospmv._decide.model_store import cpu_model  # noqa: E402
+from autospmv._decide.model.store import cpu_model  # noqa: E402
 from autospmv._support.timing import time_calls  # noqa: E402
 from autospmv._support.validation import canonicalize  # noqa: E402
 

@@ -26,7 +26,7 @@ sys.path[:0] = [str(pathlib.Path(__file__).resolve().parent.parent),
 import numpy as np  # noqa: E402
 
 import autospmv  # noqa: E402
-from autospmv._decide.model import TreeModel  # noqa: E402
+from autospmv._decide.model.tree import TreeModel  # noqa: E402
 from matrices import TOLERANCE, random_matrix, relative_error  # noqa: E402
 
 KERNELS = ("hyb", "ell", "csr5", "coo", "csr_vector", "csr_scalar", "jds")

@@ -98,7 +98,7 @@ def row_length_passes(monkeypatch) -> collections.Counter:
 def fresh_skip_warnings():
     """Each test sees the warnings for a skipped retrained model anew (autospmv gives each
     reason once per process)."""
-    from autospmv._decide import model_lookup
+    from autospmv._decide.model import lookup as model_lookup
 
     model_lookup._warned.clear()
     yield

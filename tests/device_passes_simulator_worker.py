@@ -27,8 +27,8 @@ sys.path[:0] = [str(pathlib.Path(__file__).resolve().parent.parent)]
 
 import numpy as np  # noqa: E402
 
-from autospmv._decide import features as features_module  # noqa: E402
-from autospmv._decide.sampling import x_locality  # noqa: E402
+from autospmv._decide.features import extract as features_module  # noqa: E402
+from autospmv._decide.features.sampling import x_locality  # noqa: E402
 from autospmv._support.validation import canonicalize  # noqa: E402
 from autospmv.formats.base import DeviceCSR  # noqa: E402
 from device_passes_cases import (  # noqa: E402

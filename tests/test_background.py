@@ -13,7 +13,7 @@ import scipy.sparse as sp
 from sklearn.tree import DecisionTreeClassifier
 
 import autospmv
-from autospmv._decide.model import TreeModel
+from autospmv._decide.model.tree import TreeModel
 from matrices import (TOLERANCE, poisson2d, power_law, random_matrix, random_vector, reference,
                       relative_error)
 

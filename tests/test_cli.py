@@ -18,7 +18,7 @@ import scipy.sparse as sp
 
 import autospmv
 from autospmv import __main__ as cli
-from autospmv._decide.model import TreeModel
+from autospmv._decide.model.tree import TreeModel
 from matrices import poisson2d
 from autospmv.training import label
 from autospmv.training.records import _append, read_records
@@ -35,7 +35,7 @@ def isolated_lookup(monkeypatch, tmp_path):
     so that the CPU has no model (whatever CPU models are shipped later)."""
     monkeypatch.delenv("AUTOSPMV_MODEL", raising=False)
     monkeypatch.setenv("AUTOSPMV_HOME", str(tmp_path / "autospmv-home"))
-    monkeypatch.setattr(autospmv._decide.model_lookup, "shipped_models",
+    monkeypatch.setattr(autospmv._decide.model.lookup, "shipped_models",
                         lambda: {"cuda-nvidia-h200-float64": GPU_MODEL})
 
 
@@ -83,7 +83,7 @@ def test_explain_with_a_model_file_shows_it_and_the_path(capsys, matrix_file):
                          "--model", str(GPU_MODEL))
     assert status == 0
     lines = out.splitlines()
-    model = autospmv._decide.model_lookup.load_model(GPU_MODEL)
+    model = autospmv._decide.model.lookup.load_model(GPU_MODEL)
     assert lines[1] == (f"model: {GPU_MODEL} (passed as model=; trained on NVIDIA H200, "
                         f"{model.provenance['trained'][:10]}); a float64 model, deciding for "
                         "float64 matrices")
@@ -238,7 +238,7 @@ def test_a_reader_that_goes_away_ends_the_output_quietly(tmp_path):
 def test_models_remove_deletes_rejected_reports_too(capsys):
     """A retrain whose model the guard rejected leaves ``<model>.rejected.md``, beside an
     installed model or alone; ``models --remove`` deletes it with the rest."""
-    folder = autospmv._decide.model_store.user_data_dir() / "models"
+    folder = autospmv._decide.model.store.user_data_dir() / "models"
     folder.mkdir(parents=True)
     installed = folder / "cpu-test-float64.json"
     installed.write_bytes(GPU_MODEL.read_bytes())
@@ -333,7 +333,7 @@ def test_training_reads_gzip_labels(tmp_path, some_labels, capsys):
     model = tmp_path / "model.json"
     assert training_main(["train", str(packed), "--out", str(model), "--folds", "3"]) == 0
     assert "## All policies" in capsys.readouterr().out
-    provenance = autospmv._decide.model.TreeModel.load(model).provenance
+    provenance = autospmv._decide.model.tree.TreeModel.load(model).provenance
     assert provenance["labels"][0]["file"] == "labels.jsonl.gz"
     assert provenance["labels"][0]["records"] == len(some_labels)
 
@@ -341,7 +341,7 @@ def test_training_reads_gzip_labels(tmp_path, some_labels, capsys):
 def _as_cpu_labels(records: list[dict]) -> list[dict]:
     """The records as if labelled on this machine's CPU, so that a CPU labelling run may resume
     them."""
-    from autospmv._decide.model_store import cpu_model
+    from autospmv._decide.model.store import cpu_model
 
     return [dict(r, device=dict(r["device"], device="cpu", name=cpu_model())) for r in records]
 
@@ -381,8 +381,8 @@ def test_retrain_can_be_restarted_and_undone(capsys, monkeypatch):
     real_guard = autospmv.training.train.guard
     monkeypatch.setattr(autospmv.training.train, "guard",
                         lambda cv: {**real_guard(cv), "passed": True, "reason": "test"})
-    home = autospmv._decide.model_store.user_data_dir()
-    slug = autospmv._decide.model_store.device_slug("cpu")
+    home = autospmv._decide.model.store.user_data_dir()
+    slug = autospmv._decide.model.store.device_slug("cpu")
     model = home / "models" / f"{slug}-float64.json"
     labels = home / "labels" / f"{slug}-float64.jsonl"
     quick = ["retrain", "--device", "cpu", "--corpus", "tiny", "--quick"]
@@ -548,7 +548,7 @@ def test_child_processes_end_with_their_parent(tmp_path):
 
 @pytest.fixture
 def data_folders():
-    home = autospmv._decide.model_store.user_data_dir()
+    home = autospmv._decide.model.store.user_data_dir()
     models, labels = home / "models", home / "labels"
     models.mkdir(parents=True)
     labels.mkdir()
@@ -608,7 +608,7 @@ def test_models_remove_never_deletes_files_it_did_not_write(capsys, tmp_path, da
 
 
 def test_info_reports_the_last_run_that_installed_nothing(capsys, data_folders):
-    from autospmv._decide.model_store import device_slug
+    from autospmv._decide.model.store import device_slug
     from autospmv.training.__main__ import write_rejected
 
     models, _ = data_folders

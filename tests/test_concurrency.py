@@ -49,7 +49,7 @@ def test_fork_pool_after_a_parallel_call_computes(layer):
 
 def test_feature_scan_scratch_is_bounded_at_128_threads():
     """The issue's case: a 153 MB matrix (1M x 1M, 12.5M nonzeros) at 128 threads."""
-    from autospmv._decide import feature_scan
+    from autospmv._decide.features import scan as feature_scan
 
     m = n = 1_000_000
     csr_bytes = 12_500_000 * (8 + 4) + 4 * (m + 1)
@@ -73,7 +73,7 @@ def test_feature_scan_with_many_threads_keeps_its_memory_and_its_values(monkeypa
     from autospmv._support.validation import canonicalize
     from matrices import random_matrix
 
-    from autospmv._decide import features as features
+    from autospmv._decide.features import extract as features
     A = canonicalize(random_matrix(20_000, 20_000, 5e-4, 1))
     serial = features.features(A, device="cpu", sample_rows=20_000)
     from autospmv._support import threads as cpu_threads

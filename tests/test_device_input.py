@@ -15,7 +15,7 @@ import autospmv
 from autospmv._support import threads as cpu_threads
 from autospmv import _registry as registry
 from autospmv._prepare.device_input import is_device_matrix
-from autospmv._decide.sampling import SAMPLE_THRESHOLD
+from autospmv._decide.features.sampling import SAMPLE_THRESHOLD
 from autospmv.formats.base import DeviceCSR
 from autospmv.formats.base import FormatTooLargeError
 from autospmv._support.validation import canonicalize
@@ -274,7 +274,7 @@ def test_csr_from_format_inverts_the_device_conversion(kernel, name):
 
 
 def _features_both_ways(csr, device):
-    from autospmv._decide.features import canonical_features_and_lengths
+    from autospmv._decide.features.extract import canonical_features_and_lengths
 
     host, host_lengths = canonical_features_and_lengths(csr, device=device)
     split, split_lengths = canonical_features_and_lengths(csr, device=device,
@@ -340,7 +340,7 @@ def test_device_features_are_the_host_features(threaded, monkeypatch):
     # Above the sampling threshold a matrix on the device gets the host's features (counted
     # there: test_device_passes.py; a NumPy stand-in is scanned on the host).
 
-    from autospmv._decide import features as features_module
+    from autospmv._decide.features import extract as features_module
     if threaded:
         monkeypatch.setattr(cpu_threads, "PASSES_PARALLEL_MIN_NNZ", 1)
         monkeypatch.setattr(cpu_threads, "PARALLEL_MIN_THREADS", 1)
@@ -401,7 +401,7 @@ def test_the_row_pointer_passes_give_the_row_length_histogram(m):
     chunks of 4,096 warps, the same sum on numba's threads), with empty rows, a last warp that
     is not full, and a row much longer than the row count (the lengths then counted by
     sorting)."""
-    from autospmv._decide.row_lengths import length_histogram, row_length_moments, warp_ratio_sum
+    from autospmv._decide.features.row_lengths import length_histogram, row_length_moments, warp_ratio_sum
 
     rng = np.random.default_rng(m)
     lengths = rng.integers(0, 9, m) * (rng.random(m) < 0.9)
@@ -430,7 +430,7 @@ def test_features_leave_out_the_passes_a_caller_does_not_read(needed, sampled, i
     """Only the passes whose features are needed run (on the host, and for a matrix on the GPU:
     there the passes leave their features out, test_device_passes.py); every feature returned
     equals the full computation's."""
-    from autospmv._decide import features as features_module
+    from autospmv._decide.features import extract as features_module
 
     assert features_module.passes_needed(needed) == (sampled, index_passes)
     csr = canonicalize(power_law(100_000, 80_000, 1.6, 9).astype(np.float32))

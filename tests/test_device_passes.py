@@ -1,4 +1,4 @@
-"""The feature passes on the GPU (:mod:`autospmv._decide.device_passes`, kernels in
+"""The feature passes on the GPU (:mod:`autospmv._decide.features.device_scan`, kernels in
 :mod:`autospmv.kernels.cuda.feature_passes`) give the host scan's features bit for bit.
 
 Without a GPU the kernels run in numba-cuda's simulator (``device_passes_simulator_worker.py``,
@@ -20,8 +20,8 @@ import pytest
 
 pytest.importorskip("numba.cuda")
 
-from autospmv._decide import device_passes, feature_scan  # noqa: E402
-from autospmv._decide import features as features_module  # noqa: E402
+from autospmv._decide.features import device_scan as device_passes, scan as feature_scan  # noqa: E402
+from autospmv._decide.features import extract as features_module  # noqa: E402
 from autospmv._support.validation import canonicalize  # noqa: E402
 from autospmv.formats.base import DeviceCSR  # noqa: E402
 from matrices import FAMILY, power_law  # noqa: E402
@@ -101,7 +101,7 @@ def test_numpy_arrays_run_the_kernels_only_in_the_simulator():
 @pytest.mark.requires_gpu
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_features_of_an_uploaded_matrix_are_the_host_features(dtype):
-    from autospmv._decide.sampling import x_locality
+    from autospmv._decide.features.sampling import x_locality
     from autospmv._prepare.device_input import upload_csr
 
     pytest.importorskip("cupy")

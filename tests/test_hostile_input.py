@@ -21,9 +21,9 @@ import scipy.sparse as sp
 
 import autospmv
 from autospmv import _registry as registry
-from autospmv._decide.model import CostModel, TreeModel
-from autospmv._decide.model_store import device_slug, user_model_path, write_atomically
-from autospmv._decide.model_lookup import shipped_models
+from autospmv._decide.model.tree import CostModel, TreeModel
+from autospmv._decide.model.store import device_slug, user_model_path, write_atomically
+from autospmv._decide.model.lookup import shipped_models
 from autospmv._support.validation import canonicalize, check_structure
 from matrices import TOLERANCE, random_matrix, random_vector, reference, relative_error
 
@@ -310,7 +310,7 @@ def user_home(tmp_path, monkeypatch):
     monkeypatch.delenv("AUTOSPMV_MODEL", raising=False)
     shipped = shipped_models()
     shipped[f"{device_slug('cpu')}-float64"] = shipped[STAND_IN]
-    monkeypatch.setattr("autospmv._decide.model_lookup.shipped_models", lambda: shipped)
+    monkeypatch.setattr("autospmv._decide.model.lookup.shipped_models", lambda: shipped)
     path = user_model_path(device_slug("cpu"))
     path.parent.mkdir(parents=True)
     return path
@@ -693,7 +693,7 @@ def test_a_model_replaced_with_the_same_size_and_mtime_is_read_again(tmp_path):
 
 
 def test_a_model_file_larger_than_the_cap_is_refused_unread(tmp_path, monkeypatch):
-    from autospmv._decide import model_file
+    from autospmv._decide.model import file as model_file
 
     path = tmp_path / "model.json"
     path.write_text(json.dumps(leaf_model("hyb")) + " " * 5000)
@@ -718,7 +718,7 @@ def test_a_model_removed_while_it_is_read_falls_back_with_one_warning(user_home,
     the read: prepare() decides without it and warns once for any number of prepares."""
     import warnings
 
-    from autospmv._decide import model_lookup
+    from autospmv._decide.model import lookup as model_lookup
 
     user_home.write_text(json.dumps(cpu_model_doc))
 

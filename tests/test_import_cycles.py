@@ -152,8 +152,8 @@ def test_autospmv_imports_training_only_to_delegate_retrain():
 
 
 @pytest.mark.parametrize("module, other", [
-    ("autospmv._decide.features", "autospmv._prepare.prepare"),
-    ("autospmv._decide.model", "autospmv._prepare.prepare"),
+    ("autospmv._decide.features.extract", "autospmv._prepare.prepare"),
+    ("autospmv._decide.model.tree", "autospmv._prepare.prepare"),
     ("autospmv.formats.csr5", "autospmv._registry"),
 ])
 def test_removed_cycles_stay_removed_even_through_functions(module, other):

@@ -23,15 +23,15 @@ import autospmv
 from matrices import FAMILY
 
 ROOT = Path(__file__).resolve().parent.parent
-from autospmv._decide import feature_scan
-from autospmv._decide import features as FEATURES_MODULE
-from autospmv._decide.sampling import SAMPLE_THRESHOLD
+from autospmv._decide.features import scan as feature_scan
+from autospmv._decide.features import extract as FEATURES_MODULE
+from autospmv._decide.features.sampling import SAMPLE_THRESHOLD
 
 MEASURE = textwrap.dedent("""
     import json, sys, tracemalloc
     import numpy as np, scipy.sparse as sp
     import autospmv
-    from autospmv._decide.model_lookup import shipped_models
+    from autospmv._decide.model.lookup import shipped_models
     from autospmv._support.validation import canonicalize, index_dtype
 
     def wide(m, n, nnz, seed=0):

@@ -18,12 +18,12 @@ import scipy.sparse as sp
 import autospmv
 from autospmv._decide import cost
 from autospmv import _registry as registry
-from autospmv._decide import model_lookup as lookup
+from autospmv._decide.model import lookup
 from autospmv._decide import selection as selector
 from autospmv._support.devices import check_device_name
 from autospmv.__main__ import main as cli_main
-from autospmv._decide.features import FEATURE_NAMES
-from autospmv._decide.model import TreeModel
+from autospmv._decide.features.extract import FEATURE_NAMES
+from autospmv._decide.model.tree import TreeModel
 from autospmv.training import label
 
 TOY = "toy"

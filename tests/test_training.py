@@ -14,8 +14,8 @@ import scipy.sparse as sp
 
 import autospmv
 from autospmv._decide import choosers
-from autospmv._decide.features import FEATURE_NAMES, features
-from autospmv._decide.model import TreeModel
+from autospmv._decide.features.extract import FEATURE_NAMES, features
+from autospmv._decide.model.tree import TreeModel
 from autospmv._support.timing import TimingOptions, noise_ratio, relative_error, summary
 from autospmv.training import corpus, generators, label, train
 from autospmv.training.__main__ import main
@@ -1128,7 +1128,7 @@ def test_guard_against_the_best_fixed_kernel():
 
 
 def _as_labels(records, path, dtype):
-    from autospmv._decide.model_store import cpu_model
+    from autospmv._decide.model.store import cpu_model
 
     device = {"device": "cpu", "name": cpu_model()}  # labels of this machine: retrain extends them
     with open(path, "w") as handle:
@@ -1144,8 +1144,8 @@ def _retrain(labels, dtype):
 
 
 def test_a_float32_retrain_never_replaces_the_float64_model(tmp_path, monkeypatch, capsys):
-    from autospmv._decide import model_lookup as lookup
-    from autospmv._decide.model_store import device_slug, user_model_path
+    from autospmv._decide.model import lookup
+    from autospmv._decide.model.store import device_slug, user_model_path
 
     monkeypatch.setenv("AUTOSPMV_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("AUTOSPMV_MODEL", raising=False)
@@ -1172,7 +1172,7 @@ def test_a_float32_retrain_never_replaces_the_float64_model(tmp_path, monkeypatc
 
 def test_a_model_worse_than_the_best_fixed_kernel_is_not_installed(tmp_path, monkeypatch,
                                                                     capsys):
-    from autospmv._decide.model_store import device_slug, user_model_path
+    from autospmv._decide.model.store import device_slug, user_model_path
 
     monkeypatch.setenv("AUTOSPMV_HOME", str(tmp_path / "home"))
     path = user_model_path(device_slug("cpu"), "float64")
@@ -1372,7 +1372,7 @@ def test_written_files_get_the_umasks_mode(tmp_path, umask):
     file, but end with the mode a plain open() would give them."""
     import os
 
-    from autospmv._decide.model_store import write_atomically
+    from autospmv._decide.model.store import write_atomically
 
     previous = os.umask(umask)
     try:

@@ -15,7 +15,7 @@ from autospmv._decide.selection import Decision
 from autospmv._prepare.tuning import (MEASURE_GAIN, TUNE_CANDIDATES, TUNE_MARGIN, TUNE_PRODUCTS,
                                    measure, measure_candidates, measuring_pays)
 from autospmv._prepare.operator import SpMVOperator
-from autospmv._decide.model import TreeModel
+from autospmv._decide.model.tree import TreeModel
 from autospmv._support.validation import canonicalize
 from matrices import FAMILY, poisson2d
 
@@ -61,7 +61,7 @@ def test_measure_overrules_a_slow_prediction(monkeypatch):
 
 
 def test_without_a_model_the_rule_then_the_registry_order(monkeypatch):
-    monkeypatch.setattr("autospmv._decide.model_lookup.shipped_models", lambda: {})
+    monkeypatch.setattr("autospmv._decide.model.lookup.shipped_models", lambda: {})
     monkeypatch.delenv("AUTOSPMV_MODEL", raising=False)
     monkeypatch.setenv("AUTOSPMV_HOME", "/nonexistent-autospmv-home")
     op = autospmv.prepare(FAMILY["huge_row_among_short_300x3000"](), device="cpu",

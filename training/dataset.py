@@ -18,7 +18,7 @@ import math
 import numpy as np
 
 from autospmv import _registry as registry
-from autospmv._decide.features import FEATURE_NAMES
+from autospmv._decide.features.extract import FEATURE_NAMES
 from .records import LARGE_NNZ, TRAINING_MODES, is_noisy, target_mode
 
 

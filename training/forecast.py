@@ -36,7 +36,7 @@ def labelling_seconds(records) -> dict[str, tuple[int, float]]:
 
 def reference_labels(device: str) -> Path | None:
     """A shipped label file of ``device``'s kind ("cuda" or "cpu") to forecast with, or None."""
-    from autospmv._decide.model_lookup import shipped_models
+    from autospmv._decide.model.lookup import shipped_models
 
     folders = {path.parent / "labels" for path in shipped_models().values()}
     files = sorted(f for folder in folders for f in folder.glob(f"{device}-*.jsonl*"))

@@ -1,6 +1,6 @@
 """Labelling: time every kernel on every corpus matrix and write one JSON line per matrix.
 
-For each matrix the labeller canonicalises it, computes :func:`autospmv._decide.features.features`
+For each matrix the labeller canonicalises it, computes :func:`autospmv._decide.features.extract.features`
 (timed), and measures every kernel of the registry (:func:`autospmv.kernel_names`) with its
 chooser's parameters for the device, plus the parameter variants its registry entry names, which
 show whether the choosers choose well: ``csr_vector`` with every group size, ``hyb`` with every
@@ -76,7 +76,7 @@ import numpy as np
 
 import autospmv
 from autospmv import _registry as registry
-from autospmv._decide.features import features
+from autospmv._decide.features.extract import features
 from autospmv._support.timing import TimingOptions, relative_error, release_device_memory
 from autospmv._support.validation import canonicalize
 from autospmv.formats.base import FormatTooLargeError

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from autospmv._decide import selection as selector
-from autospmv._decide.model import CostModel
+from autospmv._decide.model.tree import CostModel
 from .dataset import Dataset, _time
 from .records import target_mode
 

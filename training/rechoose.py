@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 
 from autospmv import _registry as registry
-from autospmv._decide.features import features
+from autospmv._decide.features.extract import features
 from .label import best_kernels
 from .records import _rewrite, is_noisy, read_records, row_noise
 

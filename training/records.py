@@ -6,7 +6,7 @@ matrix is decided on (:func:`target_mode`), whether a record's timings stayed di
 (:func:`row_noise`, :func:`is_noisy`), and reading and appending the JSON-lines file, plain or
 gzip-compressed (:func:`read_records`, and the resumption and durable appends the labeller
 uses), and the lock a run holds on a labels file (:func:`labels_lock`, which the command
-line's ``models --remove`` shares, from :mod:`autospmv._decide.model_store`).
+line's ``models --remove`` shares, from :mod:`autospmv._decide.model.store`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import zlib
 from pathlib import Path
 
 from autospmv._decide.cost import launches_of_features
-from autospmv._decide.model_store import labels_lock  # noqa: F401 (the pipeline's lock)
+from autospmv._decide.model.store import labels_lock  # noqa: F401 (the pipeline's lock)
 from autospmv._support.timing import TimingOptions
 
 from .timing import QUICK

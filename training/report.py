@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from autospmv._decide.model import CostModel, TreeModel
+from autospmv._decide.model.tree import CostModel, TreeModel
 from .dataset import Dataset
 from .fitting import QUALITY_FLOOR, STREAMED_NNZ, Hyper, RegimeHyper
 from .records import LARGE_NNZ, NOISE_LIMIT

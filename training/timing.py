@@ -59,7 +59,7 @@ class Bench(_timing.Bench):
 
 def device_info(device: str) -> dict:
     """What the timings were taken on: GPU name, compute capability and driver, or CPU model."""
-    from autospmv._decide.model_store import cpu_model
+    from autospmv._decide.model.store import cpu_model
 
     info = {"device": device, "cpu": cpu_model(), "cpu_count": os.cpu_count(),
             "platform": platform.platform()}

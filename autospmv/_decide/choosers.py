@@ -16,7 +16,7 @@ tile height) and the parameter variants the labeller times.
 * CSR5's tile height σ (:func:`choose_sigma`).
 
 The choosers stand below the features: they read the row pointer through the compiled passes
-of :mod:`autospmv._decide.row_lengths` and x's locality through :func:`autospmv._decide.sampling.x_locality`.
+of :mod:`autospmv._decide.features.row_lengths` and x's locality through :func:`autospmv._decide.features.sampling.x_locality`.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from .._support.devices import CUDA_WARPS_IN_FLIGHT, check_device_name
 from .._support.threads import threaded_passes
 from ..formats.base import row_lengths
 from ..formats.csr5 import OMEGA
-from .row_lengths import row_length_counts, row_length_moments
-from .sampling import x_locality
+from .features.row_lengths import row_length_counts, row_length_moments
+from .features.sampling import x_locality
 
 
 # HYB's ELL width
@@ -116,7 +116,7 @@ VERY_SHORT_ROWS = 2
 """Mean row length below which the CUDA kernel runs faster with half the tile height."""
 
 SCATTERED_X = 0.9
-"""x locality (:func:`autospmv._decide.sampling.x_locality`, sectors of x per entry) from which the
+"""x locality (:func:`autospmv._decide.features.sampling.x_locality`, sectors of x per entry) from which the
 GPU takes σ = 8 on a matrix with tiles enough: each entry gathers its own piece of x, and more,
 shorter tiles keep more of those loads in flight (:func:`choose_sigma`)."""
 
@@ -140,7 +140,7 @@ multiple of it (see ``autospmv.kernels.cuda.csr5``)."""
 
 def choose_sigma(csr: sp.csr_matrix, device: str, x_locality: Callable[[], float]) -> int:
     """Tile height σ for ``device`` ("cpu" or "cuda"). ``x_locality()`` returns the matrix's
-    locality of x (:func:`autospmv._decide.sampling.x_locality`, a sample of the column indices); it is
+    locality of x (:func:`autospmv._decide.features.sampling.x_locality`, a sample of the column indices); it is
     called only where σ depends on it.
 
     CPU: twice the structural σ of :func:`structural_sigma`, since a CPU thread walks a tile's
@@ -289,7 +289,7 @@ def choose_hyb_width_of_lengths(values: np.ndarray, counts: np.ndarray, device: 
 
 def choose_csr5_sigma(csr: sp.csr_matrix, device: str) -> dict:
     """CSR5's tile height (:func:`choose_sigma`), which on the GPU reads
-    the locality of x from a sample of the column indices (:func:`autospmv._decide.sampling.x_locality`)
+    the locality of x from a sample of the column indices (:func:`autospmv._decide.features.sampling.x_locality`)
     when the matrix is large enough for it to matter."""
     sigma = choose_sigma(csr, check_device_name(device), lambda: x_locality(csr))
     return {"sigma": int(sigma)}

@@ -4,8 +4,8 @@ For every kernel, run with the parameters its chooser picks for the device
 (:mod:`autospmv._registry`), five numbers describe the work its GPU mapping does on the matrix.
 They are structural counts, which depend on the device only through those parameters; a
 trained model turns them into a time estimate per kernel with a linear cost model fitted on its
-device's labels (``training/fitting.py``, :class:`autospmv._decide.cost_model.CostModel`),
-and its tree reads the estimates. They are features like the others (:mod:`autospmv._decide.features`),
+device's labels (``training/fitting.py``, :class:`autospmv._decide.model.cost_model.CostModel`),
+and its tree reads the estimates. They are features like the others (:mod:`autospmv._decide.features.extract`),
 named ``<kernel>_<quantity>``:
 
 ========= =======================================================================================
@@ -102,7 +102,7 @@ class CostInputs:
     """Whether the passes over the row pointer run on numba's threads (a large matrix)."""
     group_sums: dict | None = None
     """:func:`_group_max_sum` by (rows per group, lanes), when the feature passes counted them
-    with the rest (on the GPU, :func:`autospmv._decide.device_passes.scan`)."""
+    with the rest (on the GPU, :func:`autospmv._decide.features.device_scan.scan`)."""
 
     @property
     def csr_bytes(self) -> int:

@@ -14,8 +14,8 @@ CSR tensors on a CUDA device. Their nonzeros never travel to the host:
   tile descriptors are computed on the device.
 * **The decision** (:func:`autospmv._decide.selection.decide`). With ``kernel=`` the kernel is
   used as on host input. Automatic selection on a matrix of more than
-  :data:`autospmv._decide.sampling.SAMPLE_THRESHOLD` nonzeros uses the model, with the features
-  a host matrix would get, counted on the GPU (:mod:`autospmv._decide.device_passes`): nothing
+  :data:`autospmv._decide.features.sampling.SAMPLE_THRESHOLD` nonzeros uses the model, with the features
+  a host matrix would get, counted on the GPU (:mod:`autospmv._decide.features.device_scan`): nothing
   of the nonzeros comes to the host. A smaller matrix is decided by the built-in rule of
   :func:`autospmv._decide.selection.rule_decision` (row lengths only). The decision's notes say
   which.

@@ -8,8 +8,8 @@ import time
 import numpy as np
 
 from .. import _registry as registry
-from .._decide.model_lookup import named_model
-from .._decide.sampling import SAMPLE_THRESHOLD
+from .._decide.model.lookup import named_model
+from .._decide.features.sampling import SAMPLE_THRESHOLD
 from .._decide.selection import Decision, decide, forced_decision
 from .background import (START_KERNEL, BackgroundSwitch, on_own_stream, snapshot_for_cpu,
                               snapshot_for_gpu, start_refused)

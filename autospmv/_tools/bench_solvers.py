@@ -285,7 +285,7 @@ def main(argv=None, prog: str = "autospmv bench --solver", matrices=None,
         for env_name in args.envs:
             log(f"configuration: {env_name} environment, {cores} cores")
             configs.append(run_config(args, env_name, cores))
-    from autospmv._decide.model_store import cpu_model, slugify
+    from autospmv._decide.model.store import cpu_model, slugify
     summary = summarise(configs)
     print_summary(summary)
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()

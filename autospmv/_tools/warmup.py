@@ -70,8 +70,8 @@ def _compile_index_range():
 
 def _compile_x_locality(matrices) -> list:
     """The sampled locality of x that CSR5's tile height reads on the GPU for matrices of more
-    tiles than the warm-up matrices have (:func:`autospmv._decide.sampling.x_locality`)."""
-    from .._decide.sampling import x_locality
+    tiles than the warm-up matrices have (:func:`autospmv._decide.features.sampling.x_locality`)."""
+    from .._decide.features.sampling import x_locality
 
     return [x_locality(A) for A in matrices]
 

@@ -94,7 +94,7 @@ class RowStructure:
     """The row pointer of a matrix whose nonzeros are elsewhere: what choosers and the rule read
     (``shape``, ``indptr``, ``nnz``, ``dtype``), and the matrix on the GPU, from which a chooser
     that reads a sample of the column indices gathers them
-    (:func:`autospmv._decide.sampling.x_locality`)."""
+    (:func:`autospmv._decide.features.sampling.x_locality`)."""
 
     shape: tuple[int, int]
     indptr: np.ndarray

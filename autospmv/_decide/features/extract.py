@@ -10,10 +10,10 @@ locality), parallel over numba's threads on large matrices
 
 This module defines the features and computes them in one pass of calls
 (:func:`canonical_features_and_lengths`): the rows to sample
-(:mod:`autospmv._decide.sampling`), the passes over the row pointer and the row-length
-statistics (:mod:`autospmv._decide.row_lengths`), the scan over the rows (block masks, sector
-stamps, the split between workers: :mod:`autospmv._decide.feature_scan`), or all passes on the
-GPU for a matrix there (:mod:`autospmv._decide.device_passes`), then the cost quantities
+(:mod:`autospmv._decide.features.sampling`), the passes over the row pointer and the row-length
+statistics (:mod:`autospmv._decide.features.row_lengths`), the scan over the rows (block masks, sector
+stamps, the split between workers: :mod:`autospmv._decide.features.scan`), or all passes on the
+GPU for a matrix there (:mod:`autospmv._decide.features.device_scan`), then the cost quantities
 (:mod:`autospmv._decide.cost`).
 
 Notation: m rows, n columns, ``len_i`` the number of stored entries of row i (explicit zeros
@@ -94,13 +94,13 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 
-from .._support.devices import target_device
-from .._support.threads import threaded_passes
-from .._support.validation import canonicalize
-from ..formats.base import DeviceCSR
-from . import device_passes
-from .cost import QUANTITY_NAMES, quantities, quantity_names
-from .feature_scan import (
+from ..._support.devices import target_device
+from ..._support.threads import threaded_passes
+from ..._support.validation import canonicalize
+from ...formats.base import DeviceCSR
+from . import device_scan
+from ..cost import QUANTITY_NAMES, quantities, quantity_names
+from .scan import (
     _BAND, _FULL, _NARROW, _ROW_SECTORS, _SAMPLED_NNZ, _SAMPLED_NNZ3, _TOUCHED, _WARP_SECTORS,
     BLOCK_SIZES, WINDOW_ROWS, _scan_parallel, _scan_serial, _scratch, _split_windows, _workers,
     band_and_diagonals, nonzero_counters, scratch_fits,
@@ -171,14 +171,14 @@ def canonical_features_and_lengths(csr: sp.csr_matrix, sample_rows: int | None =
     GPU. ``uploaded``: the same host matrix already on the GPU, where the passes run instead
     (the same features, see :func:`_scan`; :func:`autospmv.prepare` hands over the matrix it
     uploads). ``needed``: the names a caller reads (a model's
-    :meth:`~autospmv._decide.model.TreeModel.features_read`), or None for all; see
+    :meth:`~autospmv._decide.model.tree.TreeModel.features_read`), or None for all; see
     :func:`passes_needed` for what is then left out."""
     if sample_rows is not None and sample_rows < 1:
         raise ValueError(
             f"sample_rows must be a positive number of rows or None; got {sample_rows}"
         )
     if isinstance(csr, DeviceCSR):  # its passes run there (the tests' NumPy stand-in: here)
-        on_gpu = device_passes.runs_kernels(csr)
+        on_gpu = device_scan.runs_kernels(csr)
         csr, uploaded = (csr.structure(), csr) if on_gpu else (csr.to_host(), None)
     sampled, index_passes = passes_needed(needed)
     parallel = threaded_passes(csr.nnz)
@@ -189,7 +189,7 @@ def canonical_features_and_lengths(csr: sp.csr_matrix, sample_rows: int | None =
 
 INDEX_PASS_FEATURES = ("bandwidth", "bandwidth_rel", "diagonals", "diagonals_per_row")
 """The features a matrix on the GPU needs a pass over every column index for (reduced there,
-:func:`autospmv._decide.device_passes.scan`); on the host the scan's pass over every row computes
+:func:`autospmv._decide.features.device_scan.scan`); on the host the scan's pass over every row computes
 them anyway."""
 
 
@@ -244,7 +244,7 @@ def _scan(csr: sp.csr_matrix, sample_rows: int | None, uploaded=None, sampled: b
     ``sampled`` False: no window is scanned in detail and the sampled features are None.
 
     ``uploaded``: the same matrix on the GPU (:class:`autospmv.formats.base.DeviceCSR`). Then
-    every pass runs there (:func:`autospmv._decide.device_passes.scan`, the same values);
+    every pass runs there (:func:`autospmv._decide.features.device_scan.scan`, the same values);
     ``index_passes`` False leaves out the pass over every column index there, and the
     bandwidth and the diagonals are None (see :func:`passes_needed`). On the host the scan's
     pass over every row counts both anyway, and returns them; ``parallel``: its passes on
@@ -253,8 +253,8 @@ def _scan(csr: sp.csr_matrix, sample_rows: int | None, uploaded=None, sampled: b
     windows = sampled_windows(m, csr.nnz, sample_rows) if sampled else 0
     selected = select_windows(m, windows)
     shift, narrow = sector_shift_and_narrow(csr)
-    if uploaded is not None and device_passes.runs_kernels(uploaded):
-        counters, *rest = device_passes.scan(uploaded, selected if sampled else None, shift,
+    if uploaded is not None and device_scan.runs_kernels(uploaded):
+        counters, *rest = device_scan.scan(uploaded, selected if sampled else None, shift,
                                              narrow, index_passes)
         return (None if counters is None else _sampled_features(counters), *rest)
     indptr, indices = csr.indptr, csr.indices

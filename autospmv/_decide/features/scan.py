@@ -1,5 +1,5 @@
 """The numba scan over a canonical CSR matrix's rows, whose counters the features
-(:mod:`autospmv._decide.features`) read.
+(:mod:`autospmv._decide.features.extract`) read.
 
 The scan walks the rows in windows of :data:`WINDOW_ROWS` (one warp): every row for the
 row-length histogram, the bandwidth and the occupied diagonals, and the rows of the windows
@@ -11,7 +11,7 @@ drawn for detail also for the block, x-sector and narrow-band counters (the entr
 worker's would outweigh the matrix (:func:`scratch_fits`: far more columns than nonzeros), the
 same counters are counted over the nonzeros instead, by sorting keys per group of rows
 (:func:`nonzero_counters`, :func:`band_and_diagonals`), in memory bounded by the nonzeros.
-The passes over the row pointer alone are in :mod:`autospmv._decide.row_lengths`.
+The passes over the row pointer alone are in :mod:`autospmv._decide.features.row_lengths`.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from __future__ import annotations
 import numpy as np
 from numba import prange
 
-from ..kernels import WARP, njit
-from ..kernels.cpu import specialisations
+from ...kernels import WARP, njit
+from ...kernels.cpu import specialisations
 
 BLOCK_SIZES = (2, 3, 4, 8)
 """The b of the b×b block counters (2, 4 and 8 from one 8×8 bit mask, 3 from its own)."""
@@ -76,7 +76,7 @@ matrix). Fewer workers than threads only coarsens the work split."""
 def _scratch_shapes(m: int, n: int, bins: int, detail: bool = True) -> list[tuple[int, type]]:
     """One worker's row of each scratch array: (length, dtype), in :func:`_scratch` order.
     The row-length histogram has ``bins`` columns
-    (:func:`autospmv._decide.row_lengths.histogram_bins`: none when the lengths are sorted
+    (:func:`autospmv._decide.features.row_lengths.histogram_bins`: none when the lengths are sorted
     instead); the detail arrays (sectors, block masks) have none when no window is scanned in
     detail (``detail`` False)."""
     d = int(detail)

@@ -13,10 +13,10 @@ import math
 
 import numpy as np
 
-from ..formats.base import to_host
-from ..kernels import njit
-from . import device_passes
-from .feature_scan import _SAMPLED_NNZ, _WARP_SECTORS, WINDOW_ROWS
+from ...formats.base import to_host
+from ...kernels import njit
+from . import device_scan
+from .scan import _SAMPLED_NNZ, _WARP_SECTORS, WINDOW_ROWS
 
 SAMPLE_THRESHOLD = 1 << 17
 """Above this many nonzeros the sampled features are sampled by default."""
@@ -40,7 +40,7 @@ def x_locality(csr) -> float:
     milliseconds. With at most :data:`SAMPLE_TARGET_NNZ` nonzeros every window is read and the
     value is the feature's. ``csr``: a canonical host matrix, or the
     :class:`autospmv.formats.base.RowStructure` of a matrix on the GPU, whose sampled windows are
-    then counted there (:func:`autospmv._decide.device_passes.window_counters`)."""
+    then counted there (:func:`autospmv._decide.features.device_scan.window_counters`)."""
     m, n = csr.shape
     nnz = int(csr.nnz)
     if m == 0 or nnz == 0:
@@ -49,8 +49,8 @@ def x_locality(csr) -> float:
     windows = drawn_windows(-(-m // WINDOW_ROWS), sampled_windows(m, nnz, rows))
     shift, narrow = sector_shift_and_narrow(csr)
     matrix = getattr(csr, "device_matrix", None)
-    if matrix is not None and device_passes.runs_kernels(matrix):
-        counters = to_host(device_passes.window_counters(matrix, windows, shift, narrow))
+    if matrix is not None and device_scan.runs_kernels(matrix):
+        counters = to_host(device_scan.window_counters(matrix, windows, shift, narrow))
         return safe_ratio(int(counters[_WARP_SECTORS]), int(counters[_SAMPLED_NNZ]), 0.0)
     positions, offsets = window_positions(csr.indptr, windows, m)
     indices = (csr if matrix is None else matrix).indices[positions]

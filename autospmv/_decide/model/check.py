@@ -1,10 +1,10 @@
 """What a valid tree model is: the checks a model's parts pass before it may predict.
 
-:class:`autospmv._decide.model.TreeModel` runs :func:`_check` on every construction (from a fitted
-classifier, a file or a dict), and :class:`autospmv._decide.cost_model.CostModel` checks its
+:class:`autospmv._decide.model.tree.TreeModel` runs :func:`_check` on every construction (from a fitted
+classifier, a file or a dict), and :class:`autospmv._decide.model.cost_model.CostModel` checks its
 coefficients with :func:`_array`. They live apart from the tree's prediction code so that
 both models share one set of checks and one set of error messages; the file layout they
-enforce is described in :mod:`autospmv._decide.model`'s docstring. Every check raises ValueError
+enforce is described in :mod:`autospmv._decide.model.tree`'s docstring. Every check raises ValueError
 naming the first problem found.
 """
 
@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .. import _registry as registry
+from ... import _registry as registry
 
 LEAF = -1
 """Child index marking a leaf (scikit-learn's ``TREE_LEAF``)."""
@@ -29,7 +29,7 @@ _TREE_KEYS = (
 
 def _default_features() -> tuple[str, ...] | None:
     try:
-        from .features import feature_names
+        from ..features.extract import feature_names
     except ImportError:
         return None
     return feature_names()
@@ -54,7 +54,7 @@ def _check(feature_names, classes, tree, provenance, known_features, known_kerne
         unknown = [f for f in features if f not in known_features]
         if unknown:
             raise ValueError(f"unknown feature names: {', '.join(unknown)}; this autospmv "
-                             "computes the names in autospmv._decide.features.FEATURE_NAMES")
+                             "computes the names in autospmv._decide.features.extract.FEATURE_NAMES")
     known_kernels = registry.names() if known_kernels is None else tuple(known_kernels)
     unknown = [c for c in classes if c not in known_kernels]
     if unknown:

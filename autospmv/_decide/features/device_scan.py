@@ -1,5 +1,5 @@
 """The feature passes over a matrix on the GPU: the host scan's counts
-(:mod:`autospmv._decide.feature_scan`), computed there by the kernels of
+(:mod:`autospmv._decide.features.scan`), computed there by the kernels of
 :mod:`autospmv.kernels.cuda.feature_passes`.
 
 What comes back to the host is a few totals, one imbalance ratio per warp of rows and the
@@ -7,7 +7,7 @@ row-length histogram; the nonzeros stay on the GPU. The kernels ship compiled fo
 models are for, so a first :func:`autospmv.prepare` there compiles nothing to decide (the host
 scan is numba code, compiled on a first run). Every value equals the host scan's: the counters
 are integers, and the warp ratios are divided as on the host and summed on the host in its
-order (:func:`autospmv._decide.row_lengths.chunked_ratio_sum`).
+order (:func:`autospmv._decide.features.row_lengths.chunked_ratio_sum`).
 
 A matrix whose arrays are NumPy arrays (the tests' stand-in for a matrix on the GPU, see
 :class:`autospmv.formats.base.DeviceCSR`) runs the kernels only under numba-cuda's simulator
@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._support.devices import cuda_simulator
-from ..formats.base import to_host
-from .feature_scan import WINDOW_ROWS
+from ..._support.devices import cuda_simulator
+from ...formats.base import to_host
+from .scan import WINDOW_ROWS
 from .row_lengths import chunked_ratio_sum, lengths_counted
 
 FLAG_THREADS = 1 << 16
@@ -35,14 +35,14 @@ def runs_kernels(csr) -> bool:
 
 def scan(csr, selected: np.ndarray | None, shift: int, narrow: int, index_passes: bool = True
          ) -> tuple:
-    """What the host scan returns for ``csr`` (``autospmv._decide.features._scan``), counted on
+    """What the host scan returns for ``csr`` (``autospmv._decide.features.extract._scan``), counted on
     the GPU: the detail counters (in the order of the host scan's sums) of the windows flagged
     in ``selected`` (None: no detail), for x sectors of ``1 << shift`` columns and a narrow band
     of half-width ``narrow``; the bandwidth and the number of occupied diagonals (None when not
     ``index_passes``); the warp imbalance sum; the distinct row lengths and their counts; and
     the cost quantities' sums over groups of rows
     (:attr:`autospmv._decide.cost.CostInputs.group_sums`)."""
-    from ..kernels.cuda import feature_passes as kernels
+    from ...kernels.cuda import feature_passes as kernels
 
     m, n = csr.shape
     nnz = csr.nnz
@@ -88,7 +88,7 @@ def window_counters(csr, windows: np.ndarray, shift: int, narrow: int,
     ``shift`` and ``narrow``); ``selected`` flags every drawn window (default: those of
     ``windows``), which decides the 3-row block rows that cross from one window into the
     next."""
-    from ..kernels.cuda import feature_passes as kernels
+    from ...kernels.cuda import feature_passes as kernels
 
     m = csr.shape[0]
     xp = csr.xp
@@ -111,8 +111,8 @@ def _launcher(csr):
     """``launch(kernel, threads, args)``: the kernel on ``threads`` threads (blocks of
     :data:`~autospmv.kernels.cuda.feature_passes.BLOCK`), queued on CuPy's current stream, or
     run by numba-cuda's simulator."""
-    from ..kernels.cuda import feature_passes as kernels
-    from ..kernels.cuda.launch import launch_once
+    from ...kernels.cuda import feature_passes as kernels
+    from ...kernels.cuda.launch import launch_once
 
     def launch(kernel, threads: int, args: list) -> None:
         launch_once(kernel, threads, kernels.BLOCK, args, csr.xp)
