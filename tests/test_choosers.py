@@ -201,7 +201,7 @@ def test_parameters_from_the_scans_histogram_are_the_choosers(name, kind, kernel
 def test_hyb_width_chooser_is_cusps_rule_on_the_row_lengths(name):
     # The chooser counts the histogram in compiled passes; the rule reads the lengths.
     from autospmv.formats.base import row_lengths
-    from autospmv._decide.choosers import default_hyb_width
+    from autospmv.formats.hyb import default_hyb_width
 
     csr = canonicalize(ALL[name]())
     assert choosers.choose_hyb_width(csr, "cuda") == {"width": default_hyb_width(row_lengths(csr))}

@@ -10,7 +10,8 @@ import pytest
 import scipy.sparse as sp
 from matrices import ALL
 
-from autospmv._decide.cost import QUANTITY_NAMES, launches_of_features, quantities
+from autospmv._decide.cost import launches_of_features
+from autospmv._decide.features.quantities import QUANTITY_NAMES, quantities
 from autospmv._decide.choosers import choose_csr5_sigma, choose_hyb_width, choose_threads_per_row
 from autospmv._registry import KERNELS
 from autospmv._support.validation import canonicalize

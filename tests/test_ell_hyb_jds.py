@@ -13,10 +13,9 @@ import scipy.sparse as sp
 import autospmv
 from autospmv.formats.base import FormatTooLargeError, row_lengths
 from autospmv.formats.ell import ELL_SMALL, ELLFormat
-from autospmv._decide.choosers import (
-    default_hyb_width, width_cost, width_cusp, width_cusp_of_histogram, width_quantile,
+from autospmv.formats.hyb import (
+    HYBFormat, default_hyb_width, width_cost, width_cusp, width_cusp_of_histogram, width_quantile,
 )
-from autospmv.formats.hyb import HYBFormat
 from autospmv.formats.jds import JDSFormat
 from autospmv.kernels.cpu import coo as cpu_coo
 from autospmv.kernels.cpu import ell as cpu_ell

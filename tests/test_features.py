@@ -24,7 +24,7 @@ from autospmv._decide.features.extract import (
 )
 from autospmv._support import threads as cpu_threads
 from autospmv._decide.features import row_lengths
-from autospmv._decide.choosers import width_cost
+from autospmv.formats.hyb import width_cost
 from autospmv._decide.features.sampling import SAMPLE_THRESHOLD, SAMPLE_TOLERANCE
 from autospmv._support.devices import target_device
 from autospmv._support.validation import canonicalize

@@ -30,7 +30,7 @@ import numpy as np
 from scipy.optimize import nnls
 from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
 
-from autospmv._decide.cost import QUANTITY_NAMES
+from autospmv._decide.features.quantities import QUANTITY_NAMES
 from autospmv._decide.features.extract import FEATURE_NAMES
 from autospmv._decide.model.tree import CostModel, TreeModel
 from .dataset import Dataset

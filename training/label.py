@@ -127,7 +127,7 @@ def configurations(csr, device: str, variants: bool = True) -> tuple[list[Config
     if not variants:
         return chosen, []
     extra = [_variant_config(spec.name, strategy, params) for spec in registry.specs()
-             for strategy, params in spec.variants(csr)]
+             for strategy, params in spec.variants_of(csr)]
     return chosen, extra
 
 

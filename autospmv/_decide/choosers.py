@@ -6,13 +6,11 @@ host ``indptr``) and returns the kernel's parameters as a dict; the ``*_of_lengt
 compute the same from the row-length histogram that the feature scan builds anyway. The
 registry (:mod:`autospmv._registry`) names each kernel's chooser; the cost quantities
 (:mod:`autospmv._decide.cost`) count each kernel's work with the parameters chosen here. This module
-also holds the strategies the choosers and the labeller pick among (HYB's ELL width, CSR5's
-tile height) and the parameter variants the labeller times.
+also holds CSR5's tile heights and the parameter variants the labeller times.
 
 * CSR-vector's group size (:func:`choose_threads_per_row`);
-* HYB's ELL width, a pure function of the row lengths (after Ginkgo's ``hybrid.hpp``):
-  :func:`width_quantile`, :func:`width_cusp` (CUSP's rule, the chooser's: :data:`default_hyb_width`)
-  and :func:`width_cost` (a time model, which the features report as ``hyb_width``);
+* HYB's ELL width, one of the format's width strategies (:mod:`autospmv.formats.hyb`, CUSP's
+  rule by default);
 * CSR5's tile height σ (:func:`choose_sigma`).
 
 The choosers stand below the features: they read the row pointer through the compiled passes
@@ -30,77 +28,11 @@ from .._support.devices import CUDA_WARPS_IN_FLIGHT, check_device_name
 from .._support.threads import threaded_passes
 from ..formats.base import row_lengths
 from ..formats.csr5 import OMEGA
+from ..formats.hyb import (
+    default_hyb_width_of_histogram, width_cost, width_cusp, width_quantile,
+)
 from .features.row_lengths import row_length_counts, row_length_moments
 from .features.sampling import x_locality
-
-
-# HYB's ELL width
-
-
-def _histogram(lengths) -> tuple[int, np.ndarray]:
-    """Number of rows and ``count[k]`` = rows of length exactly k, for k = 0..max (int64)."""
-    lengths = np.asarray(lengths, dtype=np.int64)
-    if lengths.size and lengths.min() < 0:
-        raise ValueError("row lengths must be non-negative")
-    return lengths.size, np.bincount(lengths, minlength=1)
-
-
-def _rows_reaching(count: np.ndarray) -> np.ndarray:
-    """``reach[k]`` = rows of length >= k, for k = 0..max."""
-    return np.cumsum(count[::-1])[::-1]
-
-
-def width_quantile(row_lengths, q: float = 2 / 3) -> int:
-    """The smallest K such that at least a fraction ``q`` of the rows have length <= K."""
-    if not 0 <= q <= 1:
-        raise ValueError(f"q must lie in [0, 1]; got {q}")
-    m, count = _histogram(row_lengths)
-    if m == 0:
-        return 0
-    return int(np.searchsorted(np.cumsum(count), q * m, side="left"))
-
-
-def width_cusp(row_lengths) -> int:
-    """CUSP's ELL width for HYB: the largest K that at least ``max(4096, m/3)`` rows reach.
-
-    "Reach" means length >= K. 0 when no K > 0 qualifies (in particular below 4096 rows: CUSP
-    then leaves everything to COO).
-    """
-    m, count = _histogram(row_lengths)
-    reach = _rows_reaching(count)
-    ok = (3 * reach >= m) & (reach >= 4096)
-    ok[0] = True
-    return int(np.flatnonzero(ok)[-1])
-
-
-def width_cost(row_lengths, coo_cost: float = 3.0) -> int:
-    """The K in 0..max minimising ``m*K + coo_cost * overflow(K)``; ties go to the smallest K.
-
-    ``overflow(K) = sum(max(0, len - K))`` is the number of entries left to COO. Computed in
-    O(m + max) from the histogram: ``overflow(K) = sum over j > K of rows reaching j``.
-    """
-    m, count = _histogram(row_lengths)
-    reach = _rows_reaching(count)
-    overflow = np.append(np.cumsum(reach[:0:-1])[::-1], 0)  # overflow[K], K = 0..max
-    cost = m * np.arange(reach.size, dtype=np.float64) + coo_cost * overflow
-    return int(np.argmin(cost))
-
-
-def width_cusp_of_histogram(values, counts) -> int:
-    """:func:`width_cusp` from the distinct row lengths (ascending) and their counts, the
-    histogram the feature extractor builds anyway. Between two distinct lengths the number of
-    rows reaching K does not change, so the largest qualifying K is one of the lengths."""
-    values = np.asarray(values, dtype=np.int64)
-    counts = np.asarray(counts, dtype=np.int64)
-    reach = np.cumsum(counts[::-1])[::-1]  # rows of length >= values[j]
-    ok = (3 * reach >= counts.sum()) & (reach >= 4096) & (values > 0)
-    return int(values[ok][-1]) if ok.any() else 0
-
-
-default_hyb_width = width_cusp
-"""The width strategy the registry's parameter chooser uses."""
-default_hyb_width_of_histogram = width_cusp_of_histogram
-"""The same strategy from a row-length histogram (:mod:`autospmv._decide.cost`)."""
 
 
 # CSR5's tile height
@@ -270,7 +202,7 @@ def _threads_per_row(m: int, nnz: int, squares: float, longest: int) -> int:
 
 
 def choose_hyb_width(csr: sp.csr_matrix, device: str) -> dict:
-    """HYB's ELL width (CUSP's rule, :data:`default_hyb_width`), from the
+    """HYB's ELL width (CUSP's rule, :data:`autospmv.formats.hyb.default_hyb_width`), from the
     row-length histogram counted in two compiled passes over the row pointer."""
     m = csr.shape[0]
     if m == 0:

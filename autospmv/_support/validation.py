@@ -30,7 +30,7 @@ import numpy as np
 import scipy.sparse as sp
 from numba import prange
 
-from ..kernels.cpu import specialisations
+from .jit import specialisations
 from .threads import threaded_passes
 
 SUPPORTED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))

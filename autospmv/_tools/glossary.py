@@ -10,7 +10,7 @@ table). The full definitions, with the edge cases, are in :mod:`autospmv._decide
 from __future__ import annotations
 
 from .. import _registry as registry
-from .._decide.cost import QUANTITIES
+from .._decide.features.quantities import QUANTITIES
 from .._registry import KERNELS
 
 _STRUCTURE = {

@@ -13,7 +13,7 @@ import numpy as np
 from numba import prange
 
 from .._support.threads import threaded_passes
-from ..kernels.cpu import specialisations
+from .._support.jit import specialisations
 
 
 def _mark(columns, marked):

@@ -23,8 +23,7 @@ from __future__ import annotations
 import numpy as np
 from numba import prange
 
-from ..kernels import njit
-from ..kernels.cpu import specialisations
+from .._support.jit import njit, specialisations
 
 _TASK_NNZ = 1 << 16
 """Nonzeros per task of :func:`row_tasks` (a task is at least one row)."""
@@ -52,7 +51,7 @@ def row_tasks(indptr: np.ndarray, rows_per_block: int = 1) -> np.ndarray:
 
 def _jit(function):
     """A parallel conversion pass, compiled and called like the CPU kernels'
-    (:func:`autospmv.kernels.cpu.specialisations`): under a lock while numba's threading layer
+    (:func:`autospmv._support.jit.specialisations`): under a lock while numba's threading layer
     is ``workqueue``, which aborts when two threads run parallel work at once, and serially in
     a process forked after GNU OpenMP started."""
     return specialisations(function)[1]

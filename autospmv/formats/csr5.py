@@ -56,7 +56,7 @@ import dataclasses
 import numpy as np
 import scipy.sparse as sp
 
-from ..kernels import njit
+from .._support.jit import njit
 from . import convert
 from .base import SparseFormat
 

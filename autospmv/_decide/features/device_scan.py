@@ -41,7 +41,7 @@ def scan(csr, selected: np.ndarray | None, shift: int, narrow: int, index_passes
     of half-width ``narrow``; the bandwidth and the number of occupied diagonals (None when not
     ``index_passes``); the warp imbalance sum; the distinct row lengths and their counts; and
     the cost quantities' sums over groups of rows
-    (:attr:`autospmv._decide.cost.CostInputs.group_sums`)."""
+    (:attr:`autospmv._decide.features.quantities.CostInputs.group_sums`)."""
     from ...kernels.cuda import feature_passes as kernels
 
     m, n = csr.shape

@@ -14,7 +14,7 @@ This module defines the features and computes them in one pass of calls
 statistics (:mod:`autospmv._decide.features.row_lengths`), the scan over the rows (block masks, sector
 stamps, the split between workers: :mod:`autospmv._decide.features.scan`), or all passes on the
 GPU for a matrix there (:mod:`autospmv._decide.features.device_scan`), then the cost quantities
-(:mod:`autospmv._decide.cost`).
+(:mod:`autospmv._decide.features.quantities`).
 
 Notation: m rows, n columns, ``len_i`` the number of stored entries of row i (explicit zeros
 count: the structure is what a kernel sees), "warp" a group of 32 consecutive rows (the last
@@ -99,7 +99,7 @@ from ..._support.threads import threaded_passes
 from ..._support.validation import canonicalize
 from ...formats.base import DeviceCSR
 from . import device_scan
-from ..cost import QUANTITY_NAMES, quantities, quantity_names
+from .quantities import QUANTITY_NAMES, quantities, quantity_names
 from .scan import (
     _BAND, _FULL, _NARROW, _ROW_SECTORS, _SAMPLED_NNZ, _SAMPLED_NNZ3, _TOUCHED, _WARP_SECTORS,
     BLOCK_SIZES, WINDOW_ROWS, _scan_parallel, _scan_serial, _scratch, _split_windows, _workers,
@@ -239,7 +239,7 @@ def _scan(csr: sp.csr_matrix, sample_rows: int | None, uploaded=None, sampled: b
     (:data:`SAMPLED_FEATURES`, from the summed counters), the bandwidth, the number of occupied
     diagonals, the sum of the warp imbalance ratios, the distinct row lengths with their
     counts, and the cost quantities' sums over groups of rows when they were counted with the
-    rest (else None: :func:`autospmv._decide.cost.quantities` counts them).
+    rest (else None: :func:`autospmv._decide.features.quantities.quantities` counts them).
 
     ``sampled`` False: no window is scanned in detail and the sampled features are None.
 

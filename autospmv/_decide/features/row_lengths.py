@@ -21,8 +21,8 @@ import math
 import numpy as np
 from numba import prange
 
-from ...kernels import WARP, njit
-from ...kernels.cpu import specialisations
+from ..._support.devices import WARP
+from ..._support.jit import njit, specialisations
 
 
 

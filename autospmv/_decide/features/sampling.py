@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from ...formats.base import to_host
-from ...kernels import njit
+from ..._support.jit import njit
 from . import device_scan
 from .scan import _SAMPLED_NNZ, _WARP_SECTORS, WINDOW_ROWS
 

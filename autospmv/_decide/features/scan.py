@@ -19,8 +19,8 @@ from __future__ import annotations
 import numpy as np
 from numba import prange
 
-from ...kernels import WARP, njit
-from ...kernels.cpu import specialisations
+from ..._support.devices import WARP
+from ..._support.jit import njit, specialisations
 
 BLOCK_SIZES = (2, 3, 4, 8)
 """The b of the b×b block counters (2, 4 and 8 from one 8×8 bit mask, 3 from its own)."""

@@ -23,8 +23,9 @@ import numba
 import numpy as np
 
 from ...formats.csr5 import OMEGA
+from ..._support.jit import specialisations
 from .. import unsigned
-from . import NNZ_PER_TASK, specialisations, use_parallel
+from . import NNZ_PER_TASK, use_parallel
 
 
 def _csr5(tile_ptr, bit_flag, y_offset, indices, data, x, y, sigma, tiles_per_task):

@@ -29,9 +29,10 @@ import numba
 import numpy as np
 from numba import uint64
 
+from ..._support.jit import specialisations
 from ..._support.threads import choose_threads
 from .. import njit, unsigned
-from . import bind_threaded, specialisations
+from . import bind_threaded
 
 
 @njit(inline="always")
