@@ -21,7 +21,7 @@ from autospmv import __main__ as cli
 from autospmv._decide.model.tree import TreeModel
 from matrices import poisson2d
 from autospmv.training import label
-from autospmv.training.records import _append, read_records
+from autospmv.training.records import append_record, read_records
 from autospmv.training.__main__ import main as training_main
 
 REPO = Path(__file__).resolve().parent.parent
@@ -350,13 +350,13 @@ def test_gzip_labels_resume_after_a_cut(tmp_path, some_labels):
     records = _as_cpu_labels(some_labels[:3])
     path = tmp_path / "labels.jsonl.gz"
     for record in records:
-        _append(path, record)
+        append_record(path, record)
     path.write_bytes(path.read_bytes()[:-20])  # the last record's gzip member cut short
     assert read_records(path) == records[:2]
     summary = label.label([], path, "cpu", progress=False)  # resumes: nothing left to label
     assert (summary["labelled"], summary["skipped"]) == (0, 0)
     assert gzip.decompress(path.read_bytes()).decode().count("\n") == 2  # cut member dropped
-    _append(path, records[2])
+    append_record(path, records[2])
     assert read_records(path) == records
 
 

@@ -165,8 +165,8 @@ def test_cubin_bytes_are_taken_as_numba_cuda_returns_them():
     class ObjectCode:  # how numba-cuda returns a cubin when it links through cuda.core
         code = b"linked"
 
-    assert cubins._image(b"linked") == cubins._image(ObjectCode()) == b"linked"
-    assert cubins._image(object()) is None
+    assert cubins.cubin_bytes(b"linked") == cubins.cubin_bytes(ObjectCode()) == b"linked"
+    assert cubins.cubin_bytes(object()) is None
 
 
 def test_entries_are_written_whole(tmp_path, monkeypatch, loads):

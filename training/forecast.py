@@ -16,7 +16,7 @@ import numpy as np
 from .records import read_records
 
 
-def _predicted_seconds(history: list[tuple[int, float]], nnz: int) -> float:
+def predicted_seconds(history: list[tuple[int, float]], nnz: int) -> float:
     """Time for a matrix of ``nnz``: that of the nearest size labelled so far, scaled up
     linearly if this one is larger."""
     if not history:
@@ -103,5 +103,5 @@ class Forecast:
         return self.speed * sum(self.expected(entry) for entry in entries)
 
 
-def _minutes(seconds: float) -> str:
+def minutes_text(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"

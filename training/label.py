@@ -81,9 +81,9 @@ from autospmv._support.timing import TimingOptions, relative_error, release_devi
 from autospmv._support.validation import canonicalize
 from autospmv.formats.base import FormatTooLargeError
 from . import corpus as corpus_module
-from .forecast import Forecast, _minutes, _predicted_seconds
+from .forecast import Forecast, minutes_text, predicted_seconds
 from .generators import power_law
-from .records import (SCHEMA, TIMING_MODES, _append, _resume, is_noisy, row_noise,
+from .records import (SCHEMA, TIMING_MODES, append_record, resume_records, is_noisy, row_noise,
                       target_mode)
 from .timing import TOLERANCE, Bench, device_info, require_real_gpu
 
@@ -307,7 +307,7 @@ def label(entries, out, device: str = "cpu", *, dtype: str = "float64",
     out = Path(out)
     timing = dataclasses.asdict(options)
     run_info = {"device": device_info(device), "versions": library_versions(), "timing": timing}
-    done = _resume(out, device, dtype, timing, machine=run_info["device"]["name"])
+    done = resume_records(out, device, dtype, timing, machine=run_info["device"]["name"])
     pending = [e for e in entries if e.name not in done]
     summary = {"labelled": 0, "skipped": len(entries) - len(pending), "remaining": 0,
                "failures": {}}
@@ -320,9 +320,9 @@ def label(entries, out, device: str = "cpu", *, dtype: str = "float64",
     summary["estimated_seconds"] = forecast.remaining(pending)
     if pending:
         budget = ("" if budget_seconds is None
-                  else f"; the budget stops it after {_minutes(budget_seconds)}")
+                  else f"; the budget stops it after {minutes_text(budget_seconds)}")
         bar.write(f"labelling {len(pending)} matrices ({sum(e.nnz for e in pending):,} nonzeros) "
-                  f"on {device}: about {_minutes(summary['estimated_seconds'])} at the pace of "
+                  f"on {device}: about {minutes_text(summary['estimated_seconds'])} at the pace of "
                   f"{forecast.source}{budget}; the estimate follows this machine's pace as it "
                   "goes", file=sys.stderr)
     if pending and time.perf_counter() < deadline:
@@ -330,7 +330,7 @@ def label(entries, out, device: str = "cpu", *, dtype: str = "float64",
     last = None  # the forecast counts from record to record, as in its reference run
 
     def in_time(entry) -> bool:
-        return time.perf_counter() + _predicted_seconds(history, entry.nnz) <= deadline
+        return time.perf_counter() + predicted_seconds(history, entry.nnz) <= deadline
 
     with joblib.Parallel(n_jobs=jobs) as parallel:
         for position, (entry, loaded) in enumerate(
@@ -339,12 +339,12 @@ def label(entries, out, device: str = "cpu", *, dtype: str = "float64",
                 break
             csr, load_ms, canonicalize_ms = loaded
             left = min(forecast.remaining(pending[position:]), deadline - time.perf_counter())
-            bar.set_postfix_str(f"about {_minutes(left)} left; {entry.name}")
+            bar.set_postfix_str(f"about {minutes_text(left)} left; {entry.name}")
             entry_started = time.perf_counter()
             record = label_matrix(entry, csr, device, options, variants)
             record.update(load_ms=load_ms, canonicalize_ms=canonicalize_ms, **run_info,
                           date=datetime.datetime.now(datetime.timezone.utc).isoformat())
-            _append(out, record)
+            append_record(out, record)
             history.append((entry.nnz, time.perf_counter() - entry_started))
             forecast.record(entry, time.perf_counter() - (last or entry_started))
             last = time.perf_counter()

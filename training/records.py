@@ -81,7 +81,7 @@ def _decode(path) -> tuple[str, bool]:
     """(the text of a labels file, whether its bytes were complete).
 
     gzip files (recognised by their magic bytes, whatever their name) are decompressed member
-    by member, because :func:`_append` adds one gzip member per record; a member cut short by
+    by member, because :func:`append_record` adds one gzip member per record; a member cut short by
     a crash yields what it holds and makes the result incomplete. Plain files are complete by
     definition: a cut line is recognised by its missing newline.
     """
@@ -149,7 +149,7 @@ def _with_launches(record: dict) -> dict:
     return dict(record, features=upgraded)
 
 
-def _resume(path: Path, device: str, dtype: str, timing: dict | None = None,
+def resume_records(path: Path, device: str, dtype: str, timing: dict | None = None,
             machine: str | None = None) -> set[str]:
     """Names already labelled in ``path`` (created empty if missing), after dropping an
     unfinished last line (or, in a gzip file, an unfinished last member). Records of another
@@ -169,7 +169,7 @@ def _resume(path: Path, device: str, dtype: str, timing: dict | None = None,
     text, intact = _decode(path)
     records = _parse(text, path)
     if not intact or (text and not text.endswith("\n")):
-        _rewrite(path, text[:text.rfind("\n") + 1])
+        rewrite_records(path, text[:text.rfind("\n") + 1])
     for record in records:
         if record["dtype"] != dtype or record["device"]["device"] != device:
             raise ValueError(
@@ -196,7 +196,7 @@ def _timing_name(timing: dict) -> str:
     return "--quick" if timing == dataclasses.asdict(QUICK) else "full timing"
 
 
-def _rewrite(path: Path, text: str) -> None:
+def rewrite_records(path: Path, text: str) -> None:
     """Replace ``path`` by ``text`` (compressed if the file is), atomically."""
     data = text.encode("utf-8")
     if _compressed(path):
@@ -209,7 +209,7 @@ def _rewrite(path: Path, text: str) -> None:
     os.replace(partial, path)
 
 
-def _append(path: Path, record: dict) -> None:
+def append_record(path: Path, record: dict) -> None:
     """Append one record as a line, durably; to a gzip file as a gzip member of its own, so
     that a crash can only damage the last record."""
     data = (json.dumps(record, allow_nan=False) + "\n").encode("utf-8")

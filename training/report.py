@@ -213,7 +213,7 @@ def _defaults_section(table: list[dict]) -> str:
     return "\n\n".join(parts)
 
 
-def _report(ds: Dataset, model: TreeModel, scores: dict, records, mode: str) -> str:
+def report_text(ds: Dataset, model: TreeModel, scores: dict, records, mode: str) -> str:
     hyper, cv, folds = scores["hyper"], scores["cv"], scores["folds"]
     device = (records[0].get("device") or {}).get("name", "unknown device")
     labels, counts = np.unique(ds.labels, return_counts=True)

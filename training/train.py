@@ -125,7 +125,7 @@ from .fitting import QUALITY_FLOOR, Fitted, fit
 from .metrics import (BANDS, band_rows, cost_policy, mean_metrics, measure_policy, policies,
                       selection_metrics, tree_policy)
 from .records import LARGE_NNZ, read_records
-from .report import _report
+from .report import report_text
 
 @dataclasses.dataclass
 class TrainResult:
@@ -282,7 +282,7 @@ def train(records, *, mode: str = "auto", n_splits: int = 5, grid=GRID,
               "noisy": ds.noisy, "repeats": [selection_metrics(ds.times, o) for o in oofs]
               if folds else [], "bands": bands, "guard": verdict, "held_out": held_out,
               "defaults": default_table}
-    report = _report(ds, model, scores, records, mode)
+    report = report_text(ds, model, scores, records, mode)
     return TrainResult(model, report, scores)
 
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from ... import _registry as registry
-from .check import _array
+from .check import float_array
 
 
 ROW_LENGTH_CAP = 32
@@ -135,7 +135,7 @@ class CostModel:
             raise ValueError(f"unknown kernel names in the cost model: {', '.join(unknown)}")
         table = {}
         for kernel, row in coefficients.items():
-            row = _array(row, f"cost_model {what} of {kernel}")
+            row = float_array(row, f"cost_model {what} of {kernel}")
             if (row.shape != (len(cls.REGRESSORS),) or (row < 0).any()
                     or (row > cls.MAX_COEFFICIENT).any()):
                 raise ValueError(f"cost_model {what} of {kernel} must be "

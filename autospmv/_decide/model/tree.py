@@ -41,7 +41,7 @@ import numpy as np
 
 from .cost_model import CostModel
 from .default_policy import DefaultPolicy, Override, margins
-from .check import LEAF, LEAF_FEATURE, _check, _default_features
+from .check import LEAF, LEAF_FEATURE, check_tree, default_feature_names
 from .file import LOADER_ERRORS, document, read_document, read_json
 from .store import write_atomically
 
@@ -95,7 +95,7 @@ class TreeModel:
     """A validated decision tree over matrix features whose classes are kernel names.
 
     Build one with :meth:`from_sklearn`, :meth:`load` or :meth:`from_dict`; the constructor
-    validates its arguments like :meth:`load` does (see :func:`autospmv._decide.model.check._check`).
+    validates its arguments like :meth:`load` does (see :func:`autospmv._decide.model.check.check_tree`).
     """
 
     def __init__(self, feature_names, classes, tree: Mapping, provenance: Mapping | None = None,
@@ -111,10 +111,10 @@ class TreeModel:
             if missing:
                 raise ValueError(f"the cost model has no coefficients for {', '.join(missing)}")
         if known_features is None:
-            known_features = _default_features()
+            known_features = default_feature_names()
         if known_features is not None and cost_model is not None:
             known_features = (*known_features, *cost_model.derived_names)
-        _check(feature_names, classes, tree, provenance, known_features, known_kernels,
+        check_tree(feature_names, classes, tree, provenance, known_features, known_kernels,
                negative_values=ranking == "correction")
         if defaults is not None:
             unknown = [b.kernel for b in defaults.bands if b.kernel not in classes]

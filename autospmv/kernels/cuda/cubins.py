@@ -235,11 +235,11 @@ def function_handle(dispatcher, argtypes) -> int:
     library = dispatcher.compile(argtypes)._codelibrary
     handle = int(library.get_cufunc().handle)
     if not library._setup_functions and not library._teardown_functions:
-        _store(key, _image(library.get_cubin()), library._entry_name)
+        _store(key, cubin_bytes(library.get_cubin()), library._entry_name)
     return handle
 
 
-def _image(cubin) -> bytes | None:
+def cubin_bytes(cubin) -> bytes | None:
     """The bytes of a linked cubin: numba-cuda returns them as they are, or, linking through
     ``cuda.core``, inside an ``ObjectCode`` (its ``code``); None for anything else."""
     image = getattr(cubin, "code", cubin)

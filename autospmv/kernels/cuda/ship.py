@@ -111,7 +111,7 @@ def compile_cubin(dispatcher, argtypes, cc) -> tuple[str, bytes] | None:
     functions. Needs a CUDA context (numba-cuda reads the current device while compiling)."""
     from numba.cuda import dispatcher as cuda_dispatcher
 
-    from .cubins import _image
+    from .cubins import cubin_bytes
 
     current = cuda_dispatcher.get_current_device
     cuda_dispatcher.get_current_device = lambda: pytypes.SimpleNamespace(
@@ -124,7 +124,7 @@ def compile_cubin(dispatcher, argtypes, cc) -> tuple[str, bytes] | None:
     if library._setup_functions or library._teardown_functions:
         return None
     arch = (cc[0], cc[1], "a" if tuple(cc) >= (9, 0) else "")
-    image = _image(library.get_cubin(cc=arch))
+    image = cubin_bytes(library.get_cubin(cc=arch))
     return None if image is None else (library._entry_name, image)
 
 
