@@ -64,7 +64,7 @@ def calls(monkeypatch) -> collections.Counter:
 
         monkeypatch.setattr(owner, name, counted, raising=False)
 
-    count(FEATURES, "_scan", "features")
+    count(FEATURES, "scan_rows", "features")
     count(CostModel, "estimates", "estimates")
     count(TreeModel, "_walk", "walk")
     return counts

@@ -82,7 +82,7 @@ def test_the_shipped_kernels_cover_every_launch_of_the_passes(monkeypatch):
                                                           np.float64).argtypes))
         return launch
 
-    monkeypatch.setattr(device_passes, "_launcher", recording_launcher)
+    monkeypatch.setattr(device_passes, "launcher", recording_launcher)
     csr = canonicalize(power_law(300, 200, 1.6, 1))
     stand_in = DeviceCSR(csr.shape, csr.indptr, csr.indices, csr.data, csr.indptr.copy(), np)
     selected = np.ones(-(-csr.shape[0] // 32), np.uint8)

@@ -15,13 +15,8 @@ from matrices import ALL, random_matrix
 from test_cost import cost_reference
 
 import autospmv
-from autospmv._decide.features.extract import (
-    BLOCK_SIZES,
-    FEATURE_NAMES,
-    SAMPLED_FEATURES,
-    WINDOW_ROWS,
-    features,
-)
+from autospmv._decide.features.extract import FEATURE_NAMES, SAMPLED_FEATURES, features
+from autospmv._decide.features.scan import BLOCK_SIZES, WINDOW_ROWS
 from autospmv._support import threads as cpu_threads
 from autospmv._decide.features import row_lengths
 from autospmv.formats.hyb import width_cost

@@ -24,7 +24,6 @@ from matrices import FAMILY
 
 ROOT = Path(__file__).resolve().parent.parent
 from autospmv._decide.features import scan as feature_scan
-from autospmv._decide.features import extract as FEATURES_MODULE
 from autospmv._decide.features.sampling import SAMPLE_THRESHOLD
 
 MEASURE = textwrap.dedent("""
@@ -106,7 +105,7 @@ def test_counting_over_the_nonzeros_gives_the_scans_values(name, monkeypatch):
         for sample_rows in (None, 40):
             scanned = autospmv.features(A, sample_rows=sample_rows, device="cpu")
             with monkeypatch.context() as patch:
-                patch.setattr(FEATURES_MODULE, "scratch_fits", lambda *args: False)
+                patch.setattr(feature_scan, "scratch_fits", lambda *args: False)
                 counted = autospmv.features(A, sample_rows=sample_rows, device="cpu")
             assert counted == scanned, (dtype, sample_rows)
 
@@ -123,8 +122,8 @@ def test_a_wide_matrix_is_counted_over_its_nonzeros_and_sampled_like_the_scan(mo
                        np.arange(m + 1) * per_row), shape=(m, n))
     assert A.nnz > SAMPLE_THRESHOLD
     calls = []
-    counters = FEATURES_MODULE.nonzero_counters
-    monkeypatch.setattr(FEATURES_MODULE, "nonzero_counters",
+    counters = feature_scan.nonzero_counters
+    monkeypatch.setattr(feature_scan, "nonzero_counters",
                         lambda *args: calls.append(1) or counters(*args))
     counted = autospmv.features(A, device="cpu")
     assert calls
