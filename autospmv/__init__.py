@@ -35,11 +35,11 @@ _cache.configure()  # before any numba function is defined: see autospmv/_suppor
 from ._support import threads as _threads  # noqa: E402, F401, I001
 from ._decide.features.extract import features  # noqa: E402
 from ._decide.selection import Decision  # noqa: E402
+from ._prepare.operator import SpMVOperator  # noqa: E402
+from ._prepare.prepare import prepare, select  # noqa: E402
 from ._registry import KERNELS, KernelSpec, Param, register, unregister  # noqa: E402
 from ._registry import names as kernel_names  # noqa: E402
-from ._prepare.operator import SpMVOperator  # noqa: E402
 from ._support.devices import cuda_available  # noqa: E402
-from ._prepare.prepare import prepare, select  # noqa: E402
 from .formats.base import FormatTooLargeError, SparseFormat  # noqa: E402
 from .solvers import bicgstab, cg, gmres, minres  # noqa: E402
 

@@ -34,14 +34,15 @@ import scipy.sparse as sp
 
 from . import Decision, prepare, select
 from . import _registry as registry
-from ._decide.model import lookup
 from ._decide import selection as selector
-from ._decide.model.store import (device_slug, split_stem, user_data_dir, user_model_path,
-                                  written_name)
+from ._decide.model import lookup
+from ._decide.model.store import (
+    device_slug, split_stem, user_data_dir, user_model_path, written_name,
+)
 from ._support import devices, timing
 from ._support.devices import DEVICES
-from ._support.validation import SUPPORTED_DTYPES, canonicalize, load_matrix_file
 from ._support.threads import requested_threads
+from ._support.validation import SUPPORTED_DTYPES, canonicalize, load_matrix_file
 from ._tools import glossary
 from ._tools.cli_checks import OneLineParser, bounded
 from ._tools.examples import demo_matrices

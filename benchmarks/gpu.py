@@ -50,7 +50,7 @@ from autospmv.formats.base import FormatTooLargeError  # noqa: E402
 from autospmv._support.validation import canonicalize  # noqa: E402
 from autospmv.training.label import Config, configurations  # noqa: E402
 from autospmv._support.timing import (TimingOptions, relative_error,  # noqa: E402
-                                  release_device_memory)
+                                      release_device_memory)
 from autospmv.training.timing import TOLERANCE, Bench  # noqa: E402
 
 VECTORS = 4

@@ -53,7 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import autospmv  # noqa: E402
 from autospmv._support.devices import resolve_device  # noqa: E402
 from autospmv._support.timing import (Bench, TimingOptions, clock, relative_error,  # noqa: E402
-                             release_device_memory)
+                                      release_device_memory)
 from autospmv._support.validation import canonicalize  # noqa: E402
 
 OURS = "autospmv"

@@ -13,7 +13,7 @@ from sklearn.tree import DecisionTreeClassifier
 import autospmv
 from autospmv._decide.selection import Decision
 from autospmv._prepare.tuning import (MEASURE_GAIN, TUNE_CANDIDATES, TUNE_MARGIN, TUNE_PRODUCTS,
-                                   measure, measure_candidates, measuring_pays)
+                                      measure, measure_candidates, measuring_pays)
 from autospmv._prepare.operator import SpMVOperator
 from autospmv._decide.model.tree import TreeModel
 from autospmv._support.validation import canonicalize

@@ -83,7 +83,7 @@ from autospmv.formats.base import FormatTooLargeError
 from . import corpus as corpus_module
 from .forecast import Forecast, minutes_text, predicted_seconds
 from .generators import power_law
-from .records import (SCHEMA, TIMING_MODES, append_record, resume_records, is_noisy, row_noise,
+from .records import (SCHEMA, TIMING_MODES, append_record, is_noisy, resume_records, row_noise,
                       target_mode)
 from .timing import TOLERANCE, Bench, device_info, require_real_gpu
 

@@ -17,7 +17,7 @@ from .dataset import Dataset
 from .fitting import QUALITY_FLOOR, STREAMED_NNZ, Hyper, RegimeHyper
 from .records import LARGE_NNZ, NOISE_LIMIT
 from .metrics import (best_fixed, chooser_quality, fixed_policy, rule_policy,
-                              selection_metrics)
+                      selection_metrics)
 
 
 def _table(headers, rows) -> str:

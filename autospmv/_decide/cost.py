@@ -56,10 +56,10 @@ import numpy as np
 from numba import prange
 
 from .. import _registry as registry
-from ..formats.csr5 import OMEGA
-from ..formats.hyb import default_hyb_width_of_histogram
 from .._support.devices import WARP
 from .._support.jit import specialisations
+from ..formats.csr5 import OMEGA
+from ..formats.hyb import default_hyb_width_of_histogram
 from . import choosers
 from .features.quantities import INDEX_BYTES, CostInputs
 

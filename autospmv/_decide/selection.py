@@ -30,8 +30,8 @@ from .. import _registry as registry
 from .._support.cache import compile_timer
 from ..formats.base import DeviceCSR, longest_row
 from .features.extract import canonical_features_and_lengths, passes_needed
-from .model.lookup import ModelChoice, find_model, warn_skipped
 from .features.sampling import SAMPLE_THRESHOLD
+from .model.lookup import ModelChoice, find_model, warn_skipped
 
 LONG_ROW = 1024
 """Rows longer than this make the rule choose :data:`RULE_LONG` (also the row threshold of the

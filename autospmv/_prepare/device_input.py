@@ -28,9 +28,9 @@ CSR tensors on a CUDA device. Their nonzeros never travel to the host:
 
 from __future__ import annotations
 
-from ..formats.base import DeviceCSR
 from .._support import devices
 from .._support.validation import index_dtype, value_dtype
+from ..formats.base import DeviceCSR
 
 
 def is_device_matrix(A) -> bool:

@@ -15,17 +15,18 @@ import scipy.sparse as sp
 
 from .. import _registry as registry
 from .._decide.selection import Decision, forced_decision
+from .._support.cache import compile_timer
+from .._support.devices import check_device, resolve_device
+from .._support.threads import check_threads
+from .._support.validation import (
+    borrows, canonicalize, check_out, check_vector, index_dtype, result_dtype,
+)
 from ..formats.base import DeviceCSR, FormatTooLargeError, SparseFormat
 from ..formats.coo import COOFormat
 from ..kernels.cpu.backend import CpuBackend
 from . import background
-from .._support.cache import compile_timer
 from .device_input import canonical_device_csr, is_device_matrix, transposed, upload_csr
-from .._support.devices import check_device, resolve_device
 from .linear_operator import LinearOperator
-from .._support.threads import check_threads
-from .._support.validation import (borrows, canonicalize, check_out, check_vector, index_dtype,
-                         kept_host_arrays, own_arrays, result_dtype)
 
 
 class SpMVOperator(LinearOperator):
@@ -489,6 +490,22 @@ class SpMVOperator(LinearOperator):
 
     def _transpose(self):
         return self.transpose_operator()
+
+
+def kept_host_arrays(fmt, source) -> tuple:
+    """The host arrays of an operator: its CPU format's (None on the GPU) and those of the
+    host CSR it keeps for its transpose, if any."""
+    arrays = list(fmt.arrays().values()) if fmt is not None else []
+    if isinstance(source, sp.csr_matrix):
+        arrays += [source.data, source.indices, source.indptr]
+    return tuple(arrays)
+
+
+def own_arrays(fmt, sources: tuple):
+    """``fmt`` with copies of its arrays (also those of nested formats) that may share memory
+    with any of ``sources``."""
+    return fmt.map_arrays(lambda a: a.copy() if isinstance(a, np.ndarray) and any(
+        np.may_share_memory(a, s) for s in sources) else a)
 
 
 _MULTI_VECTOR_SET_UP = threading.Lock()

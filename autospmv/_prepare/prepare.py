@@ -8,18 +8,20 @@ import time
 import numpy as np
 
 from .. import _registry as registry
-from .._decide.model.lookup import named_model
 from .._decide.features.sampling import SAMPLE_THRESHOLD
+from .._decide.model.lookup import named_model
 from .._decide.selection import Decision, decide, forced_decision
-from .background import (START_KERNEL, BackgroundSwitch, on_own_stream, snapshot_for_cpu,
-                              snapshot_for_gpu, start_refused)
-from .device_input import canonical_device_csr, is_device_matrix, upload_for
 from .._support.devices import check_device, resolve_device, target_device
-from .operator import SpMVOperator
 from .._support.threads import check_threads
-from .tuning import measure, measuring_pays
 from .._support.validation import borrows, canonicalize
 from ..formats.base import FormatTooLargeError, longest_row
+from .background import (
+    START_KERNEL, BackgroundSwitch, on_own_stream, snapshot_for_cpu, snapshot_for_gpu,
+    start_refused,
+)
+from .device_input import canonical_device_csr, is_device_matrix, upload_for
+from .operator import SpMVOperator
+from .tuning import measure, measuring_pays
 
 
 def select(A, *, kernel: str | None = None, device: str | None = None, model=None) -> Decision:

@@ -460,19 +460,3 @@ def check_out(out, m: int, dtype: np.dtype, x: np.ndarray, kept: tuple = ()) -> 
     for array in kept:
         if np.may_share_memory(out, array):
             raise ValueError(OUT_OVERLAPS_MATRIX)
-
-
-def kept_host_arrays(fmt, source) -> tuple:
-    """The host arrays of an operator: its CPU format's (None on the GPU) and those of the
-    host CSR it keeps for its transpose, if any."""
-    arrays = list(fmt.arrays().values()) if fmt is not None else []
-    if isinstance(source, sp.csr_matrix):
-        arrays += [source.data, source.indices, source.indptr]
-    return tuple(arrays)
-
-
-def own_arrays(fmt, sources: tuple):
-    """``fmt`` with copies of its arrays (also those of nested formats) that may share memory
-    with any of ``sources``."""
-    return fmt.map_arrays(lambda a: a.copy() if isinstance(a, np.ndarray) and any(
-        np.may_share_memory(a, s) for s in sources) else a)

@@ -8,8 +8,8 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.linalg import LinearOperator
 
-from . import _build, _comm
 from .._support.validation import canonicalize, result_dtype
+from . import _build, _comm
 from ._partition import check_bounds, even_bounds, row_partition
 from ._tasks import connected, naming_lost_workers, on_workers
 from ._vector import DistributedVector, Layout, is_dask_array

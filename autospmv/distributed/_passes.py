@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 from numba import prange
 
-from .._support.threads import threaded_passes
 from .._support.jit import specialisations
+from .._support.threads import threaded_passes
 
 
 def _mark(columns, marked):

@@ -52,9 +52,9 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from .check import LEAF, LEAF_FEATURE
 from .cost_model import CostModel
 from .default_policy import DefaultPolicy
-from .check import LEAF, LEAF_FEATURE
 
 FORMAT = "autospmv-tree"
 SCHEMA_VERSION = 5

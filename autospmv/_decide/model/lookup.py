@@ -36,9 +36,10 @@ from pathlib import Path
 
 import numpy as np
 
+from .store import (
+    DTYPES, device_slug, model_dtype, retrained_paths, split_stem, user_data_dir, written_name,
+)
 from .tree import TreeModel
-from .store import (DTYPES, device_slug, model_dtype, retrained_paths, split_stem,
-                          user_data_dir, written_name)
 
 
 @dataclasses.dataclass(frozen=True)

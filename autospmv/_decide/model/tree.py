@@ -39,9 +39,9 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .check import LEAF, LEAF_FEATURE, check_tree, default_feature_names
 from .cost_model import CostModel
 from .default_policy import DefaultPolicy, Override, margins
-from .check import LEAF, LEAF_FEATURE, check_tree, default_feature_names
 from .file import LOADER_ERRORS, document, read_document, read_json
 from .store import write_atomically
 

@@ -22,8 +22,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from ...formats.csr5 import OMEGA
 from ..._support.jit import specialisations
+from ...formats.csr5 import OMEGA
 from .. import unsigned
 from . import NNZ_PER_TASK, use_parallel
 

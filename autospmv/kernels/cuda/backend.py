@@ -44,8 +44,8 @@ from numba import cuda
 from ..._support.validation import OUT_OVERLAPS_X, result_dtype, unsupported_vector
 from ...formats.base import DeviceCSR
 from ...formats.csr import CSRFormat
-from .launch import SIMULATOR, DeviceProgram, device_pointer, upload
 from .checked_vectors import FIXED_POINTER_MODULES, RememberedProducts
+from .launch import SIMULATOR, DeviceProgram, device_pointer, upload
 
 if not SIMULATOR:
     from cuda.bindings import driver
