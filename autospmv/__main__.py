@@ -3,18 +3,19 @@
 Run as ``python -m autospmv`` or ``autospmv`` (the installed entry point).
 
 ``explain`` and ``bench`` take ``--model FILE`` to decide with a model file instead of the one
-found for the device (see :func:`autospmv._decide.model.lookup.find_model`); ``info`` says which model that
-is and why. ``retrain`` runs ``python -m autospmv.training retrain`` with the same options;
-``models`` lists the models it installed beside the shipped ones, and ``models --remove`` deletes
-them.
+found for the device (see :func:`autospmv._decide.model.lookup.find_model`); ``info`` says which
+model that is and why. ``retrain`` runs ``python -m autospmv.training retrain`` with the same
+options; ``models`` lists the models it installed beside the shipped ones, and ``models --remove``
+deletes them.
 
-``demo`` and ``bench`` time with autospmv's one timer (:mod:`autospmv._support.timing`, the labeller's):
-``bench``'s rows, every kernel and the baseline (SciPy's ``A @ x`` on the CPU, cuSPARSE's through
-CuPy on the GPU), are timed together by one :class:`autospmv._support.timing.Bench` on the same vectors,
-in the same interleaved rounds: each row's "µs per call" is its per-call median (one synchronised
-call between two readings of the device's clock; the kernels fill ``out=``, the baseline
-allocates its result, as it does in use). ``demo``'s figures and ``select()`` are timed per call
-on the same clocks (:func:`autospmv._support.timing.time_calls`).
+``demo`` and ``bench`` time with autospmv's one timer (:mod:`autospmv._support.timing`, the
+labeller's): ``bench``'s rows, every kernel and the baseline (SciPy's ``A @ x`` on the CPU,
+cuSPARSE's through CuPy on the GPU), are timed together by one
+:class:`autospmv._support.timing.Bench` on the same vectors, in the same interleaved rounds: each
+row's "µs per call" is its per-call median (one synchronised call between two readings of the
+device's clock; the kernels fill ``out=``, the baseline allocates its result, as it does in use).
+``demo``'s figures and ``select()`` are timed per call on the same clocks
+(:func:`autospmv._support.timing.time_calls`).
 
 User mistakes (a missing or unreadable file, an unknown kernel, a damaged model) end with a
 one-line error and exit status 2, not a traceback.

@@ -85,8 +85,8 @@ class KernelSpec:
     """Every parameter the kernel takes, with its allowed values (:meth:`check_params`)."""
     cost: str | Callable | None = None
     """``module:function`` ``quantities(inputs) -> (bytes, work, span, atomics, launches)``
-    over a :class:`autospmv._decide.features.quantities.CostInputs`: the kernel's cost quantities (see
-    :mod:`autospmv._decide.cost`).
+    over a :class:`autospmv._decide.features.quantities.CostInputs`: the kernel's cost quantities
+    (see :mod:`autospmv._decide.cost`).
     None: the kernel has none (a model's cost model cannot then estimate it)."""
     variants: str | Callable[[sp.csr_matrix], list[tuple[str, Callable[[], dict]]]] | None = None
     """``module:function`` giving the parameter variants the labeller times besides the
@@ -94,10 +94,10 @@ class KernelSpec:
     returning the parameters (the labeller records an exception it raises as that variant's
     failure). None: no variants (:meth:`variants_of`)."""
     choose_params_of_lengths: str | Callable[[np.ndarray, np.ndarray, str], dict] | None = None
-    """``module:function`` returning what :attr:`choose_params` returns, computed from the matrix's row-length histogram
-    (the distinct row lengths, ascending, and how many rows have each) and the device kind,
-    for a chooser that reads nothing else of the matrix. A caller that already holds the
-    histogram (an automatic decision: the feature scan builds it) then does not compute the
+    """``module:function`` returning what :attr:`choose_params` returns, computed from the matrix's
+    row-length histogram (the distinct row lengths, ascending, and how many rows have each) and the
+    device kind, for a chooser that reads nothing else of the matrix. A caller that already holds
+    the histogram (an automatic decision: the feature scan builds it) then does not compute the
     row lengths again. None: :attr:`choose_params` is always called."""
 
     def check_params(self, params: dict) -> dict:

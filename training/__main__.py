@@ -16,9 +16,9 @@
 ``retrain`` labels a corpus sized for this machine's device within the time budget (default
 15 minutes on a GPU with the ``default`` corpus, 30 minutes on the CPU with ``small``), trains,
 prints the report and installs the model where autospmv looks for it
-(:func:`autospmv._decide.model.store.user_model_path`: ``<device>-<dtype>.json``, so a float32 retrain never
-replaces the float64 model), but only if its cross-validated score beats the best fixed kernel
-on the same labels (:func:`.train.guard`); otherwise the previous model stays and the
+(:func:`autospmv._decide.model.store.user_model_path`: ``<device>-<dtype>.json``, so a float32
+retrain never replaces the float64 model), but only if its cross-validated score beats the best
+fixed kernel on the same labels (:func:`.train.guard`); otherwise the previous model stays and the
 reason is printed. The labels are kept in the same per-user folder
 (``labels/<device>-<dtype>.jsonl``), so an interrupted retrain continues where it stopped;
 ``--fresh`` deletes them first and starts over. Labels timed with other options (``--quick``)

@@ -211,8 +211,8 @@ def _preset(preset: str) -> dict:
 
 def load_file(path: str) -> sp.csr_matrix:
     """A matrix from ``.npz`` (``scipy.sparse.save_npz``) or ``.mtx`` (Matrix Market), read by
-    :func:`autospmv._support.validation.load_matrix_file`: a malformed file raises a ValueError naming
-    it before SciPy converts its arrays."""
+    :func:`autospmv._support.validation.load_matrix_file`: a malformed file raises a ValueError
+    naming it before SciPy converts its arrays."""
     return sp.csr_matrix(load_matrix_file(path))
 
 

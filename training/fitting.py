@@ -226,7 +226,8 @@ class Fitted:
 
     def export(self, provenance: dict | None = None, defaults=None) -> TreeModel:
         """The model file's content: the tree, its cost model, how its leaves rank and the
-        default kernels (:class:`autospmv._decide.model.default_policy.DefaultPolicy`) it may override."""
+        default kernels (:class:`autospmv._decide.model.default_policy.DefaultPolicy`) it may
+        override."""
         return TreeModel.from_sklearn(
             self.tree, self.feature_names, provenance, cost_model=self.cost_model,
             ranking="correction" if self.objective == "correction" else "value",

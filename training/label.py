@@ -1,14 +1,15 @@
 """Labelling: time every kernel on every corpus matrix and write one JSON line per matrix.
 
-For each matrix the labeller canonicalises it, computes :func:`autospmv._decide.features.extract.features`
-(timed), and measures every kernel of the registry (:func:`autospmv.kernel_names`) with its
-chooser's parameters for the device, plus the parameter variants its registry entry names, which
-show whether the choosers choose well: ``csr_vector`` with every group size, ``hyb`` with every
-width strategy and ``csr5`` with every tile height (:mod:`autospmv._decide.choosers`:
-``THREADS_PER_ROW_VARIANTS``, ``HYB_STRATEGIES``, ``CSR5_SIGMAS``). A configuration whose
-parameters equal one already measured is not timed again; its record repeats the measurement.
-All configurations of a matrix are built and checked first and then timed together, interleaved
-(:meth:`autospmv._support.timing.Bench.time_all`, through :class:`training.timing.Bench`).
+For each matrix the labeller canonicalises it, computes
+:func:`autospmv._decide.features.extract.features` (timed), and measures every kernel of the
+registry (:func:`autospmv.kernel_names`) with its chooser's parameters for the device, plus the
+parameter variants its registry entry names, which show whether the choosers choose well:
+``csr_vector`` with every group size, ``hyb`` with every width strategy and ``csr5`` with every
+tile height (:mod:`autospmv._decide.choosers`: ``THREADS_PER_ROW_VARIANTS``, ``HYB_STRATEGIES``,
+``CSR5_SIGMAS``). A configuration whose parameters equal one already measured is not timed again;
+its record repeats the measurement. All configurations of a matrix are built and checked first and
+then timed together, interleaved (:meth:`autospmv._support.timing.Bench.time_all`, through
+:class:`training.timing.Bench`).
 
 Each configuration gets a status:
 

@@ -1,4 +1,5 @@
-"""The labeller's side of the timer: :mod:`autospmv._support.timing` plus what only labelling needs.
+"""The labeller's side of the timer: :mod:`autospmv._support.timing` plus what only labelling
+needs.
 
 The timer itself (the clocks, ``TimingOptions``, ``summary``, ``relative_error``, ``Bench``
 with its interleaved rounds and contention check, ``noise_ratio``) lives in

@@ -66,8 +66,8 @@ Objectives (what a tree is fitted to):
     targets, and the cost of a mistake is its slowdown. The floor (½) says that a kernel at
     half the best speed is a wrong choice however slow it is, so that the 100–1000× slowdowns
     of one-thread-per-row kernels on long rows do not dominate the squared error.
-    It is exported in the classifier layout of :class:`autospmv._decide.model.tree.TreeModel`: a node's
-    value for kernel k is ``Σ w_i · log(max(q_ik, floor) / floor)`` over its training
+    It is exported in the classifier layout of :class:`autospmv._decide.model.tree.TreeModel`: a
+    node's value for kernel k is ``Σ w_i · log(max(q_ik, floor) / floor)`` over its training
     matrices (w_i their sample weight), normalised to sum to 1, a non-negative score whose
     argmax is the leaf's choice and whose order is the fallback order.
 

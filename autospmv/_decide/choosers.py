@@ -14,7 +14,8 @@ also holds CSR5's tile heights and the parameter variants the labeller times.
 * CSR5's tile height σ (:func:`choose_sigma`).
 
 The choosers stand below the features: they read the row pointer through the compiled passes
-of :mod:`autospmv._decide.features.row_lengths` and x's locality through :func:`autospmv._decide.features.sampling.x_locality`.
+of :mod:`autospmv._decide.features.row_lengths` and x's locality through
+:func:`autospmv._decide.features.sampling.x_locality`.
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ For every kernel, run with the parameters its chooser picks for the device
 They are structural counts, which depend on the device only through those parameters; a
 trained model turns them into a time estimate per kernel with a linear cost model fitted on its
 device's labels (``training/fitting.py``, :class:`autospmv._decide.model.cost_model.CostModel`),
-and its tree reads the estimates. They are features like the others (:mod:`autospmv._decide.features.extract`),
-named ``<kernel>_<quantity>``:
+and its tree reads the estimates. They are features like the others
+(:mod:`autospmv._decide.features.extract`), named ``<kernel>_<quantity>``:
 
 ========= =======================================================================================
 bytes     memory traffic: the format's arrays once, x once per column and y once per row

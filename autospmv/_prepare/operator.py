@@ -38,7 +38,8 @@ class SpMVOperator(LinearOperator):
     ``format``, the converted storage the CPU kernel runs on (None on the GPU: the format lives
     in device memory only, and the host copy is released after the upload); ``memory``, the
     bytes the operator holds, ``{"host": ..., "device": ...}``, and ``nbytes``, their sum;
-    ``threads`` (on the CPU, the most threads a product uses; see :mod:`autospmv._support.threads`).
+    ``threads`` (on the CPU, the most threads a product uses; see
+    :mod:`autospmv._support.threads`).
 
     The operator is a snapshot of A: changing A afterwards changes neither ``op`` nor ``op.T``.
     Besides what it runs, it keeps what :meth:`transpose_operator` builds Aᵀ from when first

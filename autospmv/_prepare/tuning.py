@@ -36,8 +36,8 @@ held-out matrices grown to 2·10⁷ nonzeros (0.6–1.2 % in geometric mean, by 
 in the ``tune="measure"`` benchmark, ``benchmarks/tune_measure.py``)."""
 TUNE_TIMING = dict(warmup=1, repeats=3, min_repeats=3, max_seconds=0.02, b2b_calls=10,
                    b2b_repeats=3, vectors=2, rounds=2, retries=1)
-"""The timer's options for ``tune="measure"`` (:class:`autospmv._support.timing.TimingOptions`): a few
-batches of back-to-back products per candidate, interleaved, enough to order kernels that
+"""The timer's options for ``tune="measure"`` (:class:`autospmv._support.timing.TimingOptions`): a
+few batches of back-to-back products per candidate, interleaved, enough to order kernels that
 differ by more than a few per cent."""
 
 

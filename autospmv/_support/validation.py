@@ -295,8 +295,8 @@ def _vector_length(array, fmt: str, name: str) -> int:
 
 COMPILED_MIN_SIZE = 1 << 20
 """Index arrays from this many entries get their range in one compiled pass (on numba's
-threads by :func:`autospmv._support.threads.threaded_passes`) instead of NumPy's two; below, NumPy's
-passes cost less than loading the compiled code."""
+threads by :func:`autospmv._support.threads.threaded_passes`) instead of NumPy's two; below,
+NumPy's passes cost less than loading the compiled code."""
 
 
 def _index_range(index):

@@ -23,8 +23,8 @@ median wall times are reported. Solvers stop at 1e-8 relative tolerance or ``MAX
 ``op @ x`` then ``dot`` is timed against its parts on every matrix as well.
 
 Wall time of whole solver runs, not of products, is the figure here, so the timing loops are
-this module's own rather than the labeller's timer (:class:`autospmv._support.timing.Bench`, which times
-one operator's products); its child processes may also import another version of autospmv,
+this module's own rather than the labeller's timer (:class:`autospmv._support.timing.Bench`, which
+times one operator's products); its child processes may also import another version of autospmv,
 for comparisons, which need not have that timer.
 
 Each configuration runs in its own process: the default environment, and the BLAS limited to one

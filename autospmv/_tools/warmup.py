@@ -1,8 +1,8 @@
 """Compile everything autospmv runs on a device ahead of time (``python -m autospmv warmup``).
 
 numba compiles a function for each combination of argument types on its first call, then keeps
-the machine code in its on-disk cache (:mod:`autospmv._support.cache`), from which later processes load
-it far faster than compiling. :func:`warmup` makes those first calls for every kernel on two
+the machine code in its on-disk cache (:mod:`autospmv._support.cache`), from which later processes
+load it far faster than compiling. :func:`warmup` makes those first calls for every kernel on two
 matrices per value dtype: a small one (the serial CPU specialisations, below
 :data:`autospmv.kernels.cpu.PARALLEL_MIN_NNZ`) and a larger one (the parallel ones and the
 feature scan's threaded path: about a million nonzeros), each through
@@ -11,8 +11,8 @@ with a float64 x: the float64-accumulating specialisations that SciPy's solvers 
 float64 right-hand side), and the multi-vector products (``op @ X``: the kernels for a few and
 for many columns, with X of the same dtypes). The feature scan, the prediction and the sampled
 locality of x that CSR5's tile height reads are compiled the same way, and the index range
-check that validates large matrices (:func:`autospmv._support.validation.index_range`) for both index
-dtypes. Matrices with int64 indices (more than 2**31 - 1 nonzeros or rows) use other
+check that validates large matrices (:func:`autospmv._support.validation.index_range`) for both
+index dtypes. Matrices with int64 indices (more than 2**31 - 1 nonzeros or rows) use other
 specialisations, compiled on first use. On a GPU whose compute capability the package ships
 cubins for, with the numba-cuda version they were built with (:mod:`autospmv.kernels.cuda.cubins`),
 the GPU kernels load from those and only the CPU code (the feature scan, the prediction) compiles.
@@ -70,7 +70,8 @@ def _compile_index_range():
 
 def _compile_x_locality(matrices) -> list:
     """The sampled locality of x that CSR5's tile height reads on the GPU for matrices of more
-    tiles than the warm-up matrices have (:func:`autospmv._decide.features.sampling.x_locality`)."""
+    tiles than the warm-up matrices have
+    (:func:`autospmv._decide.features.sampling.x_locality`)."""
     from .._decide.features.sampling import x_locality
 
     return [x_locality(A) for A in matrices]

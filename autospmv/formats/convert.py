@@ -2,8 +2,8 @@
 
 Every function here is a numba ``njit(cache=True)`` kernel, so it is compiled once per
 combination of index dtype (int32/int64) and value dtype (float32/float64), stored in numba's
-on-disk cache (see :mod:`autospmv._support.cache`) and never again for another matrix. The callers in the
-format modules allocate every output with NumPy before calling (so ``tracemalloc`` sees the
+on-disk cache (see :mod:`autospmv._support.cache`) and never again for another matrix. The callers
+in the format modules allocate every output with NumPy before calling (so ``tracemalloc`` sees the
 memory a conversion takes) and the kernels only fill them: no temporary array of nnz entries is
 built on the way.
 

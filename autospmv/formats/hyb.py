@@ -7,8 +7,9 @@ The COO part keeps CSR order (sorted by row, then column), which the COO kernels
 The width is a parameter: its strategies are pure functions of the row lengths, after
 Ginkgo's ``hybrid.hpp`` (:func:`width_quantile`, :func:`width_cusp`, CUSP's rule, the default
 one, and :func:`width_cost`, a time model that the features report as ``hyb_width``); the
-parameter chooser (:mod:`autospmv._decide.choosers`) and the labeller pick among them. CUSP's width never exceeds ELL's fill limit
-of 3: at least m/3 rows reach K and put K entries each in the ELL part, so ``m*K <= 3 * nnz``.
+parameter chooser (:mod:`autospmv._decide.choosers`) and the labeller pick among them. CUSP's width
+never exceeds ELL's fill limit of 3: at least m/3 rows reach K and put K entries each in the ELL
+part, so ``m*K <= 3 * nnz``.
 """
 
 from __future__ import annotations

@@ -11,9 +11,9 @@ locality), parallel over numba's threads on large matrices
 This module defines the features and computes them in one pass of calls
 (:func:`canonical_features_and_lengths`): the rows to sample
 (:mod:`autospmv._decide.features.sampling`), the passes over the row pointer and the row-length
-statistics (:mod:`autospmv._decide.features.row_lengths`), the scan over the rows (block masks, sector
-stamps, the split between workers: :mod:`autospmv._decide.features.scan`), or all passes on the
-GPU for a matrix there (:mod:`autospmv._decide.features.device_scan`), then the cost quantities
+statistics (:mod:`autospmv._decide.features.row_lengths`), the scan over the rows (block masks,
+sector stamps, the split between workers: :mod:`autospmv._decide.features.scan`), or all passes on
+the GPU for a matrix there (:mod:`autospmv._decide.features.device_scan`), then the cost quantities
 (:mod:`autospmv._decide.features.quantities`).
 
 Notation: m rows, n columns, ``len_i`` the number of stored entries of row i (explicit zeros
@@ -156,13 +156,13 @@ def features_and_lengths(A, sample_rows: int | None = None, device: str | None =
 def canonical_features_and_lengths(csr: sp.csr_matrix, sample_rows: int | None = None,
                                    device: str | None = None, uploaded=None, needed=None
                                    ) -> tuple[dict[str, float], tuple[np.ndarray, np.ndarray]]:
-    """:func:`features_and_lengths` of a matrix that :func:`autospmv._support.validation.canonicalize`
-    returned, without validating it again (the checks read every index: :func:`prepare` has
-    just made them), or of a matrix on the GPU (:class:`autospmv.formats.base.DeviceCSR`),
-    counted there, equal to those of the same matrix on the host: its nonzeros stay on the
-    GPU. ``uploaded``: the same host matrix already on the GPU, where the passes run instead
-    (the same features, see :func:`_scan`; :func:`autospmv.prepare` hands over the matrix it
-    uploads). ``needed``: the names a caller reads (a model's
+    """:func:`features_and_lengths` of a matrix that
+    :func:`autospmv._support.validation.canonicalize` returned, without validating it again (the
+    checks read every index: :func:`prepare` has just made them), or of a matrix on the GPU
+    (:class:`autospmv.formats.base.DeviceCSR`), counted there, equal to those of the same matrix on
+    the host: its nonzeros stay on the GPU. ``uploaded``: the same host matrix already on the GPU,
+    where the passes run instead (the same features, see :func:`_scan`; :func:`autospmv.prepare`
+    hands over the matrix it uploads). ``needed``: the names a caller reads (a model's
     :meth:`~autospmv._decide.model.tree.TreeModel.features_read`), or None for all; see
     :func:`passes_needed` for what is then left out."""
     if sample_rows is not None and sample_rows < 1:
@@ -181,8 +181,8 @@ def canonical_features_and_lengths(csr: sp.csr_matrix, sample_rows: int | None =
 
 INDEX_PASS_FEATURES = ("bandwidth", "bandwidth_rel", "diagonals", "diagonals_per_row")
 """The features a matrix on the GPU needs a pass over every column index for (reduced there,
-:func:`autospmv._decide.features.device_scan.scan`); on the host the scan's pass over every row computes
-them anyway."""
+:func:`autospmv._decide.features.device_scan.scan`); on the host the scan's pass over every row
+computes them anyway."""
 
 
 def passes_needed(needed) -> tuple[bool, bool]:

@@ -52,8 +52,9 @@ class CostInputs:
     parallel: bool = False
     """Whether the passes over the row pointer run on numba's threads (a large matrix)."""
     group_sums: dict | None = None
-    """Σ over groups of rows of the group's longest ⌈len/lanes⌉, by (rows per group, lanes), when the feature passes counted them
-    with the rest (on the GPU, :func:`autospmv._decide.features.device_scan.scan`)."""
+    """Σ over groups of rows of the group's longest ⌈len/lanes⌉, by (rows per group, lanes), when
+    the feature passes counted them with the rest (on the GPU,
+    :func:`autospmv._decide.features.device_scan.scan`)."""
 
     @property
     def csr_bytes(self) -> int:

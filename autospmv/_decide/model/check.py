@@ -1,11 +1,11 @@
 """What a valid tree model is: the checks a model's parts pass before it may predict.
 
-:class:`autospmv._decide.model.tree.TreeModel` runs :func:`check_tree` on every construction (from a fitted
-classifier, a file or a dict), and :class:`autospmv._decide.model.cost_model.CostModel` checks its
-coefficients with :func:`float_array`. They live apart from the tree's prediction code so that
-both models share one set of checks and one set of error messages; the file layout they
-enforce is described in :mod:`autospmv._decide.model.tree`'s docstring. Every check raises ValueError
-naming the first problem found.
+:class:`autospmv._decide.model.tree.TreeModel` runs :func:`check_tree` on every construction (from
+a fitted classifier, a file or a dict), and :class:`autospmv._decide.model.cost_model.CostModel`
+checks its coefficients with :func:`float_array`. They live apart from the tree's prediction code
+so that both models share one set of checks and one set of error messages; the file layout they
+enforce is described in :mod:`autospmv._decide.model.tree`'s docstring. Every check raises
+ValueError naming the first problem found.
 """
 
 from __future__ import annotations

@@ -27,7 +27,8 @@ File layout (``schema_version`` 1 to 5)::
         "regimes": [{"from_nnz": 1000000, "coefficients": {...}}, ...]  # version 4, instead
       },                                      # of large_*: one table per further size regime
       "defaults": {"bands": [...]},           # version 3, optional: a default kernel per size
-                                              # band (autospmv._decide.model.default_policy.DefaultPolicy)
+                                              # band
+                                              (autospmv._decide.model.default_policy.DefaultPolicy)
       "provenance": {...}                     # free-form: device, versions, date, data hash, scores
     }
 

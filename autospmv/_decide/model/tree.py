@@ -8,8 +8,8 @@ Loading validates everything a prediction relies on, so a damaged or foreign fil
 
 This module holds the tree: prediction and :meth:`TreeModel.export_text`; its file format is
 in :mod:`autospmv._decide.model.file`.
-The cost model a tree may carry is in :mod:`autospmv._decide.model.cost_model`, the checks a model passes
-in :mod:`autospmv._decide.model.check`, and where model files live and how they are named in
+The cost model a tree may carry is in :mod:`autospmv._decide.model.cost_model`, the checks a model
+passes in :mod:`autospmv._decide.model.check`, and where model files live and how they are named in
 :mod:`autospmv._decide.model.store`.
 
 With a cost model, the tree may also compare the *estimates* ``est_<kernel>`` it derives from
@@ -95,7 +95,8 @@ class TreeModel:
     """A validated decision tree over matrix features whose classes are kernel names.
 
     Build one with :meth:`from_sklearn`, :meth:`load` or :meth:`from_dict`; the constructor
-    validates its arguments like :meth:`load` does (see :func:`autospmv._decide.model.check.check_tree`).
+    validates its arguments like :meth:`load` does (see
+    :func:`autospmv._decide.model.check.check_tree`).
     """
 
     def __init__(self, feature_names, classes, tree: Mapping, provenance: Mapping | None = None,

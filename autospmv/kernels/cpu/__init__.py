@@ -4,8 +4,8 @@ Every kernel module exposes ``bind(fmt, params, parallel=None) -> run``, where `
 overwrites ``y`` with ``A @ x``. Binding does once what every call would otherwise repeat: choosing the serial or
 the parallel specialisation, computing task counts, and taking unsigned views of the index arrays.
 
-x and y have the product's dtype (:func:`autospmv._support.validation.result_dtype`): the matrix's, or
-float64 for a float32 matrix and a float64 x. Every sum is accumulated in y's dtype, so that
+x and y have the product's dtype (:func:`autospmv._support.validation.result_dtype`): the matrix's,
+or float64 for a float32 matrix and a float64 x. Every sum is accumulated in y's dtype, so that
 mixed product reads the float32 values and computes in float64, as SciPy does; numba compiles
 each kernel once per combination of argument types.
 

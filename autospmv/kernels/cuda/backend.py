@@ -15,8 +15,8 @@ when the call returns.
 
 Dtypes: the result has SciPy's dtype, ``numpy.result_type`` of the matrix's and x's. A device x
 may be float32 or float64; a host x arrives already in the result's dtype
-(:func:`autospmv._support.validation.check_vector`). The matrix stays in its own dtype on the GPU: for
-vectors of another dtype (float64 vectors for a float32 matrix, or a float32 device x for a
+(:func:`autospmv._support.validation.check_vector`). The matrix stays in its own dtype on the GPU:
+for vectors of another dtype (float64 vectors for a float32 matrix, or a float32 device x for a
 float64 matrix) the same kernels run compiled for those vector types, accumulating in y's dtype
 (:meth:`autospmv.kernels.cuda.launch.DeviceProgram.for_vectors`), compiled at the first such
 product; host vectors of each dtype get their own pair of staging buffers.
