@@ -718,18 +718,18 @@ def test_a_model_removed_while_it_is_read_falls_back_with_one_warning(user_home,
     the read: prepare() decides without it and warns once for any number of prepares."""
     import warnings
 
-    from autospmv._decide.model import lookup as model_lookup
+    from autospmv._decide.model.tree import TreeModel
 
     user_home.write_text(json.dumps(cpu_model_doc))
 
-    load = model_lookup._load_cached
+    load = TreeModel.load.__func__
 
-    def vanished(path, mtime):
-        if path == str(user_home):
-            raise FileNotFoundError(2, "No such file or directory", path)
-        return load(path, mtime)
+    def vanished(cls, source, *args, **kwargs):
+        if str(source) == str(user_home):
+            raise FileNotFoundError(2, "No such file or directory", str(source))
+        return load(cls, source, *args, **kwargs)
 
-    monkeypatch.setattr(model_lookup, "_load_cached", vanished)
+    monkeypatch.setattr(TreeModel, "load", classmethod(vanished))
     A = random_matrix(50, 50, 0.1, 1)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
