@@ -187,6 +187,13 @@ def model_decision(csr: sp.csr_matrix, choice: ModelChoice, features: dict,
                     margins=model.margins(evaluation), estimates_us=estimates_us)
 
 
+def model_may_decide(nnz: int, on_device: bool) -> bool:
+    """Whether a trained model may decide for a matrix of ``nnz`` nonzeros: on the host always;
+    on the GPU above :data:`~autospmv._decide.features.sampling.SAMPLE_THRESHOLD` nonzeros only,
+    below which the built-in rule decides at once (:func:`decide`)."""
+    return not on_device or nnz > SAMPLE_THRESHOLD
+
+
 def decide(csr, kernel: str | None, device: str, model=None, params: dict | None = None,
            uploaded=None) -> Decision:
     """The decision for a canonical matrix: ``csr`` as
@@ -210,7 +217,7 @@ def decide(csr, kernel: str | None, device: str, model=None, params: dict | None
     if params:
         raise ValueError("params= needs kernel= (parameters belong to one kernel)")
     choice = None
-    if not on_device or csr.nnz > SAMPLE_THRESHOLD:
+    if model_may_decide(csr.nnz, on_device):
         choice = find_model(device, model, csr.dtype)
     if choice is None:
         return _rule(structure, device, on_device)

@@ -8,9 +8,8 @@ import time
 import numpy as np
 
 from .. import _registry as registry
-from .._decide.features.sampling import SAMPLE_THRESHOLD
 from .._decide.model.lookup import named_model
-from .._decide.selection import Decision, decide, forced_decision
+from .._decide.selection import Decision, decide, forced_decision, model_may_decide
 from .._support.devices import check_device, resolve_device, target_device
 from .._support.threads import check_threads
 from .._support.validation import borrows, canonicalize
@@ -200,12 +199,12 @@ def _start_in_background(csr, device: str, model, threads, borrowed: bool, uploa
                          started: float) -> tuple[SpMVOperator | None, str | None]:
     """``prepare(A, background=True)`` of a canonical host matrix: the operator on the start
     kernel with its decision running on a thread (:mod:`autospmv._prepare.background`); or None
-    where the decision is made before returning (at most ``SAMPLE_THRESHOLD`` nonzeros on the
-    GPU, on the GPU without CuPy or under the simulator, or a row too long for the start
-    kernel), with the note that says why for the last. A model that ``model=`` or
+    where the decision is made before returning (on the GPU where the rule decides, without CuPy
+    or under the simulator, or a row too long for the start kernel), with the note that says why
+    for the last. A model that ``model=`` or
     ``AUTOSPMV_MODEL`` names is loaded first, so that a broken one raises here."""
     named_model(model)
-    if device == "cuda" and (uploaded is None or csr.nnz <= SAMPLE_THRESHOLD):
+    if device == "cuda" and (uploaded is None or not model_may_decide(csr.nnz, True)):
         return None, None
     longest = uploaded.longest_row() if device == "cuda" else longest_row(csr.indptr)
     refused = start_refused(longest)
