@@ -88,11 +88,12 @@ class KernelSpec:
     over a :class:`autospmv._decide.features.quantities.CostInputs`: the kernel's cost quantities
     (see :mod:`autospmv._decide.cost`).
     None: the kernel has none (a model's cost model cannot then estimate it)."""
-    variants: str | Callable[[sp.csr_matrix], list[tuple[str, Callable[[], dict]]]] | None = None
+    variants: str | Callable[[sp.csr_matrix], list[tuple[str, Callable[[], dict]]]] = (
+        dataclasses.field(default=lambda csr: []))
     """``module:function`` giving the parameter variants the labeller times besides the
     chooser's, for a canonical CSR matrix: ``(strategy, params)`` pairs, ``params`` a function
     returning the parameters (the labeller records an exception it raises as that variant's
-    failure). None: no variants (:meth:`variants_of`)."""
+    failure); none by default (:meth:`variants_of`)."""
     choose_params_of_lengths: str | Callable[[np.ndarray, np.ndarray, str], dict] | None = None
     """``module:function`` returning what :attr:`choose_params` returns, computed from the matrix's
     row-length histogram (the distinct row lengths, ascending, and how many rows have each) and the
@@ -149,8 +150,8 @@ class KernelSpec:
                 else _resolve(self.choose_params_of_lengths))
 
     def variants_of(self, csr: sp.csr_matrix) -> list[tuple[str, Callable[[], dict]]]:
-        """The ``(strategy, params)`` pairs of :attr:`variants` for ``csr`` (none without)."""
-        return [] if self.variants is None else _resolve(self.variants)(csr)
+        """The ``(strategy, params)`` pairs of :attr:`variants` for ``csr``."""
+        return _resolve(self.variants)(csr)
 
 
 def _resolve(reference):
