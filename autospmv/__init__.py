@@ -27,19 +27,19 @@ def _find_folders_of_a_source_checkout() -> None:
 _find_folders_of_a_source_checkout()
 del _find_folders_of_a_source_checkout
 
-from ._run import cache as _cache  # noqa: E402
+from ._support import cache as _cache  # noqa: E402
 
-_cache.configure()  # before any numba function is defined: see autospmv/_run/cache.py
+_cache.configure()  # before any numba function is defined: see autospmv/_support/cache.py
 
-# Then: asks OpenMP for sleeping workers before numba starts its threads (see _run/threads.py).
-from ._run import threads as _threads  # noqa: E402, F401, I001
-from ._decide.features import features  # noqa: E402
+# Then: asks OpenMP for sleeping workers before numba starts its threads (see _support/threads.py).
+from ._support import threads as _threads  # noqa: E402, F401, I001
+from ._decide.features.extract import features  # noqa: E402
 from ._decide.selection import Decision  # noqa: E402
+from ._prepare.operator import SpMVOperator  # noqa: E402
+from ._prepare.prepare import prepare, select  # noqa: E402
 from ._registry import KERNELS, KernelSpec, Param, register, unregister  # noqa: E402
 from ._registry import names as kernel_names  # noqa: E402
-from ._run.operator import SpMVOperator  # noqa: E402
-from ._run.devices import cuda_available  # noqa: E402
-from ._session import prepare, select  # noqa: E402
+from ._support.devices import cuda_available  # noqa: E402
 from .formats.base import FormatTooLargeError, SparseFormat  # noqa: E402
 from .solvers import bicgstab, cg, gmres, minres  # noqa: E402
 

@@ -3,18 +3,19 @@
 Run as ``python -m autospmv`` or ``autospmv`` (the installed entry point).
 
 ``explain`` and ``bench`` take ``--model FILE`` to decide with a model file instead of the one
-found for the device (see :func:`autospmv._decide.model_lookup.find_model`); ``info`` says which model that
-is and why. ``retrain`` runs ``python -m autospmv.training retrain`` with the same options;
-``models`` lists the models it installed beside the shipped ones, and ``models --remove`` deletes
-them.
+found for the device (see :func:`autospmv._decide.model.lookup.find_model`); ``info`` says which
+model that is and why. ``retrain`` runs ``python -m autospmv.training retrain`` with the same
+options; ``models`` lists the models it installed beside the shipped ones, and ``models --remove``
+deletes them.
 
-``demo`` and ``bench`` time with autospmv's one timer (:mod:`autospmv._run.timing`, the labeller's):
-``bench``'s rows, every kernel and the baseline (SciPy's ``A @ x`` on the CPU, cuSPARSE's through
-CuPy on the GPU), are timed together by one :class:`autospmv._run.timing.Bench` on the same vectors,
-in the same interleaved rounds: each row's "µs per call" is its per-call median (one synchronised
-call between two readings of the device's clock; the kernels fill ``out=``, the baseline
-allocates its result, as it does in use). ``demo``'s figures and ``select()`` are timed per call
-on the same clocks (:func:`autospmv._run.timing.time_calls`).
+``demo`` and ``bench`` time with autospmv's one timer (:mod:`autospmv._support.timing`, the
+labeller's): ``bench``'s rows, every kernel and the baseline (SciPy's ``A @ x`` on the CPU,
+cuSPARSE's through CuPy on the GPU), are timed together by one
+:class:`autospmv._support.timing.Bench` on the same vectors, in the same interleaved rounds: each
+row's "µs per call" is its per-call median (one synchronised call between two readings of the
+device's clock; the kernels fill ``out=``, the baseline allocates its result, as it does in use).
+``demo``'s figures and ``select()`` are timed per call on the same clocks
+(:func:`autospmv._support.timing.time_calls`).
 
 User mistakes (a missing or unreadable file, an unknown kernel, a damaged model) end with a
 one-line error and exit status 2, not a traceback.
@@ -34,14 +35,15 @@ import scipy.sparse as sp
 
 from . import Decision, prepare, select
 from . import _registry as registry
-from ._decide import model_lookup as lookup
 from ._decide import selection as selector
-from ._decide.model_store import (device_slug, split_stem, user_data_dir, user_model_path,
-                                  written_name)
-from ._run import devices, timing
-from ._run.devices import DEVICES
-from ._run.validation import SUPPORTED_DTYPES, canonicalize, load_matrix_file
-from ._run.threads import requested_threads
+from ._decide.model import lookup
+from ._decide.model.store import (
+    device_slug, split_stem, user_data_dir, user_model_path, written_name,
+)
+from ._support import devices, timing
+from ._support.devices import DEVICES
+from ._support.threads import requested_threads
+from ._support.validation import SUPPORTED_DTYPES, canonicalize, load_matrix_file
 from ._tools import glossary
 from ._tools.cli_checks import OneLineParser, bounded
 from ._tools.examples import demo_matrices
@@ -54,7 +56,7 @@ class UserError(Exception):
 
 def load_matrix(path: str) -> sp.csr_matrix:
     """Read a ``.npz`` (scipy.sparse.save_npz) or ``.mtx`` (Matrix Market) file as canonical
-    CSR (:func:`autospmv._run.validation.load_matrix_file` checks it before anything converts it)."""
+    CSR (:func:`autospmv._support.validation.load_matrix_file` checks it before anything converts it)."""
     try:
         A = load_matrix_file(path)
     except ValueError as error:
@@ -98,7 +100,7 @@ def describe_model(device: str, model: str | None = None, dtype: str = "float64"
 
 def time_per_call(fn, budget: float = 0.2, device: str = "cpu") -> float:
     """Median seconds per call of ``fn`` on ``device``'s clock, synchronised after each call on
-    CUDA (:func:`autospmv._run.timing.time_calls`: a warm-up call, then at least five samples and
+    CUDA (:func:`autospmv._support.timing.time_calls`: a warm-up call, then at least five samples and
     ``budget`` seconds)."""
     return timing.time_calls(fn, device, budget)["median"] * 1e-6
 
@@ -140,7 +142,7 @@ def cmd_demo(args) -> None:
 def _demo_timings(op, A, x, device):
     """Seconds per call of ``op`` and of the baseline (SciPy's ``A @ x``, or cuSPARSE's
     through CuPy: NaN without CuPy), the per-call medians of :data:`DEMO_REPEATS`
-    measurements of the two together, interleaved (:class:`autospmv._run.timing.Bench`, as
+    measurements of the two together, interleaved (:class:`autospmv._support.timing.Bench`, as
     ``bench`` times its rows), so that a change in the machine's load hits both alike."""
     bench = timing.Bench(device, x.astype(op.dtype), A.shape[0], CLI_TIMING)
     bench.result(op)
@@ -188,7 +190,7 @@ def without_model_note(decision: Decision) -> Decision:
 
 
 class Baseline:
-    """Another library's product as :class:`autospmv._run.timing.Bench` times an operator:
+    """Another library's product as :class:`autospmv._support.timing.Bench` times an operator:
     ``matvec(x, out)`` returns ``product(x)`` and leaves ``out`` alone (the library allocates
     its result, as it does in use)."""
 
@@ -273,7 +275,7 @@ def cmd_bench(args) -> None:
 
 def bench_repeats(bench, rows: dict, repeats: int) -> dict[str, list[float]]:
     """Each row's per-call median (seconds) in each of ``repeats`` measurements of all rows
-    together (:meth:`autospmv._run.timing.Bench.time_all`): the spread between repeats is what
+    together (:meth:`autospmv._support.timing.Bench.time_all`): the spread between repeats is what
     a second run of ``bench`` would show."""
     seconds = {row: [] for row in rows}
     for _ in range(repeats):
@@ -313,7 +315,7 @@ def cmd_info(args) -> None:
         if rejected:
             print(rejected)
     print(f"kernels: {', '.join(registry.names())}")
-    from ._run.cache import configure
+    from ._support.cache import configure
 
     state = configure()
     print(f"compiled-code cache: {state.path} ({state.source})")
@@ -335,8 +337,8 @@ def last_rejected(device: str, dtype: str) -> str | None:
 
 
 def cmd_warmup(args) -> None:
-    from ._run.cache import configure
-    from ._run.warmup import warmup
+    from ._support.cache import configure
+    from ._tools.warmup import warmup
 
     device = resolve_device(args.device)
     state = configure()
@@ -411,7 +413,7 @@ LOCKED_LABEL_SUFFIXES = LABEL_SUFFIXES + tuple(suffix + ".lock" for suffix in LA
 
 def written_stems(folder: Path, suffixes) -> set[str]:
     """The stems of the files in ``folder`` that ``retrain`` could have written (a
-    :func:`~autospmv._decide.model_store.written_name` with one of ``suffixes``; regular files or links, never folders),
+    :func:`~autospmv._decide.model.store.written_name` with one of ``suffixes``; regular files or links, never folders),
     listed without following links out of it."""
     stems = set()
     try:
@@ -463,7 +465,7 @@ def remove_installed(names: list[str], labels: bool = False) -> None:
     installed no model) and, with ``labels``, their label files and locks.
 
     Only files named as ``retrain`` names them are deleted
-    (:func:`~autospmv._decide.model_store.written_name`, the model's exact stem); a link among them is removed itself, never what it points to, and a
+    (:func:`~autospmv._decide.model.store.written_name`, the model's exact stem); a link among them is removed itself, never what it points to, and a
     label file is removed under its lock (waiting for a retrain that holds it).
 
     Raises
@@ -471,7 +473,7 @@ def remove_installed(names: list[str], labels: bool = False) -> None:
     UserError
         For a name that is not exact (see :func:`resolve_removal`).
     """
-    from ._decide.model_store import labels_lock
+    from ._decide.model.store import labels_lock
 
     models, label_dir = user_data_dir() / "models", user_data_dir() / "labels"
     stems = written_stems(models, MODEL_SUFFIXES)

@@ -3,10 +3,11 @@
 An entry (:class:`KernelSpec`) names the storage format the kernel reads, its CPU and CUDA
 implementations, the parameter chooser that tunes it for a matrix, the parameter variants the
 labeller times besides the chooser's (``training/label.py``) and the function counting its cost
-quantities (:mod:`autospmv._decide.cost`). Formats, implementations and cost functions are referenced as
-``"module:attribute"`` strings (or given as the objects themselves) and imported on first use, so
-that a CPU-only process never imports numba-cuda and no kernel is compiled before a decision
-needs it.
+quantities (:mod:`autospmv._decide.cost`). Formats, implementations, choosers and cost functions
+are referenced as ``"module:attribute"`` strings (or given as the objects themselves) and imported
+on first use, so that a CPU-only process never imports numba-cuda, no kernel is compiled before a
+decision needs it, and the registry imports none of the modules it names: the formats stand below
+it, and the kernels and the deciding, which read it, above.
 
 The seven built-in kernels are :data:`KERNELS`. Another kernel joins with :func:`register` (and
 leaves with :func:`unregister`); everything that enumerates kernels (the cost quantities and the
@@ -24,7 +25,6 @@ from typing import Callable
 import numpy as np
 import scipy.sparse as sp
 
-from ._decide import choosers
 from .formats.base import DeviceCSR, SparseFormat
 
 
@@ -73,9 +73,9 @@ class KernelSpec:
     cuda: str
     """``module:function`` ``build(fmt, params, arrays) -> DeviceProgram``, ``arrays`` being the
     format's arrays on the device (see ``kernels.cuda``)."""
-    choose_params: Callable[[sp.csr_matrix, str], dict]
-    """Tuning parameters for a canonical CSR matrix on a device (``"cpu"`` or ``"cuda"``): a pure
-    function of the matrix's structure and the device kind."""
+    choose_params: str | Callable[[sp.csr_matrix, str], dict]
+    """``module:function`` giving the tuning parameters for a canonical CSR matrix on a device
+    (``"cpu"`` or ``"cuda"``): a pure function of the matrix's structure and the device kind."""
     format_params: tuple[str, ...] = ()
     """The entries of ``params`` that the format's ``from_csr`` takes."""
     format_takes_device: bool = False
@@ -85,19 +85,20 @@ class KernelSpec:
     """Every parameter the kernel takes, with its allowed values (:meth:`check_params`)."""
     cost: str | Callable | None = None
     """``module:function`` ``quantities(inputs) -> (bytes, work, span, atomics, launches)``
-    over a :class:`autospmv._decide.cost.CostInputs`: the kernel's cost quantities (see
-    :mod:`autospmv._decide.cost`).
+    over a :class:`autospmv._decide.features.quantities.CostInputs`: the kernel's cost quantities
+    (see :mod:`autospmv._decide.cost`).
     None: the kernel has none (a model's cost model cannot then estimate it)."""
-    variants: Callable[[sp.csr_matrix], list[tuple[str, Callable[[], dict]]]] = dataclasses.field(
-        default=lambda csr: [])
-    """The parameter variants the labeller times besides the chooser's, for a canonical CSR
-    matrix: ``(strategy, params)`` pairs, ``params`` a function returning the parameters (the
-    labeller records an exception it raises as that variant's failure)."""
-    choose_params_of_lengths: Callable[[np.ndarray, np.ndarray, str], dict] | None = None
-    """What :attr:`choose_params` returns, computed from the matrix's row-length histogram
-    (the distinct row lengths, ascending, and how many rows have each) and the device kind,
-    for a chooser that reads nothing else of the matrix. A caller that already holds the
-    histogram (an automatic decision: the feature scan builds it) then does not compute the
+    variants: str | Callable[[sp.csr_matrix], list[tuple[str, Callable[[], dict]]]] = (
+        dataclasses.field(default=lambda csr: []))
+    """``module:function`` giving the parameter variants the labeller times besides the
+    chooser's, for a canonical CSR matrix: ``(strategy, params)`` pairs, ``params`` a function
+    returning the parameters (the labeller records an exception it raises as that variant's
+    failure); none by default (:meth:`variants_of`)."""
+    choose_params_of_lengths: str | Callable[[np.ndarray, np.ndarray, str], dict] | None = None
+    """``module:function`` returning what :attr:`choose_params` returns, computed from the matrix's
+    row-length histogram (the distinct row lengths, ascending, and how many rows have each) and the
+    device kind, for a chooser that reads nothing else of the matrix. A caller that already holds
+    the histogram (an automatic decision: the feature scan builds it) then does not compute the
     row lengths again. None: :attr:`choose_params` is always called."""
 
     def check_params(self, params: dict) -> dict:
@@ -141,6 +142,17 @@ class KernelSpec:
     def cost_function(self) -> Callable | None:
         return None if self.cost is None else _resolve(self.cost)
 
+    def chooser(self) -> Callable[[sp.csr_matrix, str], dict]:
+        return _resolve(self.choose_params)
+
+    def lengths_chooser(self) -> Callable[[np.ndarray, np.ndarray, str], dict] | None:
+        return (None if self.choose_params_of_lengths is None
+                else _resolve(self.choose_params_of_lengths))
+
+    def variants_of(self, csr: sp.csr_matrix) -> list[tuple[str, Callable[[], dict]]]:
+        """The ``(strategy, params)`` pairs of :attr:`variants` for ``csr``."""
+        return _resolve(self.variants)(csr)
+
 
 def _resolve(reference):
     """The object a ``"module:attribute"`` reference names (imported now), or ``reference``
@@ -162,38 +174,44 @@ CSR5_SIGMA = Param("sigma", 2, 32)
 _BUILT_IN = (
     KernelSpec(
         "coo", "autospmv.formats.coo:COOFormat", "autospmv.kernels.cpu.coo:bind",
-        "autospmv.kernels.cuda.coo:build", choosers.no_params, cost="autospmv._decide.cost:coo",
+        "autospmv.kernels.cuda.coo:build", "autospmv._decide.choosers:no_params",
+        cost="autospmv._decide.cost:coo",
     ),
     KernelSpec(
         "csr_scalar", "autospmv.formats.csr:CSRFormat", "autospmv.kernels.cpu.csr:bind_scalar",
-        "autospmv.kernels.cuda.csr:build_scalar", choosers.no_params, cost="autospmv._decide.cost:csr_scalar",
+        "autospmv.kernels.cuda.csr:build_scalar", "autospmv._decide.choosers:no_params",
+        cost="autospmv._decide.cost:csr_scalar",
     ),
     KernelSpec(
         "csr_vector", "autospmv.formats.csr:CSRFormat", "autospmv.kernels.cpu.csr:bind_vector",
-        "autospmv.kernels.cuda.csr:build_vector", choosers.choose_threads_per_row,
+        "autospmv.kernels.cuda.csr:build_vector",
+        "autospmv._decide.choosers:choose_threads_per_row",
         params=(THREADS_PER_ROW,), cost="autospmv._decide.cost:csr_vector",
-        choose_params_of_lengths=choosers.choose_threads_per_row_of_lengths,
-        variants=choosers.threads_per_row_variants,
+        choose_params_of_lengths="autospmv._decide.choosers:choose_threads_per_row_of_lengths",
+        variants="autospmv._decide.choosers:threads_per_row_variants",
     ),
     KernelSpec(
         "ell", "autospmv.formats.ell:ELLFormat", "autospmv.kernels.cpu.ell:bind",
-        "autospmv.kernels.cuda.ell:build", choosers.no_params, cost="autospmv._decide.cost:ell",
+        "autospmv.kernels.cuda.ell:build", "autospmv._decide.choosers:no_params",
+        cost="autospmv._decide.cost:ell",
     ),
     KernelSpec(
         "hyb", "autospmv.formats.hyb:HYBFormat", "autospmv.kernels.cpu.hyb:bind",
-        "autospmv.kernels.cuda.hyb:build", choosers.choose_hyb_width, ("width",), params=(HYB_WIDTH,),
-        cost="autospmv._decide.cost:hyb", variants=choosers.hyb_width_variants,
-        choose_params_of_lengths=choosers.choose_hyb_width_of_lengths,
+        "autospmv.kernels.cuda.hyb:build", "autospmv._decide.choosers:choose_hyb_width",
+        ("width",), params=(HYB_WIDTH,), cost="autospmv._decide.cost:hyb",
+        variants="autospmv._decide.choosers:hyb_width_variants",
+        choose_params_of_lengths="autospmv._decide.choosers:choose_hyb_width_of_lengths",
     ),
     KernelSpec(
         "jds", "autospmv.formats.jds:JDSFormat", "autospmv.kernels.cpu.jds:bind",
-        "autospmv.kernels.cuda.jds:build", choosers.no_params, format_takes_device=True,
-        cost="autospmv._decide.cost:jds",
+        "autospmv.kernels.cuda.jds:build", "autospmv._decide.choosers:no_params",
+        format_takes_device=True, cost="autospmv._decide.cost:jds",
     ),
     KernelSpec(
         "csr5", "autospmv.formats.csr5:CSR5Format", "autospmv.kernels.cpu.csr5:bind",
-        "autospmv.kernels.cuda.csr5:build", choosers.choose_csr5_sigma, ("sigma",), params=(CSR5_SIGMA,),
-        cost="autospmv._decide.cost:csr5", variants=choosers.csr5_sigma_variants,
+        "autospmv.kernels.cuda.csr5:build", "autospmv._decide.choosers:choose_csr5_sigma",
+        ("sigma",), params=(CSR5_SIGMA,), cost="autospmv._decide.cost:csr5",
+        variants="autospmv._decide.choosers:csr5_sigma_variants",
     ),
 )
 
@@ -261,9 +279,10 @@ def choose_params(name: str, csr: sp.csr_matrix, device: str,
     overrides = overrides or {}
     if all(param.name in overrides for param in spec.params):
         return spec.check_params(dict(overrides))
-    if lengths is not None and spec.choose_params_of_lengths is not None:
-        params = spec.choose_params_of_lengths(*lengths, device)
+    lengths_chooser = None if lengths is None else spec.lengths_chooser()
+    if lengths_chooser is not None:
+        params = lengths_chooser(*lengths, device)
     else:
-        params = spec.choose_params(csr, device)
+        params = spec.chooser()(csr, device)
     params.update(overrides)
     return spec.check_params(params)

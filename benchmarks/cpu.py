@@ -2,7 +2,7 @@
 
 Each kernel of the registry (``--kernels`` picks some) is timed as users call it,
 ``op.matvec(x, out=y)`` (argument checks and dispatch included), and SciPy as ``A @ x``, all of
-one matrix together with the labeller's timer (:class:`autospmv._run.timing.Bench`: warm-up, then
+one matrix together with the labeller's timer (:class:`autospmv._support.timing.Bench`: warm-up, then
 interleaved rounds of per-call samples and of back-to-back batches, contention check), its time
 budget set so that each of the two measurements takes about ``--seconds``. The figure reported
 (``us``, ``scipy_us``) is the median back-to-back time per call, over batches of about
@@ -32,8 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import autospmv  # noqa: E402
 from autospmv import _registry as registry  # noqa: E402
 from autospmv.formats.base import FormatTooLargeError  # noqa: E402
-from autospmv._run.validation import canonicalize  # noqa: E402
-from autospmv._run.timing import Bench, TimingOptions, relative_error  # noqa: E402
+from autospmv._support.validation import canonicalize  # noqa: E402
+from autospmv._support.timing import Bench, TimingOptions, relative_error  # noqa: E402
 
 LARGE_NNZ = 100_000
 SCIPY = "scipy"

@@ -28,8 +28,8 @@ import scipy.sparse as sp
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import autospmv  # noqa: E402
-from autospmv._decide.model_store import cpu_model  # noqa: E402
-from autospmv._run.validation import canonicalize  # noqa: E402
+from autospmv._decide.model.store import cpu_model  # noqa: E402
+from autospmv._support.validation import canonicalize  # noqa: E402
 from autospmv._tools.examples import demo_matrices  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "cpu-default-vs-scipy.json"

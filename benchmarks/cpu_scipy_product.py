@@ -26,9 +26,9 @@ import scipy.sparse as sp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from autospmv._decide.model_store import cpu_model  # noqa: E402
+from autospmv._decide.model.store import cpu_model  # noqa: E402
 from autospmv._tools.examples import demo_matrices  # noqa: E402
-from autospmv._run.validation import canonicalize  # noqa: E402
+from autospmv._support.validation import canonicalize  # noqa: E402
 from autospmv.kernels import unsigned  # noqa: E402
 from autospmv.kernels.cpu.csr import _scalar_serial  # noqa: E402
 

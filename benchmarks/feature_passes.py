@@ -31,9 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cupy  # noqa: E402
 
 import autospmv  # noqa: E402
-from autospmv._decide.features import canonical_features_and_lengths  # noqa: E402
-from autospmv._decide.model_lookup import find_model  # noqa: E402
-from autospmv._run.device_input import upload_csr  # noqa: E402
+from autospmv._decide.features.extract import canonical_features_and_lengths  # noqa: E402
+from autospmv._decide.model.lookup import find_model  # noqa: E402
+from autospmv._prepare.device_input import upload_csr  # noqa: E402
 from prepare_cost import gpu_matrices_main  # noqa: E402
 
 

@@ -1,4 +1,4 @@
-"""Cost of :func:`autospmv._decide.features.features` against one SciPy ``A @ x``.
+"""Cost of :func:`autospmv._decide.features.extract.features` against one SciPy ``A @ x``.
 
 ``features`` runs inside every ``prepare()``, so it must stay within a small multiple of one
 matrix-vector product. This script times both on the largest matrix of a folder of ``.npz``
@@ -9,7 +9,7 @@ Method: the matrix is made canonical first (as ``prepare()`` does), ``features``
 once to compile (or load the numba cache; that first-call time is reported too), then the two
 are timed alternately, ``--repeat`` times each, and the medians compared; alternating keeps
 a busy machine from favouring either side. The loop is its own rather than the labeller's timer
-(:class:`autospmv._run.timing.Bench`), which times operators' ``matvec``: the quantity here is the
+(:class:`autospmv._support.timing.Bench`), which times operators' ``matvec``: the quantity here is the
 feature extractor, a function of the whole matrix, against the SciPy product it is compared
 with.
 
@@ -35,10 +35,10 @@ import scipy.sparse as sp
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from autospmv._run.threads import PARALLEL_MIN_THREADS, PASSES_PARALLEL_MIN_NNZ
-from autospmv._decide.features import features
-from autospmv._decide.sampling import SAMPLE_THRESHOLD
-from autospmv._run.validation import canonicalize
+from autospmv._support.threads import PARALLEL_MIN_THREADS, PASSES_PARALLEL_MIN_NNZ
+from autospmv._decide.features.extract import features
+from autospmv._decide.features.sampling import SAMPLE_THRESHOLD
+from autospmv._support.validation import canonicalize
 
 
 def default_matrix_dir() -> pathlib.Path:
@@ -110,7 +110,7 @@ def measure(name: str, A: sp.csr_matrix, repeat: int) -> dict:
 
 
 def threads_used(nnz: int) -> int:
-    """Threads the feature scan runs on (see ``autospmv._run.threads.PARALLEL_MIN_THREADS``)."""
+    """Threads the feature scan runs on (see ``autospmv._support.threads.PARALLEL_MIN_THREADS``)."""
     threads = numba.get_num_threads()
     return threads if nnz >= PASSES_PARALLEL_MIN_NNZ and threads >= PARALLEL_MIN_THREADS else 1
 

@@ -74,7 +74,7 @@ A = sp.kronsum(T, T, format="csr").astype(np.float32)
 x = np.ones(A.shape[1], dtype=np.float32)
 built = time.perf_counter()
 import autospmv
-from autospmv._run.cache import compile_timer
+from autospmv._support.cache import compile_timer
 imported = time.perf_counter()
 with compile_timer() as compiled:
     op = autospmv.prepare(A, device="{device}")

@@ -6,7 +6,7 @@ runs with its chooser's parameters for the GPU and, with ``--variants``, with th
 variants its registry entry names: the configurations the labeller times
 (:func:`autospmv.training.label.configurations`). Each result is checked against SciPy in
 float64, and then every configuration and baseline of the matrix is timed with the labeller's timer
-(:class:`autospmv._run.timing.Bench` as :mod:`autospmv.training.timing` gives it, refusing numba-cuda's
+(:class:`autospmv._support.timing.Bench` as :mod:`autospmv.training.timing` gives it, refusing numba-cuda's
 simulator: CUDA events, interleaved rounds, contention check; design.md, "Measurement method")
 two ways:
 
@@ -47,10 +47,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import autospmv  # noqa: E402
 from autospmv import _registry as registry  # noqa: E402
 from autospmv.formats.base import FormatTooLargeError  # noqa: E402
-from autospmv._run.validation import canonicalize  # noqa: E402
+from autospmv._support.validation import canonicalize  # noqa: E402
 from autospmv.training.label import Config, configurations  # noqa: E402
-from autospmv._run.timing import (TimingOptions, relative_error,  # noqa: E402
-                                  release_device_memory)
+from autospmv._support.timing import (TimingOptions, relative_error,  # noqa: E402
+                                      release_device_memory)
 from autospmv.training.timing import TOLERANCE, Bench  # noqa: E402
 
 VECTORS = 4

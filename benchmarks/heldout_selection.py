@@ -5,7 +5,7 @@ on the GPU named in the file). The bases listed in ``models/holdout.txt`` were n
 train or tune a model; the ``kinds`` corpus grows each of them to about 2·10⁷ nonzeros as
 block-diagonal (``-x``) and as permuted (``-p``) copies and labels them as given too. This
 script asks each model for its kernel on each held-out matrix exactly as ``prepare()`` decides
-(:meth:`autospmv._decide.model.TreeModel.decide`: the tree, then the band's default kernel where it
+(:meth:`autospmv._decide.model.tree.TreeModel.decide`: the tree, then the band's default kernel where it
 stands; the features are in the label records) and scores it against the labelled times in the
 size rule's mode (back-to-back from 10⁶ nonzeros, per call below): q = t(fastest) / t(chosen).
 
@@ -32,7 +32,7 @@ import numpy as np
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from autospmv._decide.model import TreeModel  # noqa: E402
+from autospmv._decide.model.tree import TreeModel  # noqa: E402
 from autospmv.training.corpus import read_names  # noqa: E402
 from autospmv.training.dataset import dataset  # noqa: E402
 from autospmv.training.records import read_records  # noqa: E402

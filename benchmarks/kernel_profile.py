@@ -2,7 +2,7 @@
 
 For each matrix (real matrices grown to ~20M nonzeros, generated large matrices), dtype and kernel
 (optionally several parameter settings of one kernel), the result is checked against SciPy and
-timed back-to-back and per call (the labeller's timer, :class:`autospmv._run.timing.Bench` through
+timed back-to-back and per call (the labeller's timer, :class:`autospmv._support.timing.Bench` through
 :mod:`autospmv.training.timing`, with the sample counts of :func:`gpu.timing_options`). Three
 rates are reported:
 
@@ -51,8 +51,8 @@ import gpu  # noqa: E402  (timer options, baselines, matrices, device informatio
 import autospmv  # noqa: E402
 from autospmv import _registry as registry  # noqa: E402
 from autospmv.formats.base import FormatTooLargeError  # noqa: E402
-from autospmv._run.validation import canonicalize  # noqa: E402
-from autospmv._run.timing import CpuClock, relative_error  # noqa: E402
+from autospmv._support.validation import canonicalize  # noqa: E402
+from autospmv._support.timing import CpuClock, relative_error  # noqa: E402
 from autospmv.training.timing import TOLERANCE, Bench  # noqa: E402
 
 DEFAULT_GROWN = ("80BAU3B", "PILOT87", "PGPgiantcompo", "polblogs", "netscience", "rajat19",

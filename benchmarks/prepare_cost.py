@@ -10,7 +10,7 @@ dtype it records:
   ``prepare(A, kernel=...)`` on canonical host input (kernels compiled beforehand), its ratio to
   the baseline, the peak host memory allocated during prepare (``tracemalloc``; numba's own
   scratch arrays are not traced) over the CSR bytes, the per-call SpMV time (the labeller's
-  timer, :class:`autospmv._run.timing.Bench` through :mod:`autospmv.training.timing`) and prepare in
+  timer, :class:`autospmv._support.timing.Bench` through :mod:`autospmv.training.timing`) and prepare in
   SpMV-equivalents;
 * on a GPU with CuPy, the same for device input: ``prepare(cupyx csr)``, whose time does not
   include the upload.
@@ -48,9 +48,9 @@ sys.path.insert(0, str(ROOT))
 
 import autospmv  # noqa: E402
 from autospmv import _registry as registry  # noqa: E402
-from autospmv._run.devices import default_device  # noqa: E402
-from autospmv._run.validation import canonicalize  # noqa: E402
-from autospmv._run.timing import TimingOptions  # noqa: E402
+from autospmv._support.devices import default_device  # noqa: E402
+from autospmv._support.validation import canonicalize  # noqa: E402
+from autospmv._support.timing import TimingOptions  # noqa: E402
 from autospmv.training.timing import Bench  # noqa: E402
 
 STARTUP = """
@@ -196,7 +196,7 @@ def timed(fn, repeats: int, sync=lambda: None) -> tuple[float, object]:
 
 def spmv_seconds(op, A, device: Device, repeats: int = 20) -> float:
     """Median seconds per call of ``op.matvec(x, out=y)`` (synchronised each time), with the
-    labeller's timer (:class:`autospmv._run.timing.Bench` through
+    labeller's timer (:class:`autospmv._support.timing.Bench` through
     :mod:`autospmv.training.timing`), ``repeats`` per-call samples."""
     x = np.random.default_rng(0).standard_normal(A.shape[1]).astype(A.dtype)
     options = TimingOptions(warmup=1, repeats=repeats, min_repeats=repeats, b2b_calls=1,
@@ -217,7 +217,7 @@ def peak_host_bytes(fn) -> int:
 
 
 def compile_everything(device: str, dtypes):
-    from autospmv._run.warmup import warmup
+    from autospmv._tools.warmup import warmup
 
     started = time.perf_counter()
     steps = warmup(device, [np.dtype(d).name for d in dtypes])

@@ -23,7 +23,7 @@ import pstats
 from pathlib import Path
 
 import autospmv
-from autospmv._run.timing import time_calls
+from autospmv._support.timing import time_calls
 from prepare_cost import make_matrices
 
 CALLS = 10

@@ -32,10 +32,10 @@ import gpu  # noqa: E402  (the benchmark's generated large matrices)
 from kernel_profile import correct_runs, time_us  # noqa: E402
 
 import autospmv  # noqa: E402
-from autospmv._decide import model_lookup as lookup
+from autospmv._decide.model import lookup as lookup
 from autospmv._decide import selection as selector  # noqa: E402
-from autospmv._decide.model_store import slugify  # noqa: E402
-from autospmv._run.validation import canonicalize  # noqa: E402
+from autospmv._decide.model.store import slugify  # noqa: E402
+from autospmv._support.validation import canonicalize  # noqa: E402
 
 
 def rebuild(name: str, group: str, folder: Path, large_nnz: float):

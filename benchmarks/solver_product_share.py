@@ -25,7 +25,7 @@ and autospmv's with one thread and with every core, and reports ``1 - f + f / k`
 of them (``k``: its speed-up over SciPy's product): the solve time an operator with that product
 reaches at best, since inside a solver a product never runs faster than alone. Run it again with
 ``OMP_WAIT_POLICY=ACTIVE`` to see what spinning workers give alone (they fight the BLAS inside a
-solver: see :mod:`autospmv._run.threads`).
+solver: see :mod:`autospmv._support.threads`).
 """
 
 from __future__ import annotations
@@ -47,10 +47,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import solvers  # noqa: E402  (benchmarks/solvers.py: the problems and solver calls)
 
 sys.path.insert(0, str(solvers.ROOT))
-from autospmv._run.threads import wait_policy  # noqa: E402
-from autospmv._decide.model_store import cpu_model  # noqa: E402
-from autospmv._run.timing import time_calls  # noqa: E402
-from autospmv._run.validation import canonicalize  # noqa: E402
+from autospmv._support.threads import wait_policy  # noqa: E402
+from autospmv._decide.model.store import cpu_model  # noqa: E402
+from autospmv._support.timing import time_calls  # noqa: E402
+from autospmv._support.validation import canonicalize  # noqa: E402
 
 
 class Timed:
@@ -91,7 +91,7 @@ def share(solve, operand, rounds: int) -> dict:
 
 def product_speedups(matrix, operand, cores: int) -> dict:
     """``{threads: SciPy's product time / autospmv's}`` for one thread and for ``cores``, each
-    product called back to back, alone (median of :func:`autospmv._run.timing.time_calls`, after
+    product called back to back, alone (median of :func:`autospmv._support.timing.time_calls`, after
     untimed calls)."""
     import autospmv
 

@@ -16,7 +16,7 @@ Matrices (in three groups, summarised apart): every ``.npz`` of ``--matrices`` a
 caches ("grown"). ``op`` is ``autospmv.prepare(A, device=...)``, the automatic choice:
 its multi-vector product runs on CSR arrays whatever the kernel (``op.explain()`` says which).
 
-Timing: :class:`autospmv._run.timing.Bench`, the labeller's timer (warm-up, interleaved rounds of
+Timing: :class:`autospmv._support.timing.Bench`, the labeller's timer (warm-up, interleaved rounds of
 per-call samples and of back-to-back batches, contention check), all implementations of one
 (matrix, dtype, k) timed together over ``--inputs`` rotating X. Per call: one synchronised
 product between two clock readings (CUDA events on a GPU), what a solver loop sees; back to
@@ -51,17 +51,17 @@ import scipy.sparse as sp
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import autospmv  # noqa: E402
-from autospmv._run.devices import resolve_device  # noqa: E402
-from autospmv._run.timing import (Bench, TimingOptions, clock, relative_error,  # noqa: E402
-                             release_device_memory)
-from autospmv._run.validation import canonicalize  # noqa: E402
+from autospmv._support.devices import resolve_device  # noqa: E402
+from autospmv._support.timing import (Bench, TimingOptions, clock, relative_error,  # noqa: E402
+                                      release_device_memory)
+from autospmv._support.validation import canonicalize  # noqa: E402
 
 OURS = "autospmv"
 COLUMNS = (1, 4, 16, 64)
 
 
 class Rotation(Bench):
-    """:class:`autospmv._run.timing.Bench` over inputs that every implementation keeps itself: the
+    """:class:`autospmv._support.timing.Bench` over inputs that every implementation keeps itself: the
     bench hands out their indices, and each :class:`Product` multiplies its own input of that
     index, so that every implementation gets its inputs in the layout and library it takes."""
 

@@ -23,10 +23,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import autospmv  # noqa: E402
-from autospmv._decide.model_store import device_slug  # noqa: E402
+from autospmv._decide.model.store import device_slug  # noqa: E402
 from autospmv.training import corpus  # noqa: E402
 from autospmv.training.records import read_records  # noqa: E402
-from autospmv._run.validation import canonicalize  # noqa: E402
+from autospmv._support.validation import canonicalize  # noqa: E402
 
 
 def _timed(A, repeats: int, **options):

@@ -1,5 +1,5 @@
 """What CSR5's tile-height chooser costs on a GPU since it reads the locality of x: the sampled
-locality (:func:`autospmv._decide.sampling.x_locality`) of a matrix on the GPU and of the same matrix on
+locality (:func:`autospmv._decide.features.sampling.x_locality`) of a matrix on the GPU and of the same matrix on
 the host (medians of 20), and ``prepare(A, kernel="csr5")`` of the GPU matrix with the chooser
 reading it against the same with its value given (8 each, interleaved, medians), on the
 2·10⁷-nonzero matrices of ``prepare_cost.py``. Needs a GPU and CuPy.
@@ -21,8 +21,8 @@ import cupy  # noqa: E402
 import cupyx.scipy.sparse as cusp  # noqa: E402
 
 import autospmv  # noqa: E402
-from autospmv._run.device_input import canonical_device_csr  # noqa: E402
-from autospmv._run.validation import canonicalize  # noqa: E402
+from autospmv._prepare.device_input import canonical_device_csr  # noqa: E402
+from autospmv._support.validation import canonicalize  # noqa: E402
 from autospmv.training import generators  # noqa: E402
 
 from autospmv._decide import choosers  # noqa: E402

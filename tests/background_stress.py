@@ -26,7 +26,7 @@ sys.path[:0] = [str(pathlib.Path(__file__).resolve().parent.parent),
 import numpy as np  # noqa: E402
 
 import autospmv  # noqa: E402
-from autospmv._decide.model import TreeModel  # noqa: E402
+from autospmv._decide.model.tree import TreeModel  # noqa: E402
 from matrices import TOLERANCE, from_row_lengths, relative_error  # noqa: E402
 
 KERNELS = ("hyb", "ell", "csr5", "coo", "csr_vector", "csr_scalar", "jds")
@@ -54,7 +54,7 @@ def run(switches: int, threads: int = 8, rows: int = 3000, device: str = "cpu") 
     order that differs per thread); the counts of what happened. On ``device="cuda"`` the
     vectors are the host's (the products upload them), the matrix has at least
     :data:`GPU_ROWS` rows, and the pickle is the documented refusal."""
-    from autospmv._run.background import START_KERNEL
+    from autospmv._prepare.background import START_KERNEL
 
     if device == "cuda":
         rows = max(rows, GPU_ROWS)

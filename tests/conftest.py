@@ -34,8 +34,8 @@ def pytest_configure(config):
 @functools.cache
 def real_gpu_present() -> bool:
     """True when numba-cuda sees a usable CUDA GPU and is not its simulator
-    (:func:`autospmv._run.devices.real_gpu_available`)."""
-    from autospmv._run.devices import real_gpu_available
+    (:func:`autospmv._support.devices.real_gpu_available`)."""
+    from autospmv._support.devices import real_gpu_available
 
     return real_gpu_available()
 
@@ -98,7 +98,7 @@ def row_length_passes(monkeypatch) -> collections.Counter:
 def fresh_skip_warnings():
     """Each test sees the warnings for a skipped retrained model anew (autospmv gives each
     reason once per process)."""
-    from autospmv._decide import model_lookup
+    from autospmv._decide.model import lookup as model_lookup
 
     model_lookup._warned.clear()
     yield

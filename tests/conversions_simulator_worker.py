@@ -26,7 +26,7 @@ sys.path[:0] = [str(pathlib.Path(__file__).resolve().parent.parent)]
 
 import numpy as np  # noqa: E402
 
-from autospmv._run.validation import canonicalize  # noqa: E402
+from autospmv._support.validation import canonicalize  # noqa: E402
 from autospmv.formats.base import DeviceCSR  # noqa: E402
 from autospmv.formats.coo import COOFormat  # noqa: E402
 from autospmv.formats.ell import split_at_width  # noqa: E402

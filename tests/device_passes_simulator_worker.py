@@ -27,13 +27,13 @@ sys.path[:0] = [str(pathlib.Path(__file__).resolve().parent.parent)]
 
 import numpy as np  # noqa: E402
 
-from autospmv._decide import features as features_module  # noqa: E402
-from autospmv._decide.sampling import x_locality  # noqa: E402
-from autospmv._run.validation import canonicalize  # noqa: E402
+from autospmv._decide.features import extract as features_module  # noqa: E402
+from autospmv._decide.features.sampling import x_locality  # noqa: E402
+from autospmv._support.validation import canonicalize  # noqa: E402
 from autospmv.formats.base import DeviceCSR  # noqa: E402
 from device_passes_cases import (  # noqa: E402
-    LOCALITY, NEEDED, SAMPLE_ROWS, SAMPLED, SIMULATED_FAMILY,
-)
+                                 LOCALITY, NEEDED, SAMPLE_ROWS, SAMPLED, SIMULATED_FAMILY,
+                                 )
 from matrices import FAMILY  # noqa: E402
 
 def on_device(csr) -> DeviceCSR:

@@ -291,5 +291,5 @@ def main(count: int, seed: int) -> dict:
 if __name__ == "__main__":
     arguments = [a for a in sys.argv[1:] if a != "--without-validation"]
     if "--without-validation" in sys.argv:
-        autospmv._run.validation.check_structure = lambda A: None
+        autospmv._support.validation.check_structure = lambda A: None
     print(json.dumps(main(int(arguments[0]), int(arguments[1]) if len(arguments) > 1 else 0)))

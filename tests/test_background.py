@@ -13,7 +13,7 @@ import scipy.sparse as sp
 from sklearn.tree import DecisionTreeClassifier
 
 import autospmv
-from autospmv._decide.model import TreeModel
+from autospmv._decide.model.tree import TreeModel
 from matrices import (TOLERANCE, poisson2d, power_law, random_matrix, random_vector, reference,
                       relative_error)
 
@@ -178,7 +178,7 @@ def test_on_the_gpu_a_small_matrix_is_decided_before_prepare_returns():
 
 
 def test_a_row_too_long_for_the_start_kernel_is_decided_before_prepare_returns(rng):
-    from autospmv._run.background import START_MAX_ROW
+    from autospmv._prepare.background import START_MAX_ROW
 
     A = sp.lil_matrix((300, START_MAX_ROW + 500))
     A[7, :] = 1.0

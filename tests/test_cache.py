@@ -1,4 +1,4 @@
-"""The compiled-code cache folder (autospmv/_run/cache.py), compile-time notes and the warm-up.
+"""The compiled-code cache folder (autospmv/_support/cache.py), compile-time notes and the warm-up.
 
 The folder tests run ``import autospmv`` in a fresh interpreter, since the folder is fixed when
 autospmv is first imported.
@@ -17,9 +17,9 @@ import numba
 import numpy as np
 import pytest
 
-from autospmv._run import cache
+from autospmv._support import cache
 from autospmv.__main__ import build_parser
-from autospmv._run.warmup import warmup
+from autospmv._tools.warmup import warmup
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -42,7 +42,7 @@ def _python(code: str, **env) -> subprocess.CompletedProcess:
 REPORT = """
     import os, numba
     import autospmv
-    state = autospmv._run.cache.configure()
+    state = autospmv._support.cache.configure()
     print(state.path, state.persistent, sep="|")
     print(numba.config.CACHE_DIR, os.environ["NUMBA_CACHE_DIR"], sep="|")
 """
@@ -91,7 +91,7 @@ def test_an_unusable_folder_warns_and_autospmv_still_works(tmp_path):
     warnings.simplefilter("always")
     import numpy as np, scipy.sparse as sp
     import autospmv
-    state = autospmv._run.cache.configure()
+    state = autospmv._support.cache.configure()
     print(state.persistent, state.path.is_dir(), sep="|")
     A = sp.random(30, 20, density=0.2, format="csr", random_state=2)
     op = autospmv.prepare(A, kernel="csr_scalar", device="cpu")
@@ -114,7 +114,7 @@ def test_import_works_when_no_temporary_folder_can_be_created_either(tmp_path):
     warnings.simplefilter("always")
     import numpy as np, scipy.sparse as sp
     import autospmv
-    state = autospmv._run.cache.configure()
+    state = autospmv._support.cache.configure()
     print(state.persistent, state.source.startswith("none: "), sep="|")
     A = sp.random(30, 20, density=0.2, format="csr", random_state=2)
     op = autospmv.prepare(A, kernel="csr_scalar", device="cpu")
@@ -157,7 +157,7 @@ def test_warmup_compiles_a_float32_matrixs_products_with_float64_x():
     """SciPy's solvers hand a float32 operator float64 vectors: warm-up compiles that too."""
     warmup("cpu", ["float32"], kernels=["csr_scalar"])
     from autospmv import prepare
-    from autospmv._run.warmup import warmup_matrices
+    from autospmv._tools.warmup import warmup_matrices
 
     for A in warmup_matrices(np.float32):
         op = prepare(A, kernel="csr_scalar", device="cpu")

@@ -13,9 +13,9 @@ from matrices import ALL, from_row_lengths, poisson2d
 import autospmv
 from autospmv._decide import choosers
 from autospmv import _registry as registry
-from autospmv._decide.features import features
-from autospmv._decide.sampling import SAMPLE_TARGET_NNZ, x_locality
-from autospmv._run.validation import canonicalize
+from autospmv._decide.features.extract import features
+from autospmv._decide.features.sampling import SAMPLE_TARGET_NNZ, x_locality
+from autospmv._support.validation import canonicalize
 
 
 def rows_of(lengths, n: int = 400) -> sp.csr_matrix:
@@ -190,7 +190,7 @@ def test_a_forced_hyb_with_its_width_computes_the_row_lengths_once(row_length_pa
 @pytest.mark.parametrize("kernel, chooser", [("hyb", choosers.choose_hyb_width),
                                              ("csr_vector", choosers.choose_threads_per_row)])
 def test_parameters_from_the_scans_histogram_are_the_choosers(name, kind, kernel, chooser):
-    from autospmv._decide.features import features_and_lengths
+    from autospmv._decide.features.extract import features_and_lengths
 
     csr = canonicalize(ALL[name]())
     lengths = features_and_lengths(csr, device=kind)[1]
@@ -201,7 +201,7 @@ def test_parameters_from_the_scans_histogram_are_the_choosers(name, kind, kernel
 def test_hyb_width_chooser_is_cusps_rule_on_the_row_lengths(name):
     # The chooser counts the histogram in compiled passes; the rule reads the lengths.
     from autospmv.formats.base import row_lengths
-    from autospmv._decide.choosers import default_hyb_width
+    from autospmv.formats.hyb import default_hyb_width
 
     csr = canonicalize(ALL[name]())
     assert choosers.choose_hyb_width(csr, "cuda") == {"width": default_hyb_width(row_lengths(csr))}

@@ -18,10 +18,10 @@ import scipy.sparse as sp
 
 import autospmv
 from autospmv import __main__ as cli
-from autospmv._decide.model import TreeModel
+from autospmv._decide.model.tree import TreeModel
 from matrices import poisson2d
 from autospmv.training import label
-from autospmv.training.records import _append, read_records
+from autospmv.training.records import append_record, read_records
 from autospmv.training.__main__ import main as training_main
 
 REPO = Path(__file__).resolve().parent.parent
@@ -35,7 +35,7 @@ def isolated_lookup(monkeypatch, tmp_path):
     so that the CPU has no model (whatever CPU models are shipped later)."""
     monkeypatch.delenv("AUTOSPMV_MODEL", raising=False)
     monkeypatch.setenv("AUTOSPMV_HOME", str(tmp_path / "autospmv-home"))
-    monkeypatch.setattr(autospmv._decide.model_lookup, "shipped_models",
+    monkeypatch.setattr(autospmv._decide.model.lookup, "shipped_models",
                         lambda: {"cuda-nvidia-h200-float64": GPU_MODEL})
 
 
@@ -83,7 +83,7 @@ def test_explain_with_a_model_file_shows_it_and_the_path(capsys, matrix_file):
                          "--model", str(GPU_MODEL))
     assert status == 0
     lines = out.splitlines()
-    model = autospmv._decide.model_lookup.load_model(GPU_MODEL)
+    model = autospmv._decide.model.lookup.load_model(GPU_MODEL)
     assert lines[1] == (f"model: {GPU_MODEL} (passed as model=; trained on NVIDIA H200, "
                         f"{model.provenance['trained'][:10]}); a float64 model, deciding for "
                         "float64 matrices")
@@ -97,7 +97,7 @@ def test_explain_with_a_model_file_shows_it_and_the_path(capsys, matrix_file):
 def test_explain_for_a_gpu_on_a_machine_without_one(capsys, matrix_file, monkeypatch):
     """Deciding needs no GPU: the CLI decides as ``autospmv.select(A, device="cuda")`` does,
     says each fact once and explains every feature on the path in one line."""
-    monkeypatch.setattr(autospmv._run.devices, "cuda_available", lambda: False)
+    monkeypatch.setattr(autospmv._support.devices, "cuda_available", lambda: False)
     status, out, err = run(capsys, "explain", str(matrix_file), "--device", "cuda")
     assert status == 0, err
     decision = autospmv.select(sp.load_npz(matrix_file), device="cuda")
@@ -163,7 +163,7 @@ def test_bench_prints_the_spread_over_repeats(capsys, matrix_file, monkeypatch):
     """Each row is the median, min and max of the per-call medians of --repeats measurements,
     and the speed against SciPy's is given per repeat too (a clock whose readings grow by one
     µs per measurement)."""
-    from autospmv._run import timing
+    from autospmv._support import timing
 
     class Growing(_FixedClock):
         reading = 0.0
@@ -201,9 +201,9 @@ class _FixedClock:
 
 
 def test_demo_and_bench_time_with_autospmvs_timer(capsys, matrix_file, monkeypatch):
-    """Every figure demo and bench print comes from autospmv._run.timing's clocks: with a clock
+    """Every figure demo and bench print comes from autospmv._support.timing's clocks: with a clock
     reading 7 µs, every time printed is 7 µs, SciPy's row in bench's table too."""
-    from autospmv._run import timing
+    from autospmv._support import timing
 
     monkeypatch.setattr(timing, "clock", lambda device: _FixedClock())
     status, out, _ = run(capsys, "bench", str(matrix_file), "--device", "cpu")
@@ -238,7 +238,7 @@ def test_a_reader_that_goes_away_ends_the_output_quietly(tmp_path):
 def test_models_remove_deletes_rejected_reports_too(capsys):
     """A retrain whose model the guard rejected leaves ``<model>.rejected.md``, beside an
     installed model or alone; ``models --remove`` deletes it with the rest."""
-    folder = autospmv._decide.model_store.user_data_dir() / "models"
+    folder = autospmv._decide.model.store.user_data_dir() / "models"
     folder.mkdir(parents=True)
     installed = folder / "cpu-test-float64.json"
     installed.write_bytes(GPU_MODEL.read_bytes())
@@ -333,7 +333,7 @@ def test_training_reads_gzip_labels(tmp_path, some_labels, capsys):
     model = tmp_path / "model.json"
     assert training_main(["train", str(packed), "--out", str(model), "--folds", "3"]) == 0
     assert "## All policies" in capsys.readouterr().out
-    provenance = autospmv._decide.model.TreeModel.load(model).provenance
+    provenance = autospmv._decide.model.tree.TreeModel.load(model).provenance
     assert provenance["labels"][0]["file"] == "labels.jsonl.gz"
     assert provenance["labels"][0]["records"] == len(some_labels)
 
@@ -341,7 +341,7 @@ def test_training_reads_gzip_labels(tmp_path, some_labels, capsys):
 def _as_cpu_labels(records: list[dict]) -> list[dict]:
     """The records as if labelled on this machine's CPU, so that a CPU labelling run may resume
     them."""
-    from autospmv._decide.model_store import cpu_model
+    from autospmv._decide.model.store import cpu_model
 
     return [dict(r, device=dict(r["device"], device="cpu", name=cpu_model())) for r in records]
 
@@ -350,13 +350,13 @@ def test_gzip_labels_resume_after_a_cut(tmp_path, some_labels):
     records = _as_cpu_labels(some_labels[:3])
     path = tmp_path / "labels.jsonl.gz"
     for record in records:
-        _append(path, record)
+        append_record(path, record)
     path.write_bytes(path.read_bytes()[:-20])  # the last record's gzip member cut short
     assert read_records(path) == records[:2]
     summary = label.label([], path, "cpu", progress=False)  # resumes: nothing left to label
     assert (summary["labelled"], summary["skipped"]) == (0, 0)
     assert gzip.decompress(path.read_bytes()).decode().count("\n") == 2  # cut member dropped
-    _append(path, records[2])
+    append_record(path, records[2])
     assert read_records(path) == records
 
 
@@ -381,8 +381,8 @@ def test_retrain_can_be_restarted_and_undone(capsys, monkeypatch):
     real_guard = autospmv.training.train.guard
     monkeypatch.setattr(autospmv.training.train, "guard",
                         lambda cv: {**real_guard(cv), "passed": True, "reason": "test"})
-    home = autospmv._decide.model_store.user_data_dir()
-    slug = autospmv._decide.model_store.device_slug("cpu")
+    home = autospmv._decide.model.store.user_data_dir()
+    slug = autospmv._decide.model.store.device_slug("cpu")
     model = home / "models" / f"{slug}-float64.json"
     labels = home / "labels" / f"{slug}-float64.jsonl"
     quick = ["retrain", "--device", "cpu", "--corpus", "tiny", "--quick"]
@@ -548,7 +548,7 @@ def test_child_processes_end_with_their_parent(tmp_path):
 
 @pytest.fixture
 def data_folders():
-    home = autospmv._decide.model_store.user_data_dir()
+    home = autospmv._decide.model.store.user_data_dir()
     models, labels = home / "models", home / "labels"
     models.mkdir(parents=True)
     labels.mkdir()
@@ -608,7 +608,7 @@ def test_models_remove_never_deletes_files_it_did_not_write(capsys, tmp_path, da
 
 
 def test_info_reports_the_last_run_that_installed_nothing(capsys, data_folders):
-    from autospmv._decide.model_store import device_slug
+    from autospmv._decide.model.store import device_slug
     from autospmv.training.__main__ import write_rejected
 
     models, _ = data_folders

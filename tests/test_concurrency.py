@@ -49,7 +49,7 @@ def test_fork_pool_after_a_parallel_call_computes(layer):
 
 def test_feature_scan_scratch_is_bounded_at_128_threads():
     """The issue's case: a 153 MB matrix (1M x 1M, 12.5M nonzeros) at 128 threads."""
-    from autospmv._decide import feature_scan
+    from autospmv._decide.features import scan as feature_scan
 
     m = n = 1_000_000
     csr_bytes = 12_500_000 * (8 + 4) + 4 * (m + 1)
@@ -70,22 +70,26 @@ def test_feature_scan_with_many_threads_keeps_its_memory_and_its_values(monkeypa
 
     import numba
 
-    from autospmv._run.validation import canonicalize
+    from autospmv._support.validation import canonicalize
     from matrices import random_matrix
 
-    from autospmv._decide import features as features
+    from autospmv._decide.features import extract as features
+    from autospmv._decide.features import sampling, scan
     A = canonicalize(random_matrix(20_000, 20_000, 5e-4, 1))
     serial = features.features(A, device="cpu", sample_rows=20_000)
-    from autospmv._run import threads as cpu_threads
+    from autospmv._support import threads as cpu_threads
 
     monkeypatch.setattr(cpu_threads, "PASSES_PARALLEL_MIN_NNZ", 0)
     monkeypatch.setattr(cpu_threads, "PARALLEL_MIN_THREADS", 1)
     monkeypatch.setattr(numba, "get_num_threads", lambda: 128)
-    monkeypatch.setattr(features, "_scan_parallel", features._scan_serial)
-    features._scan(A, 20_000, parallel=True)  # compiles the threaded row-pointer passes outside the measurement
+    monkeypatch.setattr(scan, "scan_parallel", scan.scan_serial)
+    m = A.shape[0]
+    selected = sampling.select_windows(m, sampling.sampled_windows(m, A.nnz, 20_000))
+    shift, narrow = sampling.sector_shift_and_narrow(A)
+    scan.scan_rows(A, selected, shift, narrow, True, True)  # compiles the threaded row-pointer passes outside the measurement
     tracemalloc.start()
     try:
-        features._scan(A, 20_000, parallel=True)
+        scan.scan_rows(A, selected, shift, narrow, True, True)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()

@@ -14,8 +14,8 @@ import scipy.sparse as sp
 
 import autospmv
 from autospmv import _registry as registry
-from autospmv._run.cache import compile_timer
-from autospmv._run.validation import canonicalize
+from autospmv._support.cache import compile_timer
+from autospmv._support.validation import canonicalize
 from matrices import assert_close, poisson2d, power_law, random_vector
 
 FORMAT_KERNELS = ["coo", "ell", "hyb", "jds", "csr5"]

@@ -12,7 +12,7 @@ import pytest
 
 import autospmv
 from autospmv import _registry as registry
-from autospmv._run.validation import canonicalize
+from autospmv._support.validation import canonicalize
 from autospmv.formats.base import DeviceCSR, FormatTooLargeError
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
@@ -78,7 +78,7 @@ def test_gpu_conversions_build_the_host_formats(kernel, dtype):
     """Uploaded with CuPy and converted by the kernels, every family matrix and a power-law one
     give the host format's arrays exactly."""
     pytest.importorskip("cupy")
-    from autospmv._run.device_input import upload_csr
+    from autospmv._prepare.device_input import upload_csr
 
     matrices = [FAMILY[name]() for name in sorted(FAMILY)] + [power_law(20_000, 15_000, 1.6, 4)]
     for A in matrices:

@@ -10,10 +10,11 @@ import pytest
 import scipy.sparse as sp
 from matrices import ALL
 
-from autospmv._decide.cost import QUANTITY_NAMES, launches_of_features, quantities
+from autospmv._decide.cost import launches_of_features
+from autospmv._decide.features.quantities import QUANTITY_NAMES, quantities
 from autospmv._decide.choosers import choose_csr5_sigma, choose_hyb_width, choose_threads_per_row
 from autospmv._registry import KERNELS
-from autospmv._run.validation import canonicalize
+from autospmv._support.validation import canonicalize
 
 
 def _warp_loops(lengths, rows_per_warp: int, lanes: int) -> int:

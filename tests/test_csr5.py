@@ -18,7 +18,7 @@ import autospmv
 from autospmv._decide.choosers import LONG_ROWS, SHORT_ROWS, structural_sigma
 from autospmv.formats.csr5 import OMEGA, PLACEHOLDER, CSR5Format
 from autospmv.kernels.cpu import csr5 as cpu_csr5
-from autospmv._run.validation import canonicalize
+from autospmv._support.validation import canonicalize
 from matrices import (
     CSR5_CORNERS, DTYPE_IDS, DTYPES, FAMILY, TOLERANCE, from_row_lengths, reference,
     relative_error,

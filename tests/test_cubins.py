@@ -34,7 +34,7 @@ from autospmv.kernels.cuda import csr as cuda_csr  # noqa: E402
 from autospmv.kernels.cuda import csr5 as cuda_csr5  # noqa: E402
 from autospmv.kernels.cuda import cubins  # noqa: E402
 
-from autospmv._run.cache import CacheWarning  # noqa: E402
+from autospmv._support.cache import CacheWarning  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 ARGTYPES = (types.Array(types.int32, 1, "C"), types.Array(types.float32, 1, "C"))
@@ -165,8 +165,8 @@ def test_cubin_bytes_are_taken_as_numba_cuda_returns_them():
     class ObjectCode:  # how numba-cuda returns a cubin when it links through cuda.core
         code = b"linked"
 
-    assert cubins._image(b"linked") == cubins._image(ObjectCode()) == b"linked"
-    assert cubins._image(object()) is None
+    assert cubins.cubin_bytes(b"linked") == cubins.cubin_bytes(ObjectCode()) == b"linked"
+    assert cubins.cubin_bytes(object()) is None
 
 
 def test_entries_are_written_whole(tmp_path, monkeypatch, loads):
@@ -459,7 +459,7 @@ PRODUCTS = """
 import json, pathlib, sys
 import numpy as np, scipy.sparse as sp
 import autospmv
-from autospmv._run.cache import compile_timer
+from autospmv._support.cache import compile_timer
 from autospmv.kernels.cuda import cubins
 if sys.argv[1:]:
     cubins.SHIPPED = pathlib.Path(sys.argv[1])  # no shipped archive

@@ -22,7 +22,7 @@ if cuda.config.ENABLE_CUDASIM:
 import autospmv  # noqa: E402
 from autospmv import _registry as registry  # noqa: E402
 from autospmv.formats.base import FormatTooLargeError  # noqa: E402
-from autospmv._run.validation import canonicalize  # noqa: E402
+from autospmv._support.validation import canonicalize  # noqa: E402
 from matrices import DTYPE_IDS, DTYPES, FAMILY, compiled_ptx, conversion_refused  # noqa: E402
 
 CC = (9, 0)

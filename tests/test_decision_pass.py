@@ -1,7 +1,7 @@
 """One decision pass per prepare(): features scanned, estimates computed, tree walked once.
 
 An automatic ``prepare()`` reads everything it decides and explains with from one
-:meth:`~autospmv._decide.model.TreeModel.evaluate`: the kernel, the fall-back order, the path, the leaf,
+:meth:`~autospmv._decide.model.tree.TreeModel.evaluate`: the kernel, the fall-back order, the path, the leaf,
 the corrected and the raw cost-model estimates. These tests count the three expensive steps
 (the feature scan, :meth:`CostModel.estimates` and the tree walk) around whole calls, so that a
 caller asking the model again for one of those parts shows up as a second count.
@@ -19,13 +19,13 @@ import numpy as np
 import pytest
 
 import autospmv
-from autospmv._decide import model_lookup as lookup
-from autospmv._decide.cost_model import CostModel
-from autospmv._decide.model import TreeModel
-from autospmv._decide.model_store import device_slug, user_model_path
+from autospmv._decide.model import lookup
+from autospmv._decide.model.cost_model import CostModel
+from autospmv._decide.model.tree import TreeModel
+from autospmv._decide.model.store import device_slug, user_model_path
 from matrices import FAMILY, poisson2d
 
-from autospmv._decide import features as FEATURES
+from autospmv._decide.features import extract as FEATURES
 """The features module (``autospmv.features`` is the function of that name)."""
 SHIPPED = sorted((Path(__file__).resolve().parent.parent / "models").glob("*.json"))
 
@@ -64,7 +64,7 @@ def calls(monkeypatch) -> collections.Counter:
 
         monkeypatch.setattr(owner, name, counted, raising=False)
 
-    count(FEATURES, "_scan", "features")
+    count(FEATURES, "scan_rows", "features")
     count(CostModel, "estimates", "estimates")
     count(TreeModel, "_walk", "walk")
     return counts
@@ -152,7 +152,7 @@ def always(kernel: str) -> TreeModel:
 def test_an_automatic_hyb_takes_its_width_from_the_scan(calls, row_length_passes):
     """The chooser's width comes from the row-length histogram of the feature scan; the row
     lengths are computed once more, by the format's width check, and not by the chooser."""
-    A = autospmv._run.validation.canonicalize(poisson2d(80))  # 6084 of 6400 rows of 5: width 5
+    A = autospmv._support.validation.canonicalize(poisson2d(80))  # 6084 of 6400 rows of 5: width 5
     m = A.shape[0]
     chosen = autospmv._registry.choose_params("hyb", A, "cpu")
     model = always("hyb")
@@ -193,7 +193,7 @@ def test_the_tree_and_derived_share_one_derivation_of_the_estimates(monkeypatch)
 
 def test_an_automatic_prepare_validates_the_matrix_once(monkeypatch):
     """canonicalize() checks every index; the decision's feature scan does not check again."""
-    from autospmv._run import validation
+    from autospmv._support import validation
 
     checks = collections.Counter()
     check_structure = validation.check_structure
@@ -213,8 +213,8 @@ def test_an_automatic_prepare_validates_the_matrix_once(monkeypatch):
 def test_a_decision_from_the_features_read_is_the_decision_from_all(model):
     """prepare() computes only the features its model reads (features_read): the tree and its
     cost model decide exactly as from every feature, and the full check still stands."""
-    from autospmv._decide.features import canonical_features_and_lengths, feature_names
-    from autospmv._run.validation import canonicalize
+    from autospmv._decide.features.extract import canonical_features_and_lengths, feature_names
+    from autospmv._support.validation import canonicalize
 
     tree = TreeModel.load(model)
     device = "cuda" if model.stem.startswith("cuda-") else "cpu"

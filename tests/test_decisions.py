@@ -24,10 +24,10 @@ import scipy.sparse as sp
 from sklearn.tree import DecisionTreeClassifier
 
 import autospmv
-from autospmv._decide import model_lookup as lookup
+from autospmv._decide.model import lookup
 from autospmv._decide import selection as selector
-from autospmv._decide.model import TreeModel
-from autospmv._decide.model_store import user_model_path
+from autospmv._decide.model.tree import TreeModel
+from autospmv._decide.model.store import user_model_path
 from matrices import FAMILY, REPRESENTATIVE, one_long_row, poisson2d
 
 REPO = Path(__file__).resolve().parent.parent
@@ -115,7 +115,7 @@ def test_decisions_snapshot(model):
 
 
 def test_deciding_for_a_gpu_without_one_uses_the_nearest_gpu_model(monkeypatch):
-    monkeypatch.setattr(autospmv._run.devices, "cuda_available", lambda: False)
+    monkeypatch.setattr(autospmv._support.devices, "cuda_available", lambda: False)
     decision = autospmv.select(poisson2d(20), device="cuda")
     # Every shipped GPU model is equally near to "cuda-no-gpu"; the most recently trained
     # float64 one decides.
@@ -412,7 +412,7 @@ def test_refused_ell_falls_back_to_the_trees_next_choice():
 
 
 def test_a_path_step_shows_as_many_digits_as_tell_value_and_threshold_apart():
-    from autospmv._decide.model import Step
+    from autospmv._decide.model.tree import Step
 
     assert selector._comparison(Step("nnz", 1000456.0, 999999.5, False)) == "1000456 > 999999.5"
     assert selector._comparison(Step("row_max", 12.0, 16.5, True)) == "12 ≤ 16.5"

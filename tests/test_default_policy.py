@@ -1,6 +1,6 @@
 """The default kernel per size band and the tree's calibrated overrides.
 
-Covers the policy itself (autospmv._decide.default_policy), its place in model files (schema 3), what
+Covers the policy itself (autospmv._decide.model.default_policy), its place in model files (schema 3), what
 prepare() and explain() do with it, and its calibration by leave-one-kind-out cross-validation
 (autospmv.training.defaults) on fabricated labels where the right answer is known.
 """
@@ -16,8 +16,8 @@ import pytest
 import scipy.sparse as sp
 
 import autospmv
-from autospmv._decide.default_policy import Band, DefaultPolicy, margins
-from autospmv._decide.model import TreeModel
+from autospmv._decide.model.default_policy import Band, DefaultPolicy, margins
+from autospmv._decide.model.tree import TreeModel
 from autospmv.training import defaults, train
 from autospmv.training.dataset import dataset
 from autospmv.training.fitting import Hyper

@@ -1,4 +1,4 @@
-"""Matrices on the GPU (autospmv/_run/device_input.py): conversions on the device, and prepare() on CuPy and
+"""Matrices on the GPU (autospmv/_prepare/device_input.py): conversions on the device, and prepare() on CuPy and
 torch sparse input without device-to-host copies of the nonzeros.
 
 The conversions are written for any array module; run with NumPy they must build exactly the
@@ -12,13 +12,13 @@ import pytest
 import scipy.sparse as sp
 
 import autospmv
-from autospmv._run import threads as cpu_threads
+from autospmv._support import threads as cpu_threads
 from autospmv import _registry as registry
-from autospmv._run.device_input import is_device_matrix
-from autospmv._decide.sampling import SAMPLE_THRESHOLD
+from autospmv._prepare.device_input import is_device_matrix
+from autospmv._decide.features.sampling import SAMPLE_THRESHOLD
 from autospmv.formats.base import DeviceCSR
 from autospmv.formats.base import FormatTooLargeError
-from autospmv._run.validation import canonicalize
+from autospmv._support.validation import canonicalize
 from autospmv.formats.csr import CSRFormat
 from matrices import (FAMILY, TOLERANCE, power_law, random_matrix,
                       random_vector, reference, relative_error)
@@ -298,7 +298,7 @@ def test_csr_from_format_inverts_the_device_conversion(kernel, name):
 
 
 def _features_both_ways(csr, device):
-    from autospmv._decide.features import canonical_features_and_lengths
+    from autospmv._decide.features.extract import canonical_features_and_lengths
 
     host, host_lengths = canonical_features_and_lengths(csr, device=device)
     split, split_lengths = canonical_features_and_lengths(csr, device=device,
@@ -333,7 +333,7 @@ def test_automatic_prepare_of_a_host_matrix_uploads_once_and_decides_as_select(m
     model's features call for on the GPU, and the operator converts from that upload (a second
     would fail here)."""
     _cupy()
-    import autospmv._run.operator
+    import autospmv._prepare.operator
 
     A = canonicalize(power_law(40_000, 30_000, 1.8, 9))
     expected = autospmv.select(A, device="cuda")
@@ -341,7 +341,7 @@ def test_automatic_prepare_of_a_host_matrix_uploads_once_and_decides_as_select(m
     def no_second_upload(csr):
         raise AssertionError("the operator uploaded the matrix again")
 
-    monkeypatch.setattr(autospmv._run.operator, "upload_csr", no_second_upload)
+    monkeypatch.setattr(autospmv._prepare.operator, "upload_csr", no_second_upload)
     op = autospmv.prepare(A, device="cuda")
     assert (op.kernel, op.params) == (expected.kernel, expected.params)
     assert any("counted on the GPU" in note for note in op.decision.notes), op.decision.notes
@@ -364,7 +364,7 @@ def test_device_features_are_the_host_features(threaded, monkeypatch):
     # Above the sampling threshold a matrix on the device gets the host's features (counted
     # there: test_device_passes.py; a NumPy stand-in is scanned on the host).
 
-    from autospmv._decide import features as features_module
+    from autospmv._decide.features import extract as features_module
     if threaded:
         monkeypatch.setattr(cpu_threads, "PASSES_PARALLEL_MIN_NNZ", 1)
         monkeypatch.setattr(cpu_threads, "PARALLEL_MIN_THREADS", 1)
@@ -425,7 +425,7 @@ def test_the_row_pointer_passes_give_the_row_length_histogram(m):
     chunks of 4,096 warps, the same sum on numba's threads), with empty rows, a last warp that
     is not full, and a row much longer than the row count (the lengths then counted by
     sorting)."""
-    from autospmv._decide.row_lengths import length_histogram, row_length_moments, warp_ratio_sum
+    from autospmv._decide.features.row_lengths import length_histogram, row_length_moments, warp_ratio_sum
 
     rng = np.random.default_rng(m)
     lengths = rng.integers(0, 9, m) * (rng.random(m) < 0.9)
@@ -454,7 +454,7 @@ def test_features_leave_out_the_passes_a_caller_does_not_read(needed, sampled, i
     """Only the passes whose features are needed run (on the host, and for a matrix on the GPU:
     there the passes leave their features out, test_device_passes.py); every feature returned
     equals the full computation's."""
-    from autospmv._decide import features as features_module
+    from autospmv._decide.features import extract as features_module
 
     assert features_module.passes_needed(needed) == (sampled, index_passes)
     csr = canonicalize(power_law(100_000, 80_000, 1.6, 9).astype(np.float32))

@@ -1,4 +1,4 @@
-"""The feature passes on the GPU (:mod:`autospmv._decide.device_passes`, kernels in
+"""The feature passes on the GPU (:mod:`autospmv._decide.features.device_scan`, kernels in
 :mod:`autospmv.kernels.cuda.feature_passes`) give the host scan's features bit for bit.
 
 Without a GPU the kernels run in numba-cuda's simulator (``device_passes_simulator_worker.py``,
@@ -20,9 +20,9 @@ import pytest
 
 pytest.importorskip("numba.cuda")
 
-from autospmv._decide import device_passes, feature_scan  # noqa: E402
-from autospmv._decide import features as features_module  # noqa: E402
-from autospmv._run.validation import canonicalize  # noqa: E402
+from autospmv._decide.features import device_scan as device_passes, scan as feature_scan  # noqa: E402
+from autospmv._decide.features import extract as features_module  # noqa: E402
+from autospmv._support.validation import canonicalize  # noqa: E402
 from autospmv.formats.base import DeviceCSR  # noqa: E402
 from matrices import FAMILY, power_law  # noqa: E402
 from simulator_run import run_simulator_worker  # noqa: E402
@@ -82,7 +82,7 @@ def test_the_shipped_kernels_cover_every_launch_of_the_passes(monkeypatch):
                                                           np.float64).argtypes))
         return launch
 
-    monkeypatch.setattr(device_passes, "_launcher", recording_launcher)
+    monkeypatch.setattr(device_passes, "launcher", recording_launcher)
     csr = canonicalize(power_law(300, 200, 1.6, 1))
     stand_in = DeviceCSR(csr.shape, csr.indptr, csr.indices, csr.data, csr.indptr.copy(), np)
     selected = np.ones(-(-csr.shape[0] // 32), np.uint8)
@@ -101,8 +101,8 @@ def test_numpy_arrays_run_the_kernels_only_in_the_simulator():
 @pytest.mark.requires_gpu
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_features_of_an_uploaded_matrix_are_the_host_features(dtype):
-    from autospmv._decide.sampling import x_locality
-    from autospmv._run.device_input import upload_csr
+    from autospmv._decide.features.sampling import x_locality
+    from autospmv._prepare.device_input import upload_csr
 
     pytest.importorskip("cupy")
     matrices = [FAMILY[name]() for name in sorted(FAMILY)]
@@ -123,7 +123,7 @@ FIRST_DECISION = """
 import json, os, pathlib, re
 import numpy as np, scipy.sparse as sp
 import autospmv
-from autospmv._run.cache import compile_timer
+from autospmv._support.cache import compile_timer
 T = sp.diags([-1.0, 2.0, -1.0], [-1, 0, 1], shape=(300, 300))
 A = sp.kronsum(T, T, format="csr").astype(np.float32)
 x = np.ones(A.shape[1], dtype=np.float32)

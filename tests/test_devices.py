@@ -1,11 +1,11 @@
-"""Device resolution lives in ``autospmv._run.devices``: whether a real GPU (not numba-cuda's
+"""Device resolution lives in ``autospmv._support.devices``: whether a real GPU (not numba-cuda's
 simulator) is present is answered there, and the training pipeline asks it."""
 
 from __future__ import annotations
 
 import pytest
 
-from autospmv._run import devices
+from autospmv._support import devices
 
 
 @pytest.fixture

@@ -13,16 +13,15 @@ import scipy.sparse as sp
 import autospmv
 from autospmv.formats.base import FormatTooLargeError, row_lengths
 from autospmv.formats.ell import ELL_SMALL, ELLFormat
-from autospmv._decide.choosers import (
-    default_hyb_width, width_cost, width_cusp, width_cusp_of_histogram, width_quantile,
+from autospmv.formats.hyb import (
+    HYBFormat, default_hyb_width, width_cost, width_cusp, width_cusp_of_histogram, width_quantile,
 )
-from autospmv.formats.hyb import HYBFormat
 from autospmv.formats.jds import JDSFormat
 from autospmv.kernels.cpu import coo as cpu_coo
 from autospmv.kernels.cpu import ell as cpu_ell
 from autospmv.kernels.cpu import hyb as cpu_hyb
 from autospmv.kernels.cpu import jds as cpu_jds
-from autospmv._run.validation import canonicalize
+from autospmv._support.validation import canonicalize
 from matrices import DTYPES, PADDED, TOLERANCE
 
 

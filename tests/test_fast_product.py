@@ -11,8 +11,8 @@ import pytest
 
 pytest.importorskip("numba.cuda")
 
-from autospmv.kernels.cuda import backend, remembered  # noqa: E402
-from autospmv._run.validation import result_dtype  # noqa: E402
+from autospmv.kernels.cuda import backend, checked_vectors as remembered  # noqa: E402
+from autospmv._support.validation import result_dtype  # noqa: E402
 
 if backend.SIMULATOR:
     pytest.skip("the remembered launches are those of the real driver path",

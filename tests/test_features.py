@@ -1,4 +1,4 @@
-"""Tests of :mod:`autospmv._decide.features`: known values on hand-built matrices, a slow
+"""Tests of :mod:`autospmv._decide.features.extract`: known values on hand-built matrices, a slow
 pure-NumPy reference on the whole matrix family, empty shapes, canonicalisation, dtype and
 the accuracy of sampling."""
 
@@ -15,21 +15,16 @@ from matrices import ALL, random_matrix
 from test_cost import cost_reference
 
 import autospmv
-from autospmv._decide.features import (
-    BLOCK_SIZES,
-    FEATURE_NAMES,
-    SAMPLED_FEATURES,
-    WINDOW_ROWS,
-    features,
-)
-from autospmv._run import threads as cpu_threads
-from autospmv._decide import row_lengths
-from autospmv._decide.choosers import width_cost
-from autospmv._decide.sampling import SAMPLE_THRESHOLD, SAMPLE_TOLERANCE
-from autospmv._run.devices import target_device
-from autospmv._run.validation import canonicalize
+from autospmv._decide.features.extract import FEATURE_NAMES, SAMPLED_FEATURES, features
+from autospmv._decide.features.scan import BLOCK_SIZES, WINDOW_ROWS
+from autospmv._support import threads as cpu_threads
+from autospmv._decide.features import row_lengths
+from autospmv.formats.hyb import width_cost
+from autospmv._decide.features.sampling import SAMPLE_THRESHOLD, SAMPLE_TOLERANCE
+from autospmv._support.devices import target_device
+from autospmv._support.validation import canonicalize
 
-from autospmv._decide import features as F
+from autospmv._decide.features import extract as F
 
 
 def exact(A, device: str | None = None) -> dict[str, float]:
@@ -322,7 +317,7 @@ def test_parallel_scan_equals_serial(monkeypatch):
 def test_row_length_counts_is_the_histogram_of_the_row_lengths(m, itype):
     """Any row count (the four interleaved histograms leave up to three rows to the tail),
     runs of equal lengths and empty rows."""
-    from autospmv._decide.row_lengths import row_length_counts
+    from autospmv._decide.features.row_lengths import row_length_counts
 
     rng = np.random.default_rng(m)
     lengths = np.where(rng.random(m) < 0.5, 5, rng.integers(0, 12, m))

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import autospmv
 from autospmv import _registry as registry
 from autospmv.formats.base import FormatTooLargeError, SparseFormat
-from autospmv._run.validation import canonicalize
+from autospmv._support.validation import canonicalize
 from matrices import (
     ALL, DTYPE_IDS, DTYPES, assert_close, conversion_refused, from_row_lengths, random_vector,
     reference,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from autospmv import KERNELS
-from autospmv._decide.features import FEATURE_NAMES
+from autospmv._decide.features.extract import FEATURE_NAMES
 from autospmv._tools.glossary import FEATURE_DESCRIPTIONS, describe, markdown_table
 
 MODEL_CARD = Path(__file__).resolve().parent.parent / "models" / "README.md"

@@ -21,10 +21,10 @@ import scipy.sparse as sp
 
 import autospmv
 from autospmv import _registry as registry
-from autospmv._decide.model import CostModel, TreeModel
-from autospmv._decide.model_store import device_slug, user_model_path, write_atomically
-from autospmv._decide.model_lookup import shipped_models
-from autospmv._run.validation import canonicalize, check_structure
+from autospmv._decide.model.tree import CostModel, TreeModel
+from autospmv._decide.model.store import device_slug, user_model_path, write_atomically
+from autospmv._decide.model.lookup import shipped_models
+from autospmv._support.validation import canonicalize, check_structure
 from matrices import TOLERANCE, random_matrix, random_vector, reference, relative_error
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -310,7 +310,7 @@ def user_home(tmp_path, monkeypatch):
     monkeypatch.delenv("AUTOSPMV_MODEL", raising=False)
     shipped = shipped_models()
     shipped[f"{device_slug('cpu')}-float64"] = shipped[STAND_IN]
-    monkeypatch.setattr("autospmv._decide.model_lookup.shipped_models", lambda: shipped)
+    monkeypatch.setattr("autospmv._decide.model.lookup.shipped_models", lambda: shipped)
     path = user_model_path(device_slug("cpu"))
     path.parent.mkdir(parents=True)
     return path
@@ -442,8 +442,8 @@ def test_large_index_arrays_are_range_checked_by_the_compiled_pass(itype, bad, m
                                                                    threaded, monkeypatch):
     # From COMPILED_MIN_SIZE entries the range comes from one compiled pass, not NumPy's:
     # serial, or on numba's threads (forced here even where there are fewer than the rule's).
-    from autospmv._run import threads as cpu_threads
-    from autospmv._run.validation import COMPILED_MIN_SIZE, index_range
+    from autospmv._support import threads as cpu_threads
+    from autospmv._support.validation import COMPILED_MIN_SIZE, index_range
 
     monkeypatch.setattr(cpu_threads, "PARALLEL_MIN_THREADS", 1 if threaded else 10**6)
 
@@ -693,7 +693,7 @@ def test_a_model_replaced_with_the_same_size_and_mtime_is_read_again(tmp_path):
 
 
 def test_a_model_file_larger_than_the_cap_is_refused_unread(tmp_path, monkeypatch):
-    from autospmv._decide import model_file
+    from autospmv._decide.model import file as model_file
 
     path = tmp_path / "model.json"
     path.write_text(json.dumps(leaf_model("hyb")) + " " * 5000)
@@ -718,18 +718,18 @@ def test_a_model_removed_while_it_is_read_falls_back_with_one_warning(user_home,
     the read: prepare() decides without it and warns once for any number of prepares."""
     import warnings
 
-    from autospmv._decide import model_lookup
+    from autospmv._decide.model.tree import TreeModel
 
     user_home.write_text(json.dumps(cpu_model_doc))
 
-    load = model_lookup._load_cached
+    load = TreeModel.load.__func__
 
-    def vanished(path, mtime):
-        if path == str(user_home):
-            raise FileNotFoundError(2, "No such file or directory", path)
-        return load(path, mtime)
+    def vanished(cls, source, *args, **kwargs):
+        if str(source) == str(user_home):
+            raise FileNotFoundError(2, "No such file or directory", str(source))
+        return load(cls, source, *args, **kwargs)
 
-    monkeypatch.setattr(model_lookup, "_load_cached", vanished)
+    monkeypatch.setattr(TreeModel, "load", classmethod(vanished))
     A = random_matrix(50, 50, 0.1, 1)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

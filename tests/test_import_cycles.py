@@ -113,24 +113,24 @@ def test_the_package_has_no_import_cycle(functions):
 
 def test_the_graph_sees_the_imports_it_should():
     graph = import_graph()
-    assert "autospmv._registry" in graph["autospmv._session"]  # from . import registry
-    assert "autospmv._decide.choosers" in graph["autospmv._registry"]  # from . import choosers
-    assert "autospmv._run.devices" in graph["autospmv._decide.choosers"]  # from .devices import ...
-    assert "autospmv.kernels" in graph["autospmv.kernels.cpu"]  # from .. import njit
+    assert "autospmv._registry" in graph["autospmv._prepare.prepare"]  # from . import registry
+    assert "autospmv.formats.base" in graph["autospmv._registry"]  # from .formats.base import ...
+    assert "autospmv._support.devices" in graph["autospmv._decide.choosers"]  # from .devices import ...
+    assert "autospmv._support.threads" in graph["autospmv.kernels.cpu"]  # from ..._support.threads import
     assert "autospmv.kernels.cpu" in graph["autospmv.kernels.cpu.csr"]  # from . import ...
     # devices imports autospmv.kernels.cuda inside cuda_available() only.
-    assert graph["autospmv._run.devices"] == set()
+    assert graph["autospmv._support.devices"] == set()
     # tuning imports the timer inside measure (tune="measure") only.
-    assert "autospmv._run.timing" not in graph["autospmv._run.tuning"]
-    assert "autospmv._run.timing" in import_graph(functions=True)["autospmv._run.tuning"]
+    assert "autospmv._support.timing" not in graph["autospmv._prepare.tuning"]
+    assert "autospmv._support.timing" in import_graph(functions=True)["autospmv._prepare.tuning"]
 
 
 def test_the_timer_stands_on_numpy_alone():
-    """autospmv._run.timing imports no autospmv module, and only NumPy and the standard library when
+    """autospmv._support.timing imports no autospmv module, and only NumPy and the standard library when
     imported (numba-cuda inside the functions that make CUDA clocks or vectors), so any module
     may use it."""
-    assert import_graph(functions=True)["autospmv._run.timing"] == set()
-    tree = ast.parse((PACKAGE / "_run" / "timing.py").read_text(encoding="utf-8"))
+    assert import_graph(functions=True)["autospmv._support.timing"] == set()
+    tree = ast.parse((PACKAGE / "_support" / "timing.py").read_text(encoding="utf-8"))
     imported = {alias.name if isinstance(node, ast.Import) else node.module
                 for node in _module_level_imports(tree) for alias in node.names}
     assert imported <= {"__future__", "dataclasses", "math", "time", "numpy"}
@@ -152,13 +152,13 @@ def test_autospmv_imports_training_only_to_delegate_retrain():
 
 
 @pytest.mark.parametrize("module, other", [
-    ("autospmv._decide.features", "autospmv._session"),
-    ("autospmv._decide.model", "autospmv._session"),
+    ("autospmv._decide.features.extract", "autospmv._prepare.prepare"),
+    ("autospmv._decide.model.tree", "autospmv._prepare.prepare"),
     ("autospmv.formats.csr5", "autospmv._registry"),
 ])
 def test_removed_cycles_stay_removed_even_through_functions(module, other):
     """These pairs once imported each other (one side inside a function): device questions now
-    live in autospmv._run.devices, so neither side needs the other back."""
+    live in autospmv._support.devices, so neither side needs the other back."""
     graph = import_graph(functions=True)
     assert not (_reaches(graph, module, other) and _reaches(graph, other, module))
 

@@ -1,5 +1,5 @@
 """autospmv's operator is SciPy's LinearOperator without autospmv importing scipy.sparse.linalg
-(:mod:`autospmv._run.linear_operator`): each check runs in a fresh interpreter, since the point
+(:mod:`autospmv._prepare.linear_operator`): each check runs in a fresh interpreter, since the point
 is what a new process imports and in which order."""
 
 from __future__ import annotations

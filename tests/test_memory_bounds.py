@@ -23,16 +23,15 @@ import autospmv
 from matrices import FAMILY
 
 ROOT = Path(__file__).resolve().parent.parent
-from autospmv._decide import feature_scan
-from autospmv._decide import features as FEATURES_MODULE
-from autospmv._decide.sampling import SAMPLE_THRESHOLD
+from autospmv._decide.features import scan as feature_scan
+from autospmv._decide.features.sampling import SAMPLE_THRESHOLD
 
 MEASURE = textwrap.dedent("""
     import json, sys, tracemalloc
     import numpy as np, scipy.sparse as sp
     import autospmv
-    from autospmv._decide.model_lookup import shipped_models
-    from autospmv._run.validation import canonicalize, index_dtype
+    from autospmv._decide.model.lookup import shipped_models
+    from autospmv._support.validation import canonicalize, index_dtype
 
     def wide(m, n, nnz, seed=0):
         # distinct random positions, the CSR built from its arrays: nothing of n entries
@@ -106,7 +105,7 @@ def test_counting_over_the_nonzeros_gives_the_scans_values(name, monkeypatch):
         for sample_rows in (None, 40):
             scanned = autospmv.features(A, sample_rows=sample_rows, device="cpu")
             with monkeypatch.context() as patch:
-                patch.setattr(FEATURES_MODULE, "scratch_fits", lambda *args: False)
+                patch.setattr(feature_scan, "scratch_fits", lambda *args: False)
                 counted = autospmv.features(A, sample_rows=sample_rows, device="cpu")
             assert counted == scanned, (dtype, sample_rows)
 
@@ -123,8 +122,8 @@ def test_a_wide_matrix_is_counted_over_its_nonzeros_and_sampled_like_the_scan(mo
                        np.arange(m + 1) * per_row), shape=(m, n))
     assert A.nnz > SAMPLE_THRESHOLD
     calls = []
-    counters = FEATURES_MODULE.nonzero_counters
-    monkeypatch.setattr(FEATURES_MODULE, "nonzero_counters",
+    counters = feature_scan.nonzero_counters
+    monkeypatch.setattr(feature_scan, "nonzero_counters",
                         lambda *args: calls.append(1) or counters(*args))
     counted = autospmv.features(A, device="cpu")
     assert calls

@@ -11,9 +11,9 @@ import pytest
 from sklearn.tree import DecisionTreeClassifier, export_text
 
 from autospmv import KERNELS
-from autospmv._decide.model import TreeModel
-from autospmv._decide import model_lookup as lookup
-from autospmv._decide.model_store import device_slug, slugify, user_model_path
+from autospmv._decide.model.tree import TreeModel
+from autospmv._decide.model import lookup
+from autospmv._decide.model.store import device_slug, slugify, user_model_path
 
 NAMES = ["row_max", "row_cv", "nnz", "density", "ell_fill", "block2_share"]
 KNOWN = {"known_features": NAMES + ["unused_feature"]}
@@ -291,9 +291,9 @@ def test_slugs():
 
 
 def test_cuda_slug_without_a_gpu(monkeypatch):
-    import autospmv._run.devices
+    import autospmv._support.devices
 
-    monkeypatch.setattr(autospmv._run.devices, "cuda_available", lambda: False)
+    monkeypatch.setattr(autospmv._support.devices, "cuda_available", lambda: False)
     assert device_slug("cuda") == "cuda-no-gpu"
 
 
@@ -309,7 +309,7 @@ def _one_leaf_correction(cost):
 
 
 def _cost_model(**coefficients):
-    from autospmv._decide.model import CostModel
+    from autospmv._decide.model.tree import CostModel
 
     return CostModel(coefficients)
 
@@ -342,7 +342,7 @@ def test_cost_model_estimates_and_relative_values_by_hand():
 
 
 def test_cost_model_without_the_launch_regressor_is_refused():
-    from autospmv._decide.cost_model import CostModel
+    from autospmv._decide.model.cost_model import CostModel
 
     old = {"regressors": ["1", "rows", "nnz", "bytes", "work", "span", "atomics"],
            "coefficients": {"coo": [10, 0, 0, 0, 0, 0.5, 0]}}
@@ -351,7 +351,7 @@ def test_cost_model_without_the_launch_regressor_is_refused():
 
 
 def test_cost_model_fitted_without_x_sectors_reads_as_a_zero_coefficient():
-    from autospmv._decide.cost_model import CostModel
+    from autospmv._decide.model.cost_model import CostModel
 
     old = {"regressors": ["1", "rows", "nnz", "bytes", "work", "span", "atomics", "launches"],
            "coefficients": {"coo": [10, 0, 0, 0, 0, 0.5, 0, 0]},
@@ -364,7 +364,7 @@ def test_cost_model_fitted_without_x_sectors_reads_as_a_zero_coefficient():
 
 
 def test_cost_model_fitted_without_row_length_reads_as_a_zero_coefficient():
-    from autospmv._decide.cost_model import CostModel
+    from autospmv._decide.model.cost_model import CostModel
 
     old = {"regressors": ["1", "rows", "nnz", "x_sectors", "bytes", "work", "span", "atomics",
                           "launches"],
@@ -396,7 +396,7 @@ def test_cost_model_rejects_bad_coefficients(coefficients, message):
 
 
 def test_correction_ranking_needs_a_cost_model_and_round_trips():
-    from autospmv._decide.model import CostModel
+    from autospmv._decide.model.tree import CostModel
 
     tree = {"children_left": [-1], "children_right": [-1], "feature": [-2], "threshold": [-2.0],
             "value": [[0.0, -1.0]], "n_node_samples": [3], "weighted_n_node_samples": [3.0]}
@@ -424,7 +424,7 @@ def test_correction_ranking_needs_a_cost_model_and_round_trips():
 
 
 def test_cost_model_of_two_size_regimes_by_hand_and_schema_2():
-    from autospmv._decide.model import CostModel
+    from autospmv._decide.model.tree import CostModel
 
     # Below 1000 nonzeros coo costs 10 µs and csr5 12 µs; from 1000 on, coo 20 µs and csr5 15.
     cost = CostModel({"coo": [10] + [0] * 9, "csr5": [12] + [0] * 9},
@@ -452,7 +452,7 @@ def test_cost_model_of_two_size_regimes_by_hand_and_schema_2():
 
 
 def test_cost_model_with_three_size_regimes_round_trips_and_says_which_table():
-    from autospmv._decide.cost_model import CostModel
+    from autospmv._decide.model.cost_model import CostModel
     from autospmv._decide.selection import _regime_words
 
     table = lambda c: {"coo": [c] + [0] * 9, "csr5": [c + 1] + [0] * 9}  # noqa: E731
@@ -482,7 +482,7 @@ def test_cost_model_with_three_size_regimes_round_trips_and_says_which_table():
 
 
 def test_cost_model_reading_row_length_needs_schema_version_5():
-    from autospmv._decide.cost_model import CostModel
+    from autospmv._decide.model.cost_model import CostModel
 
     at = CostModel.REGRESSORS.index("row_length")
     row = [10.0] + [0.0] * 9
@@ -507,7 +507,7 @@ def test_cost_model_reading_row_length_needs_schema_version_5():
      "large_coefficients of coo must be 10 non-negative"),
 ])
 def test_cost_model_rejects_a_bad_second_regime(large, message):
-    from autospmv._decide.model import CostModel
+    from autospmv._decide.model.tree import CostModel
 
     with pytest.raises(ValueError, match=message):
         CostModel({"coo": [1] * 10}, **large)

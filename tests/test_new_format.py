@@ -14,7 +14,7 @@ from simulator_run import run_simulator_worker
 
 import autospmv
 from autospmv.formats.base import DeviceCSR
-from autospmv._run.validation import canonicalize
+from autospmv._support.validation import canonicalize
 
 WORKER = pathlib.Path(__file__).with_name("new_format_simulator_worker.py")
 

@@ -9,7 +9,7 @@ import scipy.sparse.linalg as spla
 
 import autospmv
 from autospmv import _registry as registry
-from autospmv._run.devices import resolve_device
+from autospmv._support.devices import resolve_device
 from matrices import (
     FAMILY, assert_close, one_long_row, poisson2d, random_matrix, random_vector, reference,
     relative_error,
@@ -144,7 +144,7 @@ def no_models(monkeypatch, tmp_path):
     """No model anywhere: none given, none in the environment, retrained or shipped."""
     monkeypatch.delenv("AUTOSPMV_MODEL", raising=False)
     monkeypatch.setenv("AUTOSPMV_HOME", str(tmp_path))
-    monkeypatch.setattr("autospmv._decide.model_lookup.shipped_models", lambda: {})
+    monkeypatch.setattr("autospmv._decide.model.lookup.shipped_models", lambda: {})
 
 
 @pytest.mark.parametrize("name", ["odd_65x47", "poisson2d_169", "huge_row_among_short_300x3000",

@@ -14,7 +14,7 @@ import scipy.sparse as sp
 
 import autospmv
 from autospmv._decide import selection as selector
-from autospmv._decide.model import TreeModel
+from autospmv._decide.model.tree import TreeModel
 from matrices import FAMILY, SHARED, TOLERANCE, random_vector, reference, relative_error
 
 MODELS = sorted((Path(__file__).resolve().parent.parent / "models").glob("*.json"))

@@ -6,7 +6,7 @@ The package is copied to a temporary folder, every ``__pycache__`` is replaced b
 below a plain file, so numba's user-wide cache folder cannot be created either, and
 NUMBA_CACHE_DIR and AUTOSPMV_CACHE_DIR are unset: the user cache folder cannot be created. The
 import must still work, with a warning naming the folder it could not use (compiled code then
-goes to a temporary folder for this process: :mod:`autospmv._run.cache`), and the kernels must still
+goes to a temporary folder for this process: :mod:`autospmv._support.cache`), and the kernels must still
 compute.
 """
 

@@ -11,8 +11,8 @@ import pytest
 from matrices import poisson2d
 
 from autospmv import _registry as registry
-from autospmv._decide.features import features
-from autospmv._run.validation import canonicalize
+from autospmv._decide.features.extract import features
+from autospmv._support.validation import canonicalize
 from autospmv.training.records import read_records
 from autospmv.training.rechoose import rechoose_files, rechoose_record
 

@@ -17,13 +17,14 @@ import scipy.sparse as sp
 
 import autospmv
 from autospmv._decide import cost
+from autospmv._decide.features import quantities
 from autospmv import _registry as registry
-from autospmv._decide import model_lookup as lookup
+from autospmv._decide.model import lookup
 from autospmv._decide import selection as selector
-from autospmv._run.devices import check_device_name
+from autospmv._support.devices import check_device_name
 from autospmv.__main__ import main as cli_main
-from autospmv._decide.features import FEATURE_NAMES
-from autospmv._decide.model import TreeModel
+from autospmv._decide.features.extract import FEATURE_NAMES
+from autospmv._decide.model.tree import TreeModel
 from autospmv.training import label
 
 TOY = "toy"
@@ -106,8 +107,8 @@ def test_toy_cost_quantities_are_features(toy):
     values = autospmv.features(A, device="cpu")
     names = list(values)
     assert names[:len(FEATURE_NAMES)] == list(FEATURE_NAMES)
-    assert names[-len(cost.QUANTITIES):] == [f"{TOY}_{q}" for q in cost.QUANTITIES]
-    for q in cost.QUANTITIES:
+    assert names[-len(quantities.QUANTITIES):] == [f"{TOY}_{q}" for q in quantities.QUANTITIES]
+    for q in quantities.QUANTITIES:
         assert values[f"{TOY}_{q}"] == values[f"csr_scalar_{q}"]
     assert autospmv._tools.glossary.describe("toy_bytes").startswith("toy's memory traffic")
 
@@ -118,7 +119,7 @@ def test_a_cost_function_must_return_every_quantity(toy, monkeypatch):
         four if spec.name == TOY else spec for spec in registry._BY_NAME.values()))
     with pytest.raises(ValueError, match="cost function of kernel 'toy' returned 4 numbers; "
                                          "it must return 5: bytes, work, span, atomics, launches"):
-        cost.quantities(_matrix().tocsr(), "cpu")
+        quantities.quantities(_matrix().tocsr(), "cpu")
 
 
 def test_automatic_prepare_with_a_model_that_knows_the_toy(toy):

@@ -15,7 +15,7 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as sla
 
 import autospmv
-from autospmv._run import threads as cpu_threads
+from autospmv._support import threads as cpu_threads
 from autospmv.kernels import cpu as cpu_kernels
 from autospmv.kernels.cpu import csr as cpu_csr
 
@@ -342,7 +342,7 @@ def test_real_calls_leave_numbas_thread_count_as_they_found_it():
 
 
 def _policy_in_new_process(env: dict) -> str:
-    code = ("import os, autospmv, autospmv._run.threads as t; "
+    code = ("import os, autospmv, autospmv._support.threads as t; "
             "print(os.environ.get('OMP_WAIT_POLICY')); print(t.wait_policy())")
     result = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, text=True,
                             capture_output=True, check=True)

@@ -14,7 +14,7 @@ if cuda.config.ENABLE_CUDASIM:
                 allow_module_level=True)
 
 from autospmv.kernels.cuda import spmm  # noqa: E402
-from autospmv._run.validation import canonicalize  # noqa: E402
+from autospmv._support.validation import canonicalize  # noqa: E402
 from matrices import FAMILY, compiled_ptx  # noqa: E402
 
 DTYPE_PAIRS = [(np.float32, np.float32), (np.float64, np.float64), (np.float32, np.float64)]

@@ -14,9 +14,9 @@ import scipy.sparse as sp
 
 import autospmv
 from autospmv._decide import choosers
-from autospmv._decide.features import FEATURE_NAMES, features
-from autospmv._decide.model import TreeModel
-from autospmv._run.timing import TimingOptions, noise_ratio, relative_error, summary
+from autospmv._decide.features.extract import FEATURE_NAMES, features
+from autospmv._decide.model.tree import TreeModel
+from autospmv._support.timing import TimingOptions, noise_ratio, relative_error, summary
 from autospmv.training import corpus, generators, label, train
 from autospmv.training.__main__ import main
 from autospmv.training.crossval import FALLBACK_HYPER, GRID, group_splits, hyper_grid
@@ -277,16 +277,16 @@ def test_gpu_timing_refuses_the_simulator(monkeypatch):
 
 
 def test_the_labellers_timer_is_autospmvs():
-    """training.timing adds the labeller's parts to autospmv._run.timing (one timer, not a
+    """training.timing adds the labeller's parts to autospmv._support.timing (one timer, not a
     copy): its Bench is autospmv's with the simulator refused."""
-    from autospmv._run import timing as core
+    from autospmv._support import timing as core
 
     assert issubclass(Bench, core.Bench) and isinstance(QUICK, core.TimingOptions)
     assert Bench.time_all is core.Bench.time_all
 
 
 def test_time_calls_samples_a_callable_on_the_devices_clock(monkeypatch):
-    from autospmv._run import timing
+    from autospmv._support import timing
 
     readings = iter(range(1, 10**6))
 
@@ -305,7 +305,7 @@ def test_time_calls_samples_a_callable_on_the_devices_clock(monkeypatch):
 
 
 def test_measure_statuses():
-    A = autospmv._run.validation.canonicalize(generators.dense_rows("one-dense-row", 4000, 1, 1.0))
+    A = autospmv._support.validation.canonicalize(generators.dense_rows("one-dense-row", 4000, 1, 1.0))
     x = np.linspace(-1, 1, A.shape[1])
     y_ref = A @ x
     bench = Bench("cpu", x, A.shape[0], QUICK)
@@ -324,7 +324,7 @@ def test_measure_statuses():
 
 
 def test_configurations_cover_every_kernel_and_strategy():
-    A = autospmv._run.validation.canonicalize(generators.power_law("configs", 4000, 2.2))
+    A = autospmv._support.validation.canonicalize(generators.power_law("configs", 4000, 2.2))
     chosen, variants = label.configurations(A, "cuda")
     assert [c.kernel for c in chosen] == list(autospmv.KERNELS)
     assert all(c.strategy == "chooser" and c.error is None for c in chosen)
@@ -1083,7 +1083,7 @@ def test_repeated_cross_validation_size_bands_and_held_out_matrices():
     held = scores["held_out"]
     assert sorted(held["names"]) == ["fem-0", "web-0-x4", records[-2]["name"]]
     assert held["all"]["tree"]["n"] == 3 and "always csr5" in held["all"]
-    measured = held["all"][f"tune='measure' (top {autospmv._run.tuning.TUNE_CANDIDATES})"]
+    measured = held["all"][f"tune='measure' (top {autospmv._prepare.tuning.TUNE_CANDIDATES})"]
     assert measured["geomean"] >= held["all"]["tree"]["geomean"]  # the tree's pick is a candidate
     assert result.model.provenance["held_out"] == 3
     assert result.model.provenance["matrices"] == len(records) - 2
@@ -1128,7 +1128,7 @@ def test_guard_against_the_best_fixed_kernel():
 
 
 def _as_labels(records, path, dtype):
-    from autospmv._decide.model_store import cpu_model
+    from autospmv._decide.model.store import cpu_model
 
     device = {"device": "cpu", "name": cpu_model()}  # labels of this machine: retrain extends them
     with open(path, "w") as handle:
@@ -1144,8 +1144,8 @@ def _retrain(labels, dtype):
 
 
 def test_a_float32_retrain_never_replaces_the_float64_model(tmp_path, monkeypatch, capsys):
-    from autospmv._decide import model_lookup as lookup
-    from autospmv._decide.model_store import device_slug, user_model_path
+    from autospmv._decide.model import lookup
+    from autospmv._decide.model.store import device_slug, user_model_path
 
     monkeypatch.setenv("AUTOSPMV_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("AUTOSPMV_MODEL", raising=False)
@@ -1172,7 +1172,7 @@ def test_a_float32_retrain_never_replaces_the_float64_model(tmp_path, monkeypatc
 
 def test_a_model_worse_than_the_best_fixed_kernel_is_not_installed(tmp_path, monkeypatch,
                                                                     capsys):
-    from autospmv._decide.model_store import device_slug, user_model_path
+    from autospmv._decide.model.store import device_slug, user_model_path
 
     monkeypatch.setenv("AUTOSPMV_HOME", str(tmp_path / "home"))
     path = user_model_path(device_slug("cpu"), "float64")
@@ -1372,7 +1372,7 @@ def test_written_files_get_the_umasks_mode(tmp_path, umask):
     file, but end with the mode a plain open() would give them."""
     import os
 
-    from autospmv._decide.model_store import write_atomically
+    from autospmv._decide.model.store import write_atomically
 
     previous = os.umask(umask)
     try:

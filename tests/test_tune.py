@@ -12,11 +12,11 @@ from sklearn.tree import DecisionTreeClassifier
 
 import autospmv
 from autospmv._decide.selection import Decision
-from autospmv._run.tuning import (MEASURE_GAIN, TUNE_CANDIDATES, TUNE_MARGIN, TUNE_PRODUCTS,
-                                   measure, measure_candidates, measuring_pays)
-from autospmv._run.operator import SpMVOperator
-from autospmv._decide.model import TreeModel
-from autospmv._run.validation import canonicalize
+from autospmv._prepare.tuning import (MEASURE_GAIN, TUNE_CANDIDATES, TUNE_MARGIN, TUNE_PRODUCTS,
+                                      measure, measure_candidates, measuring_pays)
+from autospmv._prepare.operator import SpMVOperator
+from autospmv._decide.model.tree import TreeModel
+from autospmv._support.validation import canonicalize
 from matrices import FAMILY, poisson2d
 
 CPU_MODEL = (Path(__file__).resolve().parent.parent / "models"
@@ -61,7 +61,7 @@ def test_measure_overrules_a_slow_prediction(monkeypatch):
 
 
 def test_without_a_model_the_rule_then_the_registry_order(monkeypatch):
-    monkeypatch.setattr("autospmv._decide.model_lookup.shipped_models", lambda: {})
+    monkeypatch.setattr("autospmv._decide.model.lookup.shipped_models", lambda: {})
     monkeypatch.delenv("AUTOSPMV_MODEL", raising=False)
     monkeypatch.setenv("AUTOSPMV_HOME", "/nonexistent-autospmv-home")
     op = autospmv.prepare(FAMILY["huge_row_among_short_300x3000"](), device="cpu",
@@ -83,8 +83,8 @@ def test_a_refused_format_is_skipped():
 
 def test_measure_times_with_autospmvs_timer_without_the_training_package(monkeypatch):
     """The training pipeline is no part of the library: tune='measure' times with
-    autospmv._run.timing alone."""
-    from autospmv._run import timing
+    autospmv._support.timing alone."""
+    from autospmv._support import timing
 
     monkeypatch.setitem(sys.modules, "autospmv.training", None)  # makes any import of it fail
     monkeypatch.setitem(sys.modules, "autospmv.training.timing", None)
@@ -96,7 +96,7 @@ def test_measure_times_with_autospmvs_timer_without_the_training_package(monkeyp
 
 
 def test_measure_refuses_the_cuda_simulator(monkeypatch):
-    monkeypatch.setattr("autospmv._run.devices.cuda_simulator", lambda: True)
+    monkeypatch.setattr("autospmv._support.devices.cuda_simulator", lambda: True)
     A = canonicalize(poisson2d(5))
     decision = autospmv.select(A, device="cuda")
     with pytest.raises(RuntimeError, match="simulator .* would time a Python interpreter"):

@@ -9,7 +9,7 @@ import pytest
 import scipy.sparse as sp
 
 import autospmv
-from autospmv._run.validation import canonicalize, index_dtype
+from autospmv._support.validation import canonicalize, index_dtype
 from matrices import (
     TOLERANCE, random_matrix, random_vector, reference, relative_error, with_duplicates,
 )

@@ -16,9 +16,9 @@
 ``retrain`` labels a corpus sized for this machine's device within the time budget (default
 15 minutes on a GPU with the ``default`` corpus, 30 minutes on the CPU with ``small``), trains,
 prints the report and installs the model where autospmv looks for it
-(:func:`autospmv._decide.model_store.user_model_path`: ``<device>-<dtype>.json``, so a float32 retrain never
-replaces the float64 model), but only if its cross-validated score beats the best fixed kernel
-on the same labels (:func:`.train.guard`); otherwise the previous model stays and the
+(:func:`autospmv._decide.model.store.user_model_path`: ``<device>-<dtype>.json``, so a float32
+retrain never replaces the float64 model), but only if its cross-validated score beats the best
+fixed kernel on the same labels (:func:`.train.guard`); otherwise the previous model stays and the
 reason is printed. The labels are kept in the same per-user folder
 (``labels/<device>-<dtype>.jsonl``), so an interrupted retrain continues where it stopped;
 ``--fresh`` deletes them first and starts over. Labels timed with other options (``--quick``)
@@ -53,7 +53,7 @@ def _default_folders() -> list[str]:
 def _default_device() -> str:
     """The device to label and train for when none is named: CUDA on a real GPU, else the CPU
     (under numba-cuda's simulator too, whose times would be an interpreter's)."""
-    from autospmv._run.devices import real_gpu_available
+    from autospmv._support.devices import real_gpu_available
 
     return "cuda" if real_gpu_available() else "cpu"
 
@@ -216,7 +216,7 @@ def _entries(preset: str, folders):
 
 
 def _label(args, entries, out, budget_minutes, forecast=None) -> dict:
-    from autospmv._run.timing import TimingOptions
+    from autospmv._support.timing import TimingOptions
 
     from .label import label
     from .timing import QUICK
@@ -239,7 +239,7 @@ def _retrain(args) -> None:
     """``retrain``: label, train and install, holding the labels file's lock throughout
     (:func:`.records.labels_lock`), so that a second retrain for the same device and dtype
     waits for the first and then resumes from its labels."""
-    from autospmv._decide.model_store import device_slug, user_data_dir, user_model_path
+    from autospmv._decide.model.store import device_slug, user_data_dir, user_model_path
     from autospmv._tools.cli_checks import output_path
     import tqdm  # noqa: F401  (the training extra's package: missing, retrain stops here)
     from .records import labels_lock
@@ -309,7 +309,7 @@ REJECTED_PREFIX = "Not installed: "
 def write_rejected(model_path: Path, reason: str, body: str) -> Path:
     """Write a run's ``<model>.rejected.md``: the reason in its first line, then ``body``;
     returns its path."""
-    from autospmv._decide.model_store import write_atomically
+    from autospmv._decide.model.store import write_atomically
 
     report_path = model_path.with_suffix(".rejected.md")
     model_path.parent.mkdir(parents=True, exist_ok=True)  # autospmv's own data folder
@@ -323,7 +323,7 @@ def install(result, model_path) -> bool:
     kernel on the same labels); otherwise keep the model there and its report, if any, write
     this run's report as ``<model>.rejected.md`` (which a later installed model removes) and
     say why."""
-    from autospmv._decide.model_store import write_atomically
+    from autospmv._decide.model.store import write_atomically
 
     verdict = result.scores["guard"]
     model_path.parent.mkdir(parents=True, exist_ok=True)

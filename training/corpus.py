@@ -65,9 +65,9 @@ import numpy as np
 import scipy.io
 import scipy.sparse as sp
 
-from autospmv._run.validation import load_matrix_file
+from autospmv._support.validation import load_matrix_file
 
-from .generators import GENERATORS, _rng
+from .generators import GENERATORS, seeded_rng
 
 SYNTHETIC = "synthetic"
 
@@ -211,8 +211,8 @@ def _preset(preset: str) -> dict:
 
 def load_file(path: str) -> sp.csr_matrix:
     """A matrix from ``.npz`` (``scipy.sparse.save_npz``) or ``.mtx`` (Matrix Market), read by
-    :func:`autospmv._run.validation.load_matrix_file`: a malformed file raises a ValueError naming
-    it before SciPy converts its arrays."""
+    :func:`autospmv._support.validation.load_matrix_file`: a malformed file raises a ValueError
+    naming it before SciPy converts its arrays."""
     return sp.csr_matrix(load_matrix_file(path))
 
 
@@ -291,7 +291,7 @@ def grow_coupled(A: sp.spmatrix, copies: int, seed: str = "") -> sp.csr_matrix:
     discretisation share a boundary. Rows get longer by about a fifth and the bandwidth spans
     two blocks."""
     A = sp.csr_matrix(A)
-    rng = _rng(f"coupled/{seed}")
+    rng = seeded_rng(f"coupled/{seed}")
     coo = A.tocoo()
     keep = rng.random(coo.nnz) < COUPLING
     if coo.nnz and not keep.any():
@@ -307,7 +307,7 @@ def grow_permuted(A: sp.spmatrix, copies: int, seed: str = "") -> sp.csr_matrix:
     square, else rows and columns independently): the same row lengths, but neighbouring rows
     no longer read neighbouring parts of x, and the bandwidth is the whole matrix."""
     B = grow(A, copies).tocoo()
-    rng = _rng(f"permuted/{seed}")
+    rng = seeded_rng(f"permuted/{seed}")
     rows = rng.permutation(B.shape[0])
     cols = rows if B.shape[0] == B.shape[1] else rng.permutation(B.shape[1])
     return sp.csr_matrix((B.data, (rows[B.row], cols[B.col])), shape=B.shape)
@@ -391,7 +391,7 @@ def drawn_grown_entries(files: list[Entry], spec: dict, held_out=()) -> list[Ent
             for target, ways in spec.get("held_out_sizes", ()):
                 out += grown_entries([entry], target, tuple(ways), at_least=True)
             continue
-        rng = _rng(f"draw/{entry.name}")
+        rng = seeded_rng(f"draw/{entry.name}")
         mine = []
         for target, probability, ways in spec["draws"]:
             coin, way = rng.random(), ways[int(rng.integers(len(ways)))]

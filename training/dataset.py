@@ -18,7 +18,7 @@ import math
 import numpy as np
 
 from autospmv import _registry as registry
-from autospmv._decide.features import FEATURE_NAMES
+from autospmv._decide.features.extract import FEATURE_NAMES
 from .records import LARGE_NNZ, TRAINING_MODES, is_noisy, target_mode
 
 
@@ -90,7 +90,7 @@ def dataset(records, mode: str = "auto") -> tuple[Dataset, list[str]]:
             noisy.append(record["name"])
             continue
         row_mode = target_mode(record["nnz"], mode)
-        times = [_time(record["kernels"].get(k), row_mode) for k in kernels]
+        times = [result_time(record["kernels"].get(k), row_mode) for k in kernels]
         (kept if np.isfinite(times).any() else dropped).append((record, times))
     if not kept:
         raise ValueError("no record has a kernel that ran correctly and steady timings; "
@@ -127,7 +127,7 @@ def kernels_timed(records) -> tuple[str, ...]:
     return tuple(kernel for kernel in registry.names() if kernel in timed)
 
 
-def _time(result: dict | None, mode: str) -> float:
+def result_time(result: dict | None, mode: str) -> float:
     if not result or result["status"] != "ok":
         return math.inf
     return float(result[f"time_{mode}_us"])

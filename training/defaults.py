@@ -1,8 +1,8 @@
 """Default kernels per size band, and the margin at which the tree may replace them.
 
-The selection a model file makes is :class:`autospmv._decide.default_policy.DefaultPolicy`: per band of
-nonzeros (:data:`DEFAULT_BANDS`) the best fixed kernel of the training labels, replaced by the
-tree's first choice only when the tree's margin for it over the default reaches the band's
+The selection a model file makes is :class:`autospmv._decide.model.default_policy.DefaultPolicy`:
+per band of nonzeros (:data:`DEFAULT_BANDS`) the best fixed kernel of the training labels, replaced
+by the tree's first choice only when the tree's margin for it over the default reaches the band's
 threshold. This module chooses those defaults and calibrates the thresholds.
 
 Calibration is leave-one-kind-out: for each group of :attr:`training.dataset.Dataset.groups`
@@ -23,7 +23,7 @@ import re
 
 import numpy as np
 
-from autospmv._decide.default_policy import Band, DefaultPolicy
+from autospmv._decide.model.default_policy import Band, DefaultPolicy
 
 from .dataset import Dataset
 from .fitting import STREAMED_NNZ, fit
@@ -55,7 +55,8 @@ def tree_scores(fitted, ds: Dataset, rows) -> np.ndarray:
     """Per row, per kernel column of ``ds``: the score the tree ranks by, smaller better, so
     that the margin of kernel a over kernel b is ``score[b] - score[a]``: the corrected log2
     time estimate for a correction tree, minus the leaf value otherwise (the units of
-    :func:`autospmv._decide.default_policy.margins`). Kernels the tree does not know score inf."""
+    :func:`autospmv._decide.model.default_policy.margins`). Kernels the tree does not know score
+    inf."""
     estimates = fitted.estimates(ds, rows)
     values = fitted.tree.predict_proba(fitted.inputs(ds, rows, estimates))
     values = np.log2(estimates) + values if fitted.objective == "correction" else -values

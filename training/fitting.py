@@ -30,9 +30,9 @@ import numpy as np
 from scipy.optimize import nnls
 from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
 
-from autospmv._decide.cost import QUANTITY_NAMES
-from autospmv._decide.features import FEATURE_NAMES
-from autospmv._decide.model import CostModel, TreeModel
+from autospmv._decide.features.quantities import QUANTITY_NAMES
+from autospmv._decide.features.extract import FEATURE_NAMES
+from autospmv._decide.model.tree import CostModel, TreeModel
 from .dataset import Dataset
 
 
@@ -226,7 +226,8 @@ class Fitted:
 
     def export(self, provenance: dict | None = None, defaults=None) -> TreeModel:
         """The model file's content: the tree, its cost model, how its leaves rank and the
-        default kernels (:class:`autospmv._decide.default_policy.DefaultPolicy`) it may override."""
+        default kernels (:class:`autospmv._decide.model.default_policy.DefaultPolicy`) it may
+        override."""
         return TreeModel.from_sklearn(
             self.tree, self.feature_names, provenance, cost_model=self.cost_model,
             ranking="correction" if self.objective == "correction" else "value",
@@ -248,7 +249,7 @@ class QualityTree:
 
     ``predict_proba`` returns each sample's leaf value (the normalised kernel scores) and
     ``tree_`` is the classifier view of the regression tree that
-    :meth:`autospmv._decide.model.TreeModel.from_sklearn` exports: the same nodes and thresholds, one
+    :meth:`autospmv._decide.model.tree.TreeModel.from_sklearn` exports: the same nodes and thresholds, one
     output whose values are the kernel scores, ``n_node_samples`` the training matrices.
     """
 
@@ -275,7 +276,7 @@ class CorrectionTree:
     regression tree whose leaf holds, per kernel, the weighted mean of ``log2(t / t̂)`` over
     its training matrices. ``predict_proba`` returns those corrections (not probabilities: a
     matrix's kernels rank by log2 t̂ + correction, rising) and ``tree_`` is the view that
-    :meth:`autospmv._decide.model.TreeModel.from_sklearn` exports."""
+    :meth:`autospmv._decide.model.tree.TreeModel.from_sklearn` exports."""
 
     def __init__(self, regressor: DecisionTreeRegressor, classes):
         self.regressor = regressor
@@ -301,7 +302,7 @@ class RegimeTree:
     tree lacks one: a classifier fitted on a regime where a kernel never won); the root's
     value is the two trees' root values averaged over their matrices (it ranks nothing: every
     matrix goes on to a subtree). ``predict_proba`` and ``tree_`` are what the subtrees' are,
-    routed as :class:`autospmv._decide.model.TreeModel` routes: ``float32(nnz) <= large_nnz − ½``."""
+    routed as :class:`autospmv._decide.model.tree.TreeModel` routes: ``float32(nnz) <= large_nnz − ½``."""
 
     def __init__(self, small, large, kernels, nnz_column: int, large_nnz: float):
         self.parts = (small, large)

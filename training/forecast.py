@@ -16,7 +16,7 @@ import numpy as np
 from .records import read_records
 
 
-def _predicted_seconds(history: list[tuple[int, float]], nnz: int) -> float:
+def predicted_seconds(history: list[tuple[int, float]], nnz: int) -> float:
     """Time for a matrix of ``nnz``: that of the nearest size labelled so far, scaled up
     linearly if this one is larger."""
     if not history:
@@ -36,7 +36,7 @@ def labelling_seconds(records) -> dict[str, tuple[int, float]]:
 
 def reference_labels(device: str) -> Path | None:
     """A shipped label file of ``device``'s kind ("cuda" or "cpu") to forecast with, or None."""
-    from autospmv._decide.model_lookup import shipped_models
+    from autospmv._decide.model.lookup import shipped_models
 
     folders = {path.parent / "labels" for path in shipped_models().values()}
     files = sorted(f for folder in folders for f in folder.glob(f"{device}-*.jsonl*"))
@@ -103,5 +103,5 @@ class Forecast:
         return self.speed * sum(self.expected(entry) for entry in entries)
 
 
-def _minutes(seconds: float) -> str:
+def minutes_text(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"

@@ -16,7 +16,7 @@ import numpy as np
 import scipy.sparse as sp
 
 
-def _rng(name: str) -> np.random.Generator:
+def seeded_rng(name: str) -> np.random.Generator:
     return np.random.default_rng(zlib.crc32(name.encode()))
 
 
@@ -61,7 +61,7 @@ def _side(unknowns: float, dims: int) -> int:
 
 def stencil(name: str, nnz: int, points: int) -> sp.csr_matrix:
     dims = 2 if points in (5, 9) else 3
-    return _with_values(_stencil_pattern(points, _side(nnz / points, dims)), _rng(name))
+    return _with_values(_stencil_pattern(points, _side(nnz / points, dims)), seeded_rng(name))
 
 
 def banded(name: str, nnz: int, half_width: int) -> sp.csr_matrix:
@@ -69,18 +69,18 @@ def banded(name: str, nnz: int, half_width: int) -> sp.csr_matrix:
     offsets = list(range(-half_width, half_width + 1))
     pattern = sp.diags_array([np.ones(m - abs(o)) for o in offsets], offsets=offsets,
                              shape=(m, m), format="csr")
-    return _with_values(pattern, _rng(name))
+    return _with_values(pattern, seeded_rng(name))
 
 
 def block_fem(name: str, nnz: int, block: int, mesh_points: int) -> sp.csr_matrix:
     """A mesh graph (a stencil pattern) with every node carrying ``block`` unknowns."""
     dims = 2 if mesh_points in (5, 9) else 3
     mesh = _stencil_pattern(mesh_points, _side(nnz / (mesh_points * block * block), dims))
-    return _with_values(sp.kron(mesh, np.ones((block, block)), format="csr"), _rng(name))
+    return _with_values(sp.kron(mesh, np.ones((block, block)), format="csr"), seeded_rng(name))
 
 
 def uniform_random(name: str, nnz: int, mean: float) -> sp.csr_matrix:
-    rng = _rng(name)
+    rng = seeded_rng(name)
     m = max(1, round(nnz / mean))
     lengths = rng.poisson(mean, m)
     return _from_rows(lengths, rng.integers(0, m, lengths.sum()), m, rng)
@@ -103,7 +103,7 @@ def _rows_for(rng, nnz: int, draw: Callable[[int, int], np.ndarray]) -> np.ndarr
 
 
 def power_law(name: str, nnz: int, alpha: float) -> sp.csr_matrix:
-    rng = _rng(name)
+    rng = seeded_rng(name)
     lengths = _rows_for(rng, nnz, lambda count, cap: _pareto_lengths(rng, alpha, count, cap))
     m = lengths.size
     hot = np.floor(m * rng.random(lengths.sum()) ** 2.5).astype(np.int64)  # popular columns
@@ -112,7 +112,7 @@ def power_law(name: str, nnz: int, alpha: float) -> sp.csr_matrix:
 
 def dense_rows(name: str, nnz: int, dense: int, fraction: float) -> sp.csr_matrix:
     """Short rows (1 + Poisson(3)) and ``dense`` rows with ``fraction``·n entries each."""
-    rng = _rng(name)
+    rng = seeded_rng(name)
     m = max(dense + 8, round(nnz / (4 + dense * fraction)))
     lengths = 1 + rng.poisson(3.0, m)
     long_rows = rng.choice(m, dense, replace=False)
@@ -126,7 +126,7 @@ def dense_rows(name: str, nnz: int, dense: int, fraction: float) -> sp.csr_matri
 
 def road(name: str, nnz: int) -> sp.csr_matrix:
     """1–4 entries per row; 95 % of them within ±64 of the diagonal, the rest anywhere."""
-    rng = _rng(name)
+    rng = seeded_rng(name)
     m = max(2, round(nnz / 2.5))
     lengths = rng.integers(1, 5, m)
     rows = np.repeat(np.arange(m), lengths)
@@ -139,7 +139,7 @@ def road(name: str, nnz: int) -> sp.csr_matrix:
 def lp(name: str, nnz: int, aspect: float) -> sp.csr_matrix:
     """An m × (aspect·m) matrix: log-normal row lengths (mean ≈ 10) plus a few linking rows
     that together hold a tenth of the nonzeros."""
-    rng = _rng(name)
+    rng = seeded_rng(name)
     m = max(8, round(0.9 * nnz / 10.5))
     n = max(1, round(aspect * m))
     lengths = np.minimum(1 + np.floor(rng.lognormal(1.8, 1.0, m)), n).astype(np.int64)
@@ -151,7 +151,7 @@ def lp(name: str, nnz: int, aspect: float) -> sp.csr_matrix:
 def long_rows(name: str, nnz: int, mean: int) -> sp.csr_matrix:
     """Few rows of about ``mean`` entries each (uniform in [mean/2, 3·mean/2]) over 2·mean
     columns: the shape of wide LP blocks (FIT2D-like), where each row spans many GPU tiles."""
-    rng = _rng(name)
+    rng = seeded_rng(name)
     m = max(1, round(nnz / mean))
     n = 2 * mean
     lengths = rng.integers(mean // 2, 3 * mean // 2 + 1, m)
@@ -159,12 +159,12 @@ def long_rows(name: str, nnz: int, mean: int) -> sp.csr_matrix:
 
 
 def diagonal(name: str, nnz: int) -> sp.csr_matrix:
-    return _with_values(sp.identity(max(1, nnz), format="csr"), _rng(name))
+    return _with_values(sp.identity(max(1, nnz), format="csr"), seeded_rng(name))
 
 
 def block_diagonal(name: str, nnz: int, block: int) -> sp.csr_matrix:
     """Dense diagonal blocks with sizes uniform in [b/2, 3·b/2], b = min(block, √nnz)."""
-    rng = _rng(name)
+    rng = seeded_rng(name)
     block = max(1, min(block, math.isqrt(nnz)))
     sizes = rng.integers(max(1, block // 2), 3 * block // 2 + 1, 2 * (nnz // block**2) + 2)
     count = np.searchsorted(np.cumsum(sizes.astype(np.int64) ** 2), nnz) + 1
@@ -180,9 +180,9 @@ def block_diagonal(name: str, nnz: int, block: int) -> sp.csr_matrix:
 def permuted(name: str, nnz: int, base: str, **params) -> sp.csr_matrix:
     """``base`` (a generator name in :data:`GENERATORS`) under a random symmetric permutation."""
     A = GENERATORS[base](name, nnz, **params).tocoo()
-    inverse = np.argsort(_rng(name + "/perm").permutation(A.shape[0]))
+    inverse = np.argsort(seeded_rng(name + "/perm").permutation(A.shape[0]))
     return _with_values(sp.coo_matrix((A.data, (inverse[A.row], inverse[A.col])), A.shape),
-                        _rng(name))
+                        seeded_rng(name))
 
 
 GENERATORS: dict[str, Callable[..., sp.csr_matrix]] = {

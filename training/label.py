@@ -1,14 +1,15 @@
 """Labelling: time every kernel on every corpus matrix and write one JSON line per matrix.
 
-For each matrix the labeller canonicalises it, computes :func:`autospmv._decide.features.features`
-(timed), and measures every kernel of the registry (:func:`autospmv.kernel_names`) with its
-chooser's parameters for the device, plus the parameter variants its registry entry names, which
-show whether the choosers choose well: ``csr_vector`` with every group size, ``hyb`` with every
-width strategy and ``csr5`` with every tile height (:mod:`autospmv._decide.choosers`:
-``THREADS_PER_ROW_VARIANTS``, ``HYB_STRATEGIES``, ``CSR5_SIGMAS``). A configuration whose
-parameters equal one already measured is not timed again; its record repeats the measurement.
-All configurations of a matrix are built and checked first and then timed together, interleaved
-(:meth:`autospmv._run.timing.Bench.time_all`, through :class:`training.timing.Bench`).
+For each matrix the labeller canonicalises it, computes
+:func:`autospmv._decide.features.extract.features` (timed), and measures every kernel of the
+registry (:func:`autospmv.kernel_names`) with its chooser's parameters for the device, plus the
+parameter variants its registry entry names, which show whether the choosers choose well:
+``csr_vector`` with every group size, ``hyb`` with every width strategy and ``csr5`` with every
+tile height (:mod:`autospmv._decide.choosers`: ``THREADS_PER_ROW_VARIANTS``, ``HYB_STRATEGIES``,
+``CSR5_SIGMAS``). A configuration whose parameters equal one already measured is not timed again;
+its record repeats the measurement. All configurations of a matrix are built and checked first and
+then timed together, interleaved (:meth:`autospmv._support.timing.Bench.time_all`, through
+:class:`training.timing.Bench`).
 
 Each configuration gets a status:
 
@@ -76,14 +77,14 @@ import numpy as np
 
 import autospmv
 from autospmv import _registry as registry
-from autospmv._decide.features import features
-from autospmv._run.timing import TimingOptions, relative_error, release_device_memory
-from autospmv._run.validation import canonicalize
+from autospmv._decide.features.extract import features
+from autospmv._support.timing import TimingOptions, relative_error, release_device_memory
+from autospmv._support.validation import canonicalize
 from autospmv.formats.base import FormatTooLargeError
 from . import corpus as corpus_module
-from .forecast import Forecast, _minutes, _predicted_seconds
+from .forecast import Forecast, minutes_text, predicted_seconds
 from .generators import power_law
-from .records import (SCHEMA, TIMING_MODES, _append, _resume, is_noisy, row_noise,
+from .records import (SCHEMA, TIMING_MODES, append_record, is_noisy, resume_records, row_noise,
                       target_mode)
 from .timing import TOLERANCE, Bench, device_info, require_real_gpu
 
@@ -127,7 +128,7 @@ def configurations(csr, device: str, variants: bool = True) -> tuple[list[Config
     if not variants:
         return chosen, []
     extra = [_variant_config(spec.name, strategy, params) for spec in registry.specs()
-             for strategy, params in spec.variants(csr)]
+             for strategy, params in spec.variants_of(csr)]
     return chosen, extra
 
 
@@ -307,7 +308,7 @@ def label(entries, out, device: str = "cpu", *, dtype: str = "float64",
     out = Path(out)
     timing = dataclasses.asdict(options)
     run_info = {"device": device_info(device), "versions": library_versions(), "timing": timing}
-    done = _resume(out, device, dtype, timing, machine=run_info["device"]["name"])
+    done = resume_records(out, device, dtype, timing, machine=run_info["device"]["name"])
     pending = [e for e in entries if e.name not in done]
     summary = {"labelled": 0, "skipped": len(entries) - len(pending), "remaining": 0,
                "failures": {}}
@@ -320,9 +321,9 @@ def label(entries, out, device: str = "cpu", *, dtype: str = "float64",
     summary["estimated_seconds"] = forecast.remaining(pending)
     if pending:
         budget = ("" if budget_seconds is None
-                  else f"; the budget stops it after {_minutes(budget_seconds)}")
+                  else f"; the budget stops it after {minutes_text(budget_seconds)}")
         bar.write(f"labelling {len(pending)} matrices ({sum(e.nnz for e in pending):,} nonzeros) "
-                  f"on {device}: about {_minutes(summary['estimated_seconds'])} at the pace of "
+                  f"on {device}: about {minutes_text(summary['estimated_seconds'])} at the pace of "
                   f"{forecast.source}{budget}; the estimate follows this machine's pace as it "
                   "goes", file=sys.stderr)
     if pending and time.perf_counter() < deadline:
@@ -330,7 +331,7 @@ def label(entries, out, device: str = "cpu", *, dtype: str = "float64",
     last = None  # the forecast counts from record to record, as in its reference run
 
     def in_time(entry) -> bool:
-        return time.perf_counter() + _predicted_seconds(history, entry.nnz) <= deadline
+        return time.perf_counter() + predicted_seconds(history, entry.nnz) <= deadline
 
     with joblib.Parallel(n_jobs=jobs) as parallel:
         for position, (entry, loaded) in enumerate(
@@ -339,12 +340,12 @@ def label(entries, out, device: str = "cpu", *, dtype: str = "float64",
                 break
             csr, load_ms, canonicalize_ms = loaded
             left = min(forecast.remaining(pending[position:]), deadline - time.perf_counter())
-            bar.set_postfix_str(f"about {_minutes(left)} left; {entry.name}")
+            bar.set_postfix_str(f"about {minutes_text(left)} left; {entry.name}")
             entry_started = time.perf_counter()
             record = label_matrix(entry, csr, device, options, variants)
             record.update(load_ms=load_ms, canonicalize_ms=canonicalize_ms, **run_info,
                           date=datetime.datetime.now(datetime.timezone.utc).isoformat())
-            _append(out, record)
+            append_record(out, record)
             history.append((entry.nnz, time.perf_counter() - entry_started))
             forecast.record(entry, time.perf_counter() - (last or entry_started))
             last = time.perf_counter()

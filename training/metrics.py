@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from autospmv._decide import selection as selector
-from autospmv._decide.model import CostModel
-from .dataset import Dataset, _time
+from autospmv._decide.model.tree import CostModel
+from .dataset import Dataset, result_time
 from .records import target_mode
 
 if TYPE_CHECKING:  # only named in an annotation; fitting.py does not import this module
@@ -182,9 +182,9 @@ def chooser_quality(records, mode: str = "auto") -> dict[str, dict]:
         row_mode = target_mode(record["nnz"], mode)
         for variant in record.get("variants", []):
             by_kernel.setdefault(variant["kernel"], {})[variant["strategy"]] = \
-                _time(variant, row_mode)
+                result_time(variant, row_mode)
         for kernel, strategies in by_kernel.items():
-            strategies["chooser"] = _time(record["kernels"].get(kernel), row_mode)
+            strategies["chooser"] = result_time(record["kernels"].get(kernel), row_mode)
             times = np.array(list(strategies.values()))
             if not np.isfinite(times).all():
                 continue

@@ -28,9 +28,9 @@ import sys
 from pathlib import Path
 
 from autospmv import _registry as registry
-from autospmv._decide.features import features
+from autospmv._decide.features.extract import features
 from .label import best_kernels
-from .records import _rewrite, is_noisy, read_records, row_noise
+from .records import is_noisy, read_records, rewrite_records, row_noise
 
 VARIANT_ONLY_KEYS = ("kernel", "strategy")
 """Keys of a variant result that a kernel result does not have."""
@@ -127,5 +127,5 @@ def rechoose_files(paths, load, names=None, progress: bool = True) -> dict[str, 
                 changes[path].append(change)
         del csr
     for path, records in files.items():
-        _rewrite(Path(path), "".join(json.dumps(r, allow_nan=False) + "\n" for r in records))
+        rewrite_records(Path(path), "".join(json.dumps(r, allow_nan=False) + "\n" for r in records))
     return changes

@@ -6,7 +6,7 @@ matrix is decided on (:func:`target_mode`), whether a record's timings stayed di
 (:func:`row_noise`, :func:`is_noisy`), and reading and appending the JSON-lines file, plain or
 gzip-compressed (:func:`read_records`, and the resumption and durable appends the labeller
 uses), and the lock a run holds on a labels file (:func:`labels_lock`, which the command
-line's ``models --remove`` shares, from :mod:`autospmv._decide.model_store`).
+line's ``models --remove`` shares, from :mod:`autospmv._decide.model.store`).
 """
 
 from __future__ import annotations
@@ -19,22 +19,22 @@ import zlib
 from pathlib import Path
 
 from autospmv._decide.cost import launches_of_features
-from autospmv._decide.model_store import labels_lock  # noqa: F401 (the pipeline's lock)
-from autospmv._run.timing import TimingOptions
+from autospmv._decide.model.store import labels_lock  # noqa: F401 (the pipeline's lock)
+from autospmv._support.timing import TimingOptions
 
 from .timing import QUICK
 
 
 SCHEMA = "autospmv-labels/1"
 TIMING_MODES = ("per_call", "b2b")
-"""The two times every label records (see :mod:`autospmv._run.timing`)."""
+"""The two times every label records (see :mod:`autospmv._support.timing`)."""
 TRAINING_MODES = ("auto",) + TIMING_MODES
 """What a model may be trained on: ``auto`` applies :func:`target_mode` per matrix."""
 LARGE_NNZ = 1_000_000
 """Matrices with at least this many nonzeros are decided on back-to-back time."""
 NOISE_LIMIT = TimingOptions.noise_limit
 """A label row is noisy when a kernel's median time in the row's timing mode exceeds this many
-times its minimum even after re-timing (:meth:`autospmv._run.timing.Bench.time_all`)."""
+times its minimum even after re-timing (:meth:`autospmv._support.timing.Bench.time_all`)."""
 
 
 def target_mode(nnz: int, mode: str = "auto") -> str:
@@ -81,7 +81,7 @@ def _decode(path) -> tuple[str, bool]:
     """(the text of a labels file, whether its bytes were complete).
 
     gzip files (recognised by their magic bytes, whatever their name) are decompressed member
-    by member, because :func:`_append` adds one gzip member per record; a member cut short by
+    by member, because :func:`append_record` adds one gzip member per record; a member cut short by
     a crash yields what it holds and makes the result incomplete. Plain files are complete by
     definition: a cut line is recognised by its missing newline.
     """
@@ -149,7 +149,7 @@ def _with_launches(record: dict) -> dict:
     return dict(record, features=upgraded)
 
 
-def _resume(path: Path, device: str, dtype: str, timing: dict | None = None,
+def resume_records(path: Path, device: str, dtype: str, timing: dict | None = None,
             machine: str | None = None) -> set[str]:
     """Names already labelled in ``path`` (created empty if missing), after dropping an
     unfinished last line (or, in a gzip file, an unfinished last member). Records of another
@@ -169,7 +169,7 @@ def _resume(path: Path, device: str, dtype: str, timing: dict | None = None,
     text, intact = _decode(path)
     records = _parse(text, path)
     if not intact or (text and not text.endswith("\n")):
-        _rewrite(path, text[:text.rfind("\n") + 1])
+        rewrite_records(path, text[:text.rfind("\n") + 1])
     for record in records:
         if record["dtype"] != dtype or record["device"]["device"] != device:
             raise ValueError(
@@ -196,7 +196,7 @@ def _timing_name(timing: dict) -> str:
     return "--quick" if timing == dataclasses.asdict(QUICK) else "full timing"
 
 
-def _rewrite(path: Path, text: str) -> None:
+def rewrite_records(path: Path, text: str) -> None:
     """Replace ``path`` by ``text`` (compressed if the file is), atomically."""
     data = text.encode("utf-8")
     if _compressed(path):
@@ -209,7 +209,7 @@ def _rewrite(path: Path, text: str) -> None:
     os.replace(partial, path)
 
 
-def _append(path: Path, record: dict) -> None:
+def append_record(path: Path, record: dict) -> None:
     """Append one record as a line, durably; to a gzip file as a gzip member of its own, so
     that a crash can only damage the last record."""
     data = (json.dumps(record, allow_nan=False) + "\n").encode("utf-8")

@@ -12,12 +12,12 @@ import math
 
 import numpy as np
 
-from autospmv._decide.model import CostModel, TreeModel
+from autospmv._decide.model.tree import CostModel, TreeModel
 from .dataset import Dataset
 from .fitting import QUALITY_FLOOR, STREAMED_NNZ, Hyper, RegimeHyper
 from .records import LARGE_NNZ, NOISE_LIMIT
 from .metrics import (best_fixed, chooser_quality, fixed_policy, rule_policy,
-                              selection_metrics)
+                      selection_metrics)
 
 
 def _table(headers, rows) -> str:
@@ -213,7 +213,7 @@ def _defaults_section(table: list[dict]) -> str:
     return "\n\n".join(parts)
 
 
-def _report(ds: Dataset, model: TreeModel, scores: dict, records, mode: str) -> str:
+def report_text(ds: Dataset, model: TreeModel, scores: dict, records, mode: str) -> str:
     hyper, cv, folds = scores["hyper"], scores["cv"], scores["folds"]
     device = (records[0].get("device") or {}).get("name", "unknown device")
     labels, counts = np.unique(ds.labels, return_counts=True)

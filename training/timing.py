@@ -1,8 +1,9 @@
-"""The labeller's side of the timer: :mod:`autospmv._run.timing` plus what only labelling needs.
+"""The labeller's side of the timer: :mod:`autospmv._support.timing` plus what only labelling
+needs.
 
 The timer itself (the clocks, ``TimingOptions``, ``summary``, ``relative_error``, ``Bench``
 with its interleaved rounds and contention check, ``noise_ratio``) lives in
-:mod:`autospmv._run.timing`, which the command line and ``prepare(..., tune="measure")`` use too
+:mod:`autospmv._support.timing`, which the command line and ``prepare(..., tune="measure")`` use too
 (autospmv cannot import this optional package); its module doc gives the measurement method.
 This module adds:
 
@@ -21,8 +22,8 @@ import platform
 
 import numpy as np
 
-from autospmv._run import timing as _timing
-from autospmv._run.timing import TimingOptions
+from autospmv._support import timing as _timing
+from autospmv._support.timing import TimingOptions
 
 TOLERANCE = {np.dtype(np.float32): 1e-5, np.dtype(np.float64): 1e-12}
 """Largest accepted ‖y − y_ref‖ / ‖y_ref‖ against SciPy in float64, per value dtype."""
@@ -34,9 +35,9 @@ QUICK = TimingOptions(warmup=1, repeats=10, min_repeats=3, max_seconds=0.02, b2b
 
 def require_real_gpu() -> None:
     """Raise unless numba-cuda drives a real GPU (not its simulator, not absent), as
-    :func:`autospmv._run.devices.real_gpu_available` tells; the error says which of the two is
+    :func:`autospmv._support.devices.real_gpu_available` tells; the error says which of the two is
     missing."""
-    from autospmv._run import devices
+    from autospmv._support import devices
 
     if devices.cuda_simulator():
         raise RuntimeError(
@@ -48,7 +49,7 @@ def require_real_gpu() -> None:
 
 
 class Bench(_timing.Bench):
-    """:class:`autospmv._run.timing.Bench` that refuses to time CUDA without a real GPU
+    """:class:`autospmv._support.timing.Bench` that refuses to time CUDA without a real GPU
     (:func:`require_real_gpu`), for labels and benchmark figures."""
 
     def __init__(self, device: str, x: np.ndarray, m: int, options: TimingOptions):
@@ -59,7 +60,7 @@ class Bench(_timing.Bench):
 
 def device_info(device: str) -> dict:
     """What the timings were taken on: GPU name, compute capability and driver, or CPU model."""
-    from autospmv._decide.model_store import cpu_model
+    from autospmv._decide.model.store import cpu_model
 
     info = {"device": device, "cpu": cpu_model(), "cpu_count": os.cpu_count(),
             "platform": platform.platform()}

@@ -66,8 +66,8 @@ Objectives (what a tree is fitted to):
     targets, and the cost of a mistake is its slowdown. The floor (½) says that a kernel at
     half the best speed is a wrong choice however slow it is, so that the 100–1000× slowdowns
     of one-thread-per-row kernels on long rows do not dominate the squared error.
-    It is exported in the classifier layout of :class:`autospmv._decide.model.TreeModel`: a node's
-    value for kernel k is ``Σ w_i · log(max(q_ik, floor) / floor)`` over its training
+    It is exported in the classifier layout of :class:`autospmv._decide.model.tree.TreeModel`: a
+    node's value for kernel k is ``Σ w_i · log(max(q_ik, floor) / floor)`` over its training
     matrices (w_i their sample weight), normalised to sum to 1, a non-negative score whose
     argmax is the leaf's choice and whose order is the fallback order.
 
@@ -112,9 +112,9 @@ from pathlib import Path
 import numpy as np
 
 import autospmv
-from autospmv._decide.model import TreeModel
-from autospmv._decide.model_store import write_atomically
-from autospmv._run.tuning import TUNE_CANDIDATES
+from autospmv._decide.model.tree import TreeModel
+from autospmv._decide.model.store import write_atomically
+from autospmv._prepare.tuning import TUNE_CANDIDATES
 from .corpus import read_names
 from .crossval import (DEFAULT_OBJECTIVES, GRID, REPEATS, guard, hyper_grid, leave_one_family_out,
                        nested_cv, select_hyper)
@@ -125,7 +125,7 @@ from .fitting import QUALITY_FLOOR, Fitted, fit
 from .metrics import (BANDS, band_rows, cost_policy, mean_metrics, measure_policy, policies,
                       selection_metrics, tree_policy)
 from .records import LARGE_NNZ, read_records
-from .report import _report
+from .report import report_text
 
 @dataclasses.dataclass
 class TrainResult:
@@ -282,7 +282,7 @@ def train(records, *, mode: str = "auto", n_splits: int = 5, grid=GRID,
               "noisy": ds.noisy, "repeats": [selection_metrics(ds.times, o) for o in oofs]
               if folds else [], "bands": bands, "guard": verdict, "held_out": held_out,
               "defaults": default_table}
-    report = _report(ds, model, scores, records, mode)
+    report = report_text(ds, model, scores, records, mode)
     return TrainResult(model, report, scores)
 
 

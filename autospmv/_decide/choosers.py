@@ -6,17 +6,16 @@ host ``indptr``) and returns the kernel's parameters as a dict; the ``*_of_lengt
 compute the same from the row-length histogram that the feature scan builds anyway. The
 registry (:mod:`autospmv._registry`) names each kernel's chooser; the cost quantities
 (:mod:`autospmv._decide.cost`) count each kernel's work with the parameters chosen here. This module
-also holds the strategies the choosers and the labeller pick among (HYB's ELL width, CSR5's
-tile height) and the parameter variants the labeller times.
+also holds CSR5's tile heights and the parameter variants the labeller times.
 
 * CSR-vector's group size (:func:`choose_threads_per_row`);
-* HYB's ELL width, a pure function of the row lengths (after Ginkgo's ``hybrid.hpp``):
-  :func:`width_quantile`, :func:`width_cusp` (CUSP's rule, the chooser's: :data:`default_hyb_width`)
-  and :func:`width_cost` (a time model, which the features report as ``hyb_width``);
+* HYB's ELL width, one of the format's width strategies (:mod:`autospmv.formats.hyb`, CUSP's
+  rule by default);
 * CSR5's tile height σ (:func:`choose_sigma`).
 
 The choosers stand below the features: they read the row pointer through the compiled passes
-of :mod:`autospmv._decide.row_lengths` and x's locality through :func:`autospmv._decide.sampling.x_locality`.
+of :mod:`autospmv._decide.features.row_lengths` and x's locality through
+:func:`autospmv._decide.features.sampling.x_locality`.
 """
 
 from __future__ import annotations
@@ -26,81 +25,15 @@ from collections.abc import Callable
 import numpy as np
 import scipy.sparse as sp
 
-from .._run.devices import CUDA_WARPS_IN_FLIGHT, check_device_name
-from .._run.threads import threaded_passes
+from .._support.devices import CUDA_WARPS_IN_FLIGHT, check_device_name
+from .._support.threads import threaded_passes
 from ..formats.base import row_lengths
 from ..formats.csr5 import OMEGA
-from .row_lengths import row_length_counts, row_length_moments
-from .sampling import x_locality
-
-
-# HYB's ELL width
-
-
-def _histogram(lengths) -> tuple[int, np.ndarray]:
-    """Number of rows and ``count[k]`` = rows of length exactly k, for k = 0..max (int64)."""
-    lengths = np.asarray(lengths, dtype=np.int64)
-    if lengths.size and lengths.min() < 0:
-        raise ValueError("row lengths must be non-negative")
-    return lengths.size, np.bincount(lengths, minlength=1)
-
-
-def _rows_reaching(count: np.ndarray) -> np.ndarray:
-    """``reach[k]`` = rows of length >= k, for k = 0..max."""
-    return np.cumsum(count[::-1])[::-1]
-
-
-def width_quantile(row_lengths, q: float = 2 / 3) -> int:
-    """The smallest K such that at least a fraction ``q`` of the rows have length <= K."""
-    if not 0 <= q <= 1:
-        raise ValueError(f"q must lie in [0, 1]; got {q}")
-    m, count = _histogram(row_lengths)
-    if m == 0:
-        return 0
-    return int(np.searchsorted(np.cumsum(count), q * m, side="left"))
-
-
-def width_cusp(row_lengths) -> int:
-    """CUSP's ELL width for HYB: the largest K that at least ``max(4096, m/3)`` rows reach.
-
-    "Reach" means length >= K. 0 when no K > 0 qualifies (in particular below 4096 rows: CUSP
-    then leaves everything to COO).
-    """
-    m, count = _histogram(row_lengths)
-    reach = _rows_reaching(count)
-    ok = (3 * reach >= m) & (reach >= 4096)
-    ok[0] = True
-    return int(np.flatnonzero(ok)[-1])
-
-
-def width_cost(row_lengths, coo_cost: float = 3.0) -> int:
-    """The K in 0..max minimising ``m*K + coo_cost * overflow(K)``; ties go to the smallest K.
-
-    ``overflow(K) = sum(max(0, len - K))`` is the number of entries left to COO. Computed in
-    O(m + max) from the histogram: ``overflow(K) = sum over j > K of rows reaching j``.
-    """
-    m, count = _histogram(row_lengths)
-    reach = _rows_reaching(count)
-    overflow = np.append(np.cumsum(reach[:0:-1])[::-1], 0)  # overflow[K], K = 0..max
-    cost = m * np.arange(reach.size, dtype=np.float64) + coo_cost * overflow
-    return int(np.argmin(cost))
-
-
-def width_cusp_of_histogram(values, counts) -> int:
-    """:func:`width_cusp` from the distinct row lengths (ascending) and their counts, the
-    histogram the feature extractor builds anyway. Between two distinct lengths the number of
-    rows reaching K does not change, so the largest qualifying K is one of the lengths."""
-    values = np.asarray(values, dtype=np.int64)
-    counts = np.asarray(counts, dtype=np.int64)
-    reach = np.cumsum(counts[::-1])[::-1]  # rows of length >= values[j]
-    ok = (3 * reach >= counts.sum()) & (reach >= 4096) & (values > 0)
-    return int(values[ok][-1]) if ok.any() else 0
-
-
-default_hyb_width = width_cusp
-"""The width strategy the registry's parameter chooser uses."""
-default_hyb_width_of_histogram = width_cusp_of_histogram
-"""The same strategy from a row-length histogram (:mod:`autospmv._decide.cost`)."""
+from ..formats.hyb import (
+    default_hyb_width_of_histogram, width_cost, width_cusp, width_quantile,
+)
+from .features.row_lengths import row_length_counts, row_length_moments
+from .features.sampling import x_locality
 
 
 # CSR5's tile height
@@ -116,7 +49,7 @@ VERY_SHORT_ROWS = 2
 """Mean row length below which the CUDA kernel runs faster with half the tile height."""
 
 SCATTERED_X = 0.9
-"""x locality (:func:`autospmv._decide.sampling.x_locality`, sectors of x per entry) from which the
+"""x locality (:func:`autospmv._decide.features.sampling.x_locality`, sectors of x per entry) from which the
 GPU takes σ = 8 on a matrix with tiles enough: each entry gathers its own piece of x, and more,
 shorter tiles keep more of those loads in flight (:func:`choose_sigma`)."""
 
@@ -140,7 +73,7 @@ multiple of it (see ``autospmv.kernels.cuda.csr5``)."""
 
 def choose_sigma(csr: sp.csr_matrix, device: str, x_locality: Callable[[], float]) -> int:
     """Tile height σ for ``device`` ("cpu" or "cuda"). ``x_locality()`` returns the matrix's
-    locality of x (:func:`autospmv._decide.sampling.x_locality`, a sample of the column indices); it is
+    locality of x (:func:`autospmv._decide.features.sampling.x_locality`, a sample of the column indices); it is
     called only where σ depends on it.
 
     CPU: twice the structural σ of :func:`structural_sigma`, since a CPU thread walks a tile's
@@ -152,7 +85,7 @@ def choose_sigma(csr: sp.csr_matrix, device: str, x_locality: Callable[[], float
        kernel's fast path takes whole steps of eight entries); on rows of :data:`LONG_ROWS` or
        more the structural 8 in float64 but 16 in float32 (:data:`CUDA_LONG_ROW_SIGMA`: a
        lane's tile then carries 128 bytes of values and indices, against float64's 96);
-    2. halved when the matrix has fewer tiles than :data:`~autospmv._run.devices.CUDA_WARPS_IN_FLIGHT`
+    2. halved when the matrix has fewer tiles than :data:`~autospmv._support.devices.CUDA_WARPS_IN_FLIGHT`
        (each tile is one warp's work, so the lanes' σ-long loops then set the time, not the
        bandwidth) or rows shorter than :data:`VERY_SHORT_ROWS` on average (a lane then stores
        about σ row results, one per step);
@@ -270,7 +203,7 @@ def _threads_per_row(m: int, nnz: int, squares: float, longest: int) -> int:
 
 
 def choose_hyb_width(csr: sp.csr_matrix, device: str) -> dict:
-    """HYB's ELL width (CUSP's rule, :data:`default_hyb_width`), from the
+    """HYB's ELL width (CUSP's rule, :data:`autospmv.formats.hyb.default_hyb_width`), from the
     row-length histogram counted in two compiled passes over the row pointer."""
     m = csr.shape[0]
     if m == 0:
@@ -289,7 +222,7 @@ def choose_hyb_width_of_lengths(values: np.ndarray, counts: np.ndarray, device: 
 
 def choose_csr5_sigma(csr: sp.csr_matrix, device: str) -> dict:
     """CSR5's tile height (:func:`choose_sigma`), which on the GPU reads
-    the locality of x from a sample of the column indices (:func:`autospmv._decide.sampling.x_locality`)
+    the locality of x from a sample of the column indices (:func:`autospmv._decide.features.sampling.x_locality`)
     when the matrix is large enough for it to matter."""
     sigma = choose_sigma(csr, check_device_name(device), lambda: x_locality(csr))
     return {"sigma": int(sigma)}

@@ -4,9 +4,9 @@ For every kernel, run with the parameters its chooser picks for the device
 (:mod:`autospmv._registry`), five numbers describe the work its GPU mapping does on the matrix.
 They are structural counts, which depend on the device only through those parameters; a
 trained model turns them into a time estimate per kernel with a linear cost model fitted on its
-device's labels (``training/fitting.py``, :class:`autospmv._decide.cost_model.CostModel`),
-and its tree reads the estimates. They are features like the others (:mod:`autospmv._decide.features`),
-named ``<kernel>_<quantity>``:
+device's labels (``training/fitting.py``, :class:`autospmv._decide.model.cost_model.CostModel`),
+and its tree reads the estimates. They are features like the others
+(:mod:`autospmv._decide.features.extract`), named ``<kernel>_<quantity>``:
 
 ========= =======================================================================================
 bytes     memory traffic: the format's arrays once, x once per column and y once per row
@@ -44,108 +44,27 @@ csr5         bytes nnz·(v+4) + tiles·(32·12 + 4); work 32·σ·tiles; span σ
 ============ ==============================================================================
 
 A matrix with no entries has zeros everywhere. Each kernel's registry entry names its function
-here (``KernelSpec.cost``); :func:`quantities` calls them all with one :class:`CostInputs`.
+here (``KernelSpec.cost``); the feature extraction calls them all with one :class:`CostInputs`
+(:func:`autospmv._decide.features.quantities.quantities`), through the registry.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import numpy as np
-import scipy.sparse as sp
 from numba import prange
 
 from .. import _registry as registry
+from .._support.devices import WARP
+from .._support.jit import specialisations
 from ..formats.csr5 import OMEGA
-from ..kernels import WARP
-from ..kernels.cpu import specialisations
+from ..formats.hyb import default_hyb_width_of_histogram
 from . import choosers
+from .features.quantities import INDEX_BYTES, CostInputs
 
-QUANTITIES = ("bytes", "work", "span", "atomics", "launches")
-QUANTITY_NAMES = tuple(f"{kernel}_{q}" for kernel in registry.KERNELS for q in QUANTITIES)
-"""Feature names of the built-in kernels' cost quantities, kernel by kernel in
-:data:`autospmv.KERNELS` order (:func:`quantity_names` adds registered kernels')."""
-
-INDEX_BYTES = 4
 CSR5_DESCRIPTOR_BYTES = 8
 """Per lane and tile: its ``bit_flag`` and ``y_offset`` words."""
-
-
-def quantity_names() -> tuple[str, ...]:
-    """The cost quantity names of every kernel in the registry that has a cost function
-    (:data:`QUANTITY_NAMES` first when no kernel is registered besides the built-in ones)."""
-    return tuple(f"{spec.name}_{q}" for spec in registry.specs() if spec.cost is not None
-                 for q in QUANTITIES)
-
-
-@dataclasses.dataclass(frozen=True)
-class CostInputs:
-    """What the per-kernel cost functions read, computed once per matrix (see the module doc
-    for the notation)."""
-
-    csr: sp.csr_matrix
-    device: str
-    m: int
-    n: int
-    nnz: int
-    v: int
-    """Bytes per value."""
-    vectors: int
-    """Bytes of x and y: v·(m + n)."""
-    longest: int
-    values: np.ndarray
-    """The distinct row lengths, ascending."""
-    counts: np.ndarray
-    """How many rows have each of :attr:`values`."""
-    parallel: bool = False
-    """Whether the passes over the row pointer run on numba's threads (a large matrix)."""
-    group_sums: dict | None = None
-    """:func:`_group_max_sum` by (rows per group, lanes), when the feature passes counted them
-    with the rest (on the GPU, :func:`autospmv._decide.device_passes.scan`)."""
-
-    @property
-    def csr_bytes(self) -> int:
-        return self.nnz * (self.v + INDEX_BYTES) + INDEX_BYTES * (self.m + 1) + self.vectors
-
-    @property
-    def padded_rows(self) -> int:
-        return WARP * -(-self.m // WARP)
-
-
-def quantities(csr: sp.csr_matrix, device: str, values=None, counts=None,
-               parallel: bool = False, group_sums: dict | None = None) -> dict[str, float]:
-    """The cost quantities of a canonical CSR matrix on ``device`` ("cpu" or "cuda"), keyed by
-    :func:`quantity_names`: every kernel of the registry with a cost function, in its order.
-
-    ``values``/``counts``: the distinct row lengths (ascending) and their counts, when the
-    caller has them (the feature scan does); computed otherwise. ``parallel``: run the passes
-    over the row pointer on numba's threads (the feature scan's choice for a large matrix).
-    ``group_sums``: :attr:`CostInputs.group_sums`, when the caller counted them.
-    """
-    m, n = csr.shape
-    nnz = int(csr.nnz)
-    if m == 0 or nnz == 0:
-        return dict.fromkeys(quantity_names(), 0.0)
-    if values is None:
-        counts = np.bincount(np.diff(csr.indptr))
-        values = np.flatnonzero(counts)
-        counts = counts[values]
-    v = csr.dtype.itemsize
-    inputs = CostInputs(csr, device, m, n, nnz, v, v * (m + n), int(values[-1]), values, counts,
-                        parallel, group_sums)
-    out = {}
-    for spec in registry.specs():
-        function = spec.cost_function()
-        if function is not None:
-            values = tuple(function(inputs))
-            if len(values) != len(QUANTITIES):
-                raise ValueError(f"the cost function of kernel {spec.name!r} returned "
-                                 f"{len(values)} numbers; it must return {len(QUANTITIES)}: "
-                                 f"{', '.join(QUANTITIES)}")
-            out.update({f"{spec.name}_{q}": float(value) for q, value in zip(QUANTITIES, values)})
-    return out
-
 
 def hyb_launches(overflow: int) -> int:
     """HYB's device steps (:mod:`autospmv.kernels.cuda.hyb`): the ELL part (or zeroing y when
@@ -195,7 +114,7 @@ def ell(c: CostInputs) -> tuple:
 
 
 def hyb(c: CostInputs) -> tuple:
-    width = choosers.default_hyb_width_of_histogram(c.values, c.counts)  # = the registry's chooser
+    width = default_hyb_width_of_histogram(c.values, c.counts)  # = the registry's chooser
     overflow = _overflow(c.values, c.counts, width)
     return (c.m * width * (c.v + INDEX_BYTES) + overflow * (c.v + 2 * INDEX_BYTES) + c.vectors,
             c.padded_rows * width + overflow, width + (1 if overflow else 0),

@@ -6,8 +6,8 @@ leaf's training support, and any guardrail that changed the outcome. ``str(decis
 ``op.explain()`` print it.
 
 Automatic selection (:func:`model_decision`) asks the trained
-:class:`~autospmv._decide.model.TreeModel` that :func:`~autospmv._decide.model_lookup.find_model`
-finds for the device and the matrix's dtype.
+:class:`~autospmv._decide.model.tree.TreeModel` that
+:func:`~autospmv._decide.model.lookup.find_model` finds for the device and the matrix's dtype.
 
 When no model exists at all, :func:`rule_decision` applies a documented rule. On a GPU it is in
 the style of Ginkgo's default: a matrix with a very long row (more than :data:`LONG_ROW` nonzeros)
@@ -27,11 +27,11 @@ import numpy as np
 import scipy.sparse as sp
 
 from .. import _registry as registry
-from .._run.cache import compile_timer
+from .._support.cache import compile_timer
 from ..formats.base import DeviceCSR, longest_row
-from .features import canonical_features_and_lengths, passes_needed
-from .model_lookup import ModelChoice, find_model, warn_skipped
-from .sampling import SAMPLE_THRESHOLD
+from .features.extract import canonical_features_and_lengths, passes_needed
+from .features.sampling import SAMPLE_THRESHOLD
+from .model.lookup import ModelChoice, find_model, warn_skipped
 
 LONG_ROW = 1024
 """Rows longer than this make the rule choose :data:`RULE_LONG` (also the row threshold of the
@@ -68,8 +68,8 @@ class Decision:
     times (µs, back-to-back and per call), the kept kernel and the cost of tuning."""
     margins: dict[str, float] = dataclasses.field(default_factory=dict)
     """For a model's decision: how far the tree ranks each kernel behind its first choice (the
-    units of :func:`autospmv._decide.default_policy.margins`; empty for a rule or a forced kernel).
-    ``tune="measure"`` skips candidates far behind."""
+    units of :func:`autospmv._decide.model.default_policy.margins`; empty for a rule or a forced
+    kernel). ``tune="measure"`` skips candidates far behind."""
     estimates_us: dict[str, float] = dataclasses.field(default_factory=dict)
     """For a model with a cost model: each kernel's estimated µs per product (the leaf's
     corrected estimates where the tree corrects them); empty otherwise. The workload hint
@@ -139,13 +139,13 @@ def model_decision(csr: sp.csr_matrix, choice: ModelChoice, features: dict,
                    device: str, lengths: tuple[np.ndarray, np.ndarray] | None = None) -> Decision:
     """The tree's kernel for ``csr``, with its path, leaf support and fall-back order.
 
-    Everything is read from one :meth:`~autospmv._decide.model.TreeModel.evaluate` of ``features``:
-    the cost model's estimates are computed and the tree is walked once per decision.
+    Everything is read from one :meth:`~autospmv._decide.model.tree.TreeModel.evaluate` of
+    ``features``: the cost model's estimates are computed and the tree is walked once per decision.
     ``features`` needs only those the model reads (its
-    :meth:`~autospmv._decide.model.TreeModel.features_read`).
+    :meth:`~autospmv._decide.model.tree.TreeModel.features_read`).
     ``lengths``: the row-length histogram the feature scan built
-    (:func:`autospmv._decide.features.features_and_lengths`), from which the chosen kernel's
-    parameters are chosen when its chooser reads only the row lengths."""
+    (:func:`autospmv._decide.features.extract.features_and_lengths`), from which the chosen
+    kernel's parameters are chosen when its chooser reads only the row lengths."""
     model = choice.model
     evaluation, ranked, decided = model.decide(features, csr.nnz, only_read=True)
     leaf = evaluation.leaf
@@ -187,19 +187,26 @@ def model_decision(csr: sp.csr_matrix, choice: ModelChoice, features: dict,
                     margins=model.margins(evaluation), estimates_us=estimates_us)
 
 
+def model_may_decide(nnz: int, on_device: bool) -> bool:
+    """Whether a trained model may decide for a matrix of ``nnz`` nonzeros: on the host always;
+    on the GPU above :data:`~autospmv._decide.features.sampling.SAMPLE_THRESHOLD` nonzeros only,
+    below which the built-in rule decides at once (:func:`decide`)."""
+    return not on_device or nnz > SAMPLE_THRESHOLD
+
+
 def decide(csr, kernel: str | None, device: str, model=None, params: dict | None = None,
            uploaded=None) -> Decision:
     """The decision for a canonical matrix: ``csr`` as
-    :func:`~autospmv._run.validation.canonicalize` returned it, or a
+    :func:`~autospmv._support.validation.canonicalize` returned it, or a
     :class:`~autospmv.formats.base.DeviceCSR` for a matrix that lives on the GPU
-    (:mod:`autospmv._run.device_input`).
+    (:mod:`autospmv._prepare.device_input`).
 
     ``kernel=`` decides (:func:`forced_decision`); else the model that :func:`find_model` finds
     decides from the features it reads (:func:`model_decision`), and without one the built-in
     rule (:func:`rule_decision`). A matrix on the GPU is decided by the model above
-    :data:`~autospmv._decide.sampling.SAMPLE_THRESHOLD` nonzeros only, from the same features
-    as on the host, counted there (:mod:`autospmv._decide.device_passes`), and by the rule
-    below. A retrained model that loads but cannot decide is skipped with a warning (see
+    :data:`~autospmv._decide.features.sampling.SAMPLE_THRESHOLD` nonzeros only, from the same
+    features as on the host, counted there (:mod:`autospmv._decide.features.device_scan`), and by
+    the rule below. A retrained model that loads but cannot decide is skipped with a warning (see
     the module docstring). ``uploaded``: the host ``csr`` already on the GPU, where the feature
     passes run."""
     on_device = isinstance(csr, DeviceCSR)
@@ -210,7 +217,7 @@ def decide(csr, kernel: str | None, device: str, model=None, params: dict | None
     if params:
         raise ValueError("params= needs kernel= (parameters belong to one kernel)")
     choice = None
-    if not on_device or csr.nnz > SAMPLE_THRESHOLD:
+    if model_may_decide(csr.nnz, on_device):
         choice = find_model(device, model, csr.dtype)
     if choice is None:
         return _rule(structure, device, on_device)
@@ -257,8 +264,8 @@ def _rule(structure, device: str, on_device: bool) -> Decision:
 def passes_note(needed) -> str:
     """What the features of a decision on a matrix on the GPU were computed from, for its
     notes: the passes that the model's features call for
-    (:func:`~autospmv._decide.features.passes_needed`), all run there
-    (:mod:`autospmv._decide.device_passes`)."""
+    (:func:`~autospmv._decide.features.extract.passes_needed`), all run there
+    (:mod:`autospmv._decide.features.device_scan`)."""
     sampled, index_passes = passes_needed(needed)
     passes = ["row lengths"] + ["bandwidth and diagonals"] * index_passes + [
         "the sampled rows' blocks and x sectors"] * sampled

@@ -19,8 +19,8 @@ import weakref
 
 import numpy as np
 
-from .. import _session
-from .._run.operator import SpMVOperator
+from .._prepare.prepare import prepare
+from .._prepare.operator import SpMVOperator
 from .machines import CpuMachine, CudaMachine
 from .scalars import ERROR, ERRORS, INFO, ITERATIONS, MAXITER, TOL
 
@@ -279,7 +279,7 @@ def _operator(A, kind, products):
                              "with device='cuda'")
         return A
     device = "cuda" if kind != "numpy" else None
-    return _session.prepare(A, device=device, products=products)
+    return prepare(A, device=device, products=products)
 
 
 def _preconditioner(M, op, dtype):

@@ -217,10 +217,10 @@ def run_child(args) -> dict:
 
         limiter = threadpool_limits(1, user_api="blas")
     import autospmv  # noqa: F401  (before numba runs anything: it sets the OpenMP wait policy)
-    from autospmv._run.validation import canonicalize
+    from autospmv._support.validation import canonicalize
 
     try:
-        from autospmv._run.threads import wait_policy
+        from autospmv._support.threads import wait_policy
     except ImportError:  # an autospmv from before the thread policy (for comparisons)
         def wait_policy():
             return f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}"

@@ -23,8 +23,8 @@ median wall times are reported. Solvers stop at 1e-8 relative tolerance or ``MAX
 ``op @ x`` then ``dot`` is timed against its parts on every matrix as well.
 
 Wall time of whole solver runs, not of products, is the figure here, so the timing loops are
-this module's own rather than the labeller's timer (:class:`autospmv._run.timing.Bench`, which times
-one operator's products); its child processes may also import another version of autospmv,
+this module's own rather than the labeller's timer (:class:`autospmv._support.timing.Bench`, which
+times one operator's products); its child processes may also import another version of autospmv,
 for comparisons, which need not have that timer.
 
 Each configuration runs in its own process: the default environment, and the BLAS limited to one
@@ -115,8 +115,8 @@ def core_counts(requested: list[str]) -> list[int]:
 def run_config(args, env_name: str, cores: int) -> dict:
     """One child process: ``env_name`` environment, pinned to the first ``cores`` usable CPUs."""
     env = dict(os.environ)
-    if "autospmv._run.threads" in sys.modules:  # imported here (by the CLI): the child gets the
-        from autospmv._run.threads import wait_policy  # user's variables, not autospmv's
+    if "autospmv._support.threads" in sys.modules:  # imported here (by the CLI): the child gets the
+        from autospmv._support.threads import wait_policy  # user's variables, not autospmv's
 
         if "set by autospmv" in wait_policy():
             env.pop("OMP_WAIT_POLICY", None)
@@ -285,7 +285,7 @@ def main(argv=None, prog: str = "autospmv bench --solver", matrices=None,
         for env_name in args.envs:
             log(f"configuration: {env_name} environment, {cores} cores")
             configs.append(run_config(args, env_name, cores))
-    from autospmv._decide.model_store import cpu_model, slugify
+    from autospmv._decide.model.store import cpu_model, slugify
     summary = summarise(configs)
     print_summary(summary)
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()

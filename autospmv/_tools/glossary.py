@@ -3,14 +3,14 @@
 :data:`FEATURE_DESCRIPTIONS` is the single glossary: ``explain`` (``python -m autospmv explain``)
 prints the entry of every feature on a decision path, and the feature table of
 ``models/README.md`` is this dict (a test keeps the two equal; :func:`markdown_table` writes the
-table). The full definitions, with the edge cases, are in :mod:`autospmv._decide.features` and
-:mod:`autospmv._decide.cost`.
+table). The full definitions, with the edge cases, are in :mod:`autospmv._decide.features.extract`
+and :mod:`autospmv._decide.cost`.
 """
 
 from __future__ import annotations
 
 from .. import _registry as registry
-from .._decide.cost import QUANTITIES
+from .._decide.features.quantities import QUANTITIES
 from .._registry import KERNELS
 
 _STRUCTURE = {
@@ -79,8 +79,8 @@ _ESTIMATES = {name: text for kernel in KERNELS
 
 FEATURE_DESCRIPTIONS: dict[str, str] = {**_STRUCTURE, **_BLOCKS, **_COST, **_ESTIMATES, **_RULE}
 """Feature name -> one-line description, for every name of
-:data:`autospmv._decide.features.FEATURE_NAMES`, every estimate ``est_<kernel>`` a model derives and the
-built-in rule's ``max_row_length``."""
+:data:`autospmv._decide.features.extract.FEATURE_NAMES`, every estimate ``est_<kernel>`` a model
+derives and the built-in rule's ``max_row_length``."""
 
 
 def describe(name: str) -> str:

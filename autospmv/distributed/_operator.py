@@ -8,11 +8,11 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.linalg import LinearOperator
 
+from .._support.validation import canonicalize, result_dtype
 from . import _build, _comm
-from .._run.validation import canonicalize, result_dtype
 from ._partition import check_bounds, even_bounds, row_partition
 from ._tasks import connected, naming_lost_workers, on_workers
-from ._vector import DistributedVector, Layout, _is_dask_array
+from ._vector import DistributedVector, Layout, is_dask_array
 
 
 def require_distributed():
@@ -236,7 +236,7 @@ class DistributedOperator(LinearOperator):
         ``numpy.result_type(op.dtype, x.dtype)``."""
         if isinstance(x, DistributedVector):
             return self._distributed_matvec(x)
-        if _is_dask_array(x):
+        if is_dask_array(x):
             if x.ndim != 1 or x.shape[0] != self.shape[1]:
                 raise ValueError(f"x must be a vector of length {self.shape[1]}; got a dask "
                                  f"array with shape {x.shape}")
@@ -275,14 +275,14 @@ class DistributedOperator(LinearOperator):
         return self.matvec(x)
 
     def __matmul__(self, x):
-        if (isinstance(x, DistributedVector) or _is_dask_array(x)
+        if (isinstance(x, DistributedVector) or is_dask_array(x)
                 or type(x).__module__.startswith("cupy")
                 or (isinstance(x, np.ndarray) and x.ndim == 1)):
             return self.matvec(x)
         return super().__matmul__(x)
 
     def dot(self, x):
-        if isinstance(x, DistributedVector) or _is_dask_array(x) \
+        if isinstance(x, DistributedVector) or is_dask_array(x) \
                 or type(x).__module__.startswith("cupy"):
             return self.matvec(x)
         return super().dot(x)

@@ -22,7 +22,7 @@ import dataclasses
 import numpy as np
 import scipy.sparse as sp
 
-from .._run.validation import canonicalize
+from .._support.validation import canonicalize
 from ._passes import look_up, mark
 
 
@@ -80,7 +80,7 @@ class Split:
 
 def canonical_block(block, rows: int, n: int, where: str) -> sp.csr_matrix:
     """A row block as canonical CSR (sorted, summed indices; float32 or float64), checked as
-    :func:`autospmv.prepare` checks a matrix (:func:`autospmv._run.validation.canonicalize`:
+    :func:`autospmv.prepare` checks a matrix (:func:`autospmv._support.validation.canonicalize`:
     every index in range, offsets consistent, a supported dtype) before anything splits it;
     ``where`` names the block (which rank's) in the ValueError or TypeError."""
     if not sp.issparse(block):

@@ -4,7 +4,7 @@ looking up each entry's new column number.
 Both read or write an array as long as A's rows at random places: one thread of NumPy's fancy
 indexing waits on memory for each entry, which took most of a power-law block's split. Here
 large blocks spread the entries over numba's threads
-(:func:`autospmv._run.threads.threaded_passes`), small ones run the serial compilation.
+(:func:`autospmv._support.threads.threaded_passes`), small ones run the serial compilation.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 from numba import prange
 
-from .._run.threads import threaded_passes
-from ..kernels.cpu import specialisations
+from .._support.jit import specialisations
+from .._support.threads import threaded_passes
 
 
 def _mark(columns, marked):

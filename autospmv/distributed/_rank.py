@@ -21,7 +21,7 @@ import threading
 
 import numpy as np
 
-from .._run.validation import result_dtype
+from .._support.validation import result_dtype
 from . import _comm
 from ._kernels import scatter_add
 from ._partition import Split

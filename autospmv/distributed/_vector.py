@@ -14,7 +14,7 @@ import dataclasses
 
 import numpy as np
 
-from .._run.validation import result_dtype
+from .._support.validation import result_dtype
 from ._tasks import connected, naming_lost_workers, on_workers
 
 
@@ -128,7 +128,7 @@ class DistributedVector:
     def scatter(cls, x, layout: Layout, client, dtype=None) -> "DistributedVector":
         """Cut a NumPy or CuPy vector (or a dask array) along ``layout`` and send each chunk to
         its worker, once."""
-        if _is_dask_array(x):
+        if is_dask_array(x):
             return cls.from_dask(x, layout, client, dtype)
         if type(x).__module__.startswith("cupy"):
             import cupy
@@ -253,5 +253,5 @@ def _on(client, layout, fn, *columns, **kwargs) -> list:
     return on_workers(client, fn, layout.workers, *columns, **kwargs)
 
 
-def _is_dask_array(x) -> bool:
+def is_dask_array(x) -> bool:
     return type(x).__module__.startswith("dask.array") and hasattr(x, "chunks")

@@ -1,14 +1,14 @@
 """What every storage format provides, on the host and on the GPU.
 
 A format is an immutable bundle of arrays built once from a canonical CSR matrix (see
-:mod:`autospmv._run.validation`). On the host it holds NumPy arrays (:meth:`SparseFormat.from_csr`);
-from a matrix on the GPU (:class:`DeviceCSR`) it is built there, with the array operations of
-the matrix's array module ``xp`` (CuPy; NumPy in the tests, which is how they prove that both
-conversions build the same arrays): :meth:`SparseFormat.from_device_csr`. Kernels read the
-arrays; the operator uploads host arrays to the GPU with :meth:`SparseFormat.arrays`. Every
-format converts back to CSR exactly, on the host (:meth:`SparseFormat.to_csr`) and on the GPU
-(:meth:`SparseFormat.to_device_csr`), which is how the tests prove that a conversion loses
-nothing.
+:mod:`autospmv._support.validation`). On the host it holds NumPy arrays
+(:meth:`SparseFormat.from_csr`); from a matrix on the GPU (:class:`DeviceCSR`) it is built there,
+with the array operations of the matrix's array module ``xp`` (CuPy; NumPy in the tests, which is
+how they prove that both conversions build the same arrays): :meth:`SparseFormat.from_device_csr`.
+Kernels read the arrays; the operator uploads host arrays to the GPU with
+:meth:`SparseFormat.arrays`. Every format converts back to CSR exactly, on the host
+(:meth:`SparseFormat.to_csr`) and on the GPU (:meth:`SparseFormat.to_device_csr`), which is how the
+tests prove that a conversion loses nothing.
 
 A format that defines only the host conversions still runs on the GPU: the base class then
 converts on the host and uploads the arrays (and back), at the cost of the round trip.
@@ -94,7 +94,7 @@ class RowStructure:
     """The row pointer of a matrix whose nonzeros are elsewhere: what choosers and the rule read
     (``shape``, ``indptr``, ``nnz``, ``dtype``), and the matrix on the GPU, from which a chooser
     that reads a sample of the column indices gathers them
-    (:func:`autospmv._decide.sampling.x_locality`)."""
+    (:func:`autospmv._decide.features.sampling.x_locality`)."""
 
     shape: tuple[int, int]
     indptr: np.ndarray
@@ -179,7 +179,7 @@ class SparseFormat:
         """The format's arrays by field name, in declaration order (what a GPU upload copies).
 
         NumPy arrays for a format built on the host; CUDA arrays (CuPy) for one built on the
-        device by :mod:`autospmv._run.device_input`."""
+        device by :mod:`autospmv._prepare.device_input`."""
         out = {}
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)

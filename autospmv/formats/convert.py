@@ -2,8 +2,8 @@
 
 Every function here is a numba ``njit(cache=True)`` kernel, so it is compiled once per
 combination of index dtype (int32/int64) and value dtype (float32/float64), stored in numba's
-on-disk cache (see :mod:`autospmv._run.cache`) and never again for another matrix. The callers in the
-format modules allocate every output with NumPy before calling (so ``tracemalloc`` sees the
+on-disk cache (see :mod:`autospmv._support.cache`) and never again for another matrix. The callers
+in the format modules allocate every output with NumPy before calling (so ``tracemalloc`` sees the
 memory a conversion takes) and the kernels only fill them: no temporary array of nnz entries is
 built on the way.
 
@@ -23,8 +23,7 @@ from __future__ import annotations
 import numpy as np
 from numba import prange
 
-from ..kernels import njit
-from ..kernels.cpu import specialisations
+from .._support.jit import njit, specialisations
 
 _TASK_NNZ = 1 << 16
 """Nonzeros per task of :func:`row_tasks` (a task is at least one row)."""
@@ -52,7 +51,7 @@ def row_tasks(indptr: np.ndarray, rows_per_block: int = 1) -> np.ndarray:
 
 def _jit(function):
     """A parallel conversion pass, compiled and called like the CPU kernels'
-    (:func:`autospmv.kernels.cpu.specialisations`): under a lock while numba's threading layer
+    (:func:`autospmv._support.jit.specialisations`): under a lock while numba's threading layer
     is ``workqueue``, which aborts when two threads run parallel work at once, and serially in
     a process forked after GNU OpenMP started."""
     return specialisations(function)[1]
@@ -220,7 +219,7 @@ def csr5_fill(indptr, padded, indices, data, sigma, omega, tile_row, bit_flag, y
     the transposed tile order (the incomplete last tile stays in CSR order), an empty row's
     being its placeholder (column ``placeholder``, value 0). With empty ``out_indices`` only the
     descriptors are written (they depend on the row pointers alone), for a matrix whose
-    nonzeros stay on the GPU (:mod:`autospmv._run.device_input`)."""
+    nonzeros stay on the GPU (:mod:`autospmv._prepare.device_input`)."""
     m = padded.shape[0] - 1
     total = padded[m]
     size = omega * sigma

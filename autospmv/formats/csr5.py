@@ -56,7 +56,7 @@ import dataclasses
 import numpy as np
 import scipy.sparse as sp
 
-from ..kernels import njit
+from .._support.jit import njit
 from . import convert
 from .base import SparseFormat
 
@@ -149,7 +149,7 @@ def csr5_descriptors(indptr: np.ndarray, sigma: int, indices: np.ndarray | None 
     placeholders in place are included, written by the compiled pass from the arrays as they
     are; without, ``indices`` and ``data`` are left out: the descriptors depend on ``indptr``
     alone, and :func:`insert_placeholders` and :func:`transpose_tiles` place the nonzeros
-    wherever they are (the GPU path of :mod:`autospmv._run.device_input`).
+    wherever they are (the GPU path of :mod:`autospmv._prepare.device_input`).
     """
     sigma = _check_sigma(sigma)
     itype = indptr.dtype

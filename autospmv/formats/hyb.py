@@ -4,9 +4,12 @@ ELL is fast for the typical row and COO costs the same per entry whatever the ro
 takes the bulk of a matrix with uneven rows through ELL without padding every row to the longest.
 The COO part keeps CSR order (sorted by row, then column), which the COO kernels rely on.
 
-The width is a parameter: its strategies are pure functions of the row lengths
-(:mod:`autospmv._decide.choosers`, CUSP's rule by default). CUSP's width never exceeds ELL's fill limit
-of 3: at least m/3 rows reach K and put K entries each in the ELL part, so ``m*K <= 3 * nnz``.
+The width is a parameter: its strategies are pure functions of the row lengths, after
+Ginkgo's ``hybrid.hpp`` (:func:`width_quantile`, :func:`width_cusp`, CUSP's rule, the default
+one, and :func:`width_cost`, a time model that the features report as ``hyb_width``); the
+parameter chooser (:mod:`autospmv._decide.choosers`) and the labeller pick among them. CUSP's width
+never exceeds ELL's fill limit of 3: at least m/3 rows reach K and put K entries each in the ELL
+part, so ``m*K <= 3 * nnz``.
 """
 
 from __future__ import annotations
@@ -17,12 +20,78 @@ import operator
 import numpy as np
 import scipy.sparse as sp
 
-from .._decide.choosers import default_hyb_width
 from .base import SparseFormat, longest_row
 from .coo import COOFormat
 from .ell import (
     ELL_MAX_FILL, ELLFormat, fill_exceeded, split_at_width, split_at_width_on_device, too_large,
 )
+
+
+
+def _histogram(lengths) -> tuple[int, np.ndarray]:
+    """Number of rows and ``count[k]`` = rows of length exactly k, for k = 0..max (int64)."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    if lengths.size and lengths.min() < 0:
+        raise ValueError("row lengths must be non-negative")
+    return lengths.size, np.bincount(lengths, minlength=1)
+
+
+def _rows_reaching(count: np.ndarray) -> np.ndarray:
+    """``reach[k]`` = rows of length >= k, for k = 0..max."""
+    return np.cumsum(count[::-1])[::-1]
+
+
+def width_quantile(row_lengths, q: float = 2 / 3) -> int:
+    """The smallest K such that at least a fraction ``q`` of the rows have length <= K."""
+    if not 0 <= q <= 1:
+        raise ValueError(f"q must lie in [0, 1]; got {q}")
+    m, count = _histogram(row_lengths)
+    if m == 0:
+        return 0
+    return int(np.searchsorted(np.cumsum(count), q * m, side="left"))
+
+
+def width_cusp(row_lengths) -> int:
+    """CUSP's ELL width for HYB: the largest K that at least ``max(4096, m/3)`` rows reach.
+
+    "Reach" means length >= K. 0 when no K > 0 qualifies (in particular below 4096 rows: CUSP
+    then leaves everything to COO).
+    """
+    m, count = _histogram(row_lengths)
+    reach = _rows_reaching(count)
+    ok = (3 * reach >= m) & (reach >= 4096)
+    ok[0] = True
+    return int(np.flatnonzero(ok)[-1])
+
+
+def width_cost(row_lengths, coo_cost: float = 3.0) -> int:
+    """The K in 0..max minimising ``m*K + coo_cost * overflow(K)``; ties go to the smallest K.
+
+    ``overflow(K) = sum(max(0, len - K))`` is the number of entries left to COO. Computed in
+    O(m + max) from the histogram: ``overflow(K) = sum over j > K of rows reaching j``.
+    """
+    m, count = _histogram(row_lengths)
+    reach = _rows_reaching(count)
+    overflow = np.append(np.cumsum(reach[:0:-1])[::-1], 0)  # overflow[K], K = 0..max
+    cost = m * np.arange(reach.size, dtype=np.float64) + coo_cost * overflow
+    return int(np.argmin(cost))
+
+
+def width_cusp_of_histogram(values, counts) -> int:
+    """:func:`width_cusp` from the distinct row lengths (ascending) and their counts, the
+    histogram the feature extractor builds anyway. Between two distinct lengths the number of
+    rows reaching K does not change, so the largest qualifying K is one of the lengths."""
+    values = np.asarray(values, dtype=np.int64)
+    counts = np.asarray(counts, dtype=np.int64)
+    reach = np.cumsum(counts[::-1])[::-1]  # rows of length >= values[j]
+    ok = (3 * reach >= counts.sum()) & (reach >= 4096) & (values > 0)
+    return int(values[ok][-1]) if ok.any() else 0
+
+
+default_hyb_width = width_cusp
+"""The width strategy the registry's parameter chooser uses."""
+default_hyb_width_of_histogram = width_cusp_of_histogram
+"""The same strategy from a row-length histogram (:mod:`autospmv._decide.cost`)."""
 
 
 def check_width(width, indptr: np.ndarray, nnz: int, max_fill: float = ELL_MAX_FILL,

@@ -25,7 +25,7 @@ import dataclasses
 import numpy as np
 import scipy.sparse as sp
 
-from ..kernels import WARP
+from .._support.devices import WARP
 from . import convert
 from .base import SparseFormat
 from .ell import ELL_MAX_FILL, fill_exceeded, too_large

@@ -1,5 +1,5 @@
 """The CPU side of an operator: the registry's numba kernel bound to a format's host arrays, on
-the threads :mod:`autospmv._run.threads` allows (the GPU's counterpart is
+the threads :mod:`autospmv._support.threads` allows (the GPU's counterpart is
 :mod:`autospmv.kernels.cuda.backend`)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..._registry import KernelSpec
-from ..._run.threads import choose_threads
+from ..._support.threads import choose_threads
 from ...formats.csr import CSRFormat
 from . import bind_threaded
 from .csr import bind_transposed
@@ -16,7 +16,7 @@ from .scipy_product import bind_scipy, note, scipy_applies
 
 class CpuBackend:
     """Runs the registry's numba CPU kernel on host arrays, on at most ``threads`` threads
-    (:func:`autospmv._run.threads.choose_threads`: ``threads=``, ``AUTOSPMV_NUM_THREADS`` or a
+    (:func:`autospmv._support.threads.choose_threads`: ``threads=``, ``AUTOSPMV_NUM_THREADS`` or a
     rule from the matrix size and the usable cores; 1 runs the serial kernel). A serial
     ``csr_scalar`` product runs SciPy's compiled CSR loop where that is the faster one
     (:mod:`autospmv.kernels.cpu.scipy_product`); :attr:`engine_note` then says so."""

@@ -10,8 +10,9 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from ..._support.jit import specialisations
 from .. import unsigned
-from . import NNZ_PER_TASK, specialisations, use_parallel
+from . import NNZ_PER_TASK, use_parallel
 
 
 def _coo(row, col, data, x, y, ntasks):

@@ -12,8 +12,9 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from ..._support.jit import specialisations
 from .. import njit, unsigned
-from . import ROWS_PER_TASK, specialisations, use_parallel
+from . import ROWS_PER_TASK, use_parallel
 
 
 def _scalar(indptr, indices, data, x, y):

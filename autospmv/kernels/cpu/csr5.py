@@ -22,9 +22,10 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from ..._support.jit import specialisations
 from ...formats.csr5 import OMEGA
 from .. import unsigned
-from . import NNZ_PER_TASK, specialisations, use_parallel
+from . import NNZ_PER_TASK, use_parallel
 
 
 def _csr5(tile_ptr, bit_flag, y_offset, indices, data, x, y, sigma, tiles_per_task):

@@ -12,7 +12,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from . import ROWS_PER_TASK, specialisations, use_parallel
+from ..._support.jit import specialisations
+from . import ROWS_PER_TASK, use_parallel
 
 
 def _ell(col, data, width, x, y, accumulate, nchunks):

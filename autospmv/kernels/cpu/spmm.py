@@ -16,8 +16,8 @@ threads write one row). Two kernels:
 The steps are helper functions inlined by numba (``inline="always"``): a call would count
 references to its array arguments, atomically, on every row, which made the few-columns kernel
 twice as slow as k separate products. Sums are accumulated in Y's dtype (the product's,
-:func:`autospmv._run.validation.result_dtype`), which X also has; A's values may be float32 in a
-float64 product.
+:func:`autospmv._support.validation.result_dtype`), which X also has; A's values may be float32 in
+a float64 product.
 
 Weak where k is 1 (a plain SpMV loop is leaner: the operator's own kernel runs then) and where A
 has a few very long rows (one task walks each; the CSR product has the same limit).
@@ -29,9 +29,10 @@ import numba
 import numpy as np
 from numba import uint64
 
-from ..._run.threads import choose_threads
+from ..._support.jit import specialisations
+from ..._support.threads import choose_threads
 from .. import njit, unsigned
-from . import bind_threaded, specialisations
+from . import bind_threaded
 
 
 @njit(inline="always")
@@ -146,8 +147,8 @@ class MultiVector:
     """``Y = A @ X`` on the CPU for X of any column count, from a CSR format's arrays.
 
     The kernel is bound for each column count k at its first product, on the threads that
-    :func:`autospmv._run.threads.choose_threads` gives a product of nnz·k nonzeros (the work of k
-    products in one pass), with the operator's ``threads=`` request.
+    :func:`autospmv._support.threads.choose_threads` gives a product of nnz·k nonzeros (the work of
+    k products in one pass), with the operator's ``threads=`` request.
     """
 
     RUNS = 32

@@ -15,8 +15,8 @@ when the call returns.
 
 Dtypes: the result has SciPy's dtype, ``numpy.result_type`` of the matrix's and x's. A device x
 may be float32 or float64; a host x arrives already in the result's dtype
-(:func:`autospmv._run.validation.check_vector`). The matrix stays in its own dtype on the GPU: for
-vectors of another dtype (float64 vectors for a float32 matrix, or a float32 device x for a
+(:func:`autospmv._support.validation.check_vector`). The matrix stays in its own dtype on the GPU:
+for vectors of another dtype (float64 vectors for a float32 matrix, or a float32 device x for a
 float64 matrix) the same kernels run compiled for those vector types, accumulating in y's dtype
 (:meth:`autospmv.kernels.cuda.launch.DeviceProgram.for_vectors`), compiled at the first such
 product; host vectors of each dtype get their own pair of staging buffers.
@@ -41,11 +41,11 @@ import weakref
 import numpy as np
 from numba import cuda
 
-from ..._run.validation import OUT_OVERLAPS_X, result_dtype, unsupported_vector
+from ..._support.validation import OUT_OVERLAPS_X, result_dtype, unsupported_vector
 from ...formats.base import DeviceCSR
 from ...formats.csr import CSRFormat
+from .checked_vectors import FIXED_POINTER_MODULES, RememberedProducts
 from .launch import SIMULATOR, DeviceProgram, device_pointer, upload
-from .remembered import FIXED_POINTER_MODULES, RememberedProducts
 
 if not SIMULATOR:
     from cuda.bindings import driver

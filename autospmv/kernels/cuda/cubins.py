@@ -28,7 +28,7 @@ on it); an entry they built is as correct as a new compilation, and one the driv
 compiled instead.
 
 :func:`function_handle` looks in three places, in order: the cache folder
-(``<cache folder>/cubins``, :func:`autospmv._run.cache.cache_dir`, one file per entry, written
+(``<cache folder>/cubins``, :func:`autospmv._support.cache.cache_dir`, one file per entry, written
 atomically), the archives shipped in the package (``shipped/sm_<cc>.cubins``, built with
 :mod:`autospmv.kernels.cuda.ship`; a first run on those GPUs compiles no kernel), and numba-cuda,
 which compiles the kernel (or loads it from its own cache) and whose cubin is then stored in the
@@ -44,7 +44,7 @@ a cache entry's metadata must have exactly the expected types; an archive's entr
 only when it is loaded, to no more than the length its index states; and every entry carries a
 SHA-256 over its key, entry name and cubin (:func:`entry_checksum`), so an entry that is damaged,
 or moved to another key, is refused. Anything refused is compiled instead, with one
-:class:`~autospmv._run.cache.CacheWarning` per archive or cache folder.
+:class:`~autospmv._support.cache.CacheWarning` per archive or cache folder.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ from cuda.bindings import driver
 from numba import cuda
 from numba_cuda import __version__ as numba_cuda_version
 
-from ..._run.cache import cache_dir
+from ..._support.cache import cache_dir
 
 SHIPPED = Path(__file__).resolve().parent / "shipped"
 """The folder of the archives of cubins shipped with the package, one per compute capability."""
@@ -235,11 +235,11 @@ def function_handle(dispatcher, argtypes) -> int:
     library = dispatcher.compile(argtypes)._codelibrary
     handle = int(library.get_cufunc().handle)
     if not library._setup_functions and not library._teardown_functions:
-        _store(key, _image(library.get_cubin()), library._entry_name)
+        _store(key, cubin_bytes(library.get_cubin()), library._entry_name)
     return handle
 
 
-def _image(cubin) -> bytes | None:
+def cubin_bytes(cubin) -> bytes | None:
     """The bytes of a linked cubin: numba-cuda returns them as they are, or, linking through
     ``cuda.core``, inside an ``ObjectCode`` (its ``code``); None for anything else."""
     image = getattr(cubin, "code", cubin)
@@ -272,7 +272,7 @@ def entry_checksum(key: str, name: str, image: bytes) -> str:
 def _refuse(source, problem: str) -> None:
     """Warn, once per ``source`` (an archive, or the cache folder), that what it holds is not
     used and its kernels are compiled instead."""
-    from ..._run.cache import CacheWarning
+    from ..._support.cache import CacheWarning
 
     if source in _WARNED:
         return

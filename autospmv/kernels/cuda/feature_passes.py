@@ -1,6 +1,7 @@
 """The feature scan's passes on the GPU, for a matrix that is there: the device version of the
-host's compiled passes (:mod:`autospmv._decide.feature_scan`, :mod:`autospmv._decide.row_lengths`
-and :func:`autospmv._decide.cost._group_max_sum_of`), counting the same integers.
+host's compiled passes (:mod:`autospmv._decide.features.scan`,
+:mod:`autospmv._decide.features.row_lengths` and :func:`autospmv._decide.cost._group_max_sum_of`),
+counting the same integers.
 
 They ship as cubins with the SpMV kernels (:mod:`.ship`), so a first run on a GPU of the shipped
 architectures decides with nothing compiled, on the host or the device. Each kernel adds its
@@ -333,7 +334,7 @@ def sample_detail_kernel(indptr, indices, m, n, shift, narrow, windows, offsets,
 
 def shipped_launches() -> list[tuple]:
     """``(kernel, argument types)`` of every launch of the feature passes
-    (:mod:`autospmv._decide.device_passes`) on a matrix with 32-bit indices: what
+    (:mod:`autospmv._decide.features.device_scan`) on a matrix with 32-bit indices: what
     :mod:`.ship` compiles (64-bit indices compile on first use, as for the SpMV kernels)."""
     from numba import types
 

@@ -329,7 +329,8 @@ def vector_type(dtype) -> types.Array:
 
 def upload(fmt, extra_bytes: int = 0) -> dict:
     """Copy a format's arrays to the GPU (one device array per field); arrays already on the
-    device (a format built there by :mod:`autospmv._run.device_input`) are used in place, without a copy.
+    device (a format built there by :mod:`autospmv._prepare.device_input`) are used in place,
+    without a copy.
 
     Raises MemoryError, naming the bytes needed and free, before allocating anything when the
     host arrays plus ``extra_bytes`` (what the caller allocates next, e.g. staging vectors)

@@ -49,7 +49,7 @@ def _sample_matrices(dtype) -> list[sp.csr_matrix]:
     """Matrices whose programs reach every launch of every kernel: short rows (csr5 clears its
     tile ends; hyb has no COO part) and a few long rows among short ones (hyb's COO part, csr5's
     memset, multi-vector pieces of long rows)."""
-    from ..._run.validation import canonicalize
+    from ..._support.validation import canonicalize
 
     rng = np.random.default_rng(0)
     m = 4096
@@ -66,7 +66,7 @@ def specializations() -> list[tuple]:
     docstring), without duplicates, found by building the programs from host arrays."""
     from ... import _registry as registry
     from ...formats.base import FormatTooLargeError
-    from ..._run.validation import result_dtype
+    from ..._support.validation import result_dtype
     from .backend import VECTOR_DTYPES
     from . import conversions, feature_passes
     from .launch import Launch
@@ -111,7 +111,7 @@ def compile_cubin(dispatcher, argtypes, cc) -> tuple[str, bytes] | None:
     functions. Needs a CUDA context (numba-cuda reads the current device while compiling)."""
     from numba.cuda import dispatcher as cuda_dispatcher
 
-    from .cubins import _image
+    from .cubins import cubin_bytes
 
     current = cuda_dispatcher.get_current_device
     cuda_dispatcher.get_current_device = lambda: pytypes.SimpleNamespace(
@@ -124,7 +124,7 @@ def compile_cubin(dispatcher, argtypes, cc) -> tuple[str, bytes] | None:
     if library._setup_functions or library._teardown_functions:
         return None
     arch = (cc[0], cc[1], "a" if tuple(cc) >= (9, 0) else "")
-    image = _image(library.get_cubin(cc=arch))
+    image = cubin_bytes(library.get_cubin(cc=arch))
     return None if image is None else (library._entry_name, image)
 
 

@@ -26,11 +26,11 @@ holding one group for their whole length; a matrix without long rows has no seco
 Where a row has several pieces, its sum's rounding depends on the order of the atomics, so it is
 not bitwise reproducible from run to run.
 
-Sums are accumulated in Y's dtype (the product's, :func:`autospmv._run.validation.result_dtype`): a
-float32 matrix in a float64 product is read as float32 and computed in float64. Shuffles appear
-only in the few-columns kernel, after the loop over the nonzeros, where every thread of the block
-(also those without a row) takes part, as numba-cuda's simulator requires
-(:mod:`autospmv.kernels.cuda.simulator`).
+Sums are accumulated in Y's dtype (the product's,
+:func:`autospmv._support.validation.result_dtype`): a float32 matrix in a float64 product is read
+as float32 and computed in float64. Shuffles appear only in the few-columns kernel, after the loop
+over the nonzeros, where every thread of the block (also those without a row) takes part, as
+numba-cuda's simulator requires (:mod:`autospmv.kernels.cuda.simulator`).
 
 Weak where k is 5-7 or 17-31 (a group's lanes beyond k idle) and where rows are much shorter than
 g in the few-columns kernel (idle lanes, as csr_vector).

@@ -36,9 +36,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .model import TreeModel
-from .model_store import (DTYPES, device_slug, model_dtype, retrained_paths, split_stem,
-                          user_data_dir, written_name)
+from .store import (
+    DTYPES, device_slug, model_dtype, retrained_paths, split_stem, user_data_dir, written_name,
+)
+from .tree import TreeModel
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,7 +100,7 @@ def _shipped_listing() -> dict[str, Path]:
     try:
         folder = resources.files("autospmv.models")
     except ModuleNotFoundError:  # running from a source tree: models/ beside the package
-        folder = Path(__file__).resolve().parents[2] / "models"
+        folder = Path(__file__).resolve().parents[3] / "models"
     if not folder.is_dir():
         return {}
     return {Path(item.name).stem: Path(str(item)) for item in folder.iterdir()
@@ -108,9 +109,9 @@ def _shipped_listing() -> dict[str, Path]:
 
 def installed_models() -> dict[str, Path]:
     """The models ``retrain`` installed on this machine (the user data folder of
-    :func:`autospmv._decide.model_store.user_data_dir`), by file stem (``<device>-<dtype>``):
+    :func:`autospmv._decide.model.store.user_data_dir`), by file stem (``<device>-<dtype>``):
     the ``.json`` files named as ``retrain`` names them
-    (:func:`~autospmv._decide.model_store.written_name`; other files there are not models)."""
+    (:func:`~autospmv._decide.model.store.written_name`; other files there are not models)."""
     folder = user_data_dir() / "models"
     if not folder.is_dir():
         return {}

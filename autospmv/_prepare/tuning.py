@@ -2,7 +2,7 @@
 ``prepare(A, products=...)``.
 
 :func:`measure` builds the decision's best-ranked kernels that A's formats accept, times them on
-A back-to-back with the labeller's timer (:class:`autospmv._run.timing.Bench`) and keeps the
+A back-to-back with the labeller's timer (:class:`autospmv._support.timing.Bench`) and keeps the
 fastest; :func:`measuring_pays` weighs, for a workload of a given number of products, the
 expected saving of measuring against its cost, from the decision's time estimates.
 """
@@ -36,8 +36,8 @@ held-out matrices grown to 2·10⁷ nonzeros (0.6–1.2 % in geometric mean, by 
 in the ``tune="measure"`` benchmark, ``benchmarks/tune_measure.py``)."""
 TUNE_TIMING = dict(warmup=1, repeats=3, min_repeats=3, max_seconds=0.02, b2b_calls=10,
                    b2b_repeats=3, vectors=2, rounds=2, retries=1)
-"""The timer's options for ``tune="measure"`` (:class:`autospmv._run.timing.TimingOptions`): a few
-batches of back-to-back products per candidate, interleaved, enough to order kernels that
+"""The timer's options for ``tune="measure"`` (:class:`autospmv._support.timing.TimingOptions`): a
+few batches of back-to-back products per candidate, interleaved, enough to order kernels that
 differ by more than a few per cent."""
 
 
@@ -85,8 +85,8 @@ def measure(csr, decision: Decision, device: str, borrowed: bool,
     uploaded once, when CuPy is there), time them back-to-back, keep the fastest. Candidates the
     tree ranks :data:`TUNE_MARGIN` or more behind its first choice are skipped. ``built``: the
     operator of the decision's own kernel, already converted."""
-    from . import devices
-    from .timing import Bench, TimingOptions, release_device_memory
+    from .._support import devices
+    from .._support.timing import Bench, TimingOptions, release_device_memory
 
     if device == "cuda" and devices.cuda_simulator():
         raise RuntimeError("tune='measure' under numba-cuda's simulator (NUMBA_ENABLE_CUDASIM=1) "

@@ -30,7 +30,7 @@ import numpy as np
 import scipy.sparse as sp
 from numba import prange
 
-from ..kernels.cpu import specialisations
+from .jit import specialisations
 from .threads import threaded_passes
 
 SUPPORTED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
@@ -295,8 +295,8 @@ def _vector_length(array, fmt: str, name: str) -> int:
 
 COMPILED_MIN_SIZE = 1 << 20
 """Index arrays from this many entries get their range in one compiled pass (on numba's
-threads by :func:`autospmv._run.threads.threaded_passes`) instead of NumPy's two; below, NumPy's
-passes cost less than loading the compiled code."""
+threads by :func:`autospmv._support.threads.threaded_passes`) instead of NumPy's two; below,
+NumPy's passes cost less than loading the compiled code."""
 
 
 def _index_range(index):
@@ -460,19 +460,3 @@ def check_out(out, m: int, dtype: np.dtype, x: np.ndarray, kept: tuple = ()) -> 
     for array in kept:
         if np.may_share_memory(out, array):
             raise ValueError(OUT_OVERLAPS_MATRIX)
-
-
-def kept_host_arrays(fmt, source) -> tuple:
-    """The host arrays of an operator: its CPU format's (None on the GPU) and those of the
-    host CSR it keeps for its transpose, if any."""
-    arrays = list(fmt.arrays().values()) if fmt is not None else []
-    if isinstance(source, sp.csr_matrix):
-        arrays += [source.data, source.indices, source.indptr]
-    return tuple(arrays)
-
-
-def own_arrays(fmt, sources: tuple):
-    """``fmt`` with copies of its arrays (also those of nested formats) that may share memory
-    with any of ``sources``."""
-    return fmt.map_arrays(lambda a: a.copy() if isinstance(a, np.ndarray) and any(
-        np.may_share_memory(a, s) for s in sources) else a)

@@ -1,11 +1,11 @@
 """What a valid tree model is: the checks a model's parts pass before it may predict.
 
-:class:`autospmv._decide.model.TreeModel` runs :func:`_check` on every construction (from a fitted
-classifier, a file or a dict), and :class:`autospmv._decide.cost_model.CostModel` checks its
-coefficients with :func:`_array`. They live apart from the tree's prediction code so that
-both models share one set of checks and one set of error messages; the file layout they
-enforce is described in :mod:`autospmv._decide.model`'s docstring. Every check raises ValueError
-naming the first problem found.
+:class:`autospmv._decide.model.tree.TreeModel` runs :func:`check_tree` on every construction (from
+a fitted classifier, a file or a dict), and :class:`autospmv._decide.model.cost_model.CostModel`
+checks its coefficients with :func:`float_array`. They live apart from the tree's prediction code
+so that both models share one set of checks and one set of error messages; the file layout they
+enforce is described in :mod:`autospmv._decide.model.tree`'s docstring. Every check raises
+ValueError naming the first problem found.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .. import _registry as registry
+from ... import _registry as registry
 
 LEAF = -1
 """Child index marking a leaf (scikit-learn's ``TREE_LEAF``)."""
@@ -27,9 +27,9 @@ _TREE_KEYS = (
 )  # fmt: skip
 
 
-def _default_features() -> tuple[str, ...] | None:
+def default_feature_names() -> tuple[str, ...] | None:
     try:
-        from .features import feature_names
+        from ..features.extract import feature_names
     except ImportError:
         return None
     return feature_names()
@@ -44,17 +44,17 @@ def _names(value, what: str) -> list[str]:
     return list(value)
 
 
-def _check(feature_names, classes, tree, provenance, known_features, known_kernels,
+def check_tree(feature_names, classes, tree, provenance, known_features, known_kernels,
            negative_values: bool = False) -> None:
     """Raise ValueError naming the first inconsistency a prediction could trip over."""
     features = _names(feature_names, "feature_names")
     classes = _names(classes, "classes")
-    known_features = _default_features() if known_features is None else tuple(known_features)
+    known_features = default_feature_names() if known_features is None else tuple(known_features)
     if known_features is not None:
         unknown = [f for f in features if f not in known_features]
         if unknown:
             raise ValueError(f"unknown feature names: {', '.join(unknown)}; this autospmv "
-                             "computes the names in autospmv._decide.features.FEATURE_NAMES")
+                             "computes the names in autospmv._decide.features.extract.FEATURE_NAMES")
     known_kernels = registry.names() if known_kernels is None else tuple(known_kernels)
     unknown = [c for c in classes if c not in known_kernels]
     if unknown:
@@ -67,7 +67,7 @@ def _check(feature_names, classes, tree, provenance, known_features, known_kerne
     missing = [key for key in _TREE_KEYS if key not in tree]
     if missing:
         raise ValueError(f"the tree has no {', '.join(missing)} array")
-    arrays = {key: _array(tree[key], key) for key in _TREE_KEYS if key != "value"}
+    arrays = {key: float_array(tree[key], key) for key in _TREE_KEYS if key != "value"}
     n = arrays["children_left"].shape[0]
     if n == 0:
         raise ValueError("the tree has no nodes")
@@ -75,7 +75,7 @@ def _check(feature_names, classes, tree, provenance, known_features, known_kerne
     if (not isinstance(rows, (list, tuple)) or
             not all(isinstance(r, (list, tuple)) and len(r) == len(classes) for r in rows)):
         raise ValueError(f"value must hold {len(classes)} numbers (one per class) for each node")
-    arrays["value"] = value = _array(rows, "value")
+    arrays["value"] = value = float_array(rows, "value")
     for key in _TREE_KEYS:
         if arrays[key].shape[0] != n:
             raise ValueError(f"tree arrays have inconsistent lengths: children_left has {n} "
@@ -91,7 +91,7 @@ def _check(feature_names, classes, tree, provenance, known_features, known_kerne
 
 
 
-def _array(values, key: str) -> np.ndarray:
+def float_array(values, key: str) -> np.ndarray:
     try:
         arr = np.asarray(values, dtype=np.float64)
     except (TypeError, ValueError, OverflowError):  # OverflowError: an int beyond a float

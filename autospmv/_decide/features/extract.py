@@ -6,15 +6,15 @@ and whose values are finite Python floats for every input, including empty matri
 inside every ``prepare()``, so on large matrices it costs at most a few SciPy ``A @ x``: one
 numba pass over all rows (row lengths, diagonals) and one over a sample of them (blocks, x
 locality), parallel over numba's threads on large matrices
-(:func:`autospmv._run.threads.threaded_passes`).
+(:func:`autospmv._support.threads.threaded_passes`).
 
 This module defines the features and computes them in one pass of calls
 (:func:`canonical_features_and_lengths`): the rows to sample
-(:mod:`autospmv._decide.sampling`), the passes over the row pointer and the row-length
-statistics (:mod:`autospmv._decide.row_lengths`), the scan over the rows (block masks, sector
-stamps, the split between workers: :mod:`autospmv._decide.feature_scan`), or all passes on the
-GPU for a matrix there (:mod:`autospmv._decide.device_passes`), then the cost quantities
-(:mod:`autospmv._decide.cost`).
+(:mod:`autospmv._decide.features.sampling`), the passes over the row pointer and the row-length
+statistics (:mod:`autospmv._decide.features.row_lengths`), the scan over the rows (block masks,
+sector stamps, the split between workers: :mod:`autospmv._decide.features.scan`), or all passes on
+the GPU for a matrix there (:mod:`autospmv._decide.features.device_scan`), then the cost quantities
+(:mod:`autospmv._decide.features.quantities`).
 
 Notation: m rows, n columns, ``len_i`` the number of stored entries of row i (explicit zeros
 count: the structure is what a kernel sees), "warp" a group of 32 consecutive rows (the last
@@ -90,26 +90,18 @@ from __future__ import annotations
 
 import math
 
-import numba
 import numpy as np
 import scipy.sparse as sp
 
-from .._run.devices import target_device
-from .._run.threads import threaded_passes
-from .._run.validation import canonicalize
-from ..formats.base import DeviceCSR
-from . import device_passes
-from .cost import QUANTITY_NAMES, quantities, quantity_names
-from .feature_scan import (
-    _BAND, _FULL, _NARROW, _ROW_SECTORS, _SAMPLED_NNZ, _SAMPLED_NNZ3, _TOUCHED, _WARP_SECTORS,
-    BLOCK_SIZES, WINDOW_ROWS, _scan_parallel, _scan_serial, _scratch, _split_windows, _workers,
-    band_and_diagonals, nonzero_counters, scratch_fits,
-)  # fmt: skip
-from .row_lengths import (
-    LENGTH_NAMES, WARP, histogram_bins, length_features, length_histogram, row_length_moments,
-    warp_ratio_sum,
-)  # fmt: skip
-from .sampling import safe_ratio, sampled_windows, sector_shift_and_narrow, select_windows
+from ..._support.devices import target_device
+from ..._support.threads import threaded_passes
+from ..._support.validation import canonicalize
+from ...formats.base import DeviceCSR
+from . import device_scan
+from .quantities import QUANTITY_NAMES, quantities, quantity_names
+from .row_lengths import LENGTH_NAMES, WARP, length_features
+from .sampling import sampled_windows, sector_shift_and_narrow, select_windows
+from .scan import BLOCK_SIZES, Scan, safe_ratio, scan_rows
 
 FEATURE_NAMES = (
     "rows", "cols", "nnz", "density", "log10_rows", "log10_cols", "log10_nnz",
@@ -164,21 +156,21 @@ def features_and_lengths(A, sample_rows: int | None = None, device: str | None =
 def canonical_features_and_lengths(csr: sp.csr_matrix, sample_rows: int | None = None,
                                    device: str | None = None, uploaded=None, needed=None
                                    ) -> tuple[dict[str, float], tuple[np.ndarray, np.ndarray]]:
-    """:func:`features_and_lengths` of a matrix that :func:`autospmv._run.validation.canonicalize`
-    returned, without validating it again (the checks read every index: :func:`prepare` has
-    just made them), or of a matrix on the GPU (:class:`autospmv.formats.base.DeviceCSR`),
-    counted there, equal to those of the same matrix on the host: its nonzeros stay on the
-    GPU. ``uploaded``: the same host matrix already on the GPU, where the passes run instead
-    (the same features, see :func:`_scan`; :func:`autospmv.prepare` hands over the matrix it
-    uploads). ``needed``: the names a caller reads (a model's
-    :meth:`~autospmv._decide.model.TreeModel.features_read`), or None for all; see
+    """:func:`features_and_lengths` of a matrix that
+    :func:`autospmv._support.validation.canonicalize` returned, without validating it again (the
+    checks read every index: :func:`prepare` has just made them), or of a matrix on the GPU
+    (:class:`autospmv.formats.base.DeviceCSR`), counted there, equal to those of the same matrix on
+    the host: its nonzeros stay on the GPU. ``uploaded``: the same host matrix already on the GPU,
+    where the passes run instead (the same features, see :func:`_scan`; :func:`autospmv.prepare`
+    hands over the matrix it uploads). ``needed``: the names a caller reads (a model's
+    :meth:`~autospmv._decide.model.tree.TreeModel.features_read`), or None for all; see
     :func:`passes_needed` for what is then left out."""
     if sample_rows is not None and sample_rows < 1:
         raise ValueError(
             f"sample_rows must be a positive number of rows or None; got {sample_rows}"
         )
     if isinstance(csr, DeviceCSR):  # its passes run there (the tests' NumPy stand-in: here)
-        on_gpu = device_passes.runs_kernels(csr)
+        on_gpu = device_scan.runs_kernels(csr)
         csr, uploaded = (csr.structure(), csr) if on_gpu else (csr.to_host(), None)
     sampled, index_passes = passes_needed(needed)
     parallel = threaded_passes(csr.nnz)
@@ -189,8 +181,8 @@ def canonical_features_and_lengths(csr: sp.csr_matrix, sample_rows: int | None =
 
 INDEX_PASS_FEATURES = ("bandwidth", "bandwidth_rel", "diagonals", "diagonals_per_row")
 """The features a matrix on the GPU needs a pass over every column index for (reduced there,
-:func:`autospmv._decide.device_passes.scan`); on the host the scan's pass over every row computes
-them anyway."""
+:func:`autospmv._decide.features.device_scan.scan`); on the host the scan's pass over every row
+computes them anyway."""
 
 
 def passes_needed(needed) -> tuple[bool, bool]:
@@ -206,10 +198,11 @@ def passes_needed(needed) -> tuple[bool, bool]:
     return bool(needed & set(SAMPLED_FEATURES)), bool(needed & set(INDEX_PASS_FEATURES))
 
 
-def _assemble(csr, scanned: tuple, device: str, parallel: bool, uploaded=None
+def _assemble(csr, scanned: Scan, device: str, parallel: bool, uploaded=None
               ) -> tuple[dict[str, float], tuple[np.ndarray, np.ndarray]]:
     """Every feature of ``csr`` (anything with ``shape``, ``nnz``, ``dtype`` and a host
-    ``indptr``) from what :func:`_scan` returned, with the row-length histogram. ``parallel``:
+    ``indptr``) from its :class:`~autospmv._decide.features.scan.Scan`, with the row-length
+    histogram. ``parallel``:
     the passes over the row pointer on numba's threads; ``uploaded``: the matrix on the GPU,
     whose row structure the cost quantities' choosers read (their column indices there)."""
     device = target_device(device)
@@ -217,81 +210,40 @@ def _assemble(csr, scanned: tuple, device: str, parallel: bool, uploaded=None
         csr = uploaded.structure()
     m, n = csr.shape
     nnz = int(csr.nnz)
-    sampled, band, diagonals, warp_sum, values, counts, group_sums = scanned
+    band, diagonals, values, counts = (scanned.band, scanned.diagonals, scanned.values,
+                                       scanned.counts)
     out = dict(zip(LENGTH_NAMES, length_features(values, counts, m, nnz), strict=True))
     out.update(
         rows=m, cols=n, nnz=nnz, density=safe_ratio(nnz, m * n, 0.0),
         log10_rows=math.log10(1 + m), log10_cols=math.log10(1 + n), log10_nnz=math.log10(1 + nnz),
-        warp_imbalance=safe_ratio(warp_sum, -(-m // WARP), 1.0),
+        warp_imbalance=safe_ratio(scanned.warp_sum, -(-m // WARP), 1.0),
     )  # fmt: skip
     if band is not None:
         out.update(bandwidth=band, bandwidth_rel=safe_ratio(band, max(m, n), 0.0),
                    diagonals=diagonals, diagonals_per_row=safe_ratio(diagonals, m, 0.0))
-    if sampled is not None:
-        out.update(sampled)
-    out.update(quantities(csr, device, values, counts, parallel, group_sums))
+    if scanned.sampled is not None:
+        out.update(scanned.sampled)
+    out.update(quantities(csr, device, values, counts, parallel, scanned.group_sums))
     return {name: float(out[name]) for name in feature_names() if name in out}, (values, counts)
 
 
 def _scan(csr: sp.csr_matrix, sample_rows: int | None, uploaded=None, sampled: bool = True,
-          index_passes: bool = True, *, parallel: bool) -> tuple:
-    """Run the scan over the rows of a canonical matrix. Returns the sampled features
-    (:data:`SAMPLED_FEATURES`, from the summed counters), the bandwidth, the number of occupied
-    diagonals, the sum of the warp imbalance ratios, the distinct row lengths with their
-    counts, and the cost quantities' sums over groups of rows when they were counted with the
-    rest (else None: :func:`autospmv._decide.cost.quantities` counts them).
+          index_passes: bool = True, *, parallel: bool) -> Scan:
+    """The :class:`~autospmv._decide.features.scan.Scan` of a canonical matrix: on the host
+    (:func:`~autospmv._decide.features.scan.scan_rows`), or, with ``uploaded``, the same matrix
+    on the GPU (:class:`autospmv.formats.base.DeviceCSR`), there
+    (:func:`autospmv._decide.features.device_scan.scan`, the same values).
 
     ``sampled`` False: no window is scanned in detail and the sampled features are None.
-
-    ``uploaded``: the same matrix on the GPU (:class:`autospmv.formats.base.DeviceCSR`). Then
-    every pass runs there (:func:`autospmv._decide.device_passes.scan`, the same values);
-    ``index_passes`` False leaves out the pass over every column index there, and the
-    bandwidth and the diagonals are None (see :func:`passes_needed`). On the host the scan's
-    pass over every row counts both anyway, and returns them; ``parallel``: its passes on
-    numba's threads (:func:`autospmv._run.threads.threaded_passes`)."""
-    m, n = csr.shape
+    ``index_passes`` False leaves out the GPU's pass over every column index, and the bandwidth
+    and the diagonals are None (see :func:`passes_needed`); on the host the scan's pass over
+    every row counts both anyway. ``parallel``: the host passes on numba's threads
+    (:func:`autospmv._support.threads.threaded_passes`)."""
+    m = csr.shape[0]
     windows = sampled_windows(m, csr.nnz, sample_rows) if sampled else 0
     selected = select_windows(m, windows)
     shift, narrow = sector_shift_and_narrow(csr)
-    if uploaded is not None and device_passes.runs_kernels(uploaded):
-        counters, *rest = device_passes.scan(uploaded, selected if sampled else None, shift,
-                                             narrow, index_passes)
-        return (None if counters is None else _sampled_features(counters), *rest)
-    indptr, indices = csr.indptr, csr.indices
-    longest = row_length_moments(indptr, m, parallel)[1]
-    bins = histogram_bins(longest, m)
-    csr_bytes = indptr.nbytes + csr.nnz * (indptr.itemsize + np.dtype(csr.dtype).itemsize)
-    if scratch_fits(m, n, bins, csr_bytes, sampled):
-        threads = numba.get_num_threads() if parallel else 1
-        workers = _workers(threads, m, n, bins, csr_bytes, sampled)
-        bounds = _split_windows(indptr, m, selected, workers)
-        sums, hist, flags, *work = _scratch(workers, m, n, bins, sampled)
-        scan = _scan_parallel if parallel else _scan_serial
-        scan(indptr, indices, m, n, shift, narrow, selected, bounds, sums, hist, flags, *work)
-        counted = sums.sum(axis=0)
-        occupied = flags[0] if workers == 1 else np.bitwise_or.reduce(flags, axis=0)
-        band, diagonals = int(sums[:, _BAND].max()), int(np.count_nonzero(occupied))
-    else:  # far more columns than nonzeros: the same values, counted over the nonzeros
-        hist = None
-        counted = (nonzero_counters(indptr, indices, m, n, shift, narrow, selected) if sampled
-                   else None)
-        band, diagonals = band_and_diagonals(indptr, indices, m)
-    values, counts = length_histogram(indptr, m, longest, hist)
-    warp_sum = warp_ratio_sum(indptr, m, parallel)
-    counters = _sampled_features(counted.tolist()) if sampled else None
-    return counters, band, diagonals, warp_sum, values, counts, None
-
-
-def _sampled_features(sums) -> dict[str, float]:
-    """The features of :data:`SAMPLED_FEATURES` from the counters of the scanned rows."""
-    nnz = sums[_SAMPLED_NNZ]
-    out = {
-        "narrow_band_share": safe_ratio(sums[_NARROW], nnz, 0.0),
-        "x_sectors_per_nnz_row": safe_ratio(sums[_ROW_SECTORS], nnz, 0.0),
-        "x_sectors_per_nnz_warp": safe_ratio(sums[_WARP_SECTORS], nnz, 0.0),
-    }
-    for b in BLOCK_SIZES:
-        counted = sums[_SAMPLED_NNZ3] if b == 3 else nnz  # see _detail_rows
-        out[f"block{b}_share"] = safe_ratio(sums[_FULL[b]], counted, 0.0)
-        out[f"block{b}_fill"] = safe_ratio(sums[_TOUCHED[b]] * b * b, counted, 1.0)
-    return out
+    if uploaded is not None and device_scan.runs_kernels(uploaded):
+        return device_scan.scan(uploaded, selected if sampled else None, shift, narrow,
+                                index_passes)
+    return scan_rows(csr, selected, shift, narrow, sampled, parallel)

@@ -142,7 +142,7 @@ def _stand_in(path: Path, source: str, problem: str) -> CacheState:
     """The cache when the requested folder is unusable: a temporary folder removed at exit,
     or, when no temporary folder can be created either (read-only temporary folders), the
     unusable folder itself, which numba then skips for its other places (beside the package),
-    compiling in memory when none is writable (:func:`autospmv.kernels.cached`). Either way a
+    compiling in memory when none is writable (:func:`autospmv._support.jit.cached`). Either way a
     :class:`CacheWarning` says so."""
     advice = "Set AUTOSPMV_CACHE_DIR to a writable folder to keep it."
     try:

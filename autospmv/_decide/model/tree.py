@@ -7,10 +7,10 @@ Loading validates everything a prediction relies on, so a damaged or foreign fil
 ``ValueError`` that names the problem instead of mispredicting.
 
 This module holds the tree: prediction and :meth:`TreeModel.export_text`; its file format is
-in :mod:`autospmv._decide.model_file`.
-The cost model a tree may carry is in :mod:`autospmv._decide.cost_model`, the checks a model passes
-in :mod:`autospmv._decide.model_check`, and where model files live and how they are named in
-:mod:`autospmv._decide.model_store`.
+in :mod:`autospmv._decide.model.file`.
+The cost model a tree may carry is in :mod:`autospmv._decide.model.cost_model`, the checks a model
+passes in :mod:`autospmv._decide.model.check`, and where model files live and how they are named in
+:mod:`autospmv._decide.model.store`.
 
 With a cost model, the tree may also compare the *estimates* ``est_<kernel>`` it derives from
 the features (:meth:`CostModel.derived`, which :meth:`TreeModel.evaluate` shares through
@@ -39,11 +39,11 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .check import LEAF, LEAF_FEATURE, check_tree, default_feature_names
 from .cost_model import CostModel
 from .default_policy import DefaultPolicy, Override, margins
-from .model_check import LEAF, LEAF_FEATURE, _check, _default_features
-from .model_file import LOADER_ERRORS, document, read_document, read_json
-from .model_store import write_atomically
+from .file import LOADER_ERRORS, document, read_document, read_json
+from .store import write_atomically
 
 RANKINGS = ("value", "correction")
 
@@ -95,7 +95,8 @@ class TreeModel:
     """A validated decision tree over matrix features whose classes are kernel names.
 
     Build one with :meth:`from_sklearn`, :meth:`load` or :meth:`from_dict`; the constructor
-    validates its arguments like :meth:`load` does (see :func:`autospmv._decide.model_check._check`).
+    validates its arguments like :meth:`load` does (see
+    :func:`autospmv._decide.model.check.check_tree`).
     """
 
     def __init__(self, feature_names, classes, tree: Mapping, provenance: Mapping | None = None,
@@ -111,10 +112,10 @@ class TreeModel:
             if missing:
                 raise ValueError(f"the cost model has no coefficients for {', '.join(missing)}")
         if known_features is None:
-            known_features = _default_features()
+            known_features = default_feature_names()
         if known_features is not None and cost_model is not None:
             known_features = (*known_features, *cost_model.derived_names)
-        _check(feature_names, classes, tree, provenance, known_features, known_kernels,
+        check_tree(feature_names, classes, tree, provenance, known_features, known_kernels,
                negative_values=ranking == "correction")
         if defaults is not None:
             unknown = [b.kernel for b in defaults.bands if b.kernel not in classes]
@@ -173,7 +174,7 @@ class TreeModel:
 
     def to_dict(self) -> dict:
         """The JSON document as Python objects (floats keep their exact values; see
-        :mod:`autospmv._decide.model_file`)."""
+        :mod:`autospmv._decide.model.file`)."""
         return document(self)
 
     def to_json(self, path=None) -> str:
@@ -189,7 +190,7 @@ class TreeModel:
 
     @classmethod
     def from_dict(cls, doc, *, known_features=None, known_kernels=None) -> "TreeModel":
-        """Validate a parsed JSON document (:mod:`autospmv._decide.model_file`) and build the
+        """Validate a parsed JSON document (:mod:`autospmv._decide.model.file`) and build the
         model."""
         return cls(**read_document(doc, known_kernels), known_features=known_features,
                    known_kernels=known_kernels)
@@ -198,7 +199,7 @@ class TreeModel:
     def load(cls, source, *, known_features=None, known_kernels=None) -> "TreeModel":
         """Read a model from a path or a text/binary file object; never unpickles.
 
-        ``known_features`` (default: :func:`autospmv._decide.features.feature_names`) and
+        ``known_features`` (default: :func:`autospmv._decide.features.extract.feature_names`) and
         ``known_kernels`` (default: :func:`autospmv.kernel_names`) are the names the file may
         use. Every failure, from an unreadable file to a document nested too deeply or numbers
         too large for a float, raises ValueError naming the file.
@@ -384,7 +385,7 @@ class TreeModel:
 
     def margins(self, evaluation: Evaluation) -> dict[str, float]:
         """The margin of ``evaluation``'s first-ranked kernel over each class, in the units
-        :func:`autospmv._decide.default_policy.margins` describes."""
+        :func:`autospmv._decide.model.default_policy.margins` describes."""
         scores = (evaluation.corrected if evaluation.corrected is not None
                   else [evaluation.leaf.proba[c] for c in self.classes])
         return margins(self.ranking, self.classes, scores)

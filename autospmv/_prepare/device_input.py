@@ -5,18 +5,20 @@ CSR tensors on a CUDA device. Their nonzeros never travel to the host:
 
 * **Canonical form on the device.** CuPy: ``tocsr()`` and ``sum_duplicates()`` (which also sorts
   the columns) when the matrix is not canonical yet, then the value and index dtypes of
-  :mod:`autospmv._run.validation`. torch: ``coalesce()`` (sorted, summed) and ``to_sparse_csr()``,
-  then the tensors are viewed as CuPy arrays through ``__cuda_array_interface__`` (no copy).
-  CuPy is needed in both cases (the ``cuda`` extra's natural companion).
+  :mod:`autospmv._support.validation`. torch: ``coalesce()`` (sorted, summed) and
+  ``to_sparse_csr()``, then the tensors are viewed as CuPy arrays through
+  ``__cuda_array_interface__`` (no copy). CuPy is needed in both cases (the ``cuda`` extra's
+  natural companion).
 * **What goes to the host: the row pointer** (m + 1 integers, not nnz-sized). The parameter
   choosers and the fill limits depend on the row lengths alone and are computed from it on the
   host; the ELL width, the JDS row order and (for large matrices without empty rows) the CSR5
   tile descriptors are computed on the device.
 * **The decision** (:func:`autospmv._decide.selection.decide`). With ``kernel=`` the kernel is
   used as on host input. Automatic selection on a matrix of more than
-  :data:`autospmv._decide.sampling.SAMPLE_THRESHOLD` nonzeros uses the model, with the features
-  a host matrix would get, counted on the GPU (:mod:`autospmv._decide.device_passes`): nothing
-  of the nonzeros comes to the host. A smaller matrix is decided by the built-in rule of
+  :data:`autospmv._decide.features.sampling.SAMPLE_THRESHOLD` nonzeros uses the model, with the
+  features a host matrix would get, counted on the GPU
+  (:mod:`autospmv._decide.features.device_scan`): nothing of the nonzeros comes to the host. A
+  smaller matrix is decided by the built-in rule of
   :func:`autospmv._decide.selection.rule_decision` (row lengths only). The decision's notes say
   which.
 * **Conversion on the device**: every format builds itself from the uploaded CSR
@@ -28,9 +30,9 @@ CSR tensors on a CUDA device. Their nonzeros never travel to the host:
 
 from __future__ import annotations
 
+from .._support import devices
+from .._support.validation import index_dtype, value_dtype
 from ..formats.base import DeviceCSR
-from . import devices
-from .validation import index_dtype, value_dtype
 
 
 def is_device_matrix(A) -> bool:

@@ -15,17 +15,18 @@ import scipy.sparse as sp
 
 from .. import _registry as registry
 from .._decide.selection import Decision, forced_decision
+from .._support.cache import compile_timer
+from .._support.devices import check_device, resolve_device
+from .._support.threads import check_threads
+from .._support.validation import (
+    borrows, canonicalize, check_out, check_vector, index_dtype, result_dtype,
+)
 from ..formats.base import DeviceCSR, FormatTooLargeError, SparseFormat
 from ..formats.coo import COOFormat
 from ..kernels.cpu.backend import CpuBackend
 from . import background
-from .cache import compile_timer
 from .device_input import canonical_device_csr, is_device_matrix, transposed, upload_csr
-from .devices import check_device, resolve_device
 from .linear_operator import LinearOperator
-from .threads import check_threads
-from .validation import (borrows, canonicalize, check_out, check_vector, index_dtype,
-                         kept_host_arrays, own_arrays, result_dtype)
 
 
 class SpMVOperator(LinearOperator):
@@ -37,7 +38,8 @@ class SpMVOperator(LinearOperator):
     ``format``, the converted storage the CPU kernel runs on (None on the GPU: the format lives
     in device memory only, and the host copy is released after the upload); ``memory``, the
     bytes the operator holds, ``{"host": ..., "device": ...}``, and ``nbytes``, their sum;
-    ``threads`` (on the CPU, the most threads a product uses; see :mod:`autospmv._run.threads`).
+    ``threads`` (on the CPU, the most threads a product uses; see
+    :mod:`autospmv._support.threads`).
 
     The operator is a snapshot of A: changing A afterwards changes neither ``op`` nor ``op.T``.
     Besides what it runs, it keeps what :meth:`transpose_operator` builds Aᵀ from when first
@@ -55,7 +57,7 @@ class SpMVOperator(LinearOperator):
         """The operator of A with ``decision``'s kernel and parameters on ``device`` (``"cpu"``,
         ``"cuda"``, or None: CUDA when a usable GPU is present), checked as
         :func:`autospmv.prepare` checks its arguments: A is canonicalised
-        (:func:`autospmv._run.validation.canonicalize`: a malformed matrix raises ValueError before
+        (:func:`autospmv._support.validation.canonicalize`: a malformed matrix raises ValueError before
         any kernel reads it; a matrix on the GPU is canonicalised there), and so are the
         kernel's parameters and ``threads``."""
         if not isinstance(decision, Decision):
@@ -77,8 +79,8 @@ class SpMVOperator(LinearOperator):
     @classmethod
     def _canonical(cls, csr, decision: Decision, device: str, threads=None,
                    **options) -> "SpMVOperator":
-        """The operator of a matrix that :func:`~autospmv._run.validation.canonicalize` (or
-        :func:`autospmv._run.device_input.canonical_device_csr`) has just returned, built without checking
+        """The operator of a matrix that :func:`~autospmv._support.validation.canonicalize` (or
+        :func:`autospmv._prepare.device_input.canonical_device_csr`) has just returned, built without checking
         it again: :func:`autospmv.prepare` and the transposes hand over what they checked.
         ``threads``: checked by the caller; ``options``: as :meth:`_build`'s."""
         op = cls.__new__(cls)
@@ -95,7 +97,7 @@ class SpMVOperator(LinearOperator):
         then copies the arrays of its format that share memory with them (a CSR kernel's format
         is csr's own arrays), so that it is a snapshot of the matrix as it was when built (see
         :meth:`transpose_operator` for Aᵀ). ``uploaded``: the host ``csr`` already on the GPU
-        (:func:`autospmv._run.device_input.upload_csr`, a copy), converted from instead of uploading
+        (:func:`autospmv._prepare.device_input.upload_csr`, a copy), converted from instead of uploading
         again."""
         super().__init__(dtype=csr.dtype, shape=csr.shape)
         self.decision = decision
@@ -166,7 +168,7 @@ class SpMVOperator(LinearOperator):
         self._transposed = None
 
     _switch = None
-    """The background decision still to switch to (:mod:`autospmv._run.background`), or None."""
+    """The background decision still to switch to (:mod:`autospmv._prepare.background`), or None."""
 
     @property
     def _backend(self):
@@ -489,6 +491,22 @@ class SpMVOperator(LinearOperator):
 
     def _transpose(self):
         return self.transpose_operator()
+
+
+def kept_host_arrays(fmt, source) -> tuple:
+    """The host arrays of an operator: its CPU format's (None on the GPU) and those of the
+    host CSR it keeps for its transpose, if any."""
+    arrays = list(fmt.arrays().values()) if fmt is not None else []
+    if isinstance(source, sp.csr_matrix):
+        arrays += [source.data, source.indices, source.indptr]
+    return tuple(arrays)
+
+
+def own_arrays(fmt, sources: tuple):
+    """``fmt`` with copies of its arrays (also those of nested formats) that may share memory
+    with any of ``sources``."""
+    return fmt.map_arrays(lambda a: a.copy() if isinstance(a, np.ndarray) and any(
+        np.may_share_memory(a, s) for s in sources) else a)
 
 
 _MULTI_VECTOR_SET_UP = threading.Lock()

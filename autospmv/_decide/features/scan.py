@@ -1,26 +1,33 @@
 """The numba scan over a canonical CSR matrix's rows, whose counters the features
-(:mod:`autospmv._decide.features`) read.
+(:mod:`autospmv._decide.features.extract`) read.
 
 The scan walks the rows in windows of :data:`WINDOW_ROWS` (one warp): every row for the
 row-length histogram, the bandwidth and the occupied diagonals, and the rows of the windows
 drawn for detail also for the block, x-sector and narrow-band counters (the entries ``_T2`` …
 ``_SAMPLED_NNZ3`` of a worker's ``sums``). The work is split between workers
 (:func:`_split_windows`), each with its own scratch arrays within a memory budget
-(:func:`_workers`, :data:`SCRATCH_SHARE`); :data:`_scan_serial` runs the workers in turn,
-:data:`_scan_parallel` on numba's threads. A worker's scratch grows with the columns; when one
+(:func:`_workers`, :data:`SCRATCH_SHARE`); :data:`scan_serial` runs the workers in turn,
+:data:`scan_parallel` on numba's threads. A worker's scratch grows with the columns; when one
 worker's would outweigh the matrix (:func:`scratch_fits`: far more columns than nonzeros), the
 same counters are counted over the nonzeros instead, by sorting keys per group of rows
 (:func:`nonzero_counters`, :func:`band_and_diagonals`), in memory bounded by the nonzeros.
-The passes over the row pointer alone are in :mod:`autospmv._decide.row_lengths`.
+The passes over the row pointer alone are in :mod:`autospmv._decide.features.row_lengths`.
+
+:func:`scan_rows` runs it all on the host and returns a :class:`Scan`, the result that the GPU's
+passes (:func:`autospmv._decide.features.device_scan.scan`) return too.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
+import numba
 import numpy as np
 from numba import prange
 
-from ..kernels import WARP, njit
-from ..kernels.cpu import specialisations
+from ..._support.devices import WARP
+from ..._support.jit import njit, specialisations
+from .row_lengths import histogram_bins, length_histogram, row_length_moments, warp_ratio_sum
 
 BLOCK_SIZES = (2, 3, 4, 8)
 """The b of the b×b block counters (2, 4 and 8 from one 8×8 bit mask, 3 from its own)."""
@@ -76,7 +83,7 @@ matrix). Fewer workers than threads only coarsens the work split."""
 def _scratch_shapes(m: int, n: int, bins: int, detail: bool = True) -> list[tuple[int, type]]:
     """One worker's row of each scratch array: (length, dtype), in :func:`_scratch` order.
     The row-length histogram has ``bins`` columns
-    (:func:`autospmv._decide.row_lengths.histogram_bins`: none when the lengths are sorted
+    (:func:`autospmv._decide.features.row_lengths.histogram_bins`: none when the lengths are sorted
     instead); the detail arrays (sectors, block masks) have none when no window is scanned in
     detail (``detail`` False)."""
     d = int(detail)
@@ -389,7 +396,7 @@ def _scan_workers(indptr, indices, m, n, shift, narrow, selected, bounds, sums, 
                       sums[t])
 
 
-_scan_serial, _scan_parallel = specialisations(_scan_workers)
+scan_serial, scan_parallel = specialisations(_scan_workers)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -490,3 +497,84 @@ def band_and_diagonals(indptr, indices, m) -> tuple[int, int]:
     offsets.sort()
     return int(band), int(offsets.size and 1 + np.count_nonzero(offsets[1:] != offsets[:-1]))
 
+
+# ---------------------------------------------------------------------------------------------
+# The scan as a whole, and what it returns.
+
+
+@dataclasses.dataclass(frozen=True)
+class Scan:
+    """What a scan over a matrix's rows counts, on the host (:func:`scan_rows`) or on the GPU
+    (:func:`autospmv._decide.features.device_scan.scan`): the same values either way."""
+
+    sampled: dict[str, float] | None
+    """The features estimated from the windows scanned in detail
+    (:data:`autospmv._decide.features.extract.SAMPLED_FEATURES`, :func:`sampled_features`), or
+    None when no window was."""
+    band: int | None
+    """The bandwidth: max |i - j| over the stored entries (None: not counted)."""
+    diagonals: int | None
+    """The number of occupied diagonals j - i (None: not counted)."""
+    warp_sum: float
+    """The sum over warps of max(len_i) / mean(len_i)."""
+    values: np.ndarray
+    """The distinct row lengths, ascending."""
+    counts: np.ndarray
+    """How many rows have each of :attr:`values`."""
+    group_sums: dict | None = None
+    """The cost quantities' sums over groups of rows, when the scan counted them
+    (:attr:`autospmv._decide.features.quantities.CostInputs.group_sums`)."""
+
+
+def safe_ratio(num, den, empty: float) -> float:
+    """num / den, or ``empty`` when den is zero."""
+    return num / den if den else empty
+
+
+def sampled_features(sums) -> dict[str, float]:
+    """The sampled features from the counters of the windows scanned in detail (a sequence in
+    the order of a worker's ``sums``, as :func:`nonzero_counters` and the GPU's passes count
+    them)."""
+    nnz = sums[_SAMPLED_NNZ]
+    out = {
+        "narrow_band_share": safe_ratio(sums[_NARROW], nnz, 0.0),
+        "x_sectors_per_nnz_row": safe_ratio(sums[_ROW_SECTORS], nnz, 0.0),
+        "x_sectors_per_nnz_warp": safe_ratio(sums[_WARP_SECTORS], nnz, 0.0),
+    }
+    for b in BLOCK_SIZES:
+        counted = sums[_SAMPLED_NNZ3] if b == 3 else nnz  # see _detail_rows
+        out[f"block{b}_share"] = safe_ratio(sums[_FULL[b]], counted, 0.0)
+        out[f"block{b}_fill"] = safe_ratio(sums[_TOUCHED[b]] * b * b, counted, 1.0)
+    return out
+
+
+def scan_rows(csr, selected: np.ndarray, shift: int, narrow: int, sampled: bool,
+              parallel: bool) -> Scan:
+    """The :class:`Scan` of a canonical host matrix: every row, and in detail the windows
+    flagged in ``selected`` when ``sampled`` (x sectors of ``1 << shift`` columns, a narrow
+    band of half-width ``narrow``), on numba's threads when ``parallel``. Counted by workers
+    with scratch arrays where they fit (:func:`scratch_fits`), else over the nonzeros."""
+    m, n = csr.shape
+    indptr, indices = csr.indptr, csr.indices
+    longest = row_length_moments(indptr, m, parallel)[1]
+    bins = histogram_bins(longest, m)
+    csr_bytes = indptr.nbytes + csr.nnz * (indptr.itemsize + np.dtype(csr.dtype).itemsize)
+    if scratch_fits(m, n, bins, csr_bytes, sampled):
+        threads = numba.get_num_threads() if parallel else 1
+        workers = _workers(threads, m, n, bins, csr_bytes, sampled)
+        bounds = _split_windows(indptr, m, selected, workers)
+        sums, hist, flags, *work = _scratch(workers, m, n, bins, sampled)
+        scan = scan_parallel if parallel else scan_serial
+        scan(indptr, indices, m, n, shift, narrow, selected, bounds, sums, hist, flags, *work)
+        counted = sums.sum(axis=0)
+        occupied = flags[0] if workers == 1 else np.bitwise_or.reduce(flags, axis=0)
+        band, diagonals = int(sums[:, _BAND].max()), int(np.count_nonzero(occupied))
+    else:  # far more columns than nonzeros: the same values, counted over the nonzeros
+        hist = None
+        counted = (nonzero_counters(indptr, indices, m, n, shift, narrow, selected) if sampled
+                   else None)
+        band, diagonals = band_and_diagonals(indptr, indices, m)
+    values, counts = length_histogram(indptr, m, longest, hist)
+    warp_sum = warp_ratio_sum(indptr, m, parallel)
+    return Scan(sampled_features(counted.tolist()) if sampled else None, band, diagonals,
+                warp_sum, values, counts)

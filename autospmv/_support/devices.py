@@ -1,9 +1,9 @@
 """Devices: their names, whether CUDA is usable, the device used automatically, the GPU's size.
 
 The one place that answers these questions for the rest of autospmv. It is the ground floor of
-the package: it imports no other autospmv module at import time (only :func:`cuda_available`
-imports ``autospmv.kernels.cuda`` when first called, to probe numba-cuda as the kernels use it),
-so every module may import it without forming an import cycle.
+the package: it imports no other autospmv module, so every module may import it without forming
+an import cycle; numba-cuda is imported only inside the functions that probe it, through
+:func:`numba_cuda`, as the kernels import it.
 
 A device is ``"cuda"`` or ``"cpu"``; ``None`` asks for the automatic choice, CUDA when a usable
 GPU (or numba-cuda's simulator) is present, else the CPU. Deciding for a device (choosing a
@@ -16,6 +16,10 @@ from __future__ import annotations
 import functools
 
 DEVICES = ("cuda", "cpu")
+
+WARP = 32
+"""Threads of a CUDA warp: the unit the GPU kernels, the formats padded to warps (JDS) and the
+cost estimates of the decision share."""
 
 CUDA_WARPS_IN_FLIGHT = 4096
 """Warps a large GPU runs at once, as the CUDA choosers count them: an H100/H200 holds 132 SMs ×
@@ -38,13 +42,26 @@ def check_device_name(device) -> str:
     return device
 
 
+def numba_cuda():
+    """``numba.cuda``, imported after one compatibility step: numba-cuda up to 0.30 registers an
+    overload for ``np.row_stack``, which NumPy 2.5 removed, so compiling any kernel fails with
+    NumPy >= 2.5. The function was an alias of ``np.vstack``; restoring the alias (only when it
+    is missing) lets the unmodified numba-cuda compile with NumPy 2.5 without changing NumPy's
+    behaviour otherwise. An ImportError when numba-cuda is not installed."""
+    import numpy as np
+
+    if not hasattr(np, "row_stack"):
+        np.row_stack = np.vstack
+    from numba import cuda
+
+    return cuda
+
+
 @functools.cache
 def cuda_available() -> bool:
     """True when numba-cuda is installed and sees a usable GPU (or runs its simulator)."""
     try:
-        from numba import cuda
-
-        from ..kernels import cuda as _  # noqa: F401  (applies the NumPy compatibility step)
+        cuda = numba_cuda()
     except ImportError:
         return False
     return cuda_simulator() or cuda.is_available()

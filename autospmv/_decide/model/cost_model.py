@@ -1,9 +1,9 @@
 """The cost model a trained tree may carry: per kernel, a linear estimate of its time.
 
-:class:`CostModel` lives apart from the tree (:mod:`autospmv._decide.model`) because it is a model of
-its own: it is fitted separately (``training/fitting.py``), the tree reads it only through the
-estimates it derives from the features, and a model file stores it as the optional
-``"cost_model"`` entry (the file layout is in :mod:`autospmv._decide.model`'s docstring).
+:class:`CostModel` lives apart from the tree (:mod:`autospmv._decide.model.tree`) because it is a
+model of its own: it is fitted separately (``training/fitting.py``), the tree reads it only through
+the estimates it derives from the features, and a model file stores it as the optional
+``"cost_model"`` entry (the file layout is in :mod:`autospmv._decide.model.tree`'s docstring).
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .. import _registry as registry
-from .model_check import _array
+from ... import _registry as registry
+from .check import float_array
 
 
 ROW_LENGTH_CAP = 32
@@ -135,7 +135,7 @@ class CostModel:
             raise ValueError(f"unknown kernel names in the cost model: {', '.join(unknown)}")
         table = {}
         for kernel, row in coefficients.items():
-            row = _array(row, f"cost_model {what} of {kernel}")
+            row = float_array(row, f"cost_model {what} of {kernel}")
             if (row.shape != (len(cls.REGRESSORS),) or (row < 0).any()
                     or (row > cls.MAX_COEFFICIENT).any()):
                 raise ValueError(f"cost_model {what} of {kernel} must be "
@@ -237,8 +237,9 @@ class CostModel:
     def derived_of(self, estimates: Mapping[str, float]) -> dict[str, float]:
         """The ``est_<kernel>`` values from the estimates of one feature dict (µs per kernel, as
         :meth:`estimates` returns them): the one place they are derived, for :meth:`derived` and
-        for a tree that already holds the estimates (:meth:`autospmv._decide.model.TreeModel.evaluate`),
-        so that both give the tree the same values."""
+        for a tree that already holds the estimates
+        (:meth:`autospmv._decide.model.tree.TreeModel.evaluate`), so that both give the tree the
+        same values."""
         times = np.array([[estimates[kernel] for kernel in self.kernels]], dtype=np.float64)
         return dict(zip(self.derived_names, self.relative(times)[0].tolist()))
 

@@ -5,7 +5,7 @@ is installed as (:func:`user_model_path`, named ``<device slug>-<dtype>.json`` b
 :func:`model_stem` and read back by :func:`split_stem`), the device slugs that name a machine's
 models (:func:`device_slug`) and the atomic write every model file goes through
 (:func:`write_atomically`). It knows nothing of what a model file holds, which is
-:mod:`autospmv._decide.model`'s business: finding and naming models needs no tree code.
+:mod:`autospmv._decide.model.tree`'s business: finding and naming models needs no tree code.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ try:
 except ImportError:  # not on every platform: labels_lock then runs unlocked
     fcntl = None
 
-from .._run import devices
+from ..._support import devices
 
 
 def write_atomically(path, text: str) -> None:
@@ -75,7 +75,7 @@ def user_data_dir() -> Path:
     A setting whose ``~`` or ``~user`` cannot be expanded (an unknown user, no home folder)
     raises a ValueError naming it rather than standing for some other folder: retrain and the
     command line stop with that error, and automatic selection skips the retrained models with
-    a warning (:func:`autospmv._decide.model_lookup.find_model`)."""
+    a warning (:func:`autospmv._decide.model.lookup.find_model`)."""
     home = os.environ.get("AUTOSPMV_HOME")
     if home:
         return _expanded(home, "AUTOSPMV_HOME")
@@ -132,7 +132,7 @@ def user_model_path(slug: str, dtype: str | None = None) -> Path:
 
 
 def model_dtype(model, path=None) -> str:
-    """The value type a model (a :class:`~autospmv._decide.model.TreeModel`) was trained for:
+    """The value type a model (a :class:`~autospmv._decide.model.tree.TreeModel`) was trained for:
     its provenance's ``dtype``, else its file name's suffix, else float64 (models from before
     the distinction)."""
     dtype = model.provenance.get("dtype")

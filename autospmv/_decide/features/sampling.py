@@ -13,10 +13,10 @@ import math
 
 import numpy as np
 
-from ..formats.base import to_host
-from ..kernels import njit
-from . import device_passes
-from .feature_scan import _SAMPLED_NNZ, _WARP_SECTORS, WINDOW_ROWS
+from ..._support.jit import njit
+from ...formats.base import to_host
+from . import device_scan
+from .scan import WINDOW_ROWS, safe_ratio, sampled_features
 
 SAMPLE_THRESHOLD = 1 << 17
 """Above this many nonzeros the sampled features are sampled by default."""
@@ -40,7 +40,7 @@ def x_locality(csr) -> float:
     milliseconds. With at most :data:`SAMPLE_TARGET_NNZ` nonzeros every window is read and the
     value is the feature's. ``csr``: a canonical host matrix, or the
     :class:`autospmv.formats.base.RowStructure` of a matrix on the GPU, whose sampled windows are
-    then counted there (:func:`autospmv._decide.device_passes.window_counters`)."""
+    then counted there (:func:`autospmv._decide.features.device_scan.window_counters`)."""
     m, n = csr.shape
     nnz = int(csr.nnz)
     if m == 0 or nnz == 0:
@@ -49,9 +49,9 @@ def x_locality(csr) -> float:
     windows = drawn_windows(-(-m // WINDOW_ROWS), sampled_windows(m, nnz, rows))
     shift, narrow = sector_shift_and_narrow(csr)
     matrix = getattr(csr, "device_matrix", None)
-    if matrix is not None and device_passes.runs_kernels(matrix):
-        counters = to_host(device_passes.window_counters(matrix, windows, shift, narrow))
-        return safe_ratio(int(counters[_WARP_SECTORS]), int(counters[_SAMPLED_NNZ]), 0.0)
+    if matrix is not None and device_scan.runs_kernels(matrix):
+        counters = to_host(device_scan.window_counters(matrix, windows, shift, narrow))
+        return sampled_features(counters.tolist())["x_sectors_per_nnz_warp"]
     positions, offsets = window_positions(csr.indptr, windows, m)
     indices = (csr if matrix is None else matrix).indices[positions]
     return safe_ratio(window_sectors(indices, offsets, shift), positions.size, 0.0)
@@ -62,11 +62,6 @@ def sector_shift_and_narrow(csr) -> tuple[int, int]:
     max(m, n))."""
     m, n = csr.shape
     return 2 if np.dtype(csr.dtype).itemsize == 8 else 3, max(1, int(0.01 * max(m, n)))
-
-
-def safe_ratio(num, den, empty: float) -> float:
-    """num / den, or ``empty`` when den is zero."""
-    return num / den if den else empty
 
 
 def sampled_windows(m: int, nnz: int, sample_rows: int | None) -> int:
@@ -127,7 +122,7 @@ def window_positions(indptr, windows, m):
 @njit(cache=True)
 def window_sectors(indices, offsets, shift):
     """Σ over windows of the distinct 32-byte sectors of x (column >> ``shift``) that the
-    window's entries read: the scan's warp-sector counter (``_WARP_SECTORS``, stamped in
+    window's entries read: the scan's warp-sector counter (stamped in
     :func:`_flush8`), counted here in a hash table of twice the largest window's entries,
     stamped with the window's number, so that a sample of a few windows needs no scratch
     array over the columns (nor sorting)."""

@@ -1,8 +1,8 @@
 """Compile everything autospmv runs on a device ahead of time (``python -m autospmv warmup``).
 
 numba compiles a function for each combination of argument types on its first call, then keeps
-the machine code in its on-disk cache (:mod:`autospmv._run.cache`), from which later processes load
-it far faster than compiling. :func:`warmup` makes those first calls for every kernel on two
+the machine code in its on-disk cache (:mod:`autospmv._support.cache`), from which later processes
+load it far faster than compiling. :func:`warmup` makes those first calls for every kernel on two
 matrices per value dtype: a small one (the serial CPU specialisations, below
 :data:`autospmv.kernels.cpu.PARALLEL_MIN_NNZ`) and a larger one (the parallel ones and the
 feature scan's threaded path: about a million nonzeros), each through
@@ -11,8 +11,8 @@ with a float64 x: the float64-accumulating specialisations that SciPy's solvers 
 float64 right-hand side), and the multi-vector products (``op @ X``: the kernels for a few and
 for many columns, with X of the same dtypes). The feature scan, the prediction and the sampled
 locality of x that CSR5's tile height reads are compiled the same way, and the index range
-check that validates large matrices (:func:`autospmv._run.validation.index_range`) for both index
-dtypes. Matrices with int64 indices (more than 2**31 - 1 nonzeros or rows) use other
+check that validates large matrices (:func:`autospmv._support.validation.index_range`) for both
+index dtypes. Matrices with int64 indices (more than 2**31 - 1 nonzeros or rows) use other
 specialisations, compiled on first use. On a GPU whose compute capability the package ships
 cubins for, with the numba-cuda version they were built with (:mod:`autospmv.kernels.cuda.cubins`),
 the GPU kernels load from those and only the CPU code (the feature scan, the prediction) compiles.
@@ -26,7 +26,7 @@ import time
 import numpy as np
 import scipy.sparse as sp
 
-from .cache import compile_timer
+from .._support.cache import compile_timer
 
 DTYPES = ("float32", "float64")
 
@@ -44,9 +44,9 @@ class Step:
 def warmup_matrices(dtype) -> list[sp.csr_matrix]:
     """A small and a large matrix (both kernels' specialisations) that every format accepts:
     four entries per row, so no ELL padding limit applies and HYB has a non-zero ELL width."""
-    from .threads import PASSES_PARALLEL_MIN_NNZ
+    from .._support.threads import PASSES_PARALLEL_MIN_NNZ
     from ..kernels import cpu
-    from .validation import canonicalize
+    from .._support.validation import canonicalize
 
     large = max(cpu.PARALLEL_MIN_NNZ, PASSES_PARALLEL_MIN_NNZ)
     rng = np.random.default_rng(0)
@@ -62,7 +62,7 @@ def warmup_matrices(dtype) -> list[sp.csr_matrix]:
 def _compile_index_range():
     """The compiled range check that validation runs on large index arrays (both index
     dtypes), which the small warm-up matrices do not reach."""
-    from .validation import COMPILED_MIN_SIZE, index_range
+    from .._support.validation import COMPILED_MIN_SIZE, index_range
 
     for itype in (np.int32, np.int64):
         index_range(np.zeros(COMPILED_MIN_SIZE, dtype=itype))
@@ -70,8 +70,9 @@ def _compile_index_range():
 
 def _compile_x_locality(matrices) -> list:
     """The sampled locality of x that CSR5's tile height reads on the GPU for matrices of more
-    tiles than the warm-up matrices have (:func:`autospmv._decide.sampling.x_locality`)."""
-    from .._decide.sampling import x_locality
+    tiles than the warm-up matrices have
+    (:func:`autospmv._decide.features.sampling.x_locality`)."""
+    from .._decide.features.sampling import x_locality
 
     return [x_locality(A) for A in matrices]
 

@@ -5,7 +5,7 @@ File layout (``schema_version`` 1 to 5)::
     {
       "format": "autospmv-tree",
       "schema_version": 2,                    # 1 when nothing of version 2 is used
-      "feature_names": ["row_max", ...],      # names from autospmv._decide.features.FEATURE_NAMES
+      "feature_names": ["row_max", ...],      # names from autospmv._decide.features.extract.FEATURE_NAMES
       "classes": ["csr_vector", ...],         # kernel names from the registry
       "tree": {                               # one entry per node; node 0 is the root
         "children_left":  [1, -1, ...],       # -1 marks a leaf (both children -1)
@@ -27,7 +27,8 @@ File layout (``schema_version`` 1 to 5)::
         "regimes": [{"from_nnz": 1000000, "coefficients": {...}}, ...]  # version 4, instead
       },                                      # of large_*: one table per further size regime
       "defaults": {"bands": [...]},           # version 3, optional: a default kernel per size
-                                              # band (autospmv._decide.default_policy.DefaultPolicy)
+                                              # band
+                                              (autospmv._decide.model.default_policy.DefaultPolicy)
       "provenance": {...}                     # free-form: device, versions, date, data hash, scores
     }
 
@@ -36,7 +37,7 @@ Version 2 added the cost model's second coefficient table, for matrices of at le
 1 when it has none, so that such a model stays readable by an autospmv that reads version 1
 only. Version 3 added ``defaults``: per size band a default kernel that the tree's choice
 replaces only when the tree's margin for it reaches the band's calibrated threshold
-(:mod:`autospmv._decide.default_policy`). Version 4 added the cost model's ``x_sectors``
+(:mod:`autospmv._decide.model.default_policy`). Version 4 added the cost model's ``x_sectors``
 regressor and ``regimes``, any number of further coefficient tables (a file without
 ``x_sectors`` in its regressors reads as a coefficient 0 for it). Version 5 added the cost
 model's ``row_length`` regressor (likewise 0 where a file's regressors lack it). An autospmv
@@ -52,9 +53,9 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from .check import LEAF, LEAF_FEATURE
 from .cost_model import CostModel
 from .default_policy import DefaultPolicy
-from .model_check import LEAF, LEAF_FEATURE
 
 FORMAT = "autospmv-tree"
 SCHEMA_VERSION = 5
@@ -65,7 +66,7 @@ SCHEMA_VERSIONS = (1, 2, 3, 4, 5)
 LOADER_ERRORS = (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError,
                  RecursionError)
 """What validating a parsed document can raise for a malformed one (e.g. OverflowError for an
-integer too large for a float); :meth:`~autospmv._decide.model.TreeModel.load` reports each as
+integer too large for a float); :meth:`~autospmv._decide.model.tree.TreeModel.load` reports each as
 a ValueError."""
 
 

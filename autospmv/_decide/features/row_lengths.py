@@ -5,7 +5,7 @@ The passes are compiled, one pass over the row pointer each, with no scratch siz
 columns: the longest row and Σ len² (:func:`row_length_moments`), the histogram of the row
 lengths (:func:`row_length_counts`, or the scan's, :func:`length_histogram`) and the warp
 imbalance (:func:`warp_ratio_sum`). The choosers, the features and the scan read them; a matrix
-on the GPU runs the same passes there (:mod:`autospmv._decide.device_passes`), with the same
+on the GPU runs the same passes there (:mod:`autospmv._decide.features.device_scan`), with the same
 values.
 
 The statistics (:data:`LENGTH_NAMES`: mean, spread, percentiles, Gini coefficient, ELL fill, HYB
@@ -21,8 +21,8 @@ import math
 import numpy as np
 from numba import prange
 
-from ..kernels import WARP, njit
-from ..kernels.cpu import specialisations
+from ..._support.devices import WARP
+from ..._support.jit import njit, specialisations
 
 
 
@@ -75,7 +75,7 @@ def lengths_counted(longest: int, m: int) -> bool:
     of ``longest + 1`` bins; if not (the longest row is much longer than m), they are sorted
     instead, so that a few very long rows cannot make the histogram far larger than the row
     pointer. The one rule for the scan's histogram and the row-length passes on either side
-    (the host's and :mod:`autospmv._decide.device_passes`)."""
+    (the host's and :mod:`autospmv._decide.features.device_scan`)."""
     return longest <= 8 * m + 64
 
 

@@ -7,19 +7,20 @@ import time
 
 import numpy as np
 
-from . import _registry as registry
-from ._decide.model_lookup import named_model
-from ._decide.sampling import SAMPLE_THRESHOLD
-from ._decide.selection import Decision, decide, forced_decision
-from ._run.background import (START_KERNEL, BackgroundSwitch, on_own_stream, snapshot_for_cpu,
-                              snapshot_for_gpu, start_refused)
-from ._run.device_input import canonical_device_csr, is_device_matrix, upload_for
-from ._run.devices import check_device, resolve_device, target_device
-from ._run.operator import SpMVOperator
-from ._run.threads import check_threads
-from ._run.tuning import measure, measuring_pays
-from ._run.validation import borrows, canonicalize
-from .formats.base import FormatTooLargeError, longest_row
+from .. import _registry as registry
+from .._decide.model.lookup import named_model
+from .._decide.selection import Decision, decide, forced_decision, model_may_decide
+from .._support.devices import check_device, resolve_device, target_device
+from .._support.threads import check_threads
+from .._support.validation import borrows, canonicalize
+from ..formats.base import FormatTooLargeError, longest_row
+from .background import (
+    START_KERNEL, BackgroundSwitch, on_own_stream, snapshot_for_cpu, snapshot_for_gpu,
+    start_refused,
+)
+from .device_input import canonical_device_csr, is_device_matrix, upload_for
+from .operator import SpMVOperator
+from .tuning import measure, measuring_pays
 
 
 def select(A, *, kernel: str | None = None, device: str | None = None, model=None) -> Decision:
@@ -197,13 +198,13 @@ def _build(csr, decision: Decision, device: str, threads, *, forced: bool, **opt
 def _start_in_background(csr, device: str, model, threads, borrowed: bool, uploaded,
                          started: float) -> tuple[SpMVOperator | None, str | None]:
     """``prepare(A, background=True)`` of a canonical host matrix: the operator on the start
-    kernel with its decision running on a thread (:mod:`autospmv._run.background`); or None
-    where the decision is made before returning (at most ``SAMPLE_THRESHOLD`` nonzeros on the
-    GPU, on the GPU without CuPy or under the simulator, or a row too long for the start
-    kernel), with the note that says why for the last. A model that ``model=`` or
+    kernel with its decision running on a thread (:mod:`autospmv._prepare.background`); or None
+    where the decision is made before returning (on the GPU where the rule decides, without CuPy
+    or under the simulator, or a row too long for the start kernel), with the note that says why
+    for the last. A model that ``model=`` or
     ``AUTOSPMV_MODEL`` names is loaded first, so that a broken one raises here."""
     named_model(model)
-    if device == "cuda" and (uploaded is None or csr.nnz <= SAMPLE_THRESHOLD):
+    if device == "cuda" and (uploaded is None or not model_may_decide(csr.nnz, True)):
         return None, None
     longest = uploaded.longest_row() if device == "cuda" else longest_row(csr.indptr)
     refused = start_refused(longest)
@@ -237,7 +238,7 @@ def _start_in_background(csr, device: str, model, threads, borrowed: bool, uploa
 
 
 def _simulated(device: str) -> bool:
-    from ._run import devices
+    from .._support import devices
 
     return device == "cuda" and devices.cuda_simulator()
 

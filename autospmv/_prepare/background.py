@@ -14,9 +14,9 @@ On the GPU the switch first waits for the products in flight (a device synchroni
 they read the format it releases. Each product is exact to the rounding of the kernel that ran
 it. The thread's GPU work queues on a stream of its own (:func:`on_own_stream`), so it runs
 beside the products instead of behind them. A matrix decided in a fraction of a millisecond
-(at most :data:`~autospmv._decide.sampling.SAMPLE_THRESHOLD` nonzeros on the GPU), and one with
-a row longer than :data:`START_MAX_ROW`, which the start kernel runs slowly, are decided before
-``prepare`` returns, as without ``background``, with a note saying why for the latter.
+(at most :data:`~autospmv._decide.features.sampling.SAMPLE_THRESHOLD` nonzeros on the GPU), and one
+with a row longer than :data:`START_MAX_ROW`, which the start kernel runs slowly, are decided
+before ``prepare`` returns, as without ``background``, with a note saying why for the latter.
 
 The thread reads a snapshot of A: on the CPU the start operator's own CSR (a copy when the
 caller's arrays were canonical already, as for every CSR kernel), on the GPU the uploaded copy
