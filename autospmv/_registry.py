@@ -30,7 +30,25 @@ from .formats.base import DeviceCSR, SparseFormat
 
 @dataclasses.dataclass(frozen=True)
 class Param:
-    """A kernel parameter: its name, the integers it may take, and how to say so."""
+    """A kernel parameter: its name, the integers it may take, and how to say so.
+
+    Parameters
+    ----------
+    name : str
+        The key in ``prepare(A, kernel=..., params={name: value})``.
+    low : int
+        Smallest allowed value.
+    high : int, optional
+        Largest allowed value (None: unbounded).
+    powers_of_two : bool, default False
+        Whether only powers of two are allowed.
+
+    Examples
+    --------
+    >>> from autospmv import Param
+    >>> Param("block_rows", 1, 64, powers_of_two=True).check("my_kernel", 8)
+    8
+    """
 
     name: str
     low: int
@@ -48,7 +66,25 @@ class Param:
         return f"an integer from {self.low} to {self.high}"
 
     def check(self, kernel: str, value) -> int:
-        """``value`` as a Python int, or a ValueError naming the allowed values."""
+        """``value`` checked for ``kernel``.
+
+        Parameters
+        ----------
+        kernel : str
+            The kernel's name, for the message.
+        value : int
+            The value given.
+
+        Returns
+        -------
+        int
+            ``value`` as a Python int.
+
+        Raises
+        ------
+        ValueError
+            Naming the allowed values, when ``value`` is not one of them.
+        """
         ok = isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
         if ok:
             value = int(value)
@@ -62,7 +98,24 @@ class Param:
 
 @dataclasses.dataclass(frozen=True)
 class KernelSpec:
-    """Everything the rest of autospmv needs to know about one kernel."""
+    """Everything the rest of autospmv needs to know about one kernel.
+
+    Each field below is a constructor parameter. The parts are named as ``"module:attribute"``
+    strings, imported when first used, so that the registry imports none of them.
+
+    Parameters
+    ----------
+    name : str
+        The kernel's name: a lower-case identifier.
+    format, cpu, cuda, choose_params : str
+        See the attributes of the same names.
+    format_params, format_takes_device, params, cost, variants, choose_params_of_lengths
+        Optional; see the attributes of the same names.
+
+    Examples
+    --------
+    :doc:`/kernels` registers a whole kernel (three files and one entry).
+    """
 
     name: str
     format: str
@@ -221,8 +274,20 @@ _BY_NAME = {spec.name: spec for spec in _BUILT_IN}
 
 
 def names() -> tuple[str, ...]:
-    """Every kernel now in the registry: :data:`KERNELS`, then registered ones in the order of
-    registration."""
+    """The names of every kernel now in the registry.
+
+    Returns
+    -------
+    tuple of str
+        :data:`KERNELS`, then the kernels added by :func:`register`, in the order they were
+        added.
+
+    Examples
+    --------
+    >>> import autospmv
+    >>> autospmv.kernel_names()[:3]
+    ('coo', 'csr_scalar', 'csr_vector')
+    """
     return tuple(_BY_NAME)
 
 
@@ -232,9 +297,26 @@ def specs() -> tuple[KernelSpec, ...]:
 
 
 def register(spec: KernelSpec) -> None:
-    """Add a kernel to the registry; a ValueError if ``spec`` is not a :class:`KernelSpec` or
-    its name is taken or not a lower-case identifier (it becomes part of feature names such as
-    ``<kernel>_bytes``)."""
+    """Add a kernel to the registry, so that ``prepare(A, kernel=spec.name)``, ``bench`` and
+    the labeller take it (the shipped models never choose it; a retrained one may).
+
+    Parameters
+    ----------
+    spec : KernelSpec
+        The kernel: its name, format and builders (:doc:`/kernels` shows a whole example).
+
+    Raises
+    ------
+    ValueError
+        When ``spec`` is not a :class:`KernelSpec`, or its name is taken or not a lower-case
+        identifier (it becomes part of feature names such as ``<kernel>_bytes``).
+
+    Examples
+    --------
+    >>> import autospmv
+    >>> autospmv.register(spec)            # doctest: +SKIP
+    >>> autospmv.prepare(A, kernel=spec.name)  # doctest: +SKIP
+    """
     if not isinstance(spec, KernelSpec):
         raise ValueError(f"register() takes a KernelSpec; got {type(spec).__name__}")
     if not (isinstance(spec.name, str) and spec.name.isidentifier() and spec.name.islower()):
@@ -245,7 +327,22 @@ def register(spec: KernelSpec) -> None:
 
 
 def unregister(name: str) -> None:
-    """Remove a kernel added by :func:`register`; a ValueError for a built-in or unknown one."""
+    """Remove a kernel added by :func:`register`.
+
+    Parameters
+    ----------
+    name : str
+        The kernel's name.
+
+    Raises
+    ------
+    ValueError
+        For a built-in kernel, or a name the registry does not hold.
+
+    Examples
+    --------
+    >>> autospmv.unregister(spec.name)     # doctest: +SKIP
+    """
     if name in KERNELS:
         raise ValueError(f"kernel {name!r} is built in and cannot be unregistered")
     get(name)

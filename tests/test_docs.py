@@ -15,6 +15,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 BUILD_SECONDS = 60
 """The build takes a few seconds; a minute means something is wrong (an import that compiles,
@@ -76,3 +78,57 @@ def test_the_stylesheet_keeps_code_and_member_names_on_the_page():
     css = (DOCS / "_static" / "custom.css").read_text()
     assert re.search(r"pre\s*\{[^}]*overflow-x:\s*auto", css)
     assert re.search(r"div\.sphinxsidebar[^{]*a[^{]*\{[^}]*overflow-wrap:\s*anywhere", css)
+
+
+PUBLIC_FUNCTIONS = ("prepare", "select", "features", "cuda_available", "kernel_names",
+                    "register", "unregister", "cg", "bicgstab", "gmres", "minres")
+OPERATOR_MEMBERS = ("matvec", "matmat", "rmatvec", "rmatmat", "explain", "diagonal", "memory",
+                    "nbytes", "transpose_operator", "wait")
+"""The operator's members the API reference renders."""
+
+
+def _public_docstrings():
+    import autospmv
+
+    for name in PUBLIC_FUNCTIONS:
+        yield name, getattr(autospmv, name)
+    for name in OPERATOR_MEMBERS:
+        yield f"SpMVOperator.{name}", getattr(autospmv.SpMVOperator, name)
+    yield "Decision.explain", autospmv.Decision.explain
+    yield "Param.check", autospmv.Param.check
+
+
+@pytest.mark.parametrize("name, obj", list(_public_docstrings()), ids=lambda v: (
+    v if isinstance(v, str) else ""))
+def test_public_functions_document_their_parameters_or_returns_in_numpydoc(name, obj):
+    import inspect
+
+    doc = inspect.getdoc(obj.fget if isinstance(obj, property) else obj) or ""
+    sections = {section for section in ("Parameters", "Returns")
+                if f"{section}\n{'-' * len(section)}" in doc}
+    assert sections, f"{name} has neither a Parameters nor a Returns section"
+    function = obj.fget if isinstance(obj, property) else getattr(obj, "__wrapped__", obj)
+    takes = [p for p in inspect.signature(function).parameters if p not in ("self", "cls")]
+    if takes:
+        assert "Parameters" in sections, f"{name} takes {takes} but documents no Parameters"
+
+
+def test_the_public_docstrings_examples_run():
+    """Every example in the docstrings of the public names (``doctest``, examples that need a
+    GPU, a cluster or a user's kernel marked to skip)."""
+    import doctest
+
+    import autospmv
+
+    finder, runner = doctest.DocTestFinder(), doctest.DocTestRunner(
+        optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    objects = [obj for _, obj in _public_docstrings()] + [
+        autospmv.Decision, autospmv.Param, autospmv.FormatTooLargeError]
+    tried = 0
+    for obj in objects:
+        target = obj.fget if isinstance(obj, property) else obj
+        for test in finder.find(target, globs={"autospmv": autospmv}):
+            result = runner.run(test)
+            assert result.failed == 0, test.name
+            tried += result.attempted
+    assert tried >= 20

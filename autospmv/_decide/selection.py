@@ -50,7 +50,18 @@ on one labelling run and 0.952 against its 0.964 on a second, ``models/README.md
 
 @dataclasses.dataclass
 class Decision:
-    """The kernel chosen for a matrix, its parameters, and the reasons."""
+    """The kernel chosen for a matrix, its parameters, and the reasons.
+
+    :func:`autospmv.select` returns one, and every operator holds its own
+    (``op.decision``); each field below is a constructor parameter.
+
+    Examples
+    --------
+    >>> import scipy.sparse as sp, autospmv
+    >>> decision = autospmv.select(sp.eye(1000, format="csr"), device="cpu")
+    >>> decision.source in ("forced", "rule") or decision.source.startswith("model")
+    True
+    """
 
     kernel: str
     params: dict
@@ -76,6 +87,14 @@ class Decision:
     (``prepare(A, products=...)``) weighs the chosen kernel's estimate."""
 
     def explain(self) -> str:
+        """A readable account of the decision.
+
+        Returns
+        -------
+        str
+            The kernel and its parameters, who chose it, the comparisons made (:attr:`path`)
+            with the features they read, and the notes (guardrails, conversion, tuning).
+        """
         params = ", ".join(f"{k}={v}" for k, v in self.params.items()) or "no parameters"
         who = "forced by the caller" if self.source == "forced" else f"chosen by {self.source}"
         lines = [f"kernel {self.kernel} ({params}), {who}"]

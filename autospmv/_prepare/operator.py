@@ -186,8 +186,25 @@ class SpMVOperator(LinearOperator):
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait for a background decision (``prepare(A, background=True)``) and switch to its
-        kernel; True once the operator runs its final kernel (at once without a background
-        decision), False when ``timeout`` seconds passed first."""
+        kernel.
+
+        Parameters
+        ----------
+        timeout : float, optional
+            Seconds to wait at most; None waits until the decision is ready.
+
+        Returns
+        -------
+        bool
+            True once the operator runs its final kernel (at once without a background
+            decision), False when ``timeout`` seconds passed first.
+
+        Examples
+        --------
+        >>> op = autospmv.prepare(A, background=True)  # doctest: +SKIP
+        >>> op.wait(timeout=10.0)                      # doctest: +SKIP
+        True
+        """
         switch = self._switch
         if switch is None:
             return True
@@ -211,7 +228,15 @@ class SpMVOperator(LinearOperator):
 
     @property
     def memory(self) -> dict[str, int]:
-        """Bytes the operator holds now, ``{"host": ..., "device": ...}``.
+        """Bytes the operator holds now.
+
+        Returns
+        -------
+        dict
+            ``{"host": bytes, "device": bytes}``.
+
+        Notes
+        -----
 
         Host bytes are those of the CPU format's arrays, some of which may be the canonical
         CSR's own (CSR kernels run on it directly, COO shares its column and value arrays), and
@@ -225,7 +250,13 @@ class SpMVOperator(LinearOperator):
 
     @property
     def nbytes(self) -> int:
-        """Bytes the operator holds on the host and the device now (see :attr:`memory`)."""
+        """Bytes the operator holds now.
+
+        Returns
+        -------
+        int
+            The host and device bytes of :attr:`memory` together.
+        """
         memory = self.memory
         return memory["host"] + memory["device"]
 
@@ -252,7 +283,21 @@ class SpMVOperator(LinearOperator):
         return np.asarray(csr.diagonal(), dtype=self.dtype)
 
     def explain(self) -> str:
-        """Human-readable account of the decision (see :class:`Decision`)."""
+        """A readable account of the decision: the kernel, who chose it and why.
+
+        Returns
+        -------
+        str
+            :meth:`Decision.explain` of :attr:`decision`: the comparisons the model made, the
+            features they read, the guardrails and the conversion.
+
+        Examples
+        --------
+        >>> import scipy.sparse as sp, autospmv
+        >>> print(autospmv.prepare(sp.eye(100, format="csr"), device="cpu").explain())
+        ... # doctest: +ELLIPSIS
+        kernel ...
+        """
         return self.decision.explain()
 
     def __repr__(self):
@@ -266,12 +311,36 @@ class SpMVOperator(LinearOperator):
         The result's dtype is SciPy's, ``numpy.result_type(op.dtype, x.dtype)``: a float32
         operator gives float32 for a float32 x (the fast path: half the bytes of x and y) and
         float64, accumulated in float64, for a float64 x; integer and bool x count as NumPy
-        says (int64 as float64). Complex x is refused (TypeError: the kernels are real).
+        says (int64 as float64). Any number of threads may call one operator at once.
 
-        ``out`` (optional) receives the result: same kind as x, shape (m,), exactly the
-        result's dtype, writable, not overlapping x (refused with ValueError: the kernels read x
-        while they write out). An (n, 1) column gives an (m, 1) result. Any number of threads
-        may call one operator at once.
+        Parameters
+        ----------
+        x : array of shape (n,) or (n, 1)
+            A NumPy array, or a CuPy array, PyTorch CUDA tensor or numba device array (read in
+            place, on the caller's current stream).
+        out : array of shape (m,), optional
+            Receives the result: the same kind as x, exactly the result's dtype, writable, not
+            overlapping x (the kernels read x while they write out).
+
+        Returns
+        -------
+        array of shape (m,), or (m, 1) for an (n, 1) x
+            ``out`` when given, else a new array of x's kind.
+
+        Raises
+        ------
+        TypeError
+            For complex x, or a dtype the kernels cannot compute in (e.g. ``longdouble``).
+        ValueError
+            For x of the wrong length, or an ``out`` of the wrong shape, dtype or kind, or one
+            that overlaps x or is read-only.
+
+        Examples
+        --------
+        >>> import numpy as np, scipy.sparse as sp, autospmv
+        >>> op = autospmv.prepare(sp.eye(3, format="csr"), device="cpu")
+        >>> op.matvec(np.array([1.0, 2.0, 3.0]))
+        array([1., 2., 3.])
         """
         backend = self._backend
         if type(x) is not np.ndarray:  # (a numpy x is never a CUDA array: not asked)
@@ -313,7 +382,30 @@ class SpMVOperator(LinearOperator):
         numba device array gives a device result of its kind. The result is row-major (C
         order) with the dtype :meth:`matvec` gives. Row-major X is read in place; other host X,
         and CuPy or torch X, are copied to row-major first (numba device X must be row-major).
-        On the CPU, k = 1 runs the operator's own kernel (:meth:`matvec`)."""
+        On the CPU, k = 1 runs the operator's own kernel (:meth:`matvec`).
+
+        Parameters
+        ----------
+        X : array of shape (n, k)
+            Host or device, as above.
+
+        Returns
+        -------
+        array of shape (m, k)
+            ``A @ X``, row-major, of X's kind.
+
+        Raises
+        ------
+        TypeError, ValueError
+            As :meth:`matvec` for its vectors.
+
+        Examples
+        --------
+        >>> import numpy as np, scipy.sparse as sp, autospmv
+        >>> op = autospmv.prepare(sp.eye(3, format="csr"), device="cpu")
+        >>> op.matmat(np.ones((3, 2))).shape
+        (3, 2)
+        """
         if _is_device_array(X) and len(getattr(X, "shape", ())) == 2:
             return self._device_matmat(X)
         return super().matmat(X)
@@ -321,14 +413,50 @@ class SpMVOperator(LinearOperator):
     def rmatvec(self, x):
         """``Aᵀ @ x``. A CUDA array goes to the transposed operator on the device (see
         :meth:`transpose_operator`) and gives a device result; anything else is SciPy's
-        ``rmatvec``."""
+        ``rmatvec``.
+
+        Parameters
+        ----------
+        x : array of shape (m,)
+            Host or device, as :meth:`matvec` takes it.
+
+        Returns
+        -------
+        array of shape (n,)
+            ``Aᵀ @ x``, of x's kind.
+
+        Examples
+        --------
+        >>> import numpy as np, scipy.sparse as sp, autospmv
+        >>> op = autospmv.prepare(sp.csr_matrix([[1.0, 2.0], [0.0, 3.0]]), device="cpu")
+        >>> op.rmatvec(np.array([1.0, 1.0]))
+        array([1., 5.])
+        """
         if _is_device_array(x):
             return self.transpose_operator().matvec(x)
         return super().rmatvec(x)
 
     def rmatmat(self, X):
         """``Aᵀ @ X`` for a 2-D X: the multi-vector product of the transposed operator
-        (:meth:`matmat` of :meth:`transpose_operator`), for host X and device arrays alike."""
+        (:meth:`matmat` of :meth:`transpose_operator`), for host X and device arrays alike.
+
+        Parameters
+        ----------
+        X : array of shape (m, k)
+            Host or device, as :meth:`matmat` takes it.
+
+        Returns
+        -------
+        array of shape (n, k)
+            ``Aᵀ @ X``, of X's kind.
+
+        Examples
+        --------
+        >>> import numpy as np, scipy.sparse as sp, autospmv
+        >>> op = autospmv.prepare(sp.eye(3, format="csr"), device="cpu")
+        >>> op.rmatmat(np.ones((3, 2))).shape
+        (3, 2)
+        """
         return self.transpose_operator().matmat(X)
 
     def _device_matvec(self, x, out):
@@ -411,7 +539,20 @@ class SpMVOperator(LinearOperator):
         a kernel whose format refuses Aᵀ (ELL or JDS beyond the fill limit) gives way to
         :data:`TRANSPOSE_FALLBACK`, and on the CPU an Aᵀ whose row pointer would outweigh A
         (:func:`tall_transpose`: A has far more columns than nonzeros) runs on the COO kernel,
-        built from A's arrays (:meth:`_coo_transpose`)."""
+        built from A's arrays (:meth:`_coo_transpose`).
+
+        Returns
+        -------
+        SpMVOperator
+            The same object on every call.
+
+        Examples
+        --------
+        >>> import scipy.sparse as sp, autospmv
+        >>> op = autospmv.prepare(sp.random(30, 20, density=0.2, format="csr"), device="cpu")
+        >>> op.transpose_operator().shape
+        (20, 30)
+        """
         if self._transposed is None and self._on_device is not None:
             fmt, indptr, xp = self._on_device
             self._transposed = self._transpose_on_device(fmt.to_device_csr(indptr, xp).sparse())

@@ -24,11 +24,39 @@ from .tuning import measure, measuring_pays
 
 
 def select(A, *, kernel: str | None = None, device: str | None = None, model=None) -> Decision:
-    """The Decision that :func:`prepare` would start from, without converting A.
+    """The decision :func:`prepare` would start from, without converting A.
 
     ``device="cuda"`` decides for a GPU even where none is present (nothing runs here).
     Guardrails act only on conversion: :func:`prepare` falls back down
     ``decision.candidates`` when a format refuses the matrix, and records it.
+
+    Parameters
+    ----------
+    A : sparse matrix or array
+        As :func:`prepare` takes it (host or device).
+    kernel : str, optional
+        A kernel to decide for instead of the automatic choice.
+    device : {"cuda", "cpu"}, optional
+        The device to decide for; None as :func:`prepare` chooses.
+    model : str, path or TreeModel, optional
+        The model that decides, as :func:`prepare` takes it.
+
+    Returns
+    -------
+    Decision
+        The kernel, its parameters, the ranked candidates and why (``explain()``).
+
+    Raises
+    ------
+    TypeError, ValueError
+        For a matrix or option that :func:`prepare` refuses, with its message.
+
+    Examples
+    --------
+    >>> import scipy.sparse as sp, autospmv
+    >>> decision = autospmv.select(sp.eye(1000, format="csr"), device="cpu")
+    >>> decision.kernel in autospmv.KERNELS
+    True
     """
     if is_device_matrix(A):
         csr, device = canonical_device_csr(A), _device_for_device_input(device, resolve=False)

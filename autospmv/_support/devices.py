@@ -59,7 +59,20 @@ def numba_cuda():
 
 @functools.cache
 def cuda_available() -> bool:
-    """True when numba-cuda is installed and sees a usable GPU (or runs its simulator)."""
+    """Whether the GPU path can run here.
+
+    Returns
+    -------
+    bool
+        True when numba-cuda is installed and sees a usable GPU, or runs its simulator
+        (``NUMBA_ENABLE_CUDASIM=1``); :func:`autospmv.prepare` then defaults to
+        ``device="cuda"``. Asked once per process.
+
+    Examples
+    --------
+    >>> import autospmv
+    >>> device = "cuda" if autospmv.cuda_available() else "cpu"
+    """
     try:
         cuda = numba_cuda()
     except ImportError:

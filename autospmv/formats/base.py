@@ -23,7 +23,22 @@ import scipy.sparse as sp
 
 
 class FormatTooLargeError(ValueError):
-    """A conversion would pad the matrix beyond the format's fill limit."""
+    """A conversion would pad the matrix beyond the format's fill limit.
+
+    A ValueError, so that code that catches ValueError for a refused matrix catches it too;
+    :func:`autospmv.prepare` catches it to fall back down the decision's candidates, and
+    raises it for a kernel the caller named. Its message names the padding, the limit and the
+    kernels that take the matrix instead.
+
+    Examples
+    --------
+    >>> import scipy.sparse as sp, autospmv
+    >>> A = sp.lil_matrix((1000, 1000)); A[0, :] = 1.0; A.setdiag(1.0)
+    >>> autospmv.prepare(A.tocsr(), kernel="ell", device="cpu")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    autospmv.formats.base.FormatTooLargeError: ELL would need ...
+    """
 
 
 def longest_row(indptr, xp=np) -> int:
@@ -120,7 +135,14 @@ def to_host(array) -> np.ndarray:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class SparseFormat:
-    """Base class: ``shape`` plus the format's arrays as dataclass fields."""
+    """Base class of a storage format: ``shape`` plus the format's arrays as dataclass
+    fields (a registered kernel's format subclasses it; :doc:`/kernels` shows one).
+
+    Parameters
+    ----------
+    shape : tuple of int
+        ``(m, n)``, the matrix's shape; a subclass adds its arrays as further fields.
+    """
 
     shape: tuple[int, int]
 

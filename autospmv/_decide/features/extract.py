@@ -130,15 +130,37 @@ SAMPLED_FEATURES = (
 """The features estimated from a sample of rows on large matrices (see the module doc)."""
 
 def features(A, sample_rows: int | None = None, device: str | None = None) -> dict[str, float]:
-    """Return the structural features of A, keyed by :func:`feature_names` (see module doc).
+    """The structural features of A that the decision reads (see the module doc).
 
-    A: anything :func:`autospmv.prepare` accepts on the host; a canonical float32/float64
-    ``scipy.sparse.csr_matrix`` is used as is. device: ``"cuda"`` or ``"cpu"``, whose parameter
-    choosers the cost quantities count with; None means the device :func:`autospmv.prepare`
-    would use. sample_rows: ``None`` samples the features in
-    :data:`SAMPLED_FEATURES` only when ``nnz > SAMPLE_THRESHOLD``; an integer samples about
-    that many rows (whole windows of ``WINDOW_ROWS``); a value ≥ the number of rows computes
-    everything exactly.
+    Parameters
+    ----------
+    A : sparse matrix or array
+        Anything :func:`autospmv.prepare` accepts on the host; a canonical float32 or float64
+        ``scipy.sparse.csr_matrix`` is used as it is.
+    sample_rows : int, optional
+        None samples the features in :data:`SAMPLED_FEATURES` only when
+        ``nnz > SAMPLE_THRESHOLD``; an integer samples about that many rows (whole windows of
+        ``WINDOW_ROWS``); a value at least the number of rows computes everything exactly.
+    device : {"cuda", "cpu"}, optional
+        The device whose parameter choosers the cost quantities count with; None means the
+        device :func:`autospmv.prepare` would use.
+
+    Returns
+    -------
+    dict of str to float
+        One value per name of :func:`feature_names`, in that order.
+
+    Raises
+    ------
+    TypeError, ValueError
+        For a matrix or option that :func:`autospmv.prepare` refuses, with its message.
+
+    Examples
+    --------
+    >>> import scipy.sparse as sp, autospmv
+    >>> f = autospmv.features(sp.eye(1000, format="csr"), device="cpu")
+    >>> f["nnz"], f["row_max"]
+    (1000.0, 1.0)
     """
     return features_and_lengths(A, sample_rows, device)[0]
 
