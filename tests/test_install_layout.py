@@ -69,6 +69,20 @@ def test_a_source_checkout_imports_the_pipeline_without_an_install(tmp_path):
     assert done.stdout.split() == [str(REPO / "training" / "label.py"), str(REPO / "models")]
 
 
+@pytest.mark.parametrize("folder", ["autospmv", "tests", "benchmarks", "docs"])
+def test_a_source_checkout_imports_no_other_folder_into_the_package(folder, tmp_path):
+    """Only training/ and models/ import as ``autospmv.<folder>``; the checkout's other folders
+    (the package's own among them) stay outside it."""
+    script = ("import sys\n"
+              "sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in repr(f)]\n"
+              "import importlib.util, autospmv\n"
+              f"print(importlib.util.find_spec('autospmv.{folder}'))\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=_env(REPO),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "None"
+
+
 def test_the_solver_benchmark_runs_from_an_install_on_generated_matrices(installed, tmp_path):
     import json
 
