@@ -49,6 +49,28 @@ def test_an_install_holds_only_the_autospmv_package(installed):
     assert list((installed / "autospmv" / "models").glob("*.json"))
 
 
+def test_an_install_ships_the_models_and_the_labels_summary_not_the_labels(installed):
+    models = installed / "autospmv" / "models"
+    shipped = sorted(p.name for p in models.rglob("*") if p.is_file())
+    assert shipped == sorted(p.name for pattern in ("*.json", "*.md")
+                             for p in (REPO / "models").glob(pattern))
+    assert "labelling-times.json" in shipped and not (models / "labels").exists()
+
+
+def test_the_installed_forecast_reads_the_shipped_summary(installed, tmp_path):
+    script = ("from autospmv.training.forecast import Forecast\n"
+              "for device in ('cuda', 'cpu'):\n"
+              "    forecast = Forecast.for_device(device)\n"
+              "    print(len(forecast.reference), forecast.source)\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=_env(installed),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    cuda, cpu = done.stdout.splitlines()
+    assert int(cuda.split()[0]) > 1000
+    assert cuda.endswith("(cuda-nvidia-h100-80gb-hbm3-float32.jsonl.gz)")
+    assert int(cpu.split()[0]) > 100 and cpu.endswith("-float64.jsonl.gz)")
+
+
 def test_the_installed_pipeline_runs_beside_a_users_training_module(installed, tmp_path):
     (tmp_path / "training.py").write_text("raise SystemExit('the user file ran')\n")
     done = subprocess.run([sys.executable, "-m", "autospmv.training", "--help"], cwd=tmp_path,
