@@ -1,6 +1,6 @@
 """retrain's time forecast from the shipped summary of the label files.
 
-An install ships ``models/labelling-times.json`` instead of the label records
+An install ships ``models/labels/labelling-times.json`` instead of the label records
 (:mod:`autospmv.training.forecast`); the forecast it gives must be the one the records give.
 """
 
@@ -24,9 +24,9 @@ def summary() -> dict:
 
 
 def test_the_committed_summary_is_that_of_the_committed_labels(summary):
-    assert (MODELS / SUMMARY).read_text(encoding="utf-8") == summary_text(summary), (
-        "models/labelling-times.json is stale: python -m autospmv.training.forecast "
-        "models/labels/*.jsonl.gz --out models/labelling-times.json")
+    assert (MODELS / "labels" / SUMMARY).read_text(encoding="utf-8") == summary_text(summary), (
+        "models/labels/labelling-times.json is stale: python -m autospmv.training.forecast "
+        "models/labels/*.jsonl.gz --out models/labels/labelling-times.json")
 
 
 @pytest.mark.parametrize("device", ["cuda", "cpu"])

@@ -8,7 +8,8 @@ the repository. Kept apart from the labeller, which only feeds it the seconds ea
 
 The summary is rebuilt from the repository's label files with
 
-    python -m autospmv.training.forecast models/labels/*.jsonl.gz --out models/labelling-times.json
+    python -m autospmv.training.forecast models/labels/*.jsonl.gz \\
+        --out models/labels/labelling-times.json
 """
 
 from __future__ import annotations
@@ -43,8 +44,8 @@ def labelling_seconds(records) -> dict[str, tuple[int, float]]:
 
 
 SUMMARY = "labelling-times.json"
-"""The summary of the reference runs, a file of the shipped models' folder
-(``autospmv.models``)."""
+"""The summary of the reference runs: the one file of the label folder (``labels/`` of the
+shipped models' folder, ``autospmv.models``) that an install holds."""
 
 SUMMARY_SCHEMA = "autospmv-labelling-times/1"
 
@@ -88,14 +89,14 @@ def summary_text(summary: dict) -> str:
 
 def reference_run(device: str, folder=None) -> dict | None:
     """The reference run of ``device``'s kind ("cuda" or "cpu") in the summary of ``folder``
-    (default: the shipped models' folder), or None where there is none. A run is a dict with
+    (default: the shipped models' label folder), or None where there is none. A run is a dict with
     its label ``file``, the ``device``'s name and the ``seconds`` of each matrix by name, as
     ``[nnz, seconds]``."""
     if folder is None:
         from importlib import resources
 
         try:
-            folder = resources.files("autospmv.models")
+            folder = resources.files("autospmv.models") / "labels"
         except ModuleNotFoundError:
             return None
     try:
