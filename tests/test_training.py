@@ -1146,6 +1146,7 @@ def _retrain(labels, dtype):
                  "--budget-minutes", "1e-9", "--matrices"])
 
 
+@pytest.mark.slow
 def test_a_float32_retrain_never_replaces_the_float64_model(tmp_path, monkeypatch, capsys):
     from autospmv._decide import model_lookup as lookup
     from autospmv._decide.model_store import device_slug, user_model_path
@@ -1173,6 +1174,7 @@ def test_a_float32_retrain_never_replaces_the_float64_model(tmp_path, monkeypatc
     assert "installed " in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_model_worse_than_the_best_fixed_kernel_is_not_installed(tmp_path, monkeypatch,
                                                                     capsys):
     from autospmv._decide.model_store import device_slug, user_model_path
