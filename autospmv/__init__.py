@@ -10,18 +10,34 @@ See :func:`prepare`, :data:`KERNELS` and ``op.explain()``.
 
 
 def _find_folders_of_a_source_checkout() -> None:
-    """Let ``autospmv.training`` and ``autospmv.models`` import from a source checkout.
+    """Let ``autospmv.training`` and ``autospmv.models``, and no other folder, import from a
+    source checkout.
 
     The repository keeps ``training/`` and ``models/`` beside this package and the wheel
     installs them inside it (pyproject.toml's package-dir); scripts run from the checkout with
-    ``PYTHONPATH=.`` find them through the repository folder added to this package's search
-    path. An installed copy has no pyproject.toml beside it and is left as it is."""
+    ``PYTHONPATH=.`` find them through a finder that answers for those two names alone, so that
+    the checkout's other folders (``tests``, ``benchmarks``, the package's own) never import as
+    ``autospmv.<folder>``. An installed copy has no pyproject.toml beside it and gets no finder."""
     import os
+    import sys
+    from importlib.machinery import PathFinder
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    if (os.path.isfile(os.path.join(root, "pyproject.toml"))
+    if not (os.path.isfile(os.path.join(root, "pyproject.toml"))
             and os.path.isfile(os.path.join(root, "training", "__init__.py"))):
-        __path__.append(root)
+        return
+    names = frozenset(f"{__name__}.{folder}" for folder in ("training", "models"))
+
+    class CheckoutFolders:
+        """``autospmv.training`` and ``autospmv.models`` from the checkout's top folders."""
+
+        @staticmethod
+        def find_spec(fullname, path=None, target=None):
+            return PathFinder.find_spec(fullname, [root]) if fullname in names else None
+
+    # First, so that another install's finder (an editable one of another checkout) cannot
+    # answer for this checkout's folders.
+    sys.meta_path.insert(0, CheckoutFolders)
 
 
 _find_folders_of_a_source_checkout()

@@ -115,9 +115,10 @@ COPY_ROUNDS_S = 2.0
 """Seconds of rounds of ten timed copies; the copy bandwidth is the highest round's median. The
 copy rate of these GPUs moves for stretches of a second or more: on an H200, copies ran at
 3.40–3.59 TB/s in some stretches and 3.75–3.87 in others, on the same buffers and after
-warm-up; on an H100, 2.49–2.81 (``benchmarks/results/csr5-contended-rows-2026-11-27.md``). The
-higher rate is the one the memory sustains, and the one kernels are compared with: measured so,
-3.85–3.86 TB/s on the H200 in every one of six measurements."""
+warm-up; on an H100, 2.49–2.81 (``benchmarks/results/kernels-gpu-2026-11-26-27.md``, "csr5: one
+atomic per block on very long rows"). The higher rate is the one the memory sustains, and the
+one kernels are compared with: measured so, 3.85–3.86 TB/s on the H200 in every one of six
+measurements."""
 
 
 def copy_bandwidth_tbs(nbytes: int = 2 << 30) -> float:

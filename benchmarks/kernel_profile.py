@@ -16,9 +16,9 @@ rates are reported:
 A kernel whose one synchronised call runs below ``--slowest`` (2 %) of the copy bandwidth is
 checked but not timed further: its run carries ``once_us`` and ``skipped`` instead of timings.
 Timing such kernels took an estimated 240 s of the 308 s float32 run on the H200 in
-``results/kernels-h200-2026-11-26-unsigned-float32.json`` (JDS and csr_scalar on power_law_2.0
-and dense_rows, 48–508 ms a call). The summary's selection score counts such a kernel, when
-chosen, by that one call.
+``results/kernels-h200-2026-11-26-unsigned-float32.json`` (in the repository's history; JDS and
+csr_scalar on power_law_2.0 and dense_rows, 48–508 ms a call). The summary's selection score
+counts such a kernel, when chosen, by that one call.
 
 ``--compare NAME=FILE`` (repeatable) times, beside the registered CUDA module of kernel NAME,
 another implementation of that module (a file with the same ``build(fmt, params, arrays)``),

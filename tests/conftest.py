@@ -10,6 +10,10 @@ and under numba-cuda's simulator, and it also carries the ``gpu`` mark, so that
 the CPU and once on CUDA, the CUDA case marked ``requires_gpu``. The simulator runs in a
 subprocess of its own (``test_cuda_simulator.py``), since it cannot share a process with real
 compilation.
+
+A test that takes 20 s or more on two cores (or shares a module fixture that does, such as a
+simulator's worker process) carries ``@pytest.mark.slow``. Every test runs by default, as CI
+runs them; ``python -m pytest -m "not slow"`` is the quick run.
 """
 
 from __future__ import annotations
@@ -26,6 +30,9 @@ GPU_SKIP_REASON = "needs a real CUDA GPU (none found, or numba-cuda's simulator 
 def pytest_configure(config):
     # Also declared in pyproject.toml; registering here keeps `--strict-markers` happy either way.
     config.addinivalue_line("markers", "gpu: needs a real CUDA GPU (skipped without one)")
+    config.addinivalue_line(
+        "markers", "slow: takes 20 s or more on two cores (a simulator's worker, PTX compiles, a "
+                   "retrain); runs by default, `-m \"not slow\"` leaves it out")
     config.addinivalue_line(
         "markers", "requires_gpu: needs a real CUDA GPU: skipped without one or under the CUDA "
                    "simulator, and marked gpu")

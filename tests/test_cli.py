@@ -159,6 +159,7 @@ def test_bench_a_tiny_matrix_on_the_cpu(capsys, matrix_file):
     assert "prepare() in all (deciding, conversion to csr, set-up) took " in out
 
 
+@pytest.mark.slow
 def test_bench_prints_the_spread_over_repeats(capsys, matrix_file, monkeypatch):
     """Each row is the median, min and max of the per-call medians of --repeats measurements,
     and the speed against SciPy's is given per repeat too (a clock whose readings grow by one
@@ -369,6 +370,7 @@ def test_gzip_label_file_must_be_named_gz(tmp_path, some_labels):
         label.label([], path, "cpu", progress=False)
 
 
+@pytest.mark.slow
 def test_retrain_can_be_restarted_and_undone(capsys, monkeypatch):
     """The documented life cycle: retrain installs a model in the data folder, `models` shows
     it in use, labels timed differently are not mixed in, `--fresh` starts over and

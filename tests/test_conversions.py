@@ -39,6 +39,7 @@ def simulated():
     return run_simulator_worker(WORKER, TIMEOUT_S)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", _case_names())
 def test_simulated_conversion_kernels_build_the_host_arrays(simulated, case):
     assert simulated[case]["diff"] is None, simulated[case]["diff"]

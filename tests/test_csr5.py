@@ -221,6 +221,7 @@ def test_cpu_parallel_and_serial_agree_bitwise(rng):
 
 # --- the CUDA kernel (compiled, not run) ------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype, itype", [(np.float32, np.int32), (np.float64, np.int32),
                                           (np.float64, np.int64)],
                          ids=["float32", "float64", "float64-int64"])
@@ -244,6 +245,7 @@ def test_cuda_program_compiles_to_ptx(dtype, itype):
     assert f"atom.global.add.{suffix}" in ptx  # a native atomic, not a compare-and-swap loop
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
 def test_cuda_kernel_overlaps_the_clearing_of_tile_ends(dtype):
     """Where only the tile ends of y are cleared, the kernel is launched to overlap that

@@ -75,6 +75,7 @@ def test_h200_models_are_shipped_and_valid(dtype):
     assert (provenance["timing_mode"], provenance["large_nnz"]) == ("auto", 1_000_000)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", SHIPPED, ids=[p.stem for p in SHIPPED])
 def test_shipped_model_passes_the_install_guard_on_its_labels(model):
     """The test `retrain` applies before installing (autospmv.training.train.cross_validate):

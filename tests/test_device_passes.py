@@ -50,6 +50,7 @@ def simulated():
     return run_simulator_worker(WORKER, TIMEOUT_S)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", _case_names())
 def test_simulated_device_passes_give_the_host_features(simulated, case):
     assert simulated[case]["diff"] is None, simulated[case]["diff"]

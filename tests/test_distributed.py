@@ -312,6 +312,7 @@ def test_cg_on_one_device_as_scipy_does(maxiter, x0):
     np.testing.assert_allclose(x, x_ref, rtol=1e-8, atol=1e-12)
 
 
+@pytest.mark.slow
 def test_gmres_and_minres_run_on_the_workers_as_scipy_does(client):
     n = 2000
     N = (band(n, offsets=(1, 9)) + sp.diags(np.linspace(0.1, 0.9, n - 4), 4)).tocsr()

@@ -181,6 +181,7 @@ def test_cli_explain_refuses_a_crafted_npz(tmp_path, indices, indptr, message):
     assert f"malformed CSR matrix: {message}" in done.stderr, done.stderr
 
 
+@pytest.mark.slow
 def test_fuzzed_matrices_give_an_error_or_the_right_answer():
     """fuzz_worker.py: 1200 random CSR, CSC and DIA matrices, most of them malformed, some wide
     or tall, through the features, every kernel, prepare and SpMVOperator, A and Aᵀ."""

@@ -49,6 +49,28 @@ def test_an_install_holds_only_the_autospmv_package(installed):
     assert list((installed / "autospmv" / "models").glob("*.json"))
 
 
+def test_an_install_ships_the_models_and_the_labels_summary_not_the_labels(installed):
+    models = installed / "autospmv" / "models"
+    shipped = sorted(str(p.relative_to(models)) for p in models.rglob("*") if p.is_file())
+    assert shipped == sorted([*(p.name for pattern in ("*.json", "*.md")
+                                for p in (REPO / "models").glob(pattern)),
+                              "labels/labelling-times.json"])
+
+
+def test_the_installed_forecast_reads_the_shipped_summary(installed, tmp_path):
+    script = ("from autospmv.training.forecast import Forecast\n"
+              "for device in ('cuda', 'cpu'):\n"
+              "    forecast = Forecast.for_device(device)\n"
+              "    print(len(forecast.reference), forecast.source)\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=_env(installed),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    cuda, cpu = done.stdout.splitlines()
+    assert int(cuda.split()[0]) > 1000
+    assert cuda.endswith("(cuda-nvidia-h100-80gb-hbm3-float32.jsonl.gz)")
+    assert int(cpu.split()[0]) > 100 and cpu.endswith("-float64.jsonl.gz)")
+
+
 def test_the_installed_pipeline_runs_beside_a_users_training_module(installed, tmp_path):
     (tmp_path / "training.py").write_text("raise SystemExit('the user file ran')\n")
     done = subprocess.run([sys.executable, "-m", "autospmv.training", "--help"], cwd=tmp_path,
@@ -67,6 +89,20 @@ def test_a_source_checkout_imports_the_pipeline_without_an_install(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == [str(REPO / "training" / "label.py"), str(REPO / "models")]
+
+
+@pytest.mark.parametrize("folder", ["autospmv", "tests", "benchmarks", "docs"])
+def test_a_source_checkout_imports_no_other_folder_into_the_package(folder, tmp_path):
+    """Only training/ and models/ import as ``autospmv.<folder>``; the checkout's other folders
+    (the package's own among them) stay outside it."""
+    script = ("import sys\n"
+              "sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in repr(f)]\n"
+              "import importlib.util, autospmv\n"
+              f"print(importlib.util.find_spec('autospmv.{folder}'))\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=_env(REPO),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "None"
 
 
 def test_the_solver_benchmark_runs_from_an_install_on_generated_matrices(installed, tmp_path):

@@ -90,6 +90,7 @@ def peaks() -> dict:
     return {shapes[shape]: report for shape, report in json.loads(done.stdout).items()}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(SHAPES))
 def test_wide_matrices_cost_memory_in_proportion_to_their_nonzeros(peaks, name):
     report = peaks[name]

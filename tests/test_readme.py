@@ -123,18 +123,21 @@ def sessions(tmp_path_factory):
     return folder, env, done
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("page", [p for p in PAGES if blocks(p, "python")], ids=name)
 def test_python_blocks_run(page, sessions):
     _, _, done = sessions
     assert done[page].returncode == 0, done[page].stderr[-3000:]
 
 
+@pytest.mark.slow
 def test_readme_example_prints_the_kernel(sessions):
     _, _, done = sessions
     kernel, params = done[README].stdout.splitlines()[0].split(" ", 1)
     assert kernel in autospmv.KERNELS and params.startswith("{")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("page, k", [(p, k) for p in PAGES for k in range(len(samples(p)))],
                          ids=lambda v: name(v) if isinstance(v, Path) else str(v))
 def test_sample_output_matches_the_real_one(page, k, sessions):
@@ -152,6 +155,7 @@ def test_sample_output_matches_the_real_one(page, k, sessions):
     assert [start(line) for line in sample] == [start(line) for line in real]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", sorted({c for p in [*PAGES, MODEL_CARD] for c in commands(p)}))
 def test_shell_commands(command, sessions):
     folder, env, _ = sessions

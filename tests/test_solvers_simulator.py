@@ -14,6 +14,9 @@ from simulator_run import run_simulator_worker
 
 cuda = pytest.importorskip("numba.cuda")
 
+# The simulator's worker process compiles every solver step (minutes on two cores).
+pytestmark = pytest.mark.slow
+
 WORKER = pathlib.Path(__file__).with_name("solvers_simulator_worker.py")
 
 

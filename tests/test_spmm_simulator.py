@@ -19,6 +19,9 @@ from simulator_run import run_simulator_worker  # noqa: E402
 from matrices import TOLERANCE  # noqa: E402
 from spmm_cases import CASES, KERNELS  # noqa: E402
 
+# The simulator's worker process compiles every kernel (minutes on two cores).
+pytestmark = pytest.mark.slow
+
 WORKER = pathlib.Path(__file__).with_name("spmm_simulator_worker.py")
 TIMEOUT_S = 600
 """The worker takes about two minutes on two cores; the limit only stops a hang."""

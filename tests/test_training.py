@@ -30,6 +30,7 @@ from autospmv.training.metrics import (BANDS, band_rows, chooser_quality, cost_p
 from autospmv.training.records import (LARGE_NNZ, SCHEMA, TIMING_MODES, is_noisy, read_records,
                                        row_noise, target_mode)
 from autospmv.training.timing import QUICK, Bench, require_real_gpu
+from virtual_clock import VirtualClock
 
 INF = math.inf
 
@@ -234,36 +235,38 @@ def test_time_all_interleaves_rounds_and_isolates_a_failing_operator():
 
 class _Flaky:
     """An operator whose first ``noisy_calls`` calls take 3 ms, except every third, 1 ms (a
-    contended machine), and which then takes a steady millisecond per call."""
+    contended machine), and which then takes a steady millisecond per call, on ``clock``."""
 
-    def __init__(self, noisy_calls):
-        self.calls, self.noisy_calls = 0, noisy_calls
+    def __init__(self, clock: VirtualClock, noisy_calls: int):
+        self.clock, self.calls, self.noisy_calls = clock, 0, noisy_calls
 
     def matvec(self, x, out):
-        import time
-
         self.calls += 1
-        if self.calls <= self.noisy_calls:
-            time.sleep(0.003 if self.calls % 3 else 0.001)
-        else:
-            time.sleep(0.001)
+        noisy = self.calls <= self.noisy_calls and self.calls % 3
+        self.clock.advance(0.003 if noisy else 0.001)
         return out
+
+
+def _timed_on(clock: VirtualClock, op, options) -> dict:
+    bench = Bench("cpu", np.ones(4), 4, options)
+    bench.clock = clock  # the operator's own account of its time, whatever the machine's load
+    return bench.time_all({"op": op})["op"]
 
 
 def test_a_disturbed_timing_is_taken_again_and_the_steadier_attempt_kept():
     options = dataclasses.replace(QUICK, warmup=1, repeats=9, min_repeats=9, b2b_calls=2,
                                   b2b_repeats=3, rounds=1, max_seconds=10.0, retries=2)
-    x = np.ones(4)
     # warm-up 1 + 9 single calls + 3 batches of 2: the whole first attempt is disturbed.
-    flaky = _Flaky(noisy_calls=16)
-    timing = Bench("cpu", x, 4, options).time_all({"flaky": flaky})["flaky"]
+    clock = VirtualClock()
+    timing = _timed_on(clock, _Flaky(clock, noisy_calls=16), options)
     assert timing["retimed"] == 1
-    assert timing["per_call"]["median"] / timing["per_call"]["min"] < options.noise_limit
-    assert timing["per_call"]["median"] > 900  # the steady millisecond, in µs
+    assert timing["per_call"]["median"] == pytest.approx(1000)  # the steady millisecond, in µs
+    assert noise_ratio(timing) == pytest.approx(1)
     # Never steady: retried up to the limit, and the ratio shows it.
-    always = Bench("cpu", x, 4, options).time_all({"f": _Flaky(noisy_calls=10**6)})["f"]
+    clock = VirtualClock()
+    always = _timed_on(clock, _Flaky(clock, noisy_calls=10**6), options)
     assert always["retimed"] == options.retries
-    assert noise_ratio(always) > options.noise_limit
+    assert noise_ratio(always) == pytest.approx(3)  # 3 ms calls against 1 ms ones
 
 
 def test_gpu_timing_refuses_the_simulator(monkeypatch):
@@ -1143,6 +1146,7 @@ def _retrain(labels, dtype):
                  "--budget-minutes", "1e-9", "--matrices"])
 
 
+@pytest.mark.slow
 def test_a_float32_retrain_never_replaces_the_float64_model(tmp_path, monkeypatch, capsys):
     from autospmv._decide.model import lookup
     from autospmv._decide.model.store import device_slug, user_model_path
@@ -1170,6 +1174,7 @@ def test_a_float32_retrain_never_replaces_the_float64_model(tmp_path, monkeypatc
     assert "installed " in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_model_worse_than_the_best_fixed_kernel_is_not_installed(tmp_path, monkeypatch,
                                                                     capsys):
     from autospmv._decide.model.store import device_slug, user_model_path

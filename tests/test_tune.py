@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +17,7 @@ from autospmv._prepare.operator import SpMVOperator
 from autospmv._decide.model.tree import TreeModel
 from autospmv._support.validation import canonicalize
 from matrices import FAMILY, poisson2d
+from virtual_clock import VirtualClock
 
 CPU_MODEL = (Path(__file__).resolve().parent.parent / "models"
              / "cuda-nvidia-h100-80gb-hbm3-float64.json")
@@ -44,19 +44,24 @@ def test_measure_keeps_the_measured_fastest_and_records_it():
 
 
 def test_measure_overrules_a_slow_prediction(monkeypatch):
+    from autospmv._support import timing
+
     A = poisson2d(60)
     predicted = autospmv.select(A, device="cpu", model=CPU_MODEL).kernel
     matvec = SpMVOperator.matvec
+    clock = VirtualClock()  # the products' own account of their time, whatever the machine's load
+    monkeypatch.setattr(timing, "clock", lambda device: clock)
 
-    def slowed(self, x, out=None):  # the predicted kernel takes an extra 2 ms per product
-        if self.kernel == predicted:
-            time.sleep(0.002)
+    def slowed(self, x, out=None):  # the predicted kernel takes 2 ms per product, others 10 µs
+        clock.advance(2e-3 if self.kernel == predicted else 1e-5)
         return matvec(self, x, out=out)
 
     monkeypatch.setattr(SpMVOperator, "matvec", slowed)
     op = autospmv.prepare(A, device="cpu", model=CPU_MODEL, tune="measure")
     assert op.kernel != predicted and op.decision.tuning["predicted"] == predicted
-    assert op.decision.tuning["times_us"][predicted]["b2b"] > 2000
+    times = op.decision.tuning["times_us"]
+    assert times[predicted]["b2b"] == pytest.approx(2000)
+    assert times[op.kernel]["b2b"] == pytest.approx(10)
     assert f"(predicted {predicted})" in op.explain()
 
 

@@ -124,8 +124,8 @@ def _best(grid, times: np.ndarray, chosen: dict, positions: np.ndarray) -> tuple
     The standard error is that of the mean per-matrix difference in log q between the best
     setting and the candidate (paired: both chose for the same matrices). A deeper tree must
     so beat the simpler one by more than the spread of its gains over the matrices, not by
-    the luck of a few of them (the "one standard error" rule of CART). On the four GPU
-    labellings this raised the nested cross-validated score of three (``models/README.md``)."""
+    the luck of a few of them (the "one standard error" rule of CART; ``models/README.md``,
+    *One standard error*)."""
     log_q = {hyper: selection_log_q(times[positions], chosen[hyper][positions])
              for hyper in grid}
     best = grid[0]
