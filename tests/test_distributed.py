@@ -295,6 +295,14 @@ def test_a_solution_is_handed_over_once(client):
     assert held == {worker: 0 for worker in op.workers}
 
 
+def test_an_unknown_side_is_refused_by_vector_and_zeros_alike(client):
+    op = prepare(band(60), client)
+    for make in (lambda: op.vector(np.ones(60), side="diagonal"),
+                 lambda: op.zeros(side="diagonal")):
+        with pytest.raises(ValueError, match="side must be 'columns' or 'rows'; got 'diagonal'"):
+            make()
+
+
 @pytest.mark.parametrize("maxiter, x0", [(None, False), (None, True), (5, False)])
 def test_cg_on_one_device_as_scipy_does(maxiter, x0):
     """The rank function on one device without Dask (scalars in device arrays, the stop flag

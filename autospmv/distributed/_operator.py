@@ -99,12 +99,27 @@ def _close_rank(rank):
 
 class DistributedOperator(LinearOperator):
     """``y = A @ x`` with A's rows cut over Dask workers, one rank per worker; a SciPy
-    ``LinearOperator``. Built by :func:`prepare`.
+    ``LinearOperator``.
 
-    Attributes: ``shape``, ``dtype``, ``nnz``, ``client``, ``parts`` (one :class:`Part` per
-    rank), ``kernels``, ``decisions``, ``comm`` (``nccl``, ``socket`` or ``self``),
-    ``comm_reason`` (why not NCCL, when not), ``row_layout`` and ``col_layout`` (the
-    :class:`~._vector.Layout` of y and of x).
+    Built by :func:`prepare`, not by hand. Attributes: ``shape`` (``(m, n)``), ``dtype``
+    (float32 or float64), ``nnz`` (summed over the ranks), ``client`` (the Dask client it
+    works through), ``parts`` (one :class:`Part` per rank, in rank order: rows, owned entries
+    of x, worker, nonzeros, ghost exchange and decisions), :attr:`kernels`,
+    :attr:`decisions`, ``comm`` (the ghost exchange's communicator: ``nccl``, ``socket`` or
+    ``self`` for one rank), ``comm_reason`` (why not NCCL, when not; else ``""``),
+    ``row_layout`` and ``col_layout`` (the :class:`Layout` of y and of x).
+
+    Examples
+    --------
+    >>> import numpy as np, scipy.sparse as sp, autospmv.distributed
+    >>> from distributed import Client, LocalCluster
+    >>> client = Client(LocalCluster(n_workers=2, threads_per_worker=1))  # doctest: +SKIP
+    >>> T = sp.diags([-1.0, 2.0, -1.0], [-1, 0, 1], shape=(1000, 1000), format="csr")
+    >>> op = autospmv.distributed.prepare(T, client=client, device="cpu")  # doctest: +SKIP
+    >>> op  # doctest: +SKIP
+    <DistributedOperator 1000x1000 float64 nnz=2998 ranks=2 comm=socket kernels=[...]>
+    >>> [part.rows for part in op.parts]  # doctest: +SKIP
+    [(0, 500), (500, 1000)]
     """
 
     def __init__(self, client, shape, dtype, parts, ranks, row_layout, col_layout, comm_reason):
@@ -134,15 +149,61 @@ class DistributedOperator(LinearOperator):
 
     @property
     def kernels(self) -> list:
+        """The kernel of each rank's owned block, in rank order.
+
+        Returns
+        -------
+        list of str
+            ``op.parts[r].kernel`` for each rank r: the kernel :func:`autospmv.prepare` chose
+            (or was given) on rank r's worker. A ghost block's kernel is in
+            ``op.parts[r].ghost_kernel``.
+
+        Examples
+        --------
+        >>> op.kernels  # doctest: +SKIP
+        ['csr_scalar', 'csr_scalar']
+        """
         return [part.kernel for part in self.parts]
 
     @property
     def decisions(self) -> list:
+        """The kernel decision of each rank's owned block, in rank order.
+
+        Returns
+        -------
+        list of Decision
+            ``op.parts[r].decision`` for each rank r, an :class:`autospmv.Decision` made on
+            rank r's worker. A ghost block's decision is in ``op.parts[r].ghost_decision``
+            (None when the rank has no ghost entries).
+
+        Examples
+        --------
+        >>> op.decisions[0].kernel  # doctest: +SKIP
+        'csr_scalar'
+        """
         return [part.decision for part in self.parts]
 
     def explain(self) -> str:
-        """One section per rank: rows, nonzeros, ghost entries exchanged, worker, and the
-        kernel decisions of its owned and ghost blocks."""
+        """Describe how the operator is cut and why each block has its kernel.
+
+        Returns
+        -------
+        str
+            A header (shape, dtype, nonzeros, ranks, the ghost exchange's communicator and why
+            not NCCL, when not), then one section per rank: its rows, owned entries of x,
+            nonzeros (owned and ghost), worker, device, the ghost entries it receives per
+            product from each rank, and the kernel decisions of its owned and ghost blocks.
+            ``str(op)`` gives the same text.
+
+        Examples
+        --------
+        >>> print(op.explain())  # doctest: +SKIP
+        DistributedOperator 1000x1000 float64 nnz=2998: 2 ranks, ghost exchange through ...
+        rank 0: rows 0:500 (500 rows), owns x[0:500], nnz 1499 (owned 1498, ghost 1), ...
+          ghost entries received per product: 1 from rank 1
+          owned block: kernel csr_scalar
+        ...
+        """
         m, n = self.shape
         via = self.comm + (f" ({self.comm_reason})" if self.comm_reason else "")
         lines = [f"DistributedOperator {m}x{n} {self.dtype} nnz={self.nnz}: {len(self.parts)} "
@@ -175,14 +236,45 @@ class DistributedOperator(LinearOperator):
     # Running code on all ranks at once.
 
     def map_ranks(self, fn, *vectors, **kwargs) -> list:
-        """Run ``fn(rank, *chunks, **kwargs)`` on every rank at once (SPMD), where ``chunks``
-        are the ranks' chunks of the given :class:`DistributedVector` objects; one Dask future
-        per rank.
+        """Run ``fn(rank, *chunks, **kwargs)`` on every rank at once (SPMD).
 
-        ``rank`` offers ``matvec(x_chunk)`` (this rank's rows of ``A @ x``; every rank must
-        call it the same number of times), ``dot(a, b)`` and ``norm(a)`` (all-reduced),
-        ``xp`` (CuPy or NumPy), ``rows``, ``cols``, ``rank`` and ``size``. The solvers are
-        written this way. Calls are ordered per rank as submitted.
+        The solvers are written this way. Calls are ordered per rank as submitted, and each
+        task waits for its device before it ends, so its result is complete.
+
+        Parameters
+        ----------
+        fn : callable
+            Called on each rank's worker as ``fn(rank, *chunks, **kwargs)``. ``rank`` offers
+            ``matvec(x_chunk)`` (this rank's rows of ``A @ x``; every rank must call it the
+            same number of times), ``dot(a, b)`` and ``norm(a)`` (all-reduced over the ranks),
+            ``xp`` (CuPy or NumPy), ``rows``, ``cols``, ``rank`` and ``size``.
+        *vectors : DistributedVector
+            Vectors whose chunks are passed to ``fn``: on rank r, ``chunks`` are their r-th
+            chunks (CuPy arrays on GPU workers, NumPy on CPU workers).
+        **kwargs
+            Passed to ``fn`` on every rank.
+
+        Returns
+        -------
+        list of distributed.Future
+            One Dask future per rank, in rank order, holding what ``fn`` returned there.
+
+        Raises
+        ------
+        TypeError
+            A vector that is not a :class:`DistributedVector`.
+        RuntimeError
+            The operator is closed.
+        ValueError
+            The client is closed or has lost its scheduler.
+
+        Examples
+        --------
+        >>> def residual_norm(rank, x, b):
+        ...     return rank.norm(b - rank.matvec(x))
+        >>> b = op.vector(np.ones(1000), side="rows")  # doctest: +SKIP
+        >>> [f.result() for f in op.map_ranks(residual_norm, op.zeros(), b)]  # doctest: +SKIP
+        [31.622776601683793, 31.622776601683793]
         """
         ranks = self._live_ranks()
         for vector in vectors:
@@ -216,24 +308,117 @@ class DistributedOperator(LinearOperator):
     # Vectors.
 
     def vector(self, x, side: str = "columns", dtype=None) -> DistributedVector:
-        """Scatter ``x`` (NumPy, CuPy or dask) to the workers, cut like the operator's columns
-        (an input, the default) or rows (``side="rows"``, an output or right-hand side)."""
+        """Scatter ``x`` to the workers, cut like the operator's columns or rows.
+
+        Parameters
+        ----------
+        x : array of length n (or m)
+            A NumPy or CuPy vector, or a dask array; each chunk is sent to its worker once.
+        side : {"columns", "rows"}, default "columns"
+            ``"columns"``: cut like x of ``A @ x`` (an input); ``"rows"``: cut like y (an
+            output, or a solver's right-hand side).
+        dtype : dtype, optional
+            The vector's dtype (default: x's).
+
+        Returns
+        -------
+        DistributedVector
+            The vector, its chunks on the ranks' workers (CuPy on GPU workers, NumPy on CPU
+            workers).
+
+        Raises
+        ------
+        ValueError
+            An unknown ``side``; x not a vector of the side's length; a closed client.
+        TypeError
+            A complex or non-numeric dtype, or one the kernels do not compute in
+            (``numpy.longdouble``).
+        RuntimeError
+            A rank's worker has left the cluster (the message names the rank and worker).
+
+        Examples
+        --------
+        >>> x = op.vector(np.ones(1000))  # doctest: +SKIP
+        >>> x  # doctest: +SKIP
+        <DistributedVector size=1000 float64 chunks=(500, 500) on cpu>
+        >>> b = op.vector(np.ones(1000), side="rows", dtype=np.float32)  # doctest: +SKIP
+        """
+        return DistributedVector.scatter(x, self._layout(side), self.client, dtype)
+
+    def zeros(self, side: str = "columns", dtype=None) -> DistributedVector:
+        """A vector of zeros made on the workers, cut like the operator's columns or rows.
+
+        Parameters
+        ----------
+        side : {"columns", "rows"}, default "columns"
+            As for :meth:`vector`.
+        dtype : dtype, optional
+            The vector's dtype (default: the operator's).
+
+        Returns
+        -------
+        DistributedVector
+            The zeros; no data passes through the client.
+
+        Raises
+        ------
+        ValueError
+            An unknown ``side``.
+
+        Examples
+        --------
+        >>> op.zeros(side="rows")  # doctest: +SKIP
+        <DistributedVector size=1000 float64 chunks=(500, 500) on cpu>
+        """
+        return DistributedVector.full(self._layout(side), self.client, 0.0, dtype or self.dtype)
+
+    def _layout(self, side: str):
+        """The layout of a vector of ``side`` ("columns": x's, "rows": y's)."""
         layout = {"columns": self.col_layout, "rows": self.row_layout}.get(side)
         if layout is None:
             raise ValueError(f"side must be 'columns' or 'rows'; got {side!r}")
-        return DistributedVector.scatter(x, layout, self.client, dtype)
-
-    def zeros(self, side: str = "columns", dtype=None) -> DistributedVector:
-        layout = {"columns": self.col_layout, "rows": self.row_layout}[side]
-        return DistributedVector.full(layout, self.client, 0.0, dtype or self.dtype)
+        return layout
 
     # Products.
 
     def matvec(self, x):
-        """``A @ x``: a :class:`DistributedVector` gives one (cut like the rows, no data
-        through the client); a dask array a dask array; a CuPy array a CuPy array on the
-        client's GPU; NumPy (or a list) NumPy. The dtype is SciPy's,
-        ``numpy.result_type(op.dtype, x.dtype)``."""
+        """``A @ x``, computed on the workers; ``op @ x`` calls it.
+
+        Parameters
+        ----------
+        x : DistributedVector, dask array, CuPy array or array-like of length n
+            The vector; a DistributedVector must be cut like the operator's columns
+            (:meth:`vector`, or a product of an operator with the same layout). A NumPy n×1
+            column is accepted too.
+
+        Returns
+        -------
+        DistributedVector, dask array, CuPy array or numpy.ndarray
+            y, of x's kind: for a :class:`DistributedVector` one cut like the rows (no data
+            through the client); for a dask array a dask array; for a CuPy array a CuPy
+            array on the client's GPU; for NumPy (or a list) NumPy, an m×1 column for an n×1
+            one. The dtype is SciPy's, ``numpy.result_type(op.dtype, x.dtype)``.
+
+        Raises
+        ------
+        ValueError
+            x not of length n, or a DistributedVector cut differently from the operator's
+            columns; a closed client.
+        TypeError
+            x complex or non-numeric, or of a dtype whose product the kernels do not compute
+            in (``numpy.longdouble``).
+        RuntimeError
+            The operator is closed, or a rank's worker has left the cluster (the message
+            names the rank and worker).
+
+        Examples
+        --------
+        >>> y = op @ op.vector(np.ones(1000))  # doctest: +SKIP
+        >>> y.gather()[:3]  # doctest: +SKIP
+        array([1., 0., 0.])
+        >>> bool(np.allclose(op @ np.ones(1000), T @ np.ones(1000)))  # doctest: +SKIP
+        True
+        """
         if isinstance(x, DistributedVector):
             return self._distributed_matvec(x)
         if is_dask_array(x):
@@ -296,7 +481,24 @@ class DistributedOperator(LinearOperator):
         return {**self.__dict__, "_client": None}
 
     def close(self):
-        """Release the ranks and their communicators now; a closed operator refuses products."""
+        """Release the ranks and their communicators now.
+
+        A closed operator refuses products (a RuntimeError says to prepare it again); closing
+        it again does nothing.
+
+        Raises
+        ------
+        ValueError
+            The client is closed or has lost its scheduler.
+
+        Examples
+        --------
+        >>> op.close()  # doctest: +SKIP
+        >>> op @ np.ones(1000)  # doctest: +SKIP
+        Traceback (most recent call last):
+        ...
+        RuntimeError: this DistributedOperator was closed; prepare it again
+        """
         if self._ranks:
             self.client.gather(on_workers(self.client, _close_rank, self.workers, self._ranks))
         self._ranks, self._last = [], []
@@ -377,23 +579,82 @@ def _host_of(address: str) -> str:
 def prepare(A, client=None, parts: int | None = None, device: str | None = None, *,
             shape=None, row_bounds=None, **prepare_kwargs) -> DistributedOperator:
     """Cut A's rows over the workers of a Dask cluster, one rank per worker, and build each
-    rank's owned and ghost blocks where they live; see the package docs.
+    rank's owned and ghost blocks where they live.
 
-    ``A`` is one of:
+    The package docs (:mod:`autospmv.distributed`) say how the operator works. Rank r takes
+    the r-th worker in sorted address order.
 
-    * a matrix :func:`autospmv.prepare` accepts (the convenience form: cut on the client into
-      blocks of about equal nonzeros, each sent to its worker once);
-    * a function ``block(row_start, row_stop)`` returning that row block (a SciPy sparse
-      matrix with all n columns), called on the workers; needs ``shape=(m, n)`` and takes
-      ``row_bounds=`` (default: rows cut evenly);
-    * a list of per-part sources, one per rank: paths to ``scipy.sparse.save_npz`` files or
-      functions of no arguments, each giving its rank's row block, read on the workers.
+    Parameters
+    ----------
+    A : sparse matrix, 2-D array, callable or list
+        The matrix, in one of three forms:
 
-    ``client``: a ``distributed.Client`` (default: the current one; without any, a ValueError
-    says how to start one). ``parts``: the number of ranks (default: every worker).
-    ``device``: ``"cpu"`` or ``"cuda"`` (default: CUDA where the workers see a GPU). Other
-    keywords (``kernel=``, ``model=``, ``params=``, ``tune=``) go to :func:`autospmv.prepare`
-    for each block; a ``model=`` path must exist on the workers.
+        * a matrix :func:`autospmv.prepare` accepts (the convenience form: cut on the client
+          into blocks of about equal nonzeros, each sent to its worker once);
+        * a function ``block(row_start, row_stop)`` returning that row block (a SciPy sparse
+          matrix with all n columns), called on the workers, so that a large matrix never
+          passes through the client; needs ``shape=``;
+        * a list of per-part sources, one per rank: paths to ``scipy.sparse.save_npz`` files
+          or functions of no arguments, each giving its rank's row block, read on the
+          workers; the blocks' rows add up to m.
+    client : distributed.Client, optional
+        The client of the cluster to run on. Default: the current one; without any, a
+        ValueError says how to start one (prepare never starts a cluster).
+    parts : int, optional
+        The number of ranks (default: every worker); the first ``parts`` workers in sorted
+        address order take them.
+    device : {"cpu", "cuda"}, optional
+        Default: CUDA where the workers see a GPU.
+    shape : tuple of two ints, optional
+        With a block function: the whole matrix's shape ``(m, n)``.
+    row_bounds : sequence of int, optional
+        With a block function: ``parts + 1`` non-decreasing integers from 0 to m; rank r gets
+        rows ``row_bounds[r]:row_bounds[r + 1]``. Default: rows cut evenly.
+    **prepare_kwargs
+        Other keywords (``kernel=``, ``model=``, ``params=``, ``tune=``) go to
+        :func:`autospmv.prepare` for each block; a ``model=`` path must exist on the workers.
+
+    Returns
+    -------
+    DistributedOperator
+        The operator, a ``scipy.sparse.linalg.LinearOperator``; ``op.explain()`` shows each
+        rank's rows, ghost exchange and kernel decisions. For a square A, x is cut like the
+        rows; otherwise x's entries are cut evenly.
+
+    Raises
+    ------
+    ImportError
+        Dask is not installed, or ``device="cuda"`` on workers without CuPy.
+    ValueError
+        No client (the message says how to start one), or a closed one; an unknown
+        ``device``; ``parts`` not a positive integer, or more than the workers; a cluster
+        without workers; workers that resolve ``device=None`` differently; ``device="cuda"``
+        on a worker without a usable GPU (named); a block function without ``shape=``, or
+        ``row_bounds`` that do not cut the rows into ``parts`` blocks; ``shape=`` or
+        ``row_bounds=`` with a whole matrix; a list of part sources not one per rank, or
+        whose blocks differ in columns; A not 2-D; a part file that cannot be read, or a row
+        block of the wrong shape (the message names the rank); row blocks of different
+        dtypes; what :func:`autospmv.prepare` refuses in a block (a malformed matrix, an
+        unknown ``kernel``).
+    TypeError
+        A of another kind (a ``LinearOperator``, for instance); a part source that is not a
+        path or a function, or gives no 2-D SciPy sparse matrix (the message names the
+        rank); complex values.
+
+    Examples
+    --------
+    >>> import numpy as np, scipy.sparse as sp, autospmv.distributed
+    >>> from distributed import Client, LocalCluster
+    >>> client = Client(LocalCluster(n_workers=2, threads_per_worker=1))  # doctest: +SKIP
+    >>> T = sp.diags([-1.0, 2.0, -1.0], [-1, 0, 1], shape=(1000, 1000), format="csr")
+    >>> op = autospmv.distributed.prepare(T, client=client, device="cpu")  # doctest: +SKIP
+    >>> bool(np.allclose(op @ np.ones(1000), T @ np.ones(1000)))  # doctest: +SKIP
+    True
+
+    The same operator, its row blocks made on the workers:
+
+    >>> op = autospmv.distributed.prepare(lambda start, stop: T[start:stop],
+    ...                                   shape=T.shape, device="cpu")  # doctest: +SKIP
     """
     require_distributed()
     client = _default_client() if client is None else client

@@ -151,31 +151,164 @@ def _dtype_of(b):
 
 def cg(op, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None):
     """Solve ``A x = b`` by conjugate gradients on the workers (A symmetric positive
-    definite), as ``scipy.sparse.linalg.cg`` does; ``(x, info)``.
+    definite), as ``scipy.sparse.linalg.cg`` does.
 
-    ``b`` (and ``x0``) may be a :class:`DistributedVector` (x comes back as one, on the
-    workers), a dask array (x is a dask array) or a NumPy or CuPy vector (x is NumPy).
-    ``info`` is SciPy's: 0 converged, else the iterations run. The iteration count is in
-    ``op.last_solve["iterations"]``.
+    The whole iteration runs on the ranks, its dots all-reduced, so the iterates are SciPy's
+    up to the order in which the ranks' partial sums are added. There is no preconditioner
+    or callback. The iteration count is in ``op.last_solve["iterations"]``.
+
+    Parameters
+    ----------
+    op : DistributedOperator
+        The operator of A, square (:func:`prepare`).
+    b : DistributedVector, dask array, NumPy or CuPy vector of length n
+        The right-hand side; a :class:`DistributedVector` must be cut like the operator's
+        rows (``op.vector(b, side="rows")``).
+    x0 : DistributedVector, dask array, NumPy or CuPy vector of length n, optional
+        The starting guess (zeros by default); a :class:`DistributedVector` must be cut like
+        the operator's columns (``op.vector(x0)``).
+    rtol, atol : float
+        The iteration stops when ``‖b − A x‖ < max(atol, rtol·‖b‖)``.
+    maxiter : int, optional
+        The most iterations (10·n by default).
+
+    Returns
+    -------
+    x : DistributedVector, dask array or numpy.ndarray
+        The solution: for a :class:`DistributedVector` b one, on the workers; for a dask
+        array a dask array; for a NumPy or CuPy vector NumPy.
+    info : int
+        0 when converged, else the iterations run (SciPy's meaning).
+
+    Raises
+    ------
+    ValueError
+        A non-square operator; b or x0 not of length n, or a DistributedVector cut
+        differently from the operator's rows (b) or columns (x0); a negative or non-finite
+        tolerance; a closed client.
+    TypeError
+        Complex b or x0, or a dtype the kernels do not compute in.
+    RuntimeError
+        The operator is closed, or a rank's worker has left the cluster (the message names
+        the rank and worker).
+
+    Examples
+    --------
+    >>> import numpy as np, scipy.sparse as sp, autospmv.distributed
+    >>> T = sp.diags([-1.0, 2.0, -1.0], [-1, 0, 1], shape=(1000, 1000), format="csr")
+    >>> op = autospmv.distributed.prepare(T, client=client, device="cpu")  # doctest: +SKIP
+    >>> x, info = autospmv.distributed.cg(op, np.ones(1000), rtol=1e-8)  # doctest: +SKIP
+    >>> info, bool(np.allclose(T @ x, 1))  # doctest: +SKIP
+    (0, True)
+    >>> b = op.vector(np.ones(1000), side="rows")  # doctest: +SKIP
+    >>> x, info = autospmv.distributed.cg(op, b)  # doctest: +SKIP
+    >>> x  # doctest: +SKIP
+    <DistributedVector size=1000 float64 chunks=(500, 500) on cpu>
     """
     return _solve("cg", op, b, x0, rtol, atol, maxiter)
 
 
 def bicgstab(op, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None):
     """Solve ``A x = b`` by BiCGSTAB on the workers (any nonsingular A), as
-    ``scipy.sparse.linalg.bicgstab`` does; ``(x, info)`` as :func:`cg` (info < 0: a
-    breakdown, as SciPy's)."""
+    ``scipy.sparse.linalg.bicgstab`` does.
+
+    Parameters
+    ----------
+    op, b, x0, rtol, atol, maxiter
+        As for :func:`cg`; op need not be symmetric.
+
+    Returns
+    -------
+    x : DistributedVector, dask array or numpy.ndarray
+        The solution, as for :func:`cg`.
+    info : int
+        0 when converged, the iterations run when maxiter was reached, below 0 on a
+        breakdown (SciPy's meanings).
+
+    Raises
+    ------
+    ValueError, TypeError, RuntimeError
+        As for :func:`cg`.
+
+    Examples
+    --------
+    >>> A = sp.diags([-1.0, 3.0, -0.5], [-1, 0, 1], shape=(1000, 1000), format="csr")
+    >>> op = autospmv.distributed.prepare(A, client=client, device="cpu")  # doctest: +SKIP
+    >>> x, info = autospmv.distributed.bicgstab(op, np.ones(1000))  # doctest: +SKIP
+    >>> info, bool(np.linalg.norm(A @ x - 1) <= 1e-5 * np.sqrt(1000))  # doctest: +SKIP
+    (0, True)
+    """
     return _solve("bicgstab", op, b, x0, rtol, atol, maxiter)
 
 
 def gmres(op, b, x0=None, *, rtol=1e-5, atol=0.0, restart=None, maxiter=None):
     """Solve ``A x = b`` by restarted GMRES on the workers (any nonsingular A), as
-    ``scipy.sparse.linalg.gmres`` does (``maxiter`` counts restart cycles; restart 20 by
-    default); ``(x, info)`` as :func:`cg`."""
+    ``scipy.sparse.linalg.gmres`` does.
+
+    Parameters
+    ----------
+    op, b, x0, rtol, atol
+        As for :func:`cg`; op need not be symmetric.
+    restart : int, optional
+        Columns of the Krylov basis between restarts (20 by default, at most n).
+    maxiter : int, optional
+        The most restart cycles (10·n by default), as in SciPy.
+
+    Returns
+    -------
+    x : DistributedVector, dask array or numpy.ndarray
+        The solution, as for :func:`cg`.
+    info : int
+        0 when converged, else maxiter (SciPy's meaning).
+
+    Raises
+    ------
+    ValueError, TypeError, RuntimeError
+        As for :func:`cg`; also a ``restart`` that is not a whole number from 1 to 254.
+
+    Examples
+    --------
+    >>> A = sp.diags([-1.0, 3.0, -0.5], [-1, 0, 1], shape=(1000, 1000), format="csr")
+    >>> op = autospmv.distributed.prepare(A, client=client, device="cpu")  # doctest: +SKIP
+    >>> x, info = autospmv.distributed.gmres(op, np.ones(1000), restart=30)  # doctest: +SKIP
+    >>> info, bool(np.linalg.norm(A @ x - 1) <= 1e-5 * np.sqrt(1000))  # doctest: +SKIP
+    (0, True)
+    """
     return _solve("gmres", op, b, x0, rtol, atol, maxiter, {"restart": restart})
 
 
 def minres(op, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None):
-    """Solve ``A x = b`` by MINRES on the workers (A symmetric), as
-    ``scipy.sparse.linalg.minres`` does; ``(x, info)`` as :func:`cg`."""
+    """Solve ``A x = b`` by MINRES on the workers (A symmetric, possibly indefinite), as
+    ``scipy.sparse.linalg.minres`` does.
+
+    Parameters
+    ----------
+    op, b, x0, rtol, maxiter
+        As for :func:`cg`, except that maxiter is 5·n by default.
+    atol : float
+        0 (SciPy's minres has no atol): SciPy's tests alone; above 0, the iteration also
+        stops when its residual estimate falls to atol.
+
+    Returns
+    -------
+    x : DistributedVector, dask array or numpy.ndarray
+        The solution, as for :func:`cg`.
+    info : int
+        0 when a stopping test passed, maxiter when the limit was reached.
+
+    Raises
+    ------
+    ValueError
+        As for :func:`cg`; also, as SciPy, when A turns out not symmetric.
+    TypeError, RuntimeError
+        As for :func:`cg`.
+
+    Examples
+    --------
+    >>> A = sp.diags([1.0, -2.0, 1.0], [-1, 0, 1], shape=(100, 100), format="csr")
+    >>> op = autospmv.distributed.prepare(A, client=client, device="cpu")  # doctest: +SKIP
+    >>> x, info = autospmv.distributed.minres(op, np.ones(100), rtol=1e-10)  # doctest: +SKIP
+    >>> info, bool(np.linalg.norm(A @ x - 1) <= 1e-6)  # doctest: +SKIP
+    (0, True)
+    """
     return _solve("minres", op, b, x0, rtol, atol, maxiter)

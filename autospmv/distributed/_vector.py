@@ -91,10 +91,25 @@ def _astype(chunk, *, to):
 
 
 class DistributedVector:
-    """A vector whose chunks live on the ranks' workers; see the module docs.
+    """A vector whose chunks live on the ranks' workers (CuPy on a GPU, NumPy on the CPU).
 
-    Attributes: ``shape``, ``size``, ``dtype``, ``layout`` (:class:`Layout`), ``chunks`` (one
-    Dask future per rank) and ``client``.
+    Made by :meth:`DistributedOperator.vector`, :meth:`DistributedOperator.zeros`, products,
+    the solvers, :meth:`scatter`, :meth:`from_dask` and :meth:`full`. Arithmetic (``+``,
+    ``-``, scalar ``*``, :meth:`axpy`) runs one task per chunk where the chunk lives and gives
+    a new vector; :meth:`dot` and :meth:`norm` sum the ranks' partial dots on the client, in
+    rank order. Nothing crosses the client until :meth:`gather` (NumPy) or a ``compute`` of
+    :meth:`to_dask`.
+
+    Attributes: ``shape`` (``(size,)``), ``size``, ``dtype``, ``layout`` (:class:`Layout`:
+    chunk r is entries ``bounds[r]:bounds[r + 1]`` on ``workers[r]``), ``chunks`` (one Dask
+    future per rank, in rank order) and ``client``.
+
+    Examples
+    --------
+    >>> x = op.vector(np.ones(1000))  # doctest: +SKIP
+    >>> y = 2.0 * x - op @ x  # doctest: +SKIP
+    >>> y.norm()  # doctest: +SKIP
+    63.198101237299845
     """
 
     ndim = 1
@@ -127,7 +142,42 @@ class DistributedVector:
     @classmethod
     def scatter(cls, x, layout: Layout, client, dtype=None) -> "DistributedVector":
         """Cut a NumPy or CuPy vector (or a dask array) along ``layout`` and send each chunk to
-        its worker, once."""
+        its worker, once.
+
+        Parameters
+        ----------
+        x : array of length ``layout.size``
+            A NumPy or CuPy vector (a 1×n or n×1 array too), or a dask array
+            (:meth:`from_dask`).
+        layout : Layout
+            How to cut it, usually an operator's ``col_layout`` or ``row_layout``.
+        client : distributed.Client
+            The client of the layout's workers.
+        dtype : dtype, optional
+            The vector's dtype (default: x's).
+
+        Returns
+        -------
+        DistributedVector
+            The vector, its chunks on the layout's workers (CuPy on a GPU, NumPy on the CPU).
+
+        Raises
+        ------
+        ValueError
+            x not a vector of length ``layout.size``; a closed client.
+        TypeError
+            A complex or non-numeric dtype, or one the kernels do not compute in
+            (``numpy.longdouble``), refused as a product would refuse it.
+        RuntimeError
+            A rank's worker has left the cluster (the message names the rank and worker).
+
+        Examples
+        --------
+        >>> from autospmv.distributed import DistributedVector
+        >>> DistributedVector.scatter(np.arange(1000.0), op.col_layout, client,
+        ...                           np.float32)  # doctest: +SKIP
+        <DistributedVector size=1000 float32 chunks=(500, 500) on cpu>
+        """
         if is_dask_array(x):
             return cls.from_dask(x, layout, client, dtype)
         if type(x).__module__.startswith("cupy"):
@@ -151,7 +201,39 @@ class DistributedVector:
 
     @classmethod
     def from_dask(cls, x, layout: Layout, client, dtype=None) -> "DistributedVector":
-        """A dask array's chunks, rechunked to ``layout`` and computed where they will live."""
+        """A dask array's chunks, rechunked to ``layout`` and computed where they will live.
+
+        Parameters
+        ----------
+        x : dask.array.Array
+            A vector of length ``layout.size``.
+        layout : Layout
+            How to cut it.
+        client : distributed.Client
+            The client of the layout's workers.
+        dtype : dtype, optional
+            The vector's dtype (default: x's).
+
+        Returns
+        -------
+        DistributedVector
+            The vector; the chunks are computed on their workers, not on the client.
+
+        Raises
+        ------
+        ValueError
+            x not a vector of length ``layout.size``.
+        TypeError
+            A complex or non-numeric dtype, or one the kernels do not compute in
+            (``numpy.longdouble``).
+
+        Examples
+        --------
+        >>> import dask.array as da
+        >>> b = da.ones(1000, chunks=250)
+        >>> DistributedVector.from_dask(b, op.row_layout, client)  # doctest: +SKIP
+        <DistributedVector size=1000 float64 chunks=(500, 500) on cpu>
+        """
         if x.ndim != 1 or x.shape[0] != layout.size:
             raise ValueError(f"x must be a vector of length {layout.size}; got a dask array with "
                              f"shape {x.shape}")
@@ -167,20 +249,70 @@ class DistributedVector:
 
     @classmethod
     def full(cls, layout: Layout, client, value=0.0, dtype=np.float64) -> "DistributedVector":
+        """A vector of one value, made on the workers.
+
+        Parameters
+        ----------
+        layout : Layout
+            How to cut it.
+        client : distributed.Client
+            The client of the layout's workers.
+        value : float, default 0.0
+            Every entry's value.
+        dtype : dtype, default numpy.float64
+            The vector's dtype.
+
+        Returns
+        -------
+        DistributedVector
+            The vector; no data passes through the client.
+
+        Examples
+        --------
+        >>> DistributedVector.full(op.col_layout, client, 2.0).norm()  # doctest: +SKIP
+        63.245553203367585
+        """
         chunks = _on(client, layout, _full, layout.sizes, value=value, device=layout.device,
                      dtype=np.dtype(dtype))
         return cls(client, layout, chunks, dtype)
 
     def gather(self) -> np.ndarray:
-        """The whole vector as a NumPy array on the client."""
+        """The whole vector as a NumPy array on the client.
+
+        Returns
+        -------
+        numpy.ndarray
+            The chunks, copied to the host and joined in rank order, in the vector's dtype.
+
+        Raises
+        ------
+        RuntimeError
+            A rank's worker has left the cluster (the message names the rank and worker).
+
+        Examples
+        --------
+        >>> (op @ op.vector(np.ones(1000))).gather()[:3]  # doctest: +SKIP
+        array([1., 0., 0.])
+        """
         with naming_lost_workers(self.client, self.layout.workers):
             parts = self.client.gather(_on(self.client, self.layout, _to_host, self.chunks))
         return np.concatenate(parts).astype(self.dtype, copy=False) if parts else \
             np.empty(0, self.dtype)
 
     def to_dask(self):
-        """A dask array whose chunks are this vector's, already on the workers (CuPy chunks on
-        GPU workers)."""
+        """The vector as a dask array, without moving it.
+
+        Returns
+        -------
+        dask.array.Array
+            A dask array whose chunks are this vector's, already on the workers (CuPy chunks
+            on GPU workers), one per rank, empty ones included.
+
+        Examples
+        --------
+        >>> float(op.vector(np.ones(1000)).to_dask().sum().compute())  # doctest: +SKIP
+        1000.0
+        """
         import dask.array as da
 
         meta = _array_module(self.layout.device).empty(0, dtype=self.dtype) \
@@ -210,7 +342,34 @@ class DistributedVector:
         return np.result_type(self.dtype, other_dtype)
 
     def axpy(self, alpha, x: "DistributedVector") -> "DistributedVector":
-        """``self + alpha * x``, as a new vector."""
+        """``self + alpha * x``, as a new vector.
+
+        Parameters
+        ----------
+        alpha : float
+            The scale of x.
+        x : DistributedVector
+            A vector cut like this one.
+
+        Returns
+        -------
+        DistributedVector
+            The sum, computed where the chunks live, in ``numpy.result_type`` of the two
+            vectors' dtypes.
+
+        Raises
+        ------
+        TypeError
+            x not a :class:`DistributedVector`.
+        ValueError
+            x cut differently (the layouts differ).
+
+        Examples
+        --------
+        >>> x, ones = op.zeros(), op.vector(np.ones(1000))  # doctest: +SKIP
+        >>> x.axpy(2.0, ones).gather()[:2]  # doctest: +SKIP
+        array([2., 2.])
+        """
         x = self._check(x)
         return self._map(_axpy, x.chunks, alpha=float(alpha), dtype=self._dtype_with(x.dtype))
 
@@ -231,13 +390,72 @@ class DistributedVector:
         return self * -1.0
 
     def copy(self) -> "DistributedVector":
+        """A copy, made where the chunks live.
+
+        Returns
+        -------
+        DistributedVector
+            A new vector with the same layout, dtype and values, its own chunks.
+
+        Examples
+        --------
+        >>> y = x.copy()  # doctest: +SKIP
+        """
         return self._map(_copy)
 
     def astype(self, dtype) -> "DistributedVector":
+        """The vector converted to another dtype, where the chunks live.
+
+        Parameters
+        ----------
+        dtype : dtype
+            The new dtype.
+
+        Returns
+        -------
+        DistributedVector
+            A new vector with the same layout.
+
+        Raises
+        ------
+        TypeError
+            ``dtype`` is not a NumPy dtype.
+
+        Examples
+        --------
+        >>> op.vector(np.ones(1000)).astype(np.float32)  # doctest: +SKIP
+        <DistributedVector size=1000 float32 chunks=(500, 500) on cpu>
+        """
         return self._map(_astype, dtype=np.dtype(dtype), to=np.dtype(dtype))
 
     def dot(self, other: "DistributedVector") -> float:
-        """``self · other``: each rank's partial dot, summed on the client in rank order."""
+        """``self · other``: each rank's partial dot, summed on the client in rank order.
+
+        Parameters
+        ----------
+        other : DistributedVector
+            A vector cut like this one.
+
+        Returns
+        -------
+        float
+            The dot product.
+
+        Raises
+        ------
+        TypeError
+            ``other`` not a :class:`DistributedVector`.
+        ValueError
+            ``other`` cut differently (the layouts differ).
+        RuntimeError
+            A rank's worker has left the cluster (the message names the rank and worker).
+
+        Examples
+        --------
+        >>> x = op.vector(np.ones(1000))  # doctest: +SKIP
+        >>> x.dot(x)  # doctest: +SKIP
+        1000.0
+        """
         other = self._check(other)
         with naming_lost_workers(self.client, self.layout.workers):
             partial = self.client.gather(_on(self.client, self.layout, _dot, self.chunks,
@@ -245,6 +463,23 @@ class DistributedVector:
         return float(sum(partial))
 
     def norm(self) -> float:
+        """The Euclidean norm, ``sqrt(self · self)`` (:meth:`dot`).
+
+        Returns
+        -------
+        float
+            The norm.
+
+        Raises
+        ------
+        RuntimeError
+            A rank's worker has left the cluster (the message names the rank and worker).
+
+        Examples
+        --------
+        >>> op.vector(np.ones(1000)).norm()  # doctest: +SKIP
+        31.622776601683793
+        """
         return float(np.sqrt(self.dot(self)))
 
 
