@@ -111,11 +111,9 @@ class DistributedOperator(LinearOperator):
 
     Examples
     --------
-    >>> import numpy as np, scipy.sparse as sp, autospmv.distributed
-    >>> from distributed import Client, LocalCluster
-    >>> client = Client(LocalCluster(n_workers=2, threads_per_worker=1))  # doctest: +SKIP
-    >>> T = sp.diags([-1.0, 2.0, -1.0], [-1, 0, 1], shape=(1000, 1000), format="csr")
-    >>> op = autospmv.distributed.prepare(T, client=client, device="cpu")  # doctest: +SKIP
+    With ``op`` prepared as in :func:`prepare`'s example (a tridiagonal T of 1,000 rows on two
+    CPU workers):
+
     >>> op  # doctest: +SKIP
     <DistributedOperator 1000x1000 float64 nnz=2998 ranks=2 comm=socket kernels=[...]>
     >>> [part.rows for part in op.parts]  # doctest: +SKIP
