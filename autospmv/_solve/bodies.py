@@ -22,19 +22,20 @@ def dot_and_norm(W, ld, i, s, D, u, v, c, d, e, g):
 def residual(W, ld, i, s, D, r, b, q, z, e, g):
     """r = b − q (q = A x0); M r into row ``z`` for a Jacobi M when ``z`` is not ``r``; the
     terms of r·r and r·M r."""
-    value = W[b * ld + i] - W[q * ld + i]
-    preconditioned_value = preconditioned(W, ld, i, D, value)
-    W[r * ld + i] = value
-    if z != r:
-        W[z * ld + i] = preconditioned_value
-    return float(value) * value, float(value) * preconditioned_value
+    return stored(W, ld, i, D, r, z, W[b * ld + i] - W[q * ld + i])
 
 
 @dual
 def subtract(W, ld, i, s, D, y, x, z, slot, e, g):
     """y −= s[slot] x; M y into row ``z`` for a Jacobi M when ``z`` is not ``y``; the terms of
     y·y and y·M y."""
-    value = W[y * ld + i] - s[slot] * W[x * ld + i]
+    return stored(W, ld, i, D, y, z, W[y * ld + i] - s[slot] * W[x * ld + i])
+
+
+@dual
+def stored(W, ld, i, D, y, z, value):
+    """``value`` into row ``y`` and M ``value`` into row ``z`` for a Jacobi M when ``z`` is not
+    ``y``; the terms of y·y and y·M y."""
     preconditioned_value = preconditioned(W, ld, i, D, value)
     W[y * ld + i] = value
     if z != y:

@@ -178,18 +178,29 @@ def cuda_step(step: Step):
     """The numba-cuda kernel ``kernel(W, ld, n, s, f, D, a, b, c, d, e, g, partials, ticket)``
     of ``step`` (blocks of :data:`BLOCK` threads; ``partials`` holds two float64 per block,
     ``ticket`` one int32, 0 between steps)."""
+    return _cuda_function(_cuda_template, step, step.finish or no_finish,
+                          [("_block_sum", _block_sum_template)],
+                          REDUCES=step.finish is not None, TWO_BLOCKS=2 * BLOCK)
+
+
+def _cuda_function(template, step, finish: Dual, device_functions: list, **names):
+    """``template`` with ``step``'s body, skip mask and ``finish`` bound, with ``names``, the
+    names every step kernel reads (``cuda``, ``BLOCK``, the grid-dependency calls, ...), and
+    the ``(name, template)`` pairs of ``device_functions`` compiled as device functions in
+    that order (each may call the ones before it); named after the step and compiled by
+    numba-cuda (once per step)."""
     def build():
         from numba import cuda, float64, int32
 
         from ..kernels.cuda.grid_dependency import release_dependents, wait_for_previous
 
-        names = dict(cuda=cuda, float64=float64, int32=int32, BLOCK=BLOCK,
-                     TWO_BLOCKS=2 * BLOCK, wait_for_previous=wait_for_previous,
-                     release_dependents=release_dependents)
-        block_sum = cuda.jit(device=True)(retargeted(_block_sum_template, "cuda", **names))
-        function = retargeted(_cuda_template, "cuda", BODY=step.body.on("cuda"),
-                              FINISH=(step.finish or no_finish).on("cuda"), SKIP=step.skip,
-                              REDUCES=step.finish is not None, _block_sum=block_sum, **names)
+        bound = dict(cuda=cuda, float64=float64, int32=int32, BLOCK=BLOCK,
+                     wait_for_previous=wait_for_previous,
+                     release_dependents=release_dependents, **names)
+        for name, device_template in device_functions:
+            bound[name] = cuda.jit(device=True)(retargeted(device_template, "cuda", **bound))
+        function = retargeted(template, "cuda", BODY=step.body.on("cuda"),
+                              FINISH=finish.on("cuda"), SKIP=step.skip, **bound)
         function.__qualname__ = function.__name__ = step.name
         return cuda.jit(function)
 
@@ -363,22 +374,7 @@ over a basis vector's stretch a short chain of loads."""
 def cuda_multi_step(step: MultiStep):
     """The numba-cuda kernel of a :class:`MultiStep` (arguments as :func:`cuda_step`'s;
     ``partials`` holds ``step.sums`` float64 per block)."""
-    def build():
-        from numba import cuda, float64, int32
-
-        from ..kernels.cuda.grid_dependency import release_dependents, wait_for_previous
-
-        names = dict(cuda=cuda, float64=float64, int32=int32, BLOCK=BLOCK, SUMS=step.sums,
-                     WARPS=BLOCK // 32, PER_THREAD=PER_THREAD, TILE=BLOCK * PER_THREAD,
-                     wait_for_previous=wait_for_previous,
-                     release_dependents=release_dependents)
-        warp_sum = cuda.jit(device=True)(retargeted(_warp_sum_template, "cuda", **names))
-        tile_dot = cuda.jit(device=True)(retargeted(_tile_dot_template, "cuda",
-                                                    _warp_sum=warp_sum, **names))
-        function = retargeted(_cuda_multi_template, "cuda", BODY=step.body.on("cuda"),
-                              FINISH=step.finish.on("cuda"), SKIP=step.skip,
-                              _warp_sum=warp_sum, _tile_dot=tile_dot, **names)
-        function.__qualname__ = function.__name__ = step.name
-        return cuda.jit(function)
-
-    return _memoised(("cuda", step), build)
+    return _cuda_function(_cuda_multi_template, step, step.finish,
+                          [("_warp_sum", _warp_sum_template), ("_tile_dot", _tile_dot_template)],
+                          SUMS=step.sums, WARPS=BLOCK // 32, PER_THREAD=PER_THREAD,
+                          TILE=BLOCK * PER_THREAD)
