@@ -111,8 +111,8 @@ REORTHOGONALISE_BELOW = 0.5
 below this fraction of its norm before projecting. The rounding error the subtraction leaves
 in w, relative to what remains of it, grows as that fraction falls: at one half it stays within
 a few units of roundoff, and a second pass restores orthogonality where cancellation is worse.
-(Daniel, Gragg, Kaufman and Stewart test against 1/√2; on a Laplacian with convection nearly
-every column keeps 0.53 to 0.58 of its norm, which one pass orthogonalises to the rounding.)"""
+Daniel, Gragg, Kaufman and Stewart test against 1/√2, which sends many well-conditioned
+columns (a Laplacian's, for one) through the second pass for no gain in accuracy."""
 
 
 @dual
