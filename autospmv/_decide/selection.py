@@ -31,7 +31,7 @@ from .._support.cache import compile_timer
 from ..formats.base import DeviceCSR, longest_row
 from .features.extract import canonical_features_and_lengths, passes_needed
 from .features.sampling import SAMPLE_THRESHOLD
-from .model.lookup import ModelChoice, find_model, warn_skipped
+from .model.lookup import ModelChoice, find_model, named_model, warn_skipped
 
 LONG_ROW = 1024
 """Rows longer than this make the rule choose :data:`RULE_LONG` (also the row threshold of the
@@ -52,8 +52,36 @@ on one labelling run and 0.952 against its 0.964 on a second, ``models/README.md
 class Decision:
     """The kernel chosen for a matrix, its parameters, and the reasons.
 
-    :func:`autospmv.select` returns one, and every operator holds its own
-    (``op.decision``); each field below is a constructor parameter.
+    :func:`autospmv.select` returns one, and every operator holds its own (``op.decision``);
+    one written by hand builds an operator too (:class:`SpMVOperator`). Each parameter is kept
+    as the attribute of the same name.
+
+    Parameters
+    ----------
+    kernel : str
+        The kernel, one of :data:`autospmv.KERNELS` or a registered one.
+    params : dict
+        The kernel's parameters (``{"width": 8}`` for hyb; ``{}`` for most).
+    source : str
+        Who decided: ``"forced"`` (``kernel=`` argument), ``"model <name>"`` or ``"rule"``.
+    path : list of str, optional
+        The comparisons made, in order, e.g. ``"max_row_length = 2048 > 1024"``.
+    features : dict of str to float, optional
+        The features those comparisons read, by name.
+    notes : list of str, optional
+        Guardrails and conversion facts (e.g. conversion time).
+    candidates : list of str, optional
+        Kernels to fall back to, in order, when the chosen one cannot be built.
+    tuning : dict, optional
+        With ``prepare(A, tune="measure")``: the predicted kernel, the measured candidates'
+        times (µs, back-to-back and per call), the kept kernel and the cost of tuning.
+    margins : dict of str to float, optional
+        For a model's decision: how far the tree ranks each kernel behind its first choice
+        (empty for a rule or a forced kernel). ``tune="measure"`` skips candidates far behind.
+    estimates_us : dict of str to float, optional
+        For a model with a cost model: each kernel's estimated µs per product (the leaf's
+        corrected estimates where the tree corrects them); empty otherwise. The workload hint
+        (``prepare(A, products=...)``) weighs the chosen kernel's estimate.
 
     Examples
     --------
@@ -61,30 +89,20 @@ class Decision:
     >>> decision = autospmv.select(sp.eye(1000, format="csr"), device="cpu")
     >>> decision.source in ("forced", "rule") or decision.source.startswith("model")
     True
+    >>> autospmv.Decision("csr_scalar", {}, "forced").explain()
+    'kernel csr_scalar (no parameters), forced by the caller'
     """
 
     kernel: str
     params: dict
     source: str
-    """Who decided: ``"forced"`` (``kernel=`` argument), ``"model <name>"`` or ``"rule"``."""
     path: list[str] = dataclasses.field(default_factory=list)
-    """The comparisons made, in order, e.g. ``"max_row_length = 2048 > 1024"``."""
     features: dict[str, float] = dataclasses.field(default_factory=dict)
     notes: list[str] = dataclasses.field(default_factory=list)
-    """Guardrails and conversion facts (e.g. conversion time)."""
     candidates: list[str] = dataclasses.field(default_factory=list)
-    """Kernels to fall back to, in order, when the chosen one cannot be built."""
     tuning: dict = dataclasses.field(default_factory=dict)
-    """With ``prepare(A, tune="measure")``: the predicted kernel, the measured candidates'
-    times (µs, back-to-back and per call), the kept kernel and the cost of tuning."""
     margins: dict[str, float] = dataclasses.field(default_factory=dict)
-    """For a model's decision: how far the tree ranks each kernel behind its first choice (the
-    units of :func:`autospmv._decide.model.default_policy.margins`; empty for a rule or a forced
-    kernel). ``tune="measure"`` skips candidates far behind."""
     estimates_us: dict[str, float] = dataclasses.field(default_factory=dict)
-    """For a model with a cost model: each kernel's estimated µs per product (the leaf's
-    corrected estimates where the tree corrects them); empty otherwise. The workload hint
-    (``prepare(A, products=...)``) weighs the chosen kernel's estimate."""
 
     def explain(self) -> str:
         """A readable account of the decision.
@@ -214,11 +232,11 @@ def model_may_decide(nnz: int, on_device: bool) -> bool:
 
 
 def decide(csr, kernel: str | None, device: str, model=None, params: dict | None = None,
-           uploaded=None) -> Decision:
+           uploaded=None, *, start: str | None = None) -> Decision | None:
     """The decision for a canonical matrix: ``csr`` as
     :func:`~autospmv._support.validation.canonicalize` returned it, or a
     :class:`~autospmv.formats.base.DeviceCSR` for a matrix that lives on the GPU
-    (:mod:`autospmv._prepare.device_input`).
+    (:mod:`autospmv._prepare.device_input`). The one way in to deciding.
 
     ``kernel=`` decides (:func:`forced_decision`); else the model that :func:`find_model` finds
     decides from the features it reads (:func:`model_decision`), and without one the built-in
@@ -227,9 +245,17 @@ def decide(csr, kernel: str | None, device: str, model=None, params: dict | None
     features as on the host, counted there (:mod:`autospmv._decide.features.device_scan`), and by
     the rule below. A retrained model that loads but cannot decide is skipped with a warning (see
     the module docstring). ``uploaded``: the host ``csr`` already on the GPU, where the feature
-    passes run."""
+    passes run.
+
+    ``start=`` asks whether the decision is worth making later, on a thread (``prepare(A,
+    background=True)``): it returns the decision to run ``start``'s kernel on meanwhile, or None
+    where the decision is made at once anyway (on the GPU where the rule decides). The model
+    that ``model=`` or ``AUTOSPMV_MODEL`` names is loaded first either way, so that a broken one
+    raises now rather than on the thread."""
     on_device = isinstance(csr, DeviceCSR)
     structure = csr.structure() if on_device else csr
+    if start is not None:
+        return _start_of_later_decision(structure, start, device, model, uploaded)
     if kernel is not None:
         registry.get(kernel)  # validates the name
         return forced_decision(structure, kernel, device, params)
@@ -268,6 +294,20 @@ def decide(csr, kernel: str | None, device: str, model=None, params: dict | None
     if compiled.total:
         decision.notes.append(compiled.note("the feature scan"))
     return decision
+
+
+def _start_of_later_decision(structure, start: str, device: str, model, uploaded
+                             ) -> Decision | None:
+    """:func:`decide`'s answer to ``start=``: on the GPU, deciding later needs the host matrix
+    uploaded (CuPy present) and a model that may decide (:func:`model_may_decide`)."""
+    named_model(model)
+    if device == "cuda" and (uploaded is None or not model_may_decide(structure.nnz, True)):
+        return None
+    return dataclasses.replace(
+        forced_decision(structure, start, device), source="the start of a background decision",
+        path=[], notes=[f"background=True: products run {start} while the decision runs on a "
+                        "thread (no kernel was requested); they switch to the decided kernel "
+                        "when it is ready"])
 
 
 def _rule(structure, device: str, on_device: bool) -> Decision:

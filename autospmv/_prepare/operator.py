@@ -14,7 +14,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .. import _registry as registry
-from .._decide.selection import Decision, forced_decision
+from .._decide.selection import Decision, decide
 from .._support.cache import compile_timer
 from .._support.devices import check_device, resolve_device
 from .._support.threads import check_threads
@@ -32,34 +32,69 @@ from .linear_operator import LinearOperator
 class SpMVOperator(LinearOperator):
     """``y = A @ x`` with a fixed kernel; a ``scipy.sparse.linalg.LinearOperator``.
 
-    Attributes: ``kernel``, ``params``, ``device``, ``decision``, ``shape``, ``nnz``; ``dtype``,
-    the matrix's value dtype (float32 or float64), as a SciPy matrix's: a product's dtype is
-    ``numpy.result_type(op.dtype, x.dtype)`` (see :meth:`matvec`);
-    ``format``, the converted storage the CPU kernel runs on (None on the GPU: the format lives
-    in device memory only, and the host copy is released after the upload); ``memory``, the
-    bytes the operator holds, ``{"host": ..., "device": ...}``, and ``nbytes``, their sum;
-    ``threads`` (on the CPU, the most threads a product uses; see
-    :mod:`autospmv._support.threads`).
+    :func:`autospmv.prepare` decides and builds in one call; ``SpMVOperator(A, decision,
+    device)`` builds from a decision the caller holds (``select``'s, or one written by hand)
+    and checks A and the decision's parameters just as ``prepare`` does.
 
     The operator is a snapshot of A: changing A afterwards changes neither ``op`` nor ``op.T``.
     Besides what it runs, it keeps what :meth:`transpose_operator` builds Aᵀ from when first
     asked: a GPU-resident input matrix itself; on the GPU (with CuPy) a copy of the row pointer,
     counted in ``memory["host"]`` (Aᵀ is rebuilt there from the format); on the CPU the
-    canonical CSR when ``canonicalize`` made it (a copy the operator owns), and nothing more
+    canonical CSR when canonicalising made it (a copy the operator owns), and nothing more
     when the caller's CSR was already canonical (Aᵀ is rebuilt from the format).
 
-    :func:`autospmv.prepare` decides and builds in one call; ``SpMVOperator(A, decision,
-    device)`` builds from a decision the caller holds (``select``'s, or one written by hand)
-    and checks A just as ``prepare`` does.
+    Parameters
+    ----------
+    A : sparse matrix, array-like or GPU sparse matrix
+        As :func:`autospmv.prepare` takes it; canonicalised the same way (a malformed matrix
+        raises before any kernel reads it; a matrix on the GPU is canonicalised there).
+    decision : Decision
+        The kernel and parameters to build (:func:`autospmv.select`'s, or one written by hand).
+    device : {"cuda", "cpu"} or None
+        None: CUDA when a usable GPU is present, else the CPU.
+    threads : int, optional
+        On the CPU, the most threads a product uses (default: as ``prepare`` chooses).
+
+    Attributes
+    ----------
+    kernel, params : str, dict
+        The kernel that runs and its parameters.
+    device : str
+        ``"cuda"`` or ``"cpu"``.
+    decision : Decision
+        Why this kernel (``op.explain()`` prints it).
+    shape, nnz : tuple, int
+        A's shape and stored entries.
+    dtype : numpy.dtype
+        The matrix's value dtype (float32 or float64), as a SciPy matrix's: a product's dtype is
+        ``numpy.result_type(op.dtype, x.dtype)`` (see :meth:`matvec`).
+    format : SparseFormat or None
+        The converted storage the CPU kernel runs on (None on the GPU: the format lives in
+        device memory only, and the host copy is released after the upload).
+    threads : int or None
+        On the CPU, the most threads a product uses.
+
+    Raises
+    ------
+    TypeError
+        ``decision`` is not a :class:`Decision`, or A is not a matrix.
+    ValueError
+        A malformed matrix or parameter, or a GPU matrix with ``device="cpu"``.
+    FormatTooLargeError
+        The decision's format refuses A (padding beyond its fill limit).
+
+    Examples
+    --------
+    >>> import numpy as np, scipy.sparse as sp, autospmv
+    >>> A = sp.random(500, 500, density=0.02, format="csr", random_state=1)
+    >>> op = autospmv.SpMVOperator(A, autospmv.Decision("ell", {}, "forced"), "cpu")
+    >>> op.kernel, op.shape
+    ('ell', (500, 500))
+    >>> bool(np.allclose(op @ np.ones(500), A @ np.ones(500)))
+    True
     """
 
     def __init__(self, A, decision: Decision, device: str | None, threads=None):
-        """The operator of A with ``decision``'s kernel and parameters on ``device`` (``"cpu"``,
-        ``"cuda"``, or None: CUDA when a usable GPU is present), checked as
-        :func:`autospmv.prepare` checks its arguments: A is canonicalised
-        (:func:`autospmv._support.validation.canonicalize`: a malformed matrix raises ValueError before
-        any kernel reads it; a matrix on the GPU is canonicalised there), and so are the
-        kernel's parameters and ``threads``."""
         if not isinstance(decision, Decision):
             raise TypeError(f"decision must be an autospmv.Decision; got "
                             f"{type(decision).__name__}")
@@ -579,12 +614,12 @@ class SpMVOperator(LinearOperator):
         the kernel's parameters are chosen from) with this operator's kernel, or with
         :data:`TRANSPOSE_FALLBACK` when that kernel's format refuses Aᵀ: A's own operator was
         built, so its transpose is too, whatever the shape of Aᵀ."""
-        decision = forced_decision(structure, self.kernel, self.device)
+        decision = decide(structure, self.kernel, self.device)
         try:
             return SpMVOperator._canonical(csr_t, decision, self.device, self._threads_request,
                                            source=source)
         except FormatTooLargeError as error:
-            decision = forced_decision(structure, TRANSPOSE_FALLBACK, self.device)
+            decision = decide(structure, TRANSPOSE_FALLBACK, self.device)
             decision.path[:] = [f"{self.kernel} refused Aᵀ"]
             decision.notes.append(f"guardrail: {self.kernel} could not be built for Aᵀ "
                                   f"({error}); fell back to {TRANSPOSE_FALLBACK}")

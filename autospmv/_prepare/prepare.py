@@ -8,8 +8,7 @@ import time
 import numpy as np
 
 from .. import _registry as registry
-from .._decide.model.lookup import named_model
-from .._decide.selection import Decision, decide, forced_decision, model_may_decide
+from .._decide.selection import Decision, decide
 from .._support.devices import check_device, resolve_device, target_device
 from .._support.threads import check_threads
 from .._support.validation import borrows, canonicalize
@@ -227,23 +226,16 @@ def _start_in_background(csr, device: str, model, threads, borrowed: bool, uploa
                          started: float) -> tuple[SpMVOperator | None, str | None]:
     """``prepare(A, background=True)`` of a canonical host matrix: the operator on the start
     kernel with its decision running on a thread (:mod:`autospmv._prepare.background`); or None
-    where the decision is made before returning (on the GPU where the rule decides, without CuPy
-    or under the simulator, or a row too long for the start kernel), with the note that says why
-    for the last. A model that ``model=`` or
-    ``AUTOSPMV_MODEL`` names is loaded first, so that a broken one raises here."""
-    named_model(model)
-    if device == "cuda" and (uploaded is None or not model_may_decide(csr.nnz, True)):
+    where the decision is made before returning (where :func:`decide` says deciding later does
+    not pay, or a row too long for the start kernel), with the note that says why for the
+    latter."""
+    start = decide(csr, None, device, model, uploaded=uploaded, start=START_KERNEL[device])
+    if start is None:
         return None, None
     longest = uploaded.longest_row() if device == "cuda" else longest_row(csr.indptr)
     refused = start_refused(longest)
     if refused:
         return None, refused
-    start = dataclasses.replace(
-        forced_decision(csr, START_KERNEL[device], device),
-        source="the start of a background decision", path=[],
-        notes=[f"background=True: products run {START_KERNEL[device]} while the decision runs "
-               "on a thread (no kernel was requested); they switch to the decided kernel when "
-               "it is ready"])
     op = SpMVOperator._canonical(csr, start, device, threads, borrowed=borrowed,
                                  uploaded=uploaded)
     if device == "cuda":
