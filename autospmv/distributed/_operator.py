@@ -101,13 +101,32 @@ class DistributedOperator(LinearOperator):
     """``y = A @ x`` with A's rows cut over Dask workers, one rank per worker; a SciPy
     ``LinearOperator``.
 
-    Built by :func:`prepare`, not by hand. Attributes: ``shape`` (``(m, n)``), ``dtype``
-    (float32 or float64), ``nnz`` (summed over the ranks), ``client`` (the Dask client it
-    works through), ``parts`` (one :class:`Part` per rank, in rank order: rows, owned entries
-    of x, worker, nonzeros, ghost exchange and decisions), :attr:`kernels`,
-    :attr:`decisions`, ``comm`` (the ghost exchange's communicator: ``nccl``, ``socket`` or
-    ``self`` for one rank), ``comm_reason`` (why not NCCL, when not; else ``""``),
-    ``row_layout`` and ``col_layout`` (the :class:`Layout` of y and of x).
+    Built by :func:`prepare`, not by hand: its parameters are what ``prepare`` assembled.
+
+    Parameters
+    ----------
+    client : dask.distributed.Client
+        The Dask client it works through (the ``client`` attribute).
+    shape : tuple of int
+        ``(m, n)``.
+    dtype : numpy.dtype
+        float32 or float64.
+    parts : list of Part
+        One per rank, in rank order: rows, owned entries of x, worker, nonzeros, ghost
+        exchange and decisions.
+    ranks : list
+        The ranks' handles on their workers (Dask futures).
+    row_layout, col_layout : Layout
+        The layouts of y and of x.
+    comm_reason : str
+        Why the ghost exchange is not NCCL, when it is not; else ``""``.
+
+    Attributes
+    ----------
+    nnz : int
+        Stored entries, summed over the ranks.
+    comm : str
+        The ghost exchange's communicator: ``nccl``, ``socket`` or ``self`` for one rank.
 
     Examples
     --------

@@ -100,9 +100,26 @@ class DistributedVector:
     rank order. Nothing crosses the client until :meth:`gather` (NumPy) or a ``compute`` of
     :meth:`to_dask`.
 
-    Attributes: ``shape`` (``(size,)``), ``size``, ``dtype``, ``layout`` (:class:`Layout`:
-    chunk r is entries ``bounds[r]:bounds[r + 1]`` on ``workers[r]``), ``chunks`` (one Dask
-    future per rank, in rank order) and ``client``.
+    Parameters
+    ----------
+    client : dask.distributed.Client
+        The Dask client its chunks belong to.
+    layout : Layout
+        Chunk r is entries ``bounds[r]:bounds[r + 1]`` on ``workers[r]``.
+    chunks : list
+        One Dask future per rank, in rank order.
+    dtype : numpy.dtype
+        The entries' dtype.
+
+    Attributes
+    ----------
+    shape, size : tuple, int
+        ``(size,)`` and the length.
+
+    Raises
+    ------
+    ValueError
+        ``chunks`` does not hold one chunk per worker of ``layout``.
 
     Examples
     --------
