@@ -30,9 +30,51 @@ CSR tensors on a CUDA device. Their nonzeros never travel to the host:
 
 from __future__ import annotations
 
+import dataclasses
+
 from .._support import devices
-from .._support.validation import index_dtype, value_dtype
+from .._support.validation import borrows, canonicalize, index_dtype, value_dtype
 from ..formats.base import DeviceCSR
+
+
+@dataclasses.dataclass
+class Input:
+    """A matrix as :func:`prepare` and :func:`select` go on with it (:func:`canonical_input`)."""
+
+    csr: object
+    """The canonical matrix: a host ``csr_matrix``, or a :class:`DeviceCSR` for a matrix that
+    lives on the GPU."""
+    device: str
+    """Where the operator runs (or, for :func:`select`, what it decides for)."""
+    source: object = None
+    """The GPU matrix as the caller gave it (kept for transposes); None for a host matrix."""
+    borrowed: bool = False
+    """Whether ``csr`` shares the caller's arrays (:func:`borrows`)."""
+    uploaded: DeviceCSR | None = None
+    """The host ``csr`` already on the GPU (:func:`upload_for`), or None."""
+
+
+def canonical_input(A, device: str | None, *, runs: bool = True,
+                    host_only: str | None = None) -> Input:
+    """A canonicalised (on the device for a GPU matrix, :func:`canonical_device_csr`; else
+    :func:`canonicalize`), with the device it runs on and, for host input on the GPU, uploaded
+    once (:func:`upload_for`).
+
+    ``runs=False`` (for :func:`select`): the device is only decided for, so it need not be
+    present, and nothing is uploaded. ``host_only``: an option that needs a host matrix (e.g.
+    ``"tune='measure'"``), for the ValueError a GPU matrix then raises."""
+    if is_device_matrix(A):
+        if host_only:
+            raise ValueError(f"{host_only} needs a host (SciPy) matrix")
+        if devices.check_device(device) == "cpu":
+            raise ValueError("this matrix lives on the GPU; prepare it with device='cuda' (or "
+                             "None), or pass a SciPy matrix for device='cpu'")
+        device = devices.resolve_device("cuda") if runs else "cuda"
+        return Input(canonical_device_csr(A), device, source=A)
+    device = devices.resolve_device(device) if runs else devices.target_device(device)
+    csr = canonicalize(A)
+    return Input(csr, device, borrowed=borrows(A, csr),
+                 uploaded=upload_for(csr, device) if runs else None)
 
 
 def is_device_matrix(A) -> bool:

@@ -9,17 +9,15 @@ import numpy as np
 
 from .. import _registry as registry
 from .._decide.selection import Decision, decide
-from .._support.devices import check_device, resolve_device, target_device
 from .._support.threads import check_threads
-from .._support.validation import borrows, canonicalize
 from ..formats.base import FormatTooLargeError, longest_row
 from .background import (
     START_KERNEL, BackgroundSwitch, on_own_stream, snapshot_for_cpu, snapshot_for_gpu,
     start_refused,
 )
-from .device_input import canonical_device_csr, is_device_matrix, upload_for
+from .device_input import Input, canonical_input
 from .operator import SpMVOperator
-from .tuning import measure, measuring_pays
+from .tuning import tune as tuned
 
 
 def select(A, *, kernel: str | None = None, device: str | None = None, model=None) -> Decision:
@@ -57,18 +55,8 @@ def select(A, *, kernel: str | None = None, device: str | None = None, model=Non
     >>> decision.kernel in autospmv.KERNELS
     True
     """
-    if is_device_matrix(A):
-        csr, device = canonical_device_csr(A), _device_for_device_input(device, resolve=False)
-    else:
-        csr, device = canonicalize(A), target_device(device)
-    return decide(csr, kernel, device, model)
-
-
-def _device_for_device_input(device, resolve: bool = True) -> str:
-    if check_device(device) == "cpu":
-        raise ValueError("this matrix lives on the GPU; prepare it with device='cuda' (or None), "
-                         "or pass a SciPy matrix for device='cpu'")
-    return resolve_device("cuda") if resolve else "cuda"
+    given = canonical_input(A, device, runs=False)
+    return decide(given.csr, kernel, given.device, model)
 
 
 def prepare(A, *, kernel: str | None = None, device: str | None = None, model=None,
@@ -162,45 +150,25 @@ def prepare(A, *, kernel: str | None = None, device: str | None = None, model=No
         raise ValueError("background=True decides automatically; it cannot be combined with "
                          "kernel=, tune= or products=")
     started = time.perf_counter()
-    if is_device_matrix(A):  # CuPy or torch sparse on the GPU: never copied to the host
-        if tune or background:
-            what = "tune='measure'" if tune else "background=True"
-            raise ValueError(f"{what} needs a host (SciPy) matrix")
-        device = _device_for_device_input(device)
-        csr = canonical_device_csr(A)
-        decision = decide(csr, kernel, device, model, params)
-        source, borrowed, uploaded = A, False, None
-    else:
-        device = resolve_device(device)
-        csr = canonicalize(A)
-        borrowed = borrows(A, csr)
-        uploaded = upload_for(csr, device)
-        refused = None
-        if background:
-            started_op, refused = _start_in_background(csr, device, model, threads, borrowed,
-                                                       uploaded, started)
-            if started_op is not None:
-                return started_op
-        decision = decide(csr, kernel, device, model, params, uploaded)
-        if refused:
-            decision.notes.append(refused)
-        source = None
+    given = canonical_input(A, device, host_only=(
+        "tune='measure'" if tune else "background=True" if background else None))
+    refused = None
+    if background:
+        started_op, refused = _start_in_background(given, model, threads, started)
+        if started_op is not None:
+            return started_op
+    decision = decide(given.csr, kernel, given.device, model, params, given.uploaded)
+    if refused:
+        decision.notes.append(refused)
     if tune == "measure":
-        return measure(csr, decision, device, borrowed, threads, uploaded)
+        return tuned(given, decision, threads)
     built = time.perf_counter()
-    op = _build(csr, decision, device, threads, forced=kernel is not None, source=source,
-                borrowed=borrowed, uploaded=uploaded)
+    op = _build(given.csr, decision, given.device, threads, forced=kernel is not None,
+                source=given.source, borrowed=given.borrowed, uploaded=given.uploaded)
     if products is None or kernel is not None:
         return op
-    pays, note = measuring_pays(op.decision, products, time.perf_counter() - built)
-    if pays and (source is not None or _simulated(device)):
-        pays, note = False, note.replace(": measured", ": " + (
-            "not measured, as the matrix lives on the GPU (measuring needs a host matrix)"
-            if source is not None else "not measured under numba-cuda's simulator"))
-    op.decision.notes.append(note)
-    if not pays:
-        return op
-    return measure(csr, op.decision, device, borrowed, threads, uploaded, built=op)
+    return tuned(given, decision, threads, built=op, products=products,
+                 conversion_s=time.perf_counter() - built)
 
 
 def _build(csr, decision: Decision, device: str, threads, *, forced: bool, **options
@@ -222,13 +190,14 @@ def _build(csr, decision: Decision, device: str, threads, *, forced: bool, **opt
                                         f"fell back to {fallback}, the tree's next choice"])
 
 
-def _start_in_background(csr, device: str, model, threads, borrowed: bool, uploaded,
-                         started: float) -> tuple[SpMVOperator | None, str | None]:
+def _start_in_background(given: Input, model, threads, started: float
+                         ) -> tuple[SpMVOperator | None, str | None]:
     """``prepare(A, background=True)`` of a canonical host matrix: the operator on the start
     kernel with its decision running on a thread (:mod:`autospmv._prepare.background`); or None
     where the decision is made before returning (where :func:`decide` says deciding later does
     not pay, or a row too long for the start kernel), with the note that says why for the
     latter."""
+    csr, device, uploaded = given.csr, given.device, given.uploaded
     start = decide(csr, None, device, model, uploaded=uploaded, start=START_KERNEL[device])
     if start is None:
         return None, None
@@ -236,7 +205,7 @@ def _start_in_background(csr, device: str, model, threads, borrowed: bool, uploa
     refused = start_refused(longest)
     if refused:
         return None, refused
-    op = SpMVOperator._canonical(csr, start, device, threads, borrowed=borrowed,
+    op = SpMVOperator._canonical(csr, start, device, threads, borrowed=given.borrowed,
                                  uploaded=uploaded)
     if device == "cuda":
         snapshot, structure = snapshot_for_gpu(uploaded)
@@ -255,12 +224,6 @@ def _start_in_background(csr, device: str, model, threads, borrowed: bool, uploa
         build = on_own_stream(build)
     op._switch = BackgroundSwitch(build, started)
     return op, None
-
-
-def _simulated(device: str) -> bool:
-    from .._support import devices
-
-    return device == "cuda" and devices.cuda_simulator()
 
 
 def _check_products(products):

@@ -17,6 +17,7 @@ import numpy as np
 from .. import _registry as registry
 from .._decide.selection import Decision
 from ..formats.base import FormatTooLargeError
+from .device_input import Input
 from .operator import SpMVOperator
 
 TUNE_CANDIDATES = 3
@@ -79,13 +80,44 @@ def measuring_pays(decision: Decision, products: int, conversion_s: float) -> tu
         + ("measured" if pays else "kept the prediction"))
 
 
-def measure(csr, decision: Decision, device: str, borrowed: bool,
-             threads=None, uploaded=None, built: SpMVOperator | None = None) -> SpMVOperator:
+def tune(given: Input, decision: Decision, threads=None, *, built: SpMVOperator | None = None,
+         products: int | None = None, conversion_s: float = 0.0) -> SpMVOperator:
+    """The operator that :func:`prepare` returns after deciding, where measuring is asked for:
+    with ``tune="measure"`` (``built`` None) the fastest of the decision's candidates
+    (:func:`measure`); with the workload hint, ``built`` (the decision's operator, converted in
+    ``conversion_s``) unless measuring pays for ``products`` products (:func:`measuring_pays`),
+    with the note that says why. Measuring needs a host matrix and a real GPU: where it would
+    pay without them, the note says so and ``built`` is returned."""
+    if built is None:
+        return measure(given, decision, threads)
+    pays, note = measuring_pays(built.decision, products, conversion_s)
+    if pays and given.source is not None:
+        pays, note = False, note.replace(": measured", ": not measured, as the matrix lives on "
+                                         "the GPU (measuring needs a host matrix)")
+    elif pays and _simulated(given.device):
+        pays, note = False, note.replace(": measured", ": not measured under numba-cuda's "
+                                         "simulator")
+    built.decision.notes.append(note)
+    if not pays:
+        return built
+    return measure(given, built.decision, threads, built=built)
+
+
+def _simulated(device: str) -> bool:
+    from .._support import devices
+
+    return device == "cuda" and devices.cuda_simulator()
+
+
+def measure(given: Input, decision: Decision, threads=None,
+            built: SpMVOperator | None = None) -> SpMVOperator:
     """``prepare(..., tune="measure")``: build the top candidates (on the GPU from the CSR
     uploaded once, when CuPy is there), time them back-to-back, keep the fastest. Candidates the
     tree ranks :data:`TUNE_MARGIN` or more behind its first choice are skipped. ``built``: the
     operator of the decision's own kernel, already converted."""
     from .._support import devices
+
+    csr, device, borrowed, uploaded = given.csr, given.device, given.borrowed, given.uploaded
     from .._support.timing import Bench, TimingOptions, release_device_memory
 
     if device == "cuda" and devices.cuda_simulator():
