@@ -134,12 +134,12 @@ def _cuda_template(W, ld, n, s, f, D, a, b, c, d, e, g, partials, ticket):
         i += blocks * BLOCK
     if not REDUCES:
         return
-    sums = cuda.shared.array(TWO_BLOCKS, float64)
+    sums = cuda.shared.array(TWO_WARPS, float64)
     last = cuda.shared.array(1, int32)
-    _block_sum(sums, tid, sum0, sum1)
+    sum0, sum1 = _block_sum(sums, tid, sum0, sum1)
     if tid == 0:
-        partials[2 * block] = sums[0]
-        partials[2 * block + 1] = sums[BLOCK]
+        partials[2 * block] = sum0
+        partials[2 * block + 1] = sum1
         cuda.threadfence()
         last[0] = cuda.atomic.add(ticket, 0, 1) == blocks - 1
     cuda.syncthreads()
@@ -153,25 +153,34 @@ def _cuda_template(W, ld, n, s, f, D, a, b, c, d, e, g, partials, ticket):
         sum0 += partials[2 * j]
         sum1 += partials[2 * j + 1]
         j += BLOCK
-    _block_sum(sums, tid, sum0, sum1)
+    sum0, sum1 = _block_sum(sums, tid, sum0, sum1)
     if tid == 0:
-        FINISH(s, f, sums[0], sums[BLOCK])
+        FINISH(s, f, sum0, sum1)
         ticket[0] = 0
 
 
 def _block_sum_template(sums, tid, sum0, sum1):
-    """Both sums over the block, into ``sums[0]`` and ``sums[BLOCK]`` (a fixed tree: the same
-    order every time)."""
-    sums[tid] = sum0
-    sums[BLOCK + tid] = sum1
+    """Both sums over the block, in thread 0 (shuffles within each warp, then the first warp
+    over the warps' sums: a fixed order, the same every time, and two barriers). ``sums``: two
+    shared float64 per warp."""
+    lane = tid % 32
+    warp = tid // 32
+    sum0 = _warp_sum(sum0)
+    sum1 = _warp_sum(sum1)
+    if lane == 0:
+        sums[warp] = sum0
+        sums[WARPS + warp] = sum1
     cuda.syncthreads()
-    width = BLOCK // 2
-    while width > 0:
-        if tid < width:
-            sums[tid] += sums[tid + width]
-            sums[BLOCK + tid] += sums[BLOCK + tid + width]
-        cuda.syncthreads()
-        width //= 2
+    sum0 = 0.0
+    sum1 = 0.0
+    if warp == 0:
+        if lane < WARPS:
+            sum0 = sums[lane]
+            sum1 = sums[WARPS + lane]
+        sum0 = _warp_sum(sum0)
+        sum1 = _warp_sum(sum1)
+    cuda.syncthreads()  # sums is read before it is written again
+    return sum0, sum1
 
 
 def cuda_step(step: Step):
@@ -179,8 +188,10 @@ def cuda_step(step: Step):
     of ``step`` (blocks of :data:`BLOCK` threads; ``partials`` holds two float64 per block,
     ``ticket`` one int32, 0 between steps)."""
     return _cuda_function(_cuda_template, step, step.finish or no_finish,
-                          [("_block_sum", _block_sum_template)],
-                          REDUCES=step.finish is not None, TWO_BLOCKS=2 * BLOCK)
+                          [("_warp_sum", _warp_sum_template),
+                           ("_block_sum", _block_sum_template)],
+                          REDUCES=step.finish is not None, WARPS=BLOCK // 32,
+                          TWO_WARPS=2 * (BLOCK // 32))
 
 
 def _cuda_function(template, step, finish: Dual, device_functions: list, **names):
