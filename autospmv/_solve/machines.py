@@ -24,9 +24,8 @@ from .steps import (BLOCK, PARALLEL_FROM, MultiStep, cpu_multi_step, cpu_step, c
 BLOCKS_PER_SM = 4
 """A step's grid on the GPU: at most this many blocks per multiprocessor (half of what can be
 resident at once), fewer for short vectors. Each thread then forms several elements, and the
-blocks whose sums the last one adds up are fewer: on an H200 this grid made a cg iteration of
-a 2-D Laplacian 15 % faster at 10⁶ nonzeros than a grid of as many blocks as are resident, and
-no slower from 10⁴ to 2·10⁷ (``benchmarks/solvers_gpu.py``)."""
+last block adds up fewer blocks' sums after fewer atomic tickets, which pays where a step's
+fixed cost is a large part of its time (vectors of 10⁵ to 10⁶ elements)."""
 
 NO_JACOBI = np.ones(1)
 """``D`` of a solve without a Jacobi preconditioner (one element: see
