@@ -117,3 +117,13 @@ def transposed(A):
         coo = A.to_sparse_coo() if A.layout == torch.sparse_csr else A
         return coo.t().coalesce()
     return A.T
+
+
+def permuted_device_csr(csr: DeviceCSR, perm, inverse) -> DeviceCSR:
+    """``P A Pᵀ`` of a canonical :class:`DeviceCSR` (row i is A's row ``perm[i]``, its columns
+    renumbered by ``inverse``), computed on the GPU with CuPy's sparse indexing: the
+    operator's matrix in the order :mod:`autospmv._decide.ordering` chose (``inverse`` is
+    implied by ``perm``)."""
+    xp = csr.xp
+    index = xp.asarray(perm)
+    return canonical_device_csr(csr.sparse()[index][:, index])
