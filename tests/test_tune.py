@@ -13,6 +13,7 @@ import autospmv
 from autospmv._decide.selection import Decision
 from autospmv._prepare.tuning import (MEASURE_GAIN, TUNE_CANDIDATES, TUNE_MARGIN, TUNE_PRODUCTS,
                                       measure, measure_candidates, measuring_pays)
+from autospmv._decide.ordering import OrderChoice
 from autospmv._prepare.device_input import Input
 from autospmv._prepare.operator import SpMVOperator
 from autospmv._decide.model.tree import TreeModel
@@ -106,7 +107,7 @@ def test_measure_refuses_the_cuda_simulator(monkeypatch):
     A = canonicalize(poisson2d(5))
     decision = autospmv.select(A, device="cuda")
     with pytest.raises(RuntimeError, match="simulator .* would time a Python interpreter"):
-        measure(Input(A, "cuda"), decision)
+        measure(Input(A, "cuda", OrderChoice("keep", "order kept")), decision)
 
 
 def test_tune_arguments_are_checked():

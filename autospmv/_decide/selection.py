@@ -82,6 +82,14 @@ class Decision:
         For a model with a cost model: each kernel's estimated µs per product (the leaf's
         corrected estimates where the tree corrects them); empty otherwise. The workload hint
         (``prepare(A, products=...)``) weighs the chosen kernel's estimate.
+    order : {"keep", "rcm"}, optional
+        The order of rows and columns the kernel runs in: ``"keep"`` (A's own) or ``"rcm"``
+        (reverse Cuthill–McKee); the kernel was chosen for A in that order.
+    order_reason : str, optional
+        Why that order (the cost rule's figures, the features before and after); empty for a
+        decision made without considering the order (:func:`autospmv.select`).
+    order_features : dict of str to float, optional
+        The features the order's rule read (``x_sectors_per_nnz_warp_before``, ...).
 
     Examples
     --------
@@ -103,6 +111,9 @@ class Decision:
     tuning: dict = dataclasses.field(default_factory=dict)
     margins: dict[str, float] = dataclasses.field(default_factory=dict)
     estimates_us: dict[str, float] = dataclasses.field(default_factory=dict)
+    order: str = "keep"
+    order_reason: str = ""
+    order_features: dict[str, float] = dataclasses.field(default_factory=dict)
 
     def explain(self) -> str:
         """A readable account of the decision.
@@ -111,13 +122,16 @@ class Decision:
         -------
         str
             The kernel and its parameters, who chose it, the comparisons made (:attr:`path`)
-            with the features they read, and the notes (guardrails, conversion, tuning).
+            with the features they read, the order of rows and columns and why
+            (:attr:`order_reason`), and the notes (guardrails, conversion, tuning).
         """
         params = ", ".join(f"{k}={v}" for k, v in self.params.items()) or "no parameters"
         who = "forced by the caller" if self.source == "forced" else f"chosen by {self.source}"
         lines = [f"kernel {self.kernel} ({params}), {who}"]
         if self.path:
             lines.append("  " + " → ".join(self.path + [self.kernel]))
+        if self.order_reason:
+            lines.append(f"  {self.order_reason}")
         lines += [f"  note: {note}" for note in self.notes]
         return "\n".join(lines)
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from .._decide.ordering import OrderChoice, choose_order
 from .._support import devices
 from .._support.validation import borrows, canonicalize, index_dtype, value_dtype
 from ..formats.base import DeviceCSR
@@ -42,23 +43,27 @@ class Input:
     """A matrix as :func:`prepare` and :func:`select` go on with it (:func:`canonical_input`)."""
 
     csr: object
-    """The canonical matrix: a host ``csr_matrix``, or a :class:`DeviceCSR` for a matrix that
-    lives on the GPU."""
+    """The canonical matrix in the order it is stored in: a host ``csr_matrix``, or a
+    :class:`DeviceCSR` for a matrix that lives on the GPU."""
     device: str
     """Where the operator runs (or, for :func:`select`, what it decides for)."""
+    order: OrderChoice
+    """The order of rows and columns ``csr`` is in, and why (:func:`choose_order`)."""
     source: object = None
-    """The GPU matrix as the caller gave it (kept for transposes); None for a host matrix."""
+    """The GPU matrix as the caller gave it, or in the stored order when that differs (kept
+    for transposes); None for a host matrix."""
     borrowed: bool = False
     """Whether ``csr`` shares the caller's arrays (:func:`borrows`)."""
     uploaded: DeviceCSR | None = None
     """The host ``csr`` already on the GPU (:func:`upload_for`), or None."""
 
 
-def canonical_input(A, device: str | None, *, runs: bool = True,
-                    host_only: str | None = None) -> Input:
+def canonical_input(A, device: str | None, *, order: str = "keep", products: int | None = None,
+                    runs: bool = True, host_only: str | None = None) -> Input:
     """A canonicalised (on the device for a GPU matrix, :func:`canonical_device_csr`; else
-    :func:`canonicalize`), with the device it runs on and, for host input on the GPU, uploaded
-    once (:func:`upload_for`).
+    :func:`canonicalize`), in the order ``order=`` chooses for ``products`` products
+    (:func:`choose_order`; renumbered on the device for a GPU matrix), with the device it runs
+    on and, for host input on the GPU, uploaded once (:func:`upload_for`).
 
     ``runs=False`` (for :func:`select`): the device is only decided for, so it need not be
     present, and nothing is uploaded. ``host_only``: an option that needs a host matrix (e.g.
@@ -70,10 +75,13 @@ def canonical_input(A, device: str | None, *, runs: bool = True,
             raise ValueError("this matrix lives on the GPU; prepare it with device='cuda' (or "
                              "None), or pass a SciPy matrix for device='cpu'")
         device = devices.resolve_device("cuda") if runs else "cuda"
-        return Input(canonical_device_csr(A), device, source=A)
+        choice, csr = choose_order(canonical_device_csr(A), order, products, device,
+                                   permute=permuted_device_csr)
+        return Input(csr, device, choice, source=A if choice.kept else csr.sparse())
     device = devices.resolve_device(device) if runs else devices.target_device(device)
-    csr = canonicalize(A)
-    return Input(csr, device, borrowed=borrows(A, csr),
+    canonical = canonicalize(A)
+    choice, csr = choose_order(canonical, order, products, device)
+    return Input(csr, device, choice, borrowed=choice.kept and borrows(A, canonical),
                  uploaded=upload_for(csr, device) if runs else None)
 
 
@@ -159,3 +167,13 @@ def transposed(A):
         coo = A.to_sparse_coo() if A.layout == torch.sparse_csr else A
         return coo.t().coalesce()
     return A.T
+
+
+def permuted_device_csr(csr: DeviceCSR, perm, inverse) -> DeviceCSR:
+    """``P A Pᵀ`` of a canonical :class:`DeviceCSR` (row i is A's row ``perm[i]``, its columns
+    renumbered by ``inverse``), computed on the GPU with CuPy's sparse indexing: the
+    operator's matrix in the order :mod:`autospmv._decide.ordering` chose (``inverse`` is
+    implied by ``perm``)."""
+    xp = csr.xp
+    index = xp.asarray(perm)
+    return canonical_device_csr(csr.sparse()[index][:, index])

@@ -36,6 +36,12 @@ class SpMVOperator(LinearOperator):
     device)`` builds from a decision the caller holds (``select``'s, or one written by hand)
     and checks A and the decision's parameters just as ``prepare`` does.
 
+    The operator may store A in another order of rows and columns (``order``; see
+    :func:`autospmv.prepare`'s ``order=``). That order is invisible to the caller: every
+    product takes and returns vectors in A's own order (x gathered into the stored order and
+    the result gathered back, one pass each; :meth:`in_own_order` gives the operator without
+    those passes).
+
     The operator is a snapshot of A: changing A afterwards changes neither ``op`` nor ``op.T``.
     Besides what it runs, it keeps what :meth:`transpose_operator` builds Aᵀ from when first
     asked: a GPU-resident input matrix itself; on the GPU (with CuPy) a copy of the row pointer,
@@ -73,6 +79,12 @@ class SpMVOperator(LinearOperator):
         device memory only, and the host copy is released after the upload).
     threads : int or None
         On the CPU, the most threads a product uses.
+    order : {"keep", "rcm"}
+        The order of rows and columns the matrix is stored and multiplied in: ``"keep"``, A's
+        own; ``"rcm"``, reverse Cuthill–McKee.
+    permutation : numpy.ndarray or None
+        None when the order is kept, else ``perm`` such that the operator stores ``P A Pᵀ``
+        with ``(P A Pᵀ)[i, j] = A[perm[i], perm[j]]``.
 
     Raises
     ------
@@ -205,6 +217,71 @@ class SpMVOperator(LinearOperator):
     _switch = None
     """The background decision still to switch to (:mod:`autospmv._prepare.background`), or None."""
 
+    permutation = None
+    """None when the operator runs in A's own order; else ``perm``: it stores ``P A Pᵀ``,
+    whose row i is A's row ``perm[i]`` (see the class docstring)."""
+    _inverse = None
+    """``inverse[perm[i]] = i``, with :attr:`permutation`."""
+    _own_order = None
+    """The operator of :meth:`in_own_order`, made at its first call."""
+
+    @property
+    def order(self) -> str:
+        """The order of rows and columns the matrix is stored in: ``"keep"`` or ``"rcm"``."""
+        return "keep" if self.permutation is None else self.decision.order
+
+    def _apply_order(self, perm: np.ndarray, inverse: np.ndarray, decision: Decision) -> None:
+        """Make this operator of ``P A Pᵀ`` (built on the permuted matrix) take and return
+        vectors in A's own order: its backend is wrapped by the gathers of
+        :mod:`autospmv.kernels.cpu.permute` or :mod:`autospmv.kernels.cuda.permute`."""
+        inner = self._runner
+        if self.device == "cuda":
+            from ..kernels.cuda.permute import PermutedCudaBackend
+
+            self._runner = PermutedCudaBackend(inner, perm, inverse)
+        else:
+            from ..kernels.cpu.permute import PermutedCpuBackend
+
+            self._runner = PermutedCpuBackend(inner, perm, inverse)
+        self._inner_runner = inner
+        self.permutation, self._inverse = perm, inverse
+        self._host_nbytes += perm.nbytes + inverse.nbytes
+        if decision is not self.decision:
+            self.decision.order = decision.order
+
+    def in_own_order(self) -> "SpMVOperator":
+        """The operator of the matrix in the order it is stored in, ``P A Pᵀ``, whose products
+        take and return vectors in that order (no gathers); the operator itself when it runs
+        in A's own order. The solvers iterate on it, permuting b and x once per solve.
+
+        Returns
+        -------
+        SpMVOperator
+            The same object on every call; it shares this operator's matrix and decision.
+
+        Examples
+        --------
+        >>> import numpy as np, scipy.sparse as sp, autospmv
+        >>> A = sp.random(50, 50, density=0.1, format="csr", random_state=0) + sp.eye(50)
+        >>> op = autospmv.prepare(A, device="cpu", order="rcm")
+        >>> p = op.permutation
+        >>> x = np.arange(50.0)
+        >>> bool(np.allclose(op.in_own_order() @ x[p], (A @ x)[p]))
+        True
+        """
+        if self.permutation is None:
+            return self
+        view = self._own_order
+        if view is None:
+            view = SpMVOperator.__new__(SpMVOperator)
+            view.__dict__.update({k: v for k, v in self.__dict__.items()
+                                  if k not in ("permutation", "_inverse", "_own_order",
+                                               "_inner_runner")})
+            view._runner = self._inner_runner
+            view._transposed = None
+            self._own_order = view
+        return view
+
     @property
     def _backend(self):
         """What runs the products: the kernel bound to its format on its device. Taking it
@@ -280,8 +357,9 @@ class SpMVOperator(LinearOperator):
         on (:mod:`autospmv.kernels.cuda.backend`). From the first multi-vector product on
         (:meth:`matmat`), the CSR arrays it runs on where they are not the format's or the kept
         CSR's, and on the GPU its list of long-row pieces, count too."""
-        return {"host": self._host_nbytes,
-                "device": getattr(self._backend, "device_nbytes", 0)}
+        backend = self._backend
+        return {"host": self._host_nbytes + getattr(backend, "workspace_nbytes", 0),
+                "device": getattr(backend, "device_nbytes", 0)}
 
     @property
     def nbytes(self) -> int:
@@ -314,8 +392,14 @@ class SpMVOperator(LinearOperator):
         csr = self._matrix_csr()
         if isinstance(csr, DeviceCSR):
             diagonal = csr.sparse().diagonal()
-            return diagonal.get() if hasattr(diagonal, "get") else np.asarray(diagonal)
-        return np.asarray(csr.diagonal(), dtype=self.dtype)
+            diagonal = diagonal.get() if hasattr(diagonal, "get") else np.asarray(diagonal)
+        else:
+            diagonal = np.asarray(csr.diagonal(), dtype=self.dtype)
+        if self.permutation is None:
+            return diagonal
+        ordered = np.empty_like(diagonal)
+        ordered[self.permutation] = diagonal
+        return ordered
 
     def explain(self) -> str:
         """A readable account of the decision: the kernel, who chose it and why.
@@ -337,8 +421,9 @@ class SpMVOperator(LinearOperator):
 
     def __repr__(self):
         m, n = self.shape
+        order = f" order={self.order}" if self.permutation is not None else ""
         return (f"<SpMVOperator {m}x{n} {self.dtype} nnz={self.nnz} kernel={self.kernel} "
-                f"device={self.device}>")
+                f"device={self.device}{order}>")
 
     def matvec(self, x, out=None):
         """``A @ x``. Host (numpy) x gives a numpy result; a CUDA array gives a device result.
@@ -602,6 +687,8 @@ class SpMVOperator(LinearOperator):
             else:
                 csr_t = canonicalize(source.T)
                 self._transposed = self._transpose_with(csr_t, csr_t)
+        if self.permutation is not None and self._transposed.permutation is None:
+            self._transposed._apply_order(self.permutation, self._inverse, self.decision)
         return self._transposed
 
     def _transpose_on_device(self, source) -> "SpMVOperator":
@@ -660,6 +747,9 @@ class SpMVOperator(LinearOperator):
             raise TypeError("an operator on the GPU cannot be pickled (its matrix lives in device "
                             "memory); pickle the matrix and prepare it again where it is loaded")
         csr = self._source if self._source is not None else self.format.to_csr()
+        if self.permutation is not None:  # the matrix in its stored order, and the order
+            return _unpickled_operator, (csr, self.decision, self._threads_request,
+                                         self.permutation)
         return _unpickled_operator, (csr, self.decision, self._threads_request)
 
     def _adjoint(self):  # real matrices only, so the adjoint is the transpose
@@ -689,10 +779,23 @@ _MULTI_VECTOR_SET_UP = threading.Lock()
 """Serialises the set-up of multi-vector products (:meth:`SpMVOperator._multi_vector`)."""
 
 
-def _unpickled_operator(csr, decision: Decision, threads) -> SpMVOperator:
+def _unpickled_operator(csr, decision: Decision, threads, permutation=None) -> SpMVOperator:
     """The CPU operator that :meth:`SpMVOperator.__reduce__` pickled, its matrix checked as
-    any input is (the unpickled arrays are its own: nothing is copied again)."""
-    return SpMVOperator._canonical(canonicalize(csr), decision, "cpu", check_threads(threads))
+    any input is (the unpickled arrays are its own: nothing is copied again); ``permutation``:
+    the order it was stored in (``csr`` is already in that order), checked to be one."""
+    op = SpMVOperator._canonical(canonicalize(csr), decision, "cpu", check_threads(threads))
+    if permutation is not None:
+        permutation = np.asarray(permutation)
+        n = csr.shape[0]
+        if (csr.shape[0] != csr.shape[1] or permutation.shape != (n,)
+                or permutation.dtype.kind not in "iu"
+                or not np.array_equal(np.sort(permutation), np.arange(n))):
+            raise ValueError("the pickled operator's permutation is not a permutation of its "
+                             "matrix's rows")
+        inverse = np.empty_like(permutation)
+        inverse[permutation] = np.arange(n, dtype=permutation.dtype)
+        op._apply_order(permutation, inverse, decision)
+    return op
 
 
 TRANSPOSE_FALLBACK = "hyb"

@@ -8,6 +8,14 @@ per replay, say the method stopped. Iterations queued after the one that stopped
 their products (every step skips once the method has stopped), so x and the iteration count
 are those of the stopping iteration. With a callback, or a preconditioner given as any other
 linear operator, each iteration runs eagerly and the host reads the flags after each.
+
+An operator that stores A in another order (``op.permutation``, :func:`autospmv.prepare`'s
+``order=``) is iterated on in that order throughout (:meth:`SpMVOperator.in_own_order`): b and
+x0 are permuted once per solve, as is a Jacobi preconditioner's diagonal (read from the
+permuted matrix), and x is permuted back once (and for each callback); no product of the
+iteration pays for the gathers. A preconditioner given as an operator or any other linear
+operator is in the caller's order, so such a solve iterates in the caller's order, through the
+operator's own gathers.
 """
 
 from __future__ import annotations
@@ -48,6 +56,9 @@ class Problem:
     kind: str
     """The kind of array b came as (:func:`_kind`), which x goes back as."""
     given_b: object
+    inverse: object = None
+    """With an operator that runs in another order: the array (of the machine's module) that
+    takes the solve's vectors back to the caller's order (``x[inverse]``); else None."""
 
 
 def solve(method, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None,
@@ -82,14 +93,22 @@ def solve(method, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None,
         op.last_solve = {"method": method.name, "iterations": 0, "info": 0,
                          "device": op.device}
         return _returned(x, kind, b), 0
-    problem = Problem(b_work, x0_work, rtol, atol, bnrm2, maxiter, callback, kind, b)
+    solve_op, inverse = op, None
+    if op.permutation is not None and (M is None or isinstance(M, str)):
+        solve_op = op.in_own_order()  # b and x0 permuted once, x back once
+        perm = xp.asarray(op.permutation)
+        inverse = xp.empty_like(perm)
+        inverse[perm] = xp.arange(n, dtype=perm.dtype)
+        b_work = b_work[perm]
+        x0_work = None if x0_work is None else x0_work[perm]
+    problem = Problem(b_work, x0_work, rtol, atol, bnrm2, maxiter, callback, kind, b, inverse)
     options = method.configure(n, dict(options or {}))
-    preconditioner = _preconditioner(M, op, dtype)
-    workspace = _workspace(op, method, n, dtype, options, preconditioner)
+    preconditioner = _preconditioner(M, solve_op, dtype)
+    workspace = _workspace(solve_op, method, n, dtype, options, preconditioner)
     try:
         with workspace.machine:
             if workspace.reused:
-                workspace.machine.reset(op)
+                workspace.machine.reset(solve_op)
             x, flags = _run(method(workspace.machine, **options), workspace, problem)
     finally:
         workspace.release()
@@ -98,7 +117,12 @@ def solve(method, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None,
     info = int(flags[INFO])
     op.last_solve = {"method": method.name, "iterations": int(flags[ITERATIONS]),
                      "info": info, "device": op.device}
-    return _returned(x, kind, b), info
+    return _returned(_callers_order(x, problem), kind, b), info
+
+
+def _callers_order(x, problem: Problem):
+    """x of the solve, in the caller's order (:attr:`Problem.inverse`)."""
+    return x if problem.inverse is None else x[problem.inverse]
 
 
 def _array_module(op):
@@ -188,8 +212,8 @@ def _run_eagerly(machine, solver, problem: Problem):
             solver.iteration(eager=True)
         flags = machine.flags()
         if problem.callback is not None and solver.callbacks_due(flags) > done:
-            problem.callback(_returned(machine.result(solver.x), problem.kind,
-                                       problem.given_b))
+            problem.callback(_returned(_callers_order(machine.result(solver.x), problem),
+                                       problem.kind, problem.given_b))
         if machine.stopped(flags):
             return flags
 

@@ -87,7 +87,7 @@ def build_rank(block, rank: int, *, row_bounds, col_bounds, comm_id: str, device
                kwargs: dict) -> Rank:
     """On a worker, on all ranks at once: split the block, agree with the other ranks on what
     each sends to whom (through the communicator), and prepare both blocks with
-    :func:`autospmv.prepare`."""
+    :func:`autospmv.prepare` (the ghost block, rectangular, in its own order)."""
     import autospmv
 
     size = len(row_bounds) - 1
@@ -105,7 +105,7 @@ def build_rank(block, rank: int, *, row_bounds, col_bounds, comm_id: str, device
     with CPU_LOCK:
         owned = autospmv.prepare(split.owned, device=device, **kwargs)
         clock.lap("prepare_owned")
-        ghost = (autospmv.prepare(split.ghost, device=device, **kwargs)
+        ghost = (autospmv.prepare(split.ghost, device=device, **{**kwargs, "order": "keep"})
                  if split.ghost_rows.size else None)
         clock.lap("prepare_ghost")
     if device == "cuda":

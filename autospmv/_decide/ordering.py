@@ -1,0 +1,271 @@
+"""The order of the rows and columns as part of the decision: keep A's own, or renumber a square
+A by reverse Cuthill–McKee (RCM) and run ``P A Pᵀ``.
+
+Why: SpMV gathers x by column index. A matrix numbered at random (graph or mesh data as they
+arrive) makes every entry of a warp read its own 32-byte sector of x, where a bandwidth-reducing
+order lets the rows of a warp share sectors; no storage format recovers that, the order does.
+The operator applies the order inside itself (:mod:`autospmv.kernels.cpu.permute`,
+:mod:`autospmv.kernels.cuda.permute`), so the caller never sees it.
+
+The candidates (:data:`ORDERS`): ``"keep"``; ``"rcm"``, SciPy's
+``scipy.sparse.csgraph.reverse_cuthill_mckee`` on the structure of A + Aᵀ. ``"auto"`` chooses
+between them by a cost rule over features of x's locality (:func:`choose_order`); no trained
+labels decide the order yet.
+
+The features (:func:`order_features`): ``x_sectors_per_nnz_warp`` (the 32-byte sectors of x that
+32 consecutive rows read, per nonzero; sampled, :func:`autospmv._decide.features.sampling.x_locality`,
+well under a millisecond), and, once an order is computed, the ``bandwidth`` (largest
+``|i - j|``) and ``profile`` (mean over rows of ``i - min j`` where positive) before and after.
+
+The cost rule (:func:`product_seconds`): a product moves the matrix's bytes (values, column
+indices, row pointers), writes y, and reads x in 32-byte sectors, ``nnz × x_sectors_per_nnz_warp``
+of them; it takes those bytes over :data:`BYTES_PER_SECOND` of the device, but never less than
+:data:`LATENCY_SECONDS`. The gain of an order per product is the difference of the two times
+less the two gathers of x and y (:func:`permutation_seconds`); over the expected products (the
+``products=`` hint, or a solver's iterations) it must exceed what the order costs to compute
+and apply (:func:`ordering_seconds`, estimated from nnz), and be at least
+:data:`MIN_RELATIVE_GAIN` of a product. "auto" decides in two steps, so that the common case
+costs nothing:
+
+1. Without a hint, or for a non-square matrix, the order is kept at once (no feature is read).
+2. With one, the sampled x locality is read and compared with the best any order could reach
+   for these row lengths (:func:`sector_floor`): if even that would not pay for RCM, or would
+   gain less than :data:`MIN_FLOOR_GAIN` of a product, the order is kept without computing RCM.
+3. Otherwise RCM is computed, the permuted matrix built and its locality read; the order is
+   used when the rule, with the locality measured after and the cost measured, says it pays.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import numpy as np
+
+from ..formats.base import DeviceCSR
+from ..kernels.cpu.permute import permuted_csr
+from .features.sampling import x_locality
+
+ORDERS = ("auto", "keep", "rcm")
+"""The values of ``prepare(A, order=...)``."""
+
+SECTOR_BYTES = 32
+"""The GPU's unit of a gather from memory (and a cache line's quarter on the CPU)."""
+
+BYTES_PER_SECOND = {"cuda": 3.0e12, "cpu": 2.0e10}
+"""The bandwidth the cost rule assumes for a product's traffic: about two thirds of an H200's
+(4.8 TB/s), and a few cores' share of a server's."""
+
+LATENCY_SECONDS = {"cuda": 5e-6, "cpu": 1e-6}
+"""The shortest product the rule assumes (a launch, a thread pool's wake-up)."""
+
+RCM_SECONDS_PER_NNZ = 1.5e-7
+"""SciPy's ``reverse_cuthill_mckee`` of A + Aᵀ per nonzero of A, with the symmetrisation:
+about 1.1e-7 s on a loaded 2-core x86 machine for a 2.4·10⁶-nonzero mesh, rounded up."""
+
+PERMUTE_SECONDS_PER_NNZ = 1e-7
+"""Building ``P A Pᵀ`` (:func:`autospmv.kernels.cpu.permute.permuted_csr`) per nonzero: about
+8e-8 s on the same machine (its reads of A's rows follow the permutation)."""
+
+MIN_RELATIVE_GAIN = 0.05
+"""The least gain per product, relative to a product in A's own order, for which "auto" reorders:
+below it the rule's error could make the product slower."""
+
+MIN_FLOOR_GAIN = 0.15
+"""Step 2's threshold: the gain the best conceivable order would bring, relative to a product,
+below which RCM is not computed (a matrix as given by a mesh generator or a solver's assembly
+is close to banded already)."""
+
+
+def check_order(order) -> str:
+    """``order`` as :func:`autospmv.prepare` takes it, or ValueError."""
+    if order not in ORDERS:
+        raise ValueError(f"unknown order={order!r}; valid: " + ", ".join(map(repr, ORDERS)))
+    return order
+
+
+@dataclasses.dataclass
+class OrderChoice:
+    """The order an operator runs in, and why."""
+
+    order: str
+    """``"keep"`` or ``"rcm"``."""
+    reason: str
+    """One line for ``explain()``."""
+    perm: np.ndarray | None = None
+    """Row (and column) i of the operator's matrix is row ``perm[i]`` of A; None when kept."""
+    inverse: np.ndarray | None = None
+    """``inverse[perm[i]] = i``; None when kept."""
+    features: dict = dataclasses.field(default_factory=dict)
+    """The features the rule read (``..._before``, ``..._after``)."""
+    seconds: float = 0.0
+    """What choosing the order took, computing it and permuting A included."""
+
+    @property
+    def kept(self) -> bool:
+        return self.perm is None
+
+
+def sector_floor(nnz: int, rows: int, itemsize: int) -> float:
+    """The fewest x sectors per nonzero any order could give 32 consecutive rows of this mean
+    row length L: a perfectly banded warp reads about 32 + 2L consecutive entries of x."""
+    if not nnz or not rows:
+        return 0.0
+    length = nnz / rows
+    per_sector = SECTOR_BYTES / itemsize
+    return (32 + 2 * length) / (per_sector * 32 * length)
+
+
+def product_seconds(csr, sectors_per_nnz: float, device: str) -> float:
+    """The cost rule's time of one product (see the module docstring)."""
+    m = csr.shape[0]
+    itemsize = np.dtype(csr.dtype).itemsize
+    index = 4 if csr.nnz < 2**31 else 8
+    traffic = (csr.nnz * (itemsize + index) + m * (index + itemsize)
+               + csr.nnz * sectors_per_nnz * SECTOR_BYTES)
+    return max(LATENCY_SECONDS[device], traffic / BYTES_PER_SECOND[device])
+
+
+def permutation_seconds(csr, device: str) -> float:
+    """The rule's time of the two gathers around a product in the caller's order: each reads
+    an index and a scattered element (a sector) and writes an element, per row."""
+    itemsize = np.dtype(csr.dtype).itemsize
+    traffic = 2 * csr.shape[0] * (4 + SECTOR_BYTES + itemsize)
+    return max(2 * LATENCY_SECONDS[device], traffic / BYTES_PER_SECOND[device])
+
+
+def ordering_seconds(nnz: int) -> float:
+    """The rule's estimate of computing RCM and building ``P A Pᵀ`` on the host."""
+    return nnz * (RCM_SECONDS_PER_NNZ + PERMUTE_SECONDS_PER_NNZ)
+
+
+def bandwidth_and_profile(csr) -> tuple[float, float]:
+    """The largest ``|i - j|`` over the entries of a canonical CSR matrix (host, or a
+    :class:`~autospmv.formats.base.DeviceCSR`, computed on its device), and the mean over rows
+    of ``i - (first column of row i)`` where positive (the envelope per row)."""
+    m = csr.shape[0]
+    if m == 0 or csr.nnz == 0:
+        return 0.0, 0.0
+    xp = csr.xp if isinstance(csr, DeviceCSR) else np
+    indptr = csr.indptr
+    nonempty = indptr[1:] > indptr[:-1]
+    rows = xp.arange(m, dtype=np.int64)[nonempty]
+    first = csr.indices[indptr[:-1][nonempty]].astype(np.int64)
+    last = csr.indices[indptr[1:][nonempty] - 1].astype(np.int64)
+    below, above = rows - first, last - rows
+    bandwidth = max(float(below.max()), float(above.max()), 0.0)
+    return bandwidth, float(xp.maximum(below, 0).sum()) / m
+
+
+def order_features(csr, suffix: str = "") -> dict:
+    """The order's features of a canonical matrix (host, or a
+    :class:`~autospmv.formats.base.DeviceCSR`; see the module docstring), names ending in
+    ``suffix``."""
+    bandwidth, profile = bandwidth_and_profile(csr)
+    structure = csr.structure() if isinstance(csr, DeviceCSR) else csr
+    return {"x_sectors_per_nnz_warp" + suffix: float(x_locality(structure)),
+            "bandwidth" + suffix: bandwidth, "profile" + suffix: profile}
+
+
+def rcm(csr) -> np.ndarray:
+    """SciPy's reverse Cuthill–McKee order of the structure of A + Aᵀ (a square canonical
+    host matrix, or a :class:`~autospmv.formats.base.DeviceCSR`, whose column indices are
+    copied to the host for it): ``perm``, the old index of each new row."""
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import reverse_cuthill_mckee
+
+    if isinstance(csr, DeviceCSR):
+        indices = csr.xp.asnumpy(csr.indices) if csr.on_gpu else np.asarray(csr.indices)
+        indptr = csr.host_indptr
+    else:
+        indices, indptr = csr.indices, csr.indptr
+    structure = csr_matrix((np.ones(indices.shape[0], dtype=np.int8), indices, indptr),
+                           shape=csr.shape)
+    return np.ascontiguousarray(reverse_cuthill_mckee(structure, symmetric_mode=False))
+
+
+def inverse_of(perm: np.ndarray) -> np.ndarray:
+    """``inverse[perm[i]] = i``, in perm's dtype."""
+    inverse = np.empty_like(perm)
+    inverse[perm] = np.arange(perm.shape[0], dtype=perm.dtype)
+    return inverse
+
+
+def apply_order(csr, perm: np.ndarray, inverse: np.ndarray):
+    """``P A Pᵀ`` of a canonical host matrix (canonical again, a new matrix)."""
+    import scipy.sparse as sp
+
+    indptr, indices, data = permuted_csr(csr.indptr, csr.indices, csr.data, perm, inverse)
+    out = sp.csr_matrix((data, indices, indptr), shape=csr.shape, copy=False)
+    out.has_sorted_indices = out.has_canonical_format = True
+    return out
+
+
+def choose_order(csr, order: str, products: int | None, device: str, permute=apply_order):
+    """The order for a canonical matrix and ``prepare``'s ``order=``: ``(OrderChoice, the
+    matrix in that order)`` (``csr`` itself when kept). See the module docstring for "auto";
+    ``"rcm"`` on a non-square matrix raises ValueError. ``csr``: a canonical host matrix, or a
+    :class:`~autospmv.formats.base.DeviceCSR`, which ``permute(csr, perm, inverse)`` (the
+    caller's) renumbers on its device."""
+    m, n = csr.shape
+    if order == "keep":
+        return OrderChoice("keep", "order kept (order='keep')"), csr
+    if m != n:
+        if order == "rcm":
+            raise ValueError(f"order='rcm' renumbers the rows and columns of a square matrix; "
+                             f"A is {m}x{n} (use order='keep' or 'auto', which keeps the order "
+                             "of a rectangular matrix)")
+        return OrderChoice("keep", f"order kept: A is {m}x{n}, and only a square matrix is "
+                           "renumbered"), csr
+    started = time.perf_counter()
+    structure = csr.structure() if isinstance(csr, DeviceCSR) else csr
+    if order == "auto":
+        if products is None:
+            return OrderChoice("keep", "order kept: without a products= hint, renumbering "
+                               "(which costs about as much as 10⁴ products on a GPU) is not "
+                               "considered"), csr
+        if not csr.nnz:
+            return OrderChoice("keep", "order kept: A has no nonzeros"), csr
+        before = float(x_locality(structure))
+        itemsize = np.dtype(csr.dtype).itemsize
+        floor = min(before, sector_floor(csr.nnz, m, itemsize))
+        now = product_seconds(csr, before, device)
+        best = now - product_seconds(csr, floor, device) - permutation_seconds(csr, device)
+        estimate = ordering_seconds(csr.nnz)
+        features = {"x_sectors_per_nnz_warp_before": before, "x_sectors_floor": floor}
+        if best < MIN_FLOOR_GAIN * now or products * best <= estimate:
+            why = (f"even an ideal order ({floor:.3g} x sectors per nonzero against "
+                   f"{before:.3g} now) would gain {max(best, 0) / now:.0%} of a product after "
+                   "the gathers of x and y around it, less than "
+                   f"{MIN_FLOOR_GAIN:.0%}" if best < MIN_FLOOR_GAIN * now else
+                   f"even an ideal order would gain at most {products:,} products × "
+                   f"{best * 1e6:.3g} µs = {products * best:.3g} s, less than RCM's estimated "
+                   f"{estimate:.3g} s")
+            return OrderChoice("keep", f"order kept by the cost rule: {why}", features=features,
+                               seconds=time.perf_counter() - started), csr
+    features = {} if order == "rcm" else features
+    perm = np.ascontiguousarray(rcm(csr), dtype=structure.indptr.dtype)
+    inverse = inverse_of(perm)
+    ordered = permute(csr, perm, inverse)
+    seconds = time.perf_counter() - started
+    features.update(order_features(csr, "_before"))
+    features.update(order_features(ordered, "_after"))
+    before, after = features["x_sectors_per_nnz_warp_before"], features["x_sectors_per_nnz_warp_after"]
+    summary = (f"x sectors per nonzero {before:.3g} → {after:.3g}, bandwidth "
+               f"{features['bandwidth_before']:,.0f} → {features['bandwidth_after']:,.0f}, "
+               f"profile {features['profile_before']:,.1f} → {features['profile_after']:,.1f}; "
+               f"RCM and permuting A took {seconds:.3g} s")
+    if order == "rcm":
+        return OrderChoice("rcm", f"order rcm (order='rcm'): {summary}", perm, inverse,
+                           features, seconds), ordered
+    now = product_seconds(csr, before, device)
+    gain = now - product_seconds(ordered, after, device) - permutation_seconds(csr, device)
+    if gain >= MIN_RELATIVE_GAIN * now and products * gain > seconds:
+        return OrderChoice(
+            "rcm", f"order rcm, chosen by the cost rule: {products:,} products × "
+            f"{gain * 1e6:.3g} µs gained ({gain / now:.0%} of a product) exceed its cost; "
+            f"{summary}", perm, inverse, features, time.perf_counter() - started), ordered
+    return OrderChoice(
+        "keep", f"order kept by the cost rule: RCM would gain {products:,} products × "
+        f"{gain * 1e6:.3g} µs ({gain / now:.0%} of a product), not enough for its cost; "
+        f"{summary}", features=features, seconds=time.perf_counter() - started), csr

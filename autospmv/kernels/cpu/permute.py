@@ -1,0 +1,176 @@
+"""Permutations on the CPU: the passes that carry vectors between the caller's order and the
+order an operator's matrix is stored in, and the permuted copy of a CSR matrix.
+
+An operator whose matrix runs in another order (``P A Pᵀ``, :mod:`autospmv._decide.ordering`)
+computes ``y = A @ x`` as ``x_p[i] = x[perm[i]]``, ``y_p = (P A Pᵀ) @ x_p``,
+``y[i] = y_p[inverse[i]]``: two gathers, each writing its result in order (one pass over the
+vector each), around the kernel's own product. :class:`PermutedCpuBackend` wraps the CPU
+backend of the permuted matrix with them; its workspaces are allocated once per dtype.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numba
+import numpy as np
+
+from ..._support.jit import njit, specialisations
+
+PARALLEL_MIN_ROWS = 1 << 16
+"""Shortest vector whose gathers run on the product's threads (shorter ones run serially)."""
+
+
+def _gather(index, src, dst):
+    for i in numba.prange(dst.shape[0]):
+        dst[i] = src[index[i]]
+
+
+def _gather_rows(index, src, dst):
+    for i in numba.prange(dst.shape[0]):
+        row = index[i]
+        for c in range(dst.shape[1]):
+            dst[i, c] = src[row, c]
+
+
+gather_serial, gather_parallel = specialisations(_gather)
+gather_rows_serial, gather_rows_parallel = specialisations(_gather_rows)
+
+
+def gather(index: np.ndarray, src: np.ndarray, dst: np.ndarray, parallel: bool = False) -> None:
+    """``dst[i] = src[index[i]]`` for every i (``dst[i, :] = src[index[i], :]`` for 2-D arrays),
+    each element of dst written once, in order; on numba's threads when ``parallel``."""
+    if dst.ndim == 2:
+        (gather_rows_parallel if parallel else gather_rows_serial)(index, src, dst)
+    else:
+        (gather_parallel if parallel else gather_serial)(index, src, dst)
+
+
+INSERTION_SORT_MAX = 32
+"""Rows of at most this many entries are sorted by insertion in :func:`permuted_csr`; longer
+ones by ``argsort``."""
+
+
+@njit(cache=True, nogil=True)
+def _permuted_csr(indptr, indices, data, perm, inverse, out_indptr, out_indices, out_data):
+    m = perm.shape[0]
+    out_indptr[0] = 0
+    for i in range(m):
+        row = perm[i]
+        out_indptr[i + 1] = out_indptr[i] + (indptr[row + 1] - indptr[row])
+    for i in range(m):
+        row = perm[i]
+        start = out_indptr[i]
+        length = indptr[row + 1] - indptr[row]
+        source = indptr[row]
+        if length > INSERTION_SORT_MAX:
+            columns = np.empty(length, out_indices.dtype)
+            for k in range(length):
+                columns[k] = inverse[indices[source + k]]
+            order = np.argsort(columns)
+            for k in range(length):
+                out_indices[start + k] = columns[order[k]]
+                out_data[start + k] = data[source + order[k]]
+            continue
+        for k in range(length):
+            out_indices[start + k] = inverse[indices[source + k]]
+            out_data[start + k] = data[source + k]
+        for a in range(start + 1, start + length):
+            column, value = out_indices[a], out_data[a]
+            b = a - 1
+            while b >= start and out_indices[b] > column:
+                out_indices[b + 1] = out_indices[b]
+                out_data[b + 1] = out_data[b]
+                b -= 1
+            out_indices[b + 1] = column
+            out_data[b + 1] = value
+
+
+def permuted_csr(indptr, indices, data, perm, inverse):
+    """The arrays of ``P A Pᵀ`` for a canonical square CSR matrix (sorted columns, no
+    duplicates): row i is A's row ``perm[i]`` with each column j renumbered ``inverse[j]`` and
+    sorted again, so the result is canonical, with the input's index dtype.
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        ``(indptr, indices, data)``, new arrays.
+    """
+    out_indptr = np.empty_like(indptr)
+    out_indices = np.empty_like(indices)
+    out_data = np.empty_like(data)
+    _permuted_csr(indptr, indices, data, perm.astype(indptr.dtype, copy=False),
+                  inverse.astype(indices.dtype, copy=False), out_indptr, out_indices, out_data)
+    return out_indptr, out_indices, out_data
+
+
+class PermutedCpuBackend:
+    """The CPU backend of ``P A Pᵀ`` seen in the caller's order: every product gathers x into
+    the matrix's order, runs the inner backend, and gathers the result back (see the module
+    docstring). The workspaces of one-vector products are allocated once per dtype; a call
+    that finds them in use by another thread takes vectors of its own for that call."""
+
+    def __init__(self, inner, perm: np.ndarray, inverse: np.ndarray):
+        self.inner = inner
+        self.perm = perm
+        self.inverse = inverse
+        self._parallel = perm.shape[0] >= PARALLEL_MIN_ROWS and (inner.threads or 1) > 1
+        self._workspaces = {}  # dtype -> (x_p, y_p)
+        self._lock = threading.Lock()
+        self.host_rmatvec = None
+        """As the inner backend's (Aᵀ z in the caller's order), or None where it has none."""
+        if inner.host_rmatvec is not None:
+            self.host_rmatvec = self._rmatvec
+
+    def __getattr__(self, name):  # threads, threads_reason, engine_note, multi
+        return getattr(self.inner, name)
+
+    @property
+    def workspace_nbytes(self) -> int:
+        """Bytes of the workspaces allocated so far."""
+        return sum(a.nbytes + b.nbytes for a, b in self._workspaces.values())
+
+    def _through(self, run, x: np.ndarray, y: np.ndarray) -> None:
+        n, m = x.shape[0], y.shape[0]
+        own = self._lock.acquire(blocking=False)
+        try:
+            if own:
+                work = self._workspaces.get(x.dtype)
+                if work is None:
+                    work = self._workspaces[x.dtype] = (np.empty(n, x.dtype),
+                                                        np.empty(m, y.dtype))
+                x_p, y_p = work
+            else:
+                x_p, y_p = np.empty(n, x.dtype), np.empty(m, y.dtype)
+            gather(self.perm, x, x_p, self._parallel)
+            run(x_p, y_p)
+            gather(self.inverse, y_p, y, self._parallel)
+        finally:
+            if own:
+                self._lock.release()
+
+    def host_matvec(self, x: np.ndarray, y: np.ndarray) -> None:
+        if y.shape[0]:
+            self._through(self.inner.host_matvec, x, y)
+
+    def _rmatvec(self, z: np.ndarray, y: np.ndarray) -> None:
+        if y.shape[0]:
+            self._through(self.inner.host_rmatvec, z, y)
+
+    def set_up_multi(self, matrix_csr) -> tuple[str, tuple]:
+        return self.inner.set_up_multi(matrix_csr)
+
+    def host_matmat(self, X: np.ndarray, Y: np.ndarray) -> None:
+        """Y = A @ X for C-contiguous X and Y: the rows of X gathered into the matrix's order
+        and those of the result back, through arrays made for the call."""
+        X_p = np.empty_like(X)
+        Y_p = np.empty_like(Y)
+        gather(self.perm, X, X_p, self._parallel)
+        self.inner.host_matmat(X_p, Y_p)
+        gather(self.inverse, Y_p, Y, self._parallel)
+
+    def device_matmat(self, X):
+        return self.inner.device_matmat(X)
+
+    def device_matvec(self, x, out):
+        return self.inner.device_matvec(x, out)

@@ -1,0 +1,285 @@
+"""The order of rows and columns as part of the decision (``prepare(A, order=...)``), on a GPU.
+
+Each shared matrix (``.npz`` files of the folders given) is grown block-diagonally to about
+``--grown-nnz`` nonzeros and numbered at random (one random symmetric permutation). For float32
+and float64, back to back (CUDA events around ``--products`` products of a CuPy x):
+
+* ``keep``: today's automatic operator, ``prepare(A, order="keep")``;
+* ``auto``: ``prepare(A, order="auto", products=--hint)``, and the order it chose;
+* ``rcm``: ``prepare(A, order="rcm")``;
+* ``cusparse``: SciPy's RCM, then cupyx's CSR product in RCM order, alone (``cusparse_in_order``)
+  and with the two permutations of x and y by CuPy indexing (``cusparse``);
+* the grown matrix as given (not renumbered): ``keep`` against ``auto`` with the hint.
+
+Each row has the products' µs, every ``prepare``'s seconds, the ordering's one-time cost
+(``prepare`` with the order chosen less ``prepare`` keeping it), the gain per product and the
+break-even product count, and whether the hint's products pay for the order. On symmetric
+matrices (or symmetrised ones), shifted to be positive definite as ``solvers_gpu.py`` does,
+``autospmv.cg`` runs ``--cg-iterations`` iterations (rtol=0) on the operator kept and the
+operator of "auto": the µs per iteration. The summary has the geometric means the acceptance
+reads. Results go to ``--out`` (JSON naming the GPU), progress to stderr.
+
+    PYTHONPATH=. python benchmarks/ordering.py .matrices/shared --out ordering-h200.json
+    PYTHONPATH=. python benchmarks/ordering.py .matrices/shared --device cpu \\
+        --grown-nnz 2e5 --limit 2 --products 5 --cg-iterations 5 --out /tmp/ordering-cpu.json
+
+The defaults finish in about five minutes on an H200 (``--limit`` matrices, spread over sizes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import autospmv  # noqa: E402
+
+
+def log(*args) -> None:
+    print(*args, file=sys.stderr, flush=True)
+
+
+def shared_matrices(folders, limit: int):
+    """Square matrices of the folders (at least 1000 nonzeros), spread over sizes."""
+    found = []
+    for folder in folders:
+        for path in sorted(Path(folder).glob("*.npz")):
+            A = sp.load_npz(path).tocsr()
+            if A.shape[0] == A.shape[1] and A.nnz >= 1000:
+                found.append((path.stem, A))
+    found.sort(key=lambda item: item[1].nnz)
+    step = max(1, len(found) // max(limit, 1))
+    return found[::step][:limit]
+
+
+def grown(A, nnz: float):
+    """A repeated block-diagonally to about ``nnz`` nonzeros (A itself when larger)."""
+    copies = max(1, round(nnz / A.nnz))
+    return A.tocsr() if copies == 1 else sp.block_diag([A] * copies, format="csr")
+
+
+def at_random(A, seed: int = 0):
+    """A renumbered by one random symmetric permutation."""
+    p = np.random.default_rng(seed).permutation(A.shape[0])
+    B = A[p][:, p].tocsr()
+    B.sort_indices()
+    return B
+
+
+def spd_copy(A):
+    """A symmetrised and shifted to be positive definite (as ``solvers_gpu.py``)."""
+    A = sp.csr_matrix(A, dtype=np.float64)
+    A = ((A + A.T) * 0.5).tocsr()
+    row_sums = np.asarray(abs(A).sum(axis=1)).ravel()
+    return (A + sp.diags(row_sums - A.diagonal() + 1e-2 * (row_sums.max() + 1))).tocsr()
+
+
+class Device:
+    """Arrays, synchronisation and back-to-back timing on the GPU (CUDA events) or the CPU."""
+
+    def __init__(self, name: str):
+        self.name = name
+        if name == "cuda":
+            import cupy
+
+            self.cp = cupy
+            self.xp = cupy
+        else:
+            self.cp = None
+            self.xp = np
+
+    def describe(self) -> str:
+        if self.cp is not None:
+            props = self.cp.cuda.runtime.getDeviceProperties(self.cp.cuda.Device().id)
+            return props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
+        return f"CPU {platform.processor() or platform.machine()}"
+
+    def sync(self) -> None:
+        if self.cp is not None:
+            self.cp.cuda.Device().synchronize()
+
+    def back_to_back(self, run, products: int) -> float:
+        """µs per call of ``run()`` over ``products`` calls, after two warm-up calls."""
+        run()
+        run()
+        self.sync()
+        if self.cp is not None:
+            start, stop = self.cp.cuda.Event(), self.cp.cuda.Event()
+            start.record()
+            for _ in range(products):
+                run()
+            stop.record()
+            stop.synchronize()
+            return self.cp.cuda.get_elapsed_time(start, stop) * 1e3 / products
+        started = time.perf_counter()
+        for _ in range(products):
+            run()
+        return (time.perf_counter() - started) * 1e6 / products
+
+
+def prepared(device: Device, A, **options):
+    """``(operator, seconds of prepare)``, the device idle before and after."""
+    device.sync()
+    started = time.perf_counter()
+    op = autospmv.prepare(A, device=device.name, **options)
+    device.sync()
+    return op, time.perf_counter() - started
+
+
+def product_us(device: Device, op, x, products: int) -> float:
+    out = device.xp.empty(op.shape[0], dtype=np.result_type(op.dtype, x.dtype))
+    return device.back_to_back(lambda: op.matvec(x, out=out), products)
+
+
+def baseline_us(device: Device, A, perm, x, products: int) -> tuple[float, float]:
+    """cuSPARSE (cupyx) or SciPy on the CPU: the product in RCM order alone, and with x
+    permuted into that order and y back by the array library's indexing."""
+    inverse = np.empty_like(perm)
+    inverse[perm] = np.arange(perm.size, dtype=perm.dtype)
+    B = A[perm][:, perm].tocsr()
+    if device.cp is not None:
+        import cupyx.scipy.sparse as cusp
+
+        B = cusp.csr_matrix(B)
+        perm, inverse = device.cp.asarray(perm), device.cp.asarray(inverse)
+    x_p = x[perm]
+    in_order = device.back_to_back(lambda: B @ x_p, products)
+    permuted = device.back_to_back(lambda: (B @ x[perm])[inverse], products)
+    return in_order, permuted
+
+
+def cg_us(device: Device, op, iterations: int) -> float:
+    """µs per iteration of ``autospmv.cg`` on ``op`` (rtol=0: every iteration runs)."""
+    b = device.xp.ones(op.shape[0], dtype=op.dtype)
+    autospmv.cg(op, b, rtol=0.0, maxiter=2)  # builds the workspace (and captures a graph)
+    device.sync()
+    started = time.perf_counter()
+    autospmv.cg(op, b, rtol=0.0, maxiter=iterations)
+    device.sync()
+    done = op.last_solve["iterations"] or iterations
+    return (time.perf_counter() - started) * 1e6 / done
+
+
+def geomean(values) -> float | None:
+    values = [v for v in values if v and v > 0 and math.isfinite(v)]
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else None
+
+
+def measure_matrix(device: Device, name: str, A, args) -> list[dict]:
+    from scipy.sparse.csgraph import reverse_cuthill_mckee
+
+    G = grown(A, args.grown_nnz)
+    R = at_random(G)
+    started = time.perf_counter()
+    perm = np.ascontiguousarray(reverse_cuthill_mckee(R, symmetric_mode=False))
+    scipy_rcm_s = time.perf_counter() - started
+    log(f"{name}: grown to {R.nnz:,} nonzeros ({R.shape[0]:,} rows); SciPy RCM "
+        f"{scipy_rcm_s:.2f} s")
+    rows = []
+    rng = np.random.default_rng(1)
+    for dtype in (np.float32, np.float64):
+        row = {"matrix": name, "dtype": np.dtype(dtype).name, "rows": R.shape[0], "nnz": R.nnz,
+               "scipy_rcm_s": scipy_rcm_s}
+        Rd, Gd = R.astype(dtype), G.astype(dtype)
+        x = device.xp.asarray(rng.standard_normal(R.shape[0]).astype(dtype))
+        for label, options in (("keep", {"order": "keep"}),
+                               ("auto", {"order": "auto", "products": args.hint}),
+                               ("rcm", {"order": "rcm"})):
+            op, seconds = prepared(device, Rd, **options)
+            row[f"{label}_prepare_s"] = seconds
+            row[f"{label}_order"] = op.order
+            row[f"{label}_us"] = product_us(device, op, x, args.products)
+            del op
+        row["cusparse_in_order_us"], row["cusparse_us"] = baseline_us(
+            device, Rd, perm, x, args.products)
+        for label, options in (("given_keep", {"order": "keep"}),
+                               ("given_auto", {"order": "auto", "products": args.hint})):
+            op, seconds = prepared(device, Gd, **options)
+            row[f"{label}_prepare_s"] = seconds
+            row[f"{label}_order"] = op.order
+            row[f"{label}_us"] = product_us(device, op, x, args.products)
+            del op
+        gain_us = row["keep_us"] - row["rcm_us"]
+        cost_s = row["rcm_prepare_s"] - row["keep_prepare_s"]
+        row["speedup_rcm"] = row["keep_us"] / row["rcm_us"]
+        row["speedup_auto"] = row["keep_us"] / row["auto_us"]
+        row["given_auto_over_keep"] = row["given_auto_us"] / row["given_keep_us"]
+        row["ordering_cost_s"] = cost_s
+        row["gain_per_product_us"] = gain_us
+        row["break_even_products"] = cost_s * 1e6 / gain_us if gain_us > 0 else None
+        row["hint_pays"] = bool(gain_us > 0 and args.hint * gain_us * 1e-6 >= cost_s)
+        if args.cg_iterations:
+            S = at_random(grown(spd_copy(A), args.grown_nnz)).astype(dtype)
+            for label, options in (("keep", {"order": "keep"}),
+                                   ("auto", {"order": "auto", "products": args.hint})):
+                op, _ = prepared(device, S, **options)
+                row[f"cg_{label}_order"] = op.order
+                row[f"cg_{label}_us_per_iteration"] = cg_us(device, op, args.cg_iterations)
+                del op
+            row["cg_speedup_auto"] = (row["cg_keep_us_per_iteration"]
+                                      / row["cg_auto_us_per_iteration"])
+        log(f"  {row['dtype']}: keep {row['keep_us']:.1f} µs, auto ({row['auto_order']}) "
+            f"{row['auto_us']:.1f}, rcm {row['rcm_us']:.1f}, cuSPARSE in RCM order "
+            f"{row['cusparse_in_order_us']:.1f} (+ permutations {row['cusparse_us']:.1f}); "
+            f"as given: auto/keep {row['given_auto_over_keep']:.3f}; ordering "
+            f"{cost_s:.2f} s, break-even {row['break_even_products'] or float('nan'):.0f} "
+            f"products" + (f"; cg µs/iteration keep {row['cg_keep_us_per_iteration']:.1f}, "
+                           f"auto {row['cg_auto_us_per_iteration']:.1f}"
+                           if args.cg_iterations else ""))
+        rows.append(row)
+    return rows
+
+
+def summary(rows) -> dict:
+    out = {}
+    for dtype in ("float32", "float64"):
+        these = [r for r in rows if r["dtype"] == dtype]
+        out[dtype] = {
+            "geomean_speedup_auto": geomean(r["speedup_auto"] for r in these),
+            "geomean_speedup_rcm": geomean(r["speedup_rcm"] for r in these),
+            "geomean_cg_speedup_auto": geomean(r.get("cg_speedup_auto") for r in these),
+            "worst_given_auto_over_keep": max((r["given_auto_over_keep"] for r in these),
+                                              default=None),
+            "matrices_where_hint_pays": sum(r["hint_pays"] for r in these),
+            "matrices": len(these),
+        }
+    return out
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("matrices", nargs="+", help="folders of .npz matrices")
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    parser.add_argument("--grown-nnz", type=float, default=1e7)
+    parser.add_argument("--limit", type=int, default=6, help="matrices at most")
+    parser.add_argument("--products", type=int, default=200,
+                        help="products per back-to-back timing")
+    parser.add_argument("--hint", type=int, default=100_000,
+                        help="the products= hint of order='auto'")
+    parser.add_argument("--cg-iterations", type=int, default=200,
+                        help="cg iterations timed (0: no cg)")
+    parser.add_argument("--out", required=True, help="JSON file of the results")
+    args = parser.parse_args(argv)
+    device = Device(args.device)
+    rows = []
+    started = time.perf_counter()
+    for name, A in shared_matrices(args.matrices, args.limit):
+        rows += measure_matrix(device, name, A, args)
+    result = {"device": device.describe(), "args": vars(args), "rows": rows,
+              "summary": summary(rows), "seconds": time.perf_counter() - started}
+    Path(args.out).write_text(json.dumps(result, indent=1))
+    log(json.dumps(result["summary"], indent=1))
+    log(f"done in {result['seconds']:.0f} s; results in {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,108 @@
+"""Run operators stored in reverse Cuthill–McKee order in numba-cuda's CUDA simulator and print
+the results as one JSON object (``test_ordering_simulator.py`` runs it in a subprocess; by
+hand: ``PYTHONPATH=. python tests/ordering_simulator_worker.py``).
+
+Output (stdout): ``{"kernel/dtype/case": {"error": float | null, "exception": str | null}}``:
+for every kernel and both dtypes, ``op @ x`` with a host x and with a numba device x (also into
+``out=``, and a float64 device x for a float32 matrix), a device block ``X`` (k = 3) and the
+transpose of a device x, each against SciPy in float64; besides, ``cg/dtype/solve`` solves a
+system in the permuted order. Timings go to stderr.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ["NUMBA_ENABLE_CUDASIM"] = "1"  # before anything imports numba
+
+import json  # noqa: E402
+import pathlib  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+import traceback  # noqa: E402
+
+sys.path[:0] = [str(pathlib.Path(__file__).resolve().parent.parent)]
+
+import numpy as np  # noqa: E402
+import scipy.sparse as sp  # noqa: E402
+
+import autospmv  # noqa: E402
+from matrices import reference, relative_error  # noqa: E402
+
+DTYPES = {"float32": np.float32, "float64": np.float64}
+
+
+def matrix(dtype) -> sp.csr_matrix:
+    """A 6 × 6 grid's Laplacian numbered at random, with an empty row."""
+    side = 6
+    eye = sp.eye(side)
+    line = sp.diags([-1.0, 2.1, -1.0], [-1, 0, 1], shape=(side, side))
+    A = (sp.kron(eye, line) + sp.kron(line, eye)).tolil()
+    A[7, :] = 0
+    p = np.random.default_rng(0).permutation(side * side)
+    A = A.tocsr()[p][:, p].tocsr()
+    A.sort_indices()
+    return A.astype(dtype)
+
+
+def main() -> None:
+    from numba import cuda
+
+    results = {}
+    rng = np.random.default_rng(1)
+    for dtype_name, dtype in DTYPES.items():
+        A = matrix(dtype)
+        n = A.shape[0]
+        x = rng.standard_normal(n).astype(dtype)
+        x64 = rng.standard_normal(n)
+        X = rng.standard_normal((n, 3))
+        for kernel in autospmv.KERNELS:
+            started = time.perf_counter()
+
+            def case(name, compute, ref):
+                key = f"{kernel}/{dtype_name}/{name}"
+                try:
+                    results[key] = {"error": relative_error(compute(), ref), "exception": None}
+                except Exception:  # noqa: BLE001 - reported to the test
+                    results[key] = {"error": None, "exception": traceback.format_exc()}
+
+            try:
+                op = autospmv.prepare(A, kernel=kernel, device="cuda", order="rcm")
+            except Exception:  # noqa: BLE001
+                results[f"{kernel}/{dtype_name}/prepare"] = {
+                    "error": None, "exception": traceback.format_exc()}
+                continue
+            case("host_x", lambda: op @ x, reference(A, x))
+            case("device_x", lambda: (op @ cuda.to_device(x)).copy_to_host(), reference(A, x))
+            case("device_x64", lambda: (op @ cuda.to_device(x64)).copy_to_host(),
+                 reference(A, x64))
+
+            def into_out():
+                out = cuda.device_array(n, dtype=np.float64)
+                assert op.matvec(cuda.to_device(x64), out=out) is out
+                return out.copy_to_host()
+
+            case("device_out", into_out, reference(A, x64))
+            case("device_block", lambda: (op @ cuda.to_device(X)).copy_to_host(),
+                 sp.csr_matrix(A, dtype=np.float64) @ X)
+            case("host_block", lambda: op @ X, sp.csr_matrix(A, dtype=np.float64) @ X)
+            case("transpose_device_x",
+                 lambda: (op.T @ cuda.to_device(x64)).copy_to_host(), reference(A.T, x64))
+            print(f"{kernel}/{dtype_name}: {time.perf_counter() - started:.1f} s",
+                  file=sys.stderr)
+        key = f"cg/{dtype_name}/solve"
+        try:
+            spd = (A @ A.T + sp.eye(n)).tocsr().astype(dtype)
+            op = autospmv.prepare(spd, device="cuda", order="rcm")
+            b = rng.standard_normal(n)
+            solution, info = autospmv.cg(op, b, rtol=1e-10, maxiter=500)
+            results[key] = {"error": float(np.linalg.norm(spd.astype(np.float64) @ solution - b)
+                                           / np.linalg.norm(b)) if info == 0 else None,
+                            "exception": None if info == 0 else f"info {info}"}
+        except Exception:  # noqa: BLE001
+            results[key] = {"error": None, "exception": traceback.format_exc()}
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()

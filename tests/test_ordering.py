@@ -1,0 +1,227 @@
+"""The order of rows and columns (``prepare(A, order=...)``): every kernel in both orders
+against SciPy, the order invisible to the caller (vectors, blocks, transposes, the diagonal,
+pickling, the solvers), the cost rule of "auto", and the options' checks.
+
+The CUDA cases run on a real GPU (``device`` fixture); ``test_ordering_simulator.py`` runs the
+GPU gathers under numba-cuda's simulator.
+"""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import autospmv
+from autospmv._decide import ordering
+from matrices import TOLERANCE, reference, relative_error
+
+KERNELS = list(autospmv.KERNELS)
+
+
+def grid_laplacian(side: int, shift: float = 0.05) -> sp.csr_matrix:
+    """The 5-point Laplacian of a side × side grid, shifted to be definite."""
+    eye = sp.eye(side)
+    line = sp.diags([-1.0, 2.0 + shift / 2, -1.0], [-1, 0, 1], shape=(side, side))
+    return (sp.kron(eye, line) + sp.kron(line, eye)).tocsr()
+
+
+def numbered_at_random(A, seed: int = 0) -> sp.csr_matrix:
+    """A with its rows and columns renumbered by one random permutation."""
+    p = np.random.default_rng(seed).permutation(A.shape[0])
+    B = A[p][:, p].tocsr()
+    B.sort_indices()
+    return B
+
+
+def with_empty_rows(n: int = 120) -> sp.csr_matrix:
+    A = sp.random(n, n, density=0.05, format="lil", random_state=3)
+    A[::7, :] = 0
+    A[5, :] = np.arange(n) + 1.0  # one long row
+    return A.tocsr()
+
+
+SQUARE = {
+    "grid_at_random": lambda: numbered_at_random(grid_laplacian(12)),
+    "empty_rows": with_empty_rows,
+    "no_nonzeros": lambda: sp.csr_matrix((20, 20)),
+    "one_by_one": lambda: sp.csr_matrix(np.array([[3.0]])),
+}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("name", list(SQUARE))
+def test_every_kernel_in_rcm_order_matches_scipy(device, name, kernel, dtype, rng):
+    A = SQUARE[name]().astype(dtype)
+    try:
+        op = autospmv.prepare(A, kernel=kernel, device=device, order="rcm")
+    except autospmv.FormatTooLargeError:
+        pytest.skip(f"{kernel} refuses {name}")
+    n = A.shape[0]
+    assert op.order == "rcm" and sorted(op.permutation) == list(range(n))
+    tolerance = TOLERANCE[np.dtype(dtype)]
+    x = rng.standard_normal(n).astype(dtype)
+    assert relative_error(op @ x, reference(A, x)) <= tolerance
+    x64 = rng.standard_normal(n)  # a float64 x: computed in float64 whatever A's dtype
+    y = op @ x64
+    assert y.dtype == np.float64 and relative_error(y, reference(A, x64)) <= 1e-12
+    out = np.empty(n, dtype=np.float64)
+    assert op.matvec(x64, out=out) is out and relative_error(out, reference(A, x64)) <= 1e-12
+    X = rng.standard_normal((n, 3))
+    assert relative_error(op @ X, sp.csr_matrix(A, dtype=np.float64) @ X) <= 1e-12
+    assert relative_error(op.T @ x64, reference(A.T, x64)) <= 1e-12
+    assert relative_error(op.rmatvec(x64), reference(A.T, x64)) <= 1e-12
+    assert relative_error(op.T.T @ x64, reference(A, x64)) <= 1e-12
+    np.testing.assert_array_equal(op.diagonal(), A.diagonal())
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_pickled_operator_keeps_its_order(kernel, rng):
+    A = numbered_at_random(grid_laplacian(10))
+    op = autospmv.prepare(A, kernel=kernel, device="cpu", order="rcm")
+    again = pickle.loads(pickle.dumps(op))
+    assert again.order == "rcm" and again.kernel == kernel
+    np.testing.assert_array_equal(again.permutation, op.permutation)
+    x = rng.standard_normal(A.shape[0])
+    assert relative_error(again @ x, reference(A, x)) <= 1e-12
+
+
+def test_in_own_order_is_the_permuted_matrix(rng):
+    A = numbered_at_random(grid_laplacian(10))
+    op = autospmv.prepare(A, device="cpu", order="rcm")
+    p = op.permutation
+    x = rng.standard_normal(A.shape[0])
+    inner = op.in_own_order()
+    assert inner is op.in_own_order() and inner.order == "keep"
+    assert relative_error(inner @ x, reference(A[p][:, p], x)) <= 1e-12
+    np.testing.assert_array_equal(inner.diagonal(), A.diagonal()[p])
+    keep = autospmv.prepare(A, device="cpu", order="keep")
+    assert keep.in_own_order() is keep and keep.permutation is None
+
+
+def test_explain_and_repr_name_the_order():
+    A = numbered_at_random(grid_laplacian(10))
+    op = autospmv.prepare(A, device="cpu", order="rcm")
+    text = op.explain()
+    assert "order rcm" in text and "bandwidth" in text and "x sectors" in text
+    assert "order=rcm" in repr(op)
+    assert op.decision.order == "rcm"
+    assert {"x_sectors_per_nnz_warp_before", "x_sectors_per_nnz_warp_after", "bandwidth_before",
+            "bandwidth_after", "profile_before", "profile_after"} <= set(
+        op.decision.order_features)
+    assert op.decision.order_features["bandwidth_after"] < op.decision.order_features[
+        "bandwidth_before"]
+
+
+@pytest.mark.parametrize("order", ["auto", "keep"])
+def test_rectangular_matrices_keep_their_order(device, order, rng):
+    A = sp.random(30, 50, density=0.1, format="csr", random_state=2)
+    op = autospmv.prepare(A, device=device, order=order, products=10**9)
+    assert op.order == "keep" and op.permutation is None
+    x = rng.standard_normal(50)
+    assert relative_error(op @ x, reference(A, x)) <= 1e-12
+    assert "order kept" in op.explain()
+
+
+def test_rcm_of_a_rectangular_matrix_is_refused():
+    A = sp.random(30, 50, density=0.1, format="csr", random_state=2)
+    with pytest.raises(ValueError, match="square"):
+        autospmv.prepare(A, device="cpu", order="rcm")
+
+
+@pytest.mark.parametrize("order", ["RCM", "reverse", None, 1])
+def test_unknown_order_is_refused(order):
+    with pytest.raises(ValueError, match="unknown order"):
+        autospmv.prepare(sp.eye(4, format="csr"), device="cpu", order=order)
+
+
+def test_background_refuses_rcm():
+    with pytest.raises(ValueError, match="order='rcm'"):
+        autospmv.prepare(sp.eye(4, format="csr"), device="cpu", background=True, order="rcm")
+
+
+def test_auto_without_a_hint_computes_nothing(monkeypatch):
+    def refused(*args, **kwargs):
+        raise AssertionError("computed without a products= hint")
+
+    monkeypatch.setattr(ordering, "rcm", refused)
+    monkeypatch.setattr(ordering, "x_locality", refused)
+    op = autospmv.prepare(numbered_at_random(grid_laplacian(10)), device="cpu")
+    assert op.order == "keep" and "without a products= hint" in op.explain()
+
+
+def test_auto_reorders_a_large_matrix_numbered_at_random_when_it_pays():
+    A = numbered_at_random(grid_laplacian(300))  # 9·10⁴ rows
+    choice, ordered = ordering.choose_order(A, "auto", 10**7, "cpu")
+    assert choice.order == "rcm" and "chosen by the cost rule" in choice.reason
+    assert ordered.nnz == A.nnz and choice.features["x_sectors_per_nnz_warp_after"] < \
+        choice.features["x_sectors_per_nnz_warp_before"]
+    choice, ordered = ordering.choose_order(A, "auto", 10, "cpu")
+    assert choice.kept and ordered is A and "less than RCM's estimated" in choice.reason
+
+
+def test_auto_does_not_compute_rcm_for_a_matrix_already_in_a_good_order(monkeypatch):
+    monkeypatch.setattr(ordering, "rcm", lambda *a: pytest.fail("RCM computed"))
+    A = grid_laplacian(300)
+    choice, ordered = ordering.choose_order(A, "auto", 10**9, "cuda")
+    assert choice.kept and ordered is A and "ideal order" in choice.reason
+
+
+def test_auto_with_a_hint_on_the_cpu_matches_scipy(rng):
+    A = numbered_at_random(grid_laplacian(150))
+    op = autospmv.prepare(A, device="cpu", products=10**7)
+    x = rng.standard_normal(A.shape[0])
+    assert relative_error(op @ x, reference(A, x)) <= 1e-12
+    assert op.decision.order_reason.startswith("order")
+
+
+def test_the_permuted_copy_is_canonical():
+    A = with_empty_rows(200)
+    A.indices = A.indices.astype(np.int32)
+    A.indptr = A.indptr.astype(np.int32)
+    perm = np.random.default_rng(5).permutation(200).astype(np.int32)
+    inverse = ordering.inverse_of(perm)
+    B = ordering.apply_order(A, perm, inverse)
+    assert B.has_sorted_indices and np.all(np.diff(B.indices[B.indptr[5]:B.indptr[6]]) > 0)
+    assert (B != A[perm][:, perm]).nnz == 0
+
+
+def test_features_of_a_band():
+    A = sp.diags([1.0, 2.0, 3.0], [-2, 0, 1], shape=(10, 10), format="csr")
+    assert ordering.bandwidth_and_profile(A) == (2.0, 16 / 10)
+
+
+@pytest.mark.parametrize("method", ["cg", "bicgstab", "gmres", "minres"])
+@pytest.mark.parametrize("M", [None, "jacobi", "operator"])
+def test_solvers_in_the_permuted_order_match_the_kept_order(method, M, rng):
+    if method == "minres" and M is not None:
+        pytest.skip("minres takes no preconditioner here")
+    A = numbered_at_random(grid_laplacian(12))
+    b = rng.standard_normal(A.shape[0])
+    x0 = rng.standard_normal(A.shape[0])
+    results = []
+    for order in ("keep", "rcm"):
+        op = autospmv.prepare(A, device="cpu", order=order)
+        precondition = (autospmv.prepare(sp.diags(1 / A.diagonal(), format="csr"),
+                                         device="cpu") if M == "operator" else M)
+        seen = []
+        solve = getattr(autospmv, method)
+        callback = None if method == "gmres" else seen.append
+        x, info = solve(op, b, x0=x0, rtol=1e-10, M=precondition, callback=callback,
+                        maxiter=500)
+        assert info == 0
+        assert np.linalg.norm(A @ x - b) <= 1e-8 * np.linalg.norm(b)
+        if seen:  # callbacks see x in the caller's order
+            assert np.linalg.norm(A @ seen[-1] - b) <= 1e-8 * np.linalg.norm(b)
+        results.append(x)
+    assert relative_error(results[1], results[0]) <= 1e-6
+
+
+def test_solver_preparing_a_matrix_itself(rng):
+    A = numbered_at_random(grid_laplacian(12))
+    b = rng.standard_normal(A.shape[0])
+    x, info = autospmv.cg(A, b, rtol=1e-10)
+    assert info == 0 and np.linalg.norm(A @ x - b) <= 1e-8 * np.linalg.norm(b)
