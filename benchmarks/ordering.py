@@ -17,7 +17,7 @@ break-even product count, and whether the hint's products pay for the order. On 
 matrices (or symmetrised ones), shifted to be positive definite as ``solvers_gpu.py`` does,
 ``autospmv.cg`` runs ``--cg-iterations`` iterations (rtol=0) on the operator kept and the
 operator of "auto": the µs per iteration. The summary has the geometric means the acceptance
-reads. Results go to ``--out`` (JSON naming the GPU), progress to stderr.
+reads. Results go to ``--out`` (JSON naming the GPU, written after every matrix), progress to stderr.
 
     PYTHONPATH=. python benchmarks/ordering.py .matrices/shared --out ordering-h200.json
     PYTHONPATH=. python benchmarks/ordering.py .matrices/shared --device cpu \\
@@ -274,9 +274,9 @@ def main(argv=None) -> None:
     started = time.perf_counter()
     for name, A in shared_matrices(args.matrices, args.limit):
         rows += measure_matrix(device, name, A, args)
-    result = {"device": device.describe(), "args": vars(args), "rows": rows,
-              "summary": summary(rows), "seconds": time.perf_counter() - started}
-    Path(args.out).write_text(json.dumps(result, indent=1))
+        result = {"device": device.describe(), "args": vars(args), "rows": rows,
+                  "summary": summary(rows), "seconds": time.perf_counter() - started}
+        Path(args.out).write_text(json.dumps(result, indent=1))  # after every matrix
     log(json.dumps(result["summary"], indent=1))
     log(f"done in {result['seconds']:.0f} s; results in {args.out}")
 
