@@ -17,7 +17,8 @@ break-even product count, and whether the hint's products pay for the order. On 
 matrices (or symmetrised ones), shifted to be positive definite as ``solvers_gpu.py`` does,
 ``autospmv.cg`` runs ``--cg-iterations`` iterations (rtol=0) on the operator kept and the
 operator of "auto": the µs per iteration. The summary has the geometric means the acceptance
-reads. Results go to ``--out`` (JSON naming the GPU, written after every matrix), progress to stderr.
+reads. Results go to ``--out`` (JSON naming the GPU, written after every matrix), progress to
+stderr.
 
     PYTHONPATH=. python benchmarks/ordering.py .matrices/shared --out ordering-h200.json
     PYTHONPATH=. python benchmarks/ordering.py .matrices/shared --device cpu \\
