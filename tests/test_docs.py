@@ -145,3 +145,65 @@ def test_the_public_docstrings_examples_run():
             assert result.failed == 0, test.name
             tried += result.attempted
     assert tried >= 20
+
+
+REPO = DOCS.parent
+FIGURE_PAGES = [REPO / "README.md", *sorted(DOCS.glob("*.md"))]
+"""The pages whose measured figures must name the results file they come from."""
+CITATION = re.compile(r"(?<![\w/.~<>-])(?:benchmarks/results|models)/[\w.*/-]*[\w*/]")
+"""A results file (``benchmarks/results/...``) or a model's file or card (``models/...``) named in
+the prose; ``*`` stands for a family of files."""
+TABLE_FIGURE = re.compile(r"(?<![\w.])\d+\.\d+(?![\w.])|\d\s?(?:µs|ms|×|%|TB/s)(?!\w)")
+"""A measured figure in a table cell: a decimal, a time, a ratio or a share."""
+BEFORE, AFTER = 12, 3
+"""A table's citation stands in the lines before it (at most 12, not beyond its section's
+heading) or in the 3 lines after it."""
+
+
+def _prose(page: Path) -> str:
+    """The page without its code blocks, whose paths are commands' arguments, not citations."""
+    return re.sub(r"^```.*?^```$", "", page.read_text(encoding="utf-8"), flags=re.S | re.M)
+
+
+def _citations(page: Path) -> set[str]:
+    return set(CITATION.findall(_prose(page)))
+
+
+def test_every_cited_results_file_exists():
+    """A figure's citation stays true: every results file, folder or family of files that
+    README.md and the pages of docs/ name is in the repository."""
+    cited = {(page.name, path) for page in FIGURE_PAGES for path in _citations(page)}
+    missing = [(page, path) for page, path in sorted(cited)
+               if not (any(REPO.glob(path)) if "*" in path else (REPO / path).exists())]
+    assert len(cited) >= 20, cited
+    assert missing == [], missing
+
+
+def _tables(page: Path):
+    """(first line, last line, rows) of each Markdown table of the page, lines counted from 0."""
+    lines = _prose(page).splitlines()
+    start = None
+    for number, line in enumerate([*lines, ""]):
+        if line.lstrip().startswith("|") and start is None:
+            start = number
+        elif not line.lstrip().startswith("|") and start is not None:
+            yield start, number - 1, lines
+            start = None
+
+
+def test_every_table_of_figures_cites_its_results():
+    """A table of measured figures names its results file in the lines before it, within its
+    section, or just after it."""
+    uncited, figures = [], 0
+    for page in FIGURE_PAGES:
+        for first, last, lines in _tables(page):
+            if not any(TABLE_FIGURE.search(row) for row in lines[first + 2:last + 1]):
+                continue
+            figures += 1
+            before = lines[max(0, first - BEFORE):first]
+            headings = [k for k, line in enumerate(before) if line.startswith("#")]
+            around = "\n".join(before[headings[-1] if headings else 0:]
+                               + lines[last + 1:last + 1 + AFTER])
+            if not CITATION.search(around):
+                uncited.append(f"{page.name}:{first + 1}")
+    assert figures >= 4 and uncited == [], uncited
