@@ -165,23 +165,35 @@ def combination(W, ld, i, s, v0, coefficients, count):
 
 def project_host(W, ld, n, s, D, w, v0, count, unused, first, g):
     """The CPU's Gram-Schmidt (see :class:`.steps.MultiStep`): on the first pass SciPy's own,
-    modified Gram-Schmidt with NumPy's products, all of it, returning the coefficients and ‖w‖²
-    before them as :func:`project`'s pass does; the later passes then find w orthogonal already
-    (coefficients 0, nothing left to subtract: :func:`norm_host`). It reads the basis twice per
-    column as the GPU's passes do: on the CPU, row by row through BLAS, modified Gram-Schmidt
-    costs no more than its dot products and updates."""
+    modified Gram-Schmidt with the BLAS's products, all of it, returning the coefficients and
+    ‖w‖² before them as :func:`project`'s pass does; the later passes then find w orthogonal
+    already (coefficients 0, nothing left to subtract: :func:`norm_host`). It reads the basis
+    twice per column as the GPU's passes do: on the CPU, row by row through BLAS, modified
+    Gram-Schmidt costs no more than its dot products and updates. Each update is one ``axpy``
+    in place (SciPy forms ``h v_k`` in a new vector and subtracts it: two passes more over
+    memory per basis vector)."""
     vector = W[int(w):int(w) + n]
     totals = np.zeros(count + 1)
     if first and D.shape[0] != 1:
         vector *= D[:n]
     totals[count] = vector @ vector
     if first:
+        axpy = _axpy(vector.dtype)
         for k in range(count):
             row = int(v0) + k * int(ld)
             basis = W[row:row + n]
-            totals[k] = basis @ vector
-            vector -= vector.dtype.type(totals[k]) * basis
+            h = basis @ vector
+            totals[k] = h
+            axpy(basis, vector, n, -h)
     return totals
+
+
+@functools.lru_cache(maxsize=None)
+def _axpy(dtype):
+    """The BLAS's ``axpy`` (y += a x, in place) for vectors of ``dtype``."""
+    from scipy.linalg import blas
+
+    return blas.get_blas_funcs("axpy", dtype=dtype)
 
 
 def norm_host(W, ld, n, s, D, w, v0, none, coefficients, count, g):
@@ -312,6 +324,17 @@ def combine(W, ld, i, s, D, x, v0, y, d, e, g):
     return 0.0, 0.0
 
 
+def combine_host(W, ld, n, s, D, x, v0, y, d, e, g):
+    """The CPU's :func:`combine` (see :class:`.steps.Step`), as SciPy forms it: x += y V, the
+    coefficients times the basis through the BLAS's matrix-vector product, which reads each
+    basis vector once, in order (a loop over elements reads all of them at every element)."""
+    columns = int(s[COLUMNS])
+    start, stride = int(v0), int(ld)
+    basis = W[start:start + columns * stride].reshape(columns, stride)[:, :n]
+    coefficients = s[int(y):int(y) + columns].astype(W.dtype)
+    W[int(x):int(x) + n] += coefficients @ basis
+
+
 @dual
 def outer_tests(s, f, rr, unused):
     """SciPy's tests after a restart cycle, and the next ptol."""
@@ -352,7 +375,7 @@ CYCLE_START_AFTER_PRODUCT = Step(dot, cycle_start)
 SCALE_V0 = Step(scale)
 NEXT_VECTOR = Step(scale, None, COLUMN_SKIP)
 TRIANGULAR_SOLVE = Step(nothing, triangular_solve)
-COMBINE = Step(combine)
+COMBINE = Step(combine, host=combine_host)
 
 
 class GMRES(Method):

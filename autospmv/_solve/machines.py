@@ -143,14 +143,26 @@ class CpuMachine(Machine):
             g)
 
     def _compiled(self, step):
-        """What runs ``step`` here: its numba function, or the host function of a
-        :class:`~.steps.MultiStep` that has one (then its finish after it)."""
-        if isinstance(step, MultiStep) and step.host is not None:
-            finish = step.finish.on("cpu")
+        """What runs ``step`` here: its numba function, or its host function where it has one
+        (then its finish after it)."""
+        host = step.host
+        if host is not None:
+            if step.finish is None:
+                def run(W, ld, n, s, f, D, a, b, c, d, e, g):
+                    if not f[STATE] & step.skip:
+                        host(W, ld, n, s, D, a, b, c, d, e, g)
+            elif isinstance(step, MultiStep):
+                finish = step.finish.on("cpu")
 
-            def run(W, ld, n, s, f, D, a, b, c, d, e, g):
-                if not f[STATE] & step.skip:
-                    finish(s, f, step.host(W, ld, n, s, D, a, b, c, d, e, g))
+                def run(W, ld, n, s, f, D, a, b, c, d, e, g):
+                    if not f[STATE] & step.skip:
+                        finish(s, f, host(W, ld, n, s, D, a, b, c, d, e, g))
+            else:
+                finish = step.finish.on("cpu")
+
+                def run(W, ld, n, s, f, D, a, b, c, d, e, g):
+                    if not f[STATE] & step.skip:
+                        finish(s, f, *host(W, ld, n, s, D, a, b, c, d, e, g))
 
             return run
         compiled = cpu_multi_step if isinstance(step, MultiStep) else cpu_step

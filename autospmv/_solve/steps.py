@@ -81,6 +81,13 @@ class Step:
     body: Dual
     finish: Dual | None = None
     skip: int = 1
+    host: object = dataclasses.field(default=None, compare=False)
+    """What one CPU process runs instead of the body's loop, with NumPy and the BLAS:
+    ``host(W, ld, n, s, D, a, b, c, d, e, g)`` (the arguments as the body's, the row at offset
+    ``u`` being ``W[u:u + n]``), returning the two sums for the finish (anything, for a step
+    without one), where the BLAS does the work faster than a loop over elements (a product
+    with many basis vectors). The ranks of :mod:`autospmv.distributed` run the body of a
+    step with a finish (their sums are partial)."""
 
     @property
     def name(self) -> str:
