@@ -116,7 +116,8 @@ def main(argv=None):
                "scipy": scipy_row}
         rows.append(row)
         ratio = statistics.median(scipy_row["seconds"]) / statistics.median(ours)
-        print(f"{method:9s} {str(A.dtype):8s} {A.nnz:9d} autospmv {statistics.median(ours) * 1e3:9.2f} ms "
+        print(f"{method:9s} {str(A.dtype):8s} {A.nnz:9d} autospmv "
+              f"{statistics.median(ours) * 1e3:9.2f} ms "
               f"[{min(ours) * 1e3:.2f}-{max(ours) * 1e3:.2f}] SciPy "
               f"{statistics.median(scipy_row['seconds']) * 1e3:9.2f} ms "
               f"[{min(scipy_row['seconds']) * 1e3:.2f}-{max(scipy_row['seconds']) * 1e3:.2f}]"

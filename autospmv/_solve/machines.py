@@ -139,8 +139,7 @@ class CpuMachine(Machine):
         run = self._runs.get(step)
         if run is None:
             run = self._runs[step] = self._compiled(step)
-        run(self.W, self.ld, self.n if n is None else n, self.s, self.f, self.D, a, b, c, d, e,
-            g)
+        run(self.W, self.ld, self.n if n is None else n, self.s, self.f, self.D, a, b, c, d, e, g)
 
     def _compiled(self, step):
         """What runs ``step`` here: its numba function, or its host function where it has one

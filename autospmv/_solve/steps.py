@@ -5,8 +5,9 @@ A step is a :class:`Step`: a *body* ``body(W, ld, i, s, D, a, b, c, d, e, g) -> 
 does element ``i`` (reads and writes rows of the workspace ``W``, whose row ``k`` starts at
 offset ``k * ld``; ``a`` … ``g`` are row offsets, slots or counts chosen by the caller, so
 element i of the row at offset ``u`` is ``W[u + i]``; ``D`` is the inverse diagonal of a Jacobi
-preconditioner, or one element when there is none) and returns its two terms; an optional *finish* ``finish(s, f, sum0, sum1)`` that turns the two sums into the solver's
-scalars ``s`` and flags ``f`` (:mod:`.scalars`); and a *skip* mask: the step does nothing while
+preconditioner, or one element when there is none) and returns its two terms; an optional
+*finish* ``finish(s, f, sum0, sum1)`` that turns the two sums into the solver's scalars ``s``
+and flags ``f`` (:mod:`.scalars`); and a *skip* mask: the step does nothing while
 ``f[STATE] & skip`` (a solver that has stopped leaves its vectors as they are).
 
 Both parts are :func:`~.dual.dual` functions, so one definition runs on both targets:
@@ -20,9 +21,10 @@ Both parts are :func:`~.dual.dual` functions, so one definition runs on both tar
   as BLAS's dot keeps them. A body's own arithmetic is not reassociated (the functions
   :func:`~.dual.dual` compiles keep IEEE semantics). Offsets a body computes stay unsigned
   only from unsigned parts: ``row + ld``, not ``row + k * ld`` with a signed ``k`` (numba types
-  a mix of signed and unsigned 64-bit integers as signed). A body reads D and writes its
-  optional rows without branches where it can (:func:`.bodies.preconditioned`): a load or
-  store under a condition keeps LLVM from vectorising;
+  a mix of signed and unsigned 64-bit integers as signed). A load or store under a test
+  keeps LLVM from vectorising the loop, so the CPU's form of :func:`.bodies.preconditioned`
+  loads D without one (:meth:`.dual.Dual.variant`); a body that stores a row only where it is
+  not another one (a Jacobi M's row) runs element by element;
 * on the GPU, :func:`cuda_step` compiles a numba-cuda kernel: a grid-stride loop, a sum per
   block, and the last block to finish (a ticket taken with an atomic after each block has
   published its partial sums) adds the partial sums in block order and calls finish. The sums
@@ -239,10 +241,10 @@ def _cuda_function(template, step, finish: Dual, device_functions: list, **names
 class MultiStep:
     """A fused vector step that projects onto a basis: its body
     ``body(W, ld, i, s, D, a, b, c, d, e, g) -> value`` forms (and stores) element i of a vector
-    w, and the step sums w's products with the ``c`` rows from offset ``b`` (at ``b``,
-    ``b + ld``, …) of the workspace and w·w, ``c + 1`` sums in all (at most ``sums``), which its finish ``finish(s, f, totals)``
-    reads in that order (GMRES's Gram-Schmidt passes: one sum per basis vector and one for the
-    norm; with ``c`` = 0 only the norm).
+    w, and the step sums w's products with the ``c`` rows of the workspace from offset ``b``
+    (at ``b``, ``b + ld``, …) and w·w, ``c + 1`` sums in all (at most ``sums``), which its
+    finish ``finish(s, f, totals)`` reads in that order (GMRES's Gram-Schmidt passes: one sum
+    per basis vector and one for the norm; with ``c`` = 0 only the norm).
 
     On the GPU (:func:`cuda_multi_step`) each block forms a tile of w into shared memory, and
     its warps take the basis vectors in turn, each reading its vector's stretch of the tile in
@@ -253,10 +255,10 @@ class MultiStep:
     sums: int
     skip: int = 1
     host: object = dataclasses.field(default=None, compare=False)
-    """What one CPU process runs instead of the body's loop, with NumPy's matrix-vector
-    products: ``host(W, ld, n, s, D, a, b, c, d, e, g) -> totals`` (the arguments as the body's,
-    the row at offset ``u`` being ``W[u:u + n]``). Row by row, BLAS reads a basis of many vectors far faster
-    than a loop over elements that visits every vector at each element. It may reach the
+    """What one CPU process runs instead of the body's loop, with the BLAS's vector products:
+    ``host(W, ld, n, s, D, a, b, c, d, e, g) -> totals`` (the arguments as the body's, the row
+    at offset ``u`` being ``W[u:u + n]``). Row by row, BLAS reads a basis of many vectors far
+    faster than a loop over elements that visits every vector at each element. It may reach the
     finish's result another way (GMRES's runs SciPy's own Gram-Schmidt), so the ranks of
     :mod:`autospmv.distributed`, whose sums are partial, run the body."""
 
