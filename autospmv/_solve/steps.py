@@ -39,6 +39,7 @@ so the compile cache tells them apart and sees changes to the parts' code
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import threading
 from dataclasses import dataclass
@@ -144,6 +145,24 @@ def _cpu_function(template, step, parallel: bool, **names):
             function)
 
     return _memoised(("cpu", step, parallel), build)
+
+
+def host_norm(vector) -> float:
+    """‖vector‖₂ of a host vector, summed by a numba loop (partial sums in SIMD lanes, as the
+    BLAS's dot keeps them), not by the BLAS: a BLAS call on a long vector leaves OpenBLAS's
+    worker threads spinning on the cores for a while after it returns, and a CPU solve, which
+    calls the BLAS nowhere else (cg, bicgstab, minres), would share its cores with them."""
+    def build():
+        def sum_of_squares(v):
+            total = 0.0
+            for i in range(v.shape[0]):
+                value = float(v[CPU_INDEX(i)])
+                total += value * value
+            return total
+
+        return numba.njit(error_model="numpy", fastmath=CPU_FASTMATH)(sum_of_squares)
+
+    return math.sqrt(_memoised("sum_of_squares", build)(vector))
 
 
 def _cuda_template(W, ld, n, s, f, D, a, b, c, d, e, g, partials, ticket):
