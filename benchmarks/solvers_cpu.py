@@ -1,6 +1,8 @@
 """autospmv's solvers on the CPU against SciPy's with SciPy's matrix: seconds per solve and
-iteration counts, for cg and minres (2-D Laplacians), gmres(restart=30) and bicgstab (the
-Laplacians with a convection term), from 10⁴ to 2·10⁶ nonzeros.
+iteration counts, for cg and minres (2-D Laplacians, or 3-D ones with ``--dims 3``),
+gmres(restart=30) and bicgstab (the Laplacians with a convection term), from 10⁴ to 2·10⁶
+nonzeros, in float64 (``--dtypes float64,float32`` adds float32: matrix and b in float32 on
+both sides).
 
 SciPy runs in a process of its own that never imports autospmv (so numba's threads and the
 OpenMP settings autospmv makes cannot slow it down), on the same problems; each solve runs
@@ -8,6 +10,8 @@ OpenMP settings autospmv makes cannot slow it down), on the same problems; each 
 the spread. Run from the repository root::
 
     PYTHONPATH=. python benchmarks/solvers_cpu.py --out results.json
+    PYTHONPATH=. python benchmarks/solvers_cpu.py --sizes 1e5,1e6,5e6 --methods cg,gmres \
+        --dtypes float64,float32 --out results.json
 """
 
 from __future__ import annotations
@@ -28,10 +32,14 @@ import scipy
 import scipy.sparse as sp
 
 
-def laplacian(nnz):
-    k = max(3, int(round((nnz / 5) ** 0.5)))
+def laplacian(nnz, dims=2):
+    """The (2·dims + 1)-point Laplacian of a cubic grid with about ``nnz`` nonzeros."""
+    k = max(3, int(round((nnz / (2 * dims + 1)) ** (1 / dims))))
     T = sp.diags([-1.0, 2.0, -1.0], [-1, 0, 1], shape=(k, k))
-    return sp.kronsum(T, T, format="csr")
+    A = T
+    for _ in range(dims - 1):
+        A = sp.kronsum(A, T)
+    return A.tocsr()
 
 
 def convection(A):
@@ -40,13 +48,14 @@ def convection(A):
 
 def problems(args):
     for size in (float(s) for s in args.sizes.split(",")):
-        P = laplacian(size)
-        b = np.random.default_rng(0).standard_normal(P.shape[0])
-        for method in args.methods.split(","):
-            A = P if method in ("cg", "minres") else convection(P)
-            extra = {"restart": 30} if method == "gmres" else {}
-            maxiter = max(1, args.maxiter // 30) if method == "gmres" else args.maxiter
-            yield method, A, b, dict(rtol=1e-8, maxiter=maxiter, **extra)
+        for dtype in args.dtypes.split(","):
+            P = laplacian(size, args.dims)
+            b = np.random.default_rng(0).standard_normal(P.shape[0]).astype(dtype)
+            for method in args.methods.split(","):
+                A = (P if method in ("cg", "minres") else convection(P)).astype(dtype)
+                extra = {"restart": 30} if method == "gmres" else {}
+                maxiter = max(1, args.maxiter // 30) if method == "gmres" else args.maxiter
+                yield method, A, b, dict(rtol=1e-8, maxiter=maxiter, **extra)
 
 
 def timings(run, repeats):
@@ -76,6 +85,9 @@ def main(argv=None):
     parser.add_argument("--out", type=Path, help="results file (JSON)")
     parser.add_argument("--sizes", default="1e4,1e5,5e5,2e6", help="nonzeros, comma-separated")
     parser.add_argument("--methods", default="cg,gmres,bicgstab,minres")
+    parser.add_argument("--dtypes", default="float64", help="float64 and/or float32")
+    parser.add_argument("--dims", type=int, default=2, choices=(2, 3),
+                        help="the Laplacians' grid dimension")
     parser.add_argument("--repeats", type=int, default=5, help="timed solves per solver")
     parser.add_argument("--maxiter", type=int, default=400, help="iteration limit")
     parser.add_argument("--scipy-side", action="store_true", help=argparse.SUPPRESS)
@@ -86,7 +98,8 @@ def main(argv=None):
         parser.error("--out is required")
     theirs = json.loads(subprocess.run(
         [sys.executable, __file__, "--scipy-side", "--sizes", args.sizes, "--methods",
-         args.methods, "--repeats", str(args.repeats), "--maxiter", str(args.maxiter)],
+         args.methods, "--dtypes", args.dtypes, "--dims", str(args.dims), "--repeats",
+         str(args.repeats), "--maxiter", str(args.maxiter)],
         check=True, capture_output=True, text=True).stdout)
     import autospmv
 
@@ -96,20 +109,22 @@ def main(argv=None):
         solver = getattr(autospmv, method)
         x, info = solver(op, b, **kwargs)
         ours = timings(lambda: solver(op, b, **kwargs), args.repeats)
-        row = {"method": method, "n": A.shape[0], "nnz": int(A.nnz), "kernel": op.kernel,
+        row = {"method": method, "dtype": str(A.dtype), "n": A.shape[0], "nnz": int(A.nnz),
+               "kernel": op.kernel,
                "threads": op.threads, "iterations": op.last_solve["iterations"], "info": info,
                "residual": float(np.linalg.norm(A @ x - b)), "seconds": ours,
                "scipy": scipy_row}
         rows.append(row)
         ratio = statistics.median(scipy_row["seconds"]) / statistics.median(ours)
-        print(f"{method:9s} {A.nnz:9d} autospmv {statistics.median(ours) * 1e3:9.2f} ms "
+        print(f"{method:9s} {str(A.dtype):8s} {A.nnz:9d} autospmv "
+              f"{statistics.median(ours) * 1e3:9.2f} ms "
               f"[{min(ours) * 1e3:.2f}-{max(ours) * 1e3:.2f}] SciPy "
               f"{statistics.median(scipy_row['seconds']) * 1e3:9.2f} ms "
               f"[{min(scipy_row['seconds']) * 1e3:.2f}-{max(scipy_row['seconds']) * 1e3:.2f}]"
               f"  {ratio:.2f}x", flush=True)
     out = {"machine": platform.processor() or platform.machine(), "cores": os.cpu_count(),
            "date": datetime.date.today().isoformat(), "scipy": scipy.__version__,
-           "autospmv": autospmv.__version__, "rows": rows}
+           "autospmv": autospmv.__version__, "dims": args.dims, "rows": rows}
     args.out.write_text(json.dumps(out, indent=1))
 
 

@@ -37,9 +37,9 @@ SCALARS = HALF_EXIT + 1
 @dual
 def residual(W, ld, i, s, D, r, b, q, rt, e, g):
     """r = r̃ = b − q (q = A x0), with the terms of r·r twice."""
-    value = W[b * ld + i] - W[q * ld + i]
-    W[r * ld + i] = value
-    W[rt * ld + i] = value
+    value = W[b + i] - W[q + i]
+    W[r + i] = value
+    W[rt + i] = value
     return float(value) * value, float(value) * value
 
 
@@ -61,11 +61,11 @@ def tests(s, f, rr, rho):
 @dual
 def direction(W, ld, i, s, D, p, r, v, ph, e, g):
     """p = β (p − ω v) + r; p̂ = M p into row ``ph`` for a Jacobi M."""
-    value = (W[p * ld + i] - s[OMEGA] * W[v * ld + i]) * s[BETA] + W[r * ld + i]
+    value = (W[p + i] - s[OMEGA] * W[v + i]) * s[BETA] + W[r + i]
     preconditioned_value = preconditioned(W, ld, i, D, value)
-    W[p * ld + i] = value
+    W[p + i] = value
     if ph != p:
-        W[ph * ld + i] = preconditioned_value
+        W[ph + i] = preconditioned_value
     return 0.0, 0.0
 
 
@@ -93,15 +93,15 @@ def smoothing(s, f, ts, tt):
 def update(W, ld, i, s, D, x, r, ph, sh, t, rt):
     """x += α p̂; x += ω ŝ; r −= ω t; the terms of r·r and r̃·r (after a half-step exit only
     x += α p̂)."""
-    xi = W[x * ld + i] + s[ALPHA] * W[ph * ld + i]
+    xi = W[x + i] + s[ALPHA] * W[ph + i]
     if s[HALF_EXIT] != 0:
-        W[x * ld + i] = xi
+        W[x + i] = xi
         return 0.0, 0.0
     omega = s[OMEGA]
-    shi, ri, ti, rti = W[sh * ld + i], W[r * ld + i], W[t * ld + i], W[rt * ld + i]
+    shi, ri, ti, rti = W[sh + i], W[r + i], W[t + i], W[rt + i]
     value = ri - omega * ti
-    W[x * ld + i] = xi + omega * shi
-    W[r * ld + i] = value
+    W[x + i] = xi + omega * shi
+    W[r + i] = value
     return float(value) * value, float(value) * rti
 
 

@@ -8,28 +8,28 @@ from .dual import dual
 @dual
 def dot(W, ld, i, s, D, u, v, c, d, e, g):
     """The terms of ``u · v`` (rows ``u`` and ``v``)."""
-    return float(W[u * ld + i]) * W[v * ld + i], 0.0
+    return float(W[u + i]) * W[v + i], 0.0
 
 
 @dual
 def dot_and_norm(W, ld, i, s, D, u, v, c, d, e, g):
     """The terms of ``u · v`` and ``u · u``."""
-    a = float(W[u * ld + i])
-    return a * W[v * ld + i], a * a
+    a = float(W[u + i])
+    return a * W[v + i], a * a
 
 
 @dual
 def residual(W, ld, i, s, D, r, b, q, z, e, g):
     """r = b − q (q = A x0); M r into row ``z`` for a Jacobi M when ``z`` is not ``r``; the
     terms of r·r and r·M r."""
-    return stored(W, ld, i, D, r, z, W[b * ld + i] - W[q * ld + i])
+    return stored(W, ld, i, D, r, z, W[b + i] - W[q + i])
 
 
 @dual
 def subtract(W, ld, i, s, D, y, x, z, slot, e, g):
     """y −= s[slot] x; M y into row ``z`` for a Jacobi M when ``z`` is not ``y``; the terms of
     y·y and y·M y."""
-    return stored(W, ld, i, D, y, z, W[y * ld + i] - s[slot] * W[x * ld + i])
+    return stored(W, ld, i, D, y, z, W[y + i] - s[slot] * W[x + i])
 
 
 @dual
@@ -37,9 +37,9 @@ def stored(W, ld, i, D, y, z, value):
     """``value`` into row ``y`` and M ``value`` into row ``z`` for a Jacobi M when ``z`` is not
     ``y``; the terms of y·y and y·M y."""
     preconditioned_value = preconditioned(W, ld, i, D, value)
-    W[y * ld + i] = value
+    W[y + i] = value
     if z != y:
-        W[z * ld + i] = preconditioned_value
+        W[z + i] = preconditioned_value
     return float(value) * value, float(value) * preconditioned_value
 
 
@@ -50,3 +50,11 @@ def preconditioned(W, ld, i, D, value):
     if D.shape[0] != 1:
         return value * D[i]
     return value
+
+
+@preconditioned.variant("cpu")
+def _preconditioned_without_branch(W, ld, i, D, value):
+    """:func:`preconditioned` on the CPU: ``value`` times D's element i, or its only element
+    (1) without a Jacobi M. The load is made either way (a load under a test keeps LLVM from
+    vectorising the step's loop); the GPU's form spares the load and the product."""
+    return value * D[i * (D.shape[0] != 1)]

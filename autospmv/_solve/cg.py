@@ -48,13 +48,11 @@ def begin_after_product(s, f, rz, unused):
 
 @dual
 def direction(W, ld, i, s, D, p, r, z, c, d, e):
-    """p = z + β p (z: row ``z``, or M r formed here when ``z`` is ``r``)."""
-    pi = W[p * ld + i]
-    if z != r:
-        zi = W[z * ld + i]
-    else:
-        zi = preconditioned(W, ld, i, D, W[r * ld + i])
-    W[p * ld + i] = pi * s[BETA] + zi
+    """p = z + β p (z: row ``z``, or M r formed here when ``z`` is ``r``; a row ``z`` of its
+    own comes with an operator M, where D is 1 and leaves z as it is)."""
+    pi = W[p + i]
+    zi = preconditioned(W, ld, i, D, W[z + i])
+    W[p + i] = pi * s[BETA] + zi
     return 0.0, 0.0
 
 
@@ -67,11 +65,11 @@ def step_length(s, f, pq, unused):
 def update(W, ld, i, s, D, x, r, p, q, d, e):
     """x += α p; r −= α q; the terms of r·r and r·z."""
     alpha = s[ALPHA]
-    xi, pi, ri, qi = W[x * ld + i], W[p * ld + i], W[r * ld + i], W[q * ld + i]
+    xi, pi, ri, qi = W[x + i], W[p + i], W[r + i], W[q + i]
     value = ri - alpha * qi
     zi = preconditioned(W, ld, i, D, value)
-    W[x * ld + i] = xi + alpha * pi
-    W[r * ld + i] = value
+    W[x + i] = xi + alpha * pi
+    W[r + i] = value
     return float(value) * value, float(value) * zi
 
 

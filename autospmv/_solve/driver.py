@@ -31,6 +31,7 @@ from .._prepare.prepare import prepare
 from .._prepare.operator import SpMVOperator
 from .machines import CpuMachine, CudaMachine
 from .scalars import ERROR, ERRORS, INFO, ITERATIONS, MAXITER, TOL
+from .steps import host_norm
 
 REPLAY_ITERATIONS = 16
 """Iterations captured in one CUDA graph (rounded up to a multiple of the method's period)."""
@@ -86,7 +87,7 @@ def solve(method, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None,
     xp = _array_module(op)
     b_work = xp.asarray(b).reshape(-1).astype(dtype, copy=False)
     x0_work = None if x0 is None else xp.asarray(x0).reshape(-1).astype(dtype, copy=False)
-    bnrm2 = float(xp.linalg.norm(b_work))
+    bnrm2 = host_norm(b_work) if xp is np else float(xp.linalg.norm(b_work))
     if bnrm2 == 0 or maxiter == 0:  # SciPy returns before iterating
         x = b_work.copy() if bnrm2 == 0 else (
             xp.zeros_like(b_work) if x0_work is None else x0_work.copy())

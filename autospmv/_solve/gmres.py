@@ -69,9 +69,9 @@ def second_coefficients(restart):
 def preconditioned_norm(W, ld, i, s, D, u, w, c, d, e, g):
     """M u into row ``w`` (for a Jacobi M; u itself when ``w`` is ``u`` without M) and the
     terms of its norm."""
-    value = preconditioned(W, ld, i, D, W[u * ld + i])
+    value = preconditioned(W, ld, i, D, W[u + i])
     if w != u or D.shape[0] != 1:
-        W[w * ld + i] = value
+        W[w + i] = value
     return float(value) * value, 0.0
 
 
@@ -102,7 +102,7 @@ def cycle_start(s, f, norm, unused):
 @dual
 def scale(W, ld, i, s, D, v, w, c, d, e, g):
     """v = w · s[SCALE] (in place when ``v`` is ``w``)."""
-    W[v * ld + i] = W[w * ld + i] * s[SCALE]
+    W[v + i] = W[w + i] * s[SCALE]
     return 0.0, 0.0
 
 
@@ -119,66 +119,87 @@ columns (a Laplacian's, for one) through the second pass for no gain in accuracy
 def project(W, ld, i, s, D, w, v0, count, unused, first, g):
     """Element i of w, whose dot products with v_0 … v_{count−1} the step sums: on the column's
     first pass (``first`` 1) M w for a Jacobi M (stored), on the second w as it is."""
-    wi = W[w * ld + i]
+    wi = W[w + i]
     if first != 0 and D.shape[0] != 1:
         wi = wi * D[i]
-        W[w * ld + i] = wi
+        W[w + i] = wi
     return wi
 
 
 @dual
 def subtract_projections(W, ld, i, s, D, w, v0, none, coefficients, count, g):
     """w −= Σ_k h_k v_k over k < ``count`` (h from slot ``coefficients``); the step sums ‖w‖²."""
-    wi = W[w * ld + i] - combination(W, ld, i, s, v0, coefficients, count)
-    W[w * ld + i] = wi
+    wi = W[w + i] - combination(W, ld, i, s, v0, coefficients, count)
+    W[w + i] = wi
     return wi
 
 
 @dual
 def combination(W, ld, i, s, v0, coefficients, count):
-    """Element i of Σ_k a_k v_k over k < ``count`` (a from slot ``coefficients``), four basis
-    vectors at a time, so that four of their loads are in flight at once."""
+    """Element i of Σ_k a_k v_k over k < ``count`` (a from slot ``coefficients``; v_k at
+    offset ``v0 + k * ld``), four basis vectors at a time, so that four of their loads are in
+    flight at once. The offsets advance by additions, which keep unsigned offsets unsigned on
+    the CPU (:mod:`.steps`)."""
     total0 = 0.0
     total1 = 0.0
     total2 = 0.0
     total3 = 0.0
+    row = v0
     k = 0
     while k + 3 < count:
-        total0 += s[coefficients + k] * W[(v0 + k) * ld + i]
-        total1 += s[coefficients + k + 1] * W[(v0 + k + 1) * ld + i]
-        total2 += s[coefficients + k + 2] * W[(v0 + k + 2) * ld + i]
-        total3 += s[coefficients + k + 3] * W[(v0 + k + 3) * ld + i]
+        row1 = row + ld
+        row2 = row1 + ld
+        row3 = row2 + ld
+        total0 += s[coefficients + k] * W[row + i]
+        total1 += s[coefficients + k + 1] * W[row1 + i]
+        total2 += s[coefficients + k + 2] * W[row2 + i]
+        total3 += s[coefficients + k + 3] * W[row3 + i]
+        row = row3 + ld
         k += 4
     while k < count:
-        total0 += s[coefficients + k] * W[(v0 + k) * ld + i]
+        total0 += s[coefficients + k] * W[row + i]
+        row = row + ld
         k += 1
     return (total0 + total1) + (total2 + total3)
 
 
-def project_host(rows, n, s, D, w, v0, count, unused, first, g):
+def project_host(W, ld, n, s, D, w, v0, count, unused, first, g):
     """The CPU's Gram-Schmidt (see :class:`.steps.MultiStep`): on the first pass SciPy's own,
-    modified Gram-Schmidt with NumPy's products, all of it, returning the coefficients and ‖w‖²
-    before them as :func:`project`'s pass does; the later passes then find w orthogonal already
-    (coefficients 0, nothing left to subtract: :func:`norm_host`). It reads the basis twice per
-    column as the GPU's passes do: on the CPU, row by row through BLAS, modified Gram-Schmidt
-    costs no more than its dot products and updates."""
-    vector = rows[w, :n]
+    modified Gram-Schmidt with the BLAS's products, all of it, returning the coefficients and
+    ‖w‖² before them as :func:`project`'s pass does; the later passes then find w orthogonal
+    already (coefficients 0, nothing left to subtract: :func:`norm_host`). It reads the basis
+    twice per column as the GPU's passes do: on the CPU, row by row through BLAS, modified
+    Gram-Schmidt costs no more than its dot products and updates. Each update is one ``axpy``
+    in place (SciPy forms ``h v_k`` in a new vector and subtracts it: two passes more over
+    memory per basis vector)."""
+    vector = W[int(w):int(w) + n]
     totals = np.zeros(count + 1)
     if first and D.shape[0] != 1:
         vector *= D[:n]
     totals[count] = vector @ vector
     if first:
+        axpy = _axpy(vector.dtype)
         for k in range(count):
-            basis = rows[v0 + k, :n]
-            totals[k] = basis @ vector
-            vector -= vector.dtype.type(totals[k]) * basis
+            row = int(v0) + k * int(ld)
+            basis = W[row:row + n]
+            h = basis @ vector
+            totals[k] = h
+            axpy(basis, vector, n, -h)
     return totals
 
 
-def norm_host(rows, n, s, D, w, v0, none, coefficients, count, g):
+@functools.lru_cache(maxsize=None)
+def _axpy(dtype):
+    """The BLAS's ``axpy`` (y += a x, in place) for vectors of ``dtype``."""
+    from scipy.linalg import blas
+
+    return blas.get_blas_funcs("axpy", dtype=dtype)
+
+
+def norm_host(W, ld, n, s, D, w, v0, none, coefficients, count, g):
     """The CPU's :func:`subtract_projections` after :func:`project_host`: w is orthogonal
     already, so only ‖w‖²."""
-    vector = rows[w, :n]
+    vector = W[int(w):int(w) + n]
     return np.array([vector @ vector])
 
 
@@ -299,8 +320,19 @@ def triangular_solve(s, f, unused0, unused1):
 @dual
 def combine(W, ld, i, s, D, x, v0, y, d, e, g):
     """x += Σ_k y_k v_k over the cycle's columns."""
-    W[x * ld + i] = W[x * ld + i] + combination(W, ld, i, s, v0, y, int(s[COLUMNS]))
+    W[x + i] = W[x + i] + combination(W, ld, i, s, v0, y, int(s[COLUMNS]))
     return 0.0, 0.0
+
+
+def combine_host(W, ld, n, s, D, x, v0, y, d, e, g):
+    """The CPU's :func:`combine` (see :class:`.steps.Step`), as SciPy forms it: x += y V, the
+    coefficients times the basis through the BLAS's matrix-vector product, which reads each
+    basis vector once, in order (a loop over elements reads all of them at every element)."""
+    columns = int(s[COLUMNS])
+    start, stride = int(v0), int(ld)
+    basis = W[start:start + columns * stride].reshape(columns, stride)[:, :n]
+    coefficients = s[int(y):int(y) + columns].astype(W.dtype)
+    W[int(x):int(x) + n] += coefficients @ basis
 
 
 @dual
@@ -343,7 +375,7 @@ CYCLE_START_AFTER_PRODUCT = Step(dot, cycle_start)
 SCALE_V0 = Step(scale)
 NEXT_VECTOR = Step(scale, None, COLUMN_SKIP)
 TRIANGULAR_SOLVE = Step(nothing, triangular_solve)
-COMBINE = Step(combine)
+COMBINE = Step(combine, host=combine_host)
 
 
 class GMRES(Method):
@@ -356,7 +388,7 @@ class GMRES(Method):
     def __init__(self, m, restart):
         super().__init__(m)
         self.restart = restart
-        self.v = [len(self.rows) + k for k in range(self.restart + 1)]
+        self.v = [m.offset(len(self.rows) + k) for k in range(self.restart + 1)]
 
     @classmethod
     def configure(cls, n, options):

@@ -7,8 +7,10 @@ on the host). :class:`CudaMachine` queues each call on its stream, where the dri
 (:mod:`.driver`) captures whole iterations once as a CUDA graph and replays them: the scalars
 and the tests stay on the device, and the host reads the flags once per replay.
 
-The workspace is one array ``W`` with a row per named vector (row ``k`` starts at ``k * ld``),
-``s`` (float64 scalars) and ``f`` (int64 flags, :mod:`.scalars`), allocated once per solve.
+The workspace is one array ``W`` with a row per named vector (row ``k`` starts at offset
+``k * ld``), ``s`` (float64 scalars) and ``f`` (int64 flags, :mod:`.scalars`), allocated once per
+solve. A method names its vectors by their offsets (:meth:`Machine.row`, :meth:`Machine.offset`):
+the steps' bodies read element i of a vector at ``W[offset + i]``.
 """
 
 from __future__ import annotations
@@ -54,33 +56,39 @@ class Machine:
         self.preconditioner_is_product = kind in ("product", "call")
         self.captures = self.captures and kind != "call"
 
-    def row(self, name: str) -> int:
-        return self.rows[name]
+    def row(self, name: str):
+        """The offset of the vector ``name`` in the workspace."""
+        return self.offset(self.rows[name])
 
-    def view(self, row: int):
-        """Row ``row`` of the workspace as a vector of length n (a view)."""
+    def offset(self, k: int) -> int:
+        """The offset of the workspace's row ``k``: ``k * ld``."""
+        return k * self.ld
+
+    def view(self, row):
+        """The vector at offset ``row`` as a vector of length n (a view)."""
         return self._views[row]
 
     def stopped(self, flags) -> bool:
         return bool(flags[STATE] & STOPPED)
 
-    def product(self, src: int, dst: int) -> None:
-        """Row ``dst`` = A @ row ``src`` (queued on the current stream on a GPU)."""
+    def product(self, src, dst) -> None:
+        """The vector at offset ``dst`` = A @ the one at ``src`` (queued on the current stream
+        on a GPU)."""
         self.op.matvec(self._views[src], out=self._views[dst])
 
-    def precondition(self, src: int, dst: int) -> None:
-        """Row ``dst`` = M @ row ``src`` for an operator M (queued as :meth:`product`) or any
-        other M (called now)."""
+    def precondition(self, src, dst) -> None:
+        """The vector at offset ``dst`` = M @ the one at ``src`` for an operator M (queued as
+        :meth:`product`) or any other M (called now)."""
         kind, M = self.preconditioner
         if kind == "product":
             M.matvec(self._views[src], out=self._views[dst])
         else:
             self._views[dst][...] = self.xp.asarray(M.matvec(self._views[src])).reshape(-1)
 
-    def upload(self, row: int, vector) -> None:
+    def upload(self, row, vector) -> None:
         self._views[row][...] = self.xp.asarray(vector)
 
-    def result(self, row: int):
+    def result(self, row):
         return self._views[row].copy()
 
     def set_scalars(self, values: dict) -> None:
@@ -122,7 +130,7 @@ class CpuMachine(Machine):
         self.D = NO_JACOBI.astype(self.dtype)
         if preconditioner and preconditioner[0] == "jacobi":
             self.D = np.ascontiguousarray(preconditioner[1], dtype=self.dtype)
-        self._views = [self.W[k * self.ld:k * self.ld + n] for k in range(count)]
+        self._views = {k * self.ld: self.W[k * self.ld:k * self.ld + n] for k in range(count)}
         import numba
 
         self._parallel = n >= PARALLEL_FROM and numba.get_num_threads() > 1
@@ -135,14 +143,26 @@ class CpuMachine(Machine):
         run(self.W, self.ld, self.n if n is None else n, self.s, self.f, self.D, a, b, c, d, e, g)
 
     def _compiled(self, step):
-        """What runs ``step`` here: its numba function, or the host function of a
-        :class:`~.steps.MultiStep` that has one (then its finish after it)."""
-        if isinstance(step, MultiStep) and step.host is not None:
-            finish = step.finish.on("cpu")
+        """What runs ``step`` here: its numba function, or its host function where it has one
+        (then its finish after it)."""
+        host = step.host
+        if host is not None:
+            if step.finish is None:
+                def run(W, ld, n, s, f, D, a, b, c, d, e, g):
+                    if not f[STATE] & step.skip:
+                        host(W, ld, n, s, D, a, b, c, d, e, g)
+            elif isinstance(step, MultiStep):
+                finish = step.finish.on("cpu")
 
-            def run(W, ld, n, s, f, D, a, b, c, d, e, g):
-                if not f[STATE] & step.skip:
-                    finish(s, f, step.host(W.reshape(-1, ld), n, s, D, a, b, c, d, e, g))
+                def run(W, ld, n, s, f, D, a, b, c, d, e, g):
+                    if not f[STATE] & step.skip:
+                        finish(s, f, host(W, ld, n, s, D, a, b, c, d, e, g))
+            else:
+                finish = step.finish.on("cpu")
+
+                def run(W, ld, n, s, f, D, a, b, c, d, e, g):
+                    if not f[STATE] & step.skip:
+                        finish(s, f, *host(W, ld, n, s, D, a, b, c, d, e, g))
 
             return run
         compiled = cpu_multi_step if isinstance(step, MultiStep) else cpu_step
@@ -196,7 +216,7 @@ class CudaMachine(Machine):
                 self.D[:n] = xp.asarray(preconditioner[1], dtype=self.dtype)
             self.partials = xp.zeros(max(2, partial_sums) * self.grid, dtype=np.float64)
             self.ticket = xp.zeros(1, dtype=np.int32)
-        self._views = [self.W[k * self.ld:k * self.ld + n] for k in range(count)]
+        self._views = {k * self.ld: self.W[k * self.ld:k * self.ld + n] for k in range(count)}
         self._launches = {}
 
     def reset(self, op) -> None:

@@ -62,15 +62,15 @@ def begin_after_product(s, f, beta1, unused):
 
 @dual
 def lanczos_vector(W, ld, i, s, D, v, y, c, d, e, g):
-    W[v * ld + i] = s[INVERSE_BETA] * W[y * ld + i]
+    W[v + i] = s[INVERSE_BETA] * W[y + i]
     return 0.0, 0.0
 
 
 @dual
 def lanczos_alpha(W, ld, i, s, D, y, v, r1, d, e, g):
-    value = W[y * ld + i] - s[BETA_RATIO] * W[r1 * ld + i]  # the ratio is 0 at first
-    vi = W[v * ld + i]
-    W[y * ld + i] = value
+    value = W[y + i] - s[BETA_RATIO] * W[r1 + i]  # the ratio is 0 at first
+    vi = W[v + i]
+    W[y + i] = value
     return float(vi) * value, 0.0
 
 
@@ -124,11 +124,11 @@ def recurrences_after_product(s, f, beta, unused):
 @dual
 def solution(W, ld, i, s, D, w, w1, w2, v, x, g):
     """w = (v − ε_old w1 − δ w2)/γ (into row ``w``); x += φ w; the terms of x·x."""
-    xi = W[x * ld + i]
-    value = (W[v * ld + i] - s[OLDEPS] * W[w1 * ld + i] - s[DELTA] * W[w2 * ld + i]) * s[DENOM]
+    xi = W[x + i]
+    value = (W[v + i] - s[OLDEPS] * W[w1 + i] - s[DELTA] * W[w2 + i]) * s[DENOM]
     xi = xi + s[PHI] * value
-    W[w * ld + i] = value
-    W[x * ld + i] = xi
+    W[w + i] = value
+    W[x + i] = xi
     return float(xi) * xi, 0.0
 
 

@@ -3,16 +3,28 @@ up to two products on the way, then runs the solver's scalar logic on the sums.
 
 A step is a :class:`Step`: a *body* ``body(W, ld, i, s, D, a, b, c, d, e, g) -> (t0, t1)`` that
 does element ``i`` (reads and writes rows of the workspace ``W``, whose row ``k`` starts at
-``k * ld``; ``a`` … ``g`` are row numbers or slots chosen by the caller; ``D`` is the inverse
-diagonal of a Jacobi preconditioner, or one element when there is none) and returns its two
-terms; an optional *finish* ``finish(s, f, sum0, sum1)`` that turns the two sums into the solver's
-scalars ``s`` and flags ``f`` (:mod:`.scalars`); and a *skip* mask: the step does nothing while
+offset ``k * ld``; ``a`` … ``g`` are row offsets, slots or counts chosen by the caller, so
+element i of the row at offset ``u`` is ``W[u + i]``; ``D`` is the inverse diagonal of a Jacobi
+preconditioner, or one element when there is none) and returns its two terms; an optional
+*finish* ``finish(s, f, sum0, sum1)`` that turns the two sums into the solver's scalars ``s``
+and flags ``f`` (:mod:`.scalars`); and a *skip* mask: the step does nothing while
 ``f[STATE] & skip`` (a solver that has stopped leaves its vectors as they are).
 
 Both parts are :func:`~.dual.dual` functions, so one definition runs on both targets:
 
 * on the CPU, :func:`cpu_step` compiles a ``numba.njit`` loop over the elements (``prange`` on
-  the threads numba has, for long vectors) that sums the terms and calls finish;
+  the threads numba has, for long vectors) that sums the terms and calls finish. It hands the
+  body ``ld``, ``i`` and ``a`` … ``g`` as unsigned integers (:data:`CPU_INDEX`; the machine
+  passes Python ints, which numba's dispatcher takes fastest), so that ``W[u + i]`` needs no
+  wrap-around test for negative indices, and the loop's sums may be reassociated
+  (:data:`CPU_FASTMATH`): with both, LLVM vectorises the loop, with partial sums in SIMD lanes
+  as BLAS's dot keeps them. A body's own arithmetic is not reassociated (the functions
+  :func:`~.dual.dual` compiles keep IEEE semantics). Offsets a body computes stay unsigned
+  only from unsigned parts: ``row + ld``, not ``row + k * ld`` with a signed ``k`` (numba types
+  a mix of signed and unsigned 64-bit integers as signed). A load or store under a test
+  keeps LLVM from vectorising the loop, so the CPU's form of :func:`.bodies.preconditioned`
+  loads D without one (:meth:`.dual.Dual.variant`); a body that stores a row only where it is
+  not another one (a Jacobi M's row) runs element by element;
 * on the GPU, :func:`cuda_step` compiles a numba-cuda kernel: a grid-stride loop, a sum per
   block, and the last block to finish (a ticket taken with an atomic after each block has
   published its partial sums) adds the partial sums in block order and calls finish. The sums
@@ -27,6 +39,7 @@ so the compile cache tells them apart and sees changes to the parts' code
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import threading
 from dataclasses import dataclass
@@ -49,6 +62,14 @@ it finishes, and wait there for its results."""
 PARALLEL_FROM = 1 << 18
 """Vectors at least this long are stepped on all of numba's threads on the CPU."""
 
+CPU_INDEX = numba.uint64
+"""The type a CPU step hands its body ``ld``, ``i`` and ``a`` … ``g`` in (see the module
+docstring)."""
+
+CPU_FASTMATH = {"reassoc"}
+"""The fast-math flags of a CPU step's loop: its sums may be reassociated (partial sums per
+SIMD lane), nothing else; the body and finish it calls are compiled without fast math."""
+
 
 @dual
 def no_finish(s, f, sum0, sum1):
@@ -63,6 +84,13 @@ class Step:
     body: Dual
     finish: Dual | None = None
     skip: int = 1
+    host: object = dataclasses.field(default=None, compare=False)
+    """What one CPU process runs instead of the body's loop, with NumPy and the BLAS:
+    ``host(W, ld, n, s, D, a, b, c, d, e, g)`` (the arguments as the body's, the row at offset
+    ``u`` being ``W[u:u + n]``), returning the two sums for the finish (anything, for a step
+    without one), where the BLAS does the work faster than a loop over elements (a product
+    with many basis vectors). The ranks of :mod:`autospmv.distributed` run the body of a
+    step with a finish (their sums are partial)."""
 
     @property
     def name(self) -> str:
@@ -93,7 +121,8 @@ def _cpu_template(W, ld, n, s, f, D, a, b, c, d, e, g):
     sum0 = 0.0
     sum1 = 0.0
     for i in prange(n):
-        t0, t1 = BODY(W, ld, i, s, D, a, b, c, d, e, g)
+        t0, t1 = BODY(W, INDEX(ld), INDEX(i), s, D, INDEX(a), INDEX(b), INDEX(c), INDEX(d),
+                      INDEX(e), INDEX(g))
         sum0 += t0
         sum1 += t1
     FINISH(s, f, sum0, sum1)
@@ -109,11 +138,31 @@ def _cpu_function(template, step, parallel: bool, **names):
     """``template`` with ``step``'s body, skip mask and ``names`` bound, named after the step and
     compiled by ``numba.njit`` (once per step and ``parallel``)."""
     def build():
-        function = retargeted(template, "cpu", BODY=step.body, SKIP=step.skip, **names)
+        function = retargeted(template, "cpu", BODY=step.body, SKIP=step.skip, INDEX=CPU_INDEX,
+                              **names)
         function.__qualname__ = function.__name__ = step.name
-        return numba.njit(parallel=parallel, error_model="numpy")(function)
+        return numba.njit(parallel=parallel, error_model="numpy", fastmath=CPU_FASTMATH)(
+            function)
 
     return _memoised(("cpu", step, parallel), build)
+
+
+def host_norm(vector) -> float:
+    """‖vector‖₂ of a host vector, summed by a numba loop (partial sums in SIMD lanes, as the
+    BLAS's dot keeps them), not by the BLAS: a BLAS call on a long vector leaves OpenBLAS's
+    worker threads spinning on the cores for a while after it returns, and a CPU solve, which
+    calls the BLAS nowhere else (cg, bicgstab, minres), would share its cores with them."""
+    def build():
+        def sum_of_squares(v):
+            total = 0.0
+            for i in range(v.shape[0]):
+                value = float(v[CPU_INDEX(i)])
+                total += value * value
+            return total
+
+        return numba.njit(error_model="numpy", fastmath=CPU_FASTMATH)(sum_of_squares)
+
+    return math.sqrt(_memoised("sum_of_squares", build)(vector))
 
 
 def _cuda_template(W, ld, n, s, f, D, a, b, c, d, e, g, partials, ticket):
@@ -222,10 +271,10 @@ def _cuda_function(template, step, finish: Dual, device_functions: list, **names
 class MultiStep:
     """A fused vector step that projects onto a basis: its body
     ``body(W, ld, i, s, D, a, b, c, d, e, g) -> value`` forms (and stores) element i of a vector
-    w, and the step sums w's products with rows ``b`` … ``b + c − 1`` of the workspace and
-    w·w, ``c + 1`` sums in all (at most ``sums``), which its finish ``finish(s, f, totals)``
-    reads in that order (GMRES's Gram-Schmidt passes: one sum per basis vector and one for the
-    norm; with ``c`` = 0 only the norm).
+    w, and the step sums w's products with the ``c`` rows of the workspace from offset ``b``
+    (at ``b``, ``b + ld``, …) and w·w, ``c + 1`` sums in all (at most ``sums``), which its
+    finish ``finish(s, f, totals)`` reads in that order (GMRES's Gram-Schmidt passes: one sum
+    per basis vector and one for the norm; with ``c`` = 0 only the norm).
 
     On the GPU (:func:`cuda_multi_step`) each block forms a tile of w into shared memory, and
     its warps take the basis vectors in turn, each reading its vector's stretch of the tile in
@@ -236,10 +285,10 @@ class MultiStep:
     sums: int
     skip: int = 1
     host: object = dataclasses.field(default=None, compare=False)
-    """What one CPU process runs instead of the body's loop, with NumPy's matrix-vector
-    products: ``host(rows, n, s, D, a, b, c, d, e, g) -> totals`` (``rows``: the workspace as a
-    2-D array, one vector a row). Row by row, BLAS reads a basis of many vectors far faster
-    than a loop over elements that visits every vector at each element. It may reach the
+    """What one CPU process runs instead of the body's loop, with the BLAS's vector products:
+    ``host(W, ld, n, s, D, a, b, c, d, e, g) -> totals`` (the arguments as the body's, the row
+    at offset ``u`` being ``W[u:u + n]``). Row by row, BLAS reads a basis of many vectors far
+    faster than a loop over elements that visits every vector at each element. It may reach the
     finish's result another way (GMRES's runs SciPy's own Gram-Schmidt), so the ranks of
     :mod:`autospmv.distributed`, whose sums are partial, run the body."""
 
@@ -257,10 +306,14 @@ def _cpu_multi_template(W, ld, n, s, f, D, a, b, c, d, e, g):
         start = n * chunk // chunks
         end = n * (chunk + 1) // chunks
         acc = partial[chunk]
-        for i in range(start, end):
-            value = BODY(W, ld, i, s, D, a, b, c, d, e, g)
+        for j in range(start, end):
+            i = INDEX(j)
+            value = BODY(W, INDEX(ld), i, s, D, INDEX(a), INDEX(b), INDEX(c), INDEX(d),
+                         INDEX(e), INDEX(g))
+            row = INDEX(b)
             for k in range(c):
-                acc[k] += float(W[(b + k) * ld + i]) * value
+                acc[k] += float(W[row + i]) * value
+                row += INDEX(ld)
             acc[c] += float(value) * value
     totals = np.zeros(SUMS)
     for chunk in range(chunks):
@@ -307,7 +360,7 @@ def _cuda_multi_template(W, ld, n, s, f, D, a, b, c, d, e, g, partials, ticket):
         cuda.syncthreads()
         width = min(TILE, n - start)
         for k in range(warp, c, WARPS):
-            total = _tile_dot(W, (b + k) * ld + start, tile, width, lane)
+            total = _tile_dot(W, b + k * ld + start, tile, width, lane)
             if lane == 0:
                 totals[k] += total
         cuda.syncthreads()
