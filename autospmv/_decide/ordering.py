@@ -181,7 +181,9 @@ def rcm(csr) -> np.ndarray:
         indices, indptr = csr.indices, csr.indptr
     structure = csr_matrix((np.ones(indices.shape[0], dtype=np.int8), indices, indptr),
                            shape=csr.shape)
-    return np.ascontiguousarray(reverse_cuthill_mckee(structure, symmetric_mode=False))
+    # SciPy returns a reversed view; a copy has positive strides even where NumPy calls a
+    # one-element view contiguous (numba-cuda's upload refuses a negative stride there)
+    return reverse_cuthill_mckee(structure, symmetric_mode=False).copy()
 
 
 def inverse_of(perm: np.ndarray) -> np.ndarray:
@@ -244,7 +246,7 @@ def choose_order(csr, order: str, products: int | None, device: str, permute=app
             return OrderChoice("keep", f"order kept by the cost rule: {why}", features=features,
                                seconds=time.perf_counter() - started), csr
     features = {} if order == "rcm" else features
-    perm = np.ascontiguousarray(rcm(csr), dtype=structure.indptr.dtype)
+    perm = rcm(csr).astype(structure.indptr.dtype, copy=False)
     inverse = inverse_of(perm)
     ordered = permute(csr, perm, inverse)
     seconds = time.perf_counter() - started
