@@ -225,3 +225,28 @@ def test_solver_preparing_a_matrix_itself(rng):
     b = rng.standard_normal(A.shape[0])
     x, info = autospmv.cg(A, b, rtol=1e-10)
     assert info == 0 and np.linalg.norm(A @ x - b) <= 1e-8 * np.linalg.norm(b)
+
+
+def test_an_order_the_rule_chose_is_timed_against_the_matrix_as_given(rng):
+    A = numbered_at_random(grid_laplacian(300))
+    op = autospmv.prepare(A, device="cpu", order="auto", products=10**7)
+    assert "timed back to back in both orders" in op.explain()
+    timed = next(note for note in op.decision.notes if note.startswith("order: timed"))
+    assert f"kept the {op.order} order" in timed and (op.permutation is None) == (
+        op.order == "keep")
+    x = rng.standard_normal(A.shape[0])
+    assert relative_error(op @ x, reference(A, x)) <= 1e-12
+
+
+def test_the_matrix_as_given_is_kept_where_its_product_times_faster(monkeypatch, rng):
+    import autospmv._prepare.prepare as preparing
+
+    monkeypatch.setattr(preparing, "faster_order", lambda in_order, kept: kept)
+    A = numbered_at_random(grid_laplacian(300))
+    op = autospmv.prepare(A, device="cpu", order="auto", products=10**9)
+    assert op.order == "keep" and op.permutation is None
+    assert "timed faster than in the order the cost rule chose" in op.explain()
+    X = rng.standard_normal((A.shape[0], 3))
+    assert relative_error(op @ X, reference(A, X)) <= 1e-12
+    assert relative_error(op.T @ X[:, 0], reference(A.T.tocsr(), X[:, 0])) < \
+        1e-12

@@ -68,8 +68,9 @@ PERMUTE_SECONDS_PER_NNZ = 1e-7
 8e-8 s on the same machine (its reads of A's rows follow the permutation)."""
 
 MIN_RELATIVE_GAIN = 0.05
-"""The least gain per product, relative to a product in A's own order, for which "auto" reorders:
-below it the rule's error could make the product slower."""
+"""The least gain per product, relative to a product in A's own order, that the rule must
+estimate before "auto" considers an order. Its estimate is rough (the caches hold much of x
+on a GPU), so ``prepare`` then times the product in both orders and keeps the faster."""
 
 MIN_FLOOR_GAIN = 0.15
 """Step 2's threshold: the gain the best conceivable order would bring, relative to a product,
@@ -100,6 +101,9 @@ class OrderChoice:
     """The features the rule read (``..._before``, ``..._after``)."""
     seconds: float = 0.0
     """What choosing the order took, computing it and permuting A included."""
+    kept_matrix: object = dataclasses.field(default=None, repr=False)
+    """For an order the cost rule chose: A in its own order, so that ``prepare`` can time the
+    product in both orders and keep the faster (the rule's gain is an estimate); else None."""
 
     @property
     def kept(self) -> bool:
@@ -262,11 +266,13 @@ def choose_order(csr, order: str, products: int | None, device: str, permute=app
                            features, seconds), ordered
     now = product_seconds(csr, before, device)
     gain = now - product_seconds(ordered, after, device) - permutation_seconds(csr, device)
+    seconds = time.perf_counter() - started  # the order's features are part of its cost
     if gain >= MIN_RELATIVE_GAIN * now and products * gain > seconds:
         return OrderChoice(
             "rcm", f"order rcm, chosen by the cost rule: {products:,} products × "
             f"{gain * 1e6:.3g} µs gained ({gain / now:.0%} of a product) exceed its cost; "
-            f"{summary}", perm, inverse, features, time.perf_counter() - started), ordered
+            f"{summary}", perm, inverse, features, time.perf_counter() - started,
+            kept_matrix=csr), ordered
     return OrderChoice(
         "keep", f"order kept by the cost rule: RCM would gain {products:,} products × "
         f"{gain * 1e6:.3g} µs ({gain / now:.0%} of a product), not enough for its cost; "

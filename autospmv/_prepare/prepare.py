@@ -10,6 +10,7 @@ import numpy as np
 from .. import _registry as registry
 from .._decide.ordering import OrderChoice, check_order
 from .._decide.selection import Decision, decide
+from .._support.devices import cuda_simulator
 from .._support.threads import check_threads
 from ..formats.base import FormatTooLargeError, longest_row
 from .background import (
@@ -18,7 +19,7 @@ from .background import (
 )
 from .device_input import Input, canonical_input
 from .operator import SpMVOperator
-from .tuning import tune as tuned
+from .tuning import faster_order, tune as tuned
 
 
 def select(A, *, kernel: str | None = None, device: str | None = None, model=None) -> Decision:
@@ -117,7 +118,9 @@ def prepare(A, *, kernel: str | None = None, device: str | None = None, model=No
         square matrix is renumbered. ``"auto"`` keeps the order without a ``products`` hint
         (nothing is computed), and with one reorders where a cost rule over x's locality says
         that the gain of ``products`` products exceeds the cost of computing the order (the
-        user guide's "Order"); ``op.order`` and ``op.explain()`` say what was chosen and why.
+        user guide's "Order") and the product then times faster than in A's own order (both
+        operators are built and timed back to back; the faster is kept); ``op.order`` and
+        ``op.explain()`` say what was chosen and why.
         The kernel is chosen for A in the order chosen. A matrix on the GPU is renumbered
         there, from an order computed on the host from its column indices (copied once).
 
@@ -185,10 +188,13 @@ def prepare(A, *, kernel: str | None = None, device: str | None = None, model=No
     built = time.perf_counter()
     op = _build(given.csr, decision, given.device, threads, forced=kernel is not None,
                 source=given.source, borrowed=given.borrowed, uploaded=given.uploaded)
+    conversion_s = time.perf_counter() - built
+    op = _confirmed(_ordered(op, given.order), given, kernel, model, params, threads)
     if products is None or kernel is not None:
-        return _ordered(op, given.order)
-    return _ordered(tuned(given, decision, threads, built=op, products=products,
-                          conversion_s=time.perf_counter() - built), given.order)
+        return op
+    # the kernels are timed without the order's gathers, which every candidate would add
+    return _ordered(tuned(given, op.decision, threads, built=op.in_own_order(),
+                          products=products, conversion_s=conversion_s), given.order)
 
 
 def _record_order(decision: Decision, choice: OrderChoice) -> None:
@@ -196,6 +202,31 @@ def _record_order(decision: Decision, choice: OrderChoice) -> None:
     decision.order = choice.order
     decision.order_reason = choice.reason
     decision.order_features = dict(choice.features)
+
+
+def _confirmed(op: SpMVOperator, given: Input, kernel, model, params, threads) -> SpMVOperator:
+    """``op``, or the operator of A in its own order where the cost rule chose another order
+    and the product in A's own order times faster (:func:`faster_order`). Timing needs a host
+    matrix and a real device: elsewhere the rule's choice stands."""
+    choice = given.order
+    if (choice.kept_matrix is None or given.source is not None
+            or (given.device == "cuda" and cuda_simulator())):
+        return op
+    kept = canonical_input(choice.kept_matrix, given.device)
+    decision = decide(kept.csr, kernel, kept.device, model, params, kept.uploaded)
+    _record_order(decision, kept.order)
+    decision.order_reason = ("order kept: the product in A's own order timed faster than in "
+                             f"the order the cost rule chose ({choice.reason})")
+    try:
+        kept_op = _build(kept.csr, decision, kept.device, threads, forced=kernel is not None,
+                         borrowed=False, uploaded=kept.uploaded)
+    except (FormatTooLargeError, MemoryError):
+        return op
+    faster = faster_order(op, kept_op)
+    if faster is kept_op:  # what follows (the workload hint's tuning) works on A as it is
+        given.csr, given.uploaded, given.borrowed, given.order = (
+            kept.csr, kept.uploaded, False, kept.order)
+    return faster
 
 
 def _ordered(op: SpMVOperator, choice: OrderChoice) -> SpMVOperator:

@@ -103,6 +103,29 @@ def tune(given: Input, decision: Decision, threads=None, *, built: SpMVOperator 
     return measure(given, built.decision, threads, built=built)
 
 
+def faster_order(in_order: SpMVOperator, kept: SpMVOperator) -> SpMVOperator:
+    """Of two operators of one matrix, one stored in another order (its products gather x and
+    y around the kernel) and one in A's own, the faster back to back, timed as
+    ``tune="measure"`` times its candidates; a note in its decision gives both times."""
+    from .._support.timing import Bench, TimingOptions
+
+    x = np.full(kept.shape[1], 0.5, dtype=kept.dtype)
+    started = time.perf_counter()
+    timings = Bench(kept.device, x, kept.shape[0], TimingOptions(**TUNE_TIMING)).time_all(
+        {"rcm": in_order, "keep": kept})
+    times = {k: t["b2b"]["median"] for k, t in timings.items() if isinstance(t, dict)}
+    if "rcm" not in times:
+        best = "keep"
+    else:
+        best = min(times, key=times.get)
+    op = in_order if best == "rcm" else kept
+    measured = ", ".join(f"{k} {t:.3g} µs" for k, t in times.items())
+    op.decision.notes.append(
+        f"order: timed back to back in both orders ({measured}, in "
+        f"{(time.perf_counter() - started) * 1e3:.0f} ms); kept the {best} order")
+    return op
+
+
 def _simulated(device: str) -> bool:
     from .._support import devices
 
