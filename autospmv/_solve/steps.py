@@ -165,6 +165,22 @@ def host_norm(vector) -> float:
     return math.sqrt(_memoised("sum_of_squares", build)(vector))
 
 
+def host_subtract(y, x, a: float) -> None:
+    """y −= a x in place for host vectors of one length, by a numba loop: one pass, no
+    temporary, and no BLAS call (SciPy's ``axpy`` would run on SciPy's own OpenBLAS, whose
+    worker threads and NumPy's, each spinning after its library's calls, would take turns
+    holding the cores while the other library's call waits for them)."""
+    def build():
+        def subtract(y, x, a):
+            for i in range(y.shape[0]):
+                j = CPU_INDEX(i)
+                y[j] = y[j] - a * x[j]
+
+        return numba.njit(error_model="numpy")(subtract)
+
+    _memoised("subtract", build)(y, x, a)
+
+
 def _cuda_template(W, ld, n, s, f, D, a, b, c, d, e, g, partials, ticket):
     wait_for_previous()
     release_dependents()
