@@ -34,7 +34,7 @@ from .dual import dual
 from .method import Method
 from .scalars import (FIRST_FREE_FLAG, FIRST_FREE_SCALAR, INNER_DONE, ITERATIONS, MAXITER,
                       ORTHOGONAL, STATE, STOPPED, TOL, stop)
-from .steps import MultiStep, Step, host_subtract
+from .steps import MultiStep, Step, host_dot, host_subtract
 
 COLUMN, K, RESTART, CYCLES, BREAKDOWN = range(FIRST_FREE_FLAG, FIRST_FREE_FLAG + 5)
 (PTOL, PTOL_FACTOR, PRESID, H0, SCALE, EPS, BNRM2, COLUMNS) = range(FIRST_FREE_SCALAR + 1,
@@ -169,19 +169,19 @@ def project_host(W, ld, n, s, D, w, v0, count, unused, first, g):
     :func:`project`'s pass does; the later passes then find w orthogonal already (coefficients
     0, nothing left to subtract: :func:`norm_host`). It reads the basis twice per column as the
     GPU's passes do: on the CPU, row by row, modified Gram-Schmidt costs no more than its dot
-    products (NumPy's, through its BLAS, as SciPy's) and updates. Each update is one pass in
-    place (:func:`.steps.host_subtract`; SciPy forms ``h v_k`` in a new vector and subtracts
-    it: two passes more over memory per basis vector)."""
+    products and updates, numba loops here (:func:`.steps.host_dot`, which sums in float64,
+    and :func:`.steps.host_subtract`, an update in place where SciPy forms ``h v_k`` in a new
+    vector and subtracts it: two passes more over memory per basis vector)."""
     vector = W[int(w):int(w) + n]
     totals = np.zeros(count + 1)
     if first and D.shape[0] != 1:
         vector *= D[:n]
-    totals[count] = vector @ vector
+    totals[count] = host_dot(vector, vector)
     if first:
         for k in range(count):
             row = int(v0) + k * int(ld)
             basis = W[row:row + n]
-            h = float(basis @ vector)
+            h = host_dot(basis, vector)
             totals[k] = h
             host_subtract(vector, basis, h)
     return totals
@@ -191,7 +191,7 @@ def norm_host(W, ld, n, s, D, w, v0, none, coefficients, count, g):
     """The CPU's :func:`subtract_projections` after :func:`project_host`: w is orthogonal
     already, so only ‖w‖²."""
     vector = W[int(w):int(w) + n]
-    return np.array([vector @ vector])
+    return np.array([host_dot(vector, vector)])
 
 
 @dual
