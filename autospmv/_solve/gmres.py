@@ -34,7 +34,7 @@ from .dual import dual
 from .method import Method
 from .scalars import (FIRST_FREE_FLAG, FIRST_FREE_SCALAR, INNER_DONE, ITERATIONS, MAXITER,
                       ORTHOGONAL, STATE, STOPPED, TOL, stop)
-from .steps import MultiStep, Step
+from .steps import MultiStep, Step, host_dot, host_subtract
 
 COLUMN, K, RESTART, CYCLES, BREAKDOWN = range(FIRST_FREE_FLAG, FIRST_FREE_FLAG + 5)
 (PTOL, PTOL_FACTOR, PRESID, H0, SCALE, EPS, BNRM2, COLUMNS) = range(FIRST_FREE_SCALAR + 1,
@@ -165,42 +165,33 @@ def combination(W, ld, i, s, v0, coefficients, count):
 
 def project_host(W, ld, n, s, D, w, v0, count, unused, first, g):
     """The CPU's Gram-Schmidt (see :class:`.steps.MultiStep`): on the first pass SciPy's own,
-    modified Gram-Schmidt with the BLAS's products, all of it, returning the coefficients and
-    ‖w‖² before them as :func:`project`'s pass does; the later passes then find w orthogonal
-    already (coefficients 0, nothing left to subtract: :func:`norm_host`). It reads the basis
-    twice per column as the GPU's passes do: on the CPU, row by row through BLAS, modified
-    Gram-Schmidt costs no more than its dot products and updates. Each update is one ``axpy``
-    in place (SciPy forms ``h v_k`` in a new vector and subtracts it: two passes more over
-    memory per basis vector)."""
+    modified Gram-Schmidt, all of it, returning the coefficients and ‖w‖² before them as
+    :func:`project`'s pass does; the later passes then find w orthogonal already (coefficients
+    0, nothing left to subtract: :func:`norm_host`). It reads the basis twice per column as the
+    GPU's passes do: on the CPU, row by row, modified Gram-Schmidt costs no more than its dot
+    products and updates, numba loops here (:func:`.steps.host_dot`, which sums in float64,
+    and :func:`.steps.host_subtract`, an update in place where SciPy forms ``h v_k`` in a new
+    vector and subtracts it: two passes more over memory per basis vector)."""
     vector = W[int(w):int(w) + n]
     totals = np.zeros(count + 1)
     if first and D.shape[0] != 1:
         vector *= D[:n]
-    totals[count] = vector @ vector
+    totals[count] = host_dot(vector, vector)
     if first:
-        axpy = _axpy(vector.dtype)
         for k in range(count):
             row = int(v0) + k * int(ld)
             basis = W[row:row + n]
-            h = basis @ vector
+            h = host_dot(basis, vector)
             totals[k] = h
-            axpy(basis, vector, n, -h)
+            host_subtract(vector, basis, h)
     return totals
-
-
-@functools.lru_cache(maxsize=None)
-def _axpy(dtype):
-    """The BLAS's ``axpy`` (y += a x, in place) for vectors of ``dtype``."""
-    from scipy.linalg import blas
-
-    return blas.get_blas_funcs("axpy", dtype=dtype)
 
 
 def norm_host(W, ld, n, s, D, w, v0, none, coefficients, count, g):
     """The CPU's :func:`subtract_projections` after :func:`project_host`: w is orthogonal
     already, so only ‖w‖²."""
     vector = W[int(w):int(w) + n]
-    return np.array([vector @ vector])
+    return np.array([host_dot(vector, vector)])
 
 
 @dual

@@ -147,22 +147,44 @@ def _cpu_function(template, step, parallel: bool, **names):
     return _memoised(("cpu", step, parallel), build)
 
 
-def host_norm(vector) -> float:
-    """‖vector‖₂ of a host vector, summed by a numba loop (partial sums in SIMD lanes, as the
-    BLAS's dot keeps them), not by the BLAS: a BLAS call on a long vector leaves OpenBLAS's
-    worker threads spinning on the cores for a while after it returns, and a CPU solve, which
-    calls the BLAS nowhere else (cg, bicgstab, minres), would share its cores with them."""
+def host_dot(x, y) -> float:
+    """x · y of host vectors of one length, summed in float64 by a numba loop (partial sums in
+    SIMD lanes, as the BLAS's dot keeps them), not by the BLAS: a BLAS call on a long vector
+    wakes OpenBLAS's worker threads, which then spin on the cores for a while after it returns,
+    where the solve's own loops and products run (and, called between numba loops, it waits
+    for workers that have gone to sleep)."""
     def build():
-        def sum_of_squares(v):
+        def dot(x, y):
             total = 0.0
-            for i in range(v.shape[0]):
-                value = float(v[CPU_INDEX(i)])
-                total += value * value
+            for i in range(x.shape[0]):
+                j = CPU_INDEX(i)
+                total += float(x[j]) * y[j]
             return total
 
-        return numba.njit(error_model="numpy", fastmath=CPU_FASTMATH)(sum_of_squares)
+        return numba.njit(error_model="numpy", fastmath=CPU_FASTMATH)(dot)
 
-    return math.sqrt(_memoised("sum_of_squares", build)(vector))
+    return _memoised("dot", build)(x, y)
+
+
+def host_norm(vector) -> float:
+    """‖vector‖₂ of a host vector, by :func:`host_dot`."""
+    return math.sqrt(host_dot(vector, vector))
+
+
+def host_subtract(y, x, a: float) -> None:
+    """y −= a x in place for host vectors of one length, by a numba loop: one pass, no
+    temporary, and no BLAS call (SciPy's ``axpy`` would run on SciPy's own OpenBLAS, whose
+    worker threads and NumPy's, each spinning after its library's calls, would take turns
+    holding the cores while the other library's call waits for them)."""
+    def build():
+        def subtract(y, x, a):
+            for i in range(y.shape[0]):
+                j = CPU_INDEX(i)
+                y[j] = y[j] - a * x[j]
+
+        return numba.njit(error_model="numpy")(subtract)
+
+    _memoised("subtract", build)(y, x, a)
 
 
 def _cuda_template(W, ld, n, s, f, D, a, b, c, d, e, g, partials, ticket):
