@@ -16,16 +16,17 @@ import scipy.sparse as sp
 from .. import _registry as registry
 from .._decide.selection import Decision, decide
 from .._support.cache import compile_timer
-from .._support.devices import check_device, resolve_device
 from .._support.threads import check_threads
 from .._support.validation import (
-    borrows, canonicalize, check_out, check_vector, index_dtype, result_dtype,
+    canonicalize, check_out, check_vector, result_dtype,
 )
 from ..formats.base import DeviceCSR, FormatTooLargeError, SparseFormat
-from ..formats.coo import COOFormat
+from ..formats.coo import COOFormat, tall_transpose
 from ..kernels.cpu.backend import CpuBackend
 from . import background
-from .device_input import canonical_device_csr, is_device_matrix, transposed, upload_csr
+from .device_input import (
+    canonical_device_csr, canonical_input, is_device_matrix, transposed, upload_csr,
+)
 from .linear_operator import LinearOperator
 
 
@@ -111,17 +112,9 @@ class SpMVOperator(LinearOperator):
             raise TypeError(f"decision must be an autospmv.Decision; got "
                             f"{type(decision).__name__}")
         threads = check_threads(threads)
-        if is_device_matrix(A):
-            if check_device(device) == "cpu":
-                raise ValueError("this matrix lives on the GPU; build its operator with "
-                                 "device='cuda' (or None)")
-            csr, source, borrowed = canonical_device_csr(A), A, False
-            device = resolve_device("cuda")
-        else:
-            device = resolve_device(device)
-            csr, source = canonicalize(A), None
-            borrowed = borrows(A, csr)
-        self._build(csr, decision, device, threads, source=source, borrowed=borrowed)
+        given = canonical_input(A, device)
+        self._build(given.csr, decision, given.device, threads, source=given.source,
+                    borrowed=given.borrowed, uploaded=given.uploaded)
 
     @classmethod
     def _canonical(cls, csr, decision: Decision, device: str, threads=None,
@@ -217,9 +210,7 @@ class SpMVOperator(LinearOperator):
     _switch = None
     """The background decision still to switch to (:mod:`autospmv._prepare.background`), or None."""
 
-    permutation = None
-    """None when the operator runs in A's own order; else ``perm``: it stores ``P A Pᵀ``,
-    whose row i is A's row ``perm[i]`` (see the class docstring)."""
+    permutation = None  # see the class docstring
     _inverse = None
     """``inverse[perm[i]] = i``, with :attr:`permutation`."""
     _own_order = None
@@ -658,7 +649,7 @@ class SpMVOperator(LinearOperator):
         matrix the operator was prepared from), but for two cases that its decision notes:
         a kernel whose format refuses Aᵀ (ELL or JDS beyond the fill limit) gives way to
         :data:`TRANSPOSE_FALLBACK`, and on the CPU an Aᵀ whose row pointer would outweigh A
-        (:func:`tall_transpose`: A has far more columns than nonzeros) runs on the COO kernel,
+        (:func:`~autospmv.formats.coo.tall_transpose`: A has far more columns than nonzeros) runs on the COO kernel,
         built from A's arrays (:meth:`_coo_transpose`).
 
         Returns
@@ -801,22 +792,6 @@ def _unpickled_operator(csr, decision: Decision, threads, permutation=None) -> S
 TRANSPOSE_FALLBACK = "hyb"
 """The kernel of Aᵀ when the operator's own kernel's format refuses it (ELL, or JDS on a GPU,
 beyond the fill limit): ELL for the typical row and COO for the rest, which fits any matrix."""
-
-TALL_TRANSPOSE_BYTES = 1 << 23
-"""Below this many bytes, Aᵀ's CSR row pointer is always built (see :func:`tall_transpose`)."""
-
-
-def tall_transpose(csr) -> bool:
-    """Whether Aᵀ of the canonical host matrix ``csr`` runs on the COO kernel rather than its
-    operator's: when the row pointer of Aᵀ as CSR (one index per column of A, plus one) would
-    take more bytes than A's own arrays and than :data:`TALL_TRANSPOSE_BYTES`. Every row-based
-    format of Aᵀ needs memory in proportion to its rows; COO only to the nonzeros (SciPy's
-    ``A.T`` likewise keeps A's arrays)."""
-    n = csr.shape[1]
-    row_pointer = (n + 1) * index_dtype(csr.nnz, csr.shape).itemsize
-    matrix = csr.data.nbytes + csr.indices.nbytes + csr.indptr.nbytes
-    return row_pointer > max(matrix, TALL_TRANSPOSE_BYTES)
-
 
 def _is_device_array(x) -> bool:
     """Whether x is a CUDA array (it has ``__cuda_array_interface__``); a numpy array is not,

@@ -12,6 +12,7 @@ import dataclasses
 import numpy as np
 import scipy.sparse as sp
 
+from .._support.validation import index_dtype
 from . import convert
 from .base import SparseFormat, row_of_each_nonzero
 
@@ -64,3 +65,20 @@ class COOFormat(SparseFormat):
 
     def to_csr(self) -> sp.csr_matrix:
         return sp.csr_matrix((self.data, (self.row, self.col)), shape=self.shape)
+
+
+TALL_TRANSPOSE_BYTES = 1 << 23
+"""Below this many bytes, Aᵀ's CSR row pointer is always built (see :func:`tall_transpose`)."""
+
+
+def tall_transpose(csr) -> bool:
+    """Whether Aᵀ of the canonical host matrix ``csr`` is stored as COO
+    (:meth:`COOFormat.transposed`) rather than in its operator's format: when the row pointer
+    of Aᵀ as CSR (one index per column of A, plus one) would take more bytes than A's own
+    arrays and than :data:`TALL_TRANSPOSE_BYTES`. Every row-based format of Aᵀ needs memory in
+    proportion to its rows; COO only to the nonzeros (SciPy's ``A.T`` likewise keeps A's
+    arrays)."""
+    n = csr.shape[1]
+    row_pointer = (n + 1) * index_dtype(csr.nnz, csr.shape).itemsize
+    matrix = csr.data.nbytes + csr.indices.nbytes + csr.indptr.nbytes
+    return row_pointer > max(matrix, TALL_TRANSPOSE_BYTES)
