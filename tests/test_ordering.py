@@ -239,9 +239,9 @@ def test_an_order_the_rule_chose_is_timed_against_the_matrix_as_given(rng):
 
 
 def test_the_matrix_as_given_is_kept_where_its_product_times_faster(monkeypatch, rng):
-    import autospmv._prepare.prepare as preparing
+    import autospmv._prepare.tuning as tuning
 
-    monkeypatch.setattr(preparing, "faster_order", lambda in_order, kept: kept)
+    monkeypatch.setattr(tuning, "faster_order", lambda in_order, kept: kept)
     A = numbered_at_random(grid_laplacian(300))
     op = autospmv.prepare(A, device="cpu", order="auto", products=10**9)
     assert op.order == "keep" and op.permutation is None

@@ -19,7 +19,7 @@ from .background import (
 )
 from .device_input import Input, canonical_input
 from .operator import SpMVOperator
-from .tuning import faster_order, tune as tuned
+from .tuning import tune as tuned
 
 
 def select(A, *, kernel: str | None = None, device: str | None = None, model=None) -> Decision:
@@ -206,8 +206,8 @@ def _record_order(decision: Decision, choice: OrderChoice) -> None:
 
 def _confirmed(op: SpMVOperator, given: Input, kernel, model, params, threads) -> SpMVOperator:
     """``op``, or the operator of A in its own order where the cost rule chose another order
-    and the product in A's own order times faster (:func:`faster_order`). Timing needs a host
-    matrix and a real device: elsewhere the rule's choice stands."""
+    and the product in A's own order times faster (the tuning stage times both). Timing needs
+    a host matrix and a real device: elsewhere the rule's choice stands."""
     choice = given.order
     if (choice.kept_matrix is None or given.source is not None
             or (given.device == "cuda" and cuda_simulator())):
@@ -222,7 +222,7 @@ def _confirmed(op: SpMVOperator, given: Input, kernel, model, params, threads) -
                          borrowed=False, uploaded=kept.uploaded)
     except (FormatTooLargeError, MemoryError):
         return op
-    faster = faster_order(op, kept_op)
+    faster = tuned(given, decision, threads, built=op, against=kept_op)
     if faster is kept_op:  # what follows (the workload hint's tuning) works on A as it is
         given.csr, given.uploaded, given.borrowed, given.order = (
             kept.csr, kept.uploaded, False, kept.order)

@@ -81,15 +81,20 @@ def measuring_pays(decision: Decision, products: int, conversion_s: float) -> tu
 
 
 def tune(given: Input, decision: Decision, threads=None, *, built: SpMVOperator | None = None,
-         products: int | None = None, conversion_s: float = 0.0) -> SpMVOperator:
+         products: int | None = None, conversion_s: float = 0.0,
+         against: SpMVOperator | None = None) -> SpMVOperator:
     """The operator that :func:`prepare` returns after deciding, where measuring is asked for:
     with ``tune="measure"`` (``built`` None) the fastest of the decision's candidates
-    (:func:`measure`); with the workload hint, ``built`` (the decision's operator, converted in
-    ``conversion_s``) unless measuring pays for ``products`` products (:func:`measuring_pays`),
-    with the note that says why. Measuring needs a host matrix and a real GPU: where it would
-    pay without them, the note says so and ``built`` is returned."""
+    (:func:`measure`); with ``against``, an operator of A in its own order, the faster of it
+    and ``built``, stored in another order (:func:`faster_order`); with the workload hint,
+    ``built`` (the decision's operator, converted in ``conversion_s``) unless measuring pays
+    for ``products`` products (:func:`measuring_pays`), with the note that says why. Measuring
+    needs a host matrix and a real GPU: where it would pay without them, the note says so and
+    ``built`` is returned."""
     if built is None:
         return measure(given, decision, threads)
+    if against is not None:
+        return faster_order(built, against)
     pays, note = measuring_pays(built.decision, products, conversion_s)
     if pays and given.source is not None:
         pays, note = False, note.replace(": measured", ": not measured, as the matrix lives on "
