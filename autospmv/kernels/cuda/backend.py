@@ -413,15 +413,18 @@ class CudaBackend:
             return out
         return self._checked_matvec(x, out)
 
-    def _checked_matvec(self, x, out):
-        """:meth:`device_matvec` with every check (and the pair remembered where it can be)."""
+    def checked_pair(self, x, out):
+        """``(y, x_ptr, y_ptr, x_dtype, y_dtype)`` of a product of the CUDA array x into
+        ``out`` (or into a y made here, of the right shape, dtype and GPU, writable), every
+        check made: None where x is not a CUDA array; TypeError or ValueError for an ``out``
+        that is not one of the right shape and dtype, or that overlaps x."""
         m, n = self.shape
         checked = self._vectors.check(x, n, "x", VECTOR_DTYPES)
         if checked is None:
             return None
         x_ptr, x_dtype = checked
         y_dtype = self._y_dtypes[x_dtype]
-        if out is None:  # made here: of the right shape, dtype and GPU, writable
+        if out is None:
             y = _empty_like_input(x, m, y_dtype)
             y_ptr = device_pointer(y)
         else:
@@ -434,7 +437,15 @@ class CudaBackend:
         if (m and n and x_ptr < y_ptr + m * y_dtype.itemsize
                 and y_ptr < x_ptr + n * x_dtype.itemsize):
             raise ValueError(OUT_OVERLAPS_X)
-        if m:
+        return y, x_ptr, y_ptr, x_dtype, y_dtype
+
+    def _checked_matvec(self, x, out):
+        """:meth:`device_matvec` with every check (and the pair remembered where it can be)."""
+        checked = self.checked_pair(x, out)
+        if checked is None:
+            return None
+        y, x_ptr, y_ptr, x_dtype, y_dtype = checked
+        if self.shape[0]:
             with self._lock:
                 run = self._program_for(x_dtype).run
             if SIMULATOR:

@@ -23,7 +23,7 @@ import threading
 import numpy as np
 from numba import cuda
 
-from ..._support.validation import OUT_OVERLAPS_X
+from ..._support.validation import result_dtype
 from ..cpu.permute import gather as host_gather
 from . import jit
 from .backend import VECTOR_DTYPES, _empty_like_input, _row_major, stream_of
@@ -130,24 +130,10 @@ class PermutedCudaBackend:
         queued on x's stream."""
         inner = self.inner
         m, n = inner.shape
-        checked = inner._vectors.check(x, n, "x", VECTOR_DTYPES)
+        checked = inner.checked_pair(x, out)
         if checked is None:
             return None
-        x_ptr, x_dtype = checked
-        y_dtype = inner._y_dtypes[x_dtype]
-        if out is None:
-            y = _empty_like_input(x, m, y_dtype)
-            y_ptr = device_pointer(y)
-        else:
-            y = out
-            checked = inner._vectors.check(y, m, "out", (y_dtype,))
-            if checked is None:
-                raise TypeError(f"out must be a CUDA device array like x; got "
-                                f"{type(y).__name__}")
-            y_ptr = checked[0]
-        if (m and n and x_ptr < y_ptr + m * y_dtype.itemsize
-                and y_ptr < x_ptr + n * x_dtype.itemsize):
-            raise ValueError(OUT_OVERLAPS_X)
+        y, x_ptr, y_ptr, x_dtype, y_dtype = checked
         if not m:
             return y
         stream = 0 if SIMULATOR else stream_of(x)
@@ -189,7 +175,7 @@ class PermutedCudaBackend:
         if x_dtype not in VECTOR_DTYPES:
             return inner.device_matmat(X)  # refused there, with its message
         k = shape[1]
-        y_dtype = inner._y_dtypes[x_dtype]
+        y_dtype = result_dtype(inner.dtype, x_dtype)
         X, cai = _row_major(X, cai)
         X_p = _empty_like_input(X, (n, k), x_dtype)
         if n and k:
