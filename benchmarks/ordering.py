@@ -43,6 +43,7 @@ import scipy.sparse as sp
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import autospmv  # noqa: E402
+from solvers_gpu import spd_copy  # noqa: E402  (beside this script)
 
 
 def log(*args) -> None:
@@ -74,14 +75,6 @@ def at_random(A, seed: int = 0):
     B = A[p][:, p].tocsr()
     B.sort_indices()
     return B
-
-
-def spd_copy(A):
-    """A symmetrised and shifted to be positive definite (as ``solvers_gpu.py``)."""
-    A = sp.csr_matrix(A, dtype=np.float64)
-    A = ((A + A.T) * 0.5).tocsr()
-    row_sums = np.asarray(abs(A).sum(axis=1)).ravel()
-    return (A + sp.diags(row_sums - A.diagonal() + 1e-2 * (row_sums.max() + 1))).tocsr()
 
 
 class Device:
