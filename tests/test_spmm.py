@@ -197,6 +197,32 @@ def test_long_row_pieces():
     assert rows.size == starts.size == 0
 
 
+
+def test_few_columns_group_follows_the_pieces_not_the_long_rows():
+    """A few rows far longer than a piece are split among many groups, so they must not give
+    every short row a whole warp: the group is csr_vector's for the work items as cut."""
+    import scipy.sparse as sp
+
+    from autospmv import _registry as registry
+    from autospmv.formats.base import RowStructure
+    from autospmv.kernels.cuda.spmm import PIECE, few_columns_group
+
+    n = 20_000
+    dense = np.arange(3)
+    rows = np.concatenate([np.arange(n), np.repeat(dense, n), np.tile(np.arange(n), 3)])
+    cols = np.concatenate([np.arange(n), np.tile(np.arange(n), 3), np.repeat(dense, n)])
+    A = sp.csr_matrix((np.ones(rows.size), (rows, cols)), shape=(n, n))
+    whole_rows = registry.choose_params(
+        "csr_vector", RowStructure(A.shape, A.indptr, np.dtype(np.float64)), "cuda")
+    assert whole_rows["threads_per_row"] == 32  # what the row lengths alone would give
+    assert few_columns_group(A.shape, A.indptr) < 32
+    # Without rows longer than a piece, the items are the rows: csr_vector's own group.
+    B = sp.random(500, 500, density=0.05, format="csr", random_state=1)
+    assert np.diff(B.indptr).max() <= PIECE
+    assert few_columns_group(B.shape, B.indptr) == registry.choose_params(
+        "csr_vector", RowStructure(B.shape, B.indptr, np.dtype(np.float64)),
+        "cuda")["threads_per_row"]
+
 # --- device arrays on a real GPU --------------------------------------------------------------
 
 def numba_blocks():

@@ -6,7 +6,8 @@ so the lanes that read them for one nonzero read consecutive words. Two kernels,
 each:
 
 * **k ≤ 4 columns** (:func:`spmm_few_columns_kernel`): csr_vector's split. A group of g lanes
-  (g chosen as for csr_vector, from the row lengths) shares a row; lane l reads nonzeros
+  (g chosen as for csr_vector, from the lengths of the work items: rows cut into pieces, see
+  below) shares a row; lane l reads nonzeros
   ``l, l+g, ...`` (coalesced within the group) and multiplies each into up to four accumulators
   (one per column; the k values of ``X[c, :]`` lie in one or two 32-byte sectors); the group
   then reduces its accumulators with shuffles. Each nonzero is read once for all k columns.
@@ -215,8 +216,9 @@ def long_row_pieces(indptr: np.ndarray, piece: int = PIECE) -> tuple[np.ndarray,
 
 RULE = (f"multi-vector products (A @ X, X of k columns) run one pass over A's CSR arrays: for "
         f"k ≤ {FEW_COLUMNS}, a group of lanes per row over its nonzeros (csr_vector's group "
-        f"size) with k sums each; for larger k, 8, 16 or 32 lanes per row over the columns of "
-        f"X; rows longer than {PIECE} nonzeros are split among groups")
+        f"size for pieces of at most {PIECE} nonzeros) with k sums each; for larger k, 8, 16 "
+        f"or 32 lanes per row over the columns of X; rows longer than {PIECE} nonzeros are "
+        f"split among groups")
 """The rule :class:`MultiVectorProgram` follows, as the decision notes it."""
 
 
@@ -245,8 +247,17 @@ def launches(shape: tuple[int, int], arrays: dict, pieces: tuple, few_group: int
 
 
 def few_columns_group(shape: tuple[int, int], host_indptr: np.ndarray) -> int:
-    """The lanes per row of the few-columns kernel: csr_vector's group size for the matrix."""
-    structure = RowStructure(shape, host_indptr, np.dtype(np.float64))
+    """The lanes per row of the few-columns kernel: csr_vector's group size for the work items
+    the kernel runs, each row's first :data:`PIECE` nonzeros and the further pieces of long rows.
+    (The row lengths themselves would let a few long rows, which the pieces split, give every
+    short row a whole warp.)"""
+    indptr = np.asarray(host_indptr, dtype=np.int64)
+    lengths = np.diff(indptr)
+    rows, starts = long_row_pieces(indptr)
+    items = np.concatenate([np.minimum(lengths, PIECE),
+                            np.minimum(indptr[rows + 1], starts + PIECE) - starts])
+    item_indptr = np.concatenate([[0], np.cumsum(items)])
+    structure = RowStructure((items.size, shape[1]), item_indptr, np.dtype(np.float64))
     return registry.choose_params("csr_vector", structure, "cuda")["threads_per_row"]
 
 
