@@ -4,28 +4,21 @@ compilation). The GPU-only checks (streams, threads, devices) are in ``test_gpu_
 
 from __future__ import annotations
 
-import json
-import os
 import pathlib
-import subprocess
-import sys
 
 import pytest
 
 pytest.importorskip("numba.cuda")
 
 import autospmv  # noqa: E402
+from simulator_run import run_simulator_worker  # noqa: E402
 
 WORKER = pathlib.Path(__file__).with_name("cuda_checks_worker.py")
 
 
 @pytest.fixture(scope="module")
 def outcomes():
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
-    done = subprocess.run([sys.executable, str(WORKER)], capture_output=True, text=True,
-                          env=env, cwd=WORKER.parent.parent, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout)
+    return run_simulator_worker(WORKER, 600)
 
 
 OVERLAP = "ValueError: out overlaps x: the kernel would overwrite x while reading it"

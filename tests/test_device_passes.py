@@ -47,7 +47,9 @@ def _case_names() -> list[str]:
 
 @pytest.fixture(scope="module")
 def simulated():
-    return run_simulator_worker(WORKER, TIMEOUT_S)
+    # The passes' kernels mostly contend for atomics, which run slower at the short switch
+    # interval that speeds up the other workers' barriers (simulator_run.SWITCH_INTERVAL_S).
+    return run_simulator_worker(WORKER, TIMEOUT_S, switch_interval_s=None)
 
 
 @pytest.mark.slow
