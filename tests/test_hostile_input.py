@@ -542,6 +542,30 @@ def test_out_overlapping_the_operators_own_arrays_is_refused(kernel, rng):
     np.testing.assert_array_equal(op @ x, expected)  # nothing was written
 
 
+def test_out_is_compared_with_every_byte_of_the_kept_arrays():
+    """check_out finds an out inside a strided or reversed kept array (the bytes between its
+    first and last element), lets neighbours and empty arrays pass, and tells x from the
+    matrix's arrays."""
+    from autospmv._support.validation import byte_ranges, check_out
+
+    f64 = np.dtype(np.float64)
+    buffer = np.zeros(110)
+    kept = byte_ranges([buffer[99::-3], np.zeros(0), buffer[:0]])
+    assert kept.shape == (1, 2)  # empty arrays hold no bytes
+    assert kept[0, 1] - kept[0, 0] == 100 * 8  # elements 0 to 99, in steps of 3 and reversed
+    x = np.zeros(10)
+    with pytest.raises(ValueError, match="out overlaps the operator's own arrays"):
+        check_out(buffer[40:50], 10, f64, x, kept)
+    with pytest.raises(ValueError, match="out overlaps the operator's own arrays"):
+        check_out(buffer[95:105], 10, f64, x, kept)
+    check_out(buffer[100:110], 10, f64, x, kept)  # the next bytes
+    check_out(buffer[:0], 0, f64, x, kept)  # no bytes at all
+    with pytest.raises(ValueError, match="out overlaps x"):
+        check_out(x, 10, f64, x, kept)
+    with pytest.raises(ValueError, match="out overlaps x"):
+        check_out(buffer[100:110], 10, f64, buffer[105:], kept)
+
+
 def test_big_endian_matrices_and_vectors_are_converted_as_scipy_does(rng):
     A = random_matrix(30, 20, 0.3, 7)
     x = random_vector(rng, 20, np.float64)

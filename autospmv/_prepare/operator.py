@@ -18,7 +18,7 @@ from .._decide.selection import Decision, decide
 from .._support.cache import compile_timer
 from .._support.threads import check_threads
 from .._support.validation import (
-    canonicalize, check_out, check_vector, result_dtype,
+    byte_ranges, canonicalize, check_out, check_vector, result_dtype,
 )
 from ..formats.base import DeviceCSR, FormatTooLargeError, SparseFormat
 from ..formats.coo import COOFormat, tall_transpose
@@ -205,6 +205,8 @@ class SpMVOperator(LinearOperator):
         self._host_nbytes = host
         self._kept = kept_host_arrays(self.format, self._source)
         """The host arrays the operator holds, which ``out=`` must not overlap."""
+        self._kept_ranges = byte_ranges(self._kept)
+        """Their memory (:func:`autospmv._support.validation.byte_ranges`), for the check."""
         self._transposed = None
 
     _switch = None
@@ -463,7 +465,7 @@ class SpMVOperator(LinearOperator):
         if out is None:
             y = np.empty(self.shape[0], dtype=x.dtype)
         else:
-            check_out(out, self.shape[0], x.dtype, x, self._kept)
+            check_out(out, self.shape[0], x.dtype, x, self._kept_ranges)
             y = out
         backend.host_matvec(x, y)
         return y.reshape(-1, 1) if column and out is None else y
