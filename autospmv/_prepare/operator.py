@@ -205,8 +205,7 @@ class SpMVOperator(LinearOperator):
         self._host_nbytes = host
         self._kept = kept_host_arrays(self.format, self._source)
         """The host arrays the operator holds, which ``out=`` must not overlap."""
-        self._kept_ranges = byte_ranges(self._kept)
-        """Their memory (:func:`autospmv._support.validation.byte_ranges`), for the check."""
+        self._kept_ranges = byte_ranges(self._kept)  # their memory, for that check
         self._transposed = None
 
     _switch = None
