@@ -197,7 +197,6 @@ def test_long_row_pieces():
     assert rows.size == starts.size == 0
 
 
-
 def test_few_columns_group_follows_the_pieces_not_the_long_rows():
     """A few rows far longer than a piece are split among many groups, so they must not give
     every short row a whole warp: the group is csr_vector's for the work items as cut."""
@@ -222,6 +221,7 @@ def test_few_columns_group_follows_the_pieces_not_the_long_rows():
     assert few_columns_group(B.shape, B.indptr) == registry.choose_params(
         "csr_vector", RowStructure(B.shape, B.indptr, np.dtype(np.float64)),
         "cuda")["threads_per_row"]
+
 
 # --- device arrays on a real GPU --------------------------------------------------------------
 
