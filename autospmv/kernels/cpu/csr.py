@@ -17,14 +17,47 @@ from .. import njit, unsigned
 from . import ROWS_PER_TASK, use_parallel
 
 
+LONG_ROW = 16
+"""Rows of at least this many nonzeros are summed in four interleaved partial sums by
+``csr_scalar`` on the CPU (shorter rows in one, in order, as SciPy's loop sums them)."""
+
+
 def _scalar(indptr, indices, data, x, y):
     # One flat loop over rows: numba splits it into one contiguous block of rows per thread,
     # and the serial specialisation is the plain CSR loop (a loop over 256-row tasks, as the
     # vector kernel needs for its scratch, made the serial product 5-20 % slower than SciPy's).
+    # A row of LONG_ROW or more sums terms k, k+4, k+8, ... into four partial sums, added
+    # pairwise, then the last (length mod 4) terms in order: one running sum waits for each
+    # addition before the next (the add's latency, about 3 cycles a term), four do not (1.4-2.2x
+    # faster on rows of 16 to 10,000 nonzeros on the 2-core development machine). Shorter rows
+    # keep one sum, in order: the same result as SciPy's loop, bit for bit. The constants have
+    # the index arrays' type, so that with unsigned indices every index stays unsigned (numba
+    # tests a signed index for wrap-around).
+    long_row = indptr.dtype.type(LONG_ROW)
+    one, two, three, four = (indptr.dtype.type(1), indptr.dtype.type(2),
+                             indptr.dtype.type(3), indptr.dtype.type(4))
     for i in numba.prange(y.shape[0]):
+        start = indptr[i]
+        end = indptr[i + 1]
         acc = y.dtype.type(0)
-        for k in range(indptr[i], indptr[i + 1]):
-            acc += data[k] * x[indices[k]]
+        if end - start < long_row:
+            for k in range(start, end):
+                acc += data[k] * x[indices[k]]
+        else:
+            acc1 = y.dtype.type(0)
+            acc2 = y.dtype.type(0)
+            acc3 = y.dtype.type(0)
+            stop = end - (end - start) % four
+            k = start
+            while k < stop:
+                acc += data[k] * x[indices[k]]
+                acc1 += data[k + one] * x[indices[k + one]]
+                acc2 += data[k + two] * x[indices[k + two]]
+                acc3 += data[k + three] * x[indices[k + three]]
+                k += four
+            acc = (acc + acc1) + (acc2 + acc3)
+            for k in range(stop, end):
+                acc += data[k] * x[indices[k]]
         y[i] = acc
 
 
@@ -50,8 +83,9 @@ def _vector(indptr, indices, data, x, y, group, nchunks):
 @njit(cache=True, nogil=True)
 def _transposed_serial(indptr, indices, data, z, y):
     # y = Aᵀ z from A's own CSR arrays: row i of A scatters z[i]·A[i, :] into y. Rows go in
-    # order, so every y[j] adds its terms in increasing i, as the CSR product with Aᵀ does
-    # (and SciPy's transposed product): the same sums, bit for bit, one pass over A's rows.
+    # order, so every y[j] adds its terms in increasing i, as SciPy's transposed product does
+    # (the same sums, bit for bit) and as the CSR product with Aᵀ does for its rows of fewer
+    # than LONG_ROW terms (longer ones it sums in four partial sums), one pass over A's rows.
     for j in range(y.shape[0]):
         y[j] = 0
     for i in range(indptr.shape[0] - 1):
