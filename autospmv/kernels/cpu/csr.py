@@ -19,20 +19,27 @@ from . import ROWS_PER_TASK, use_parallel
 
 LONG_ROW = 16
 """Rows of at least this many nonzeros are summed in four interleaved partial sums by
-``csr_scalar`` on the CPU (shorter rows in one, in order, as SciPy's loop sums them)."""
+``csr_scalar`` on the CPU, in a matrix where such rows hold :data:`LONG_ROWS_MIN_SHARE` of the
+nonzeros or more (other rows in one running sum, in order, as SciPy's loop sums them)."""
+
+LONG_ROWS_MIN_SHARE = 0.1
+"""Smallest share of a matrix's nonzeros in rows of :data:`LONG_ROW` or more for which
+``csr_scalar`` sums those rows in partial sums: telling long rows from short ones costs a test
+per row, 1-4 % of the time of a product over short rows on the 2-core development machine."""
 
 
-def _scalar(indptr, indices, data, x, y):
+def _scalar(indptr, indices, data, x, y, split):
     # One flat loop over rows: numba splits it into one contiguous block of rows per thread,
     # and the serial specialisation is the plain CSR loop (a loop over 256-row tasks, as the
     # vector kernel needs for its scratch, made the serial product 5-20 % slower than SciPy's).
-    # A row of LONG_ROW or more sums terms k, k+4, k+8, ... into four partial sums, added
-    # pairwise, then the last (length mod 4) terms in order: one running sum waits for each
-    # addition before the next (the add's latency, about 3 cycles a term), four do not (1.4-2.2x
-    # faster on rows of 16 to 10,000 nonzeros on the 2-core development machine). Shorter rows
-    # keep one sum, in order: the same result as SciPy's loop, bit for bit. The constants have
-    # the index arrays' type, so that with unsigned indices every index stays unsigned (numba
-    # tests a signed index for wrap-around).
+    # With ``split``, a row of LONG_ROW or more sums terms k, k+4, k+8, ... into four partial
+    # sums, added pairwise, then the last (length mod 4) terms in order: one running sum waits
+    # for each addition before the next (the add's latency, about 3 cycles a term), four do not.
+    # Other rows keep one sum, in order: SciPy's result, bit for bit. LLVM compiles the loop
+    # twice, with and without the test (``split`` is the same for every row), so the plain loop
+    # runs as if the test were not there. The constants have the index arrays' type, so that
+    # with unsigned indices every index stays unsigned (numba tests a signed one for
+    # wrap-around).
     long_row = indptr.dtype.type(LONG_ROW)
     one, two, three, four = (indptr.dtype.type(1), indptr.dtype.type(2),
                              indptr.dtype.type(3), indptr.dtype.type(4))
@@ -40,7 +47,7 @@ def _scalar(indptr, indices, data, x, y):
         start = indptr[i]
         end = indptr[i + 1]
         acc = y.dtype.type(0)
-        if end - start < long_row:
+        if not split or end - start < long_row:
             for k in range(start, end):
                 acc += data[k] * x[indices[k]]
         else:
@@ -59,6 +66,14 @@ def _scalar(indptr, indices, data, x, y):
             for k in range(stop, end):
                 acc += data[k] * x[indices[k]]
         y[i] = acc
+
+
+def long_row_share(indptr) -> float:
+    """The share of a CSR matrix's nonzeros in rows of :data:`LONG_ROW` or more (0 without
+    nonzeros)."""
+    lengths = np.diff(indptr)
+    total = int(lengths.sum())
+    return float(lengths[lengths >= LONG_ROW].sum()) / total if total else 0.0
 
 
 def _vector(indptr, indices, data, x, y, group, nchunks):
@@ -107,7 +122,8 @@ def bind_scalar(fmt, params, parallel=None):
         parallel = use_parallel(fmt.data.shape[0])
     kernel = _scalar_parallel if parallel else _scalar_serial
     indptr, indices, data = unsigned(fmt.indptr), unsigned(fmt.indices), fmt.data
-    return lambda x, y: kernel(indptr, indices, data, x, y)
+    split = long_row_share(fmt.indptr) >= LONG_ROWS_MIN_SHARE
+    return lambda x, y: kernel(indptr, indices, data, x, y, split)
 
 
 def bind_transposed(fmt):
