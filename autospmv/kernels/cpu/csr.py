@@ -22,10 +22,15 @@ LONG_ROW = 16
 ``csr_scalar`` on the CPU, in a matrix where such rows hold :data:`LONG_ROWS_MIN_SHARE` of the
 nonzeros or more (other rows in one running sum, in order, as SciPy's loop sums them)."""
 
-LONG_ROWS_MIN_SHARE = 0.1
+LONG_ROWS_MIN_SHARE = 0.5
 """Smallest share of a matrix's nonzeros in rows of :data:`LONG_ROW` or more for which
-``csr_scalar`` sums those rows in partial sums: telling long rows from short ones costs a test
-per row, 1-4 % of the time of a product over short rows on the 2-core development machine."""
+``csr_scalar`` sums those rows in partial sums: where they hold half of the nonzeros or more,
+they set the product's time (with partial sums, 1.25-2.2 times the speed of SciPy's loop, which
+keeps one running sum, on the 11 shared test matrices of that kind, 1.04 times on the demo's
+FEM-like matrix of rows of 21: ``benchmarks/results/cpu-scipy-product.json``); where they hold
+less, telling long rows from short ones costs more than it saves on some matrices (a power-law
+graph of 48,632 nonzeros, 38 % of them in rows of 16 to 205, ran about 1.5x slower with the test
+per row on the 2-core development machine)."""
 
 
 def _scalar(indptr, indices, data, x, y, split):

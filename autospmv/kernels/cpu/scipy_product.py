@@ -8,18 +8,22 @@ row takes one of several paths by its length. Where short rows vary in length, n
 mispredicts more branches per row than SciPy's; where they do not, it is the faster one (and
 SciPy's call also has to zero y first, since its loop adds A @ x to y).
 
-Both loops were timed alone, interleaved, on the demo's matrices, the 31 of the shared test
-folder and generated ones on the 2-core development machine (``python
+Both products were timed alone, interleaved, as the operator binds them (SciPy's with its
+zeroing of y), on the demo's matrices, the 31 of the shared test folder and four generated ones
+on the 2-core development machine, repeats disturbed by other processes taken again (``python
 benchmarks/cpu_scipy_product.py --matrices DIR``, results in
-``benchmarks/results/cpu-scipy-product.json``). Below :data:`SCIPY_MIN_NNZ` nonzeros the numba
-kernel is as fast or faster everywhere (SciPy's call costs a few µs more); at and above it,
-over short rows (at most :data:`SCIPY_MAX_ROW_LENGTH` per row on average), numba's loop ran at
-1.08-1.10 of SciPy's speed where the row lengths (each counted up to
-:data:`SPREAD_CAP`) spread by at most 1.35 (standard deviation: a 2-D Poisson grid, a Delaunay
-mesh, rows of 4) and at 0.86-0.99 where they spread by 1.7 or more (rows of 1 + Poisson(3),
-1-12 or power-law lengths, a random geometric graph). So the operator runs SciPy's loop on
-matrices of at least :data:`SCIPY_MIN_NNZ` nonzeros of short rows whose lengths spread by at
-least :data:`SCIPY_MIN_SPREAD`, and the numba kernel elsewhere.
+``benchmarks/results/cpu-scipy-product.json``). Below :data:`SCIPY_MIN_NNZ` nonzeros, and over
+rows of more than :data:`SCIPY_MAX_ROW_LENGTH` nonzeros on average, numba's product ran at
+0.98-2.2 times the speed of SciPy's (SciPy's call costs a few µs more, which makes up the 0.98
+per call). At and above it, over short rows, numba's ran at 0.97-1.08 of SciPy's speed where the
+row lengths (each counted up to :data:`SPREAD_CAP`) spread by at most 1.35 (standard deviation:
+a 2-D Poisson grid, a Delaunay mesh, rows of 4) and at 0.85-0.98 where they spread by 1.73 or
+more (rows of 1 + Poisson(3), of 1 to 12 and of power-law lengths, a random geometric graph, 3
+dense rows among short ones). So the operator runs SciPy's loop on matrices of at least
+:data:`SCIPY_MIN_NNZ` nonzeros of short rows whose lengths spread by at least
+:data:`SCIPY_MIN_SPREAD`, and the numba kernel elsewhere. Where it runs SciPy's loop, a product
+is SciPy's own product with a little less Python around it: per call about as fast as
+``A @ x`` (1.00-1.01 times, ``benchmarks/results/cpu-default-vs-scipy.json``), not faster.
 
 :func:`scipy_applies` is that rule; :func:`bind_scipy` binds the product. A serial ``csr_scalar``
 operator (:class:`autospmv.kernels.cpu.backend.CpuBackend`) on a matrix the rule selects runs
@@ -43,7 +47,7 @@ SPREAD_CAP = 16
 """Row lengths count up to this many nonzeros in :func:`length_spread`: longer rows are the
 unrolled loop's long path, whatever their length."""
 
-SCIPY_MIN_SPREAD = 2.0
+SCIPY_MIN_SPREAD = 1.5
 """Smallest :func:`length_spread` for which SciPy's loop runs the product."""
 
 KERNEL = "csr_scalar"
