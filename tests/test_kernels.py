@@ -111,3 +111,56 @@ def test_fill_rule_refuses_somewhere():
     for kernel in ("ell", "jds"):
         outcomes = {conversion_refused(kernel, ALL[name]()) for name in MATRICES}
         assert outcomes == {True, False}, kernel
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_cpu_csr_scalar_sums_long_rows_in_four_partial_sums(dtype, rng):
+    """On the CPU, csr_scalar sums a row of fewer than LONG_ROW terms in one running sum, in
+    order (SciPy's result, bit for bit), and, where rows of LONG_ROW or more hold at least
+    LONG_ROWS_MIN_SHARE of the nonzeros, such a row in four partial sums over the terms k, k+4,
+    k+8, ..., added pairwise, then its last (length mod 4) terms in order; elsewhere every row
+    in order. The serial and the parallel specialisation give the same bits."""
+    import scipy.sparse as sp
+
+    from autospmv.formats.csr import CSRFormat
+    from autospmv.kernels.cpu.csr import LONG_ROW, LONG_ROWS_MIN_SHARE, bind_scalar, long_row_share
+
+    def rows_of(lengths):
+        columns = np.concatenate([rng.choice(2_000, size=k, replace=False) for k in lengths])
+        rows = np.repeat(np.arange(len(lengths)), lengths)
+        return sp.csr_matrix((rng.standard_normal(rows.size).astype(dtype), (rows, columns)),
+                             shape=(len(lengths), 2_000))
+
+    def in_order(terms):
+        total = dtype(0)
+        for term in terms:
+            total += term
+        return total
+
+    def partial_sums(terms):
+        sums = [dtype(0)] * 4
+        whole = len(terms) - len(terms) % 4
+        for k in range(whole):
+            sums[k % 4] += terms[k]
+        return in_order([(sums[0] + sums[1]) + (sums[2] + sums[3])] + terms[whole:])
+
+    lengths = [0, 1, LONG_ROW - 1, LONG_ROW, LONG_ROW + 1, LONG_ROW + 2, LONG_ROW + 3, 64, 1001]
+    mostly_short = [LONG_ROW + 5] + [LONG_ROW - 1] * 200  # long rows: 21 of 3,021 nonzeros
+    assert long_row_share(rows_of(mostly_short).indptr) < LONG_ROWS_MIN_SHARE
+    for lengths, split in ((lengths, True), (mostly_short, False)):
+        A = rows_of(lengths)
+        x = random_vector(rng, A.shape[1], dtype)
+        expected = np.empty(A.shape[0], dtype=dtype)
+        for i in range(A.shape[0]):
+            terms = [A.data[k] * x[A.indices[k]] for k in range(A.indptr[i], A.indptr[i + 1])]
+            long = split and len(terms) >= LONG_ROW
+            expected[i] = partial_sums(terms) if long else in_order(terms)
+        short = np.diff(A.indptr) < LONG_ROW
+        np.testing.assert_array_equal(expected[short], (A @ x)[short])
+        if not split:
+            np.testing.assert_array_equal(expected, A @ x)
+        fmt = CSRFormat.from_csr(A)
+        for parallel in (False, True):
+            y = np.full(A.shape[0], np.nan, dtype=dtype)
+            bind_scalar(fmt, {}, parallel)(x, y)
+            np.testing.assert_array_equal(y, expected)

@@ -242,7 +242,8 @@ def test_empty_operator():
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_serial_rmatvec_without_the_transpose_is_the_transposes_product(shape, dtype):
     """A serial CSR operator's rmatvec scatters from A's own arrays; each entry sums the same
-    terms in the same order as the product with the CSR of Aᵀ, so the two agree bit for bit."""
+    terms in the same order as SciPy's transposed product, so the two agree bit for bit (the
+    product with the CSR of Aᵀ sums its rows of LONG_ROW or more terms in four partial sums)."""
     A = sp.random(*shape, density=0.3, format="csr", random_state=np.random.default_rng(5),
                   dtype=dtype)
     op = autospmv.prepare(A, device="cpu", kernel="csr_scalar", threads=1)
@@ -251,7 +252,9 @@ def test_serial_rmatvec_without_the_transpose_is_the_transposes_product(shape, d
     y = op.rmatvec(z)
     assert op._transposed is None, "rmatvec built no Aᵀ"
     assert y.shape == (shape[1],) and y.dtype == dtype
-    np.testing.assert_array_equal(y, op.T.matvec(z))
+    np.testing.assert_array_equal(y, A.T @ z)
+    np.testing.assert_allclose(y, op.T.matvec(z), rtol=1e-5 if dtype == np.float32 else 1e-12,
+                               atol=1e-6)
     np.testing.assert_allclose(y, A.T.astype(np.float64) @ z.astype(np.float64),
                                rtol=1e-5 if dtype == np.float32 else 1e-12, atol=1e-6)
     assert op.rmatvec(z.reshape(-1, 1)).shape == (shape[1], 1)
@@ -270,24 +273,40 @@ def test_threaded_rmatvec_goes_through_the_transposed_operator():
     assert op._transposed is not None
 
 
-def test_short_rows_on_one_thread_run_scipys_loop(rng):
-    """A serial csr_scalar product over at least SCIPY_MIN_NNZ nonzeros of short rows runs
-    SciPy's compiled CSR loop, and explain() says so; a mixed-precision product runs the numba
-    loop; two threads, long rows or a smaller matrix keep the numba kernel."""
+def rows_of_lengths(lengths, n: int = 1_000, seed: int = 0) -> sp.csr_matrix:
+    """A CSR matrix whose rows have the given numbers of nonzeros, at random columns."""
+    rng = np.random.default_rng(seed)
+    rows = np.repeat(np.arange(len(lengths)), lengths)
+    columns = np.concatenate([rng.choice(n, size=k, replace=False) for k in lengths])
+    return sp.csr_matrix((rng.standard_normal(rows.size), (rows, columns)), shape=(len(lengths), n))
+
+
+def test_short_rows_of_varied_lengths_on_one_thread_run_scipys_loop(rng):
+    """A serial csr_scalar product over at least SCIPY_MIN_NNZ nonzeros of short rows whose
+    lengths spread by SCIPY_MIN_SPREAD or more runs SciPy's compiled CSR loop, and explain()
+    says so with the spread; a mixed-precision product runs the numba loop; two threads, rows
+    of one length (a Poisson grid), long rows or a smaller matrix keep the numba kernel."""
     from autospmv.kernels.cpu import scipy_product
 
-    A = poisson2d(200)  # 40,000 rows of at most 5 nonzeros: 199,200 nonzeros
-    assert A.nnz >= scipy_product.SCIPY_MIN_NNZ
-    op = autospmv.prepare(A, device="cpu", threads=1)
-    assert op.kernel == "csr_scalar" and scipy_product.note() in op.explain()
-    x = random_vector(rng, A.shape[1], np.float64)
-    out = np.full(A.shape[0], np.nan)
-    np.testing.assert_array_equal(op.matvec(x, out=out), A @ x)  # the same loop as SciPy's
-    single = autospmv.prepare(A.astype(np.float32), device="cpu", threads=1)
-    assert_close(single @ x, reference(A, x), np.float64)  # float64 x: the numba loop
-    assert_close(single @ x.astype(np.float32), reference(A, x), np.float32)
-    assert "SciPy's compiled" not in autospmv.prepare(A, device="cpu", threads=2).explain()
-    small = poisson2d(100)
+    varied = rows_of_lengths(np.tile([1, 3, 5, 7, 9], 8_000))  # 200,000 nonzeros
+    assert varied.nnz >= scipy_product.SCIPY_MIN_NNZ
+    assert scipy_product.length_spread(varied.indptr) == pytest.approx(np.sqrt(8))
+    op = autospmv.prepare(varied, device="cpu", threads=1)
+    assert op.kernel == "csr_scalar" and scipy_product.note(op.format) in op.explain()
+    assert "spread by 2.83 ≥ 1.5" in op.explain()
+    x = random_vector(rng, varied.shape[1], np.float64)
+    out = np.full(varied.shape[0], np.nan)
+    np.testing.assert_array_equal(op.matvec(x, out=out), varied @ x)  # SciPy's own loop
+    rounded = varied.astype(np.float32)
+    single = autospmv.prepare(rounded, device="cpu", threads=1)
+    assert_close(single @ x, reference(rounded, x), np.float64)  # float64 x: the numba loop
+    assert_close(single @ x.astype(np.float32), reference(rounded, x), np.float32)
+    assert "SciPy's compiled" not in autospmv.prepare(varied, device="cpu", threads=2).explain()
+    grid = poisson2d(200)  # 40,000 rows of 3 to 5 nonzeros, almost all 5: 199,200 nonzeros
+    assert grid.nnz >= scipy_product.SCIPY_MIN_NNZ
+    assert scipy_product.length_spread(grid.indptr) < scipy_product.SCIPY_MIN_SPREAD
+    assert "SciPy's compiled" not in autospmv.prepare(grid, device="cpu", threads=1).explain()
+    small = rows_of_lengths(np.tile([1, 3, 5, 7, 9], 4_000))
     assert "SciPy's compiled" not in autospmv.prepare(small, device="cpu", threads=1).explain()
     long_rows = sp.random(2_000, 2_000, density=0.05, format="csr", random_state=1)
     assert long_rows.nnz >= scipy_product.SCIPY_MIN_NNZ

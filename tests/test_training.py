@@ -6,6 +6,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -455,6 +456,19 @@ def test_label_reports_its_estimate(tmp_path):
     summary = label.label(corpus.corpus("tiny")[:1], tmp_path / "x.jsonl", "cpu",
                           budget_seconds=0.0, options=QUICK, progress=False)
     assert summary["estimated_seconds"] > 0
+
+
+def test_label_compiles_first_then_estimates_the_labelling(tmp_path, capsys):
+    """The kernels are compiled (or loaded from the cache) before the estimate is printed, so
+    the estimate is of the labelling alone, and the budget it names is what compiling left."""
+    summary = label.label(corpus.corpus("tiny")[:2], tmp_path / "x.jsonl", "cpu",
+                          budget_seconds=600.0, options=QUICK, progress=False)
+    err = capsys.readouterr().err
+    compiled = err.index("compiled (or loaded from the cache) every kernel in ")
+    estimate = err.index("labelling 2 matrices")
+    assert compiled < estimate
+    assert re.search(r"the budget stops it after \d+ min more;", err)
+    assert summary["warm_up_seconds"] > 0 and summary["labelled"] == 2
 
 
 @pytest.mark.requires_gpu

@@ -292,7 +292,8 @@ def label(entries, out, device: str = "cpu", *, dtype: str = "float64",
 
     Returns a summary: ``labelled`` (this run), ``skipped`` (already in the file),
     ``remaining`` (left for lack of time), ``seconds``, ``failures`` (distinct failure reasons),
-    ``estimated_seconds`` (the :class:`Forecast` for the pending matrices before the start).
+    ``estimated_seconds`` (the :class:`Forecast` for the pending matrices before the start, the
+    labelling alone), ``warm_up_seconds`` (compiling, or loading, every kernel first).
     """
     from tqdm import tqdm
 
@@ -319,15 +320,23 @@ def label(entries, out, device: str = "cpu", *, dtype: str = "float64",
     history: list[tuple[int, float]] = []
     forecast = forecast or Forecast.for_device(device)
     summary["estimated_seconds"] = forecast.remaining(pending)
+    summary["warm_up_seconds"] = 0.0
+    if pending and time.perf_counter() < deadline:
+        # Compiling every kernel (seconds in a new environment, loading them from numba's cache
+        # after that) comes first, so that the estimate below is of the labelling alone.
+        warm_started = time.perf_counter()
+        _warm_up(device, dtype, options, variants)
+        summary["warm_up_seconds"] = time.perf_counter() - warm_started
+        bar.write(f"compiled (or loaded from the cache) every kernel in "
+                  f"{summary['warm_up_seconds']:.1f} s", file=sys.stderr)
     if pending:
-        budget = ("" if budget_seconds is None
-                  else f"; the budget stops it after {minutes_text(budget_seconds)}")
+        left = deadline - time.perf_counter()
+        budget = ("" if budget_seconds is None else f"; the budget stops it after "
+                  f"{minutes_text(max(left, 0.0))}{' more' if summary['warm_up_seconds'] else ''}")
         bar.write(f"labelling {len(pending)} matrices ({sum(e.nnz for e in pending):,} nonzeros) "
                   f"on {device}: about {minutes_text(summary['estimated_seconds'])} at the pace of "
                   f"{forecast.source}{budget}; the estimate follows this machine's pace as it "
                   "goes", file=sys.stderr)
-    if pending and time.perf_counter() < deadline:
-        _warm_up(device, dtype, options, variants)
     last = None  # the forecast counts from record to record, as in its reference run
 
     def in_time(entry) -> bool:

@@ -141,11 +141,13 @@ class Decision:
 def rule_summary(device: str) -> str:
     """The built-in rule for ``device`` in words (what :func:`rule_decision` does)."""
     if device == "cpu":
-        from ..kernels.cpu.scipy_product import SCIPY_MAX_ROW_LENGTH, SCIPY_MIN_NNZ
+        from ..kernels.cpu.scipy_product import (
+            SCIPY_MAX_ROW_LENGTH, SCIPY_MIN_NNZ, SCIPY_MIN_SPREAD,
+        )
 
         return (f"{RULE_CPU} for every matrix (its one-thread product through SciPy's compiled "
                 f"CSR loop from {SCIPY_MIN_NNZ:,} nonzeros with at most {SCIPY_MAX_ROW_LENGTH:g} "
-                "per row)")
+                f"per row, whose lengths spread by {SCIPY_MIN_SPREAD:g} or more)")
     return f"{RULE_LONG} when a row has more than {LONG_ROW} nonzeros, else {RULE_SHORT}"
 
 

@@ -31,8 +31,10 @@ other's way, and the products from waiting for cores other work holds:
    needs the other core free, and on a shared machine another process often holds it. On the
    shared 2-core development machine one thread was 1.07-1.25× as fast as two on matrices of
    122,713 to 502,504 nonzeros, and two threads ran at 0.50-0.87× SciPy's speed on two of them
-   (``benchmarks/results/cpu-default-vs-scipy.json``; ``benchmarks/cpu_default.py``). From 10⁶
-   nonzeros the work per thread outweighs the wait (1.6-1.7× SciPy's speed with two threads).
+   (measured with ``benchmarks/cpu_default.py`` before this rule); with it, one thread runs
+   them at 1.00-2.1× SciPy's speed (``benchmarks/results/cpu-default-vs-scipy.json``). From 10⁶
+   nonzeros the work per thread outweighs the wait (1.72× SciPy's speed with two threads on
+   the demo's FEM-like matrix of 1,258,740 nonzeros, same file).
 5. **Never more threads than cores.** The count is also capped by the cores this process may
    run on (``os.sched_getaffinity``: ``taskset`` and container CPU sets) and by numba's current
    thread count (``numba.get_num_threads()``, which the caller may lower with

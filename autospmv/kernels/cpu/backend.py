@@ -27,7 +27,7 @@ class CpuBackend:
         self.engine_note = None
         """The decision's note when the products run SciPy's loop, else None."""
         if scipy_applies(spec.name, fmt, self.threads):
-            self._run, self.engine_note = bind_scipy(fmt, self._run), note()
+            self._run, self.engine_note = bind_scipy(fmt, self._run), note(fmt)
         self._format = fmt
         self._threads_request = threads
         self.multi = None

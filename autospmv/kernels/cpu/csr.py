@@ -17,15 +17,68 @@ from .. import njit, unsigned
 from . import ROWS_PER_TASK, use_parallel
 
 
-def _scalar(indptr, indices, data, x, y):
+LONG_ROW = 16
+"""Rows of at least this many nonzeros are summed in four interleaved partial sums by
+``csr_scalar`` on the CPU, in a matrix where such rows hold :data:`LONG_ROWS_MIN_SHARE` of the
+nonzeros or more (other rows in one running sum, in order, as SciPy's loop sums them)."""
+
+LONG_ROWS_MIN_SHARE = 0.5
+"""Smallest share of a matrix's nonzeros in rows of :data:`LONG_ROW` or more for which
+``csr_scalar`` sums those rows in partial sums: where they hold half of the nonzeros or more,
+they set the product's time (with partial sums, 1.25-2.2 times the speed of SciPy's loop, which
+keeps one running sum, on the 11 shared test matrices of that kind, 1.04 times on the demo's
+FEM-like matrix of rows of 21: ``benchmarks/results/cpu-scipy-product.json``); where they hold
+less, telling long rows from short ones costs more than it saves on some matrices (a power-law
+graph of 48,632 nonzeros, 38 % of them in rows of 16 to 205, ran about 1.5x slower with the test
+per row on the 2-core development machine)."""
+
+
+def _scalar(indptr, indices, data, x, y, split):
     # One flat loop over rows: numba splits it into one contiguous block of rows per thread,
     # and the serial specialisation is the plain CSR loop (a loop over 256-row tasks, as the
     # vector kernel needs for its scratch, made the serial product 5-20 % slower than SciPy's).
+    # With ``split``, a row of LONG_ROW or more sums terms k, k+4, k+8, ... into four partial
+    # sums, added pairwise, then the last (length mod 4) terms in order: one running sum waits
+    # for each addition before the next (the add's latency, about 3 cycles a term), four do not.
+    # Other rows keep one sum, in order: SciPy's result, bit for bit. LLVM compiles the loop
+    # twice, with and without the test (``split`` is the same for every row), so the plain loop
+    # runs as if the test were not there. The constants have the index arrays' type, so that
+    # with unsigned indices every index stays unsigned (numba tests a signed one for
+    # wrap-around).
+    long_row = indptr.dtype.type(LONG_ROW)
+    one, two, three, four = (indptr.dtype.type(1), indptr.dtype.type(2),
+                             indptr.dtype.type(3), indptr.dtype.type(4))
     for i in numba.prange(y.shape[0]):
+        start = indptr[i]
+        end = indptr[i + 1]
         acc = y.dtype.type(0)
-        for k in range(indptr[i], indptr[i + 1]):
-            acc += data[k] * x[indices[k]]
+        if not split or end - start < long_row:
+            for k in range(start, end):
+                acc += data[k] * x[indices[k]]
+        else:
+            acc1 = y.dtype.type(0)
+            acc2 = y.dtype.type(0)
+            acc3 = y.dtype.type(0)
+            stop = end - (end - start) % four
+            k = start
+            while k < stop:
+                acc += data[k] * x[indices[k]]
+                acc1 += data[k + one] * x[indices[k + one]]
+                acc2 += data[k + two] * x[indices[k + two]]
+                acc3 += data[k + three] * x[indices[k + three]]
+                k += four
+            acc = (acc + acc1) + (acc2 + acc3)
+            for k in range(stop, end):
+                acc += data[k] * x[indices[k]]
         y[i] = acc
+
+
+def long_row_share(indptr) -> float:
+    """The share of a CSR matrix's nonzeros in rows of :data:`LONG_ROW` or more (0 without
+    nonzeros)."""
+    lengths = np.diff(indptr)
+    total = int(lengths.sum())
+    return float(lengths[lengths >= LONG_ROW].sum()) / total if total else 0.0
 
 
 def _vector(indptr, indices, data, x, y, group, nchunks):
@@ -50,8 +103,9 @@ def _vector(indptr, indices, data, x, y, group, nchunks):
 @njit(cache=True, nogil=True)
 def _transposed_serial(indptr, indices, data, z, y):
     # y = Aᵀ z from A's own CSR arrays: row i of A scatters z[i]·A[i, :] into y. Rows go in
-    # order, so every y[j] adds its terms in increasing i, as the CSR product with Aᵀ does
-    # (and SciPy's transposed product): the same sums, bit for bit, one pass over A's rows.
+    # order, so every y[j] adds its terms in increasing i, as SciPy's transposed product does
+    # (the same sums, bit for bit) and as the CSR product with Aᵀ does for its rows of fewer
+    # than LONG_ROW terms (longer ones it sums in four partial sums), one pass over A's rows.
     for j in range(y.shape[0]):
         y[j] = 0
     for i in range(indptr.shape[0] - 1):
@@ -73,7 +127,8 @@ def bind_scalar(fmt, params, parallel=None):
         parallel = use_parallel(fmt.data.shape[0])
     kernel = _scalar_parallel if parallel else _scalar_serial
     indptr, indices, data = unsigned(fmt.indptr), unsigned(fmt.indices), fmt.data
-    return lambda x, y: kernel(indptr, indices, data, x, y)
+    split = long_row_share(fmt.indptr) >= LONG_ROWS_MIN_SHARE
+    return lambda x, y: kernel(indptr, indices, data, x, y, split)
 
 
 def bind_transposed(fmt):
