@@ -107,7 +107,7 @@ def test_an_entry_depends_on_the_kernels_sources_not_on_host_code():
                      "kernels/cuda/matrix_loads.py"}
     assert "OMEGA=32" in constants
     files, _ = cubins.kernel_sources(cuda_csr.csr_scalar_kernel.py_func)
-    assert [Path(f).name for f in files] == ["csr.py"]
+    assert [Path(f).name for f in files] == ["csr.py", "grid_dependency.py"]
     digest = cubins.kernel_digest(cuda_csr.csr_scalar_kernel.py_func)
     assert len(digest) == 64 and digest == cubins.kernel_digest(
         cuda_csr.csr_scalar_kernel.py_func)

@@ -63,6 +63,8 @@ def check_program(program, csr, y_dtype=None):
         entries = [line for line in ptx.splitlines() if ".entry" in line]
         assert len(entries) == 1
         assert launch.dispatcher.py_func.__name__ in entries[0]
+        if launch.overlaps_previous:  # it may start before the kernel it follows has ended
+            assert "griddepcontrol.wait;" in ptx, "an overlapping launch that never waits"
         if np.dtype(y_dtype or csr.dtype) == np.float32:
             float64_ops = sorted(set(re.findall(r"^\s*[a-z][\w.]*\.f64\b", ptx, re.MULTILINE)))
             assert not float64_ops, f"a float32 kernel computes in float64: {float64_ops}"
@@ -119,6 +121,21 @@ def test_compiles_with_int64_indices(kernel):
     program = build_program(kernel, csr)
     assert any(a.dtype == np.int64 for a in program.arrays.values())
     check_program(program, csr)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("kernel", ["csr_scalar", "csr_vector", "ell", "jds"])
+def test_one_launch_products_overlap_the_kernel_before(kernel, dtype):
+    """A product of one launch is a programmatic dependent launch: its blocks start while the
+    kernel before it ends (a solver's vector step) and wait for it before their first load from
+    memory, and release their own dependents at once. Older GPUs have neither instruction."""
+    csr = canonicalize(FAMILY["poisson2d_169"]().astype(dtype))
+    launch, = build_program(kernel, csr).steps
+    assert launch.overlaps_previous
+    ptx = compiled_ptx(launch, CC)
+    assert "griddepcontrol.launch_dependents;" in ptx
+    assert ptx.index("griddepcontrol.wait;") < ptx.index("ld.global")
+    assert "griddepcontrol" not in compiled_ptx(launch, (8, 0))
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)

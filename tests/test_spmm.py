@@ -204,7 +204,7 @@ def test_few_columns_group_follows_the_pieces_not_the_long_rows():
 
     from autospmv import _registry as registry
     from autospmv.formats.base import RowStructure
-    from autospmv.kernels.cuda.spmm import PIECE, few_columns_group
+    from autospmv.kernels.cuda.spmm import PIECE, few_columns_group, long_row_pieces
 
     n = 20_000
     dense = np.arange(3)
@@ -215,6 +215,8 @@ def test_few_columns_group_follows_the_pieces_not_the_long_rows():
         "csr_vector", RowStructure(A.shape, A.indptr, np.dtype(np.float64)), "cuda")
     assert whole_rows["threads_per_row"] == 32  # what the row lengths alone would give
     assert few_columns_group(A.shape, A.indptr) < 32
+    assert few_columns_group(A.shape, A.indptr, long_row_pieces(A.indptr)) == few_columns_group(
+        A.shape, A.indptr)  # the pieces the program has already cut give the same group
     # Without rows longer than a piece, the items are the rows: csr_vector's own group.
     B = sp.random(500, 500, density=0.05, format="csr", random_state=1)
     assert np.diff(B.indptr).max() <= PIECE

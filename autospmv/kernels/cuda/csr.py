@@ -11,6 +11,9 @@ when a few rows are very long (one group does all their work).
 
 Both kernels index with unsigned positions and uint32 columns: numba tests every signed index
 for a negative value, while an unsigned one compiles to a plain load.
+Both are launched as programmatic dependent launches (:mod:`.grid_dependency`): their blocks are
+scheduled while the kernel before them ends (in a solver's iteration, the vector step that forms
+x), and wait there before reading x or writing y.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from numba import cuda, uint64
 
 from .. import unsigned
 from . import jit
+from .grid_dependency import release_dependents, wait_for_previous
 from .launch import X, Y, DeviceProgram, Launch
 
 BLOCK = 256
@@ -32,6 +36,8 @@ otherwise take 40 and lose occupancy."""
 
 @jit(cache=True)
 def csr_scalar_kernel(indptr, indices, data, x, y):
+    wait_for_previous()  # before x is read or y written: the kernel before may write x or read y
+    release_dependents()
     row = cuda.grid(1)
     if row < y.shape[0]:
         acc = y.dtype.type(0)  # sums in y's dtype: float64 for a float32 matrix too
@@ -56,6 +62,8 @@ def csr_scalar_kernel(indptr, indices, data, x, y):
 
 @jit(cache=True, launch_bounds=(BLOCK, BLOCKS_PER_SM))
 def csr_vector_kernel(indptr, indices, data, x, y, log_group):
+    wait_for_previous()  # before x is read or y written: the kernel before may write x or read y
+    release_dependents()
     # The group size is a power of two, passed as its logarithm: shifts and masks instead of
     # 64-bit integer division, which the GPU emulates in dozens of instructions.
     group = 1 << log_group
@@ -90,7 +98,7 @@ def build_scalar(fmt, params, arrays) -> DeviceProgram:
     m = fmt.shape[0]
     launch = Launch(csr_scalar_kernel, -(-m // BLOCK), BLOCK,
                     [arrays["indptr"], unsigned(arrays["indices"]), arrays["data"], X, Y],
-                    fmt.dtype)
+                    fmt.dtype, overlaps_previous=True)
     return DeviceProgram(fmt.shape, fmt.dtype, arrays, [launch] if m else [])
 
 
@@ -100,5 +108,5 @@ def build_vector(fmt, params, arrays) -> DeviceProgram:
     launch = Launch(csr_vector_kernel, -(-m * group // BLOCK), BLOCK,
                     [arrays["indptr"], unsigned(arrays["indices"]), arrays["data"], X, Y,
                      np.int32(group.bit_length() - 1)],
-                    fmt.dtype)
+                    fmt.dtype, overlaps_previous=True)
     return DeviceProgram(fmt.shape, fmt.dtype, arrays, [launch] if m else [])

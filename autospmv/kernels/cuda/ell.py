@@ -11,6 +11,10 @@ in every SpMV kernel.
 Slots are indexed at unsigned positions (a plain load, without numba's negative-index test);
 the gathers of ``x`` keep signed columns, since negative marks padding and unsigned columns as
 well cost the float64 kernel registers.
+
+It is launched as a programmatic dependent launch (:mod:`.grid_dependency`): its blocks are
+scheduled while the kernel before it ends (in a solver's iteration, the vector step that forms
+x), and wait there before reading x or writing y.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import numpy as np
 from numba import cuda, uint64
 
 from . import jit
+from .grid_dependency import release_dependents, wait_for_previous
 from .launch import X, Y, DeviceProgram, Launch
 
 BLOCK = 256
@@ -26,6 +31,8 @@ BLOCK = 256
 
 @jit(cache=True)
 def ell_kernel(col, data, width, x, y):
+    wait_for_previous()  # before x is read or y written: the kernel before may write x or read y
+    release_dependents()
     row = cuda.grid(1)
     m = y.shape[0]
     if row < m:
@@ -70,7 +77,8 @@ def ell_kernel(col, data, width, x, y):
 
 def ell_launch(m: int, width: int, col, data, dtype) -> Launch:
     """The launch that overwrites all m > 0 entries of ``y`` with the ELL product."""
-    return Launch(ell_kernel, -(-m // BLOCK), BLOCK, [col, data, np.int32(width), X, Y], dtype)
+    return Launch(ell_kernel, -(-m // BLOCK), BLOCK, [col, data, np.int32(width), X, Y], dtype,
+                  overlaps_previous=True)
 
 
 def build(fmt, params, arrays) -> DeviceProgram:

@@ -9,6 +9,10 @@ Sorting by length gives each warp rows of similar length (little idle time, boun
 limit of :mod:`autospmv.formats.jds`). Weak points: the scattered write through ``perm``, one
 extra ``jd_ptr`` load per step, and a few very long rows, which keep the first warp busy alone.
 Positions are unsigned, so loads carry no negative-index test.
+
+It is launched as a programmatic dependent launch (:mod:`.grid_dependency`): its blocks are
+scheduled while the kernel before it ends (in a solver's iteration, the vector step that forms
+x), and wait there before reading x or writing y.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from numba import cuda, uint64
 
 from .. import unsigned
 from . import jit
+from .grid_dependency import release_dependents, wait_for_previous
 from .launch import X, Y, DeviceProgram, Launch
 
 BLOCK = 256
@@ -24,6 +29,8 @@ BLOCK = 256
 
 @jit(cache=True)
 def jds_kernel(perm, jd_ptr, col, data, x, y):
+    wait_for_previous()  # before x is read or y written: the kernel before may write x or read y
+    release_dependents()
     i = cuda.grid(1)
     if i < y.shape[0]:
         acc = y.dtype.type(0)  # sums in y's dtype: float64 for a float32 matrix too
@@ -45,5 +52,5 @@ def build(fmt, params, arrays) -> DeviceProgram:
     m = fmt.shape[0]
     launch = Launch(jds_kernel, -(-m // BLOCK), BLOCK,
                     [arrays["perm"], arrays["jd_ptr"], unsigned(arrays["col"]), arrays["data"],
-                     X, Y], fmt.dtype)
+                     X, Y], fmt.dtype, overlaps_previous=True)
     return DeviceProgram(fmt.shape, fmt.dtype, arrays, [launch] if m else [])

@@ -83,7 +83,7 @@ def specializations() -> list[tuple]:
         for csr in _sample_matrices(dtype):
             arrays = {"indptr": csr.indptr, "indices": csr.indices, "data": csr.data}
             pieces = long_row_pieces(csr.indptr)
-            group = few_columns_group(csr.shape, csr.indptr)
+            group = few_columns_group(csr.shape, csr.indptr, pieces)
             for kernel in registry.names():
                 spec = registry.get(kernel)
                 params = registry.choose_params(kernel, csr, "cuda")

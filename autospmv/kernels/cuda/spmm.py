@@ -27,11 +27,11 @@ holding one group for their whole length; a matrix without long rows has no seco
 Where a row has several pieces, its sum's rounding depends on the order of the atomics, so it is
 not bitwise reproducible from run to run.
 
-Sums are accumulated in Y's dtype (the product's,
-:func:`autospmv._support.validation.result_dtype`): a float32 matrix in a float64 product is read
-as float32 and computed in float64. Shuffles appear only in the few-columns kernel, after the loop
-over the nonzeros, where every thread of the block (also those without a row) takes part, as
-numba-cuda's simulator requires (:mod:`autospmv.kernels.cuda.simulator`).
+Sums are accumulated in Y's dtype, the product's
+(:func:`autospmv._support.validation.result_dtype`): a float32 matrix in a float64 product is
+read as float32 and computed in float64. Shuffles appear only in the few-columns kernel, after
+the loop over the nonzeros, where every thread of the block (also those without a row) takes
+part, as numba-cuda's simulator requires (:mod:`autospmv.kernels.cuda.simulator`).
 
 Weak where k is 5-7 or 17-31 (a group's lanes beyond k idle) and where rows are much shorter than
 g in the few-columns kernel (idle lanes, as csr_vector).
@@ -246,14 +246,17 @@ def launches(shape: tuple[int, int], arrays: dict, pieces: tuple, few_group: int
     return steps
 
 
-def few_columns_group(shape: tuple[int, int], host_indptr: np.ndarray) -> int:
+def few_columns_group(shape: tuple[int, int], host_indptr: np.ndarray,
+                      pieces: tuple | None = None) -> int:
     """The lanes per row of the few-columns kernel: csr_vector's group size for the work items
-    the kernel runs, each row's first :data:`PIECE` nonzeros and the further pieces of long rows.
+    the kernel runs, each row's first :data:`PIECE` nonzeros and the further pieces of long rows
+    (``pieces``: :func:`long_row_pieces` of ``host_indptr``, computed here when not given).
     (The row lengths themselves would let a few long rows, which the pieces split, give every
     short row a whole warp.)"""
     indptr = np.asarray(host_indptr, dtype=np.int64)
     lengths = np.diff(indptr)
-    rows, starts = long_row_pieces(indptr)
+    rows, starts = (long_row_pieces(indptr) if pieces is None
+                    else (np.asarray(a, dtype=np.int64) for a in pieces))
     items = np.concatenate([np.minimum(lengths, PIECE),
                             np.minimum(indptr[rows + 1], starts + PIECE) - starts])
     item_indptr = np.concatenate([[0], np.cumsum(items)])
@@ -279,8 +282,9 @@ class MultiVectorProgram:
     def __init__(self, shape: tuple[int, int], arrays: dict, host_indptr: np.ndarray):
         self.shape = shape
         self.arrays = arrays
-        self.pieces = tuple(_to_device(a) for a in long_row_pieces(host_indptr))
-        self.few_group = few_columns_group(shape, host_indptr)
+        pieces = long_row_pieces(host_indptr)
+        self.pieces = tuple(_to_device(a) for a in pieces)
+        self.few_group = few_columns_group(shape, host_indptr, pieces)
         self._programs = {}
 
     @property
