@@ -518,11 +518,7 @@ def cmd_retrain(options: list[str]) -> int:
     """Run ``python -m autospmv.training retrain`` with ``options``."""
     from .training.__main__ import main as training_main
 
-    try:
-        return training_main(["retrain", *options], prog="autospmv")
-    except ImportError as error:
-        raise UserError(f"the training pipeline needs a missing package ({error}); install "
-                        "it with pip install 'autospmv[training]'") from None
+    return training_main(["retrain", *options], prog="autospmv")
 
 
 MATRIX_FILE_HELP = "the matrix: a .npz file (scipy.sparse.save_npz) or a .mtx file (Matrix Market)"

@@ -34,9 +34,10 @@ napoleon_google_docstring = False
 
 html_theme = "alabaster"
 html_title = f"autospmv {__version__}"
-html_theme_options = {"page_width": "min(1200px, 96%)", "sidebar_width": "260px"}
-"""The page widens with the window up to 1200 px (alabaster's fixed 940 px left wide code
-blocks past the page at 1280 px); the sidebar is wide enough for most member names, and
+html_theme_options = {"page_width": "1200px", "sidebar_width": "260px"}
+"""A page of 1200 px (alabaster's 940 px left wide code blocks past the page at 1280 px); the
+theme also uses the width in a media query, so it is a plain length: narrower windows stack the
+sidebar above the page. The sidebar is wide enough for most member names, and
 _static/custom.css wraps the rest."""
 html_static_path = ["_static"]
 html_css_files = ["custom.css"]

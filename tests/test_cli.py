@@ -309,10 +309,24 @@ def test_retrain_delegates_to_the_training_pipeline(capsys):
     assert out.startswith("usage: autospmv retrain") and "--budget-minutes" in out
 
 
-def test_retrain_without_the_training_extra(capsys, monkeypatch):
+def test_retrain_without_the_training_extra(capsys, monkeypatch, tmp_path):
+    """One line naming the extra, from either program, and no lock left behind."""
     monkeypatch.setitem(sys.modules, "tqdm", None)  # makes the import fail
     status, _, err = run(capsys, "retrain", "--device", "cpu", "--corpus", "tiny")
     assert_user_error(status, err, "retrain", "pip install 'autospmv[training]'")
+    assert "needs tqdm" in err
+    home = tmp_path / "autospmv-home"
+    assert not (list(home.rglob("*.lock")) if home.exists() else [])
+    assert training_main(["retrain", "--device", "cpu", "--corpus", "tiny"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("python -m autospmv.training retrain: error: ")
+    assert "pip install 'autospmv[training]'" in err and "Traceback" not in err
+
+
+def test_the_readme_names_the_training_extra_for_retrain():
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    lines = [line for line in readme.splitlines() if "retrain" in line and "pip install" in line]
+    assert any("[training]" in line for line in lines), lines
 
 
 # -- gzip-compressed label files ------------------------------------------------------------
@@ -421,10 +435,11 @@ def test_retrain_can_be_restarted_and_undone(capsys, monkeypatch):
 
 
 def _parsers() -> list:
-    """Every argparse parser of the command lines: ``autospmv`` and its commands, the training
-    pipeline and its commands."""
+    """Every argparse parser of the command lines: ``autospmv`` and its commands, the solver
+    benchmark of ``autospmv bench --solver``, the training pipeline and its commands."""
     import argparse
 
+    from autospmv._tools.bench_solvers import build_parser as solver_bench_parser
     from autospmv.training.__main__ import _parser as training_parser
 
     found = []
@@ -437,6 +452,7 @@ def _parsers() -> list:
                     walk(sub)
 
     walk(cli.build_parser())
+    walk(solver_bench_parser())
     walk(training_parser("autospmv"))
     return found
 

@@ -54,8 +54,13 @@ def test_the_public_functions_name_no_private_module():
 
     import autospmv
 
-    for function in (autospmv.prepare, autospmv.select, autospmv.features):
-        private = re.findall(r"(?:autospmv\.)?\b_[a-z]\w*\.\w+", function.__doc__)
+    # autospmv._support, autospmv._prepare.device_input, _decide.lookup, _find_model()
+    pattern = r"\bautospmv(?:\.\w+)*\._[a-z]\w*|(?<![\w.])_[a-z]\w*(?:\.\w+|\()"
+    assert re.findall(pattern, "autospmv._support, a._b.c, _find_model(), _x.y; plain_name") == [
+        "autospmv._support", "_find_model(", "_x.y"]
+    for function in (autospmv.prepare, autospmv.select, autospmv.features,
+                     autospmv.SparseFormat.arrays):
+        private = re.findall(pattern, function.__doc__)
         assert private == [], (function.__name__, private)
     finder = doctest.DocTestFinder()
     runner = doctest.DocTestRunner()
@@ -66,14 +71,16 @@ def test_the_public_functions_name_no_private_module():
 
 def test_the_stylesheet_keeps_code_and_member_names_on_the_page():
     """At 1280 px the theme's fixed 940-px body made wide code blocks run past the page and
-    the sidebar cut long member names: the page widens with the window, code blocks scroll
-    inside themselves and sidebar names wrap."""
+    the sidebar cut long member names: the page is wider, code blocks scroll inside themselves
+    and sidebar names wrap. The theme puts the page width in a media query
+    (``max-width: <page_width>``), where only a plain length is valid."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("docs_conf", DOCS / "conf.py")
     conf = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(conf)
-    assert conf.html_theme_options["page_width"] != "940px"
+    width = re.fullmatch(r"(\d+)px", conf.html_theme_options["page_width"])
+    assert width and 1100 <= int(width.group(1)) <= 1280
     assert "custom.css" in conf.html_css_files
     css = (DOCS / "_static" / "custom.css").read_text()
     assert re.search(r"pre\s*\{[^}]*overflow-x:\s*auto", css)
@@ -207,3 +214,25 @@ def test_every_table_of_figures_cites_its_results():
             if not CITATION.search(around):
                 uncited.append(f"{page.name}:{first + 1}")
     assert figures >= 4 and uncited == [], uncited
+
+
+def test_the_user_guides_sixteen_column_figures_are_the_results_files():
+    """The user guide's gain of one 16-column product over 16 separate products on the CPU is
+    what ``benchmarks/results/spmm-cpu-2core.json`` holds (per call, the 31 shared matrices):
+    range and median per dtype, as printed."""
+    import json
+    import statistics
+
+    results = json.loads((DOCS.parent / "benchmarks" / "results" / "spmm-cpu-2core.json")
+                         .read_text(encoding="utf-8"))
+    guide = (DOCS / "user-guide.md").read_text(encoding="utf-8")
+    text = " ".join(guide.split())
+    for dtype in ("float64", "float32"):
+        gains = [r["results"]["separate"]["per_call_us"] / r["results"]["autospmv"]["per_call_us"]
+                 for r in results["records"]
+                 if r["group"] == "given" and r["k"] == 16 and r["dtype"] == dtype]
+        assert len(gains) == 31
+        figures = (f"{min(gains):.1f}–{max(gains):.1f}× less time",
+                   f"{min(gains):.1f}–{max(gains):.1f}× in {dtype}")
+        assert any(f in text for f in figures), (dtype, figures)
+        assert f"median {statistics.median(gains):.1f}×" in text, dtype

@@ -58,6 +58,14 @@ def _default_device() -> str:
     return "cuda" if real_gpu_available() else "cpu"
 
 
+HOLDOUT_HELP = ("file listing held-out matrices (one name a line; a real file's name holds out "
+                "its grown copies too): never trained or tuned on, scored separately")
+
+TRAINING_EXTRA = ("tqdm",)
+"""The modules the ``training`` extra installs (``pip install 'autospmv[training]'``), which a
+command reports as missing in one line instead of a traceback."""
+
+
 def _parser(prog: str = "python -m autospmv.training") -> argparse.ArgumentParser:
     from .corpus import PRESETS
     from .crossval import DEFAULT_OBJECTIVES, REPEATS
@@ -122,10 +130,7 @@ def _parser(prog: str = "python -m autospmv.training") -> argparse.ArgumentParse
     p.add_argument("--repeats", type=bounded(int, 1, 100), default=REPEATS,
                    help="nested cross-validations on differently shuffled grouped folds "
                         "(default: %(default)s)")
-    p.add_argument("--holdout", metavar="FILE",
-                   help="file listing held-out matrices (one name a line; a real file's name "
-                        "holds out its grown copies too): never trained or tuned on, scored "
-                        "separately")
+    p.add_argument("--holdout", metavar="FILE", help=HOLDOUT_HELP)
     p.add_argument("--objectives", nargs="+", choices=OBJECTIVES, default=list(DEFAULT_OBJECTIVES),
                    help="tree objectives cross-validation may choose among (default: "
                         "%(default)s; see training/train.py)")
@@ -162,7 +167,7 @@ def _parser(prog: str = "python -m autospmv.training") -> argparse.ArgumentParse
     p.add_argument("--fresh", action="store_true",
                    help="start over: delete the earlier labels in the label file first "
                         "(without it, matrices labelled before are kept and skipped)")
-    p.add_argument("--holdout", metavar="FILE", help="as for train")
+    p.add_argument("--holdout", metavar="FILE", help=HOLDOUT_HELP)
     p.add_argument("--no-probe", dest="probe", action="store_false",
                    help="on the CPU, label the whole corpus without first checking on a few "
                         "matrices whether any kernel beats the built-in rule here")
@@ -399,6 +404,12 @@ def main(argv=None, prog: str = "python -m autospmv.training") -> int:
         else:
             with exit_on_sigterm():
                 _retrain(args)
+    except ModuleNotFoundError as err:
+        if err.name not in TRAINING_EXTRA:
+            raise
+        print(f"{prog} {args.command}: error: the training pipeline needs {err.name}, which is "
+              "not installed; install it with pip install 'autospmv[training]'", file=sys.stderr)
+        return 2
     except (ValueError, RuntimeError, OSError) as err:
         print(f"{prog} {args.command}: error: {err}", file=sys.stderr)
         return 2

@@ -210,9 +210,9 @@ def print_summary(rows: list[dict]) -> None:
                 f"{row['geomean_pair_ratio_median']:.2f}")
 
 
-def parse_args(argv=None, prog: str = "autospmv bench --solver", matrices=None):
-    """The options; ``matrices``: the folder used when ``--matrices`` is not given (None: the
-    generated matrices)."""
+def build_parser(prog: str = "autospmv bench --solver", matrices=None) -> OneLineParser:
+    """The parser of the options; ``matrices``: the folder used when ``--matrices`` is not given
+    (None: the generated matrices)."""
     parser = OneLineParser(
         prog=prog, description="SciPy solvers with the autospmv operator against the SciPy matrix")
     parser.add_argument("--matrices", default=matrices,
@@ -237,6 +237,12 @@ def parse_args(argv=None, prog: str = "autospmv bench --solver", matrices=None):
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--env", default="default", help=argparse.SUPPRESS)
     parser.add_argument("--blas-method", default=None, help=argparse.SUPPRESS)
+    return parser
+
+
+def parse_args(argv=None, prog: str = "autospmv bench --solver", matrices=None):
+    """The options, checked (see :func:`build_parser`)."""
+    parser = build_parser(prog, matrices)
     args = parser.parse_args(argv)
     unknown = set(args.solvers) - set(SOLVERS)
     if unknown:

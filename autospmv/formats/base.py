@@ -201,7 +201,7 @@ class SparseFormat:
         """The format's arrays by field name, in declaration order (what a GPU upload copies).
 
         NumPy arrays for a format built on the host; CUDA arrays (CuPy) for one built on the
-        device by :mod:`autospmv._prepare.device_input`."""
+        device, from a matrix given on the GPU."""
         out = {}
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
