@@ -16,7 +16,7 @@ import pytest
 import autospmv
 from matrices import (
     ALL, DTYPE_IDS, DTYPES, assert_close, conversion_refused, matrix, prepare_or_refuse,
-    random_vector, reference,
+    random_vector, reference, signed_from_row_lengths,
 )
 
 KERNELS = autospmv.KERNELS
@@ -120,16 +120,11 @@ def test_cpu_csr_scalar_sums_long_rows_in_four_partial_sums(dtype, rng):
     LONG_ROWS_MIN_SHARE of the nonzeros, such a row in four partial sums over the terms k, k+4,
     k+8, ..., added pairwise, then its last (length mod 4) terms in order; elsewhere every row
     in order. The serial and the parallel specialisation give the same bits."""
-    import scipy.sparse as sp
-
     from autospmv.formats.csr import CSRFormat
     from autospmv.kernels.cpu.csr import LONG_ROW, LONG_ROWS_MIN_SHARE, bind_scalar, long_row_share
 
     def rows_of(lengths):
-        columns = np.concatenate([rng.choice(2_000, size=k, replace=False) for k in lengths])
-        rows = np.repeat(np.arange(len(lengths)), lengths)
-        return sp.csr_matrix((rng.standard_normal(rows.size).astype(dtype), (rows, columns)),
-                             shape=(len(lengths), 2_000))
+        return signed_from_row_lengths(lengths, 2_000, 3).astype(dtype)
 
     def in_order(terms):
         total = dtype(0)

@@ -12,7 +12,7 @@ from autospmv import _registry as registry
 from autospmv._support.devices import resolve_device
 from matrices import (
     FAMILY, assert_close, one_long_row, poisson2d, random_matrix, random_vector, reference,
-    relative_error,
+    relative_error, signed_from_row_lengths,
 )
 
 KERNELS = autospmv.KERNELS
@@ -273,14 +273,6 @@ def test_threaded_rmatvec_goes_through_the_transposed_operator():
     assert op._transposed is not None
 
 
-def rows_of_lengths(lengths, n: int = 1_000, seed: int = 0) -> sp.csr_matrix:
-    """A CSR matrix whose rows have the given numbers of nonzeros, at random columns."""
-    rng = np.random.default_rng(seed)
-    rows = np.repeat(np.arange(len(lengths)), lengths)
-    columns = np.concatenate([rng.choice(n, size=k, replace=False) for k in lengths])
-    return sp.csr_matrix((rng.standard_normal(rows.size), (rows, columns)), shape=(len(lengths), n))
-
-
 def test_short_rows_of_varied_lengths_on_one_thread_run_scipys_loop(rng):
     """A serial csr_scalar product over at least SCIPY_MIN_NNZ nonzeros of short rows whose
     lengths spread by SCIPY_MIN_SPREAD or more runs SciPy's compiled CSR loop, and explain()
@@ -288,7 +280,7 @@ def test_short_rows_of_varied_lengths_on_one_thread_run_scipys_loop(rng):
     of one length (a Poisson grid), long rows or a smaller matrix keep the numba kernel."""
     from autospmv.kernels.cpu import scipy_product
 
-    varied = rows_of_lengths(np.tile([1, 3, 5, 7, 9], 8_000))  # 200,000 nonzeros
+    varied = signed_from_row_lengths(np.tile([1, 3, 5, 7, 9], 8_000), 1_000, 0)  # 200,000 nonzeros
     assert varied.nnz >= scipy_product.SCIPY_MIN_NNZ
     assert scipy_product.length_spread(varied.indptr) == pytest.approx(np.sqrt(8))
     op = autospmv.prepare(varied, device="cpu", threads=1)
@@ -306,7 +298,7 @@ def test_short_rows_of_varied_lengths_on_one_thread_run_scipys_loop(rng):
     assert grid.nnz >= scipy_product.SCIPY_MIN_NNZ
     assert scipy_product.length_spread(grid.indptr) < scipy_product.SCIPY_MIN_SPREAD
     assert "SciPy's compiled" not in autospmv.prepare(grid, device="cpu", threads=1).explain()
-    small = rows_of_lengths(np.tile([1, 3, 5, 7, 9], 4_000))
+    small = signed_from_row_lengths(np.tile([1, 3, 5, 7, 9], 4_000), 1_000, 0)
     assert "SciPy's compiled" not in autospmv.prepare(small, device="cpu", threads=1).explain()
     long_rows = sp.random(2_000, 2_000, density=0.05, format="csr", random_state=1)
     assert long_rows.nnz >= scipy_product.SCIPY_MIN_NNZ
