@@ -17,7 +17,47 @@ CASES = {("cg", "laplacian"): (None, "jacobi"), ("bicgstab", "convection"): (Non
 """The preconditioners each case runs with (each simulated kernel launch takes about a second,
 so every step runs at least once without repeating the slow cases)."""
 
+FUSED_KERNELS = ("csr_scalar", "ell", "jds", "hyb")
+"""Kernels whose product can also form x · y (``SpMVOperator.product_with_dot``): each runs a
+product with its dot, and cg runs on ell's (the update then takes p·q from the product)."""
+
+
+def product_with_dot_case(kernel, A, dtype):
+    """The product with its dot (A and x of ``dtype``) against the plain product and float64
+    NumPy's dot."""
+    from numba import cuda
+
+    op = autospmv.prepare(A.astype(dtype), kernel=kernel, device="cuda")
+    x = right_hand_side(A.shape[0], seed=1).astype(dtype)
+    sums = np.zeros(3)
+    run = op.product_with_dot(dtype, sums, 2)
+    if run is None:
+        return {"case": f"dot-{kernel}-{np.dtype(dtype)}", "fused": False}
+    x_device = cuda.to_device(x)
+    y_device = cuda.device_array(A.shape[0], dtype=dtype)
+    run(x_device, y_device, 0)
+    y = y_device.copy_to_host()
+    expected = float(np.dot(x.astype(np.float64), y.astype(np.float64)))
+    return {"case": f"dot-{kernel}-{np.dtype(dtype)}", "fused": True,
+            "y_equal": bool(np.array_equal(y, op @ x)),
+            "dot_error": abs(sums[2] - expected) / abs(expected),
+            "others_untouched": bool(sums[0] == 0 and sums[1] == 0)}
+
+
 records = []
+laplacian_matrix = problems(3)[0][2]
+for kernel in FUSED_KERNELS:
+    for dtype in (np.float32, np.float64):
+        records.append(product_with_dot_case(kernel, laplacian_matrix, dtype))
+b = right_hand_side(laplacian_matrix.shape[0])
+fused = autospmv.prepare(laplacian_matrix, kernel="ell", device="cuda")
+cpu = autospmv.prepare(laplacian_matrix, device="cpu")
+x_fused, info_fused = autospmv.cg(fused, b, rtol=1e-8)
+x_cpu, info_cpu = autospmv.cg(cpu, b, rtol=1e-8)
+records.append({"case": "cg-laplacian-None-ell", "info": [int(info_fused), int(info_cpu)],
+                "iterations": [fused.last_solve["iterations"], cpu.last_solve["iterations"]],
+                "difference": float(np.linalg.norm(x_fused - x_cpu) / np.linalg.norm(x_cpu)),
+                "device": fused.last_solve["device"]})
 for method, name, A in problems(3):
     b = right_hand_side(A.shape[0])
     options = {"restart": 4} if method == "gmres" else {}

@@ -70,6 +70,39 @@ def test_the_kept_workspace_and_graph_give_the_same_solve(method, name, A):
     cupy.testing.assert_allclose(third, 2 * first, rtol=1e-6)
 
 
+@pytest.mark.parametrize("kernel", ["csr_scalar", "ell", "jds", "hyb"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["float64", "float32"])
+def test_the_product_that_forms_its_dot(kernel, dtype):
+    """The kernels that own whole rows form x · y as they write y: y is the plain product's,
+    bit for bit, the sum NumPy's to rounding; cg on them (p · Ap from the product) takes SciPy's
+    iterations, a second solve on the kept graph the same, and their x agrees with the CPU's."""
+    A = problems(70)[0][2].astype(dtype)  # enough rows of five for hyb's ELL part to take all
+    op = autospmv.prepare(A, kernel=kernel, device="cuda")
+    sums = cupy.zeros(3)
+    run = op.product_with_dot(dtype, sums, 1)
+    assert run is not None
+    x = cupy.asarray(right_hand_side(A.shape[0], seed=1).astype(dtype))
+    y = cupy.empty_like(x)
+    run(x.data.ptr, y.data.ptr, cupy.cuda.get_current_stream().ptr)
+    assert cupy.array_equal(y, op @ x)
+    expected = float(cupy.dot(x.astype(np.float64), y.astype(np.float64)))
+    assert abs(float(sums[1]) - expected) <= 1e-13 * abs(expected)
+    assert float(sums[0]) == float(sums[2]) == 0
+    b = right_hand_side(A.shape[0]).astype(dtype)
+    rtol = 1e-8 if dtype == np.float64 else 1e-4
+    first, info = autospmv.cg(op, cupy.asarray(b), rtol=rtol)
+    iterations = op.last_solve["iterations"]
+    second, _ = autospmv.cg(op, cupy.asarray(b), rtol=rtol)
+    assert info == 0 and op.last_solve["iterations"] == iterations
+    assert cupy.array_equal(first, second)
+    cpu = autospmv.prepare(A, device="cpu")
+    x_cpu, _ = autospmv.cg(cpu, b, rtol=rtol)
+    if dtype == np.float64:
+        assert iterations == cpu.last_solve["iterations"] == scipy_iterations("cg", A, b,
+                                                                              rtol=rtol)
+        np.testing.assert_allclose(cupy.asnumpy(first), x_cpu, rtol=1e-10)
+
+
 @pytest.mark.parametrize("method, name, A", PROBLEMS, ids=IDS)
 def test_callbacks_and_vector_kinds(method, name, A):
     torch = pytest.importorskip("torch")

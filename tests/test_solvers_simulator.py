@@ -25,7 +25,7 @@ def simulated():
     return {record["case"]: record for record in run_simulator_worker(WORKER, timeout_s=600)}
 
 
-CASES = ["cg-laplacian-None", "cg-laplacian-jacobi", "bicgstab-convection-None",
+CASES = ["cg-laplacian-None", "cg-laplacian-jacobi", "cg-laplacian-None-ell", "bicgstab-convection-None",
          "bicgstab-convection-jacobi", "gmres-convection-jacobi", "minres-laplacian-jacobi",
          "minres-indefinite-None"]
 
@@ -37,6 +37,18 @@ def test_the_gpu_steps_give_the_cpu_iterates(simulated, case):
     assert record["info"] == [0, 0]
     assert record["iterations"][0] == record["iterations"][1] > 0
     assert record["difference"] <= 1e-12
+
+
+@pytest.mark.parametrize("kernel", ["csr_scalar", "ell", "jds"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_the_product_with_its_dot_is_the_product_and_its_dot(simulated, kernel, dtype):
+    """The kernels that own whole rows form x · y as they write y: y as the plain product's,
+    bit for bit, and the sum (in float64) as NumPy's to rounding, in its slot alone."""
+    record = simulated[f"dot-{kernel}-{dtype}"]
+    assert record["fused"]
+    assert record["y_equal"]
+    assert record["dot_error"] <= 1e-13
+    assert record["others_untouched"]
 
 
 def steps():

@@ -469,6 +469,43 @@ class SpMVOperator(LinearOperator):
         backend.host_matvec(x, y)
         return y.reshape(-1, 1) if column and out is None else y
 
+    def product_with_dot(self, dtype, sums, slot: int):
+        """A launcher of ``y = A @ x`` on the GPU whose kernel also stores ``x · y`` in
+        ``sums[slot]``: a solver's ``p · Ap`` (conjugate gradients' step length) with no pass
+        over p and Ap of its own and no launch of its own.
+
+        The kernels that own whole rows (csr_scalar, ell, jds, and hyb without a COO part) have
+        this form; each thread adds its row's term, and the last block to finish adds the
+        blocks' sums in a fixed order (the total is the same from run to run).
+
+        Parameters
+        ----------
+        dtype : numpy dtype
+            The dtype of x and y (the product's dtype for an x of that dtype).
+        sums : CUDA device array of float64
+            Receives the sum, in float64, at ``slot``, once the launch has run.
+        slot : int
+            Where in ``sums``.
+
+        Returns
+        -------
+        callable or None
+            ``run(x, y, stream)`` taking the device addresses of x and y and a CUDA stream
+            handle (device arrays under numba-cuda's simulator). It is the caller's own: its
+            arguments are fixed in it, so one caller at a time may run it. None on the CPU, for
+            another kernel, for a matrix that is not square, or for a ``dtype`` that is not the
+            product's.
+
+        Examples
+        --------
+        >>> import numpy as np, scipy.sparse as sp, autospmv
+        >>> op = autospmv.prepare(sp.eye(3, format="csr"), device="cpu")
+        >>> op.product_with_dot(np.float64, np.zeros(1), 0) is None
+        True
+        """
+        method = getattr(self._backend, "product_with_dot", None)
+        return None if method is None else method(dtype, sums, slot)
+
     def _matvec(self, x):
         return self.matvec(x)
 

@@ -6,7 +6,7 @@ fused passes around the product (:mod:`.steps`):
 
 1. ``direction``: p = z + β p, with z = M r formed on the fly for a Jacobi M;
 2. the product q = A p;
-3. ``dot(p, q)``, whose finish sets α;
+3. ``dot(p, q)``, kept for the update;
 4. ``update``: x += α p and r -= α q in one pass that also sums r·r and r·z for the next
    iteration's test and ρ; its finish counts the iteration, tests ‖r‖ against the tolerance
    (and the iteration limit) and sets β.
@@ -14,6 +14,10 @@ fused passes around the product (:mod:`.steps`):
 A preconditioner that is an operator splits pass 4: the update keeps r·r, the operator makes
 z = M r, and ``dot(r, z)`` finishes the iteration. The test that ends SciPy's loop at the top of
 iteration k+1 is made at the end of iteration k; the iteration count and x are SciPy's.
+
+Passes 2 and 3 are one on a GPU where the product's kernel owns whole rows: it forms p·q as it
+writes q (:meth:`.machines.Machine.product` with ``keep_dot``), and the update takes α as
+ρ / (p·q) from there.
 """
 
 from __future__ import annotations
@@ -26,8 +30,8 @@ from .method import Method
 from .scalars import FIRST_FREE_SCALAR, ITERATIONS, KEPT, MAXITER, TOL, keep, stop
 from .steps import Step
 
-RHO, BETA, ALPHA = FIRST_FREE_SCALAR + 1, FIRST_FREE_SCALAR + 2, FIRST_FREE_SCALAR + 3
-SCALARS = ALPHA + 1
+RHO, BETA = FIRST_FREE_SCALAR + 1, FIRST_FREE_SCALAR + 2
+SCALARS = BETA + 1
 
 
 @dual
@@ -57,14 +61,10 @@ def direction(W, ld, i, s, D, p, r, z, c, d, e):
 
 
 @dual
-def step_length(s, f, pq, unused):
-    s[ALPHA] = s[RHO] / pq
-
-
-@dual
 def update(W, ld, i, s, D, x, r, p, q, d, e):
-    """x += α p; r −= α q; the terms of r·r and r·z."""
-    alpha = s[ALPHA]
+    """x += α p; r −= α q, with α = ρ / (p·q) (p·q kept by the product); the terms of r·r and
+    r·z."""
+    alpha = s[RHO] / s[KEPT]
     xi, pi, ri, qi = W[x + i], W[p + i], W[r + i], W[q + i]
     value = ri - alpha * qi
     zi = preconditioned(W, ld, i, D, value)
@@ -96,7 +96,6 @@ RESIDUAL = Step(residual, begin)
 RESIDUAL_KEPT = Step(residual, keep)
 BEGIN_AFTER_PRODUCT = Step(dot, begin_after_product)
 DIRECTION = Step(direction)
-STEP_LENGTH = Step(dot, step_length)
 UPDATE = Step(update, next_iteration)
 UPDATE_KEPT = Step(update, keep)
 NEXT_AFTER_PRODUCT = Step(dot, next_after_product)
@@ -124,8 +123,7 @@ class CG(Method):
         m = self.m
         z = self.z if m.preconditioner_is_product else self.r
         m.step(DIRECTION, self.p, self.r, z)
-        m.product(self.p, self.q)
-        m.step(STEP_LENGTH, self.p, self.q)
+        m.product(self.p, self.q, keep_dot=True)
         if m.preconditioner_is_product:
             m.step(UPDATE_KEPT, self.x, self.r, self.p, self.q)
             m.precondition(self.r, self.z)

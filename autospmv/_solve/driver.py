@@ -149,6 +149,13 @@ def _run(solver, workspace, problem: Problem):
                          **solver.initial_scalars(bnrm2=problem.bnrm2, rtol=problem.rtol,
                                                   atol=problem.atol, maxiter=problem.maxiter)})
     solver.start(problem.x0 is not None)
+    if (problem.callback is None and machine.captures and workspace.graph is not None
+            and not solver.eager and solver.period == 1):
+        # The graph of an earlier solve, whose iterations are every iteration's: replayed at
+        # once (a start that already stopped makes its steps do nothing), with no eager
+        # iteration and no read of the flags before it.
+        flags = _replay_until_stopped(machine, workspace.graph)
+        return machine.result(solver.x), flags
     flags = machine.flags()
     if not machine.stopped(flags):
         if problem.callback is not None or not machine.captures:
@@ -229,8 +236,13 @@ def _run_captured(machine, solver, workspace):
         per_replay = solver.iterations_per_replay(REPLAY_ITERATIONS)
         workspace.graph = machine.capture(lambda: [solver.iteration()
                                                    for _ in range(per_replay)])
+    return _replay_until_stopped(machine, workspace.graph)
+
+
+def _replay_until_stopped(machine, graph):
+    """Replay ``graph`` until the flags, read after each replay, say the method stopped."""
     while True:
-        machine.replay(workspace.graph)
+        machine.replay(graph)
         flags = machine.flags()
         if machine.stopped(flags):
             return flags

@@ -18,16 +18,14 @@ from __future__ import annotations
 import numpy as np
 
 from .dual import dual
-from .scalars import FLAGS, STATE, STOPPED
+from .bodies import dot
+from .scalars import FLAGS, KEPT, STATE, STOPPED, keep
 from . import steps
-from .steps import (BLOCK, PARALLEL_FROM, MultiStep, cpu_multi_step, cpu_step, cuda_multi_step,
-                    cuda_step)
+from .steps import (BLOCK, PARALLEL_FROM, MultiStep, Step, cpu_multi_step, cpu_step,
+                    cuda_multi_step, cuda_step)
 
-BLOCKS_PER_SM = 4
-"""A step's grid on the GPU: at most this many blocks per multiprocessor (half of what can be
-resident at once), fewer for short vectors. Each thread then forms several elements, and the
-last block adds up fewer blocks' sums after fewer atomic tickets, which pays where a step's
-fixed cost is a large part of its time (vectors of 10⁵ to 10⁶ elements)."""
+KEPT_DOT = Step(dot, keep)
+"""The product of two vectors into ``s[KEPT]`` (:meth:`Machine.product` with ``keep_dot``)."""
 
 NO_JACOBI = np.ones(1)
 """``D`` of a solve without a Jacobi preconditioner (one element: see
@@ -71,10 +69,13 @@ class Machine:
     def stopped(self, flags) -> bool:
         return bool(flags[STATE] & STOPPED)
 
-    def product(self, src, dst) -> None:
+    def product(self, src, dst, keep_dot: bool = False) -> None:
         """The vector at offset ``dst`` = A @ the one at ``src`` (queued on the current stream
-        on a GPU)."""
+        on a GPU); with ``keep_dot``, their product ``src · dst`` in ``s[KEPT]`` too (by a
+        step here; :class:`CudaMachine` has the product's kernel form it where it can)."""
         self.op.matvec(self._views[src], out=self._views[dst])
+        if keep_dot:
+            self.step(KEPT_DOT, src, dst)
 
     def precondition(self, src, dst) -> None:
         """The vector at offset ``dst`` = M @ the one at ``src`` for an operator M (queued as
@@ -92,18 +93,15 @@ class Machine:
         return self._views[row].copy()
 
     def set_scalars(self, values: dict) -> None:
-        """Set slots of ``s`` (``{slot: value}``)."""
-        self._set(self.s, self.scalars(), values)
+        """Set slots of ``s`` (``{slot: value}``; queued on the machine's stream on a GPU,
+        nothing read back)."""
+        for slot, value in values.items():
+            self.s[slot] = value
 
     def set_flags(self, values: dict) -> None:
-        """Set slots of ``f`` (``{slot: value}``)."""
-        self._set(self.f, self.flags(), values)
-
-    def _set(self, array, current, values: dict) -> None:
-        host = np.array(current)
+        """Set slots of ``f`` (``{slot: value}``), as :meth:`set_scalars`."""
         for slot, value in values.items():
-            host[slot] = value
-        array[...] = self.xp.asarray(host)
+            self.f[slot] = value
 
     def __enter__(self):
         """The solve's context (nothing but on the GPU, :meth:`CudaMachine.__enter__`)."""
@@ -187,6 +185,7 @@ class CudaMachine(Machine):
     def __init__(self, op, n, dtype, rows, scalars, preconditioner, workspace_rows=None,
                  partial_sums=2):
         super().__init__(op, n, dtype, rows, scalars, preconditioner)
+        from ..kernels.cuda import grid_sum
         from ..kernels.cuda.launch import SIMULATOR
 
         self.simulated = SIMULATOR
@@ -201,7 +200,7 @@ class CudaMachine(Machine):
             self.xp = cupy
             self.stream = cupy.cuda.Stream(non_blocking=True)
             device = cupy.cuda.Device()
-            blocks = BLOCKS_PER_SM * device.attributes["MultiProcessorCount"]
+            blocks = grid_sum.BLOCKS_PER_SM * device.attributes["MultiProcessorCount"]
         xp = self.xp
         self.ld = -(-max(n, 1) // 64) * 64  # rows start 512-byte aligned
         count = workspace_rows or len(rows)
@@ -214,10 +213,15 @@ class CudaMachine(Machine):
             if preconditioner and preconditioner[0] == "jacobi":
                 self.D = xp.zeros(self.ld, dtype=self.dtype)
                 self.D[:n] = xp.asarray(preconditioner[1], dtype=self.dtype)
-            self.partials = xp.zeros(max(2, partial_sums) * self.grid, dtype=np.float64)
-            self.ticket = xp.zeros(1, dtype=np.int32)
+            partials, tickets = grid_sum.workspace(self.grid)
+            self.partials = xp.zeros(max(partials, max(2, partial_sums) * self.grid),
+                                     dtype=np.float64)
+            self.tickets = xp.zeros(tickets, dtype=np.int32)
         self._views = {k * self.ld: self.W[k * self.ld:k * self.ld + n] for k in range(count)}
         self._launches = {}
+        self._product_with_dot = None
+        """The operator's product that also forms the dot (:meth:`product`), once asked for:
+        ``(operator, run or None)``."""
 
     def reset(self, op) -> None:
         """Ready for another solve with ``op`` (the same matrix): the vectors, scalars and
@@ -252,6 +256,25 @@ class CudaMachine(Machine):
             fire = self._launches[key] = self._load(step, (a, b, c, d, e, g), n)
         fire()
 
+    def product(self, src, dst, keep_dot: bool = False) -> None:
+        """:meth:`Machine.product`; with ``keep_dot``, one launch where the operator's kernel
+        owns whole rows (:meth:`autospmv.SpMVOperator.product_with_dot`): it forms
+        ``src · dst`` as it writes dst, in float64, and no step reads the two vectors again."""
+        run = self._dot_product() if keep_dot else None
+        if run is None:
+            super().product(src, dst, keep_dot)
+        elif self.simulated:
+            run(self._views[src], self._views[dst], 0)
+        else:
+            run(self._views[src].data.ptr, self._views[dst].data.ptr, self.stream.ptr)
+
+    def _dot_product(self):
+        cached = self._product_with_dot
+        if cached is None or cached[0] is not self.op:
+            cached = (self.op, self.op.product_with_dot(self.dtype, self.s, KEPT))
+            self._product_with_dot = cached
+        return cached[1]
+
     def _load(self, step, rows: tuple, n: int):
         from ..kernels.cuda.launch import Launch
 
@@ -259,7 +282,7 @@ class CudaMachine(Machine):
         if isinstance(step, MultiStep):  # a block per tile of w, at most the step grid
             grid = max(1, min(grid, -(-n // (BLOCK * steps.PER_THREAD))))
         args = [self.W, np.int64(self.ld), np.int64(n), self.s, self.f, self.D,
-                *(np.int64(r) for r in rows), self.partials, self.ticket]
+                *(np.int64(r) for r in rows), self.partials, self.tickets]
         kernel = cuda_multi_step(step) if isinstance(step, MultiStep) else cuda_step(step)
         launch = Launch(kernel, grid, BLOCK, args, np.float64, overlaps_previous=steps.OVERLAP)
         if self.simulated:
@@ -336,8 +359,11 @@ class RankMachine:
             self.inner, CudaMachine) else np, out=self._totals)
         self.inner.step(finishing, n=0)
 
-    def product(self, src: int, dst: int) -> None:
+    def product(self, src: int, dst: int, keep_dot: bool = False) -> None:
+        """:meth:`Machine.product` through ``rank.matvec``."""
         self.inner.view(dst)[...] = self.rank.matvec(self.inner.view(src))
+        if keep_dot:
+            self.step(KEPT_DOT, src, dst)
 
 
 def _keep_two(s, f, sum0, sum1):

@@ -26,10 +26,11 @@ Both parts are :func:`~.dual.dual` functions, so one definition runs on both tar
   loads D without one (:meth:`.dual.Dual.variant`); a body that stores a row only where it is
   not another one (a Jacobi M's row) runs element by element;
 * on the GPU, :func:`cuda_step` compiles a numba-cuda kernel: a grid-stride loop, a sum per
-  block, and the last block to finish (a ticket taken with an atomic after each block has
-  published its partial sums) adds the partial sums in block order and calls finish. The sums
-  never leave the device and are the same from run to run (no floating-point atomics); the
-  ticket is set back to 0 for the next step.
+  block, and the last block to finish adds the blocks' sums in a fixed order and calls finish
+  (:func:`autospmv.kernels.cuda.grid_sum.grid_sums`: tickets taken with atomics in two levels
+  after each block has published its sums). The sums never leave the device and are the same
+  from run to run (no floating-point atomics); the tickets are set back to 0 for the next
+  step.
 
 The generated kernels are named after their parts (``__qualname__``) and hold them as globals,
 so the compile cache tells them apart and sees changes to the parts' code
@@ -187,7 +188,7 @@ def host_subtract(y, x, a: float) -> None:
     _memoised("subtract", build)(y, x, a)
 
 
-def _cuda_template(W, ld, n, s, f, D, a, b, c, d, e, g, partials, ticket):
+def _cuda_template(W, ld, n, s, f, D, a, b, c, d, e, g, partials, tickets):
     wait_for_previous()
     release_dependents()
     if f[STATE] & SKIP:
@@ -205,64 +206,18 @@ def _cuda_template(W, ld, n, s, f, D, a, b, c, d, e, g, partials, ticket):
         i += blocks * BLOCK
     if not REDUCES:
         return
-    sums = cuda.shared.array(TWO_WARPS, float64)
-    last = cuda.shared.array(1, int32)
-    sum0, sum1 = _block_sum(sums, tid, sum0, sum1)
-    if tid == 0:
-        partials[2 * block] = sum0
-        partials[2 * block + 1] = sum1
-        cuda.threadfence()
-        last[0] = cuda.atomic.add(ticket, 0, 1) == blocks - 1
-    cuda.syncthreads()
-    if last[0] == 0:
-        return
-    cuda.threadfence()
-    sum0 = 0.0
-    sum1 = 0.0
-    j = tid
-    while j < blocks:
-        sum0 += partials[2 * j]
-        sum1 += partials[2 * j + 1]
-        j += BLOCK
-    sum0, sum1 = _block_sum(sums, tid, sum0, sum1)
-    if tid == 0:
+    last, sum0, sum1 = grid_sums(sum0, sum1, partials, tickets)
+    if last:
         FINISH(s, f, sum0, sum1)
-        ticket[0] = 0
-
-
-def _block_sum_template(sums, tid, sum0, sum1):
-    """Both sums over the block, in thread 0 (shuffles within each warp, then the first warp
-    over the warps' sums: a fixed order, the same every time, and two barriers). ``sums``: two
-    shared float64 per warp."""
-    lane = tid % 32
-    warp = tid // 32
-    sum0 = _warp_sum(sum0)
-    sum1 = _warp_sum(sum1)
-    if lane == 0:
-        sums[warp] = sum0
-        sums[WARPS + warp] = sum1
-    cuda.syncthreads()
-    sum0 = 0.0
-    sum1 = 0.0
-    if warp == 0:
-        if lane < WARPS:
-            sum0 = sums[lane]
-            sum1 = sums[WARPS + lane]
-        sum0 = _warp_sum(sum0)
-        sum1 = _warp_sum(sum1)
-    cuda.syncthreads()  # sums is read before it is written again
-    return sum0, sum1
 
 
 def cuda_step(step: Step):
-    """The numba-cuda kernel ``kernel(W, ld, n, s, f, D, a, b, c, d, e, g, partials, ticket)``
-    of ``step`` (blocks of :data:`BLOCK` threads; ``partials`` holds two float64 per block,
-    ``ticket`` one int32, 0 between steps)."""
-    return _cuda_function(_cuda_template, step, step.finish or no_finish,
-                          [("_warp_sum", _warp_sum_template),
-                           ("_block_sum", _block_sum_template)],
-                          REDUCES=step.finish is not None, WARPS=BLOCK // 32,
-                          TWO_WARPS=2 * (BLOCK // 32))
+    """The numba-cuda kernel ``kernel(W, ld, n, s, f, D, a, b, c, d, e, g, partials, tickets)``
+    of ``step`` (blocks of :data:`BLOCK` threads; ``partials`` and ``tickets`` at least of the
+    lengths :func:`autospmv.kernels.cuda.grid_sum.workspace` gives for the grid, the tickets 0
+    between steps)."""
+    return _cuda_function(_cuda_template, step, step.finish or no_finish, [],
+                          REDUCES=step.finish is not None)
 
 
 def _cuda_function(template, step, finish: Dual, device_functions: list, **names):
@@ -275,10 +230,11 @@ def _cuda_function(template, step, finish: Dual, device_functions: list, **names
         from numba import cuda, float64, int32
 
         from ..kernels.cuda.grid_dependency import release_dependents, wait_for_previous
+        from ..kernels.cuda.grid_sum import grid_sums
 
         bound = dict(cuda=cuda, float64=float64, int32=int32, BLOCK=BLOCK,
                      wait_for_previous=wait_for_previous,
-                     release_dependents=release_dependents, **names)
+                     release_dependents=release_dependents, grid_sums=grid_sums, **names)
         for name, device_template in device_functions:
             bound[name] = cuda.jit(device=True)(retargeted(device_template, "cuda", **bound))
         function = retargeted(template, "cuda", BODY=step.body.on("cuda"),
@@ -353,7 +309,7 @@ def cpu_multi_step(step: MultiStep, parallel: bool):
                          CHUNKS=numba.config.NUMBA_NUM_THREADS if parallel else 1)
 
 
-def _cuda_multi_template(W, ld, n, s, f, D, a, b, c, d, e, g, partials, ticket):
+def _cuda_multi_template(W, ld, n, s, f, D, a, b, c, d, e, g, partials, tickets):
     wait_for_previous()
     release_dependents()
     if f[STATE] & SKIP:
@@ -402,7 +358,7 @@ def _cuda_multi_template(W, ld, n, s, f, D, a, b, c, d, e, g, partials, ticket):
     cuda.threadfence()
     cuda.syncthreads()
     if tid == 0:
-        last[0] = cuda.atomic.add(ticket, 0, 1) == blocks - 1
+        last[0] = cuda.atomic.add(tickets, 0, 1) == blocks - 1
     cuda.syncthreads()
     if last[0] == 0:
         return
@@ -419,7 +375,7 @@ def _cuda_multi_template(W, ld, n, s, f, D, a, b, c, d, e, g, partials, ticket):
     cuda.syncthreads()
     if tid == 0:
         FINISH(s, f, totals)
-        ticket[0] = 0
+        tickets[0] = 0
 
 
 def _tile_dot_template(W, row, tile, width, lane):

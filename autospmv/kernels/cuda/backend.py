@@ -44,6 +44,7 @@ from numba import cuda
 from ..._support.validation import OUT_OVERLAPS_X, result_dtype, unsupported_vector
 from ...formats.base import DeviceCSR
 from ...formats.csr import CSRFormat
+from . import grid_sum
 from .checked_vectors import FIXED_POINTER_MODULES, RememberedProducts
 from .launch import SIMULATOR, DeviceProgram, device_pointer, upload
 
@@ -226,6 +227,15 @@ class CheckedVectors:
         return pointer, dtype
 
 
+FUSED_ROWS_PER_THREAD = 2
+"""The most rows per thread of :meth:`CudaBackend.product_with_dot`, whose grid is one wave of
+a summing kernel (:data:`.grid_sum.BLOCKS_PER_SM` blocks per multiprocessor, each thread taking
+rows a grid apart). A product of more rows runs better on its own grid of many waves (a thread
+per row, which keeps more gathers in flight), followed by a dot pass: on an H200, the product
+that forms its dot gains 2-3 µs of a cg iteration at 2·10⁵ rows and loses up to 9 µs at 10⁶
+(``benchmarks/results/solvers-gpu-h200.json``)."""
+
+
 class CudaBackend:
     """An operator's matrix on the current GPU and the calls that multiply it (see the module
     docstring for dtypes, streams, threads and checks)."""
@@ -270,6 +280,38 @@ class CudaBackend:
             program = self.program.for_vectors(x_dtype, self._y_dtypes[x_dtype]).load()
             self._programs[x_dtype] = program
         return program
+
+    def product_with_dot(self, dtype, sums, slot: int):
+        """``run(x, y, stream)``: y = A x for vectors of ``dtype`` (the product's dtype for an x
+        of that dtype), which also stores x · y in ``sums[slot]`` (a float64 device array) from
+        the same kernel: a solver's ``p · Ap`` without a pass of its own. None where the
+        program cannot (:attr:`.launch.DeviceProgram.with_dot`), A is not square, or A has
+        more rows than :data:`FUSED_ROWS_PER_THREAD` per thread of a summing grid.
+
+        The launch is the caller's own (its arguments are fixed in it), not the operator's:
+        it holds its own partial sums and needs no lock. x and y are device addresses (device
+        arrays under the simulator), as :attr:`DeviceProgram.run` takes them."""
+        dtype = np.dtype(dtype)
+        program = self.program
+        if (program.with_dot is None or self.shape[0] != self.shape[1]
+                or self._y_dtypes.get(dtype) != dtype):
+            return None
+        multiprocessors = 1 if SIMULATOR else cuda.get_current_device().MULTIPROCESSOR_COUNT
+        grid = grid_sum.BLOCKS_PER_SM * multiprocessors
+        if program.steps[0].grid > FUSED_ROWS_PER_THREAD * grid:
+            return None
+        grid = min(program.steps[0].grid, grid)
+        partials_length, tickets_length = grid_sum.workspace(grid)
+        partials = cuda.device_array(partials_length, dtype=np.float64)
+        tickets = cuda.to_device(np.zeros(tickets_length, dtype=np.int32))
+        launch = program.with_dot((partials, tickets, sums, np.int64(slot)))
+        launch.grid = grid  # one wave; each thread takes rows a grid apart
+        if dtype != self.dtype:
+            launch = launch.for_vectors(dtype, dtype)
+        if SIMULATOR:
+            return lambda x, y, stream: launch.simulate(x, y)
+        launch.load(*self.shape)
+        return launch.fire()
 
     def _staging_buffers(self, dtype: np.dtype):
         """The staging buffers of host vectors of ``dtype`` and the program's arguments for

@@ -18,12 +18,15 @@ x), and wait there before reading x or writing y.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
-from numba import cuda, uint64
+from numba import cuda, float64, uint64
 
 from .. import unsigned
 from . import jit
 from .grid_dependency import release_dependents, wait_for_previous
+from .grid_sum import add_to_grid_sum
 from .launch import X, Y, DeviceProgram, Launch
 
 BLOCK = 256
@@ -34,30 +37,52 @@ BLOCKS_PER_SM = 8
 otherwise take 40 and lose occupancy."""
 
 
+@jit(device=True)
+def csr_scalar_row(indptr, indices, data, x, y, row):
+    """Row ``row`` of the product, summed in y's dtype (float64 for a float32 matrix too)."""
+    acc = y.dtype.type(0)
+    # Unsigned positions (and uint32 columns, see build_scalar): numba tests every signed
+    # index for a negative value, while an unsigned one compiles to a plain load. Four
+    # entries per step while the row has that many left, so that four loads are in flight;
+    # the adds keep the row's order.
+    k = uint64(indptr[row])
+    end = uint64(indptr[row + 1])
+    while k + uint64(4) <= end:
+        p0 = data[k] * x[indices[k]]
+        p1 = data[k + uint64(1)] * x[indices[k + uint64(1)]]
+        p2 = data[k + uint64(2)] * x[indices[k + uint64(2)]]
+        p3 = data[k + uint64(3)] * x[indices[k + uint64(3)]]
+        acc = acc + p0 + p1 + p2 + p3
+        k += uint64(4)
+    while k < end:
+        acc += data[k] * x[indices[k]]
+        k += uint64(1)
+    return acc
+
+
 @jit(cache=True)
 def csr_scalar_kernel(indptr, indices, data, x, y):
     wait_for_previous()  # before x is read or y written: the kernel before may write x or read y
     release_dependents()
     row = cuda.grid(1)
     if row < y.shape[0]:
-        acc = y.dtype.type(0)  # sums in y's dtype: float64 for a float32 matrix too
-        # Unsigned positions (and uint32 columns, see build_scalar): numba tests every signed
-        # index for a negative value, while an unsigned one compiles to a plain load. Four
-        # entries per step while the row has that many left, so that four loads are in flight;
-        # the adds keep the row's order.
-        k = uint64(indptr[row])
-        end = uint64(indptr[row + 1])
-        while k + uint64(4) <= end:
-            p0 = data[k] * x[indices[k]]
-            p1 = data[k + uint64(1)] * x[indices[k + uint64(1)]]
-            p2 = data[k + uint64(2)] * x[indices[k + uint64(2)]]
-            p3 = data[k + uint64(3)] * x[indices[k + uint64(3)]]
-            acc = acc + p0 + p1 + p2 + p3
-            k += uint64(4)
-        while k < end:
-            acc += data[k] * x[indices[k]]
-            k += uint64(1)
-        y[row] = acc
+        y[row] = csr_scalar_row(indptr, indices, data, x, y, row)
+
+
+@jit(cache=True)
+def csr_scalar_dot_kernel(indptr, indices, data, x, y, partials, tickets, sums, slot):
+    """:func:`csr_scalar_kernel` that also stores x · y in ``sums[slot]`` (a square matrix;
+    :mod:`.grid_sum`), each thread taking rows a grid apart."""
+    wait_for_previous()
+    release_dependents()
+    term = 0.0
+    row = cuda.grid(1)
+    while row < y.shape[0]:
+        value = csr_scalar_row(indptr, indices, data, x, y, row)
+        y[row] = value
+        term += float64(x[row]) * float64(value)
+        row += cuda.gridsize(1)
+    add_to_grid_sum(term, partials, tickets, sums, slot)
 
 
 @jit(cache=True, launch_bounds=(BLOCK, BLOCKS_PER_SM))
@@ -94,12 +119,22 @@ def csr_vector_kernel(indptr, indices, data, x, y, log_group):
         y[row] = acc
 
 
+def csr_scalar_launch(m: int, indptr, indices, data, dtype, dot: tuple = ()) -> Launch:
+    """The launch that overwrites all m > 0 entries of ``y`` with the csr_scalar product; with
+    ``dot`` (``(partials, tickets, sums, slot)``), the same launch of
+    :func:`csr_scalar_dot_kernel`."""
+    kernel = csr_scalar_dot_kernel if dot else csr_scalar_kernel
+    return Launch(kernel, -(-m // BLOCK), BLOCK, [indptr, indices, data, X, Y, *dot], dtype,
+                  overlaps_previous=True)
+
+
 def build_scalar(fmt, params, arrays) -> DeviceProgram:
     m = fmt.shape[0]
-    launch = Launch(csr_scalar_kernel, -(-m // BLOCK), BLOCK,
-                    [arrays["indptr"], unsigned(arrays["indices"]), arrays["data"], X, Y],
-                    fmt.dtype, overlaps_previous=True)
-    return DeviceProgram(fmt.shape, fmt.dtype, arrays, [launch] if m else [])
+    if not m:
+        return DeviceProgram(fmt.shape, fmt.dtype, arrays, [])
+    launch = functools.partial(csr_scalar_launch, m, arrays["indptr"],
+                               unsigned(arrays["indices"]), arrays["data"], fmt.dtype)
+    return DeviceProgram(fmt.shape, fmt.dtype, arrays, [launch()], with_dot=launch)
 
 
 def build_vector(fmt, params, arrays) -> DeviceProgram:

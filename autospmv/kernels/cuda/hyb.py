@@ -12,6 +12,8 @@ part's entries and small matrices go to COO entirely.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from .coo import coo_launch
@@ -23,13 +25,17 @@ def build(fmt, params, arrays) -> DeviceProgram:
     m = fmt.shape[0]
     nnz = fmt.coo.data.shape[0]
     steps = []
+    with_dot = None
     if m:
         if fmt.width:
-            steps.append(ell_launch(m, fmt.width, arrays["ell_col"], arrays["ell_data"],
-                                    fmt.dtype))
+            launch = functools.partial(ell_launch, m, fmt.width, arrays["ell_col"],
+                                       arrays["ell_data"], fmt.dtype)
+            steps.append(launch())
+            if not nnz:  # the ELL launch alone writes every row once
+                with_dot = launch
         else:
             steps.append(ZeroY(m, np.dtype(fmt.dtype).itemsize))
     if nnz:
         steps.append(coo_launch(nnz, arrays["coo_row"], arrays["coo_col"], arrays["coo_data"],
                                 fmt.dtype))
-    return DeviceProgram(fmt.shape, fmt.dtype, arrays, steps)
+    return DeviceProgram(fmt.shape, fmt.dtype, arrays, steps, with_dot=with_dot)

@@ -285,11 +285,18 @@ class DeviceProgram:
     dtype, and :meth:`for_vectors` the same program for other vector dtypes.
     """
 
-    def __init__(self, shape: tuple[int, int], dtype: np.dtype, arrays: dict, steps: list):
+    def __init__(self, shape: tuple[int, int], dtype: np.dtype, arrays: dict, steps: list,
+                 with_dot=None):
         self.shape = shape
         self.dtype = np.dtype(dtype)
         self.arrays = arrays
         self.steps = steps
+        self.with_dot = with_dot
+        """Where the program is one launch in which one thread writes each row of y,
+        ``with_dot((partials, tickets, sums, slot))``: that launch (the same grid, vectors of
+        the matrix's dtype) with a kernel that also stores x · y in ``sums[slot]`` for a
+        square matrix (:mod:`.grid_sum`; ``partials`` and ``tickets`` of the lengths
+        :func:`.grid_sum.workspace` gives for the launch's grid); else None."""
 
     def for_vectors(self, x_dtype, y_dtype) -> "DeviceProgram":
         """This program (same arrays, not loaded) for x of ``x_dtype`` and y of ``y_dtype``,
