@@ -12,6 +12,10 @@ the spread. Run from the repository root::
     PYTHONPATH=. python benchmarks/solvers_cpu.py --out results.json
     PYTHONPATH=. python benchmarks/solvers_cpu.py --sizes 1e5,1e6,5e6 --methods cg,gmres \
         --dtypes float64,float32 --out results.json
+
+``--renumberings K`` times nothing: it counts SciPy's iterations on each problem as given and in
+K random symmetric renumberings (P A Pᵀ and P b, the same problem with its sums taken in other
+orders), next to autospmv's count: how far rounding alone moves SciPy's own count.
 """
 
 from __future__ import annotations
@@ -80,6 +84,36 @@ def scipy_side(args):
     print(json.dumps(rows))
 
 
+def scipy_count(method, A, b, kwargs) -> int:
+    """SciPy's iteration count (gmres: inner iterations, by its ``pr_norm`` callback)."""
+    import scipy.sparse.linalg as spla
+
+    calls = []
+    extra = {"callback_type": "pr_norm"} if method == "gmres" else {}
+    getattr(spla, method)(A, b, callback=lambda *_: calls.append(1), **extra, **kwargs)
+    return len(calls)
+
+
+def renumbered_counts(args) -> list[dict]:
+    """SciPy's counts as given and in ``args.renumberings`` random renumberings, and
+    autospmv's count as given, per problem (see the module docstring)."""
+    import autospmv
+
+    rows = []
+    for method, A, b, kwargs in problems(args):
+        counts = [scipy_count(method, A, b, kwargs)]
+        for seed in range(args.renumberings):
+            p = np.random.default_rng(seed).permutation(A.shape[0])
+            counts.append(scipy_count(method, A[p][:, p].tocsr(), b[p], kwargs))
+        op = autospmv.prepare(A, device="cpu")
+        getattr(autospmv, method)(op, b, **kwargs)
+        rows.append({"method": method, "dtype": str(A.dtype), "nnz": int(A.nnz),
+                     "scipy_given": counts[0], "scipy_renumbered": counts[1:],
+                     "autospmv": op.last_solve["iterations"]})
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="results file (JSON)")
@@ -90,12 +124,21 @@ def main(argv=None):
                         help="the Laplacians' grid dimension")
     parser.add_argument("--repeats", type=int, default=5, help="timed solves per solver")
     parser.add_argument("--maxiter", type=int, default=400, help="iteration limit")
+    parser.add_argument("--renumberings", type=int, default=0,
+                        help="count SciPy's iterations in this many random renumberings "
+                             "instead of timing")
     parser.add_argument("--scipy-side", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.scipy_side:
         return scipy_side(args)
     if args.out is None:
         parser.error("--out is required")
+    if args.renumberings:
+        rows = renumbered_counts(args)
+        args.out.write_text(json.dumps({"date": datetime.date.today().isoformat(),
+                                        "scipy": scipy.__version__, "dims": args.dims,
+                                        "renumberings": args.renumberings, "rows": rows}))
+        return None
     theirs = json.loads(subprocess.run(
         [sys.executable, __file__, "--scipy-side", "--sizes", args.sizes, "--methods",
          args.methods, "--dtypes", args.dtypes, "--dims", str(args.dims), "--repeats",

@@ -8,7 +8,9 @@ For each matrix and dtype it measures:
   of several solves;
 * **the memory floor** of one cg iteration: the product's fewest bytes (CSR values, column
   indices, row pointer, x and y once) plus ten vector passes, at the device-to-device copy
-  bandwidth measured in the same run;
+  bandwidth measured in the same run, and the floor of its dependencies: the same bytes moved
+  by three device copies each waiting for the one before, as a CUDA graph
+  (:func:`chained_copies_seconds`);
 * **per solve** to rtol=1e-6 (cg, bicgstab, gmres(restart=30), minres) against cupyx's solver of
   the same name where cupyx has one (cupyx has no bicgstab: its cgs, also two products per
   iteration, stands in and is named so), with the iteration counts of autospmv and of SciPy's
@@ -83,6 +85,30 @@ def floor_seconds(A, itemsize: int, bandwidth: float) -> float:
     index = 4
     product = A.nnz * (itemsize + index) + (m + 1) * index + (m + n) * itemsize
     return (product + 10 * n * itemsize) / bandwidth
+
+
+def chained_copies_seconds(cp, A, itemsize: int, bandwidth: float) -> float:
+    """The floor of an iteration's dependencies: the bytes of :func:`floor_seconds` (less one
+    dot's pass, which the product may form) moved by three device-to-device copies that each
+    wait for the one before (the direction, the product, the update: the fewest passes a cg
+    iteration with its two sums can make), 16 iterations captured as a CUDA graph and replayed;
+    seconds per iteration. Copies of tens of megabytes start and drain, which a single copy of
+    a gigabyte (:func:`copy_bandwidth`) hides."""
+    n = A.shape[0]
+    product = floor_seconds(A, itemsize, bandwidth) * bandwidth - 10 * n * itemsize
+    passes = [int(b) // 2 for b in (3 * n * itemsize, product, 6 * n * itemsize)]
+    buffers = [(cp.empty(b, dtype=cp.uint8), cp.empty(b, dtype=cp.uint8)) for b in passes]
+    stream = cp.cuda.Stream(non_blocking=True)
+    copy = cp.cuda.runtime.memcpyDeviceToDevice
+    with stream:
+        stream.begin_capture()
+        for _ in range(16):
+            for (source, target), size in zip(buffers, passes):
+                cp.cuda.runtime.memcpyAsync(target.data.ptr, source.data.ptr, size, copy,
+                                            stream.ptr)
+        graph = stream.end_capture()
+        seconds, _ = timed(cp, lambda: [graph.launch(stream) for _ in range(10)])
+    return seconds / 160
 
 
 def timed(cp, run, repeats=5):
@@ -316,10 +342,11 @@ def main(argv=None):
             ours, cusp, wrapped, product = per_iteration(cp, cusparse, Ad, op, b, dtype,
                                                          args.iterations)
             floor = floor_seconds(A, dtype.itemsize, bandwidth)
+            chained = chained_copies_seconds(cp, A, dtype.itemsize, bandwidth)
             row = dict(matrix=name, n=A.shape[0], nnz=int(A.nnz), dtype=dtype.name,
                        kernel=op.kernel, iteration_us=ours * 1e6, product_us=product * 1e6,
                        cupyx_cusparse_us=cusp * 1e6, cupyx_operator_us=wrapped * 1e6,
-                       floor_us=floor * 1e6)
+                       floor_us=floor * 1e6, chained_floor_us=chained * 1e6)
             solves = []
             for method in methods:
                 A_method = A if method in ("cg", "minres") else convection(A)
@@ -363,12 +390,14 @@ def main(argv=None):
 def print_table(out):
     print(f"\n{out['device']}, copy {out['copy_bandwidth'] / 1e12:.2f} TB/s")
     print(f"{'matrix':22s} {'dtype':7s} {'nnz':>9s} {'ours':>8s} {'product':>8s} {'floor':>8s}"
-          f" {'cuSPARSE':>9s} {'operator':>9s}  per solve vs cupyx (cg bicgstab* gmres minres)")
+          f" {'chained':>8s} {'cuSPARSE':>9s} {'operator':>9s}  per solve vs cupyx (cg bicgstab* "
+          "gmres minres)")
     for row in out.get("laplacians", []):
         speedups = " ".join(f"{s['cupyx_seconds'] / s['seconds']:.1f}x" if "cupyx_seconds" in s
                             else "-" for s in row["solves"])
         print(f"{row['matrix']:22s} {row['dtype']:7s} {row['nnz']:9d} "
               f"{row['iteration_us']:7.1f}u {row['product_us']:7.1f}u {row['floor_us']:7.1f}u "
+              f"{row.get('chained_floor_us', float('nan')):7.1f}u "
               f"{row['cupyx_cusparse_us']:8.1f}u {row['cupyx_operator_us']:8.1f}u  {speedups}")
 
 
