@@ -230,11 +230,12 @@ def _cuda_function(template, step, finish: Dual, device_functions: list, **names
         from numba import cuda, float64, int32
 
         from ..kernels.cuda.grid_dependency import release_dependents, wait_for_previous
-        from ..kernels.cuda.grid_sum import grid_sums
+        from ..kernels.cuda.grid_sum import grid_sums, warp_sum
 
         bound = dict(cuda=cuda, float64=float64, int32=int32, BLOCK=BLOCK,
                      wait_for_previous=wait_for_previous,
-                     release_dependents=release_dependents, grid_sums=grid_sums, **names)
+                     release_dependents=release_dependents, grid_sums=grid_sums,
+                     warp_sum=warp_sum, **names)
         for name, device_template in device_functions:
             bound[name] = cuda.jit(device=True)(retargeted(device_template, "cuda", **bound))
         function = retargeted(template, "cuda", BODY=step.body.on("cuda"),
@@ -343,7 +344,7 @@ def _cuda_multi_template(W, ld, n, s, f, D, a, b, c, d, e, g, partials, tickets)
                 totals[k] += total
         cuda.syncthreads()
         start += blocks * TILE
-    norm = _warp_sum(norm)
+    norm = warp_sum(norm)
     if lane == 0:
         warp_norms[warp] = norm
     cuda.syncthreads()
@@ -369,7 +370,7 @@ def _cuda_multi_template(W, ld, n, s, f, D, a, b, c, d, e, g, partials, tickets)
         while j < blocks:
             total += partials[j * SUMS + k]
             j += 32
-        total = _warp_sum(total)
+        total = warp_sum(total)
         if lane == 0:
             totals[k] = total
     cuda.syncthreads()
@@ -395,16 +396,7 @@ def _tile_dot_template(W, row, tile, width, lane):
     while j < width:
         t0 += float(W[row + j]) * tile[j]
         j += 32
-    return _warp_sum((t0 + t1) + (t2 + t3))
-
-
-def _warp_sum_template(value):
-    """The warp's sum of ``value``, in lane 0 (shuffles in a fixed order)."""
-    offset = 16
-    while offset > 0:
-        value += cuda.shfl_down_sync(0xFFFFFFFF, value, offset)
-        offset //= 2
-    return value
+    return warp_sum((t0 + t1) + (t2 + t3))
 
 
 PER_THREAD = 1
@@ -417,6 +409,6 @@ def cuda_multi_step(step: MultiStep):
     """The numba-cuda kernel of a :class:`MultiStep` (arguments as :func:`cuda_step`'s;
     ``partials`` holds ``step.sums`` float64 per block)."""
     return _cuda_function(_cuda_multi_template, step, step.finish,
-                          [("_warp_sum", _warp_sum_template), ("_tile_dot", _tile_dot_template)],
+                          [("_tile_dot", _tile_dot_template)],
                           SUMS=step.sums, WARPS=BLOCK // 32, PER_THREAD=PER_THREAD,
                           TILE=BLOCK * PER_THREAD)
