@@ -14,9 +14,14 @@ _cuda = numba_cuda()
 def jit(function=None, **options):
     """``numba.cuda.jit`` with the cache fallback of :func:`autospmv._support.jit.cached`.
     ``launch_bounds`` (a hint to the compiler about registers) is dropped under numba-cuda's
-    simulator, which does not take it."""
+    simulator, which does not take it. A device function (``device=True``) is inlined where a
+    kernel calls it (``inline=True``, in numba's IR): numba-cuda compiles a device function of
+    its own for the current GPU's compute capability, so a kernel calling one could not be
+    compiled to PTX for another, or without a GPU."""
     if _cuda.config.ENABLE_CUDASIM:
         options.pop("launch_bounds", None)
+    if options.get("device"):
+        options.setdefault("inline", True)
     if function is None:
         return lambda f: _cached(_cuda.jit, f, options)
     return _cached(_cuda.jit, function, options)
