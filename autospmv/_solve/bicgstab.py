@@ -15,6 +15,13 @@ Here, around the two products:
 4. t = A ŝ; ``dot_and_norm(t, s)`` finishes with ω;
 5. ``update``: x += α p̂, x += ω ŝ, r −= ω t, with r·r and r̃·r for the next iteration's tests,
    ρ and β (or, after a half-step exit, only x += α p̂).
+
+Without a Jacobi M, p̂ is p and ŝ is s (kept in r), and passes 1, 3 and 5 are bodies of their
+own that name each vector once: a pass that reads and writes one vector through two names
+(offsets equal only at run time) keeps LLVM from vectorising its CPU loop, whose checks for
+overlapping vectors then fail and send it to the element-by-element loop. The update has no
+branch per element for the same reason: after a half-step exit ω counts as 0 (x + α p̂ gains
++0, r keeps its value, the terms are 0; the vectors are finite, as ‖s‖ passed the test).
 """
 
 from __future__ import annotations
@@ -62,11 +69,24 @@ def tests(s, f, rr, rho):
 def direction(W, ld, i, s, D, p, r, v, ph, e, g):
     """p = β (p − ω v) + r; p̂ = M p into row ``ph`` for a Jacobi M."""
     value = (W[p + i] - s[OMEGA] * W[v + i]) * s[BETA] + W[r + i]
-    preconditioned_value = preconditioned(W, ld, i, D, value)
     W[p + i] = value
-    if ph != p:
-        W[ph + i] = preconditioned_value
+    W[ph + i] = preconditioned(W, ld, i, D, value)
     return 0.0, 0.0
+
+
+@dual
+def direction_without_m(W, ld, i, s, D, p, r, v, d, e, g):
+    """p = β (p − ω v) + r (p̂ is p)."""
+    W[p + i] = (W[p + i] - s[OMEGA] * W[v + i]) * s[BETA] + W[r + i]
+    return 0.0, 0.0
+
+
+@dual
+def half_step_without_m(W, ld, i, s, D, r, v, c, d, e, g):
+    """s = r − α v into r (ŝ is s); the terms of s·s."""
+    value = W[r + i] - s[ALPHA] * W[v + i]
+    W[r + i] = value
+    return float(value) * value, 0.0
 
 
 @dual
@@ -92,17 +112,26 @@ def smoothing(s, f, ts, tt):
 @dual
 def update(W, ld, i, s, D, x, r, ph, sh, t, rt):
     """x += α p̂; x += ω ŝ; r −= ω t; the terms of r·r and r̃·r (after a half-step exit only
-    x += α p̂)."""
+    x += α p̂: see the module docstring)."""
+    full = 1.0 - s[HALF_EXIT]
+    omega = s[OMEGA] * full
     xi = W[x + i] + s[ALPHA] * W[ph + i]
-    if s[HALF_EXIT] != 0:
-        W[x + i] = xi
-        return 0.0, 0.0
-    omega = s[OMEGA]
-    shi, ri, ti, rti = W[sh + i], W[r + i], W[t + i], W[rt + i]
-    value = ri - omega * ti
-    W[x + i] = xi + omega * shi
+    value = W[r + i] - omega * W[t + i]
+    W[x + i] = xi + omega * W[sh + i]
     W[r + i] = value
-    return float(value) * value, float(value) * rti
+    return float(value) * value * full, float(value) * W[rt + i] * full
+
+
+@dual
+def update_without_m(W, ld, i, s, D, x, r, p, t, rt, g):
+    """:func:`update` with p̂ = p and ŝ = s, which is r before this pass."""
+    full = 1.0 - s[HALF_EXIT]
+    omega = s[OMEGA] * full
+    ri = W[r + i]
+    value = ri - omega * W[t + i]
+    W[x + i] = (W[x + i] + s[ALPHA] * W[p + i]) + omega * ri
+    W[r + i] = value
+    return float(value) * value * full, float(value) * W[rt + i] * full
 
 
 @dual
@@ -121,13 +150,16 @@ def next_iteration(s, f, rr, rho):
 
 RESIDUAL = Step(residual, tests)
 DIRECTION = Step(direction)
+DIRECTION_WITHOUT_M = Step(direction_without_m)
 STEP_LENGTH = Step(dot, step_length)
 HALF_STEP = Step(subtract, half_test)
 """s = r − α v (into r), ŝ = M s for a Jacobi M, and the half-step test on s·s."""
+HALF_STEP_WITHOUT_M = Step(half_step_without_m, half_test)
 HALF_STEP_ONLY = Step(subtract)
 HALF_TEST_AFTER_PRODUCT = Step(dot, half_test)
 SMOOTHING = Step(dot_and_norm, smoothing, STOPPED | HALF)
 UPDATE = Step(update, next_iteration)
+UPDATE_WITHOUT_M = Step(update_without_m, next_iteration)
 
 
 class BiCGSTAB(Method):
@@ -149,20 +181,30 @@ class BiCGSTAB(Method):
 
     def iteration(self, eager: bool = False) -> None:
         m = self.m
-        jacobi = not m.preconditioner_is_product and m.preconditioner is not None
-        ph = self.ph if m.preconditioner is not None else self.p
-        sh = self.sh if m.preconditioner is not None else self.r
-        m.step(DIRECTION, self.p, self.r, self.v, ph if jacobi else self.p)
-        if m.preconditioner_is_product:
+        if m.preconditioner is None:
+            m.step(DIRECTION_WITHOUT_M, self.p, self.r, self.v)
+            m.product(self.p, self.v)
+            m.step(STEP_LENGTH, self.rt, self.v)
+            m.step(HALF_STEP_WITHOUT_M, self.r, self.v)
+            m.product(self.r, self.t)
+            m.step(SMOOTHING, self.t, self.r)
+            m.step(UPDATE_WITHOUT_M, self.x, self.r, self.p, self.t, self.rt)
+            return
+        jacobi = not m.preconditioner_is_product
+        ph, sh = self.ph, self.sh
+        if jacobi:
+            m.step(DIRECTION, self.p, self.r, self.v, ph)
+        else:
+            m.step(DIRECTION_WITHOUT_M, self.p, self.r, self.v)
             m.precondition(self.p, ph)
         m.product(ph, self.v)
         m.step(STEP_LENGTH, self.rt, self.v)
-        if m.preconditioner_is_product:
+        if jacobi:
+            m.step(HALF_STEP, self.r, self.v, sh, ALPHA)
+        else:
             m.step(HALF_STEP_ONLY, self.r, self.v, self.r, ALPHA)
             m.precondition(self.r, sh)
             m.step(HALF_TEST_AFTER_PRODUCT, self.r, self.r)
-        else:
-            m.step(HALF_STEP, self.r, self.v, sh, ALPHA)
         m.product(sh, self.t)
         m.step(SMOOTHING, self.t, self.r)
         m.step(UPDATE, self.x, self.r, ph, sh, self.t, self.rt)
