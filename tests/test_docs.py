@@ -90,7 +90,7 @@ def test_the_stylesheet_keeps_code_and_member_names_on_the_page():
 PUBLIC_FUNCTIONS = ("prepare", "select", "features", "cuda_available", "kernel_names",
                     "register", "unregister", "cg", "bicgstab", "gmres", "minres")
 OPERATOR_MEMBERS = ("matvec", "matmat", "rmatvec", "rmatmat", "explain", "diagonal", "memory",
-                    "nbytes", "transpose_operator", "wait")
+                    "nbytes", "transpose_operator", "wait", "product_with_dot")
 """The operator's members the API reference renders."""
 
 
