@@ -30,7 +30,7 @@ import math
 
 import numpy as np
 
-from .bodies import dot, dot_and_norm, preconditioned, subtract
+from .bodies import dot, dot_and_norm, preconditioned, subtract, subtract_in_place
 from .dual import dual
 from .method import Method
 from .scalars import FIRST_FREE_SCALAR, HALF, ITERATIONS, MAXITER, STATE, STOPPED, TOL, stop
@@ -79,14 +79,6 @@ def direction_without_m(W, ld, i, s, D, p, r, v, d, e, g):
     """p = β (p − ω v) + r (p̂ is p)."""
     W[p + i] = (W[p + i] - s[OMEGA] * W[v + i]) * s[BETA] + W[r + i]
     return 0.0, 0.0
-
-
-@dual
-def half_step_without_m(W, ld, i, s, D, r, v, c, d, e, g):
-    """s = r − α v into r (ŝ is s); the terms of s·s."""
-    value = W[r + i] - s[ALPHA] * W[v + i]
-    W[r + i] = value
-    return float(value) * value, 0.0
 
 
 @dual
@@ -154,8 +146,8 @@ DIRECTION_WITHOUT_M = Step(direction_without_m)
 STEP_LENGTH = Step(dot, step_length)
 HALF_STEP = Step(subtract, half_test)
 """s = r − α v (into r), ŝ = M s for a Jacobi M, and the half-step test on s·s."""
-HALF_STEP_WITHOUT_M = Step(half_step_without_m, half_test)
-HALF_STEP_ONLY = Step(subtract)
+HALF_STEP_WITHOUT_M = Step(subtract_in_place, half_test)
+HALF_STEP_ONLY = Step(subtract_in_place)
 HALF_TEST_AFTER_PRODUCT = Step(dot, half_test)
 SMOOTHING = Step(dot_and_norm, smoothing, STOPPED | HALF)
 UPDATE = Step(update, next_iteration)
@@ -185,7 +177,7 @@ class BiCGSTAB(Method):
             m.step(DIRECTION_WITHOUT_M, self.p, self.r, self.v)
             m.product(self.p, self.v)
             m.step(STEP_LENGTH, self.rt, self.v)
-            m.step(HALF_STEP_WITHOUT_M, self.r, self.v)
+            m.step(HALF_STEP_WITHOUT_M, self.r, self.v, 0, ALPHA)
             m.product(self.r, self.t)
             m.step(SMOOTHING, self.t, self.r)
             m.step(UPDATE_WITHOUT_M, self.x, self.r, self.p, self.t, self.rt)
@@ -202,7 +194,7 @@ class BiCGSTAB(Method):
         if jacobi:
             m.step(HALF_STEP, self.r, self.v, sh, ALPHA)
         else:
-            m.step(HALF_STEP_ONLY, self.r, self.v, self.r, ALPHA)
+            m.step(HALF_STEP_ONLY, self.r, self.v, 0, ALPHA)
             m.precondition(self.r, sh)
             m.step(HALF_TEST_AFTER_PRODUCT, self.r, self.r)
         m.product(sh, self.t)

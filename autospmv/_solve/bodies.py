@@ -27,9 +27,26 @@ def residual(W, ld, i, s, D, r, b, q, z, e, g):
 
 @dual
 def subtract(W, ld, i, s, D, y, x, z, slot, e, g):
-    """y −= s[slot] x; M y into row ``z`` for a Jacobi M when ``z`` is not ``y``; the terms of
-    y·y and y·M y."""
-    return stored(W, ld, i, D, y, z, W[y + i] - s[slot] * W[x + i])
+    """y −= s[slot] x; M y into row ``z``, another than ``y``, for a Jacobi M; the terms of y·y
+    and y·M y."""
+    value = W[y + i] - s[slot] * W[x + i]
+    preconditioned_value = preconditioned(W, ld, i, D, value)
+    W[y + i] = value
+    W[z + i] = preconditioned_value
+    return float(value) * value, float(value) * preconditioned_value
+
+
+@dual
+def subtract_in_place(W, ld, i, s, D, y, x, c, slot, e, g):
+    """y −= s[slot] x without a Jacobi M (M y is y); the terms of y·y twice, as y·y and y·M y.
+
+    A pass without M has a body of its own that names y once: one that reads and writes y
+    through two names (offsets equal only at run time) keeps LLVM from vectorising its CPU
+    loop, whose checks for overlapping vectors then fail and send it to the element-by-element
+    loop."""
+    value = W[y + i] - s[slot] * W[x + i]
+    W[y + i] = value
+    return float(value) * value, float(value) * value
 
 
 @dual

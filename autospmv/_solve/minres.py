@@ -6,8 +6,9 @@ tridiagonal matrix in scalars, with x updated along the direction w. Here, aroun
 1. ``lanczos_vector``: v = y / β;
 2. y = A v;
 3. ``lanczos_alpha``: y −= (β/β_old) r1 (from the second iteration on), with v·y: α;
-4. ``subtract``: y −= (α/β) r2, and M y for a Jacobi M, with y·M y: the new β, whose
-   finish runs SciPy's scalar recurrences (the rotation, φ, the next direction's coefficients);
+4. ``subtract`` (``subtract_in_place`` without M): y −= (α/β) r2, and M y for a Jacobi M,
+   with y·M y: the new β, whose finish runs SciPy's scalar recurrences (the rotation, φ, the
+   next direction's coefficients);
 5. ``solution``: w = (v − ε_old w1 − δ w2)/γ and x += φ w in one pass with x·x, whose finish
    runs SciPy's stopping tests (``istop``; info = maxiter for the iteration limit, else 0).
 
@@ -22,7 +23,7 @@ import math
 
 import numpy as np
 
-from .bodies import dot, residual, subtract
+from .bodies import dot, residual, subtract, subtract_in_place
 from .dual import dual
 from .method import Method
 from .scalars import (FIRST_FREE_FLAG, FIRST_FREE_SCALAR, INDEFINITE_PRECONDITIONER, ITERATIONS,
@@ -186,7 +187,8 @@ LANCZOS_VECTOR = Step(lanczos_vector)
 LANCZOS_ALPHA = Step(lanczos_alpha, alpha)
 LANCZOS_BETA = Step(subtract, recurrences)
 """y −= (α/β) r2 (y becomes r2), M y for a Jacobi M, and SciPy's recurrences on y·M y."""
-LANCZOS_BETA_ONLY = Step(subtract)
+LANCZOS_BETA_WITHOUT_M = Step(subtract_in_place, recurrences)
+LANCZOS_BETA_ONLY = Step(subtract_in_place)
 RECURRENCES_AFTER_PRODUCT = Step(dot, recurrences_after_product)
 SOLUTION = Step(solution, stopping_tests)
 
@@ -231,12 +233,13 @@ class MINRES(Method):
         m.product(self.v, self.out)
         m.step(LANCZOS_ALPHA, self.out, self.v, self.r1)
         if m.preconditioner_is_product:
-            m.step(LANCZOS_BETA_ONLY, self.out, self.r2, self.out, ALFA_RATIO)
+            m.step(LANCZOS_BETA_ONLY, self.out, self.r2, 0, ALFA_RATIO)
             m.precondition(self.out, self.z)
             m.step(RECURRENCES_AFTER_PRODUCT, self.out, self.z)
+        elif m.preconditioner is not None:
+            m.step(LANCZOS_BETA, self.out, self.r2, self.z, ALFA_RATIO)
         else:
-            m.step(LANCZOS_BETA, self.out, self.r2, self.z if m.preconditioner else self.out,
-                   ALFA_RATIO)
+            m.step(LANCZOS_BETA_WITHOUT_M, self.out, self.r2, 0, ALFA_RATIO)
         m.step(SOLUTION, self.w1, self.w2, self.w, self.v, self.x)
         self.w, self.w1, self.w2 = self.w1, self.w2, self.w
         free = ({self.ra, self.rb, self.rc} - {self.r2, self.out}).pop()
