@@ -66,9 +66,15 @@ def tests(s, f, rr, rho):
 
 
 @dual
+def new_direction(W, i, s, p, r, v):
+    """Element i of β (p − ω v) + r."""
+    return (W[p + i] - s[OMEGA] * W[v + i]) * s[BETA] + W[r + i]
+
+
+@dual
 def direction(W, ld, i, s, D, p, r, v, ph, e, g):
     """p = β (p − ω v) + r; p̂ = M p into row ``ph`` for a Jacobi M."""
-    value = (W[p + i] - s[OMEGA] * W[v + i]) * s[BETA] + W[r + i]
+    value = new_direction(W, i, s, p, r, v)
     W[p + i] = value
     W[ph + i] = preconditioned(W, ld, i, D, value)
     return 0.0, 0.0
@@ -77,7 +83,7 @@ def direction(W, ld, i, s, D, p, r, v, ph, e, g):
 @dual
 def direction_without_m(W, ld, i, s, D, p, r, v, d, e, g):
     """p = β (p − ω v) + r (p̂ is p)."""
-    W[p + i] = (W[p + i] - s[OMEGA] * W[v + i]) * s[BETA] + W[r + i]
+    W[p + i] = new_direction(W, i, s, p, r, v)
     return 0.0, 0.0
 
 
@@ -102,28 +108,29 @@ def smoothing(s, f, ts, tt):
 
 
 @dual
-def update(W, ld, i, s, D, x, r, ph, sh, t, rt):
-    """x += α p̂; x += ω ŝ; r −= ω t; the terms of r·r and r̃·r (after a half-step exit only
-    x += α p̂: see the module docstring)."""
+def updated(W, i, s, x, r, ph, shi, ri, ti, rti):
+    """x += α p̂; x += ω ŝ; r = s − ω t, from ŝ, s (in r), t and r̃ at i as read before the
+    stores; the terms of r·r and r̃·r (after a half-step exit only x += α p̂: see the module
+    docstring)."""
     full = 1.0 - s[HALF_EXIT]
     omega = s[OMEGA] * full
-    xi = W[x + i] + s[ALPHA] * W[ph + i]
-    value = W[r + i] - omega * W[t + i]
-    W[x + i] = xi + omega * W[sh + i]
+    value = ri - omega * ti
+    W[x + i] = (W[x + i] + s[ALPHA] * W[ph + i]) + omega * shi
     W[r + i] = value
-    return float(value) * value * full, float(value) * W[rt + i] * full
+    return float(value) * value * full, float(value) * rti * full
+
+
+@dual
+def update(W, ld, i, s, D, x, r, ph, sh, t, rt):
+    """:func:`updated` with ŝ = M s in row ``sh``, p̂ in row ``ph``."""
+    return updated(W, i, s, x, r, ph, W[sh + i], W[r + i], W[t + i], W[rt + i])
 
 
 @dual
 def update_without_m(W, ld, i, s, D, x, r, p, t, rt, g):
-    """:func:`update` with p̂ = p and ŝ = s, which is r before this pass."""
-    full = 1.0 - s[HALF_EXIT]
-    omega = s[OMEGA] * full
+    """:func:`updated` with p̂ = p and ŝ = s, which is r before this pass."""
     ri = W[r + i]
-    value = ri - omega * W[t + i]
-    W[x + i] = (W[x + i] + s[ALPHA] * W[p + i]) + omega * ri
-    W[r + i] = value
-    return float(value) * value * full, float(value) * W[rt + i] * full
+    return updated(W, i, s, x, r, p, ri, ri, W[t + i], W[rt + i])
 
 
 @dual
