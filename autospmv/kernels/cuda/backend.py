@@ -230,10 +230,9 @@ class CheckedVectors:
 FUSED_ROWS_PER_THREAD = 2
 """The most rows per thread of :meth:`CudaBackend.product_with_dot`, whose grid is one wave of
 a summing kernel (:data:`.grid_sum.BLOCKS_PER_SM` blocks per multiprocessor, each thread taking
-rows a grid apart). A product of more rows runs better on its own grid of many waves (a thread
-per row, which keeps more gathers in flight), followed by a dot pass: on an H200, the product
-that forms its dot gains 2-3 µs of a cg iteration at 2·10⁵ rows and loses up to 9 µs at 10⁶
-(``benchmarks/results/solvers-gpu-h200.json``)."""
+rows a grid apart). A product of more rows runs faster on its own grid of many waves (a thread
+per row, which keeps more gathers in flight) followed by a dot pass than on one wave that
+forms its dot."""
 
 
 class CudaBackend:

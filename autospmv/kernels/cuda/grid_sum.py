@@ -39,7 +39,6 @@ PER_WARP = 2 * MAX_WARPS
 """Shared float64 of :func:`block_sums`: two per warp."""
 
 
-
 @jit(device=True)
 def warp_sum(value):
     """The warp's sum of ``value``, in lane 0 (shuffles in a fixed order)."""
