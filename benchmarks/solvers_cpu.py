@@ -84,27 +84,21 @@ def scipy_side(args):
     print(json.dumps(rows))
 
 
-def scipy_count(method, A, b, kwargs) -> int:
-    """SciPy's iteration count (gmres: inner iterations, by its ``pr_norm`` callback)."""
-    import scipy.sparse.linalg as spla
-
-    calls = []
-    extra = {"callback_type": "pr_norm"} if method == "gmres" else {}
-    getattr(spla, method)(A, b, callback=lambda *_: calls.append(1), **extra, **kwargs)
-    return len(calls)
-
-
 def renumbered_counts(args) -> list[dict]:
     """SciPy's counts as given and in ``args.renumberings`` random renumberings, and
     autospmv's count as given, per problem (see the module docstring)."""
     import autospmv
+    from solvers_gpu import scipy_iterations  # beside this script
 
     rows = []
     for method, A, b, kwargs in problems(args):
-        counts = [scipy_count(method, A, b, kwargs)]
+        def count(A, b):
+            return scipy_iterations(method, A, b, kwargs["rtol"], kwargs["maxiter"])[0]
+
+        counts = [count(A, b)]
         for seed in range(args.renumberings):
             p = np.random.default_rng(seed).permutation(A.shape[0])
-            counts.append(scipy_count(method, A[p][:, p].tocsr(), b[p], kwargs))
+            counts.append(count(A[p][:, p].tocsr(), b[p]))
         op = autospmv.prepare(A, device="cpu")
         getattr(autospmv, method)(op, b, **kwargs)
         rows.append({"method": method, "dtype": str(A.dtype), "nnz": int(A.nnz),

@@ -78,16 +78,20 @@ def copy_bandwidth(cp) -> float:
     return 2 * a.nbytes / statistics.median(times[2:])
 
 
-def floor_seconds(A, itemsize: int, bandwidth: float) -> float:
-    """One cg iteration's fewest bytes over the copy bandwidth: the product (values, column
-    indices, row pointer, x and y once) plus ten vector passes."""
+def product_bytes(A, itemsize: int) -> int:
+    """The product's fewest bytes: values, column indices, row pointer, x and y once."""
     m, n = A.shape
     index = 4
-    product = A.nnz * (itemsize + index) + (m + 1) * index + (m + n) * itemsize
-    return (product + 10 * n * itemsize) / bandwidth
+    return A.nnz * (itemsize + index) + (m + 1) * index + (m + n) * itemsize
 
 
-def chained_copies_seconds(cp, A, itemsize: int, bandwidth: float) -> float:
+def floor_seconds(A, itemsize: int, bandwidth: float) -> float:
+    """One cg iteration's fewest bytes over the copy bandwidth: the product
+    (:func:`product_bytes`) plus ten vector passes."""
+    return (product_bytes(A, itemsize) + 10 * A.shape[0] * itemsize) / bandwidth
+
+
+def chained_copies_seconds(cp, A, itemsize: int) -> float:
     """The floor of an iteration's dependencies: the bytes of :func:`floor_seconds` (less one
     dot's pass, which the product may form) moved by three device-to-device copies that each
     wait for the one before (the direction, the product, the update: the fewest passes a cg
@@ -95,8 +99,7 @@ def chained_copies_seconds(cp, A, itemsize: int, bandwidth: float) -> float:
     seconds per iteration. Copies of tens of megabytes start and drain, which a single copy of
     a gigabyte (:func:`copy_bandwidth`) hides."""
     n = A.shape[0]
-    product = floor_seconds(A, itemsize, bandwidth) * bandwidth - 10 * n * itemsize
-    passes = [int(b) // 2 for b in (3 * n * itemsize, product, 6 * n * itemsize)]
+    passes = [b // 2 for b in (3 * n * itemsize, product_bytes(A, itemsize), 6 * n * itemsize)]
     buffers = [(cp.empty(b, dtype=cp.uint8), cp.empty(b, dtype=cp.uint8)) for b in passes]
     stream = cp.cuda.Stream(non_blocking=True)
     copy = cp.cuda.runtime.memcpyDeviceToDevice
@@ -342,7 +345,7 @@ def main(argv=None):
             ours, cusp, wrapped, product = per_iteration(cp, cusparse, Ad, op, b, dtype,
                                                          args.iterations)
             floor = floor_seconds(A, dtype.itemsize, bandwidth)
-            chained = chained_copies_seconds(cp, A, dtype.itemsize, bandwidth)
+            chained = chained_copies_seconds(cp, A, dtype.itemsize)
             row = dict(matrix=name, n=A.shape[0], nnz=int(A.nnz), dtype=dtype.name,
                        kernel=op.kernel, iteration_us=ours * 1e6, product_us=product * 1e6,
                        cupyx_cusparse_us=cusp * 1e6, cupyx_operator_us=wrapped * 1e6,
