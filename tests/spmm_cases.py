@@ -15,9 +15,10 @@ MATRICES = ("empty_0x0", "empty_5x0", "empty_0x7", "all_rows_empty_9x11", "row_1
 """Empty matrices and rows, a single dense row, rectangular shapes, rows longer than a piece
 (:data:`autospmv.kernels.cuda.spmm.PIECE`: 150 and 3,000 entries)."""
 COLUMNS = (1, 4, 5, 16, 40)
-"""Both kernels (k ≤ 4 and k > 4), groups of 8, 16 and 32 lanes, and k > 32 (a second column
-slot per lane). k = 1 on a matrix without columns is left out: SciPy's ``dot`` sends an (0, 1)
-X to ``matvec``, whose copy of an empty vector numba-cuda's simulator refuses."""
+"""Both kernels (k ≤ 4 and k > 4), and groups of 2, 4 and 16 lanes, with four columns a lane at
+16 and idle column slots at 5 and 40. k = 1 on a matrix without columns is left out: SciPy's
+``dot`` sends an (0, 1) X to ``matvec``, whose copy of an empty vector numba-cuda's simulator
+refuses."""
 CASES = [("csr_scalar", name, k) for name in MATRICES for k in COLUMNS
          if k > 1 or TINY[name]().shape[1]]
 CASES += [("csr_scalar", name, 2) for name in ("row_1x150", "rect_13x37", "rect_37x13")]

@@ -11,13 +11,16 @@ each:
   ``l, l+g, ...`` (coalesced within the group) and multiplies each into up to four accumulators
   (one per column; the k values of ``X[c, :]`` lie in one or two 32-byte sectors); the group
   then reduces its accumulators with shuffles. Each nonzero is read once for all k columns.
-* **k > 4 columns** (:func:`spmm_many_columns_kernel`): a group of G = 8, 16 or 32 lanes (the
-  power of two that covers k, at most a warp) owns a row, its lanes spread over the columns:
-  lane l accumulates columns ``l, l+G, l+2G, l+3G``. Every lane walks the row's nonzeros (the
-  group reads each one with one broadcast load), and for each nonzero the group reads
-  ``X[c, j:j+G]``, G consecutive words: coalesced gathers of X and coalesced writes of Y. Wider
-  X is covered in passes of 4G columns, each walking the row again (its entries are then in
-  cache). Each nonzero is read from memory once per pass.
+* **k > 4 columns** (:func:`spmm_many_columns_kernel`): a group of G lanes owns a row, its
+  lanes spread over the columns: lane l accumulates columns ``l, l+G, l+2G, l+3G``, and G is
+  the power of two from 2 to 32 that gives each lane at most :data:`COLUMNS_PER_LANE` columns
+  (:func:`many_columns_group`). Every lane walks the row's nonzeros (the group reads each one
+  with one broadcast load), and for each nonzero the group reads ``X[c, j:j+G]``, G
+  consecutive words: coalesced gathers of X and coalesced writes of Y. Four columns a lane
+  spread each broadcast load of a nonzero over four gathers in flight; a wider group (fewer
+  columns a lane) leaves a lane waiting on one or two gathers per nonzero, and timed no faster
+  at any column count on the SpMM benchmark's matrices. X wider than ``4 × 32`` columns is covered in passes of 128
+  columns, each walking the row again (its entries are then in cache).
 
 Long rows: a group handles at most :data:`PIECE` nonzeros of a row. The first launch gives every
 row its first piece and writes Y's row; rows longer than that have their further pieces listed
@@ -33,8 +36,9 @@ read as float32 and computed in float64. Shuffles appear only in the few-columns
 the loop over the nonzeros, where every thread of the block (also those without a row) takes
 part, as numba-cuda's simulator requires (:mod:`autospmv.kernels.cuda.simulator`).
 
-Weak where k is 5-7 or 17-31 (a group's lanes beyond k idle) and where rows are much shorter than
-g in the few-columns kernel (idle lanes, as csr_vector).
+Weak where k is just above a multiple of 4G (the sums of some lanes' last columns idle, e.g.
+k = 9: columns 9 to 15 of four lanes) and where rows are much shorter than g in the
+few-columns kernel (idle lanes, as csr_vector).
 """
 
 from __future__ import annotations
@@ -60,6 +64,10 @@ PIECE = 128
 
 FEW_COLUMNS = 4
 """Products with at most this many columns use :func:`spmm_few_columns_kernel`."""
+
+COLUMNS_PER_LANE = 4
+"""Columns a lane of :func:`spmm_many_columns_kernel` accumulates in one pass over a row (its
+four sums)."""
 
 FULL_MASK = 0xFFFFFFFF
 
@@ -216,9 +224,9 @@ def long_row_pieces(indptr: np.ndarray, piece: int = PIECE) -> tuple[np.ndarray,
 
 RULE = (f"multi-vector products (A @ X, X of k columns) run one pass over A's CSR arrays: for "
         f"k ≤ {FEW_COLUMNS}, a group of lanes per row over its nonzeros (csr_vector's group "
-        f"size for pieces of at most {PIECE} nonzeros) with k sums each; for larger k, 8, 16 "
-        f"or 32 lanes per row over the columns of X; rows longer than {PIECE} nonzeros are "
-        f"split among groups")
+        f"size for pieces of at most {PIECE} nonzeros) with k sums each; for larger k, 2 to 32 "
+        f"lanes per row over the columns of X, {COLUMNS_PER_LANE} columns a lane; rows "
+        f"longer than {PIECE} nonzeros are split among groups")
 """The rule :class:`MultiVectorProgram` follows, as the decision notes it."""
 
 
@@ -231,7 +239,7 @@ def launches(shape: tuple[int, int], arrays: dict, pieces: tuple, few_group: int
     few-columns kernel."""
     few = k <= FEW_COLUMNS
     kernel = spmm_few_columns_kernel if few else spmm_many_columns_kernel
-    group = few_group if few else min(32, max(8, 1 << (k - 1).bit_length()))
+    group = few_group if few else many_columns_group(k)
     piece_row, piece_start = pieces
     steps = []
     for items, in_pieces in ((shape[0], 0), (piece_row.shape[0], 1)):
@@ -244,6 +252,20 @@ def launches(shape: tuple[int, int], arrays: dict, pieces: tuple, few_group: int
                 launch = launch.for_vectors(x_dtype, y_dtype)
             steps.append(launch)
     return steps
+
+
+def many_columns_group(k: int) -> int:
+    """The lanes per row of the many-columns kernel for k columns: the smallest power of two
+    from 2 to 32 that leaves each lane at most :data:`COLUMNS_PER_LANE` columns (32 beyond
+    128 columns, covered in passes).
+
+    Examples
+    --------
+    >>> [many_columns_group(k) for k in (5, 8, 9, 16, 17, 64, 128, 200)]
+    [2, 2, 4, 4, 8, 16, 32, 32]
+    """
+    lanes = -(-k // COLUMNS_PER_LANE)
+    return min(32, max(2, 1 << (lanes - 1).bit_length()))
 
 
 def few_columns_group(shape: tuple[int, int], host_indptr: np.ndarray,
