@@ -222,8 +222,10 @@ def bench_case(implementations, device: str, k: int, options: TimingOptions, inp
         record["results"][name] = {"error": relative_error(product.result(), reference)}
     for name, timing in Rotation(device, inputs, options).time_all(products).items():
         record["results"][name].update(figures(timing))
-    record["note"] = next((line.strip().removeprefix("note: ")
-                           for line in op.explain().splitlines() if "multi-vector" in line), None)
+    notes = [line.strip().removeprefix("note: ") for line in op.explain().splitlines()
+             if "multi-vector" in line]
+    record["note"] = next(iter(notes), None)
+    record["choice"] = next((line for line in notes if f"of {k} columns (" in line), None)
     return record
 
 

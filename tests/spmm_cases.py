@@ -27,3 +27,9 @@ CASES += [(kernel, name, k) for kernel in KERNELS[1:] for k in (3, 40)
 """Every column count on every matrix on the CSR format; on the formats whose CSR arrays are
 derived (the kernels are the same) both kernels on two matrices, one with a row longer than a
 piece."""
+
+PASSES = [(name, k) for name in ("dense_row_among_short_40x150", "rect_37x13",
+                                 "all_rows_empty_9x11", "long_row_among_short_10x3000")
+          for k in (5, 8, 13)]
+"""The few-columns kernel in passes of four columns (a last pass of one and of four columns, and
+four passes), on rows longer than a piece, a rectangular shape and empty rows."""

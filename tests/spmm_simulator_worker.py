@@ -12,7 +12,9 @@ null}}`` for every case of :data:`spmm_cases.CASES` in both dtypes: ``op @ X`` w
 against SciPy in float64. Besides, ``kernel/dtype/device_X`` multiplies a numba device X (k = 5;
 a float32 X for a float64 matrix too, whose product is float64) and checks the result's kind,
 shape and dtype, and ``kernel/dtype/nan_inf`` checks that NaN and ±Inf in X give SciPy's
-pattern, for every kernel of :data:`spmm_cases.KERNELS`. Timings go to stderr.
+pattern, for every kernel of :data:`spmm_cases.KERNELS`; ``passes/dtype/matrix/k=K`` runs the
+few-columns kernel in passes of four columns on the cases of :data:`spmm_cases.PASSES`.
+Timings go to stderr.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import numpy as np  # noqa: E402
 
 import autospmv  # noqa: E402
 from matrices import TINY, nonfinite_error, reference, relative_error  # noqa: E402
-from spmm_cases import CASES, KERNELS  # noqa: E402
+from spmm_cases import CASES, KERNELS, PASSES  # noqa: E402
 
 DTYPES = {"float32": np.float32, "float64": np.float64}
 
@@ -83,6 +85,30 @@ def nan_case(op, A, rng) -> dict:
     return {"error": nonfinite_error(Y, Y_ref), "exception": None}
 
 
+def passes_case(A, dtype, rng, k: int) -> dict:
+    """The few-columns kernel in passes of four columns (the GPU's other program for
+    4 < k ≤ spmm.MEASURED_UP_TO, which only a timed first product picks on a GPU), through
+    its launches."""
+    from numba import cuda
+
+    from autospmv._support.validation import canonicalize
+    from autospmv.kernels.cuda import spmm
+
+    A = canonicalize(A)
+    m, n = A.shape
+    arrays = {name: cuda.to_device(getattr(A, name)) for name in ("indptr", "indices", "data")}
+    pieces = tuple(cuda.to_device(a) for a in spmm.long_row_pieces(A.indptr))
+    X = block(rng, n, k, dtype)
+    x = cuda.to_device(X.reshape(n * k))
+    y = cuda.device_array(m * k, dtype=dtype)
+    steps = spmm.launches(A.shape, arrays, pieces, spmm.few_columns_group(A.shape, A.indptr),
+                          k, dtype, dtype, in_passes=True)
+    for step in steps:
+        step.simulate(x, y)
+    return {"error": relative_error(y.copy_to_host().reshape(m, k), reference(A, X)),
+            "exception": None}
+
+
 def run(results: dict, key: str, case) -> None:
     try:
         results[key] = case()
@@ -111,6 +137,12 @@ def main() -> dict:
             run(results, f"{kernel}/{dtype_name}/device_X", lambda: device_case(op, A, rng))
             run(results, f"{kernel}/{dtype_name}/nan_inf", lambda: nan_case(op, A, rng))
         print(f"{kernel}: {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
+    for dtype_name, dtype in DTYPES.items():
+        rng = np.random.default_rng(11)
+        for name, k in PASSES:
+            A = TINY[name]().astype(dtype)
+            run(results, f"passes/{dtype_name}/{name}/k={k}",
+                lambda: passes_case(A, dtype, rng, k))
     return results
 
 

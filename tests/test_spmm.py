@@ -304,6 +304,29 @@ def test_repeated_products_keep_their_launch_parameters(rng):
 
 
 @pytest.mark.requires_gpu
+@pytest.mark.parametrize("name", ["huge_row_among_short_300x3000", "poisson2d_169"])
+def test_column_counts_up_to_8_keep_the_faster_program_and_say_so(name, rng):
+    """For 4 < k ≤ MEASURED_UP_TO the first product times the many-columns kernel against the few-columns
+    kernel in passes; every product is right whichever is kept, and the choice is noted once
+    per column count."""
+    from autospmv.kernels.cuda.spmm import MEASURED_UP_TO
+
+    A = matrix(name, np.float64)
+    op = autospmv.prepare(A, device="cuda")
+    for k in sorted({5, MEASURED_UP_TO, MEASURED_UP_TO + 1}):
+        X = block(rng, A.shape[1], k)
+        for _ in range(2):
+            assert_close(op @ X, reference(A, X), np.float64)
+        lines = [line for line in op.explain().splitlines()
+                 if f"multi-vector products of {k} columns (float64 X, float64 Y)" in line]
+        if k > MEASURED_UP_TO:
+            assert not lines
+        else:
+            assert len(lines) == 1 and "timed at the first one" in lines[0]
+            assert "few-columns kernel in" in lines[0] and "many-columns kernel" in lines[0]
+
+
+@pytest.mark.requires_gpu
 def test_device_blocks_are_checked():
     from numba import cuda
 

@@ -21,13 +21,13 @@ DTYPE_PAIRS = [(np.float32, np.float32), (np.float64, np.float64), (np.float32, 
 """(matrix values, vectors): a float32 matrix in a float64 product too."""
 
 
-def host_launches(name: str, values, vectors, k: int, index=np.int32):
+def host_launches(name: str, values, vectors, k: int, index=np.int32, in_passes=False):
     """The launches for a FAMILY matrix, host arrays standing in for device arrays."""
     A = canonicalize(FAMILY[name]().astype(values))
     arrays = {"indptr": A.indptr.astype(index), "indices": A.indices.astype(index),
               "data": A.data}
     pieces = spmm.long_row_pieces(arrays["indptr"])
-    return A, pieces, spmm.launches(A.shape, arrays, pieces, 4, k, vectors, vectors)
+    return A, pieces, spmm.launches(A.shape, arrays, pieces, 4, k, vectors, vectors, in_passes)
 
 
 @pytest.mark.parametrize("index", [np.int32, np.int64])
@@ -49,6 +49,17 @@ def test_kernels_compile_to_ptx(values, vectors, k, index):
         if np.dtype(vectors) == np.float32:
             float64_ops = sorted(set(re.findall(r"^\s*[a-z][\w.]*\.f64\b", ptx, re.MULTILINE)))
             assert not float64_ops, f"a float32 product computes in float64: {float64_ops}"
+
+
+@pytest.mark.parametrize("k, firsts", [(5, [0, 4]), (8, [0, 4]), (13, [0, 4, 8, 12])])
+def test_passes_run_the_few_columns_kernel_on_windows_of_four(k, firsts):
+    A, pieces, launches = host_launches("huge_row_among_short_300x3000", np.float32,
+                                        np.float64, k, in_passes=True)
+    assert len(launches) == 2 * len(firsts), "a row launch and a piece launch per pass"
+    assert [int(launch.args[6]) for launch in launches] == sorted(firsts * 2)
+    assert [int(launch.args[-1]) for launch in launches] == [0, 1] * len(firsts)
+    ptx = compiled_ptx(launches[-1])
+    assert "spmm_few_columns_kernel" in next(l for l in ptx.splitlines() if ".entry" in l)
 
 
 def test_a_matrix_without_long_rows_has_one_launch():

@@ -17,7 +17,7 @@ pytest.importorskip("numba.cuda")
 
 from simulator_run import run_simulator_worker  # noqa: E402
 from matrices import TOLERANCE  # noqa: E402
-from spmm_cases import CASES, KERNELS  # noqa: E402
+from spmm_cases import CASES, KERNELS, PASSES  # noqa: E402
 
 # The simulator's worker process compiles every kernel (minutes on two cores).
 pytestmark = pytest.mark.slow
@@ -51,3 +51,9 @@ def test_simulated_spmm_matches_scipy(simulated, dtype, kernel, matrix, k):
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_simulated_spmm_device_and_special_values(simulated, kernel, dtype, case):
     check(simulated[f"{kernel}/{dtype}/{case}"], dtype)
+
+
+@pytest.mark.parametrize("matrix, k", PASSES, ids=[f"{matrix}-k{k}" for matrix, k in PASSES])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_simulated_spmm_in_passes_matches_scipy(simulated, dtype, matrix, k):
+    check(simulated[f"passes/{dtype}/{matrix}/k={k}"], dtype)

@@ -656,7 +656,7 @@ class SpMVOperator(LinearOperator):
             return
         with _MULTI_VECTOR_SET_UP:
             if backend.multi is None:
-                note, arrays = backend.set_up_multi(self._matrix_csr)
+                note, arrays = backend.set_up_multi(self._matrix_csr, self.decision.notes)
                 if backend is not self._runner:  # switched away from: released with it
                     return
                 extra = sum(a.nbytes for a in arrays if not any(

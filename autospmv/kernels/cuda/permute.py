@@ -114,8 +114,8 @@ class PermutedCudaBackend:
         self.inner.host_matvec(x_p, y_p)
         host_gather(self.inverse, y_p, y)
 
-    def set_up_multi(self, matrix_csr) -> tuple[str, tuple]:
-        return self.inner.set_up_multi(matrix_csr)
+    def set_up_multi(self, matrix_csr, notes: list | None = None) -> tuple[str, tuple]:
+        return self.inner.set_up_multi(matrix_csr, notes)
 
     def host_matmat(self, X: np.ndarray, Y: np.ndarray) -> None:
         X_p = np.empty_like(X)

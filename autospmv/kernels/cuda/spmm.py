@@ -1,5 +1,5 @@
-"""Multi-vector product (SpMM) on the GPU: ``Y = A @ X`` for a row-major X of k columns, in one
-pass over A's CSR arrays.
+"""Multi-vector product (SpMM) on the GPU: ``Y = A @ X`` for a row-major X of k columns, on A's
+CSR arrays.
 
 X (n × k) and Y (m × k) are C-contiguous (row-major): the k values of one row of X are adjacent,
 so the lanes that read them for one nonzero read consecutive words. Two kernels, one work split
@@ -19,8 +19,13 @@ each:
   consecutive words: coalesced gathers of X and coalesced writes of Y. Four columns a lane
   spread each broadcast load of a nonzero over four gathers in flight; a wider group (fewer
   columns a lane) leaves a lane waiting on one or two gathers per nonzero, and timed no faster
-  at any column count on the SpMM benchmark's matrices. X wider than ``4 × 32`` columns is covered in passes of 128
-  columns, each walking the row again (its entries are then in cache).
+  at any column count on the SpMM benchmark's matrices. X wider than ``4 × 32`` columns is
+  covered in passes of 128 columns, each walking the row again (its entries are then in
+  cache).
+
+For 4 < k ≤ :data:`MEASURED_UP_TO`, the few-columns kernel also runs in passes of four
+columns (``first`` names a pass's first column), each pass reading A again; the first product
+of k columns times both programs and keeps the faster (:class:`MultiVectorProgram`).
 
 Long rows: a group handles at most :data:`PIECE` nonzeros of a row. The first launch gives every
 row its first piece and writes Y's row; rows longer than that have their further pieces listed
@@ -52,6 +57,9 @@ from .. import unsigned
 from . import jit
 from .launch import SIMULATOR, X, Y, Launch
 
+if not SIMULATOR:
+    from cuda.bindings import driver
+
 BLOCK = 256
 
 BLOCKS_PER_SM = 6
@@ -64,6 +72,14 @@ PIECE = 128
 
 FEW_COLUMNS = 4
 """Products with at most this many columns use :func:`spmm_few_columns_kernel`."""
+
+MEASURED_UP_TO = 8
+"""Column counts above :data:`FEW_COLUMNS` up to this have two programs, timed at the first
+product (:meth:`MultiVectorProgram.run`): the many-columns kernel, and the few-columns kernel
+in passes of :data:`FEW_COLUMNS` columns, each pass reading A again. The passes win where rows
+are long enough for the few-columns kernel's split of a row's nonzeros to beat a few lanes per
+row; from 9 columns on, four passes or more lost to the many-columns kernel on every matrix of
+the SpMM benchmark (timed up to 16 columns)."""
 
 COLUMNS_PER_LANE = 4
 """Columns a lane of :func:`spmm_many_columns_kernel` accumulates in one pass over a row (its
@@ -105,58 +121,59 @@ def _store(y, position, value, pieces):
 
 
 @jit(cache=True, launch_bounds=(BLOCK, BLOCKS_PER_SM))
-def spmm_few_columns_kernel(indptr, indices, data, x, y, k, log_group, piece_row, piece_start,
-                            pieces):
+def spmm_few_columns_kernel(indptr, indices, data, x, y, k, first, log_group, piece_row,
+                            piece_start, pieces):
     group = 1 << log_group
     thread = cuda.grid(1)
     lane = thread & (group - 1)
     row, start, end, valid = _work_item(thread >> log_group, indptr, piece_row, piece_start,
                                         pieces)
     columns = uint64(k)
+    width = k - first  # the columns first, first + 1, ... (up to four) of this launch
     zero = y.dtype.type(0)
     acc0 = acc1 = acc2 = acc3 = zero
     g = uint64(group)
     p = start + uint64(lane)
     # Two nonzeros per step while a lane has two left: their loads are in flight together.
     while p + g < end:
-        a, b = data[p], uint64(indices[p]) * columns
-        c, d = data[p + g], uint64(indices[p + g]) * columns
+        a, b = data[p], uint64(indices[p]) * columns + uint64(first)
+        c, d = data[p + g], uint64(indices[p + g]) * columns + uint64(first)
         acc0 += a * x[b] + c * x[d]
-        if k > 1:
+        if width > 1:
             acc1 += a * x[b + uint64(1)] + c * x[d + uint64(1)]
-        if k > 2:
+        if width > 2:
             acc2 += a * x[b + uint64(2)] + c * x[d + uint64(2)]
-        if k > 3:
+        if width > 3:
             acc3 += a * x[b + uint64(3)] + c * x[d + uint64(3)]
         p += uint64(2) * g
     if p < end:
-        a, b = data[p], uint64(indices[p]) * columns
+        a, b = data[p], uint64(indices[p]) * columns + uint64(first)
         acc0 += a * x[b]
-        if k > 1:
+        if width > 1:
             acc1 += a * x[b + uint64(1)]
-        if k > 2:
+        if width > 2:
             acc2 += a * x[b + uint64(2)]
-        if k > 3:
+        if width > 3:
             acc3 += a * x[b + uint64(3)]
     # Every thread of the warp takes part in the reduction, including those without a row.
     offset = group >> 1
     while offset > 0:
         acc0 += cuda.shfl_down_sync(FULL_MASK, acc0, offset)
-        if k > 1:
+        if width > 1:
             acc1 += cuda.shfl_down_sync(FULL_MASK, acc1, offset)
-        if k > 2:
+        if width > 2:
             acc2 += cuda.shfl_down_sync(FULL_MASK, acc2, offset)
-        if k > 3:
+        if width > 3:
             acc3 += cuda.shfl_down_sync(FULL_MASK, acc3, offset)
         offset >>= 1
     if valid and lane == 0:
-        out = row * columns
+        out = row * columns + uint64(first)
         _store(y, out, acc0, pieces)
-        if k > 1:
+        if width > 1:
             _store(y, out + uint64(1), acc1, pieces)
-        if k > 2:
+        if width > 2:
             _store(y, out + uint64(2), acc2, pieces)
-        if k > 3:
+        if width > 3:
             _store(y, out + uint64(3), acc3, pieces)
 
 
@@ -222,31 +239,40 @@ def long_row_pieces(indptr: np.ndarray, piece: int = PIECE) -> tuple[np.ndarray,
     return rows.astype(indptr.dtype), starts.astype(indptr.dtype)
 
 
-RULE = (f"multi-vector products (A @ X, X of k columns) run one pass over A's CSR arrays: for "
+RULE = (f"multi-vector products (A @ X, X of k columns) run on A's CSR arrays: for "
         f"k ≤ {FEW_COLUMNS}, a group of lanes per row over its nonzeros (csr_vector's group "
         f"size for pieces of at most {PIECE} nonzeros) with k sums each; for larger k, 2 to 32 "
-        f"lanes per row over the columns of X, {COLUMNS_PER_LANE} columns a lane; rows "
-        f"longer than {PIECE} nonzeros are split among groups")
+        f"lanes per row over the columns of X, {COLUMNS_PER_LANE} columns a lane, or up to "
+        f"k = {MEASURED_UP_TO} the first kernel in passes of {FEW_COLUMNS} columns where the "
+        f"first product of k columns times it faster; rows longer than {PIECE} nonzeros are "
+        f"split among groups")
 """The rule :class:`MultiVectorProgram` follows, as the decision notes it."""
 
 
 def launches(shape: tuple[int, int], arrays: dict, pieces: tuple, few_group: int, k: int,
-             x_dtype, y_dtype) -> list[Launch]:
+             x_dtype, y_dtype, in_passes: bool = False) -> list[Launch]:
     """The launches of ``Y = A @ X`` for X of k columns (not loaded): the row launch, and the
     piece launch where ``pieces`` (the rows and starts of :func:`long_row_pieces`) has any.
     ``arrays``: A's CSR arrays (``indptr``, ``indices``, ``data``; host arrays stand in for
     device arrays when only PTX is compiled); ``few_group``: the lanes per row of the
-    few-columns kernel."""
-    few = k <= FEW_COLUMNS
-    kernel = spmm_few_columns_kernel if few else spmm_many_columns_kernel
+    few-columns kernel. ``in_passes``: for k > :data:`FEW_COLUMNS`, the few-columns kernel in
+    passes of :data:`FEW_COLUMNS` columns (both launches per pass) instead of the
+    many-columns kernel."""
+    few = k <= FEW_COLUMNS or in_passes
     group = few_group if few else many_columns_group(k)
+    windows = range(0, k, FEW_COLUMNS) if few else [None]
     piece_row, piece_start = pieces
     steps = []
-    for items, in_pieces in ((shape[0], 0), (piece_row.shape[0], 1)):
-        if items:
+    for first in windows:
+        for items, in_pieces in ((shape[0], 0), (piece_row.shape[0], 1)):
+            if not items:
+                continue
             args = [arrays["indptr"], unsigned(arrays["indices"]), arrays["data"], X, Y,
                     np.int64(k), np.int32(group.bit_length() - 1), piece_row, piece_start,
                     np.int32(in_pieces)]
+            if few:
+                args.insert(6, np.int64(first))
+            kernel = spmm_few_columns_kernel if few else spmm_many_columns_kernel
             launch = Launch(kernel, -(-items * group // BLOCK), BLOCK, args, y_dtype)
             if np.dtype(x_dtype) != np.dtype(y_dtype):
                 launch = launch.for_vectors(x_dtype, y_dtype)
@@ -293,7 +319,8 @@ class MultiVectorProgram:
 
     ``arrays``: the CSR arrays on the device (``indptr``, ``indices``, ``data``);
     ``host_indptr``: the row pointer on the host, which the long-row pieces (uploaded here) and
-    the few-columns group size come from. Not safe to run from two threads at once (see
+    the few-columns group size come from; ``notes``: a list that gets a line for each measured
+    choice (:meth:`run`), the decision's notes. Not safe to run from two threads at once (see
     :meth:`Launch.fire <autospmv.kernels.cuda.launch.Launch.fire>`): the caller holds a lock.
     """
 
@@ -301,12 +328,14 @@ class MultiVectorProgram:
     """Launch sets kept (one per column count and dtypes: the launches, which own their
     parameter buffers, and their closures); the oldest gives way beyond this."""
 
-    def __init__(self, shape: tuple[int, int], arrays: dict, host_indptr: np.ndarray):
+    def __init__(self, shape: tuple[int, int], arrays: dict, host_indptr: np.ndarray,
+                 notes: list | None = None):
         self.shape = shape
         self.arrays = arrays
         pieces = long_row_pieces(host_indptr)
         self.pieces = tuple(_to_device(a) for a in pieces)
         self.few_group = few_columns_group(shape, host_indptr, pieces)
+        self.notes = [] if notes is None else notes
         self._programs = {}
 
     @property
@@ -316,25 +345,79 @@ class MultiVectorProgram:
 
     def run(self, k: int, x_dtype, y_dtype, x, y, stream) -> None:
         """``Y = A @ X`` for k columns: ``x``, ``y`` the device addresses of X and Y (arrays,
-        flattened, under the simulator), queued on ``stream``."""
+        flattened, under the simulator), queued on ``stream``.
+
+        For :data:`FEW_COLUMNS` < k ≤ :data:`MEASURED_UP_TO` on a GPU, the first product of k
+        columns (and dtypes) times the many-columns kernel against the few-columns kernel in
+        passes (:func:`time_programs`, on this X and Y: it waits for the stream) and keeps the
+        faster for every later product, noting both times; where it cannot time (the stream is
+        being captured into a graph), it keeps the many-columns kernel."""
         key = (k, np.dtype(x_dtype), np.dtype(y_dtype))
         program = self._programs.get(key)
         if program is None:
-            m, n = self.shape
-            steps = launches(self.shape, self.arrays, self.pieces, self.few_group, k, x_dtype,
-                             y_dtype)
-            for step in steps:
-                step.load(n * k, m * k)
-            fires = [step.simulate if SIMULATOR else step.fire() for step in steps]
+            program = self._build(k, x_dtype, y_dtype, in_passes=False)
+            if FEW_COLUMNS < k <= MEASURED_UP_TO and not SIMULATOR:
+                passes = self._build(k, x_dtype, y_dtype, in_passes=True)
+                times = time_programs([program, passes], x, y, stream)
+                if times is not None:
+                    many_us, passes_us = times
+                    count = -(-k // FEW_COLUMNS)
+                    kept = (f"the few-columns kernel in {count} passes ({passes_us:.3g} µs "
+                            f"against {many_us:.3g} µs for the many-columns kernel)"
+                            if passes_us < many_us else
+                            f"the many-columns kernel ({many_us:.3g} µs against "
+                            f"{passes_us:.3g} µs for the few-columns kernel in {count} passes)")
+                    self.notes.append(f"multi-vector products of {k} columns "
+                                      f"({key[1]} X, {key[2]} Y) run {kept}, timed at the "
+                                      f"first one")
+                    program = passes if passes_us < many_us else program
             if len(self._programs) >= self.PROGRAMS:
                 self._programs.pop(next(iter(self._programs)))
-            # The launches are kept with their closures: a closure of Launch.fire holds only
-            # the address of its launch's parameter buffer, which the driver reads at every
-            # launch; the buffer, and the values it points to, live as long as the Launch.
-            program = (steps, fires)
             self._programs[key] = program
         for fire in program[1]:
             fire(x, y, stream)
+
+    def _build(self, k: int, x_dtype, y_dtype, in_passes: bool) -> tuple:
+        """The loaded launches of :func:`launches` and their closures. The launches are kept
+        with the closures: a closure of Launch.fire holds only the address of its launch's
+        parameter buffer, which the driver reads at every launch; the buffer, and the values it
+        points to, live as long as the Launch."""
+        m, n = self.shape
+        steps = launches(self.shape, self.arrays, self.pieces, self.few_group, k, x_dtype,
+                         y_dtype, in_passes)
+        for step in steps:
+            step.load(n * k, m * k)
+        return steps, [step.simulate if SIMULATOR else step.fire() for step in steps]
+
+
+def time_programs(programs: list, x, y, stream, rounds: int = 3, batch: int = 3):
+    """Microseconds per product of each program (``(launches, closures)``), the least of
+    ``rounds`` interleaved batches of ``batch`` products on ``stream`` between two CUDA
+    events; None where the stream is being captured into a graph (nothing may wait for it
+    then) or its capture status cannot be read."""
+    status, capturing = driver.cuStreamIsCapturing(stream)
+    if (status != driver.CUresult.CUDA_SUCCESS
+            or capturing != driver.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE):
+        return None
+    events = [driver.cuEventCreate(0)[1] for _ in range(2)]
+    best = [np.inf] * len(programs)
+    try:
+        for _ in range(rounds):
+            for i, (_, fires) in enumerate(programs):
+                driver.cuEventRecord(events[0], stream)
+                for _ in range(batch):
+                    for fire in fires:
+                        fire(x, y, stream)
+                driver.cuEventRecord(events[1], stream)
+                driver.cuEventSynchronize(events[1])
+                status, ms = driver.cuEventElapsedTime(events[0], events[1])
+                if status != driver.CUresult.CUDA_SUCCESS:
+                    return None
+                best[i] = min(best[i], ms * 1e3 / batch)
+    finally:
+        for event in events:
+            driver.cuEventDestroy(event)
+    return best
 
 
 def _to_device(array: np.ndarray):
