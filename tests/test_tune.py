@@ -21,8 +21,8 @@ from autospmv._support.validation import canonicalize
 from matrices import FAMILY, poisson2d
 from virtual_clock import VirtualClock
 
-CPU_MODEL = (Path(__file__).resolve().parent.parent / "models"
-             / "cuda-nvidia-h100-80gb-hbm3-float64.json")
+MODELS = Path(__file__).resolve().parent.parent / "models"
+CPU_MODEL = MODELS / "cuda-nvidia-h100-80gb-hbm3-float64.json"
 """A trained tree to tune from on the CPU (none ships for the CPU, whose rule runs one kernel; a
 tree reads the same features on any device)."""
 
@@ -110,6 +110,30 @@ def test_measure_refuses_the_cuda_simulator(monkeypatch):
         measure(Input(A, "cuda", OrderChoice("keep", "order kept")), decision)
 
 
+@pytest.mark.parametrize("slug", sorted(path.name.removesuffix(".json") for path in
+                                         MODELS.glob("cuda-*.json")))
+def test_the_margin_prunes_no_labelled_fastest_kernel(slug):
+    """On a shipped model's own labels, the kernel that timed fastest is never ranked
+    TUNE_MARGIN or more behind the tree's first choice, so tune="measure" would time it."""
+    from autospmv.training.records import read_records
+
+    model = TreeModel.load(MODELS / f"{slug}.json")
+    behind = []
+    for record in read_records(MODELS / "labels" / f"{slug}.jsonl.gz"):
+        times = {kernel: result["time_b2b_us"] for kernel, result in record["kernels"].items()
+                 if result.get("status") == "ok" and result.get("time_b2b_us")}
+        if not times:
+            continue
+        evaluation, ranked, _ = model.decide(record["features"], record["nnz"])
+        margins = model.margins(evaluation)
+        fastest = min(times, key=times.get)
+        if fastest in margins:  # (a kernel the tree does not rank is never a candidate)
+            behind.append((margins[fastest] - margins[ranked[0]], record["name"], fastest))
+    assert len(behind) > 500, "the label file holds the matrices the model was trained on"
+    margin, name, fastest = max(behind)
+    assert margin < TUNE_MARGIN, f"{fastest}, fastest on {name}, is ranked {margin:.2f} behind"
+
+
 def test_tune_arguments_are_checked():
     with pytest.raises(ValueError, match=r"unknown tune='exhaustive'; valid: None"):
         autospmv.prepare(poisson2d(5), device="cpu", tune="exhaustive")
@@ -136,7 +160,7 @@ def test_measuring_pays_when_the_saving_exceeds_the_conversions_and_timed_produc
 
 
 def test_measuring_never_pays_without_an_estimate_or_a_second_candidate():
-    far = _decision(100.0, {"csr_scalar": TUNE_MARGIN, "hyb": 2.0})
+    far = _decision(100.0, {"csr_scalar": TUNE_MARGIN, "hyb": TUNE_MARGIN + 1.0})
     pays, note = measuring_pays(far, 10**12, 0.0)
     assert not pays and "no other kernel is ranked within" in note
     pays, note = measuring_pays(
