@@ -14,7 +14,9 @@ Matrices (in three groups, summarised apart): every ``.npz`` of ``--matrices`` a
 ``--grown-nnz`` each of them again grown to about that many nonzeros as block-diagonal copies
 (fewer where X and Y of 64 columns would pass ``--grown-max-gb``), so that products leave the
 caches ("grown"). ``op`` is ``autospmv.prepare(A, device=...)``, the automatic choice:
-its multi-vector product runs on CSR arrays whatever the kernel (``op.explain()`` says which).
+its multi-vector product runs on CSR arrays whatever the kernel (``op.explain()`` says which;
+a record's ``note`` holds that line, and its ``choice`` the program a GPU timed and kept for
+5 to 8 columns).
 
 Timing: :class:`autospmv._support.timing.Bench`, the labeller's timer (warm-up, interleaved rounds of
 per-call samples and of back-to-back batches, contention check), all implementations of one
