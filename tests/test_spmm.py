@@ -306,9 +306,9 @@ def test_repeated_products_keep_their_launch_parameters(rng):
 @pytest.mark.requires_gpu
 @pytest.mark.parametrize("name", ["huge_row_among_short_300x3000", "poisson2d_169"])
 def test_column_counts_up_to_8_keep_the_faster_program_and_say_so(name, rng):
-    """For 4 < k ≤ MEASURED_UP_TO the first product times the many-columns kernel against the few-columns
-    kernel in passes; every product is right whichever is kept, and the choice is noted once
-    per column count."""
+    """For 4 < k ≤ MEASURED_UP_TO the first product times the many-columns kernel against the
+    few-columns kernel in passes; every product is right whichever is kept, and the choice is
+    noted once per column count."""
     from autospmv.kernels.cuda.spmm import MEASURED_UP_TO
 
     A = matrix(name, np.float64)

@@ -25,10 +25,10 @@ TUNE_CANDIDATES = 3
 TUNE_MARGIN = 3.0
 """A candidate the tree ranks this far behind its first choice (in the model's units: log2 of
 the estimated slow-down for a correction tree) is not built or timed. Calibrated on the shipped
-GPU models' own labels: the fastest kernel of a labelled matrix was ranked at most 2.6 behind
-the first choice (the H100's float64 model; 24 of its 1,060 matrices beyond 1.0, none of the
-H200's beyond 0.6), and no labelled fastest kernel lies this far behind
-(``tests/test_tune.py`` checks it on every shipped model and label file)."""
+GPU models' own labels, where the fastest kernel of a labelled matrix is ranked at most 2.6
+behind the first choice (the H100's float64 model; at most 0.6 on the H200's): no labelled
+fastest kernel lies this far behind (``tests/test_tune.py`` checks it on every shipped model
+and label file)."""
 TUNE_PRODUCTS = 70
 """About how many products :data:`TUNE_TIMING` runs per candidate (a warm-up, then the
 back-to-back batches and per-call repeats of its rounds): the timing part of the cost of
