@@ -27,7 +27,8 @@ def host_launches(name: str, values, vectors, k: int, index=np.int32, in_passes=
     arrays = {"indptr": A.indptr.astype(index), "indices": A.indices.astype(index),
               "data": A.data}
     pieces = spmm.long_row_pieces(arrays["indptr"])
-    return A, pieces, spmm.launches(A.shape, arrays, pieces, 4, k, vectors, vectors, in_passes)
+    steps = spmm.launches(A.shape, arrays, pieces, 4, k, vectors, vectors, in_passes)
+    return A, pieces, steps
 
 
 @pytest.mark.parametrize("index", [np.int32, np.int64])
@@ -40,7 +41,8 @@ def test_kernels_compile_to_ptx(values, vectors, k, index):
     assert pieces[0].size, "the matrix has a row longer than a piece"
     assert len(launches) == 2, "a row launch and a piece launch"
     kernel = "spmm_few_columns_kernel" if k <= spmm.FEW_COLUMNS else "spmm_many_columns_kernel"
-    for launch, items in zip(launches, (A.shape[0], pieces[0].size)):
+    for (launch, first), items in zip(launches, (A.shape[0], pieces[0].size)):
+        assert first == 0
         assert launch.block == spmm.BLOCK and launch.grid * launch.block >= items
         ptx = compiled_ptx(launch)
         entries = [line for line in ptx.splitlines() if ".entry" in line]
@@ -56,23 +58,27 @@ def test_passes_run_the_few_columns_kernel_on_windows_of_four(k, firsts):
     A, pieces, launches = host_launches("huge_row_among_short_300x3000", np.float32,
                                         np.float64, k, in_passes=True)
     assert len(launches) == 2 * len(firsts), "a row launch and a piece launch per pass"
-    assert [int(launch.args[6]) for launch in launches] == sorted(firsts * 2)
-    assert [int(launch.args[-1]) for launch in launches] == [0, 1] * len(firsts)
-    ptx = compiled_ptx(launches[-1])
+    assert [step.first for step in launches] == sorted(firsts * 2)
+    widths = [min(spmm.FEW_COLUMNS, k - first) for first in sorted(firsts * 2)]
+    assert [int(step.launch.args[6]) for step in launches] == widths
+    assert all(int(step.launch.args[5]) == k for step in launches), "rows k apart"
+    assert [int(step.launch.args[-1]) for step in launches] == [0, 1] * len(firsts)
+    ptx = compiled_ptx(launches[-1].launch)
     assert "spmm_few_columns_kernel" in next(l for l in ptx.splitlines() if ".entry" in l)
 
 
 def test_a_matrix_without_long_rows_has_one_launch():
     _, pieces, launches = host_launches("poisson2d_169", np.float64, np.float64, 16)
     assert pieces[0].size == 0 and len(launches) == 1
-    assert launches[0].grid * launches[0].block >= 169 * spmm.many_columns_group(16)
+    launch = launches[0].launch
+    assert launch.grid * launch.block >= 169 * spmm.many_columns_group(16)
 
 
 @pytest.mark.parametrize("k, lanes", [(5, 2), (8, 2), (9, 4), (16, 4), (17, 8), (64, 16),
                                       (65, 32), (128, 32), (200, 32)])
 def test_many_columns_groups_cover_the_columns(k, lanes):
     _, _, launches = host_launches("poisson2d_169", np.float64, np.float64, k)
-    log_group = launches[0].args[6]
+    log_group = launches[0].launch.args[6]
     assert 1 << int(log_group) == lanes
 
 
@@ -80,6 +86,6 @@ def test_kernels_carry_their_launch_bound():
     """Six blocks per SM hold the kernels to 40 registers (see spmm.BLOCKS_PER_SM)."""
     for k in (3, 40):
         _, _, launches = host_launches("poisson2d_169", np.float32, np.float32, k)
-        ptx = compiled_ptx(launches[0])
+        ptx = compiled_ptx(launches[0].launch)
         assert re.search(rf"\.maxntid\s+{spmm.BLOCK}\b", ptx)
         assert re.search(rf"\.minnctapersm\s+{spmm.BLOCKS_PER_SM}\b", ptx)

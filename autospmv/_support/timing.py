@@ -105,20 +105,22 @@ class CpuClock:
 
 
 class CudaClock:
-    """Two CUDA events on the default stream; :meth:`stop` waits for the work before it."""
+    """Two CUDA events on a stream (``stream``: a CUDA stream handle; the default stream when
+    0); :meth:`stop` waits for the work before it."""
 
-    def __init__(self):
+    def __init__(self, stream: int = 0):
         from numba import cuda
 
         self._cuda = cuda
+        self._stream = cuda.external_stream(stream) if stream else 0
         self._start, self._end = cuda.event(timing=True), cuda.event(timing=True)
 
     def start(self) -> None:
-        self._start.record()
+        self._start.record(self._stream)
 
     def stop(self) -> float:
         """Microseconds since :meth:`start`, once the device has finished the work between."""
-        self._end.record()
+        self._end.record(self._stream)
         self._end.synchronize()
         return self._cuda.event_elapsed_time(self._start, self._end) * 1e3
 

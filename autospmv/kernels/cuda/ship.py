@@ -97,7 +97,8 @@ def specializations() -> list[tuple]:
                     add(program.steps if x_dtype == dtype
                         else program.for_vectors(x_dtype, y_dtype).steps)
                     for k in (2, FEW_COLUMNS + 1):
-                        add(launches(csr.shape, arrays, pieces, group, k, x_dtype, y_dtype))
+                        add(step.launch for step in launches(csr.shape, arrays, pieces, group,
+                                                             k, x_dtype, y_dtype))
     for dispatcher, argtypes in (feature_passes.shipped_launches()
                                  + conversions.shipped_launches()):
         found.setdefault((dispatcher.py_func, argtypes), dispatcher)

@@ -24,8 +24,9 @@ each:
   cache).
 
 For 4 < k ≤ :data:`MEASURED_UP_TO`, the few-columns kernel also runs in passes of four
-columns (``first`` names a pass's first column), each pass reading A again; the first product
-of k columns times both programs and keeps the faster (:class:`MultiVectorProgram`).
+columns (each pass handed X and Y from its first column on, :class:`ColumnLaunch`), each pass
+reading A again; the first product of k columns times both programs and keeps the faster
+(:class:`MultiVectorProgram`).
 
 Long rows: a group handles at most :data:`PIECE` nonzeros of a row. The first launch gives every
 row its first piece and writes Y's row; rows longer than that have their further pieces listed
@@ -48,10 +49,13 @@ few-columns kernel (idle lanes, as csr_vector).
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 from numba import cuda, uint64
 
 from ... import _registry as registry
+from ..._support.timing import CudaClock
 from ...formats.base import RowStructure
 from .. import unsigned
 from . import jit
@@ -121,23 +125,24 @@ def _store(y, position, value, pieces):
 
 
 @jit(cache=True, launch_bounds=(BLOCK, BLOCKS_PER_SM))
-def spmm_few_columns_kernel(indptr, indices, data, x, y, k, first, log_group, piece_row,
+def spmm_few_columns_kernel(indptr, indices, data, x, y, k, width, log_group, piece_row,
                             piece_start, pieces):
+    # X and Y rows are k apart; this launch computes the first ``width`` (up to four) columns
+    # of x and y, which a pass hands over from its first column on (see ColumnLaunch).
     group = 1 << log_group
     thread = cuda.grid(1)
     lane = thread & (group - 1)
     row, start, end, valid = _work_item(thread >> log_group, indptr, piece_row, piece_start,
                                         pieces)
     columns = uint64(k)
-    width = k - first  # the columns first, first + 1, ... (up to four) of this launch
     zero = y.dtype.type(0)
     acc0 = acc1 = acc2 = acc3 = zero
     g = uint64(group)
     p = start + uint64(lane)
     # Two nonzeros per step while a lane has two left: their loads are in flight together.
     while p + g < end:
-        a, b = data[p], uint64(indices[p]) * columns + uint64(first)
-        c, d = data[p + g], uint64(indices[p + g]) * columns + uint64(first)
+        a, b = data[p], uint64(indices[p]) * columns
+        c, d = data[p + g], uint64(indices[p + g]) * columns
         acc0 += a * x[b] + c * x[d]
         if width > 1:
             acc1 += a * x[b + uint64(1)] + c * x[d + uint64(1)]
@@ -147,7 +152,7 @@ def spmm_few_columns_kernel(indptr, indices, data, x, y, k, first, log_group, pi
             acc3 += a * x[b + uint64(3)] + c * x[d + uint64(3)]
         p += uint64(2) * g
     if p < end:
-        a, b = data[p], uint64(indices[p]) * columns + uint64(first)
+        a, b = data[p], uint64(indices[p]) * columns
         acc0 += a * x[b]
         if width > 1:
             acc1 += a * x[b + uint64(1)]
@@ -167,7 +172,7 @@ def spmm_few_columns_kernel(indptr, indices, data, x, y, k, first, log_group, pi
             acc3 += cuda.shfl_down_sync(FULL_MASK, acc3, offset)
         offset >>= 1
     if valid and lane == 0:
-        out = row * columns + uint64(first)
+        out = row * columns
         _store(y, out, acc0, pieces)
         if width > 1:
             _store(y, out + uint64(1), acc1, pieces)
@@ -249,18 +254,47 @@ RULE = (f"multi-vector products (A @ X, X of k columns) run on A's CSR arrays: f
 """The rule :class:`MultiVectorProgram` follows, as the decision notes it."""
 
 
+class ColumnLaunch(NamedTuple):
+    """A launch of ``Y = A @ X`` on the columns of X and Y from ``first`` on: it is handed X
+    and Y from their column ``first`` (their addresses shifted by that many elements, see
+    :meth:`closure`), so a pass of the few-columns kernel reads its window of columns as the
+    first columns of rows k apart, with no argument of its own for the window."""
+
+    launch: Launch
+    first: int
+
+    def load(self, n: int, m: int, k: int) -> None:
+        """Load the launch for an X of n rows and a Y of m rows, k columns each (the launch is
+        handed them from column ``first`` on)."""
+        self.launch.load(max(n * k - self.first, 0), max(m * k - self.first, 0))
+
+    def closure(self, x_dtype, y_dtype):
+        """``f(x, y, stream)`` running the launch with X and Y shifted to column ``first``:
+        device addresses on a GPU (the launch loaded), flat device arrays under the
+        simulator."""
+        first = self.first
+        if SIMULATOR:
+            return lambda x, y, stream=0: self.launch.simulate(x[first:], y[first:])
+        fire = self.launch.fire()
+        if not first:
+            return fire
+        dx, dy = first * np.dtype(x_dtype).itemsize, first * np.dtype(y_dtype).itemsize
+        return lambda x, y, stream: fire(x + dx, y + dy, stream)
+
+
 def launches(shape: tuple[int, int], arrays: dict, pieces: tuple, few_group: int, k: int,
-             x_dtype, y_dtype, in_passes: bool = False) -> list[Launch]:
+             x_dtype, y_dtype, in_passes: bool = False) -> list[ColumnLaunch]:
     """The launches of ``Y = A @ X`` for X of k columns (not loaded): the row launch, and the
     piece launch where ``pieces`` (the rows and starts of :func:`long_row_pieces`) has any.
     ``arrays``: A's CSR arrays (``indptr``, ``indices``, ``data``; host arrays stand in for
     device arrays when only PTX is compiled); ``few_group``: the lanes per row of the
     few-columns kernel. ``in_passes``: for k > :data:`FEW_COLUMNS`, the few-columns kernel in
-    passes of :data:`FEW_COLUMNS` columns (both launches per pass) instead of the
-    many-columns kernel."""
+    passes of :data:`FEW_COLUMNS` columns (both launches per pass, each pass on the columns
+    from its ``first``) instead of the many-columns kernel."""
     few = k <= FEW_COLUMNS or in_passes
+    kernel = spmm_few_columns_kernel if few else spmm_many_columns_kernel
     group = few_group if few else many_columns_group(k)
-    windows = range(0, k, FEW_COLUMNS) if few else [None]
+    windows = range(0, k, FEW_COLUMNS) if few else [0]
     piece_row, piece_start = pieces
     steps = []
     for first in windows:
@@ -271,12 +305,11 @@ def launches(shape: tuple[int, int], arrays: dict, pieces: tuple, few_group: int
                     np.int64(k), np.int32(group.bit_length() - 1), piece_row, piece_start,
                     np.int32(in_pieces)]
             if few:
-                args.insert(6, np.int64(first))
-            kernel = spmm_few_columns_kernel if few else spmm_many_columns_kernel
+                args.insert(6, np.int64(min(FEW_COLUMNS, k - first)))
             launch = Launch(kernel, -(-items * group // BLOCK), BLOCK, args, y_dtype)
             if np.dtype(x_dtype) != np.dtype(y_dtype):
                 launch = launch.for_vectors(x_dtype, y_dtype)
-            steps.append(launch)
+            steps.append(ColumnLaunch(launch, first))
     return steps
 
 
@@ -386,37 +419,29 @@ class MultiVectorProgram:
         steps = launches(self.shape, self.arrays, self.pieces, self.few_group, k, x_dtype,
                          y_dtype, in_passes)
         for step in steps:
-            step.load(n * k, m * k)
-        return steps, [step.simulate if SIMULATOR else step.fire() for step in steps]
+            step.load(n, m, k)
+        return steps, [step.closure(x_dtype, y_dtype) for step in steps]
 
 
 def time_programs(programs: list, x, y, stream, rounds: int = 3, batch: int = 3):
     """Microseconds per product of each program (``(launches, closures)``), the least of
-    ``rounds`` interleaved batches of ``batch`` products on ``stream`` between two CUDA
-    events; None where the stream is being captured into a graph (nothing may wait for it
-    then) or its capture status cannot be read."""
+    ``rounds`` interleaved batches of ``batch`` products on ``stream`` (a CUDA stream handle),
+    timed by :class:`~autospmv._support.timing.CudaClock` on that stream; None where the stream
+    is being captured into a graph (nothing may wait for it then) or its capture status cannot
+    be read."""
     status, capturing = driver.cuStreamIsCapturing(stream)
     if (status != driver.CUresult.CUDA_SUCCESS
             or capturing != driver.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE):
         return None
-    events = [driver.cuEventCreate(0)[1] for _ in range(2)]
+    timer = CudaClock(stream)
     best = [np.inf] * len(programs)
-    try:
-        for _ in range(rounds):
-            for i, (_, fires) in enumerate(programs):
-                driver.cuEventRecord(events[0], stream)
-                for _ in range(batch):
-                    for fire in fires:
-                        fire(x, y, stream)
-                driver.cuEventRecord(events[1], stream)
-                driver.cuEventSynchronize(events[1])
-                status, ms = driver.cuEventElapsedTime(events[0], events[1])
-                if status != driver.CUresult.CUDA_SUCCESS:
-                    return None
-                best[i] = min(best[i], ms * 1e3 / batch)
-    finally:
-        for event in events:
-            driver.cuEventDestroy(event)
+    for _ in range(rounds):
+        for i, (_, fires) in enumerate(programs):
+            timer.start()
+            for _ in range(batch):
+                for fire in fires:
+                    fire(x, y, stream)
+            best[i] = min(best[i], timer.stop() / batch)
     return best
 
 
