@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import scipy.sparse
 
 import autospmv
 from solver_cases import problems, right_hand_side
@@ -17,28 +18,33 @@ CASES = {("cg", "laplacian"): (None, "jacobi"), ("bicgstab", "convection"): (Non
 """The preconditioners each case runs with (each simulated kernel launch takes about a second,
 so every step runs at least once without repeating the slow cases)."""
 
+LONG_ROWS = 1500
+"""Rows of the matrix whose product with its dot gives some threads two rows (the simulated
+summing grid has 4 blocks of 256 threads) and others one."""
+
 FUSED_KERNELS = ("csr_scalar", "ell", "jds", "hyb")
 """Kernels whose product can also form x · y (``SpMVOperator.product_with_dot``): each runs a
 product with its dot, and cg runs on ell's (the update then takes p·q from the product)."""
 
 
-def product_with_dot_case(kernel, A, dtype):
+def product_with_dot_case(kernel, A, dtype, case=None):
     """The product with its dot (A and x of ``dtype``) against the plain product and float64
-    NumPy's dot."""
+    NumPy's dot (``case``: the record's name, by default from the kernel and dtype)."""
     from numba import cuda
 
     op = autospmv.prepare(A.astype(dtype), kernel=kernel, device="cuda")
     x = right_hand_side(A.shape[0], seed=1).astype(dtype)
+    case = case or f"dot-{kernel}-{np.dtype(dtype)}"
     sums = np.zeros(3)
     run = op.product_with_dot(dtype, sums, 2)
     if run is None:
-        return {"case": f"dot-{kernel}-{np.dtype(dtype)}", "fused": False}
+        return {"case": case, "fused": False}
     x_device = cuda.to_device(x)
     y_device = cuda.device_array(A.shape[0], dtype=dtype)
     run(x_device, y_device, 0)
     y = y_device.copy_to_host()
     expected = float(np.dot(x.astype(np.float64), y.astype(np.float64)))
-    return {"case": f"dot-{kernel}-{np.dtype(dtype)}", "fused": True,
+    return {"case": case, "fused": True,
             "y_equal": bool(np.array_equal(y, op @ x)),
             "dot_error": abs(sums[2] - expected) / abs(expected),
             "others_untouched": bool(sums[0] == 0 and sums[1] == 0)}
@@ -49,6 +55,10 @@ laplacian_matrix = problems(3)[0][2]
 for kernel in FUSED_KERNELS:
     for dtype in (np.float32, np.float64):
         records.append(product_with_dot_case(kernel, laplacian_matrix, dtype))
+long_matrix = scipy.sparse.diags([-1.0, 2.0, -1.0], [-1, 0, 1], shape=(LONG_ROWS, LONG_ROWS),
+                                  format="csr")
+for kernel in FUSED_KERNELS[:3]:
+    records.append(product_with_dot_case(kernel, long_matrix, np.float64, f"dot-{kernel}-long"))
 b = right_hand_side(laplacian_matrix.shape[0])
 fused = autospmv.prepare(laplacian_matrix, kernel="ell", device="cuda")
 cpu = autospmv.prepare(laplacian_matrix, device="cpu")

@@ -51,6 +51,16 @@ def test_the_product_with_its_dot_is_the_product_and_its_dot(simulated, kernel, 
     assert record["others_untouched"]
 
 
+@pytest.mark.parametrize("kernel", ["csr_scalar", "ell", "jds"])
+def test_threads_of_two_rows_form_the_product_and_its_dot(simulated, kernel):
+    """A matrix of more rows than the summing grid has threads: the threads that take two rows
+    (a grid apart) and those that take one give the plain product and its dot."""
+    record = simulated[f"dot-{kernel}-long"]
+    assert record["fused"]
+    assert record["y_equal"]
+    assert record["dot_error"] <= 1e-13
+
+
 def steps():
     from autospmv._solve import bicgstab, cg, gmres, minres
     from autospmv._solve.steps import Step
