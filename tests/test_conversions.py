@@ -72,6 +72,47 @@ def test_every_launch_has_a_shipped_cubin(monkeypatch):
     assert launched == shipped
 
 
+class RecordingConversions:
+    """Stands in for the GPU's conversion kernels: does what the array operations do (the
+    host's results) and records each call."""
+
+    def __init__(self):
+        self.calls = []
+
+    def longest_row(self, csr):
+        self.calls.append("longest_row")
+        return int(np.diff(csr.host_indptr).max())
+
+    def nonzero_rows(self, csr, itype):
+        self.calls.append("nonzero_rows")
+        return np.repeat(np.arange(csr.shape[0]), np.diff(csr.host_indptr)).astype(itype)
+
+    def split_at_width(self, csr, width, longest):
+        from autospmv.formats.ell import split_at_width
+
+        self.calls.append("split_at_width")
+        ell, coo = split_at_width(csr.to_host(), width)
+        return ell.col, ell.data, coo.row, coo.col, coo.data
+
+
+@pytest.mark.parametrize("kernel, calls", [("coo", ["nonzero_rows"]),
+                                           ("ell", ["longest_row", "split_at_width"]),
+                                           ("hyb", ["longest_row", "split_at_width"])])
+def test_a_matrix_on_the_gpu_converts_with_the_conversions_it_carries(kernel, calls):
+    """The formats run the conversions that have GPU kernels through the matrix's own
+    ``conversions`` (what put it on the GPU hands them in), and give the host format."""
+    csr = canonicalize(power_law(300, 200, 1.6, 1))
+    conversions = RecordingConversions()
+    stand_in = DeviceCSR(csr.shape, csr.indptr, csr.indices, csr.data, csr.indptr.copy(), np,
+                         conversions)
+    params = registry.choose_params(kernel, csr, "cuda")
+    spec = registry.get(kernel)
+    device, host = spec.convert(stand_in, params), spec.convert(csr, params)
+    assert conversions.calls == calls
+    for key, value in host.arrays().items():
+        np.testing.assert_array_equal(device.arrays()[key], value, err_msg=key)
+
+
 @pytest.mark.requires_gpu
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("kernel", ["coo", "ell", "hyb"])
@@ -80,6 +121,7 @@ def test_gpu_conversions_build_the_host_formats(kernel, dtype):
     give the host format's arrays exactly."""
     pytest.importorskip("cupy")
     from autospmv._prepare.device_input import upload_csr
+    from autospmv.kernels.cuda import conversions
 
     matrices = [FAMILY[name]() for name in sorted(FAMILY)] + [power_law(20_000, 15_000, 1.6, 4)]
     for A in matrices:
@@ -93,7 +135,7 @@ def test_gpu_conversions_build_the_host_formats(kernel, dtype):
                 spec.convert(upload_csr(csr), params)
             continue
         uploaded = upload_csr(csr)
-        assert uploaded.on_gpu
+        assert uploaded.on_gpu and uploaded.conversions is conversions
         device = spec.convert(uploaded, params)
         host_arrays, device_arrays = host.arrays(), device.arrays()
         assert list(device_arrays) == list(host_arrays)

@@ -8,9 +8,9 @@ selection), preparing an operator, the solvers' iteration, and at the top the pu
 package, the command line and its tools, the distributed operator and the training pipeline.
 
 Every import counts, module-level and inside functions. A module may import its own layer (the
-cycle test keeps those imports free of loops) and the layers below. The exceptions are named in
-:data:`LAZY_GPU_IMPORTS`: a function that runs only for a matrix on the GPU may import the CUDA
-kernels it needs from below them.
+cycle test keeps those imports free of loops) and the layers below, and nothing else: a lower
+layer that needs something from above is handed it (a matrix on the GPU carries the conversion
+kernels that the formats run, :attr:`autospmv.formats.base.DeviceCSR.conversions`).
 
 And no module imports another module's underscore names, except between the modules of one
 subpackage below the top (:func:`test_no_module_imports_another_modules_private_names`).
@@ -38,13 +38,6 @@ LAYERS = (
 )
 """Each layer's packages and modules, bottom first; a module is in the layer of the longest
 name that is it or a package above it (``autospmv`` itself is only ``autospmv/__init__.py``)."""
-
-LAZY_GPU_IMPORTS = {
-    "autospmv.kernels.cuda.conversions":
-        "a format converts itself on the GPU with the shipped conversion kernels",
-}
-"""Modules that a lower layer may import inside a function (never at module level), with why."""
-
 
 def module_name(path: Path) -> str:
     parts = path.relative_to(REPO).with_suffix("").parts
@@ -117,21 +110,12 @@ def test_every_module_is_in_a_layer():
 def test_every_import_points_down_a_layer_or_stays_in_its_own():
     known = modules()
     up = []
-    for name, target, _, line, in_function in imports(known):
+    for name, target, _, line, _ in imports(known):
         if layer(target) <= layer(name):
-            continue
-        if in_function and target in LAZY_GPU_IMPORTS:
             continue
         up.append(f"{name}:{line} imports {target} ({LAYERS[layer(name)][0]} -> "
                   f"{LAYERS[layer(target)][0]})")
     assert not up, "imports pointing up a layer:\n" + "\n".join(up)
-
-
-def test_the_lazy_gpu_imports_are_few_and_used():
-    assert len(LAZY_GPU_IMPORTS) <= 2
-    used = {target for name, target, _, _, in_function in imports(modules())
-            if in_function and layer(target) > layer(name)}
-    assert used == set(LAZY_GPU_IMPORTS)
 
 
 def _subpackage_below_the_top(name: str) -> str | None:
@@ -171,5 +155,5 @@ def test_layer_of_a_module(name, expected):
 def test_the_walk_sees_function_level_and_training_imports():
     found = {(name, target, in_function) for name, target, _, _, in_function in
              imports(modules())}
-    assert ("autospmv.formats.base", "autospmv.kernels.cuda.conversions", True) in found
+    assert ("autospmv._prepare.device_input", "autospmv.kernels.cuda.conversions", True) in found
     assert ("autospmv.training.label", "autospmv._registry", False) in found

@@ -133,7 +133,16 @@ def canonical_device_csr(A) -> DeviceCSR:
     itype = index_dtype(int(matrix.nnz), shape)
     indptr = matrix.indptr.astype(itype, copy=False)
     return DeviceCSR(shape, indptr, matrix.indices.astype(itype, copy=False),
-                     matrix.data.astype(dtype, copy=False), cupy.asnumpy(indptr), cupy)
+                     matrix.data.astype(dtype, copy=False), cupy.asnumpy(indptr), cupy,
+                     gpu_conversions())
+
+
+def gpu_conversions():
+    """The GPU's conversion kernels (:mod:`autospmv.kernels.cuda.conversions`), which every
+    :class:`DeviceCSR` on the GPU carries (:attr:`DeviceCSR.conversions`)."""
+    from ..kernels.cuda import conversions
+
+    return conversions
 
 
 def upload_csr(csr) -> DeviceCSR | None:
@@ -147,7 +156,7 @@ def upload_csr(csr) -> DeviceCSR | None:
     except ImportError:
         return None
     return DeviceCSR(csr.shape, cupy.asarray(csr.indptr), cupy.asarray(csr.indices),
-                     cupy.asarray(csr.data), csr.indptr, cupy)
+                     cupy.asarray(csr.data), csr.indptr, cupy, gpu_conversions())
 
 
 def upload_for(csr, device: str) -> DeviceCSR | None:

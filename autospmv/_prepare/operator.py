@@ -183,13 +183,14 @@ class SpMVOperator(LinearOperator):
         # (canonicalize copied it), and for the caller's own CSR the CPU format (rebuilt to CSR
         # when needed) or, under numba-cuda's simulator, a copy taken now.
         self._on_device = None
-        """(GPU format, host row pointer, array module) that Aᵀ is rebuilt from, or None."""
+        """(GPU format, host row pointer, array module, conversions) that Aᵀ is rebuilt from,
+        or None (:meth:`~autospmv.formats.base.SparseFormat.to_device_csr`)."""
         if source is not None:
             self._source = source
         elif isinstance(csr, DeviceCSR):
             self._source = None
             indptr = host_csr.indptr.copy() if borrowed else host_csr.indptr
-            self._on_device = (fmt, indptr, csr.xp)
+            self._on_device = (fmt, indptr, csr.xp, csr.conversions)
         elif isinstance(csr, SparseFormat):
             self._source = None
         elif not borrowed:
@@ -672,8 +673,8 @@ class SpMVOperator(LinearOperator):
         if isinstance(self._source, sp.csr_matrix):
             return self._source
         if self._on_device is not None:
-            fmt, indptr, xp = self._on_device
-            return fmt.to_device_csr(indptr, xp)
+            fmt, indptr, xp, conversions = self._on_device
+            return fmt.to_device_csr(indptr, xp, conversions)
         source = self._source
         if source is None and self._transposed is not None:  # Aᵀ's operator holds it now
             source_t = self._transposed._source
@@ -703,8 +704,9 @@ class SpMVOperator(LinearOperator):
         (20, 30)
         """
         if self._transposed is None and self._on_device is not None:
-            fmt, indptr, xp = self._on_device
-            self._transposed = self._transpose_on_device(fmt.to_device_csr(indptr, xp).sparse())
+            fmt, indptr, xp, conversions = self._on_device
+            self._transposed = self._transpose_on_device(
+                fmt.to_device_csr(indptr, xp, conversions).sparse())
             self._on_device = None  # the rebuilt CSR goes with this call
             self._host_nbytes -= indptr.nbytes
         if self._transposed is None and is_device_matrix(self._source):

@@ -59,6 +59,12 @@ class DeviceCSR:
     data: object
     host_indptr: np.ndarray
     xp: object = np
+    conversions: object = None
+    """What runs the conversions that have GPU kernels of their own (the longest row, the row
+    of every nonzero, the split at an ELL width) on arrays on the GPU: the module
+    :mod:`autospmv.kernels.cuda.conversions`, handed in by the code that puts the matrix on
+    the GPU. None: the array operations of ``xp`` run them (NumPy arrays standing in for
+    device arrays in the tests, for one)."""
 
     @property
     def nnz(self) -> int:
@@ -73,17 +79,13 @@ class DeviceCSR:
 
     @property
     def on_gpu(self) -> bool:
-        """Whether the arrays are on the GPU (NumPy arrays stand in for them in tests): the
-        conversions that have shipped kernels (:mod:`autospmv.kernels.cuda.conversions`) run
-        them there, and the array operations of ``xp`` elsewhere."""
+        """Whether the arrays are on the GPU (NumPy arrays stand in for them in tests)."""
         return not isinstance(self.indices, np.ndarray)
 
     def longest_row(self) -> int:
         """The longest row's length, reduced on the device (one scalar comes back)."""
-        if self.on_gpu and self.shape[0]:
-            from ..kernels.cuda import conversions
-
-            return conversions.longest_row(self)
+        if self.conversions is not None and self.shape[0]:
+            return self.conversions.longest_row(self)
         return longest_row(self.indptr, self.xp)
 
     def rows_and_positions(self):
@@ -177,11 +179,12 @@ class SparseFormat:
         host = self.map_arrays(to_host).to_csr()
         return csr.xp.asarray(host.indices), csr.xp.asarray(host.data)
 
-    def to_device_csr(self, indptr: np.ndarray, xp) -> DeviceCSR:
+    def to_device_csr(self, indptr: np.ndarray, xp, conversions=None) -> DeviceCSR:
         """The CSR matrix a format built on the device holds, rebuilt there from its arrays and
         the host row pointer ``indptr`` (uploaded here), so that an operator can keep nothing
-        but the format it runs and still build Aᵀ later."""
-        rows = DeviceCSR(self.shape, xp.asarray(indptr), None, None, indptr, xp)
+        but the format it runs and still build Aᵀ later (``conversions``: as
+        :attr:`DeviceCSR.conversions`)."""
+        rows = DeviceCSR(self.shape, xp.asarray(indptr), None, None, indptr, xp, conversions)
         indices, data = self.csr_arrays(rows)
         return dataclasses.replace(rows, indices=indices, data=data)
 

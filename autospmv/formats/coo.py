@@ -35,12 +35,10 @@ class COOFormat(SparseFormat):
     @classmethod
     def from_device_csr(cls, csr) -> "COOFormat":
         """The row of every nonzero from a search in the row pointer, on the device (on the GPU
-        by a shipped kernel, :mod:`autospmv.kernels.cuda.conversions`)."""
-        if csr.on_gpu:
-            from ..kernels.cuda import conversions
-
-            return cls(csr.shape, conversions.nonzero_rows(csr, csr.indices.dtype), csr.indices,
-                       csr.data)
+        by a shipped kernel, :attr:`~autospmv.formats.base.DeviceCSR.conversions`)."""
+        if csr.conversions is not None:
+            return cls(csr.shape, csr.conversions.nonzero_rows(csr, csr.indices.dtype),
+                       csr.indices, csr.data)
         row = row_of_each_nonzero(csr.indptr, csr.nnz, csr.indices.dtype, csr.xp)
         return cls(csr.shape, row, csr.indices, csr.data)
 

@@ -76,13 +76,12 @@ def split_at_width(csr: sp.csr_matrix, width: int) -> tuple["ELLFormat", COOForm
 def split_at_width_on_device(csr, width: int, longest: int) -> tuple["ELLFormat", COOFormat]:
     """:func:`split_at_width` of a matrix on the device (:class:`~autospmv.formats.base.DeviceCSR`),
     whose longest row is ``longest`` (the callers have reduced it), on the GPU by the shipped
-    kernels of :mod:`autospmv.kernels.cuda.conversions`, elsewhere with array operations of
-    ``csr.xp``: every entry scattered to its slot. When no row is longer than ``width`` (ELL,
-    and HYB without a COO part) that needs none of the masks and compactions of a split."""
-    if csr.on_gpu:
-        from ..kernels.cuda import conversions
-
-        arrays = conversions.split_at_width(csr, int(width), int(longest))
+    kernels of :attr:`csr.conversions <autospmv.formats.base.DeviceCSR.conversions>`,
+    elsewhere with array operations of ``csr.xp``: every entry scattered to its slot. When no
+    row is longer than ``width`` (ELL, and HYB without a COO part) that needs none of the masks
+    and compactions of a split."""
+    if csr.conversions is not None:
+        arrays = csr.conversions.split_at_width(csr, int(width), int(longest))
         col, data, coo_row, coo_col, coo_data = arrays
         return (ELLFormat(csr.shape, int(width), col, data),
                 COOFormat(csr.shape, coo_row, coo_col, coo_data))
