@@ -134,6 +134,24 @@ def test_rejects_x_that_is_not_a_vector(op, shape):
         op.matvec(np.ones(shape))
 
 
+@pytest.mark.parametrize("product", ["matmul", "dot", "transpose"])
+def test_a_product_of_more_than_two_dimensions_names_the_shape(op, product):
+    x = np.ones((4, 2, 2))
+    run = {"matmul": lambda: op @ x, "dot": lambda: op.dot(x), "transpose": lambda: op.T @ x}
+    with pytest.raises(ValueError, match=re.escape("A @ x takes a vector or a 2-D block of "
+                                                   "columns; got an array with shape "
+                                                   "(4, 2, 2)")):
+        run[product]()
+
+
+@pytest.mark.parametrize("shape", [(3,), (5,), (4, 2), (2, 2)])
+def test_a_transposed_product_names_the_length_it_needs(op, shape):
+    with pytest.raises(ValueError, match=re.escape(f"Aᵀ @ x needs x of length {op.shape[0]} "
+                                                   f"(A's rows); got an array with shape "
+                                                   f"{shape}")):
+        op.rmatvec(np.ones(shape))
+
+
 def test_rejects_complex_x(op):
     with pytest.raises(TypeError, match="x has complex dtype complex128: autospmv does not "
                                         "support complex vectors"):

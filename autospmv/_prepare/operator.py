@@ -518,10 +518,12 @@ class SpMVOperator(LinearOperator):
             return self.matvec(x)
         if isinstance(x, np.ndarray) and x.ndim == 2:
             return self.matmat(x)
+        _check_at_most_two_dimensions(x)
         y = self._device_product(x)
         return y if y is not None else super().__matmul__(x)
 
     def dot(self, x):
+        _check_at_most_two_dimensions(x)
         y = self._device_product(x)
         return y if y is not None else super().dot(x)
 
@@ -575,6 +577,11 @@ class SpMVOperator(LinearOperator):
         array of shape (n,)
             ``Aᵀ @ x``, of x's kind.
 
+        Raises
+        ------
+        ValueError
+            For a host x that is not a vector of length m (nor m × 1).
+
         Examples
         --------
         >>> import numpy as np, scipy.sparse as sp, autospmv
@@ -584,6 +591,10 @@ class SpMVOperator(LinearOperator):
         """
         if _is_device_array(x):
             return self.transpose_operator().matvec(x)
+        m = self.shape[0]
+        if np.shape(x) not in ((m,), (m, 1)):
+            raise ValueError(f"Aᵀ @ x needs x of length {m} (A's rows); got an array with "
+                             f"shape {np.shape(x)}")
         return super().rmatvec(x)
 
     def rmatmat(self, X):
@@ -832,6 +843,15 @@ def _unpickled_operator(csr, decision: Decision, threads, permutation=None) -> S
 TRANSPOSE_FALLBACK = "hyb"
 """The kernel of Aᵀ when the operator's own kernel's format refuses it (ELL, or JDS on a GPU,
 beyond the fill limit): ELL for the typical row and COO for the rest, which fits any matrix."""
+
+
+def _check_at_most_two_dimensions(x) -> None:
+    """Refuse an array of more than two dimensions in ``A @ x`` by its shape (SciPy's own
+    message would print the whole array)."""
+    if (getattr(x, "ndim", 0) or 0) > 2:
+        raise ValueError(f"A @ x takes a vector or a 2-D block of columns; got an array with "
+                         f"shape {tuple(x.shape)}")
+
 
 def _is_device_array(x) -> bool:
     """Whether x is a CUDA array (it has ``__cuda_array_interface__``); a numpy array is not,
