@@ -38,7 +38,7 @@ from autospmv._solve.machines import CudaMachine
 from autospmv._solve.scalars import MAXITER, TOL
 from autospmv.kernels.cuda import grid_sum
 from benchmarks.solvers_gpu import (chained_copies_seconds, copy_bandwidth, floor_seconds,
-                                    laplacian)
+                                    laplacian, timed)
 
 COPIES = 32
 """Copies of a launch in one graph."""
@@ -68,19 +68,10 @@ def graph_us(cp, stream, launch, copies: int = COPIES, replays: int = 7) -> floa
 
 
 def solve_us(cp, op, b, iterations: int = 320) -> float:
-    """µs per iteration of ``autospmv.cg(op, b, rtol=0, maxiter=iterations)``, the median of
-    five solves after one."""
-    autospmv.cg(op, b, rtol=0.0, maxiter=iterations)
-    times = []
-    for _ in range(5):
-        cp.cuda.Device().synchronize()
-        start, end = cp.cuda.Event(), cp.cuda.Event()
-        start.record()
-        autospmv.cg(op, b, rtol=0.0, maxiter=iterations)
-        end.record()
-        end.synchronize()
-        times.append(cp.cuda.get_elapsed_time(start, end) * 1e3 / iterations)
-    return statistics.median(times)
+    """µs per iteration of ``autospmv.cg(op, b, rtol=0, maxiter=iterations)``
+    (:func:`benchmarks.solvers_gpu.timed`: the median of five solves after one)."""
+    seconds, _ = timed(cp, lambda: autospmv.cg(op, b, rtol=0.0, maxiter=iterations))
+    return seconds * 1e6 / iterations
 
 
 def pieces(cp, op, n: int, dtype) -> dict:
