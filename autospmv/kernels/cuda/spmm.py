@@ -301,11 +301,10 @@ def launches(shape: tuple[int, int], arrays: dict, pieces: tuple, few_group: int
         for items, in_pieces in ((shape[0], 0), (piece_row.shape[0], 1)):
             if not items:
                 continue
+            width = [np.int64(min(FEW_COLUMNS, k - first))] if few else []
             args = [arrays["indptr"], unsigned(arrays["indices"]), arrays["data"], X, Y,
-                    np.int64(k), np.int32(group.bit_length() - 1), piece_row, piece_start,
-                    np.int32(in_pieces)]
-            if few:
-                args.insert(6, np.int64(min(FEW_COLUMNS, k - first)))
+                    np.int64(k), *width, np.int32(group.bit_length() - 1), piece_row,
+                    piece_start, np.int32(in_pieces)]
             launch = Launch(kernel, -(-items * group // BLOCK), BLOCK, args, y_dtype)
             if np.dtype(x_dtype) != np.dtype(y_dtype):
                 launch = launch.for_vectors(x_dtype, y_dtype)
@@ -393,17 +392,8 @@ class MultiVectorProgram:
                 passes = self._build(k, x_dtype, y_dtype, in_passes=True)
                 times = time_programs([program, passes], x, y, stream)
                 if times is not None:
-                    many_us, passes_us = times
-                    count = -(-k // FEW_COLUMNS)
-                    kept = (f"the few-columns kernel in {count} passes ({passes_us:.3g} µs "
-                            f"against {many_us:.3g} µs for the many-columns kernel)"
-                            if passes_us < many_us else
-                            f"the many-columns kernel ({many_us:.3g} µs against "
-                            f"{passes_us:.3g} µs for the few-columns kernel in {count} passes)")
-                    self.notes.append(f"multi-vector products of {k} columns "
-                                      f"({key[1]} X, {key[2]} Y) run {kept}, timed at the "
-                                      f"first one")
-                    program = passes if passes_us < many_us else program
+                    self.notes.append(timed_choice_note(key, *times))
+                    program = passes if times[1] < times[0] else program
             if len(self._programs) >= self.PROGRAMS:
                 self._programs.pop(next(iter(self._programs)))
             self._programs[key] = program
@@ -421,6 +411,26 @@ class MultiVectorProgram:
         for step in steps:
             step.load(n, m, k)
         return steps, [step.closure(x_dtype, y_dtype) for step in steps]
+
+
+def timed_choice_note(key: tuple, many_us: float, passes_us: float) -> str:
+    """The decision's note on the program :meth:`MultiVectorProgram.run` timed and kept for
+    ``key`` (k, X's dtype, Y's dtype).
+
+    Examples
+    --------
+    >>> note = timed_choice_note((8, np.dtype("float32"), np.dtype("float32")), 12.0, 9.5)
+    >>> note.split(" run ")[1].split(", timed")[0]
+    'the few-columns kernel in 2 passes (9.5 µs against 12 µs for the many-columns kernel)'
+    """
+    k, x_dtype, y_dtype = key
+    count = -(-k // FEW_COLUMNS)
+    kept = (f"the few-columns kernel in {count} passes ({passes_us:.3g} µs against "
+            f"{many_us:.3g} µs for the many-columns kernel)" if passes_us < many_us else
+            f"the many-columns kernel ({many_us:.3g} µs against {passes_us:.3g} µs for the "
+            f"few-columns kernel in {count} passes)")
+    return (f"multi-vector products of {k} columns ({x_dtype} X, {y_dtype} Y) run {kept}, "
+            "timed at the first one")
 
 
 def time_programs(programs: list, x, y, stream, rounds: int = 3, batch: int = 3):
