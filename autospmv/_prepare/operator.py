@@ -242,6 +242,37 @@ class SpMVOperator(LinearOperator):
         if decision is not self.decision:
             self.decision.order = decision.order
 
+    def order_arrays(self, xp):
+        """``(perm, inverse)`` of the stored order as arrays of ``xp`` (NumPy, or CuPy for an
+        operator on a GPU), with ``inverse[perm[i]] = i``: on a GPU the device copies the
+        operator's products gather with (uploaded once, with the matrix), so that a solve
+        permutes b and x without copying the order to the device again.
+
+        Parameters
+        ----------
+        xp : module
+            ``numpy``, or ``cupy`` for an operator on a GPU.
+
+        Returns
+        -------
+        tuple of arrays, or None
+            None when the operator runs in A's own order.
+
+        Examples
+        --------
+        >>> import numpy as np, scipy.sparse as sp, autospmv
+        >>> A = sp.random(50, 50, density=0.1, format="csr", random_state=0) + sp.eye(50)
+        >>> perm, inverse = autospmv.prepare(A, device="cpu", order="rcm").order_arrays(np)
+        >>> bool((perm[inverse] == np.arange(50)).all())
+        True
+        """
+        if self.permutation is None:
+            return None
+        if xp is np:
+            return self.permutation, self._inverse
+        arrays = getattr(self._runner, "device_order", (self.permutation, self._inverse))
+        return tuple(xp.asarray(a) for a in arrays)
+
     def in_own_order(self) -> "SpMVOperator":
         """The operator of the matrix in the order it is stored in, ``P A Pᵀ``, whose products
         take and return vectors in that order (no gathers); the operator itself when it runs

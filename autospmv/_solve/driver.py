@@ -97,9 +97,7 @@ def solve(method, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None,
     solve_op, inverse = op, None
     if op.permutation is not None and (M is None or isinstance(M, str)):
         solve_op = op.in_own_order()  # b and x0 permuted once, x back once
-        perm = xp.asarray(op.permutation)
-        inverse = xp.empty_like(perm)
-        inverse[perm] = xp.arange(n, dtype=perm.dtype)
+        perm, inverse = op.order_arrays(xp)
         b_work = b_work[perm]
         x0_work = None if x0_work is None else x0_work[perm]
     problem = Problem(b_work, x0_work, rtol, atol, bnrm2, maxiter, callback, kind, b, inverse)

@@ -88,6 +88,11 @@ class PermutedCudaBackend:
         self._workspaces = {}  # (module, x dtype, stream) -> (x_p, y_p, x_p ptr, y_p ptr)
         self._lock = threading.Lock()
 
+    @property
+    def device_order(self) -> tuple:
+        """``(perm, inverse)`` on the device (numba device arrays, uploaded once)."""
+        return self._perm, self._inverse
+
     def __getattr__(self, name):  # multi, program, shape, dtype
         return getattr(self.inner, name)
 
