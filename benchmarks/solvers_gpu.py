@@ -93,22 +93,25 @@ def floor_seconds(A, itemsize: int, bandwidth: float) -> float:
 
 def chained_copies_seconds(cp, A, itemsize: int) -> float:
     """The floor of an iteration's dependencies: the bytes of :func:`floor_seconds` (less one
-    dot's pass, which the product may form) moved by three device-to-device copies that each
-    wait for the one before (the direction, the product, the update: the fewest passes a cg
-    iteration with its two sums can make), 16 iterations captured as a CUDA graph and replayed;
-    seconds per iteration. Copies of tens of megabytes start and drain, which a single copy of
-    a gigabyte (:func:`copy_bandwidth`) hides."""
+    dot's pass, which the product may form) moved by three device copies that each wait for
+    the one before (the direction, the product, the update: the fewest passes a cg iteration
+    with its two sums can make), 16 iterations captured as a CUDA graph and replayed; seconds
+    per iteration. The copies are CuPy's elementwise copy, the one :func:`copy_bandwidth`
+    times (a ``cudaMemcpyAsync`` between device buffers of tens of megabytes runs about a third
+    slower on an H200). Copies of tens of megabytes start and drain, which a single copy of a
+    gigabyte hides."""
     n = A.shape[0]
-    passes = [b // 2 for b in (3 * n * itemsize, product_bytes(A, itemsize), 6 * n * itemsize)]
-    buffers = [(cp.empty(b, dtype=cp.uint8), cp.empty(b, dtype=cp.uint8)) for b in passes]
+    passes = [b // 16 for b in (3 * n * itemsize, product_bytes(A, itemsize), 6 * n * itemsize)]
+    buffers = [(cp.ones(words, dtype=cp.float64), cp.empty(words, dtype=cp.float64))
+               for words in passes]
     stream = cp.cuda.Stream(non_blocking=True)
-    copy = cp.cuda.runtime.memcpyDeviceToDevice
     with stream:
+        for source, target in buffers:
+            target[...] = source  # compiled before the capture
         stream.begin_capture()
         for _ in range(16):
-            for (source, target), size in zip(buffers, passes):
-                cp.cuda.runtime.memcpyAsync(target.data.ptr, source.data.ptr, size, copy,
-                                            stream.ptr)
+            for source, target in buffers:
+                target[...] = source
         graph = stream.end_capture()
         seconds, _ = timed(cp, lambda: [graph.launch(stream) for _ in range(10)])
     return seconds / 160
