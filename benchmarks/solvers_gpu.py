@@ -97,9 +97,8 @@ def chained_copies_seconds(cp, A, itemsize: int) -> float:
     the one before (the direction, the product, the update: the fewest passes a cg iteration
     with its two sums can make), 16 iterations captured as a CUDA graph and replayed; seconds
     per iteration. The copies are CuPy's elementwise copy, the one :func:`copy_bandwidth`
-    times (a ``cudaMemcpyAsync`` between device buffers of tens of megabytes runs about a third
-    slower on an H200). Copies of tens of megabytes start and drain, which a single copy of a
-    gigabyte hides."""
+    times, so that the chain and the floor differ by the waiting alone, not by the copy.
+    Copies of tens of megabytes start and drain, which a single copy of a gigabyte hides."""
     n = A.shape[0]
     passes = [b // 16 for b in (3 * n * itemsize, product_bytes(A, itemsize), 6 * n * itemsize)]
     buffers = [(cp.ones(words, dtype=cp.float64), cp.empty(words, dtype=cp.float64))
