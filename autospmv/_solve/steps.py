@@ -27,10 +27,15 @@ Both parts are :func:`~.dual.dual` functions, so one definition runs on both tar
   not another one (a Jacobi M's row) runs element by element;
 * on the GPU, :func:`cuda_step` compiles a numba-cuda kernel: a grid-stride loop, a sum per
   block, and the last block to finish adds the blocks' sums in a fixed order and calls finish
-  (:func:`autospmv.kernels.cuda.grid_sum.grid_sums`: tickets taken with atomics in two levels
-  after each block has published its sums). The sums never leave the device and are the same
-  from run to run (no floating-point atomics); the tickets are set back to 0 for the next
-  step.
+  (:func:`autospmv.kernels.cuda.grid_sum.grid_sums`: a ticket taken with an atomic after each
+  block has published its sums). The sums never leave the device and are the same from run to
+  run (no floating-point atomics); the ticket is set back to 0 for the next step. The grid is
+  one wave, :data:`~autospmv.kernels.cuda.grid_sum.BLOCKS_PER_SM` blocks of :data:`BLOCK`
+  threads per multiprocessor, and each step's kernel is compiled with those launch bounds, so
+  that its registers let them all be resident at once: in a grid-stride loop every block has
+  an equal share, and blocks that had to wait for a second wave would double the step's time.
+  (A :class:`MultiStep`'s kernel takes 64 registers a thread as it is, which four blocks of
+  256 threads fit.)
 
 The generated kernels are named after their parts (``__qualname__``) and hold them as globals,
 so the compile cache tells them apart and sees changes to the parts' code
@@ -216,20 +221,22 @@ def cuda_step(step: Step):
     of ``step`` (blocks of :data:`BLOCK` threads; ``partials`` and ``tickets`` at least of the
     lengths :func:`autospmv.kernels.cuda.grid_sum.workspace` gives for the grid, the tickets 0
     between steps)."""
-    return _cuda_function(_cuda_template, step, step.finish or no_finish, [],
+    return _cuda_function(_cuda_template, step, step.finish or no_finish, [], True,
                           REDUCES=step.finish is not None)
 
 
-def _cuda_function(template, step, finish: Dual, device_functions: list, **names):
+def _cuda_function(template, step, finish: Dual, device_functions: list, bounded: bool,
+                   **names):
     """``template`` with ``step``'s body, skip mask and ``finish`` bound, with ``names``, the
     names every step kernel reads (``cuda``, ``BLOCK``, the grid-dependency calls, ...), and
     the ``(name, template)`` pairs of ``device_functions`` compiled as device functions in
     that order (each may call the ones before it); named after the step and compiled by
-    numba-cuda (once per step)."""
+    numba-cuda (once per step), with the launch bounds of the steps' grid where ``bounded``."""
     def build():
         from numba import cuda, float64, int32
 
         from ..kernels.cuda.grid_dependency import release_dependents, wait_for_previous
+        from ..kernels.cuda import grid_sum
         from ..kernels.cuda.grid_sum import grid_sums, warp_sum
 
         bound = dict(cuda=cuda, float64=float64, int32=int32, BLOCK=BLOCK,
@@ -241,7 +248,9 @@ def _cuda_function(template, step, finish: Dual, device_functions: list, **names
         function = retargeted(template, "cuda", BODY=step.body.on("cuda"),
                               FINISH=finish.on("cuda"), SKIP=step.skip, **bound)
         function.__qualname__ = function.__name__ = step.name
-        return cuda.jit(function)
+        if cuda.config.ENABLE_CUDASIM or not bounded:
+            return cuda.jit(function)
+        return cuda.jit(function, launch_bounds=(BLOCK, grid_sum.BLOCKS_PER_SM))
 
     return _memoised(("cuda", step), build)
 
@@ -409,6 +418,6 @@ def cuda_multi_step(step: MultiStep):
     """The numba-cuda kernel of a :class:`MultiStep` (arguments as :func:`cuda_step`'s;
     ``partials`` holds ``step.sums`` float64 per block)."""
     return _cuda_function(_cuda_multi_template, step, step.finish,
-                          [("_tile_dot", _tile_dot_template)],
+                          [("_tile_dot", _tile_dot_template)], False,
                           SUMS=step.sums, WARPS=BLOCK // 32, PER_THREAD=PER_THREAD,
                           TILE=BLOCK * PER_THREAD)
