@@ -236,8 +236,7 @@ def _cuda_function(template, step, finish: Dual, device_functions: list, bounded
         from numba import cuda, float64, int32
 
         from ..kernels.cuda.grid_dependency import release_dependents, wait_for_previous
-        from ..kernels.cuda import grid_sum
-        from ..kernels.cuda.grid_sum import grid_sums, warp_sum
+        from ..kernels.cuda.grid_sum import BLOCKS_PER_SM, grid_sums, warp_sum
 
         bound = dict(cuda=cuda, float64=float64, int32=int32, BLOCK=BLOCK,
                      wait_for_previous=wait_for_previous,
@@ -250,7 +249,7 @@ def _cuda_function(template, step, finish: Dual, device_functions: list, bounded
         function.__qualname__ = function.__name__ = step.name
         if cuda.config.ENABLE_CUDASIM or not bounded:
             return cuda.jit(function)
-        return cuda.jit(function, launch_bounds=(BLOCK, grid_sum.BLOCKS_PER_SM))
+        return cuda.jit(function, launch_bounds=(BLOCK, BLOCKS_PER_SM))
 
     return _memoised(("cuda", step), build)
 
