@@ -6,7 +6,10 @@ and float64, back to back (CUDA events around ``--products`` products of a CuPy 
 
 * ``keep``: today's automatic operator, ``prepare(A, order="keep")``;
 * ``auto``: ``prepare(A, order="auto", products=--hint)``, and the order it chose;
-* ``rcm``: ``prepare(A, order="rcm")``;
+* ``rcm``: ``prepare(A, order="rcm")``; ``rcm_in_own_order``: the same operator's product in
+  its stored order (``op.in_own_order()``, x already permuted: what a solver's iteration
+  runs), so ``rcm`` less this is the cost of the two gathers, against ``copy``: one device
+  copy of x (a vector pass at the copy bandwidth);
 * ``cusparse``: SciPy's RCM, then cupyx's CSR product in RCM order, alone (``cusparse_in_order``)
   and with the two permutations of x and y by CuPy indexing (``cusparse``);
 * the grown matrix as given (not renumbered): ``keep`` against ``auto`` with the hint.
@@ -16,7 +19,8 @@ Each row has the products' µs, every ``prepare``'s seconds, the ordering's one-
 break-even product count, and whether the hint's products pay for the order. On symmetric
 matrices (or symmetrised ones), shifted to be positive definite as ``solvers_gpu.py`` does,
 ``autospmv.cg`` runs ``--cg-iterations`` iterations (rtol=0) on the operator kept and the
-operator of "auto": the µs per iteration. The summary has the geometric means the acceptance
+operator of "auto" prepared for the solvers (``solver=True``, as the solvers prepare a matrix
+they are given): the µs per iteration. The summary has the geometric means the acceptance
 reads. Results go to ``--out`` (JSON naming the GPU, written after every matrix), progress to
 stderr.
 
@@ -192,7 +196,13 @@ def measure_matrix(device: Device, name: str, A, args) -> list[dict]:
             row[f"{label}_prepare_s"] = seconds
             row[f"{label}_order"] = op.order
             row[f"{label}_us"] = product_us(device, op, x, args.products)
+            if label == "rcm":
+                row["rcm_in_own_order_us"] = product_us(device, op.in_own_order(), x,
+                                                        args.products)
             del op
+        copy = device.xp.empty_like(x)
+        row["copy_us"] = device.back_to_back(lambda: copy.__setitem__(Ellipsis, x),
+                                             args.products)
         row["cusparse_in_order_us"], row["cusparse_us"] = baseline_us(
             device, Rd, perm, x, args.products)
         for label, options in (("given_keep", {"order": "keep"}),
@@ -206,6 +216,8 @@ def measure_matrix(device: Device, name: str, A, args) -> list[dict]:
         cost_s = row["rcm_prepare_s"] - row["keep_prepare_s"]
         row["speedup_rcm"] = row["keep_us"] / row["rcm_us"]
         row["speedup_auto"] = row["keep_us"] / row["auto_us"]
+        row["speedup_in_own_order"] = row["keep_us"] / row["rcm_in_own_order_us"]
+        row["gathers_us"] = row["rcm_us"] - row["rcm_in_own_order_us"]
         row["given_auto_over_keep"] = row["given_auto_us"] / row["given_keep_us"]
         row["ordering_cost_s"] = cost_s
         row["gain_per_product_us"] = gain_us
@@ -214,7 +226,8 @@ def measure_matrix(device: Device, name: str, A, args) -> list[dict]:
         if args.cg_iterations:
             S = at_random(grown(spd_copy(A), args.grown_nnz)).astype(dtype)
             for label, options in (("keep", {"order": "keep"}),
-                                   ("auto", {"order": "auto", "products": args.hint})):
+                                   ("auto", {"order": "auto", "products": args.hint,
+                                             "solver": True})):
                 op, _ = prepared(device, S, **options)
                 row[f"cg_{label}_order"] = op.order
                 row[f"cg_{label}_us_per_iteration"] = cg_us(device, op, args.cg_iterations)
@@ -222,7 +235,8 @@ def measure_matrix(device: Device, name: str, A, args) -> list[dict]:
             row["cg_speedup_auto"] = (row["cg_keep_us_per_iteration"]
                                       / row["cg_auto_us_per_iteration"])
         log(f"  {row['dtype']}: keep {row['keep_us']:.1f} µs, auto ({row['auto_order']}) "
-            f"{row['auto_us']:.1f}, rcm {row['rcm_us']:.1f}, cuSPARSE in RCM order "
+            f"{row['auto_us']:.1f}, rcm {row['rcm_us']:.1f} ({row['rcm_in_own_order_us']:.1f} in "
+            f"its own order; a copy of x {row['copy_us']:.1f}), cuSPARSE in RCM order "
             f"{row['cusparse_in_order_us']:.1f} (+ permutations {row['cusparse_us']:.1f}); "
             f"as given: auto/keep {row['given_auto_over_keep']:.3f}; ordering "
             f"{cost_s:.2f} s, break-even {row['break_even_products'] or float('nan'):.0f} "
@@ -240,6 +254,9 @@ def summary(rows) -> dict:
         out[dtype] = {
             "geomean_speedup_auto": geomean(r["speedup_auto"] for r in these),
             "geomean_speedup_rcm": geomean(r["speedup_rcm"] for r in these),
+            "geomean_speedup_in_own_order": geomean(r["speedup_in_own_order"] for r in these),
+            "geomean_gathers_over_copy": geomean(r["gathers_us"] / r["copy_us"]
+                                                 for r in these),
             "geomean_cg_speedup_auto": geomean(r.get("cg_speedup_auto") for r in these),
             "worst_given_auto_over_keep": max((r["given_auto_over_keep"] for r in these),
                                               default=None),

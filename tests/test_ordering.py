@@ -163,6 +163,47 @@ def test_auto_reorders_a_large_matrix_numbered_at_random_when_it_pays():
     assert choice.kept and ordered is A and "less than RCM's estimated" in choice.reason
 
 
+def test_auto_for_the_solvers_weighs_the_product_without_the_gathers():
+    # On a GPU the two gathers around a product in A's own order eat the gain of RCM on this
+    # grid; the solvers, iterating in the stored order, keep the gain.
+    A = numbered_at_random(grid_laplacian(300))
+    choice, ordered = ordering.choose_order(A, "auto", 10**9, "cuda")
+    assert choice.kept and "after the gathers of x and y" in choice.reason
+    choice, ordered = ordering.choose_order(A, "auto", 10**9, "cuda", gathers=False)
+    assert choice.order == "rcm" and "chosen by the cost rule" in choice.reason
+    assert ordered.nnz == A.nnz
+
+
+def test_an_operator_for_the_solvers_times_the_product_in_its_stored_order(rng):
+    A = numbered_at_random(grid_laplacian(300))
+    op = autospmv.prepare(A, device="cpu", products=10**7, solver=True)
+    timed = next(note for note in op.decision.notes if note.startswith("order: timed"))
+    assert "rcm without the gathers, as inside the solvers" in timed
+    x = rng.standard_normal(A.shape[0])
+    assert relative_error(op @ x, reference(A, x)) <= 1e-12
+
+
+def test_solver_must_be_a_bool():
+    with pytest.raises(TypeError, match="solver must be True or False"):
+        autospmv.prepare(sp.eye(4, format="csr"), device="cpu", solver=1)
+
+
+def test_the_solvers_prepare_a_matrix_for_their_own_order(monkeypatch, rng):
+    from autospmv._solve import driver
+
+    seen = {}
+    real = driver.prepare
+
+    def recording(A, **options):
+        seen.update(options)
+        return real(A, **options)
+
+    monkeypatch.setattr(driver, "prepare", recording)
+    A = grid_laplacian(8)
+    x, info = autospmv.cg(A, rng.standard_normal(A.shape[0]), rtol=1e-10)
+    assert info == 0 and seen["solver"] is True and seen["products"] > 0
+
+
 def test_auto_does_not_compute_rcm_for_a_matrix_already_in_a_good_order(monkeypatch):
     monkeypatch.setattr(ordering, "rcm", lambda *a: pytest.fail("RCM computed"))
     A = grid_laplacian(300)
@@ -241,7 +282,7 @@ def test_an_order_the_rule_chose_is_timed_against_the_matrix_as_given(rng):
 def test_the_matrix_as_given_is_kept_where_its_product_times_faster(monkeypatch, rng):
     import autospmv._prepare.tuning as tuning
 
-    monkeypatch.setattr(tuning, "faster_order", lambda in_order, kept: kept)
+    monkeypatch.setattr(tuning, "faster_order", lambda in_order, kept, gathers=True: kept)
     A = numbered_at_random(grid_laplacian(300))
     op = autospmv.prepare(A, device="cpu", order="auto", products=10**9)
     assert op.order == "keep" and op.permutation is None

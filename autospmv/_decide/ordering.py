@@ -21,7 +21,9 @@ The cost rule (:func:`product_seconds`): a product moves the matrix's bytes (val
 indices, row pointers), writes y, and reads x in 32-byte sectors, ``nnz × x_sectors_per_nnz_warp``
 of them; it takes those bytes over :data:`BYTES_PER_SECOND` of the device, but never less than
 :data:`LATENCY_SECONDS`. The gain of an order per product is the difference of the two times
-less the two gathers of x and y (:func:`permutation_seconds`); over the expected products (the
+less the two gathers of x and y (:func:`permutation_seconds`), which a product in the caller's
+order pays and a solver's iteration does not (the solvers iterate in the stored order and
+permute b and x once per solve: ``gathers=False``); over the expected products (the
 ``products=`` hint, or a solver's iterations) it must exceed what the order costs to compute
 and apply (:func:`ordering_seconds`, estimated from nnz), and be at least
 :data:`MIN_RELATIVE_GAIN` of a product. "auto" decides in two steps, so that the common case
@@ -207,12 +209,15 @@ def apply_order(csr, perm: np.ndarray, inverse: np.ndarray):
     return out
 
 
-def choose_order(csr, order: str, products: int | None, device: str, permute=apply_order):
+def choose_order(csr, order: str, products: int | None, device: str, permute=apply_order,
+                 gathers: bool = True):
     """The order for a canonical matrix and ``prepare``'s ``order=``: ``(OrderChoice, the
     matrix in that order)`` (``csr`` itself when kept). See the module docstring for "auto";
     ``"rcm"`` on a non-square matrix raises ValueError. ``csr``: a canonical host matrix, or a
     :class:`~autospmv.formats.base.DeviceCSR`, which ``permute(csr, perm, inverse)`` (the
-    caller's) renumbers on its device."""
+    caller's) renumbers on its device. ``gathers``: whether the products pay the gathers of x
+    and y (in the caller's order), or run in the stored order (inside the solvers)."""
+    permuting = permutation_seconds(csr, device) if gathers else 0.0
     m, n = csr.shape
     if order == "keep":
         return OrderChoice("keep", "order kept (order='keep')"), csr
@@ -236,13 +241,13 @@ def choose_order(csr, order: str, products: int | None, device: str, permute=app
         itemsize = np.dtype(csr.dtype).itemsize
         floor = min(before, sector_floor(csr.nnz, m, itemsize))
         now = product_seconds(csr, before, device)
-        best = now - product_seconds(csr, floor, device) - permutation_seconds(csr, device)
+        best = now - product_seconds(csr, floor, device) - permuting
         estimate = ordering_seconds(csr.nnz)
         features = {"x_sectors_per_nnz_warp_before": before, "x_sectors_floor": floor}
         if best < MIN_FLOOR_GAIN * now or products * best <= estimate:
             why = (f"even an ideal order ({floor:.3g} x sectors per nonzero against "
-                   f"{before:.3g} now) would gain {max(best, 0) / now:.0%} of a product after "
-                   "the gathers of x and y around it, less than "
+                   f"{before:.3g} now) would gain {max(best, 0) / now:.0%} of a product"
+                   f"{' after the gathers of x and y around it' if gathers else ''}, less than "
                    f"{MIN_FLOOR_GAIN:.0%}" if best < MIN_FLOOR_GAIN * now else
                    f"even an ideal order would gain at most {products:,} products × "
                    f"{best * 1e6:.3g} µs = {products * best:.3g} s, less than RCM's estimated "
@@ -265,7 +270,7 @@ def choose_order(csr, order: str, products: int | None, device: str, permute=app
         return OrderChoice("rcm", f"order rcm (order='rcm'): {summary}", perm, inverse,
                            features, seconds), ordered
     now = product_seconds(csr, before, device)
-    gain = now - product_seconds(ordered, after, device) - permutation_seconds(csr, device)
+    gain = now - product_seconds(ordered, after, device) - permuting
     seconds = time.perf_counter() - started  # the order's features are part of its cost
     if gain >= MIN_RELATIVE_GAIN * now and products * gain > seconds:
         return OrderChoice(

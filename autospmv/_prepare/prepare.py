@@ -64,7 +64,7 @@ def select(A, *, kernel: str | None = None, device: str | None = None, model=Non
 def prepare(A, *, kernel: str | None = None, device: str | None = None, model=None,
             params: dict | None = None, tune: str | None = None,
             threads: int | None = None, products: int | None = None,
-            background: bool = False, order: str = "auto") -> SpMVOperator:
+            background: bool = False, order: str = "auto", solver: bool = False) -> SpMVOperator:
     """Canonicalise A, choose a kernel (or use ``kernel=``), convert once, return the operator.
 
     Parameters
@@ -124,6 +124,14 @@ def prepare(A, *, kernel: str | None = None, device: str | None = None, model=No
         The kernel is chosen for A in the order chosen. A matrix on the GPU is renumbered
         there, from an order computed on the host from its column indices (copied once).
 
+    solver : bool, default False
+        The ``products`` run inside autospmv's solvers (:mod:`autospmv.solvers`), which iterate
+        in the operator's stored order and permute b and x once per solve. ``order="auto"``
+        then weighs and times a renumbered product without the gathers of x and y that a
+        product in A's own order pays, so it renumbers where the solve gains, even where a
+        single product in A's own order would not. The solvers prepare A this way when given
+        a matrix.
+
     Returns
     -------
     SpMVOperator
@@ -140,7 +148,7 @@ def prepare(A, *, kernel: str | None = None, device: str | None = None, model=No
         ``tune`` or ``order``, ``order="rcm"`` for a matrix that is not square, or options that
         do not go together.
     TypeError
-        Complex values, or ``background`` that is not a bool.
+        Complex values, or ``background`` or ``solver`` that is not a bool.
     FormatTooLargeError
         A forced ``kernel=`` whose format refuses A.
 
@@ -166,14 +174,17 @@ def prepare(A, *, kernel: str | None = None, device: str | None = None, model=No
     products = _check_products(products)
     if not isinstance(background, bool):
         raise TypeError(f"background must be True or False, not {background!r}")
+    if not isinstance(solver, bool):
+        raise TypeError(f"solver must be True or False, not {solver!r}")
     order = check_order(order)
     if background and (kernel is not None or tune is not None or products is not None
                        or order == "rcm"):
         raise ValueError("background=True decides automatically; it cannot be combined with "
                          "kernel=, tune=, products= or order='rcm'")
     started = time.perf_counter()
-    given = canonical_input(A, device, order=order, products=products, host_only=(
-        "tune='measure'" if tune else "background=True" if background else None))
+    given = canonical_input(A, device, order=order, products=products, gathers=not solver,
+                            host_only=("tune='measure'" if tune else "background=True"
+                                       if background else None))
     refused = None
     if background:
         started_op, refused = _start_in_background(given, model, threads, started)
@@ -189,7 +200,8 @@ def prepare(A, *, kernel: str | None = None, device: str | None = None, model=No
     op = _build(given.csr, decision, given.device, threads, forced=kernel is not None,
                 source=given.source, borrowed=given.borrowed, uploaded=given.uploaded)
     conversion_s = time.perf_counter() - built
-    op = _confirmed(_ordered(op, given.order), given, kernel, model, params, threads)
+    op = _confirmed(_ordered(op, given.order), given, kernel, model, params, threads,
+                    gathers=not solver)
     if products is None or kernel is not None:
         return op
     # the kernels are timed without the order's gathers, which every candidate would add
@@ -204,10 +216,12 @@ def _record_order(decision: Decision, choice: OrderChoice) -> None:
     decision.order_features = dict(choice.features)
 
 
-def _confirmed(op: SpMVOperator, given: Input, kernel, model, params, threads) -> SpMVOperator:
+def _confirmed(op: SpMVOperator, given: Input, kernel, model, params, threads,
+               gathers: bool = True) -> SpMVOperator:
     """``op``, or the operator of A in its own order where the cost rule chose another order
-    and the product in A's own order times faster (the tuning stage times both). Timing needs
-    a host matrix and a real device: elsewhere the rule's choice stands."""
+    and the product in A's own order times faster (the tuning stage times both; ``gathers``
+    as :func:`.tuning.faster_order`'s). Timing needs a host matrix and a real device:
+    elsewhere the rule's choice stands."""
     choice = given.order
     if (choice.kept_matrix is None or given.source is not None
             or (given.device == "cuda" and cuda_simulator())):
@@ -222,7 +236,7 @@ def _confirmed(op: SpMVOperator, given: Input, kernel, model, params, threads) -
                          borrowed=False, uploaded=kept.uploaded)
     except (FormatTooLargeError, MemoryError):
         return op
-    faster = tuned(given, decision, threads, built=op, against=kept_op)
+    faster = tuned(given, decision, threads, built=op, against=kept_op, gathers=gathers)
     if faster is kept_op:  # what follows (the workload hint's tuning) works on A as it is
         given.csr, given.uploaded, given.borrowed, given.order = (
             kept.csr, kept.uploaded, False, kept.order)

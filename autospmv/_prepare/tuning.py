@@ -85,11 +85,11 @@ def measuring_pays(decision: Decision, products: int, conversion_s: float) -> tu
 
 def tune(given: Input, decision: Decision, threads=None, *, built: SpMVOperator | None = None,
          products: int | None = None, conversion_s: float = 0.0,
-         against: SpMVOperator | None = None) -> SpMVOperator:
+         against: SpMVOperator | None = None, gathers: bool = True) -> SpMVOperator:
     """The operator that :func:`prepare` returns after deciding, where measuring is asked for:
     with ``tune="measure"`` (``built`` None) the fastest of the decision's candidates
     (:func:`measure`); with ``against``, an operator of A in its own order, the faster of it
-    and ``built``, stored in another order (:func:`faster_order`); with the workload hint,
+    and ``built``, stored in another order (:func:`faster_order`, ``gathers`` as its); with the workload hint,
     ``built`` (the decision's operator, converted in ``conversion_s``) unless measuring pays
     for ``products`` products (:func:`measuring_pays`), with the note that says why. Measuring
     needs a host matrix and a real GPU: where it would pay without them, the note says so and
@@ -97,7 +97,7 @@ def tune(given: Input, decision: Decision, threads=None, *, built: SpMVOperator 
     if built is None:
         return measure(given, decision, threads)
     if against is not None:
-        return faster_order(built, against)
+        return faster_order(built, against, gathers)
     pays, note = measuring_pays(built.decision, products, conversion_s)
     if pays and given.source is not None:
         pays, note = False, note.replace(": measured", ": not measured, as the matrix lives on "
@@ -111,16 +111,19 @@ def tune(given: Input, decision: Decision, threads=None, *, built: SpMVOperator 
     return measure(given, built.decision, threads, built=built)
 
 
-def faster_order(in_order: SpMVOperator, kept: SpMVOperator) -> SpMVOperator:
+def faster_order(in_order: SpMVOperator, kept: SpMVOperator, gathers: bool = True
+                 ) -> SpMVOperator:
     """Of two operators of one matrix, one stored in another order (its products gather x and
     y around the kernel) and one in A's own, the faster back to back, timed as
-    ``tune="measure"`` times its candidates; a note in its decision gives both times."""
+    ``tune="measure"`` times its candidates; a note in its decision gives both times.
+    ``gathers=False`` (products inside the solvers, which iterate in the stored order) times
+    ``in_order``'s product in its stored order, without the gathers."""
     from .._support.timing import Bench, TimingOptions
 
     x = np.full(kept.shape[1], 0.5, dtype=kept.dtype)
     started = time.perf_counter()
     timings = Bench(kept.device, x, kept.shape[0], TimingOptions(**TUNE_TIMING)).time_all(
-        {"rcm": in_order, "keep": kept})
+        {"rcm": in_order if gathers else in_order.in_own_order(), "keep": kept})
     times = {k: t["b2b"]["median"] for k, t in timings.items() if isinstance(t, dict)}
     if "rcm" not in times:
         best = "keep"
@@ -128,8 +131,9 @@ def faster_order(in_order: SpMVOperator, kept: SpMVOperator) -> SpMVOperator:
         best = min(times, key=times.get)
     op = in_order if best == "rcm" else kept
     measured = ", ".join(f"{k} {t:.3g} µs" for k, t in times.items())
+    how = "" if gathers else "; rcm without the gathers, as inside the solvers"
     op.decision.notes.append(
-        f"order: timed back to back in both orders ({measured}, in "
+        f"order: timed back to back in both orders ({measured}{how}, in "
         f"{(time.perf_counter() - started) * 1e3:.0f} ms); kept the {best} order")
     return op
 

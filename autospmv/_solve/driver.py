@@ -314,7 +314,7 @@ def _operator(A, kind, products):
                              "with device='cuda'")
         return A
     device = "cuda" if kind != "numpy" else None
-    return prepare(A, device=device, products=products)
+    return prepare(A, device=device, products=products, solver=True)
 
 
 def _preconditioner(M, op, dtype):
