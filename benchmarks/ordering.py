@@ -8,8 +8,9 @@ and float64, back to back (CUDA events around ``--products`` products of a CuPy 
 * ``auto``: ``prepare(A, order="auto", products=--hint)``, and the order it chose;
 * ``rcm``: ``prepare(A, order="rcm")``; ``rcm_in_own_order``: the same operator's product in
   its stored order (``op.in_own_order()``, x already permuted: what a solver's iteration
-  runs), so ``rcm`` less this is the cost of the two gathers, against ``copy``: one device
-  copy of x (a vector pass at the copy bandwidth);
+  runs), so ``rcm`` less this is the cost of the two gathers, beside ``copy``: one CuPy copy
+  of x back to back (at these sizes bounded by CuPy's launch on the host as much as by the
+  bandwidth);
 * ``cusparse``: SciPy's RCM, then cupyx's CSR product in RCM order, alone (``cusparse_in_order``)
   and with the two permutations of x and y by CuPy indexing (``cusparse``);
 * the grown matrix as given (not renumbered): ``keep`` against ``auto`` with the hint.
