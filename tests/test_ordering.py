@@ -204,10 +204,11 @@ def test_the_solvers_prepare_a_matrix_for_their_own_order(monkeypatch, rng):
     assert info == 0 and seen["solver"] is True and seen["products"] > 0
 
 
-def test_auto_does_not_compute_rcm_for_a_matrix_already_in_a_good_order(monkeypatch):
+@pytest.mark.parametrize("gathers", [True, False])
+def test_auto_does_not_compute_rcm_for_a_matrix_already_in_a_good_order(monkeypatch, gathers):
     monkeypatch.setattr(ordering, "rcm", lambda *a: pytest.fail("RCM computed"))
     A = grid_laplacian(300)
-    choice, ordered = ordering.choose_order(A, "auto", 10**9, "cuda")
+    choice, ordered = ordering.choose_order(A, "auto", 10**9, "cuda", gathers=gathers)
     assert choice.kept and ordered is A and "ideal order" in choice.reason
 
 
