@@ -171,6 +171,7 @@ def test_auto_for_the_solvers_weighs_the_product_without_the_gathers():
     assert choice.kept and "after the gathers of x and y" in choice.reason
     choice, ordered = ordering.choose_order(A, "auto", 10**9, "cuda", gathers=False)
     assert choice.order == "rcm" and "chosen by the cost rule" in choice.reason
+    assert "products in the stored order (inside the solvers)" in choice.reason
     assert ordered.nnz == A.nnz
 
 

@@ -218,6 +218,7 @@ def choose_order(csr, order: str, products: int | None, device: str, permute=app
     caller's) renumbers on its device. ``gathers``: whether the products pay the gathers of x
     and y (in the caller's order), or run in the stored order (inside the solvers)."""
     permuting = permutation_seconds(csr, device) if gathers else 0.0
+    counted = "products" if gathers else "products in the stored order (inside the solvers)"
     m, n = csr.shape
     if order == "keep":
         return OrderChoice("keep", "order kept (order='keep')"), csr
@@ -249,7 +250,7 @@ def choose_order(csr, order: str, products: int | None, device: str, permute=app
                    f"{before:.3g} now) would gain {max(best, 0) / now:.0%} of a product"
                    f"{' after the gathers of x and y around it' if gathers else ''}, less than "
                    f"{MIN_FLOOR_GAIN:.0%}" if best < MIN_FLOOR_GAIN * now else
-                   f"even an ideal order would gain at most {products:,} products × "
+                   f"even an ideal order would gain at most {products:,} {counted} × "
                    f"{best * 1e6:.3g} µs = {products * best:.3g} s, less than RCM's estimated "
                    f"{estimate:.3g} s")
             return OrderChoice("keep", f"order kept by the cost rule: {why}", features=features,
@@ -274,11 +275,11 @@ def choose_order(csr, order: str, products: int | None, device: str, permute=app
     seconds = time.perf_counter() - started  # the order's features are part of its cost
     if gain >= MIN_RELATIVE_GAIN * now and products * gain > seconds:
         return OrderChoice(
-            "rcm", f"order rcm, chosen by the cost rule: {products:,} products × "
+            "rcm", f"order rcm, chosen by the cost rule: {products:,} {counted} × "
             f"{gain * 1e6:.3g} µs gained ({gain / now:.0%} of a product) exceed its cost; "
             f"{summary}", perm, inverse, features, time.perf_counter() - started,
             kept_matrix=csr), ordered
     return OrderChoice(
-        "keep", f"order kept by the cost rule: RCM would gain {products:,} products × "
+        "keep", f"order kept by the cost rule: RCM would gain {products:,} {counted} × "
         f"{gain * 1e6:.3g} µs ({gain / now:.0%} of a product), not enough for its cost; "
         f"{summary}", features=features, seconds=time.perf_counter() - started), csr

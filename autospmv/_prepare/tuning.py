@@ -89,11 +89,11 @@ def tune(given: Input, decision: Decision, threads=None, *, built: SpMVOperator 
     """The operator that :func:`prepare` returns after deciding, where measuring is asked for:
     with ``tune="measure"`` (``built`` None) the fastest of the decision's candidates
     (:func:`measure`); with ``against``, an operator of A in its own order, the faster of it
-    and ``built``, stored in another order (:func:`faster_order`, ``gathers`` as its); with the workload hint,
-    ``built`` (the decision's operator, converted in ``conversion_s``) unless measuring pays
-    for ``products`` products (:func:`measuring_pays`), with the note that says why. Measuring
-    needs a host matrix and a real GPU: where it would pay without them, the note says so and
-    ``built`` is returned."""
+    and ``built``, stored in another order (:func:`faster_order`, ``gathers`` as its); with
+    the workload hint, ``built`` (the decision's operator, converted in ``conversion_s``)
+    unless measuring pays for ``products`` products (:func:`measuring_pays`), with the note
+    that says why. Measuring needs a host matrix and a real GPU: where it would pay without
+    them, the note says so and ``built`` is returned."""
     if built is None:
         return measure(given, decision, threads)
     if against is not None:
