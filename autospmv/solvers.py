@@ -41,7 +41,8 @@ def cg(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None, callback=Non
     Parameters
     ----------
     A : SpMVOperator or sparse matrix
-        The matrix, n×n, or an operator of it (:func:`autospmv.prepare`).
+        The matrix, n×n, or an operator of it (:func:`autospmv.prepare`). A matrix is prepared
+        with the solve's iterations as the ``products`` hint and ``solver=True``.
     b : array of length n
         The right-hand side: NumPy, CuPy or a PyTorch CUDA tensor.
     x0 : array of length n, optional
