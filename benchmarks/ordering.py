@@ -8,9 +8,9 @@ and float64, back to back (CUDA events around ``--products`` products of a CuPy 
 * ``auto``: ``prepare(A, order="auto", products=--hint)``, and the order it chose;
 * ``rcm``: ``prepare(A, order="rcm")``; ``rcm_in_own_order``: the same operator's product in
   its stored order (``op.in_own_order()``, x already permuted: what a solver's iteration
-  runs), so ``rcm`` less this is the cost of the two gathers, beside ``copy``: one CuPy copy
-  of x back to back (at these sizes bounded by CuPy's launch on the host as much as by the
-  bandwidth);
+  runs), so ``rcm`` less this is the cost of the two gathers, beside ``copy``: one copy of
+  x, the GPU's time of a vector pass (repeated in a CUDA graph, so that no launch from the
+  host bounds it; back to back on the CPU);
 * ``cusparse``: SciPy's RCM, then cupyx's CSR product in RCM order, alone (``cusparse_in_order``)
   and with the two permutations of x and y by CuPy indexing (``cusparse``);
 * the grown matrix as given (not renumbered): ``keep`` against ``auto`` with the hint.
@@ -124,6 +124,31 @@ class Device:
             run()
         return (time.perf_counter() - started) * 1e6 / products
 
+    def pass_us(self, run, calls: int = 20, replays: int = 5) -> float:
+        """µs per call of ``run()`` as the device runs it: on the GPU ``calls`` calls captured
+        once in a CUDA graph (CuPy stream capture) and the median of ``replays`` replays, so
+        that the host's launches do not bound a short kernel; on the CPU back to back."""
+        if self.cp is None:
+            return self.back_to_back(run, calls)
+        cp = self.cp
+        stream = cp.cuda.Stream(non_blocking=True)
+        with stream:
+            run()
+            stream.begin_capture()
+            for _ in range(calls):
+                run()
+            graph = stream.end_capture()
+            graph.launch(stream)
+            times = []
+            for _ in range(replays):
+                start, stop = cp.cuda.Event(), cp.cuda.Event()
+                start.record(stream)
+                graph.launch(stream)
+                stop.record(stream)
+                stop.synchronize()
+                times.append(cp.cuda.get_elapsed_time(start, stop) * 1e3 / calls)
+        return sorted(times)[len(times) // 2]
+
 
 def prepared(device: Device, A, **options):
     """``(operator, seconds of prepare)``, the device idle before and after."""
@@ -202,8 +227,7 @@ def measure_matrix(device: Device, name: str, A, args) -> list[dict]:
                                                         args.products)
             del op
         copy = device.xp.empty_like(x)
-        row["copy_us"] = device.back_to_back(lambda: copy.__setitem__(Ellipsis, x),
-                                             args.products)
+        row["copy_us"] = device.pass_us(lambda: copy.__setitem__(Ellipsis, x))
         row["cusparse_in_order_us"], row["cusparse_us"] = baseline_us(
             device, Rd, perm, x, args.products)
         for label, options in (("given_keep", {"order": "keep"}),
