@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 from pathlib import Path
 
 import numpy as np
@@ -38,34 +37,7 @@ from autospmv._solve.machines import CudaMachine
 from autospmv._solve.scalars import MAXITER, TOL
 from autospmv.kernels.cuda import grid_sum
 from benchmarks.solvers_gpu import (chained_copies_seconds, copy_bandwidth, floor_seconds,
-                                    laplacian, timed)
-
-COPIES = 32
-"""Copies of a launch in one graph."""
-
-
-def graph_us(cp, stream, launch, copies: int = COPIES, replays: int = 7) -> float:
-    """µs per ``launch()``: ``copies`` of it captured as a graph on ``stream``, the median of
-    ``replays`` timings of two replays each."""
-    with stream:
-        launch()
-        stream.synchronize()
-        stream.begin_capture()
-        for _ in range(copies):
-            launch()
-        graph = stream.end_capture()
-        graph.launch(stream)
-        times = []
-        for _ in range(replays):
-            start, end = cp.cuda.Event(), cp.cuda.Event()
-            start.record(stream)
-            graph.launch(stream)
-            graph.launch(stream)
-            end.record(stream)
-            end.synchronize()
-            times.append(cp.cuda.get_elapsed_time(start, end) * 1e3 / (2 * copies))
-    return statistics.median(times)
-
+                                    graph_us, laplacian, timed)
 
 def solve_us(cp, op, b, iterations: int = 320) -> float:
     """µs per iteration of ``autospmv.cg(op, b, rtol=0, maxiter=iterations)``

@@ -7,7 +7,7 @@ its subtraction (w −= Σ h_k v_k with ‖w‖², another), where needed the sa
 scaling of w into v_{c+1}. For each convection–diffusion matrix (a Laplacian with a
 skew-symmetric part, :func:`benchmarks.solvers_gpu.convection`) and dtype this captures 32
 copies of one launch as a CUDA graph on a solve's own workspace, with a basis of ``--basis``
-vectors, and replays it (:func:`benchmarks.cg_iteration_pieces.graph_us`): µs per launch of
+vectors, and replays it (:func:`benchmarks.solvers_gpu.graph_us`): µs per launch of
 
 * ``product``, ``project``, ``subtract`` and ``scale``, each against ``*_floor``: its fewest
   bytes (the basis and w once; w twice more for the subtraction's write and the scale) at the
@@ -35,8 +35,8 @@ from autospmv._solve import gmres
 from autospmv._solve.dual import dual
 from autospmv._solve.machines import CudaMachine
 from autospmv._solve.steps import MultiStep, Step
-from benchmarks.cg_iteration_pieces import graph_us
-from benchmarks.solvers_gpu import convection, copy_bandwidth, cupyx_call, laplacian, timed
+from benchmarks.solvers_gpu import (convection, copy_bandwidth, cupyx_call, graph_us, laplacian,
+                                    timed)
 
 RESTART = 30
 CYCLES = 4

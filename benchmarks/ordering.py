@@ -48,7 +48,7 @@ import scipy.sparse as sp
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import autospmv  # noqa: E402
-from solvers_gpu import spd_copy  # noqa: E402  (beside this script)
+from solvers_gpu import graph_us, spd_copy  # noqa: E402  (beside this script)
 
 
 def log(*args) -> None:
@@ -124,30 +124,13 @@ class Device:
             run()
         return (time.perf_counter() - started) * 1e6 / products
 
-    def pass_us(self, run, calls: int = 20, replays: int = 5) -> float:
-        """µs per call of ``run()`` as the device runs it: on the GPU ``calls`` calls captured
-        once in a CUDA graph (CuPy stream capture) and the median of ``replays`` replays, so
-        that the host's launches do not bound a short kernel; on the CPU back to back."""
+    def pass_us(self, run) -> float:
+        """µs per call of ``run()`` as the device runs it: on the GPU captured in a CUDA graph
+        and replayed (:func:`solvers_gpu.graph_us`), so that the host's launches do not bound a
+        short kernel; on the CPU back to back."""
         if self.cp is None:
-            return self.back_to_back(run, calls)
-        cp = self.cp
-        stream = cp.cuda.Stream(non_blocking=True)
-        with stream:
-            run()
-            stream.begin_capture()
-            for _ in range(calls):
-                run()
-            graph = stream.end_capture()
-            graph.launch(stream)
-            times = []
-            for _ in range(replays):
-                start, stop = cp.cuda.Event(), cp.cuda.Event()
-                start.record(stream)
-                graph.launch(stream)
-                stop.record(stream)
-                stop.synchronize()
-                times.append(cp.cuda.get_elapsed_time(start, stop) * 1e3 / calls)
-        return sorted(times)[len(times) // 2]
+            return self.back_to_back(run, 20)
+        return graph_us(self.cp, self.cp.cuda.Stream(non_blocking=True), run)
 
 
 def prepared(device: Device, A, **options):

@@ -131,6 +131,33 @@ def timed(cp, run, repeats=5):
     return statistics.median(times), result
 
 
+COPIES = 32
+"""Copies of a launch in one graph."""
+
+
+def graph_us(cp, stream, launch, copies: int = COPIES, replays: int = 7) -> float:
+    """µs per ``launch()``: ``copies`` of it captured as a graph on ``stream``, the median of
+    ``replays`` timings of two replays each."""
+    with stream:
+        launch()
+        stream.synchronize()
+        stream.begin_capture()
+        for _ in range(copies):
+            launch()
+        graph = stream.end_capture()
+        graph.launch(stream)
+        times = []
+        for _ in range(replays):
+            start, end = cp.cuda.Event(), cp.cuda.Event()
+            start.record(stream)
+            graph.launch(stream)
+            graph.launch(stream)
+            end.record(stream)
+            end.synchronize()
+            times.append(cp.cuda.get_elapsed_time(start, end) * 1e3 / (2 * copies))
+    return statistics.median(times)
+
+
 def cupyx_solver(name):
     import cupyx.scipy.sparse.linalg as cla
 
