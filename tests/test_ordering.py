@@ -293,3 +293,19 @@ def test_the_matrix_as_given_is_kept_where_its_product_times_faster(monkeypatch,
     assert relative_error(op @ X, reference(A, X)) <= 1e-12
     assert relative_error(op.T @ X[:, 0], reference(A.T.tocsr(), X[:, 0])) < \
         1e-12
+
+
+def test_an_iteration_of_your_own_in_the_stored_order_gives_a_s_own_result():
+    # The user guide's recipe: iterate on op.in_own_order(), permute in once and out once.
+    A = numbered_at_random(grid_laplacian(15))
+    op = autospmv.prepare(A, device="cpu", order="rcm")
+    inner = op.in_own_order()
+    perm, inverse = op.order_arrays(np)
+    v = np.ones(A.shape[0])[perm]
+    w = np.ones(A.shape[0])
+    for _ in range(20):
+        v = inner @ v
+        v /= np.linalg.norm(v)
+        w = A @ w
+        w /= np.linalg.norm(w)
+    assert relative_error(v[inverse], w) <= 1e-12

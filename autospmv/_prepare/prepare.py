@@ -125,12 +125,12 @@ def prepare(A, *, kernel: str | None = None, device: str | None = None, model=No
         there, from an order computed on the host from its column indices (copied once).
 
     solver : bool, default False
-        The ``products`` run inside autospmv's solvers (:mod:`autospmv.solvers`), which iterate
-        in the operator's stored order and permute b and x once per solve. ``order="auto"``
-        then weighs and times a renumbered product without the gathers of x and y that a
-        product in A's own order pays, so it renumbers where the solve gains, even where a
-        single product in A's own order would not. The solvers prepare A this way when given
-        a matrix.
+        The ``products`` run in the operator's stored order: inside autospmv's solvers
+        (:mod:`autospmv.solvers`), which permute b and x once per solve, or in an iteration of
+        your own on ``op.in_own_order()``. ``order="auto"`` then weighs and times a renumbered
+        product without the gathers of x and y that a product in A's own order pays, so it
+        renumbers where the iteration gains, even where a single product in A's own order
+        would not. The solvers prepare A this way when given a matrix.
 
     Returns
     -------
