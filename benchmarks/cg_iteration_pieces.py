@@ -39,6 +39,7 @@ from autospmv.kernels.cuda import grid_sum
 from benchmarks.solvers_gpu import (chained_copies_seconds, copy_bandwidth, floor_seconds,
                                     graph_us, laplacian, timed)
 
+
 def solve_us(cp, op, b, iterations: int = 320) -> float:
     """µs per iteration of ``autospmv.cg(op, b, rtol=0, maxiter=iterations)``
     (:func:`benchmarks.solvers_gpu.timed`: the median of five solves after one)."""

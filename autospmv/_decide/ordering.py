@@ -217,8 +217,6 @@ def choose_order(csr, order: str, products: int | None, device: str, permute=app
     :class:`~autospmv.formats.base.DeviceCSR`, which ``permute(csr, perm, inverse)`` (the
     caller's) renumbers on its device. ``gathers``: whether the products pay the gathers of x
     and y (in the caller's order), or run in the stored order (inside the solvers)."""
-    permuting = permutation_seconds(csr, device) if gathers else 0.0
-    counted = "products" if gathers else "products in the stored order (inside the solvers)"
     m, n = csr.shape
     if order == "keep":
         return OrderChoice("keep", "order kept (order='keep')"), csr
@@ -230,6 +228,8 @@ def choose_order(csr, order: str, products: int | None, device: str, permute=app
         return OrderChoice("keep", f"order kept: A is {m}x{n}, and only a square matrix is "
                            "renumbered"), csr
     started = time.perf_counter()
+    permuting = permutation_seconds(csr, device) if gathers else 0.0
+    counted = "products" if gathers else "products in the stored order (inside the solvers)"
     structure = csr.structure() if isinstance(csr, DeviceCSR) else csr
     if order == "auto":
         if products is None:
