@@ -33,3 +33,11 @@ PASSES = [(name, k) for name in ("dense_row_among_short_40x150", "rect_37x13",
           for k in (5, 8, 13)]
 """The few-columns kernel in passes of four columns (a last pass of one and of four columns, and
 four passes), on rows longer than a piece, a rectangular shape and empty rows."""
+
+PAIRS = [(name, k) for name in ("dense_row_among_short_40x150", "rect_37x13",
+                                "all_rows_empty_9x11", "long_row_among_short_10x3000",
+                                "power_law_48")
+         for k in (5, 16, 67, 130)]
+"""The column-pairs kernel (the GPU's third program for k > 4, which only a timed first product
+picks on a GPU): an odd k with a lone last column (5, 67), a pass of 64 pairs and a second pass
+(130), on rows longer than a piece, a rectangular shape and empty rows."""

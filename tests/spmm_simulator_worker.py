@@ -13,7 +13,8 @@ against SciPy in float64. Besides, ``kernel/dtype/device_X`` multiplies a numba 
 a float32 X for a float64 matrix too, whose product is float64) and checks the result's kind,
 shape and dtype, and ``kernel/dtype/nan_inf`` checks that NaN and ±Inf in X give SciPy's
 pattern, for every kernel of :data:`spmm_cases.KERNELS`; ``passes/dtype/matrix/k=K`` runs the
-few-columns kernel in passes of four columns on the cases of :data:`spmm_cases.PASSES`.
+few-columns kernel in passes of four columns on the cases of :data:`spmm_cases.PASSES`, and
+``column_pairs/dtype/matrix/k=K`` the column-pairs kernel on those of :data:`spmm_cases.PAIRS`.
 Timings go to stderr.
 """
 
@@ -35,7 +36,7 @@ import numpy as np  # noqa: E402
 
 import autospmv  # noqa: E402
 from matrices import TINY, nonfinite_error, reference, relative_error  # noqa: E402
-from spmm_cases import CASES, KERNELS, PASSES  # noqa: E402
+from spmm_cases import CASES, KERNELS, PAIRS, PASSES  # noqa: E402
 
 DTYPES = {"float32": np.float32, "float64": np.float64}
 
@@ -85,10 +86,10 @@ def nan_case(op, A, rng) -> dict:
     return {"error": nonfinite_error(Y, Y_ref), "exception": None}
 
 
-def passes_case(A, dtype, rng, k: int) -> dict:
-    """The few-columns kernel in passes of four columns (the GPU's other program for
-    4 < k ≤ spmm.MEASURED_UP_TO, which only a timed first product picks on a GPU), through
-    its launches."""
+def program_case(A, dtype, rng, k: int, program: str) -> dict:
+    """A program of k > 4 columns that only a timed first product picks on a GPU (the
+    few-columns kernel in passes of four columns, the column-pairs kernel), through its
+    launches."""
     from numba import cuda
 
     from autospmv._support.validation import canonicalize
@@ -102,7 +103,7 @@ def passes_case(A, dtype, rng, k: int) -> dict:
     x = cuda.to_device(X.reshape(n * k))
     y = cuda.device_array(m * k, dtype=dtype)
     steps = spmm.launches(A.shape, arrays, pieces, spmm.few_columns_group(A.shape, A.indptr),
-                          k, dtype, dtype, in_passes=True)
+                          k, dtype, dtype, program)
     for step in steps:
         step.closure(dtype, dtype)(x, y)
     return {"error": relative_error(y.copy_to_host().reshape(m, k), reference(A, X)),
@@ -139,10 +140,11 @@ def main() -> dict:
         print(f"{kernel}: {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
     for dtype_name, dtype in DTYPES.items():
         rng = np.random.default_rng(11)
-        for name, k in PASSES:
-            A = TINY[name]().astype(dtype)
-            run(results, f"passes/{dtype_name}/{name}/k={k}",
-                lambda: passes_case(A, dtype, rng, k))
+        for program, cases in (("passes", PASSES), ("column_pairs", PAIRS)):
+            for name, k in cases:
+                A = TINY[name]().astype(dtype)
+                run(results, f"{program}/{dtype_name}/{name}/k={k}",
+                    lambda: program_case(A, dtype, rng, k, program))
     return results
 
 

@@ -305,25 +305,26 @@ def test_repeated_products_keep_their_launch_parameters(rng):
 
 @pytest.mark.requires_gpu
 @pytest.mark.parametrize("name", ["huge_row_among_short_300x3000", "poisson2d_169"])
-def test_column_counts_up_to_8_keep_the_faster_program_and_say_so(name, rng):
-    """For 4 < k ≤ MEASURED_UP_TO the first product times the many-columns kernel against the
-    few-columns kernel in passes; every product is right whichever is kept, and the choice is
-    noted once per column count."""
-    from autospmv.kernels.cuda.spmm import MEASURED_UP_TO
+def test_column_counts_above_4_keep_the_fastest_program_and_say_so(name, rng):
+    """For k > FEW_COLUMNS the first product times the many-columns kernel, the column-pairs
+    kernel and, up to MEASURED_UP_TO, the few-columns kernel in passes; every product is right
+    whichever is kept, and the choice is noted once per column count."""
+    from autospmv.kernels.cuda.spmm import FEW_COLUMNS, MEASURED_UP_TO
 
     A = matrix(name, np.float64)
     op = autospmv.prepare(A, device="cuda")
-    for k in sorted({5, MEASURED_UP_TO, MEASURED_UP_TO + 1}):
+    for k in sorted({FEW_COLUMNS, 5, MEASURED_UP_TO, MEASURED_UP_TO + 1, 64}):
         X = block(rng, A.shape[1], k)
         for _ in range(2):
             assert_close(op @ X, reference(A, X), np.float64)
         lines = [line for line in op.explain().splitlines()
                  if f"multi-vector products of {k} columns (float64 X, float64 Y)" in line]
-        if k > MEASURED_UP_TO:
+        if k <= FEW_COLUMNS:
             assert not lines
-        else:
-            assert len(lines) == 1 and "timed at the first one" in lines[0]
-            assert "few-columns kernel in" in lines[0] and "many-columns kernel" in lines[0]
+            continue
+        assert len(lines) == 1 and "timed at the first one" in lines[0]
+        assert "many-columns kernel" in lines[0] and "column-pairs kernel" in lines[0]
+        assert ("few-columns kernel in" in lines[0]) == (k <= MEASURED_UP_TO)
 
 
 @pytest.mark.requires_gpu

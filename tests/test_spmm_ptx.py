@@ -21,26 +21,32 @@ DTYPE_PAIRS = [(np.float32, np.float32), (np.float64, np.float64), (np.float32, 
 """(matrix values, vectors): a float32 matrix in a float64 product too."""
 
 
-def host_launches(name: str, values, vectors, k: int, index=np.int32, in_passes=False):
+def host_launches(name: str, values, vectors, k: int, index=np.int32, program="many_columns"):
     """The launches for a FAMILY matrix, host arrays standing in for device arrays."""
     A = canonicalize(FAMILY[name]().astype(values))
     arrays = {"indptr": A.indptr.astype(index), "indices": A.indices.astype(index),
               "data": A.data}
     pieces = spmm.long_row_pieces(arrays["indptr"])
-    steps = spmm.launches(A.shape, arrays, pieces, 4, k, vectors, vectors, in_passes)
+    steps = spmm.launches(A.shape, arrays, pieces, 4, k, vectors, vectors, program)
     return A, pieces, steps
 
 
+KERNELS = [(3, "many_columns", "spmm_few_columns_kernel"),
+           (40, "many_columns", "spmm_many_columns_kernel"),
+           (40, "column_pairs", "spmm_column_pairs_kernel")]
+"""(k, program, the kernel it runs): k ≤ FEW_COLUMNS runs the few-columns kernel whatever the
+program."""
+
+
 @pytest.mark.parametrize("index", [np.int32, np.int64])
-@pytest.mark.parametrize("k", [3, 40])
+@pytest.mark.parametrize("k, program, kernel", KERNELS, ids=[f"k{k}-{p}" for k, p, _ in KERNELS])
 @pytest.mark.parametrize("values, vectors", DTYPE_PAIRS,
                          ids=[f"{np.dtype(a)}-{np.dtype(b)}" for a, b in DTYPE_PAIRS])
-def test_kernels_compile_to_ptx(values, vectors, k, index):
+def test_kernels_compile_to_ptx(values, vectors, k, program, kernel, index):
     A, pieces, launches = host_launches("huge_row_among_short_300x3000", values, vectors, k,
-                                        index)
+                                        index, program)
     assert pieces[0].size, "the matrix has a row longer than a piece"
     assert len(launches) == 2, "a row launch and a piece launch"
-    kernel = "spmm_few_columns_kernel" if k <= spmm.FEW_COLUMNS else "spmm_many_columns_kernel"
     for (launch, first), items in zip(launches, (A.shape[0], pieces[0].size)):
         assert first == 0
         assert launch.block == spmm.BLOCK and launch.grid * launch.block >= items
@@ -56,7 +62,7 @@ def test_kernels_compile_to_ptx(values, vectors, k, index):
 @pytest.mark.parametrize("k, firsts", [(5, [0, 4]), (8, [0, 4]), (13, [0, 4, 8, 12])])
 def test_passes_run_the_few_columns_kernel_on_windows_of_four(k, firsts):
     A, pieces, launches = host_launches("huge_row_among_short_300x3000", np.float32,
-                                        np.float64, k, in_passes=True)
+                                        np.float64, k, program="passes")
     assert len(launches) == 2 * len(firsts), "a row launch and a piece launch per pass"
     assert [step.first for step in launches] == sorted(firsts * 2)
     widths = [min(spmm.FEW_COLUMNS, k - first) for first in sorted(firsts * 2)]
@@ -82,10 +88,25 @@ def test_many_columns_groups_cover_the_columns(k, lanes):
     assert 1 << int(log_group) == lanes
 
 
+@pytest.mark.parametrize("k, lanes", [(5, 4), (8, 4), (9, 8), (16, 8), (17, 16), (64, 32),
+                                      (65, 32), (200, 32)])
+def test_column_pairs_groups_give_a_lane_a_pair(k, lanes):
+    _, _, launches = host_launches("poisson2d_169", np.float64, np.float64, k,
+                                   program="column_pairs")
+    assert 1 << int(launches[0].launch.args[6]) == lanes
+    assert launches[0].launch.grid * launches[0].launch.block >= 169 * lanes
+
+
+def test_an_unknown_program_is_refused():
+    with pytest.raises(ValueError, match="program must be one of"):
+        host_launches("poisson2d_169", np.float64, np.float64, 16, program="pairs")
+
+
 def test_kernels_carry_their_launch_bound():
     """Six blocks per SM hold the kernels to 40 registers (see spmm.BLOCKS_PER_SM)."""
-    for k in (3, 40):
-        _, _, launches = host_launches("poisson2d_169", np.float32, np.float32, k)
+    for k, program, _ in KERNELS:
+        _, _, launches = host_launches("poisson2d_169", np.float32, np.float32, k,
+                                       program=program)
         ptx = compiled_ptx(launches[0].launch)
         assert re.search(rf"\.maxntid\s+{spmm.BLOCK}\b", ptx)
         assert re.search(rf"\.minnctapersm\s+{spmm.BLOCKS_PER_SM}\b", ptx)

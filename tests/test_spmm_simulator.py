@@ -17,7 +17,7 @@ pytest.importorskip("numba.cuda")
 
 from simulator_run import run_simulator_worker  # noqa: E402
 from matrices import TOLERANCE  # noqa: E402
-from spmm_cases import CASES, KERNELS, PASSES  # noqa: E402
+from spmm_cases import CASES, KERNELS, PAIRS, PASSES  # noqa: E402
 
 # The simulator's worker process compiles every kernel (minutes on two cores).
 pytestmark = pytest.mark.slow
@@ -57,3 +57,9 @@ def test_simulated_spmm_device_and_special_values(simulated, kernel, dtype, case
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_simulated_spmm_in_passes_matches_scipy(simulated, dtype, matrix, k):
     check(simulated[f"passes/{dtype}/{matrix}/k={k}"], dtype)
+
+
+@pytest.mark.parametrize("matrix, k", PAIRS, ids=[f"{matrix}-k{k}" for matrix, k in PAIRS])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_simulated_spmm_in_column_pairs_matches_scipy(simulated, dtype, matrix, k):
+    check(simulated[f"column_pairs/{dtype}/{matrix}/k={k}"], dtype)

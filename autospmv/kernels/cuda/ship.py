@@ -70,7 +70,7 @@ def specializations() -> list[tuple]:
     from .backend import VECTOR_DTYPES
     from . import conversions, feature_passes
     from .launch import Launch
-    from .spmm import FEW_COLUMNS, few_columns_group, launches, long_row_pieces
+    from .spmm import FEW_COLUMNS, PROGRAMS, few_columns_group, launches, long_row_pieces
 
     found = {}
 
@@ -96,9 +96,12 @@ def specializations() -> list[tuple]:
                     y_dtype = result_dtype(dtype, x_dtype)
                     add(program.steps if x_dtype == dtype
                         else program.for_vectors(x_dtype, y_dtype).steps)
-                    for k in (2, FEW_COLUMNS + 1):
+                    add(step.launch for step in launches(csr.shape, arrays, pieces, group,
+                                                         2, x_dtype, y_dtype))
+                    for name in PROGRAMS:
                         add(step.launch for step in launches(csr.shape, arrays, pieces, group,
-                                                             k, x_dtype, y_dtype))
+                                                             FEW_COLUMNS + 1, x_dtype, y_dtype,
+                                                             name))
     for dispatcher, argtypes in (feature_passes.shipped_launches()
                                  + conversions.shipped_launches()):
         found.setdefault((dispatcher.py_func, argtypes), dispatcher)

@@ -2,8 +2,8 @@
 CSR arrays.
 
 X (n × k) and Y (m × k) are C-contiguous (row-major): the k values of one row of X are adjacent,
-so the lanes that read them for one nonzero read consecutive words. Two kernels, one work split
-each:
+so the lanes that read them for one nonzero read consecutive words. Three kernels, one work
+split each:
 
 * **k ≤ 4 columns** (:func:`spmm_few_columns_kernel`): csr_vector's split. A group of g lanes
   (g chosen as for csr_vector, from the lengths of the work items: rows cut into pieces, see
@@ -22,11 +22,17 @@ each:
   at any column count on the SpMM benchmark's matrices. X wider than ``4 × 32`` columns is
   covered in passes of 128 columns, each walking the row again (its entries are then in
   cache).
+* **k > 4 columns, in pairs** (:func:`spmm_column_pairs_kernel`): as the many-columns
+  kernel, but lane l accumulates the two adjacent columns ``2l, 2l+1`` (then ``2l+2G`` and
+  ``2l+2G+1``, ...) over four nonzeros a step: a group of G = 2 to 32 lanes reads
+  ``X[c, 0:2G]`` for each nonzero (:func:`column_pairs_group`), so wider groups and eight
+  gathers in flight a lane. It wins in float64 at 16 columns and more on rows of similar
+  lengths, and loses in float32, where four columns a lane keep more of X in flight.
 
-For 4 < k ≤ :data:`MEASURED_UP_TO`, the few-columns kernel also runs in passes of four
-columns (each pass handed X and Y from its first column on, :class:`ColumnLaunch`), each pass
-reading A again; the first product of k columns times both programs and keeps the faster
-(:class:`MultiVectorProgram`).
+For k > 4 the first product of k columns times the many-columns kernel, the column-pairs
+kernel and, for k ≤ :data:`MEASURED_UP_TO`, the few-columns kernel in passes of four columns
+(each pass handed X and Y from its first column on, :class:`ColumnLaunch`, each reading A
+again), and keeps the fastest (:class:`MultiVectorProgram`, :func:`programs_for`).
 
 Long rows: a group handles at most :data:`PIECE` nonzeros of a row. The first launch gives every
 row its first piece and writes Y's row; rows longer than that have their further pieces listed
@@ -78,12 +84,12 @@ FEW_COLUMNS = 4
 """Products with at most this many columns use :func:`spmm_few_columns_kernel`."""
 
 MEASURED_UP_TO = 8
-"""Column counts above :data:`FEW_COLUMNS` up to this have two programs, timed at the first
-product (:meth:`MultiVectorProgram.run`): the many-columns kernel, and the few-columns kernel
-in passes of :data:`FEW_COLUMNS` columns, each pass reading A again. The passes win where rows
-are long enough for the few-columns kernel's split of a row's nonzeros to beat a few lanes per
-row; from 9 columns on, four passes or more lost to the many-columns kernel on every matrix of
-the SpMM benchmark (timed up to 16 columns)."""
+"""Column counts above :data:`FEW_COLUMNS` up to this also time the few-columns kernel in passes
+of :data:`FEW_COLUMNS` columns at the first product (:meth:`MultiVectorProgram.run`), each
+pass reading A again. The passes win where rows are long enough for the few-columns kernel's
+split of a row's nonzeros to beat a few lanes per row; from 9 columns on, four passes or more
+lost to the many-columns kernel on every matrix of the SpMM benchmark (timed up to 16
+columns)."""
 
 COLUMNS_PER_LANE = 4
 """Columns a lane of :func:`spmm_many_columns_kernel` accumulates in one pass over a row (its
@@ -230,6 +236,46 @@ def spmm_many_columns_kernel(indptr, indices, data, x, y, k, log_group, piece_ro
         j0 += uint64(4) * g
 
 
+@jit(cache=True, launch_bounds=(BLOCK, BLOCKS_PER_SM))
+def spmm_column_pairs_kernel(indptr, indices, data, x, y, k, log_group, piece_row, piece_start,
+                             pieces):
+    thread = cuda.grid(1)
+    row, start, end, valid = _work_item(thread >> log_group, indptr, piece_row, piece_start,
+                                        pieces)
+    if not valid:
+        return
+    columns = uint64(k)
+    out = row * columns
+    zero = y.dtype.type(0)
+    one = uint64(1)
+    j = uint64(2 * (thread & ((1 << log_group) - 1)))  # this lane's first column in this pass
+    while j < columns:
+        second = j + one < columns
+        acc0 = acc1 = zero
+        p = start
+        # Four nonzeros per step: their loads (and eight gathers of X) are in flight together.
+        while p + uint64(3) < end:
+            a0, b0 = data[p], uint64(indices[p]) * columns + j
+            a1, b1 = data[p + one], uint64(indices[p + one]) * columns + j
+            a2, b2 = data[p + uint64(2)], uint64(indices[p + uint64(2)]) * columns + j
+            a3, b3 = data[p + uint64(3)], uint64(indices[p + uint64(3)]) * columns + j
+            acc0 += (a0 * x[b0] + a1 * x[b1]) + (a2 * x[b2] + a3 * x[b3])
+            if second:
+                acc1 += ((a0 * x[b0 + one] + a1 * x[b1 + one])
+                         + (a2 * x[b2 + one] + a3 * x[b3 + one]))
+            p += uint64(4)
+        while p < end:
+            a, b = data[p], uint64(indices[p]) * columns + j
+            acc0 += a * x[b]
+            if second:
+                acc1 += a * x[b + one]
+            p += one
+        _store(y, out + j, acc0, pieces)
+        if second:
+            _store(y, out + j + one, acc1, pieces)
+        j += uint64(2 << log_group)
+
+
 def long_row_pieces(indptr: np.ndarray, piece: int = PIECE) -> tuple[np.ndarray, np.ndarray]:
     """``(rows, starts)``: every piece of :data:`PIECE` nonzeros of a row after its first, as
     the row it belongs to and the position of its first nonzero (arrays of indptr's dtype, in
@@ -246,11 +292,11 @@ def long_row_pieces(indptr: np.ndarray, piece: int = PIECE) -> tuple[np.ndarray,
 
 RULE = (f"multi-vector products (A @ X, X of k columns) run on A's CSR arrays: for "
         f"k ≤ {FEW_COLUMNS}, a group of lanes per row over its nonzeros (csr_vector's group "
-        f"size for pieces of at most {PIECE} nonzeros) with k sums each; for larger k, 2 to 32 "
-        f"lanes per row over the columns of X, {COLUMNS_PER_LANE} columns a lane, or up to "
-        f"k = {MEASURED_UP_TO} the first kernel in passes of {FEW_COLUMNS} columns where the "
-        f"first product of k columns times it faster; rows longer than {PIECE} nonzeros are "
-        f"split among groups")
+        f"size for pieces of at most {PIECE} nonzeros) with k sums each; for larger k, the "
+        f"fastest at the first product of k columns of: 2 to 32 lanes per row over the "
+        f"columns of X, {COLUMNS_PER_LANE} columns a lane; the same with a pair of adjacent "
+        f"columns a lane; and up to k = {MEASURED_UP_TO} the first kernel in passes of "
+        f"{FEW_COLUMNS} columns; rows longer than {PIECE} nonzeros are split among groups")
 """The rule :class:`MultiVectorProgram` follows, as the decision notes it."""
 
 
@@ -282,18 +328,31 @@ class ColumnLaunch(NamedTuple):
         return lambda x, y, stream: fire(x + dx, y + dy, stream)
 
 
+PROGRAMS = ("many_columns", "passes", "column_pairs")
+"""The programs of a product of more than :data:`FEW_COLUMNS` columns: the many-columns
+kernel, the few-columns kernel in passes of :data:`FEW_COLUMNS` columns, and the column-pairs
+kernel (see the module docstring)."""
+
+
 def launches(shape: tuple[int, int], arrays: dict, pieces: tuple, few_group: int, k: int,
-             x_dtype, y_dtype, in_passes: bool = False) -> list[ColumnLaunch]:
+             x_dtype, y_dtype, program: str = "many_columns") -> list[ColumnLaunch]:
     """The launches of ``Y = A @ X`` for X of k columns (not loaded): the row launch, and the
     piece launch where ``pieces`` (the rows and starts of :func:`long_row_pieces`) has any.
     ``arrays``: A's CSR arrays (``indptr``, ``indices``, ``data``; host arrays stand in for
     device arrays when only PTX is compiled); ``few_group``: the lanes per row of the
-    few-columns kernel. ``in_passes``: for k > :data:`FEW_COLUMNS`, the few-columns kernel in
-    passes of :data:`FEW_COLUMNS` columns (both launches per pass, each pass on the columns
-    from its ``first``) instead of the many-columns kernel."""
-    few = k <= FEW_COLUMNS or in_passes
-    kernel = spmm_few_columns_kernel if few else spmm_many_columns_kernel
-    group = few_group if few else many_columns_group(k)
+    few-columns kernel. ``program`` (one of :data:`PROGRAMS`) is for k > :data:`FEW_COLUMNS`:
+    the many-columns kernel, the few-columns kernel in passes of :data:`FEW_COLUMNS` columns
+    (both launches per pass, each pass on the columns from its ``first``), or the
+    column-pairs kernel; k ≤ :data:`FEW_COLUMNS` always runs the few-columns kernel once."""
+    if program not in PROGRAMS:
+        raise ValueError(f"program must be one of {PROGRAMS}; got {program!r}")
+    few = k <= FEW_COLUMNS or program == "passes"
+    if few:
+        kernel, group = spmm_few_columns_kernel, few_group
+    elif program == "column_pairs":
+        kernel, group = spmm_column_pairs_kernel, column_pairs_group(k)
+    else:
+        kernel, group = spmm_many_columns_kernel, many_columns_group(k)
     windows = range(0, k, FEW_COLUMNS) if few else [0]
     piece_row, piece_start = pieces
     steps = []
@@ -324,6 +383,20 @@ def many_columns_group(k: int) -> int:
     """
     lanes = -(-k // COLUMNS_PER_LANE)
     return min(32, max(2, 1 << (lanes - 1).bit_length()))
+
+
+def column_pairs_group(k: int) -> int:
+    """The lanes per row of the column-pairs kernel for k columns: the smallest power of two
+    from 2 to 32 that gives each lane one pair of adjacent columns (32 beyond 64 columns,
+    covered in passes).
+
+    Examples
+    --------
+    >>> [column_pairs_group(k) for k in (5, 8, 9, 16, 17, 64, 65, 200)]
+    [4, 4, 8, 8, 16, 32, 32, 32]
+    """
+    pairs = -(-k // 2)
+    return min(32, max(2, 1 << (pairs - 1).bit_length()))
 
 
 def few_columns_group(shape: tuple[int, int], host_indptr: np.ndarray,
@@ -379,58 +452,87 @@ class MultiVectorProgram:
         """``Y = A @ X`` for k columns: ``x``, ``y`` the device addresses of X and Y (arrays,
         flattened, under the simulator), queued on ``stream``.
 
-        For :data:`FEW_COLUMNS` < k ≤ :data:`MEASURED_UP_TO` on a GPU, the first product of k
-        columns (and dtypes) times the many-columns kernel against the few-columns kernel in
-        passes (:func:`time_programs`, on this X and Y: it waits for the stream) and keeps the
-        faster for every later product, noting both times; where it cannot time (the stream is
-        being captured into a graph), it keeps the many-columns kernel."""
+        For k > :data:`FEW_COLUMNS` on a GPU, the first product of k columns (and dtypes)
+        times the programs of :func:`programs_for` (:func:`time_programs`, on this X and Y:
+        it waits for the stream) and keeps the fastest for every later product, noting their
+        times; where it cannot time (the stream is being captured into a graph), it keeps the
+        many-columns kernel."""
         key = (k, np.dtype(x_dtype), np.dtype(y_dtype))
         program = self._programs.get(key)
         if program is None:
-            program = self._build(k, x_dtype, y_dtype, in_passes=False)
-            if FEW_COLUMNS < k <= MEASURED_UP_TO and not SIMULATOR:
-                passes = self._build(k, x_dtype, y_dtype, in_passes=True)
-                times = time_programs([program, passes], x, y, stream)
+            program = self._build(k, x_dtype, y_dtype, "many_columns")
+            if k > FEW_COLUMNS and not SIMULATOR:
+                names = programs_for(k)
+                built = [program] + [self._build(k, x_dtype, y_dtype, name)
+                                     for name in names[1:]]
+                times = time_programs(built, x, y, stream)
                 if times is not None:
-                    self.notes.append(timed_choice_note(key, *times))
-                    program = passes if times[1] < times[0] else program
+                    timed = dict(zip(names, times))
+                    self.notes.append(timed_choice_note(key, timed))
+                    program = built[names.index(min(timed, key=timed.get))]
             if len(self._programs) >= self.PROGRAMS:
                 self._programs.pop(next(iter(self._programs)))
             self._programs[key] = program
         for fire in program[1]:
             fire(x, y, stream)
 
-    def _build(self, k: int, x_dtype, y_dtype, in_passes: bool) -> tuple:
+    def _build(self, k: int, x_dtype, y_dtype, program: str) -> tuple:
         """The loaded launches of :func:`launches` and their closures. The launches are kept
         with the closures: a closure of Launch.fire holds only the address of its launch's
         parameter buffer, which the driver reads at every launch; the buffer, and the values it
         points to, live as long as the Launch."""
         m, n = self.shape
         steps = launches(self.shape, self.arrays, self.pieces, self.few_group, k, x_dtype,
-                         y_dtype, in_passes)
+                         y_dtype, program)
         for step in steps:
             step.load(n, m, k)
         return steps, [step.closure(x_dtype, y_dtype) for step in steps]
 
 
-def timed_choice_note(key: tuple, many_us: float, passes_us: float) -> str:
-    """The decision's note on the program :meth:`MultiVectorProgram.run` timed and kept for
-    ``key`` (k, X's dtype, Y's dtype).
+def programs_for(k: int) -> list[str]:
+    """The programs (of :data:`PROGRAMS`, the many-columns kernel first) that the first product
+    of k > :data:`FEW_COLUMNS` columns times: the passes only up to :data:`MEASURED_UP_TO`
+    columns.
 
     Examples
     --------
-    >>> note = timed_choice_note((8, np.dtype("float32"), np.dtype("float32")), 12.0, 9.5)
+    >>> programs_for(8), programs_for(16)
+    (['many_columns', 'passes', 'column_pairs'], ['many_columns', 'column_pairs'])
+    """
+    return [name for name in PROGRAMS if name != "passes" or k <= MEASURED_UP_TO]
+
+
+def program_name(program: str, k: int) -> str:
+    """How the decision's notes name ``program`` for k columns.
+
+    Examples
+    --------
+    >>> program_name("passes", 8), program_name("column_pairs", 8)
+    ('the few-columns kernel in 2 passes', 'the column-pairs kernel')
+    """
+    if program == "passes":
+        return f"the few-columns kernel in {-(-k // FEW_COLUMNS)} passes"
+    return {"many_columns": "the many-columns kernel",
+            "column_pairs": "the column-pairs kernel"}[program]
+
+
+def timed_choice_note(key: tuple, times: dict[str, float]) -> str:
+    """The decision's note on the program :meth:`MultiVectorProgram.run` timed and kept for
+    ``key`` (k, X's dtype, Y's dtype); ``times``: µs per product of each program timed.
+
+    Examples
+    --------
+    >>> key = (8, np.dtype("float32"), np.dtype("float32"))
+    >>> note = timed_choice_note(key, {"many_columns": 12.0, "passes": 9.5})
     >>> note.split(" run ")[1].split(", timed")[0]
-    'the few-columns kernel in 2 passes (9.5 µs against 12 µs for the many-columns kernel)'
+    'the few-columns kernel in 2 passes (9.5 µs; the many-columns kernel 12 µs)'
     """
     k, x_dtype, y_dtype = key
-    count = -(-k // FEW_COLUMNS)
-    kept = (f"the few-columns kernel in {count} passes ({passes_us:.3g} µs against "
-            f"{many_us:.3g} µs for the many-columns kernel)" if passes_us < many_us else
-            f"the many-columns kernel ({many_us:.3g} µs against {passes_us:.3g} µs for the "
-            f"few-columns kernel in {count} passes)")
-    return (f"multi-vector products of {k} columns ({x_dtype} X, {y_dtype} Y) run {kept}, "
-            "timed at the first one")
+    order = sorted(times, key=times.get)
+    others = ", ".join(f"{program_name(name, k)} {times[name]:.3g} µs" for name in order[1:])
+    return (f"multi-vector products of {k} columns ({x_dtype} X, {y_dtype} Y) run "
+            f"{program_name(order[0], k)} ({times[order[0]]:.3g} µs; {others}), timed at the "
+            "first one")
 
 
 def time_programs(programs: list, x, y, stream, rounds: int = 3, batch: int = 3):
