@@ -34,10 +34,14 @@ PASSES = [(name, k) for name in ("dense_row_among_short_40x150", "rect_37x13",
 """The few-columns kernel in passes of four columns (a last pass of one and of four columns, and
 four passes), on rows longer than a piece, a rectangular shape and empty rows."""
 
-PAIRS = [(name, k) for name in ("dense_row_among_short_40x150", "rect_37x13",
-                                "all_rows_empty_9x11", "long_row_among_short_10x3000",
-                                "power_law_48")
-         for k in (5, 16, 67, 130)]
-"""The column-pairs kernel (the GPU's third program for k > 4, which only a timed first product
-picks on a GPU): an odd k with a lone last column (5, 67), a pass of 64 pairs and a second pass
-(130), on rows longer than a piece, a rectangular shape and empty rows."""
+ONE_PASS = [(program, name, k)
+            for program in ("column_pairs", "column_pairs_wide_step", "column_quads")
+            for name, counts in (("dense_row_among_short_40x150", (5, 67)),
+                                 ("rect_37x13", (5, 67, 130)), ("all_rows_empty_9x11", (5, 67)),
+                                 ("long_row_among_short_10x3000", (5, 67)),
+                                 ("power_law_48", (5, 67)))
+            for k in counts]
+"""The one-pass programs besides the many-columns kernel (which only a timed first product
+picks on a GPU): an odd k with a lone last column and partial last groups of columns (5, 67),
+and a second pass over the columns (130), on rows longer than a piece, a rectangular shape and
+empty rows."""

@@ -32,8 +32,8 @@ def host_launches(name: str, values, vectors, k: int, index=np.int32, program="m
 
 
 KERNELS = [(3, "many_columns", "spmm_few_columns_kernel"),
-           (40, "many_columns", "spmm_many_columns_kernel"),
-           (40, "column_pairs", "spmm_column_pairs_kernel")]
+           *[(40, name, program.kernel.py_func.__name__)
+             for name, program in spmm.ONE_PASS.items()]]
 """(k, program, the kernel it runs): k ≤ FEW_COLUMNS runs the few-columns kernel whatever the
 program."""
 
@@ -88,13 +88,16 @@ def test_many_columns_groups_cover_the_columns(k, lanes):
     assert 1 << int(log_group) == lanes
 
 
-@pytest.mark.parametrize("k, lanes", [(5, 4), (8, 4), (9, 8), (16, 8), (17, 16), (64, 32),
-                                      (65, 32), (200, 32)])
-def test_column_pairs_groups_give_a_lane_a_pair(k, lanes):
-    _, _, launches = host_launches("poisson2d_169", np.float64, np.float64, k,
-                                   program="column_pairs")
-    assert 1 << int(launches[0].launch.args[6]) == lanes
-    assert launches[0].launch.grid * launches[0].launch.block >= 169 * lanes
+@pytest.mark.parametrize("program", spmm.ONE_PASS)
+@pytest.mark.parametrize("k", [5, 8, 9, 16, 17, 64, 65, 200])
+def test_one_pass_groups_give_a_lane_its_columns(program, k):
+    """The lanes per row: the smallest power of two from 2 to 32 whose lanes cover k columns
+    at the program's columns a lane, or 32 (then the lanes cover the columns in passes)."""
+    per_lane = spmm.ONE_PASS[program].columns_per_lane
+    _, _, launches = host_launches("poisson2d_169", np.float64, np.float64, k, program=program)
+    lanes = 1 << int(launches[0].launch.args[6])
+    assert 2 <= lanes <= 32 and launches[0].launch.grid * launches[0].launch.block >= 169 * lanes
+    assert lanes == 32 or (lanes * per_lane >= k and (lanes == 2 or lanes * per_lane < 2 * k))
 
 
 def test_an_unknown_program_is_refused():
@@ -103,10 +106,13 @@ def test_an_unknown_program_is_refused():
 
 
 def test_kernels_carry_their_launch_bound():
-    """Six blocks per SM hold the kernels to 40 registers (see spmm.BLOCKS_PER_SM)."""
+    """Six blocks per SM hold the kernels to 40 registers (see spmm.BLOCKS_PER_SM); the
+    column pairs of eight nonzeros a step get three (spmm.WIDE_STEP_BLOCKS_PER_SM)."""
     for k, program, _ in KERNELS:
         _, _, launches = host_launches("poisson2d_169", np.float32, np.float32, k,
                                        program=program)
         ptx = compiled_ptx(launches[0].launch)
+        blocks = (spmm.WIDE_STEP_BLOCKS_PER_SM if program == "column_pairs_wide_step" and k > 4
+                  else spmm.BLOCKS_PER_SM)
         assert re.search(rf"\.maxntid\s+{spmm.BLOCK}\b", ptx)
-        assert re.search(rf"\.minnctapersm\s+{spmm.BLOCKS_PER_SM}\b", ptx)
+        assert re.search(rf"\.minnctapersm\s+{blocks}\b", ptx)

@@ -17,7 +17,7 @@ pytest.importorskip("numba.cuda")
 
 from simulator_run import run_simulator_worker  # noqa: E402
 from matrices import TOLERANCE  # noqa: E402
-from spmm_cases import CASES, KERNELS, PAIRS, PASSES  # noqa: E402
+from spmm_cases import CASES, KERNELS, ONE_PASS, PASSES  # noqa: E402
 
 # The simulator's worker process compiles every kernel (minutes on two cores).
 pytestmark = pytest.mark.slow
@@ -59,7 +59,8 @@ def test_simulated_spmm_in_passes_matches_scipy(simulated, dtype, matrix, k):
     check(simulated[f"passes/{dtype}/{matrix}/k={k}"], dtype)
 
 
-@pytest.mark.parametrize("matrix, k", PAIRS, ids=[f"{matrix}-k{k}" for matrix, k in PAIRS])
+@pytest.mark.parametrize("program, matrix, k", ONE_PASS,
+                         ids=[f"{program}-{matrix}-k{k}" for program, matrix, k in ONE_PASS])
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_simulated_spmm_in_column_pairs_matches_scipy(simulated, dtype, matrix, k):
-    check(simulated[f"column_pairs/{dtype}/{matrix}/k={k}"], dtype)
+def test_simulated_spmm_one_pass_programs_match_scipy(simulated, dtype, program, matrix, k):
+    check(simulated[f"{program}/{dtype}/{matrix}/k={k}"], dtype)

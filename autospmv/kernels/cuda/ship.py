@@ -70,7 +70,8 @@ def specializations() -> list[tuple]:
     from .backend import VECTOR_DTYPES
     from . import conversions, feature_passes
     from .launch import Launch
-    from .spmm import FEW_COLUMNS, PROGRAMS, few_columns_group, launches, long_row_pieces
+    from .spmm import (FEW_COLUMNS, few_columns_group, launches, long_row_pieces,
+                       programs_for)
 
     found = {}
 
@@ -98,7 +99,7 @@ def specializations() -> list[tuple]:
                         else program.for_vectors(x_dtype, y_dtype).steps)
                     add(step.launch for step in launches(csr.shape, arrays, pieces, group,
                                                          2, x_dtype, y_dtype))
-                    for name in PROGRAMS:
+                    for name in programs_for(FEW_COLUMNS + 1):
                         add(step.launch for step in launches(csr.shape, arrays, pieces, group,
                                                              FEW_COLUMNS + 1, x_dtype, y_dtype,
                                                              name))

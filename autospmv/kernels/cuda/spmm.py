@@ -2,8 +2,7 @@
 CSR arrays.
 
 X (n × k) and Y (m × k) are C-contiguous (row-major): the k values of one row of X are adjacent,
-so the lanes that read them for one nonzero read consecutive words. Three kernels, one work
-split each:
+so the lanes that read them for one nonzero read consecutive words.
 
 * **k ≤ 4 columns** (:func:`spmm_few_columns_kernel`): csr_vector's split. A group of g lanes
   (g chosen as for csr_vector, from the lengths of the work items: rows cut into pieces, see
@@ -11,28 +10,31 @@ split each:
   ``l, l+g, ...`` (coalesced within the group) and multiplies each into up to four accumulators
   (one per column; the k values of ``X[c, :]`` lie in one or two 32-byte sectors); the group
   then reduces its accumulators with shuffles. Each nonzero is read once for all k columns.
-* **k > 4 columns** (:func:`spmm_many_columns_kernel`): a group of G lanes owns a row, its
-  lanes spread over the columns: lane l accumulates columns ``l, l+G, l+2G, l+3G``, and G is
-  the power of two from 2 to 32 that gives each lane at most :data:`COLUMNS_PER_LANE` columns
-  (:func:`many_columns_group`). Every lane walks the row's nonzeros (the group reads each one
-  with one broadcast load), and for each nonzero the group reads ``X[c, j:j+G]``, G
-  consecutive words: coalesced gathers of X and coalesced writes of Y. Four columns a lane
-  spread each broadcast load of a nonzero over four gathers in flight; a wider group (fewer
-  columns a lane) leaves a lane waiting on one or two gathers per nonzero, and timed no faster
-  at any column count on the SpMM benchmark's matrices. X wider than ``4 × 32`` columns is
-  covered in passes of 128 columns, each walking the row again (its entries are then in
-  cache).
-* **k > 4 columns, in pairs** (:func:`spmm_column_pairs_kernel`): as the many-columns
-  kernel, but lane l accumulates the two adjacent columns ``2l, 2l+1`` (then ``2l+2G`` and
-  ``2l+2G+1``, ...) over four nonzeros a step: a group of G = 2 to 32 lanes reads
-  ``X[c, 0:2G]`` for each nonzero (:func:`column_pairs_group`), so wider groups and eight
-  gathers in flight a lane. It wins in float64 at 16 columns and more on rows of similar
-  lengths, and loses in float32, where four columns a lane keep more of X in flight.
+* **k > 4 columns**: a group of G lanes owns a row, its lanes spread over the columns, and G is
+  the power of two from 2 to 32 that gives each lane at most its kernel's number of columns
+  (:func:`lanes_per_row`; X wider than 32 lanes' columns is covered in passes, each walking the
+  row again, its entries then in cache). Every lane walks the row's nonzeros (the group reads
+  each one with one broadcast load) and for each nonzero gathers its columns of ``X[c, :]``,
+  coalesced across the group; Y's rows are written coalesced. Four kernels (the one-pass
+  programs, :data:`ONE_PASS`) differ in which columns a lane takes and how many nonzeros a
+  step keeps in flight:
 
-For k > 4 the first product of k columns times the many-columns kernel, the column-pairs
-kernel and, for k ≤ :data:`MEASURED_UP_TO`, the few-columns kernel in passes of four columns
-(each pass handed X and Y from its first column on, :class:`ColumnLaunch`, each reading A
-again), and keeps the fastest (:class:`MultiVectorProgram`, :func:`programs_for`).
+  - :func:`spmm_many_columns_kernel`: columns ``l, l+G, l+2G, l+3G``, two nonzeros a step;
+  - :func:`spmm_column_pairs_kernel`: the adjacent pair ``2l, 2l+1``, four nonzeros a step:
+    twice the lanes per row for the same k;
+  - :func:`spmm_column_pairs_wide_step_kernel`: the same with eight nonzeros a step, under a
+    launch bound of :data:`WIDE_STEP_BLOCKS_PER_SM` blocks per SM (more registers, fewer
+    threads): it wins on long rows;
+  - :func:`spmm_column_quads_kernel`: the adjacent ``4l`` to ``4l+3``, two nonzeros a step.
+
+  On the SpMM benchmark's grown matrices the column pairs win most cases from k = 8 on (and
+  every float64 case from k = 32), four columns a lane win on short rows of even length in
+  float32, and none wins everywhere.
+
+For k > 4 the first product of k columns times the one-pass programs and, for k ≤
+:data:`MEASURED_UP_TO`, the few-columns kernel in passes of four columns (each pass handed X and
+Y from its first column on, :class:`ColumnLaunch`, each reading A again), and keeps the fastest
+(:class:`MultiVectorProgram`, :func:`programs_for`).
 
 Long rows: a group handles at most :data:`PIECE` nonzeros of a row. The first launch gives every
 row its first piece and writes Y's row; rows longer than that have their further pieces listed
@@ -48,9 +50,9 @@ read as float32 and computed in float64. Shuffles appear only in the few-columns
 the loop over the nonzeros, where every thread of the block (also those without a row) takes
 part, as numba-cuda's simulator requires (:mod:`autospmv.kernels.cuda.simulator`).
 
-Weak where k is just above a multiple of 4G (the sums of some lanes' last columns idle, e.g.
-k = 9: columns 9 to 15 of four lanes) and where rows are much shorter than g in the
-few-columns kernel (idle lanes, as csr_vector).
+Weak where k is just above a multiple of a pass's columns (the sums of some lanes' last columns
+idle, e.g. k = 9 in the many-columns kernel: columns 9 to 15 of four lanes) and where rows are
+much shorter than g in the few-columns kernel (idle lanes, as csr_vector).
 """
 
 from __future__ import annotations
@@ -76,6 +78,11 @@ BLOCKS_PER_SM = 6
 """The kernels' launch bound: six blocks of :data:`BLOCK` threads per SM (75 % occupancy), which
 holds them to 40 registers a thread, what they take in float64 without it (float32 with many
 columns took 42, which leaves room for five blocks only); no registers spill."""
+
+WIDE_STEP_BLOCKS_PER_SM = 3
+"""The launch bound of :func:`spmm_column_pairs_wide_step_kernel`: three blocks of
+:data:`BLOCK` threads per SM, up to 85 registers a thread (it takes 72 in float64, 48 in
+float32), for its eight nonzeros a step."""
 
 PIECE = 128
 """Most nonzeros of a row that one group handles (see the module docstring)."""
@@ -276,6 +283,101 @@ def spmm_column_pairs_kernel(indptr, indices, data, x, y, k, log_group, piece_ro
         j += uint64(2 << log_group)
 
 
+@jit(cache=True, launch_bounds=(BLOCK, WIDE_STEP_BLOCKS_PER_SM))
+def spmm_column_pairs_wide_step_kernel(indptr, indices, data, x, y, k, log_group, piece_row,
+                                       piece_start, pieces):
+    # spmm_column_pairs_kernel with eight nonzeros a step (sixteen gathers in flight a lane),
+    # under a launch bound that leaves it the registers for them.
+    thread = cuda.grid(1)
+    row, start, end, valid = _work_item(thread >> log_group, indptr, piece_row, piece_start,
+                                        pieces)
+    if not valid:
+        return
+    columns = uint64(k)
+    out = row * columns
+    zero = y.dtype.type(0)
+    one = uint64(1)
+    j = uint64(2 * (thread & ((1 << log_group) - 1)))
+    while j < columns:
+        second = j + one < columns
+        acc0 = acc1 = zero
+        p = start
+        while p + uint64(7) < end:
+            a0, b0 = data[p], uint64(indices[p]) * columns + j
+            a1, b1 = data[p + one], uint64(indices[p + one]) * columns + j
+            a2, b2 = data[p + uint64(2)], uint64(indices[p + uint64(2)]) * columns + j
+            a3, b3 = data[p + uint64(3)], uint64(indices[p + uint64(3)]) * columns + j
+            a4, b4 = data[p + uint64(4)], uint64(indices[p + uint64(4)]) * columns + j
+            a5, b5 = data[p + uint64(5)], uint64(indices[p + uint64(5)]) * columns + j
+            a6, b6 = data[p + uint64(6)], uint64(indices[p + uint64(6)]) * columns + j
+            a7, b7 = data[p + uint64(7)], uint64(indices[p + uint64(7)]) * columns + j
+            acc0 += (((a0 * x[b0] + a1 * x[b1]) + (a2 * x[b2] + a3 * x[b3]))
+                     + ((a4 * x[b4] + a5 * x[b5]) + (a6 * x[b6] + a7 * x[b7])))
+            if second:
+                acc1 += (((a0 * x[b0 + one] + a1 * x[b1 + one])
+                          + (a2 * x[b2 + one] + a3 * x[b3 + one]))
+                         + ((a4 * x[b4 + one] + a5 * x[b5 + one])
+                            + (a6 * x[b6 + one] + a7 * x[b7 + one])))
+            p += uint64(8)
+        while p < end:
+            a, b = data[p], uint64(indices[p]) * columns + j
+            acc0 += a * x[b]
+            if second:
+                acc1 += a * x[b + one]
+            p += one
+        _store(y, out + j, acc0, pieces)
+        if second:
+            _store(y, out + j + one, acc1, pieces)
+        j += uint64(2 << log_group)
+
+
+@jit(cache=True, launch_bounds=(BLOCK, BLOCKS_PER_SM))
+def spmm_column_quads_kernel(indptr, indices, data, x, y, k, log_group, piece_row, piece_start,
+                             pieces):
+    thread = cuda.grid(1)
+    row, start, end, valid = _work_item(thread >> log_group, indptr, piece_row, piece_start,
+                                        pieces)
+    if not valid:
+        return
+    columns = uint64(k)
+    out = row * columns
+    zero = y.dtype.type(0)
+    one, two, three = uint64(1), uint64(2), uint64(3)
+    j = uint64(4 * (thread & ((1 << log_group) - 1)))  # this lane's first column in this pass
+    while j < columns:
+        has1, has2, has3 = j + one < columns, j + two < columns, j + three < columns
+        acc0 = acc1 = acc2 = acc3 = zero
+        p = start
+        while p + one < end:
+            a, b = data[p], uint64(indices[p]) * columns + j
+            c, d = data[p + one], uint64(indices[p + one]) * columns + j
+            acc0 += a * x[b] + c * x[d]
+            if has1:
+                acc1 += a * x[b + one] + c * x[d + one]
+            if has2:
+                acc2 += a * x[b + two] + c * x[d + two]
+            if has3:
+                acc3 += a * x[b + three] + c * x[d + three]
+            p += two
+        if p < end:
+            a, b = data[p], uint64(indices[p]) * columns + j
+            acc0 += a * x[b]
+            if has1:
+                acc1 += a * x[b + one]
+            if has2:
+                acc2 += a * x[b + two]
+            if has3:
+                acc3 += a * x[b + three]
+        _store(y, out + j, acc0, pieces)
+        if has1:
+            _store(y, out + j + one, acc1, pieces)
+        if has2:
+            _store(y, out + j + two, acc2, pieces)
+        if has3:
+            _store(y, out + j + three, acc3, pieces)
+        j += uint64(4 << log_group)
+
+
 def long_row_pieces(indptr: np.ndarray, piece: int = PIECE) -> tuple[np.ndarray, np.ndarray]:
     """``(rows, starts)``: every piece of :data:`PIECE` nonzeros of a row after its first, as
     the row it belongs to and the position of its first nonzero (arrays of indptr's dtype, in
@@ -295,8 +397,9 @@ RULE = (f"multi-vector products (A @ X, X of k columns) run on A's CSR arrays: f
         f"size for pieces of at most {PIECE} nonzeros) with k sums each; for larger k, the "
         f"fastest at the first product of k columns of: 2 to 32 lanes per row over the "
         f"columns of X, {COLUMNS_PER_LANE} columns a lane; the same with a pair of adjacent "
-        f"columns a lane; and up to k = {MEASURED_UP_TO} the first kernel in passes of "
-        f"{FEW_COLUMNS} columns; rows longer than {PIECE} nonzeros are split among groups")
+        f"columns a lane, four or eight nonzeros a step; four adjacent columns a lane; and up "
+        f"to k = {MEASURED_UP_TO} the first kernel in passes of {FEW_COLUMNS} "
+        f"columns; rows longer than {PIECE} nonzeros are split among groups")
 """The rule :class:`MultiVectorProgram` follows, as the decision notes it."""
 
 
@@ -328,10 +431,28 @@ class ColumnLaunch(NamedTuple):
         return lambda x, y, stream: fire(x + dx, y + dy, stream)
 
 
-PROGRAMS = ("many_columns", "passes", "column_pairs")
-"""The programs of a product of more than :data:`FEW_COLUMNS` columns: the many-columns
-kernel, the few-columns kernel in passes of :data:`FEW_COLUMNS` columns, and the column-pairs
-kernel (see the module docstring)."""
+class OnePass(NamedTuple):
+    """A program of k > :data:`FEW_COLUMNS` columns that passes over A once: its kernel, the
+    columns a lane accumulates in a pass over a row, and how the decision's notes name it."""
+
+    kernel: object
+    columns_per_lane: int
+    name: str
+
+
+ONE_PASS = {
+    "many_columns": OnePass(spmm_many_columns_kernel, COLUMNS_PER_LANE,
+                            "the many-columns kernel"),
+    "column_pairs": OnePass(spmm_column_pairs_kernel, 2, "the column-pairs kernel"),
+    "column_pairs_wide_step": OnePass(spmm_column_pairs_wide_step_kernel, 2,
+                                      "the column-pairs kernel of eight nonzeros a step"),
+    "column_quads": OnePass(spmm_column_quads_kernel, 4, "the column-quads kernel"),
+}
+"""The one-pass programs of k > :data:`FEW_COLUMNS` columns, by name."""
+
+PROGRAMS = (*ONE_PASS, "passes")
+"""Every program of a product of more than :data:`FEW_COLUMNS` columns: the one-pass programs
+(:data:`ONE_PASS`) and the few-columns kernel in passes of :data:`FEW_COLUMNS` columns."""
 
 
 def launches(shape: tuple[int, int], arrays: dict, pieces: tuple, few_group: int, k: int,
@@ -341,18 +462,17 @@ def launches(shape: tuple[int, int], arrays: dict, pieces: tuple, few_group: int
     ``arrays``: A's CSR arrays (``indptr``, ``indices``, ``data``; host arrays stand in for
     device arrays when only PTX is compiled); ``few_group``: the lanes per row of the
     few-columns kernel. ``program`` (one of :data:`PROGRAMS`) is for k > :data:`FEW_COLUMNS`:
-    the many-columns kernel, the few-columns kernel in passes of :data:`FEW_COLUMNS` columns
-    (both launches per pass, each pass on the columns from its ``first``), or the
-    column-pairs kernel; k ≤ :data:`FEW_COLUMNS` always runs the few-columns kernel once."""
+    a one-pass program, or the few-columns kernel in passes of :data:`FEW_COLUMNS` columns
+    (both launches per pass, each pass on the columns from its ``first``); k ≤
+    :data:`FEW_COLUMNS` always runs the few-columns kernel once."""
     if program not in PROGRAMS:
         raise ValueError(f"program must be one of {PROGRAMS}; got {program!r}")
     few = k <= FEW_COLUMNS or program == "passes"
     if few:
         kernel, group = spmm_few_columns_kernel, few_group
-    elif program == "column_pairs":
-        kernel, group = spmm_column_pairs_kernel, column_pairs_group(k)
     else:
-        kernel, group = spmm_many_columns_kernel, many_columns_group(k)
+        kernel = ONE_PASS[program].kernel
+        group = lanes_per_row(k, ONE_PASS[program].columns_per_lane)
     windows = range(0, k, FEW_COLUMNS) if few else [0]
     piece_row, piece_start = pieces
     steps = []
@@ -371,32 +491,30 @@ def launches(shape: tuple[int, int], arrays: dict, pieces: tuple, few_group: int
     return steps
 
 
+def lanes_per_row(k: int, columns_per_lane: int) -> int:
+    """The lanes per row of a one-pass program for k columns: the smallest power of two from 2
+    to 32 that leaves each lane at most ``columns_per_lane`` columns (32 beyond
+    ``32 × columns_per_lane`` columns, covered in passes).
+
+    Examples
+    --------
+    >>> [lanes_per_row(k, 2) for k in (5, 8, 9, 16, 17, 64, 65, 200)]
+    [4, 4, 8, 8, 16, 32, 32, 32]
+    """
+    lanes = -(-k // columns_per_lane)
+    return min(32, max(2, 1 << (lanes - 1).bit_length()))
+
+
 def many_columns_group(k: int) -> int:
-    """The lanes per row of the many-columns kernel for k columns: the smallest power of two
-    from 2 to 32 that leaves each lane at most :data:`COLUMNS_PER_LANE` columns (32 beyond
-    128 columns, covered in passes).
+    """The lanes per row of the many-columns kernel for k columns (:func:`lanes_per_row` of
+    :data:`COLUMNS_PER_LANE` columns a lane).
 
     Examples
     --------
     >>> [many_columns_group(k) for k in (5, 8, 9, 16, 17, 64, 128, 200)]
     [2, 2, 4, 4, 8, 16, 32, 32]
     """
-    lanes = -(-k // COLUMNS_PER_LANE)
-    return min(32, max(2, 1 << (lanes - 1).bit_length()))
-
-
-def column_pairs_group(k: int) -> int:
-    """The lanes per row of the column-pairs kernel for k columns: the smallest power of two
-    from 2 to 32 that gives each lane one pair of adjacent columns (32 beyond 64 columns,
-    covered in passes).
-
-    Examples
-    --------
-    >>> [column_pairs_group(k) for k in (5, 8, 9, 16, 17, 64, 65, 200)]
-    [4, 4, 8, 8, 16, 32, 32, 32]
-    """
-    pairs = -(-k // 2)
-    return min(32, max(2, 1 << (pairs - 1).bit_length()))
+    return lanes_per_row(k, COLUMNS_PER_LANE)
 
 
 def few_columns_group(shape: tuple[int, int], host_indptr: np.ndarray,
@@ -496,8 +614,10 @@ def programs_for(k: int) -> list[str]:
 
     Examples
     --------
-    >>> programs_for(8), programs_for(16)
-    (['many_columns', 'passes', 'column_pairs'], ['many_columns', 'column_pairs'])
+    >>> programs_for(8)
+    ['many_columns', 'column_pairs', 'column_pairs_wide_step', 'column_quads', 'passes']
+    >>> programs_for(16)
+    ['many_columns', 'column_pairs', 'column_pairs_wide_step', 'column_quads']
     """
     return [name for name in PROGRAMS if name != "passes" or k <= MEASURED_UP_TO]
 
@@ -512,8 +632,7 @@ def program_name(program: str, k: int) -> str:
     """
     if program == "passes":
         return f"the few-columns kernel in {-(-k // FEW_COLUMNS)} passes"
-    return {"many_columns": "the many-columns kernel",
-            "column_pairs": "the column-pairs kernel"}[program]
+    return ONE_PASS[program].name
 
 
 def timed_choice_note(key: tuple, times: dict[str, float]) -> str:
