@@ -45,3 +45,9 @@ ONE_PASS = [(program, name, k)
 picks on a GPU): an odd k with a lone last column and partial last groups of columns (5, 67),
 and a second pass over the columns (130), on rows longer than a piece, a rectangular shape and
 empty rows."""
+
+EIGHT = [("dense_row_among_short_40x150", 5), ("dense_row_among_short_40x150", 8),
+         ("long_row_among_short_10x3000", 8), ("rect_37x13", 7), ("all_rows_empty_9x11", 6)]
+"""The eight-columns kernel (for 5 to 8 columns, which only a timed first product picks on a
+GPU): from five to eight sums a lane, on rows longer than a piece, a rectangular shape and
+empty rows."""

@@ -14,8 +14,8 @@ a float32 X for a float64 matrix too, whose product is float64) and checks the r
 shape and dtype, and ``kernel/dtype/nan_inf`` checks that NaN and ±Inf in X give SciPy's
 pattern, for every kernel of :data:`spmm_cases.KERNELS`; ``passes/dtype/matrix/k=K`` runs the
 few-columns kernel in passes of four columns on the cases of :data:`spmm_cases.PASSES`, and
-``program/dtype/matrix/k=K`` the other one-pass programs on those of
-:data:`spmm_cases.ONE_PASS`.
+``program/dtype/matrix/k=K`` the eight-columns kernel on those of :data:`spmm_cases.EIGHT` and
+the other one-pass programs on those of :data:`spmm_cases.ONE_PASS`.
 Timings go to stderr.
 """
 
@@ -37,7 +37,7 @@ import numpy as np  # noqa: E402
 
 import autospmv  # noqa: E402
 from matrices import TINY, nonfinite_error, reference, relative_error  # noqa: E402
-from spmm_cases import CASES, KERNELS, ONE_PASS, PASSES  # noqa: E402
+from spmm_cases import CASES, EIGHT, KERNELS, ONE_PASS, PASSES  # noqa: E402
 
 DTYPES = {"float32": np.float32, "float64": np.float64}
 
@@ -89,8 +89,8 @@ def nan_case(op, A, rng) -> dict:
 
 def program_case(A, dtype, rng, k: int, program: str) -> dict:
     """A program of k > 4 columns that only a timed first product picks on a GPU (the
-    few-columns kernel in passes of four columns, the one-pass programs besides the
-    many-columns kernel), through its launches."""
+    few-columns kernel in passes of four columns, the eight-columns kernel, the one-pass
+    programs besides the many-columns kernel), through its launches."""
     from numba import cuda
 
     from autospmv._support.validation import canonicalize
@@ -141,7 +141,9 @@ def main() -> dict:
         print(f"{kernel}: {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
     for dtype_name, dtype in DTYPES.items():
         rng = np.random.default_rng(11)
-        for program, name, k in [("passes", name, k) for name, k in PASSES] + ONE_PASS:
+        for program, name, k in ([("passes", name, k) for name, k in PASSES]
+                                 + [("eight_columns", name, k) for name, k in EIGHT]
+                                 + ONE_PASS):
             A = TINY[name]().astype(dtype)
             run(results, f"{program}/{dtype_name}/{name}/k={k}",
                 lambda: program_case(A, dtype, rng, k, program))

@@ -148,7 +148,8 @@ def test_the_shipped_set_covers_every_kernel_in_both_dtypes_and_vector_dtypes():
     names = {dispatcher.py_func.__name__ for dispatcher, _ in found}
     assert names == {"coo_kernel", "csr_scalar_kernel", "csr_vector_kernel", "ell_kernel",
                      "jds_kernel", "csr5_kernel", "csr5_clear_tile_ends",
-                     "spmm_few_columns_kernel", "spmm_many_columns_kernel",
+                     "spmm_few_columns_kernel", "spmm_eight_columns_kernel",
+                     "spmm_many_columns_kernel",
                      "spmm_column_pairs_kernel", "spmm_column_pairs_wide_step_kernel",
                      "spmm_column_quads_kernel",
                      "row_pass_kernel", "length_count_kernel", "band_kernel",

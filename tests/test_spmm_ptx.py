@@ -32,6 +32,7 @@ def host_launches(name: str, values, vectors, k: int, index=np.int32, program="m
 
 
 KERNELS = [(3, "many_columns", "spmm_few_columns_kernel"),
+           (6, "eight_columns", "spmm_eight_columns_kernel"),
            *[(40, name, program.kernel.py_func.__name__)
              for name, program in spmm.ONE_PASS.items()]]
 """(k, program, the kernel it runs): k ≤ FEW_COLUMNS runs the few-columns kernel whatever the
@@ -103,6 +104,17 @@ def test_one_pass_groups_give_a_lane_its_columns(program, k):
 def test_an_unknown_program_is_refused():
     with pytest.raises(ValueError, match="program must be one of"):
         host_launches("poisson2d_169", np.float64, np.float64, 16, program="pairs")
+    with pytest.raises(ValueError, match="takes at most 8 columns; got 9"):
+        host_launches("poisson2d_169", np.float64, np.float64, 9, program="eight_columns")
+
+
+@pytest.mark.parametrize("k", [5, 8])
+def test_the_eight_columns_kernel_runs_one_pass_of_k_sums(k):
+    _, pieces, launches = host_launches("huge_row_among_short_300x3000", np.float32,
+                                        np.float64, k, program="eight_columns")
+    assert [step.first for step in launches] == [0, 0], "a row launch and a piece launch"
+    assert [int(step.launch.args[6]) for step in launches] == [k, k]
+    assert [int(step.launch.args[-1]) for step in launches] == [0, 1]
 
 
 def test_kernels_carry_their_launch_bound():

@@ -17,7 +17,7 @@ pytest.importorskip("numba.cuda")
 
 from simulator_run import run_simulator_worker  # noqa: E402
 from matrices import TOLERANCE  # noqa: E402
-from spmm_cases import CASES, KERNELS, ONE_PASS, PASSES  # noqa: E402
+from spmm_cases import CASES, EIGHT, KERNELS, ONE_PASS, PASSES  # noqa: E402
 
 # The simulator's worker process compiles every kernel (minutes on two cores).
 pytestmark = pytest.mark.slow
@@ -64,3 +64,9 @@ def test_simulated_spmm_in_passes_matches_scipy(simulated, dtype, matrix, k):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_simulated_spmm_one_pass_programs_match_scipy(simulated, dtype, program, matrix, k):
     check(simulated[f"{program}/{dtype}/{matrix}/k={k}"], dtype)
+
+
+@pytest.mark.parametrize("matrix, k", EIGHT, ids=[f"{matrix}-k{k}" for matrix, k in EIGHT])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_simulated_spmm_eight_columns_matches_scipy(simulated, dtype, matrix, k):
+    check(simulated[f"eight_columns/{dtype}/{matrix}/k={k}"], dtype)

@@ -31,10 +31,13 @@ so the lanes that read them for one nonzero read consecutive words.
   every float64 case from k = 32), four columns a lane win on short rows of even length in
   float32, and none wins everywhere.
 
+* **5 to 8 columns** (:func:`spmm_eight_columns_kernel`): the few-columns kernel's split with
+  up to eight sums a lane, one nonzero a step: one pass over A where rows are long.
+
 For k > 4 the first product of k columns times the one-pass programs and, for k ≤
-:data:`MEASURED_UP_TO`, the few-columns kernel in passes of four columns (each pass handed X and
-Y from its first column on, :class:`ColumnLaunch`, each reading A again), and keeps the fastest
-(:class:`MultiVectorProgram`, :func:`programs_for`).
+:data:`MEASURED_UP_TO`, the eight-columns kernel and the few-columns kernel in passes of four
+columns (each pass handed X and Y from its first column on, :class:`ColumnLaunch`, each reading
+A again), and keeps the fastest (:class:`MultiVectorProgram`, :func:`programs_for`).
 
 Long rows: a group handles at most :data:`PIECE` nonzeros of a row. The first launch gives every
 row its first piece and writes Y's row; rows longer than that have their further pieces listed
@@ -46,8 +49,8 @@ not bitwise reproducible from run to run.
 
 Sums are accumulated in Y's dtype, the product's
 (:func:`autospmv._support.validation.result_dtype`): a float32 matrix in a float64 product is
-read as float32 and computed in float64. Shuffles appear only in the few-columns kernel, after
-the loop over the nonzeros, where every thread of the block (also those without a row) takes
+read as float32 and computed in float64. Shuffles appear only in the few- and eight-columns
+kernels, after the loop over the nonzeros, where every thread of the block (also those without a row) takes
 part, as numba-cuda's simulator requires (:mod:`autospmv.kernels.cuda.simulator`).
 
 Weak where k is just above a multiple of a pass's columns (the sums of some lanes' last columns
@@ -97,6 +100,9 @@ pass reading A again. The passes win where rows are long enough for the few-colu
 split of a row's nonzeros to beat a few lanes per row; from 9 columns on, four passes or more
 lost to the many-columns kernel on every matrix of the SpMM benchmark (timed up to 16
 columns)."""
+
+EIGHT_COLUMNS = 8
+"""Most columns of :func:`spmm_eight_columns_kernel` (its eight sums a lane)."""
 
 COLUMNS_PER_LANE = 4
 """Columns a lane of :func:`spmm_many_columns_kernel` accumulates in one pass over a row (its
@@ -193,6 +199,64 @@ def spmm_few_columns_kernel(indptr, indices, data, x, y, k, width, log_group, pi
             _store(y, out + uint64(2), acc2, pieces)
         if width > 3:
             _store(y, out + uint64(3), acc3, pieces)
+
+
+@jit(cache=True, launch_bounds=(BLOCK, BLOCKS_PER_SM))
+def spmm_eight_columns_kernel(indptr, indices, data, x, y, k, width, log_group, piece_row,
+                              piece_start, pieces):
+    # The few-columns kernel's split with up to eight sums a lane (``width`` ≤ 8 columns), one
+    # nonzero a step: one pass over A for 5 to 8 columns.
+    group = 1 << log_group
+    thread = cuda.grid(1)
+    lane = thread & (group - 1)
+    row, start, end, valid = _work_item(thread >> log_group, indptr, piece_row, piece_start,
+                                        pieces)
+    columns = uint64(k)
+    zero = y.dtype.type(0)
+    acc0 = acc1 = acc2 = acc3 = acc4 = acc5 = acc6 = acc7 = zero
+    p = start + uint64(lane)
+    while p < end:
+        a, b = data[p], uint64(indices[p]) * columns
+        acc0 += a * x[b]
+        acc1 += a * x[b + uint64(1)]
+        acc2 += a * x[b + uint64(2)]
+        acc3 += a * x[b + uint64(3)]
+        acc4 += a * x[b + uint64(4)]
+        if width > 5:
+            acc5 += a * x[b + uint64(5)]
+        if width > 6:
+            acc6 += a * x[b + uint64(6)]
+        if width > 7:
+            acc7 += a * x[b + uint64(7)]
+        p += uint64(group)
+    # Every thread of the warp takes part in the reduction, including those without a row.
+    offset = group >> 1
+    while offset > 0:
+        acc0 += cuda.shfl_down_sync(FULL_MASK, acc0, offset)
+        acc1 += cuda.shfl_down_sync(FULL_MASK, acc1, offset)
+        acc2 += cuda.shfl_down_sync(FULL_MASK, acc2, offset)
+        acc3 += cuda.shfl_down_sync(FULL_MASK, acc3, offset)
+        acc4 += cuda.shfl_down_sync(FULL_MASK, acc4, offset)
+        if width > 5:
+            acc5 += cuda.shfl_down_sync(FULL_MASK, acc5, offset)
+        if width > 6:
+            acc6 += cuda.shfl_down_sync(FULL_MASK, acc6, offset)
+        if width > 7:
+            acc7 += cuda.shfl_down_sync(FULL_MASK, acc7, offset)
+        offset >>= 1
+    if valid and lane == 0:
+        out = row * columns
+        _store(y, out, acc0, pieces)
+        _store(y, out + uint64(1), acc1, pieces)
+        _store(y, out + uint64(2), acc2, pieces)
+        _store(y, out + uint64(3), acc3, pieces)
+        _store(y, out + uint64(4), acc4, pieces)
+        if width > 5:
+            _store(y, out + uint64(5), acc5, pieces)
+        if width > 6:
+            _store(y, out + uint64(6), acc6, pieces)
+        if width > 7:
+            _store(y, out + uint64(7), acc7, pieces)
 
 
 @jit(cache=True, launch_bounds=(BLOCK, BLOCKS_PER_SM))
@@ -398,8 +462,8 @@ RULE = (f"multi-vector products (A @ X, X of k columns) run on A's CSR arrays: f
         f"fastest at the first product of k columns of: 2 to 32 lanes per row over the "
         f"columns of X, {COLUMNS_PER_LANE} columns a lane; the same with a pair of adjacent "
         f"columns a lane, four or eight nonzeros a step; four adjacent columns a lane; and up "
-        f"to k = {MEASURED_UP_TO} the first kernel in passes of {FEW_COLUMNS} "
-        f"columns; rows longer than {PIECE} nonzeros are split among groups")
+        f"to k = {MEASURED_UP_TO} the first kernel's split with up to {EIGHT_COLUMNS} sums, "
+        f"and the first kernel in passes of {FEW_COLUMNS} columns; rows longer than {PIECE} nonzeros are split among groups")
 """The rule :class:`MultiVectorProgram` follows, as the decision notes it."""
 
 
@@ -450,9 +514,10 @@ ONE_PASS = {
 }
 """The one-pass programs of k > :data:`FEW_COLUMNS` columns, by name."""
 
-PROGRAMS = (*ONE_PASS, "passes")
+PROGRAMS = (*ONE_PASS, "passes", "eight_columns")
 """Every program of a product of more than :data:`FEW_COLUMNS` columns: the one-pass programs
-(:data:`ONE_PASS`) and the few-columns kernel in passes of :data:`FEW_COLUMNS` columns."""
+(:data:`ONE_PASS`), and for up to :data:`MEASURED_UP_TO` columns the few-columns kernel in
+passes of :data:`FEW_COLUMNS` columns and the eight-columns kernel."""
 
 
 def launches(shape: tuple[int, int], arrays: dict, pieces: tuple, few_group: int, k: int,
@@ -461,26 +526,39 @@ def launches(shape: tuple[int, int], arrays: dict, pieces: tuple, few_group: int
     piece launch where ``pieces`` (the rows and starts of :func:`long_row_pieces`) has any.
     ``arrays``: A's CSR arrays (``indptr``, ``indices``, ``data``; host arrays stand in for
     device arrays when only PTX is compiled); ``few_group``: the lanes per row of the
-    few-columns kernel. ``program`` (one of :data:`PROGRAMS`) is for k > :data:`FEW_COLUMNS`:
-    a one-pass program, or the few-columns kernel in passes of :data:`FEW_COLUMNS` columns
+    few-columns and eight-columns kernels. ``program`` (one of :data:`PROGRAMS`) is for
+    k > :data:`FEW_COLUMNS`: a one-pass program, the eight-columns kernel (k ≤
+    :data:`EIGHT_COLUMNS`), or the few-columns kernel in passes of :data:`FEW_COLUMNS` columns
     (both launches per pass, each pass on the columns from its ``first``); k ≤
-    :data:`FEW_COLUMNS` always runs the few-columns kernel once."""
+    :data:`FEW_COLUMNS` always runs the few-columns kernel once.
+
+    Raises
+    ------
+    ValueError
+        For a program not in :data:`PROGRAMS`, or the eight-columns kernel for more than
+        :data:`EIGHT_COLUMNS` columns."""
     if program not in PROGRAMS:
         raise ValueError(f"program must be one of {PROGRAMS}; got {program!r}")
-    few = k <= FEW_COLUMNS or program == "passes"
-    if few:
-        kernel, group = spmm_few_columns_kernel, few_group
+    if program == "eight_columns" and k > EIGHT_COLUMNS:
+        raise ValueError(f"the eight-columns kernel takes at most {EIGHT_COLUMNS} columns; "
+                         f"got {k}")
+    if k <= FEW_COLUMNS or program == "passes":
+        kernel, group, window = spmm_few_columns_kernel, few_group, FEW_COLUMNS
+    elif program == "eight_columns":
+        kernel, group, window = spmm_eight_columns_kernel, few_group, EIGHT_COLUMNS
     else:
-        kernel = ONE_PASS[program].kernel
-        group = lanes_per_row(k, ONE_PASS[program].columns_per_lane)
-    windows = range(0, k, FEW_COLUMNS) if few else [0]
+        one_pass = ONE_PASS[program]
+        kernel, group, window = (one_pass.kernel, lanes_per_row(k, one_pass.columns_per_lane),
+                                 k)
+    windowed = kernel in (spmm_few_columns_kernel, spmm_eight_columns_kernel)  # takes a width
+    windows = range(0, k, window)
     piece_row, piece_start = pieces
     steps = []
     for first in windows:
         for items, in_pieces in ((shape[0], 0), (piece_row.shape[0], 1)):
             if not items:
                 continue
-            width = [np.int64(min(FEW_COLUMNS, k - first))] if few else []
+            width = [np.int64(min(window, k - first))] if windowed else []
             args = [arrays["indptr"], unsigned(arrays["indices"]), arrays["data"], X, Y,
                     np.int64(k), *width, np.int32(group.bit_length() - 1), piece_row,
                     piece_start, np.int32(in_pieces)]
@@ -614,12 +692,14 @@ def programs_for(k: int) -> list[str]:
 
     Examples
     --------
-    >>> programs_for(8)
-    ['many_columns', 'column_pairs', 'column_pairs_wide_step', 'column_quads', 'passes']
+    >>> programs_for(8)  # doctest: +NORMALIZE_WHITESPACE
+    ['many_columns', 'column_pairs', 'column_pairs_wide_step', 'column_quads', 'passes',
+     'eight_columns']
     >>> programs_for(16)
     ['many_columns', 'column_pairs', 'column_pairs_wide_step', 'column_quads']
     """
-    return [name for name in PROGRAMS if name != "passes" or k <= MEASURED_UP_TO]
+    return [name for name in PROGRAMS if (name != "passes" or k <= MEASURED_UP_TO)
+            and (name != "eight_columns" or k <= EIGHT_COLUMNS)]
 
 
 def program_name(program: str, k: int) -> str:
@@ -632,6 +712,8 @@ def program_name(program: str, k: int) -> str:
     """
     if program == "passes":
         return f"the few-columns kernel in {-(-k // FEW_COLUMNS)} passes"
+    if program == "eight_columns":
+        return "the eight-columns kernel"
     return ONE_PASS[program].name
 
 
