@@ -12,13 +12,25 @@ count as false.
 
 The simulator's device arrays also lack ``__cuda_array_interface__``, which autospmv uses to tell
 device vectors from host vectors; :func:`install` adds it.
+
+Its ``cuda.shared.array`` allocates a block's array at the first call from a source line, but
+looks the line up and stores the new array without a lock: threads that reach the line together
+(after a barrier, as every kernel here does) can each allocate one, and the writes of all but
+the last are lost to the threads that read the last. :func:`install` replaces it with the same
+allocation under a lock.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 
+import numpy as np
+
 from .. import WARP
+
+_SHARED_LOCK = threading.Lock()
+_SIMULATOR_SHARED_ARRAY = None  # the simulator's own cuda.shared.array, kept by install()
 
 
 def _warp_values(value) -> tuple[int, list]:
@@ -76,6 +88,25 @@ def syncwarp(self, mask=0xFFFFFFFF):
     threading.current_thread().syncthreads()
 
 
+def shared_array(self, shape, dtype, alignment=None):
+    """``cuda.shared.array``: one array per block and source line, allocated under a lock;
+    dynamic shared memory (``shape`` 0) and alignments go to the simulator's own allocator."""
+    if shape == 0 or alignment is not None:
+        return _SIMULATOR_SHARED_ARRAY(self, shape, dtype, alignment)
+    caller = sys._getframe(1)
+    line = (caller.f_code.co_filename, caller.f_lineno)
+    with _SHARED_LOCK:
+        array = self._allocations.get(line)
+        if array is None:
+            from numba.np import numpy_support
+            from numba.core import types
+
+            if isinstance(dtype, types.Type):
+                dtype = numpy_support.as_dtype(dtype)
+            array = self._allocations[line] = np.empty(shape, dtype)
+    return array
+
+
 def _array_interface(self) -> dict:
     """``__cuda_array_interface__`` of a simulated device array (its host buffer's address)."""
     host = self._ary
@@ -85,13 +116,17 @@ def _array_interface(self) -> dict:
 
 
 def install() -> None:
-    """Add the shuffles and the ballot above to the simulator's fake ``cuda`` module, and the
-    CUDA array interface to its device arrays so that they are recognised like real ones
-    (idempotent)."""
+    """Add the shuffles and the ballot above to the simulator's fake ``cuda`` module, the CUDA
+    array interface to its device arrays so that they are recognised like real ones, and the
+    locked :func:`shared_array` (idempotent)."""
     from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
-    from numba.cuda.simulator.kernelapi import FakeCUDAModule
+    from numba.cuda.simulator.kernelapi import FakeCUDAModule, FakeCUDAShared
 
+    global _SIMULATOR_SHARED_ARRAY
     for function in (shfl_down_sync, shfl_up_sync, shfl_xor_sync, shfl_sync, ballot_sync,
                      syncwarp):
         setattr(FakeCUDAModule, function.__name__, function)
     FakeCUDAArray.__cuda_array_interface__ = property(_array_interface)
+    if FakeCUDAShared.array is not shared_array:
+        _SIMULATOR_SHARED_ARRAY = FakeCUDAShared.array
+        FakeCUDAShared.array = shared_array
