@@ -26,6 +26,8 @@ import sys
 import threading
 
 import numpy as np
+from numba.core import types
+from numba.np import numpy_support
 
 from .. import WARP
 
@@ -98,9 +100,6 @@ def shared_array(self, shape, dtype, alignment=None):
     with _SHARED_LOCK:
         array = self._allocations.get(line)
         if array is None:
-            from numba.np import numpy_support
-            from numba.core import types
-
             if isinstance(dtype, types.Type):
                 dtype = numpy_support.as_dtype(dtype)
             array = self._allocations[line] = np.empty(shape, dtype)

@@ -27,9 +27,10 @@ so the lanes that read them for one nonzero read consecutive words.
     threads): it wins on long rows;
   - :func:`spmm_column_quads_kernel`: the adjacent ``4l`` to ``4l+3``, two nonzeros a step.
 
-  On the SpMM benchmark's grown matrices the column pairs win most cases from k = 8 on (and
-  every float64 case from k = 32), four columns a lane win on short rows of even length in
-  float32, and none wins everywhere.
+  On the SpMM benchmark's grown matrices the column pairs (four or eight nonzeros a step) win
+  most cases from k = 8 on and every float64 case from k = 32, eight nonzeros a step on rows of
+  tens of nonzeros or more; four columns a lane (many-columns or quads) win on rows of fewer
+  than ten in float32; none wins everywhere.
 
 * **5 to 8 columns** (:func:`spmm_eight_columns_kernel`): the few-columns kernel's split with
   up to eight sums a lane, one nonzero a step: one pass over A where rows are long.
@@ -50,8 +51,8 @@ not bitwise reproducible from run to run.
 Sums are accumulated in Y's dtype, the product's
 (:func:`autospmv._support.validation.result_dtype`): a float32 matrix in a float64 product is
 read as float32 and computed in float64. Shuffles appear only in the few- and eight-columns
-kernels, after the loop over the nonzeros, where every thread of the block (also those without a row) takes
-part, as numba-cuda's simulator requires (:mod:`autospmv.kernels.cuda.simulator`).
+kernels, after the loop over the nonzeros, where every thread of the block (also those without
+a row) takes part, as numba-cuda's simulator requires (:mod:`autospmv.kernels.cuda.simulator`).
 
 Weak where k is just above a multiple of a pass's columns (the sums of some lanes' last columns
 idle, e.g. k = 9 in the many-columns kernel: columns 9 to 15 of four lanes) and where rows are
@@ -463,7 +464,8 @@ RULE = (f"multi-vector products (A @ X, X of k columns) run on A's CSR arrays: f
         f"columns of X, {COLUMNS_PER_LANE} columns a lane; the same with a pair of adjacent "
         f"columns a lane, four or eight nonzeros a step; four adjacent columns a lane; and up "
         f"to k = {MEASURED_UP_TO} the first kernel's split with up to {EIGHT_COLUMNS} sums, "
-        f"and the first kernel in passes of {FEW_COLUMNS} columns; rows longer than {PIECE} nonzeros are split among groups")
+        f"and the first kernel in passes of {FEW_COLUMNS} columns; rows longer than {PIECE} "
+        f"nonzeros are split among groups")
 """The rule :class:`MultiVectorProgram` follows, as the decision notes it."""
 
 
