@@ -78,7 +78,7 @@ def test_a_matrix_without_long_rows_has_one_launch():
     _, pieces, launches = host_launches("poisson2d_169", np.float64, np.float64, 16)
     assert pieces[0].size == 0 and len(launches) == 1
     launch = launches[0].launch
-    assert launch.grid * launch.block >= 169 * spmm.many_columns_group(16)
+    assert launch.grid * launch.block >= 169 * spmm.lanes_per_row(16, spmm.COLUMNS_PER_LANE)
 
 
 @pytest.mark.parametrize("k, lanes", [(5, 2), (8, 2), (9, 4), (16, 4), (17, 8), (64, 16),

@@ -311,6 +311,22 @@ def spmm_many_columns_kernel(indptr, indices, data, x, y, k, log_group, piece_ro
 @jit(cache=True, launch_bounds=(BLOCK, BLOCKS_PER_SM))
 def spmm_column_pairs_kernel(indptr, indices, data, x, y, k, log_group, piece_row, piece_start,
                              pieces):
+    _column_pairs(indptr, indices, data, x, y, k, log_group, piece_row, piece_start, pieces,
+                  False)
+
+
+@jit(cache=True, launch_bounds=(BLOCK, WIDE_STEP_BLOCKS_PER_SM))
+def spmm_column_pairs_wide_step_kernel(indptr, indices, data, x, y, k, log_group, piece_row,
+                                       piece_start, pieces):
+    _column_pairs(indptr, indices, data, x, y, k, log_group, piece_row, piece_start, pieces,
+                  True)
+
+
+@jit(device=True)
+def _column_pairs(indptr, indices, data, x, y, k, log_group, piece_row, piece_start, pieces,
+                  wide):
+    """The column-pairs kernels' work: a pair of adjacent columns a lane, four nonzeros a step,
+    or eight where ``wide`` (a constant at each call: each kernel compiles one loop)."""
     thread = cuda.grid(1)
     row, start, end, valid = _work_item(thread >> log_group, indptr, piece_row, piece_start,
                                         pieces)
@@ -325,65 +341,35 @@ def spmm_column_pairs_kernel(indptr, indices, data, x, y, k, log_group, piece_ro
         second = j + one < columns
         acc0 = acc1 = zero
         p = start
-        # Four nonzeros per step: their loads (and eight gathers of X) are in flight together.
-        while p + uint64(3) < end:
-            a0, b0 = data[p], uint64(indices[p]) * columns + j
-            a1, b1 = data[p + one], uint64(indices[p + one]) * columns + j
-            a2, b2 = data[p + uint64(2)], uint64(indices[p + uint64(2)]) * columns + j
-            a3, b3 = data[p + uint64(3)], uint64(indices[p + uint64(3)]) * columns + j
-            acc0 += (a0 * x[b0] + a1 * x[b1]) + (a2 * x[b2] + a3 * x[b3])
-            if second:
-                acc1 += ((a0 * x[b0 + one] + a1 * x[b1 + one])
-                         + (a2 * x[b2 + one] + a3 * x[b3 + one]))
-            p += uint64(4)
-        while p < end:
-            a, b = data[p], uint64(indices[p]) * columns + j
-            acc0 += a * x[b]
-            if second:
-                acc1 += a * x[b + one]
-            p += one
-        _store(y, out + j, acc0, pieces)
-        if second:
-            _store(y, out + j + one, acc1, pieces)
-        j += uint64(2 << log_group)
-
-
-@jit(cache=True, launch_bounds=(BLOCK, WIDE_STEP_BLOCKS_PER_SM))
-def spmm_column_pairs_wide_step_kernel(indptr, indices, data, x, y, k, log_group, piece_row,
-                                       piece_start, pieces):
-    # spmm_column_pairs_kernel with eight nonzeros a step (sixteen gathers in flight a lane),
-    # under a launch bound that leaves it the registers for them.
-    thread = cuda.grid(1)
-    row, start, end, valid = _work_item(thread >> log_group, indptr, piece_row, piece_start,
-                                        pieces)
-    if not valid:
-        return
-    columns = uint64(k)
-    out = row * columns
-    zero = y.dtype.type(0)
-    one = uint64(1)
-    j = uint64(2 * (thread & ((1 << log_group) - 1)))
-    while j < columns:
-        second = j + one < columns
-        acc0 = acc1 = zero
-        p = start
-        while p + uint64(7) < end:
-            a0, b0 = data[p], uint64(indices[p]) * columns + j
-            a1, b1 = data[p + one], uint64(indices[p + one]) * columns + j
-            a2, b2 = data[p + uint64(2)], uint64(indices[p + uint64(2)]) * columns + j
-            a3, b3 = data[p + uint64(3)], uint64(indices[p + uint64(3)]) * columns + j
-            a4, b4 = data[p + uint64(4)], uint64(indices[p + uint64(4)]) * columns + j
-            a5, b5 = data[p + uint64(5)], uint64(indices[p + uint64(5)]) * columns + j
-            a6, b6 = data[p + uint64(6)], uint64(indices[p + uint64(6)]) * columns + j
-            a7, b7 = data[p + uint64(7)], uint64(indices[p + uint64(7)]) * columns + j
-            acc0 += (((a0 * x[b0] + a1 * x[b1]) + (a2 * x[b2] + a3 * x[b3]))
-                     + ((a4 * x[b4] + a5 * x[b5]) + (a6 * x[b6] + a7 * x[b7])))
-            if second:
-                acc1 += (((a0 * x[b0 + one] + a1 * x[b1 + one])
-                          + (a2 * x[b2 + one] + a3 * x[b3 + one]))
-                         + ((a4 * x[b4 + one] + a5 * x[b5 + one])
-                            + (a6 * x[b6 + one] + a7 * x[b7 + one])))
-            p += uint64(8)
+        if wide:  # eight nonzeros per step: sixteen gathers of X in flight
+            while p + uint64(7) < end:
+                a0, b0 = data[p], uint64(indices[p]) * columns + j
+                a1, b1 = data[p + one], uint64(indices[p + one]) * columns + j
+                a2, b2 = data[p + uint64(2)], uint64(indices[p + uint64(2)]) * columns + j
+                a3, b3 = data[p + uint64(3)], uint64(indices[p + uint64(3)]) * columns + j
+                a4, b4 = data[p + uint64(4)], uint64(indices[p + uint64(4)]) * columns + j
+                a5, b5 = data[p + uint64(5)], uint64(indices[p + uint64(5)]) * columns + j
+                a6, b6 = data[p + uint64(6)], uint64(indices[p + uint64(6)]) * columns + j
+                a7, b7 = data[p + uint64(7)], uint64(indices[p + uint64(7)]) * columns + j
+                acc0 += (((a0 * x[b0] + a1 * x[b1]) + (a2 * x[b2] + a3 * x[b3]))
+                         + ((a4 * x[b4] + a5 * x[b5]) + (a6 * x[b6] + a7 * x[b7])))
+                if second:
+                    acc1 += (((a0 * x[b0 + one] + a1 * x[b1 + one])
+                              + (a2 * x[b2 + one] + a3 * x[b3 + one]))
+                             + ((a4 * x[b4 + one] + a5 * x[b5 + one])
+                                + (a6 * x[b6 + one] + a7 * x[b7 + one])))
+                p += uint64(8)
+        else:  # four nonzeros per step: eight gathers of X in flight
+            while p + uint64(3) < end:
+                a0, b0 = data[p], uint64(indices[p]) * columns + j
+                a1, b1 = data[p + one], uint64(indices[p + one]) * columns + j
+                a2, b2 = data[p + uint64(2)], uint64(indices[p + uint64(2)]) * columns + j
+                a3, b3 = data[p + uint64(3)], uint64(indices[p + uint64(3)]) * columns + j
+                acc0 += (a0 * x[b0] + a1 * x[b1]) + (a2 * x[b2] + a3 * x[b3])
+                if second:
+                    acc1 += ((a0 * x[b0 + one] + a1 * x[b1 + one])
+                             + (a2 * x[b2 + one] + a3 * x[b3 + one]))
+                p += uint64(4)
         while p < end:
             a, b = data[p], uint64(indices[p]) * columns + j
             acc0 += a * x[b]
@@ -583,18 +569,6 @@ def lanes_per_row(k: int, columns_per_lane: int) -> int:
     """
     lanes = -(-k // columns_per_lane)
     return min(32, max(2, 1 << (lanes - 1).bit_length()))
-
-
-def many_columns_group(k: int) -> int:
-    """The lanes per row of the many-columns kernel for k columns (:func:`lanes_per_row` of
-    :data:`COLUMNS_PER_LANE` columns a lane).
-
-    Examples
-    --------
-    >>> [many_columns_group(k) for k in (5, 8, 9, 16, 17, 64, 128, 200)]
-    [2, 2, 4, 4, 8, 16, 32, 32]
-    """
-    return lanes_per_row(k, COLUMNS_PER_LANE)
 
 
 def few_columns_group(shape: tuple[int, int], host_indptr: np.ndarray,
