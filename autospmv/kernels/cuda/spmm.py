@@ -311,6 +311,7 @@ def spmm_many_columns_kernel(indptr, indices, data, x, y, k, log_group, piece_ro
 @jit(cache=True, launch_bounds=(BLOCK, BLOCKS_PER_SM))
 def spmm_column_pairs_kernel(indptr, indices, data, x, y, k, log_group, piece_row, piece_start,
                              pieces):
+    # A pair of adjacent columns a lane, four nonzeros a step (eight gathers in flight a lane).
     _column_pairs(indptr, indices, data, x, y, k, log_group, piece_row, piece_start, pieces,
                   False)
 
@@ -318,6 +319,8 @@ def spmm_column_pairs_kernel(indptr, indices, data, x, y, k, log_group, piece_ro
 @jit(cache=True, launch_bounds=(BLOCK, WIDE_STEP_BLOCKS_PER_SM))
 def spmm_column_pairs_wide_step_kernel(indptr, indices, data, x, y, k, log_group, piece_row,
                                        piece_start, pieces):
+    # The column pairs with eight nonzeros a step (sixteen gathers in flight a lane), under a
+    # launch bound that leaves it the registers for them.
     _column_pairs(indptr, indices, data, x, y, k, log_group, piece_row, piece_start, pieces,
                   True)
 
