@@ -43,16 +43,15 @@ DEPTHS = (2, 3, 4)
 
 
 def program_times(note: str, k: int) -> dict[str, float]:
-    """{program: µs} from a record's ``choice`` note (:func:`gpu_spmm.timed_choice_note`)."""
+    """{program: µs} of the untiled programs in a record's ``choice`` note
+    (:func:`gpu_spmm.timed_choice_note`)."""
     names = {gpu_spmm.program_name(p, k): p for p in gpu_spmm.PROGRAMS}
     body = note.split(" run ", 1)[1].rsplit(", timed", 1)[0]
     first, rest = body.split(" (", 1)
     fastest, others = rest.split(" µs; ", 1)
-    times = {names[first]: float(fastest)}
-    for part in others.rstrip(")").split(", "):
-        name, value = re.fullmatch(r"(.*) ([0-9.e+]+) µs\)?", part).groups()
-        times[names[name]] = float(value)
-    return times
+    parts = [(first, fastest)] + [re.fullmatch(r"(.*) ([0-9.e+]+) µs\)?", part).groups()
+                                  for part in others.rstrip(")").split(", ")]
+    return {names[name]: float(value) for name, value in parts if name in names}
 
 
 def geomean(values) -> float:

@@ -15,7 +15,9 @@ shape and dtype, and ``kernel/dtype/nan_inf`` checks that NaN and ±Inf in X giv
 pattern, for every kernel of :data:`spmm_cases.KERNELS`; ``passes/dtype/matrix/k=K`` runs the
 few-columns kernel in passes of four columns on the cases of :data:`spmm_cases.PASSES`, and
 ``program/dtype/matrix/k=K`` the eight-columns kernel on those of :data:`spmm_cases.EIGHT` and
-the other one-pass programs on those of :data:`spmm_cases.ONE_PASS`.
+the other one-pass programs on those of :data:`spmm_cases.ONE_PASS`, and
+``program/tiles_of_T/dtype/matrix/k=K`` the tiled programs on those of
+:data:`spmm_cases.TILED`.
 Timings go to stderr.
 """
 
@@ -37,7 +39,7 @@ import numpy as np  # noqa: E402
 
 import autospmv  # noqa: E402
 from matrices import TINY, nonfinite_error, reference, relative_error  # noqa: E402
-from spmm_cases import CASES, EIGHT, KERNELS, ONE_PASS, PASSES  # noqa: E402
+from spmm_cases import CASES, EIGHT, KERNELS, ONE_PASS, PASSES, TILED  # noqa: E402
 
 DTYPES = {"float32": np.float32, "float64": np.float64}
 
@@ -87,10 +89,11 @@ def nan_case(op, A, rng) -> dict:
     return {"error": nonfinite_error(Y, Y_ref), "exception": None}
 
 
-def program_case(A, dtype, rng, k: int, program: str) -> dict:
+def program_case(A, dtype, rng, k: int, program: str, tile: int = 0) -> dict:
     """A program of k > 4 columns that only a timed first product picks on a GPU (the
     few-columns kernel in passes of four columns, the eight-columns kernel, the one-pass
-    programs besides the many-columns kernel), through its launches."""
+    programs besides the many-columns kernel, in tiles of ``tile`` columns where given),
+    through its launches."""
     from numba import cuda
 
     from autospmv._support.validation import canonicalize
@@ -104,7 +107,7 @@ def program_case(A, dtype, rng, k: int, program: str) -> dict:
     x = cuda.to_device(X.reshape(n * k))
     y = cuda.device_array(m * k, dtype=dtype)
     steps = spmm.launches(A.shape, arrays, pieces, spmm.few_columns_group(A.shape, A.indptr),
-                          k, dtype, dtype, program)
+                          k, dtype, dtype, program, tile)
     for step in steps:
         step.closure(dtype, dtype)(x, y)
     return {"error": relative_error(y.copy_to_host().reshape(m, k), reference(A, X)),
@@ -147,6 +150,10 @@ def main() -> dict:
             A = TINY[name]().astype(dtype)
             run(results, f"{program}/{dtype_name}/{name}/k={k}",
                 lambda: program_case(A, dtype, rng, k, program))
+        for program, tile, name, k in TILED:
+            A = TINY[name]().astype(dtype)
+            run(results, f"{program}/tiles_of_{tile}/{dtype_name}/{name}/k={k}",
+                lambda: program_case(A, dtype, rng, k, program, tile))
     return results
 
 

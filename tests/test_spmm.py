@@ -328,6 +328,39 @@ def test_column_counts_above_4_keep_the_fastest_program_and_say_so(name, rng):
 
 
 @pytest.mark.requires_gpu
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_x_beyond_the_cache_times_the_tiled_programs(dtype, rng):
+    """Where X outgrows the L2 cache (here a cache taken to hold 24 columns of X), the first
+    product of k columns also times the column pairs and quads in tiles of X's columns; the
+    product is SciPy's whichever is kept, and each tiled program, run on its own, is SciPy's
+    too."""
+    from autospmv.kernels.cuda import spmm
+
+    A = matrix("huge_row_among_short_300x3000", dtype)  # a row launch and a piece launch
+    op = autospmv.prepare(A, device="cuda", order="keep")
+    k = 67
+    op @ block(rng, A.shape[1], 2).astype(dtype)  # sets up the multi-vector product
+    multi = op._runner.multi
+    multi.cache_bytes = 24 * A.shape[1] * np.dtype(dtype).itemsize
+    tile = spmm.tile_width(k, A.shape[1], np.dtype(dtype).itemsize, multi.cache_bytes)
+    assert tile == 16
+    X = block(rng, A.shape[1], k).astype(dtype)
+    assert_close(op @ X, reference(A, X), dtype)
+    line = next(line for line in op.explain().splitlines()
+                if f"multi-vector products of {k} columns" in line)
+    for name in spmm.TILED:
+        assert f"{spmm.ONE_PASS[name].name} in tiles of {tile} columns" in line
+    cupy = pytest.importorskip("cupy")
+    x = cupy.asarray(X)
+    for name in spmm.TILED:
+        y = cupy.full((A.shape[0], k), np.nan, dtype=dtype)
+        _, fires = multi._build(k, x.dtype, y.dtype, (name, tile))
+        for fire in fires:
+            fire(x.data.ptr, y.data.ptr, cupy.cuda.get_current_stream().ptr)
+        assert_close(cupy.asnumpy(y), reference(A, X), dtype)
+
+
+@pytest.mark.requires_gpu
 def test_device_blocks_are_checked():
     from numba import cuda
 

@@ -21,13 +21,14 @@ DTYPE_PAIRS = [(np.float32, np.float32), (np.float64, np.float64), (np.float32, 
 """(matrix values, vectors): a float32 matrix in a float64 product too."""
 
 
-def host_launches(name: str, values, vectors, k: int, index=np.int32, program="many_columns"):
+def host_launches(name: str, values, vectors, k: int, index=np.int32, program="many_columns",
+                  tile=0):
     """The launches for a FAMILY matrix, host arrays standing in for device arrays."""
     A = canonicalize(FAMILY[name]().astype(values))
     arrays = {"indptr": A.indptr.astype(index), "indices": A.indices.astype(index),
               "data": A.data}
     pieces = spmm.long_row_pieces(arrays["indptr"])
-    steps = spmm.launches(A.shape, arrays, pieces, 4, k, vectors, vectors, program)
+    steps = spmm.launches(A.shape, arrays, pieces, 4, k, vectors, vectors, program, tile)
     return A, pieces, steps
 
 
@@ -85,7 +86,7 @@ def test_a_matrix_without_long_rows_has_one_launch():
                                       (65, 32), (128, 32), (200, 32)])
 def test_many_columns_groups_cover_the_columns(k, lanes):
     _, _, launches = host_launches("poisson2d_169", np.float64, np.float64, k)
-    log_group = launches[0].launch.args[6]
+    log_group = launches[0].launch.args[7]
     assert 1 << int(log_group) == lanes
 
 
@@ -96,9 +97,70 @@ def test_one_pass_groups_give_a_lane_its_columns(program, k):
     at the program's columns a lane, or 32 (then the lanes cover the columns in passes)."""
     per_lane = spmm.ONE_PASS[program].columns_per_lane
     _, _, launches = host_launches("poisson2d_169", np.float64, np.float64, k, program=program)
-    lanes = 1 << int(launches[0].launch.args[6])
+    lanes = 1 << int(launches[0].launch.args[7])
     assert 2 <= lanes <= 32 and launches[0].launch.grid * launches[0].launch.block >= 169 * lanes
     assert lanes == 32 or (lanes * per_lane >= k and (lanes == 2 or lanes * per_lane < 2 * k))
+
+
+@pytest.mark.parametrize("program", spmm.TILED)
+@pytest.mark.parametrize("k, tile, widths", [(128, 64, [64, 64]), (100, 32, [32, 32, 32, 4]),
+                                             (40, 64, [40])])
+def test_tiles_run_the_program_on_windows_of_columns(program, k, tile, widths):
+    """A tiled program: a row launch and a piece launch per tile, each handed X and Y from the
+    tile's first column, rows k apart, the tile's columns, and lanes for a tile's columns."""
+    _, pieces, launches = host_launches("huge_row_among_short_300x3000", np.float32,
+                                        np.float32, k, program=program, tile=tile)
+    firsts = [first for first in range(0, k, min(tile, k)) for _ in (0, 1)]
+    assert [step.first for step in launches] == firsts
+    assert all(int(step.launch.args[5]) == k for step in launches), "rows k apart"
+    assert [int(step.launch.args[6]) for step in launches] == [w for w in widths for _ in (0, 1)]
+    lanes = spmm.lanes_per_row(min(tile, k), spmm.ONE_PASS[program].columns_per_lane)
+    assert all(1 << int(step.launch.args[7]) == lanes for step in launches)
+    assert [int(step.launch.args[-1]) for step in launches] == [0, 1] * len(widths)
+
+
+MiB = 1 << 20
+
+
+@pytest.mark.parametrize("k, n, itemsize, width", [
+    (128, 175_000, 4, 64),    # X of 90 MB: tiles of 45 MB
+    (64, 175_000, 4, 0),      # 45 MB fits the cache
+    (64, 175_000, 8, 32),
+    (100, 200_000, 4, 64),    # 64 columns of 200,000 rows: 51 MB of the 52 MB
+    (128, 250_000, 4, 32),
+    (128, 1_000, 4, 64),      # X fits, but more columns than the widest tile
+    (256, 1_000, 8, 64),
+    (64, 4_000_000, 8, 0)])   # a tile of 16 columns (512 MB) does not fit: no tiles
+def test_tile_width_fits_the_cache(k, n, itemsize, width):
+    cache = 50 * MiB
+    assert spmm.tile_width(k, n, itemsize, cache) == width
+    if width:
+        assert n * width * itemsize <= cache
+        assert cache < n * 2 * width * itemsize or width == spmm.MAX_TILE
+
+
+def test_programs_add_the_tiled_programs_only_where_x_outgrows_the_cache():
+    untiled = spmm.programs_for(128)
+    assert untiled == [(name, 0) for name in spmm.ONE_PASS]
+    tiled = spmm.programs_for(128, 175_000, 4, 50 * MiB)
+    assert tiled[:len(untiled)] == untiled
+    assert tiled[len(untiled):] == [(name, 64) for name in spmm.TILED]
+    assert spmm.programs_for(64, 1_000, 4, 50 * MiB) == untiled
+    assert spmm.programs_for(65, 1_000, 4, 50 * MiB)[len(untiled):] == [
+        (name, 64) for name in spmm.TILED]
+    assert [name for name, _ in spmm.programs_for(8)] == list(spmm.PROGRAMS)
+
+
+def test_the_timed_choice_note_names_the_tiles():
+    key = (128, np.dtype(np.float32), np.dtype(np.float32))
+    note = spmm.timed_choice_note(key, {("column_pairs", 0): 30.0, ("column_pairs", 64): 25.0})
+    assert ("run the column-pairs kernel in tiles of 64 columns (25 µs; the column-pairs "
+            "kernel 30 µs)") in note
+
+
+def test_a_tile_is_for_one_pass_programs():
+    with pytest.raises(ValueError, match="tiles of columns are for the one-pass programs"):
+        host_launches("poisson2d_169", np.float64, np.float64, 8, program="passes", tile=4)
 
 
 def test_an_unknown_program_is_refused():

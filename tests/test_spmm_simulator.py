@@ -17,7 +17,7 @@ pytest.importorskip("numba.cuda")
 
 from simulator_run import run_simulator_worker  # noqa: E402
 from matrices import TOLERANCE  # noqa: E402
-from spmm_cases import CASES, EIGHT, KERNELS, ONE_PASS, PASSES  # noqa: E402
+from spmm_cases import CASES, EIGHT, KERNELS, ONE_PASS, PASSES, TILED  # noqa: E402
 
 # The simulator's worker process compiles every kernel (minutes on two cores).
 pytestmark = pytest.mark.slow
@@ -70,3 +70,11 @@ def test_simulated_spmm_one_pass_programs_match_scipy(simulated, dtype, program,
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_simulated_spmm_eight_columns_matches_scipy(simulated, dtype, matrix, k):
     check(simulated[f"eight_columns/{dtype}/{matrix}/k={k}"], dtype)
+
+
+@pytest.mark.parametrize("program, tile, matrix, k", TILED,
+                         ids=[f"{program}-tiles{tile}-{matrix}-k{k}"
+                              for program, tile, matrix, k in TILED])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_simulated_spmm_tiled_programs_match_scipy(simulated, dtype, program, tile, matrix, k):
+    check(simulated[f"{program}/tiles_of_{tile}/{dtype}/{matrix}/k={k}"], dtype)

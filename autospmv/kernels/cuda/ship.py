@@ -99,7 +99,7 @@ def specializations() -> list[tuple]:
                         else program.for_vectors(x_dtype, y_dtype).steps)
                     add(step.launch for step in launches(csr.shape, arrays, pieces, group,
                                                          2, x_dtype, y_dtype))
-                    for name in programs_for(FEW_COLUMNS + 1):
+                    for name, _ in programs_for(FEW_COLUMNS + 1):
                         add(step.launch for step in launches(csr.shape, arrays, pieces, group,
                                                              FEW_COLUMNS + 1, x_dtype, y_dtype,
                                                              name))

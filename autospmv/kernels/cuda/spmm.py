@@ -38,7 +38,12 @@ so the lanes that read them for one nonzero read consecutive words.
 For k > 4 the first product of k columns times the one-pass programs and, for k ≤
 :data:`MEASURED_UP_TO`, the eight-columns kernel and the few-columns kernel in passes of four
 columns (each pass handed X and Y from its first column on, :class:`ColumnLaunch`, each reading
-A again), and keeps the fastest (:class:`MultiVectorProgram`, :func:`programs_for`).
+A again), and keeps the fastest (:class:`MultiVectorProgram`, :func:`programs_for`). Where X
+outgrows the GPU's L2 cache, or has more than :data:`MAX_TILE` columns, it also times the
+column pairs and quads in tiles of X's columns (:data:`TILED`, :func:`tile_width`): one launch
+per tile, each handed X and Y from the tile's first column on, so that the rows of X that
+neighbouring rows of A share stay in L2 while a tile is gathered and a row takes fewer lanes,
+at the price of reading A once per tile.
 
 Long rows: a group handles at most :data:`PIECE` nonzeros of a row. The first launch gives every
 row its first piece and writes Y's row; rows longer than that have their further pieces listed
@@ -104,6 +109,16 @@ columns)."""
 
 EIGHT_COLUMNS = 8
 """Most columns of :func:`spmm_eight_columns_kernel` (its eight sums a lane)."""
+
+MIN_TILE = 16
+"""Fewest columns of a tile of X (:func:`tile_width`): narrower tiles read A once for too few
+columns."""
+
+MAX_TILE = 64
+"""Widest tile of X (:func:`tile_width`), and so the tile of every product of more columns:
+the column quads, 32 lanes a row from 65 columns on, run 128 columns 1.45 times slower than
+two tiles of 64 columns (16 lanes a row) even where X fits the L2 cache (the H200's SpMM
+benchmark, float32, lock1074 grown to 4·10⁶ nonzeros)."""
 
 COLUMNS_PER_LANE = 4
 """Columns a lane of :func:`spmm_many_columns_kernel` accumulates in one pass over a row (its
@@ -261,19 +276,22 @@ def spmm_eight_columns_kernel(indptr, indices, data, x, y, k, width, log_group, 
 
 
 @jit(cache=True, launch_bounds=(BLOCK, BLOCKS_PER_SM))
-def spmm_many_columns_kernel(indptr, indices, data, x, y, k, log_group, piece_row, piece_start,
-                             pieces):
+def spmm_many_columns_kernel(indptr, indices, data, x, y, k, width, log_group, piece_row,
+                             piece_start, pieces):
+    # X and Y rows are k apart; this launch computes their first ``width`` columns (a tile of
+    # the columns, handed over from its first column on, see ColumnLaunch, or all k).
     thread = cuda.grid(1)
     row, start, end, valid = _work_item(thread >> log_group, indptr, piece_row, piece_start,
                                         pieces)
     if not valid:
         return
     columns = uint64(k)
+    limit = uint64(width)
     g = uint64(1 << log_group)
     out = row * columns
     zero = y.dtype.type(0)
     j0 = uint64(thread & ((1 << log_group) - 1))  # this lane's first column in this pass
-    while j0 < columns:
+    while j0 < limit:
         j1, j2, j3 = j0 + g, j0 + uint64(2) * g, j0 + uint64(3) * g
         acc0 = acc1 = acc2 = acc3 = zero
         p = start
@@ -282,66 +300,68 @@ def spmm_many_columns_kernel(indptr, indices, data, x, y, k, log_group, piece_ro
             a, b = data[p], uint64(indices[p]) * columns
             c, d = data[p + uint64(1)], uint64(indices[p + uint64(1)]) * columns
             acc0 += a * x[b + j0] + c * x[d + j0]
-            if j1 < columns:
+            if j1 < limit:
                 acc1 += a * x[b + j1] + c * x[d + j1]
-            if j2 < columns:
+            if j2 < limit:
                 acc2 += a * x[b + j2] + c * x[d + j2]
-            if j3 < columns:
+            if j3 < limit:
                 acc3 += a * x[b + j3] + c * x[d + j3]
             p += uint64(2)
         if p < end:
             a, b = data[p], uint64(indices[p]) * columns
             acc0 += a * x[b + j0]
-            if j1 < columns:
+            if j1 < limit:
                 acc1 += a * x[b + j1]
-            if j2 < columns:
+            if j2 < limit:
                 acc2 += a * x[b + j2]
-            if j3 < columns:
+            if j3 < limit:
                 acc3 += a * x[b + j3]
         _store(y, out + j0, acc0, pieces)
-        if j1 < columns:
+        if j1 < limit:
             _store(y, out + j1, acc1, pieces)
-        if j2 < columns:
+        if j2 < limit:
             _store(y, out + j2, acc2, pieces)
-        if j3 < columns:
+        if j3 < limit:
             _store(y, out + j3, acc3, pieces)
         j0 += uint64(4) * g
 
 
 @jit(cache=True, launch_bounds=(BLOCK, BLOCKS_PER_SM))
-def spmm_column_pairs_kernel(indptr, indices, data, x, y, k, log_group, piece_row, piece_start,
-                             pieces):
+def spmm_column_pairs_kernel(indptr, indices, data, x, y, k, width, log_group, piece_row,
+                             piece_start, pieces):
     # A pair of adjacent columns a lane, four nonzeros a step (eight gathers in flight a lane).
-    _column_pairs(indptr, indices, data, x, y, k, log_group, piece_row, piece_start, pieces,
-                  False)
+    _column_pairs(indptr, indices, data, x, y, k, width, log_group, piece_row, piece_start,
+                  pieces, False)
 
 
 @jit(cache=True, launch_bounds=(BLOCK, WIDE_STEP_BLOCKS_PER_SM))
-def spmm_column_pairs_wide_step_kernel(indptr, indices, data, x, y, k, log_group, piece_row,
-                                       piece_start, pieces):
+def spmm_column_pairs_wide_step_kernel(indptr, indices, data, x, y, k, width, log_group,
+                                       piece_row, piece_start, pieces):
     # The column pairs with eight nonzeros a step (sixteen gathers in flight a lane), under a
     # launch bound that leaves it the registers for them.
-    _column_pairs(indptr, indices, data, x, y, k, log_group, piece_row, piece_start, pieces,
-                  True)
+    _column_pairs(indptr, indices, data, x, y, k, width, log_group, piece_row, piece_start,
+                  pieces, True)
 
 
 @jit(device=True)
-def _column_pairs(indptr, indices, data, x, y, k, log_group, piece_row, piece_start, pieces,
-                  wide):
-    """The column-pairs kernels' work: a pair of adjacent columns a lane, four nonzeros a step,
-    or eight where ``wide`` (a constant at each call: each kernel compiles one loop)."""
+def _column_pairs(indptr, indices, data, x, y, k, width, log_group, piece_row, piece_start,
+                  pieces, wide):
+    """The column-pairs kernels' work on the first ``width`` of X's and Y's k columns: a pair
+    of adjacent columns a lane, four nonzeros a step, or eight where ``wide`` (a constant at
+    each call: each kernel compiles one loop)."""
     thread = cuda.grid(1)
     row, start, end, valid = _work_item(thread >> log_group, indptr, piece_row, piece_start,
                                         pieces)
     if not valid:
         return
     columns = uint64(k)
+    limit = uint64(width)
     out = row * columns
     zero = y.dtype.type(0)
     one = uint64(1)
     j = uint64(2 * (thread & ((1 << log_group) - 1)))  # this lane's first column in this pass
-    while j < columns:
-        second = j + one < columns
+    while j < limit:
+        second = j + one < limit
         acc0 = acc1 = zero
         p = start
         if wide:  # eight nonzeros per step: sixteen gathers of X in flight
@@ -386,20 +406,21 @@ def _column_pairs(indptr, indices, data, x, y, k, log_group, piece_row, piece_st
 
 
 @jit(cache=True, launch_bounds=(BLOCK, BLOCKS_PER_SM))
-def spmm_column_quads_kernel(indptr, indices, data, x, y, k, log_group, piece_row, piece_start,
-                             pieces):
+def spmm_column_quads_kernel(indptr, indices, data, x, y, k, width, log_group, piece_row,
+                             piece_start, pieces):
     thread = cuda.grid(1)
     row, start, end, valid = _work_item(thread >> log_group, indptr, piece_row, piece_start,
                                         pieces)
     if not valid:
         return
     columns = uint64(k)
+    limit = uint64(width)
     out = row * columns
     zero = y.dtype.type(0)
     one, two, three = uint64(1), uint64(2), uint64(3)
     j = uint64(4 * (thread & ((1 << log_group) - 1)))  # this lane's first column in this pass
-    while j < columns:
-        has1, has2, has3 = j + one < columns, j + two < columns, j + three < columns
+    while j < limit:
+        has1, has2, has3 = j + one < limit, j + two < limit, j + three < limit
         acc0 = acc1 = acc2 = acc3 = zero
         p = start
         while p + one < end:
@@ -453,8 +474,10 @@ RULE = (f"multi-vector products (A @ X, X of k columns) run on A's CSR arrays: f
         f"columns of X, {COLUMNS_PER_LANE} columns a lane; the same with a pair of adjacent "
         f"columns a lane, four or eight nonzeros a step; four adjacent columns a lane; and up "
         f"to k = {MEASURED_UP_TO} the first kernel's split with up to {EIGHT_COLUMNS} sums, "
-        f"and the first kernel in passes of {FEW_COLUMNS} columns; rows longer than {PIECE} "
-        f"nonzeros are split among groups")
+        f"and the first kernel in passes of {FEW_COLUMNS} columns; where X outgrows the L2 "
+        f"cache or has more than {MAX_TILE} columns, the column pairs and quads in tiles of "
+        f"X's columns that fit it, of at most {MAX_TILE}; rows "
+        f"longer than {PIECE} nonzeros are split among groups")
 """The rule :class:`MultiVectorProgram` follows, as the decision notes it."""
 
 
@@ -505,6 +528,12 @@ ONE_PASS = {
 }
 """The one-pass programs of k > :data:`FEW_COLUMNS` columns, by name."""
 
+TILED = ("column_pairs", "column_quads")
+"""The one-pass programs also timed in tiles of X's columns (:func:`tile_width`) where X
+outgrows the L2 cache or has more than :data:`MAX_TILE` columns: the column pairs, which win
+most products of many columns, and the column quads, which win many float32 products of up to
+64 columns whose rows are short."""
+
 PROGRAMS = (*ONE_PASS, "passes", "eight_columns")
 """Every program of a product of more than :data:`FEW_COLUMNS` columns: the one-pass programs
 (:data:`ONE_PASS`), and for up to :data:`MEASURED_UP_TO` columns the few-columns kernel in
@@ -512,7 +541,8 @@ passes of :data:`FEW_COLUMNS` columns and the eight-columns kernel."""
 
 
 def launches(shape: tuple[int, int], arrays: dict, pieces: tuple, few_group: int, k: int,
-             x_dtype, y_dtype, program: str = "many_columns") -> list[ColumnLaunch]:
+             x_dtype, y_dtype, program: str = "many_columns", tile: int = 0
+             ) -> list[ColumnLaunch]:
     """The launches of ``Y = A @ X`` for X of k columns (not loaded): the row launch, and the
     piece launch where ``pieces`` (the rows and starts of :func:`long_row_pieces`) has any.
     ``arrays``: A's CSR arrays (``indptr``, ``indices``, ``data``; host arrays stand in for
@@ -521,43 +551,71 @@ def launches(shape: tuple[int, int], arrays: dict, pieces: tuple, few_group: int
     k > :data:`FEW_COLUMNS`: a one-pass program, the eight-columns kernel (k ≤
     :data:`EIGHT_COLUMNS`), or the few-columns kernel in passes of :data:`FEW_COLUMNS` columns
     (both launches per pass, each pass on the columns from its ``first``); k ≤
-    :data:`FEW_COLUMNS` always runs the few-columns kernel once.
+    :data:`FEW_COLUMNS` always runs the few-columns kernel once. ``tile`` (a one-pass program
+    only, 0 for none): the one-pass program runs on tiles of this many columns, one after
+    the other, so that the X it gathers at a time is a tile's columns (see
+    :func:`tile_width`).
 
     Raises
     ------
     ValueError
-        For a program not in :data:`PROGRAMS`, or the eight-columns kernel for more than
-        :data:`EIGHT_COLUMNS` columns."""
+        For a program not in :data:`PROGRAMS`, the eight-columns kernel for more than
+        :data:`EIGHT_COLUMNS` columns, or a tile for a program that is not one-pass."""
     if program not in PROGRAMS:
         raise ValueError(f"program must be one of {PROGRAMS}; got {program!r}")
     if program == "eight_columns" and k > EIGHT_COLUMNS:
         raise ValueError(f"the eight-columns kernel takes at most {EIGHT_COLUMNS} columns; "
                          f"got {k}")
+    if tile and (program not in ONE_PASS or tile < 1):
+        raise ValueError(f"tiles of columns are for the one-pass programs {tuple(ONE_PASS)}, "
+                         f"of at least one column; got {program!r} in tiles of {tile}")
     if k <= FEW_COLUMNS or program == "passes":
         kernel, group, window = spmm_few_columns_kernel, few_group, FEW_COLUMNS
     elif program == "eight_columns":
         kernel, group, window = spmm_eight_columns_kernel, few_group, EIGHT_COLUMNS
     else:
         one_pass = ONE_PASS[program]
-        kernel, group, window = (one_pass.kernel, lanes_per_row(k, one_pass.columns_per_lane),
-                                 k)
-    windowed = kernel in (spmm_few_columns_kernel, spmm_eight_columns_kernel)  # takes a width
-    windows = range(0, k, window)
+        window = min(tile, k) if tile else k
+        kernel, group = one_pass.kernel, lanes_per_row(window, one_pass.columns_per_lane)
     piece_row, piece_start = pieces
     steps = []
-    for first in windows:
+    for first in range(0, k, window):
         for items, in_pieces in ((shape[0], 0), (piece_row.shape[0], 1)):
             if not items:
                 continue
-            width = [np.int64(min(window, k - first))] if windowed else []
             args = [arrays["indptr"], unsigned(arrays["indices"]), arrays["data"], X, Y,
-                    np.int64(k), *width, np.int32(group.bit_length() - 1), piece_row,
-                    piece_start, np.int32(in_pieces)]
+                    np.int64(k), np.int64(min(window, k - first)),
+                    np.int32(group.bit_length() - 1), piece_row, piece_start,
+                    np.int32(in_pieces)]
             launch = Launch(kernel, -(-items * group // BLOCK), BLOCK, args, y_dtype)
             if np.dtype(x_dtype) != np.dtype(y_dtype):
                 launch = launch.for_vectors(x_dtype, y_dtype)
             steps.append(ColumnLaunch(launch, first))
     return steps
+
+
+def tile_width(k: int, n: int, itemsize: int, cache_bytes: int) -> int:
+    """The tile width (columns) of the tiled programs (:data:`TILED`) for X of n rows × k
+    columns of ``itemsize`` bytes and an L2 cache of ``cache_bytes``: the widest power of two
+    of columns, at most :data:`MAX_TILE`, whose tile of X fits the cache (a power of two fills
+    the lanes a row takes), where that is fewer than k columns and at least :data:`MIN_TILE`;
+    0 (no tiles) otherwise. Gathered from a tile that stays in L2, rows of X that a matrix's
+    rows share are read from memory once per tile instead of again whenever the cache has
+    dropped them; A is read once per tile.
+
+    Examples
+    --------
+    >>> MiB = 1 << 20
+    >>> tile_width(128, 175_000, 4, 50 * MiB)  # X of 90 MB
+    64
+    >>> tile_width(64, 175_000, 4, 50 * MiB)   # 45 MB: fits
+    0
+    >>> tile_width(64, 175_000, 8, 50 * MiB), tile_width(128, 1_000, 8, 50 * MiB)
+    (32, 64)
+    """
+    fitting = cache_bytes // max(n * itemsize, 1)
+    width = min(1 << (fitting.bit_length() - 1), MAX_TILE) if fitting else 0
+    return width if MIN_TILE <= width < k else 0
 
 
 def lanes_per_row(k: int, columns_per_lane: int) -> int:
@@ -616,6 +674,7 @@ class MultiVectorProgram:
         self.pieces = tuple(_to_device(a) for a in pieces)
         self.few_group = few_columns_group(shape, host_indptr, pieces)
         self.notes = [] if notes is None else notes
+        self.cache_bytes = 0 if SIMULATOR else cuda.get_current_device().L2_CACHE_SIZE
         self._programs = {}
 
     @property
@@ -635,84 +694,101 @@ class MultiVectorProgram:
         key = (k, np.dtype(x_dtype), np.dtype(y_dtype))
         program = self._programs.get(key)
         if program is None:
-            program = self._build(k, x_dtype, y_dtype, "many_columns")
+            program = self._build(k, x_dtype, y_dtype, ("many_columns", 0))
             if k > FEW_COLUMNS and not SIMULATOR:
-                names = programs_for(k)
-                built = [program] + [self._build(k, x_dtype, y_dtype, name)
-                                     for name in names[1:]]
+                candidates = programs_for(k, self.shape[1], np.dtype(x_dtype).itemsize,
+                                          self.cache_bytes)
+                built = [program] + [self._build(k, x_dtype, y_dtype, candidate)
+                                     for candidate in candidates[1:]]
                 times = time_programs(built, x, y, stream)
                 if times is not None:
-                    timed = dict(zip(names, times))
+                    timed = dict(zip(candidates, times))
                     self.notes.append(timed_choice_note(key, timed))
-                    program = built[names.index(min(timed, key=timed.get))]
+                    program = built[candidates.index(min(timed, key=timed.get))]
             if len(self._programs) >= self.PROGRAMS:
                 self._programs.pop(next(iter(self._programs)))
             self._programs[key] = program
         for fire in program[1]:
             fire(x, y, stream)
 
-    def _build(self, k: int, x_dtype, y_dtype, program: str) -> tuple:
-        """The loaded launches of :func:`launches` and their closures. The launches are kept
-        with the closures: a closure of Launch.fire holds only the address of its launch's
-        parameter buffer, which the driver reads at every launch; the buffer, and the values it
-        points to, live as long as the Launch."""
+    def _build(self, k: int, x_dtype, y_dtype, candidate: tuple[str, int]) -> tuple:
+        """The loaded launches of :func:`launches` for ``candidate`` (a program and its tile
+        width, 0 for none) and their closures. The launches are kept with the closures: a
+        closure of Launch.fire holds only the address of its launch's parameter buffer, which
+        the driver reads at every launch; the buffer, and the values it points to, live as
+        long as the Launch."""
         m, n = self.shape
+        program, tile = candidate
         steps = launches(self.shape, self.arrays, self.pieces, self.few_group, k, x_dtype,
-                         y_dtype, program)
+                         y_dtype, program, tile)
         for step in steps:
             step.load(n, m, k)
         return steps, [step.closure(x_dtype, y_dtype) for step in steps]
 
 
-def programs_for(k: int) -> list[str]:
-    """The programs (of :data:`PROGRAMS`, the many-columns kernel first) that the first product
-    of k > :data:`FEW_COLUMNS` columns times: the passes only up to :data:`MEASURED_UP_TO`
-    columns.
+def programs_for(k: int, n: int = 0, itemsize: int = 8, cache_bytes: int = 0
+                 ) -> list[tuple[str, int]]:
+    """The programs, as ``(program, tile width)`` (0: untiled; the many-columns kernel
+    first), that the first product of k > :data:`FEW_COLUMNS` columns times: those of
+    :data:`PROGRAMS`, the passes only up to :data:`MEASURED_UP_TO` columns, and the tiled
+    programs (:data:`TILED`) in tiles of :func:`tile_width` columns, where it gives any, for X
+    of n rows of k ``itemsize``-byte values and an L2 cache of ``cache_bytes``.
 
     Examples
     --------
-    >>> programs_for(8)  # doctest: +NORMALIZE_WHITESPACE
+    >>> [name for name, _ in programs_for(8)]  # doctest: +NORMALIZE_WHITESPACE
     ['many_columns', 'column_pairs', 'column_pairs_wide_step', 'column_quads', 'passes',
      'eight_columns']
-    >>> programs_for(16)
-    ['many_columns', 'column_pairs', 'column_pairs_wide_step', 'column_quads']
+    >>> programs_for(16)  # doctest: +NORMALIZE_WHITESPACE
+    [('many_columns', 0), ('column_pairs', 0), ('column_pairs_wide_step', 0),
+     ('column_quads', 0)]
+    >>> programs_for(128, 175_000, 4, 50 << 20)[4:]
+    [('column_pairs', 64), ('column_quads', 64)]
     """
-    return [name for name in PROGRAMS if (name != "passes" or k <= MEASURED_UP_TO)
-            and (name != "eight_columns" or k <= EIGHT_COLUMNS)]
+    untiled = [(name, 0) for name in PROGRAMS if (name != "passes" or k <= MEASURED_UP_TO)
+               and (name != "eight_columns" or k <= EIGHT_COLUMNS)]
+    tile = tile_width(k, n, itemsize, cache_bytes)
+    return untiled + [(name, tile) for name in TILED if tile]
 
 
-def program_name(program: str, k: int) -> str:
-    """How the decision's notes name ``program`` for k columns.
+def program_name(program: str, k: int, tile: int = 0) -> str:
+    """How the decision's notes name ``program`` for k columns, in tiles of ``tile`` columns
+    where given.
 
     Examples
     --------
     >>> program_name("passes", 8), program_name("column_pairs", 8)
     ('the few-columns kernel in 2 passes', 'the column-pairs kernel')
+    >>> program_name("column_pairs", 128, 64)
+    'the column-pairs kernel in tiles of 64 columns'
     """
     if program == "passes":
         return f"the few-columns kernel in {-(-k // FEW_COLUMNS)} passes"
     if program == "eight_columns":
         return "the eight-columns kernel"
-    return ONE_PASS[program].name
+    name = ONE_PASS[program].name
+    return f"{name} in tiles of {tile} columns" if tile else name
 
 
-def timed_choice_note(key: tuple, times: dict[str, float]) -> str:
+def timed_choice_note(key: tuple, times: dict[tuple, float]) -> str:
     """The decision's note on the program :meth:`MultiVectorProgram.run` timed and kept for
-    ``key`` (k, X's dtype, Y's dtype); ``times``: µs per product of each program timed.
+    ``key`` (k, X's dtype, Y's dtype); ``times``: µs per product of each program timed, by
+    ``(program, tile width)``.
 
     Examples
     --------
     >>> key = (8, np.dtype("float32"), np.dtype("float32"))
-    >>> note = timed_choice_note(key, {"many_columns": 12.0, "passes": 9.5})
+    >>> note = timed_choice_note(key, {("many_columns", 0): 12.0, ("passes", 0): 9.5})
     >>> note.split(" run ")[1].split(", timed")[0]
     'the few-columns kernel in 2 passes (9.5 µs; the many-columns kernel 12 µs)'
     """
     k, x_dtype, y_dtype = key
     order = sorted(times, key=times.get)
-    others = ", ".join(f"{program_name(name, k)} {times[name]:.3g} µs" for name in order[1:])
+    others = ", ".join(f"{program_name(name, k, tile)} {times[name, tile]:.3g} µs"
+                       for name, tile in order[1:])
     return (f"multi-vector products of {k} columns ({x_dtype} X, {y_dtype} Y) run "
-            f"{program_name(order[0], k)} ({times[order[0]]:.3g} µs; {others}), timed at the "
-            "first one")
+            f"{program_name(order[0][0], k, order[0][1])} ({times[order[0]]:.3g} µs; "
+            f"{others}), timed at the first one")
 
 
 def time_programs(programs: list, x, y, stream, rounds: int = 3, batch: int = 3):
