@@ -14,7 +14,9 @@ For each matrix and dtype it measures:
 * **per solve** to rtol=1e-6 (cg, bicgstab, gmres(restart=30), minres) against cupyx's solver of
   the same name where cupyx has one (cupyx has no bicgstab: its cgs, also two products per
   iteration, stands in and is named so), with the iteration counts of autospmv and of SciPy's
-  solver on the CPU in float64 (where SciPy converges within the limit).
+  solver on the CPU in float64 (where SciPy converges within the limit), and for gmres the
+  floor of its bytes (:func:`gmres_floor_seconds`), which ``--floors FILE`` adds to the gmres
+  solves of an earlier results file without a GPU.
 
 Matrices: 2-D (5-point) and 3-D (7-point) Laplacians from 10⁴ nonzeros up (``--sizes``), and
 the real matrices of ``--matrices`` folders (``.npz``), symmetric ones shifted to be positive
@@ -23,6 +25,7 @@ file that names the GPU; a table is printed last. Run from the repository root o
 
     PYTHONPATH=. python benchmarks/solvers_gpu.py --out results.json
     PYTHONPATH=. python benchmarks/solvers_gpu.py --check     # correctness only, small sizes
+    python benchmarks/solvers_gpu.py --floors benchmarks/results/solvers-gpu-h200.json
 """
 
 from __future__ import annotations
@@ -89,6 +92,42 @@ def floor_seconds(A, itemsize: int, bandwidth: float) -> float:
     """One cg iteration's fewest bytes over the copy bandwidth: the product
     (:func:`product_bytes`) plus ten vector passes."""
     return (product_bytes(A, itemsize) + 10 * A.shape[0] * itemsize) / bandwidth
+
+
+GMRES_RESTART = 30
+"""The restart length of the gmres solves."""
+
+
+def gmres_floor_seconds(n: int, nnz: int, itemsize: int, columns: int, bandwidth: float,
+                        restart: int = GMRES_RESTART) -> float:
+    """The fewest bytes of a gmres(restart) solve of ``columns`` Arnoldi columns in all (the
+    solve's iteration count) over the copy bandwidth: per column c of a cycle (counted from 0),
+    the product (:func:`product_bytes` of an n × n matrix of ``nnz`` entries) and Gram-Schmidt
+    once, which reads w and the c + 1 basis vectors to project and again to subtract, and
+    writes w: (2c + 5) vector passes. The normalisation, the reorthogonalisation where needed,
+    the end of each cycle (x += V y, the residual) and cupyx's own extra passes are left out,
+    so no gmres of these iterations can run faster; cupyx's solve time over this floor is the
+    most any such gmres can gain on it."""
+    index = 4
+    product = nnz * (itemsize + index) + (n + 1) * index + 2 * n * itemsize
+    full, last = divmod(columns, restart)
+    passes = full * sum(2 * c + 5 for c in range(restart)) + sum(2 * c + 5 for c in range(last))
+    return (columns * product + passes * n * itemsize) / bandwidth
+
+
+def add_gmres_floors(results: dict) -> dict:
+    """``results`` (a results file of this script, one run's or several runs' with ``runs``
+    and each row's or solve's ``run``) with :func:`gmres_floor_seconds` as ``floor_seconds`` in
+    every Laplacian row's gmres solve, at the copy bandwidth of the run that measured it."""
+    for row in results.get("laplacians", []):
+        itemsize = np.dtype(row["dtype"]).itemsize
+        for solve in row["solves"]:
+            measured_by = solve.get("run", row.get("run"))  # a solve may name its own run
+            run = results["runs"][measured_by] if measured_by else results
+            if solve["method"] == "gmres":
+                solve["floor_seconds"] = gmres_floor_seconds(
+                    row["n"], row["nnz"], itemsize, solve["iterations"], run["copy_bandwidth"])
+    return results
 
 
 def chained_copies_seconds(cp, A, itemsize: int) -> float:
@@ -326,7 +365,7 @@ def check(cp, out, methods=METHODS):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True, help="results file (JSON)")
+    parser.add_argument("--out", type=Path, help="results file (JSON; needed but with --floors)")
     parser.add_argument("--check", action="store_true", help="correctness only")
     parser.add_argument("--sizes", default="1e4,1e5,1e6,5e6,2e7",
                         help="Laplacian sizes in nonzeros, comma-separated")
@@ -337,10 +376,24 @@ def main(argv=None):
     parser.add_argument("--limit", type=int, default=16, help="real matrices per kind")
     parser.add_argument("--dtypes", default="float64,float32")
     parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--floors", type=Path,
+                        help="add the gmres solves' floors to this results file (in place, "
+                             "from the figures it holds: no GPU) and print them")
     parser.add_argument("--no-overlap", action="store_true",
                         help="launch the solvers' steps without programmatic dependent launch "
                              "(for comparison)")
     args = parser.parse_args(argv)
+    if args.floors:
+        text = args.floors.read_text(encoding="utf-8")
+        results = add_gmres_floors(json.loads(text))
+        compact = not text.startswith("{\n")  # the file keeps its layout
+        args.floors.write_text(json.dumps(results, indent=None if compact else 1,
+                                          separators=(",", ":") if compact else None),
+                               encoding="utf-8")
+        print_gmres_floors(results)
+        return
+    if args.out is None:
+        parser.error("--out is required (but with --floors)")
     if args.no_overlap:
         from autospmv._solve import steps
 
@@ -388,6 +441,10 @@ def main(argv=None):
                 solves.append(per_solve(cp, cus_m, A_method.astype(dtype), op_m, b, dtype,
                                         method, 1e-6, 2000 if method != "gmres" else 100,
                                         with_scipy=A.nnz <= 2e6))
+                if method == "gmres":
+                    solves[-1]["floor_seconds"] = gmres_floor_seconds(
+                        A.shape[0], A_method.nnz, dtype.itemsize, solves[-1]["iterations"],
+                        bandwidth)
             row["solves"] = solves
             rows.append(row)
             print(json.dumps(row), flush=True)
@@ -431,6 +488,21 @@ def print_table(out):
               f"{row['iteration_us']:7.1f}u {row['product_us']:7.1f}u {row['floor_us']:7.1f}u "
               f"{row.get('chained_floor_us', float('nan')):7.1f}u "
               f"{row['cupyx_cusparse_us']:8.1f}u {row['cupyx_operator_us']:8.1f}u  {speedups}")
+
+
+def print_gmres_floors(results):
+    """Each Laplacian's gmres solve against its floor, and cupyx's against the same floor."""
+    print(f"{'matrix':22s} {'dtype':7s} {'columns':>7s} {'floor':>9s} {'ours':>9s} "
+          f"{'cupyx':>9s}  ours/floor  cupyx/floor  cupyx/ours")
+    for row in results.get("laplacians", []):
+        for solve in row["solves"]:
+            if solve["method"] != "gmres" or "floor_seconds" not in solve:
+                continue
+            floor, ours = solve["floor_seconds"], solve["seconds"]
+            cupyx = solve.get("cupyx_seconds", float("nan"))
+            print(f"{row['matrix']:22s} {row['dtype']:7s} {solve['iterations']:7d} "
+                  f"{floor * 1e3:7.2f}ms {ours * 1e3:7.2f}ms {cupyx * 1e3:7.2f}ms  "
+                  f"{ours / floor:10.2f}  {cupyx / floor:11.2f}  {cupyx / ours:10.2f}")
 
 
 if __name__ == "__main__":
