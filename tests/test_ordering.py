@@ -232,6 +232,38 @@ def test_the_permuted_copy_is_canonical():
     assert (B != A[perm][:, perm]).nnz == 0
 
 
+@pytest.mark.parametrize("parallel", [False, True])
+@pytest.mark.parametrize("index", [np.int32, np.int64])
+def test_the_permuted_copy_is_scipys_on_threads_or_not(parallel, index):
+    """Rows short enough for insertion sort and longer ones, empty rows, both index widths;
+    on numba's threads or not, the same arrays as SciPy's P A Pᵀ."""
+    from autospmv.kernels.cpu.permute import INSERTION_SORT_MAX, permuted_csr
+
+    rng = np.random.default_rng(6)
+    m = 3000
+    A = sp.random(m, m, density=4 / m, format="csr", random_state=7)
+    long_rows = sp.csr_matrix((np.ones(3 * INSERTION_SORT_MAX),
+                               ([11] * INSERTION_SORT_MAX + [12] * 2 * INSERTION_SORT_MAX,
+                                rng.choice(m, 3 * INSERTION_SORT_MAX, replace=False))),
+                              shape=(m, m))
+    keep = np.ones(m)
+    keep[40:60] = 0  # empty rows
+    A = (sp.diags(keep) @ (A + long_rows)).tocsr()
+    A.eliminate_zeros()
+    A.sort_indices()
+    assert np.diff(A.indptr)[40:60].max() == 0 and np.diff(A.indptr).max() > INSERTION_SORT_MAX
+    perm = rng.permutation(m).astype(index)
+    inverse = ordering.inverse_of(perm)
+    indptr, indices, data = permuted_csr(A.indptr.astype(index), A.indices.astype(index),
+                                         A.data, perm, inverse, parallel=parallel)
+    expected = A[perm][:, perm].tocsr()
+    expected.sort_indices()
+    assert indptr.dtype == indices.dtype == index
+    np.testing.assert_array_equal(indptr, expected.indptr)
+    np.testing.assert_array_equal(indices, expected.indices)
+    np.testing.assert_array_equal(data, expected.data)
+
+
 def test_features_of_a_band():
     A = sp.diags([1.0, 2.0, 3.0], [-2, 0, 1], shape=(10, 10), format="csr")
     assert ordering.bandwidth_and_profile(A) == (2.0, 16 / 10)

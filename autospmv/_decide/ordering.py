@@ -65,9 +65,10 @@ RCM_SECONDS_PER_NNZ = 1.5e-7
 """SciPy's ``reverse_cuthill_mckee`` of A + Aᵀ per nonzero of A, with the symmetrisation:
 about 1.1e-7 s on a loaded 2-core x86 machine for a 2.4·10⁶-nonzero mesh, rounded up."""
 
-PERMUTE_SECONDS_PER_NNZ = 1e-7
+PERMUTE_SECONDS_PER_NNZ = 5e-8
 """Building ``P A Pᵀ`` (:func:`autospmv.kernels.cpu.permute.permuted_csr`) per nonzero: about
-8e-8 s on the same machine (its reads of A's rows follow the permutation)."""
+4.5e-8 s on the same machine's two threads for a 5·10⁶-nonzero mesh numbered at random (8e-8
+on one; its reads of A's rows follow the permutation), rounded up; less with more cores."""
 
 MIN_RELATIVE_GAIN = 0.05
 """The least gain per product, relative to a product in A's own order, that the rule must

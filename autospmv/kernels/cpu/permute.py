@@ -15,7 +15,7 @@ import threading
 import numba
 import numpy as np
 
-from ..._support.jit import njit, specialisations
+from ..._support.jit import specialisations
 
 PARALLEL_MIN_ROWS = 1 << 16
 """Shortest vector whose gathers run on the product's threads (shorter ones run serially)."""
@@ -51,14 +51,10 @@ INSERTION_SORT_MAX = 32
 ones by ``argsort``."""
 
 
-@njit(cache=True, nogil=True)
-def _permuted_csr(indptr, indices, data, perm, inverse, out_indptr, out_indices, out_data):
-    m = perm.shape[0]
-    out_indptr[0] = 0
-    for i in range(m):
-        row = perm[i]
-        out_indptr[i + 1] = out_indptr[i] + (indptr[row + 1] - indptr[row])
-    for i in range(m):
+def _permuted_rows(indptr, indices, data, perm, inverse, out_indptr, out_indices, out_data):
+    # Row i of the result (its place in out_indptr already known) is A's row perm[i], each
+    # column renumbered and the row sorted again; rows are independent.
+    for i in numba.prange(perm.shape[0]):
         row = perm[i]
         start = out_indptr[i]
         length = indptr[row + 1] - indptr[row]
@@ -86,21 +82,35 @@ def _permuted_csr(indptr, indices, data, perm, inverse, out_indptr, out_indices,
             out_data[b + 1] = value
 
 
-def permuted_csr(indptr, indices, data, perm, inverse):
+permuted_rows_serial, permuted_rows_parallel = specialisations(_permuted_rows)
+
+PARALLEL_MIN_NNZ = 1 << 18
+"""Fewest nonzeros whose permuted copy (:func:`permuted_csr`) is built on numba's threads."""
+
+
+def permuted_csr(indptr, indices, data, perm, inverse, parallel: bool | None = None):
     """The arrays of ``P A Pᵀ`` for a canonical square CSR matrix (sorted columns, no
     duplicates): row i is A's row ``perm[i]`` with each column j renumbered ``inverse[j]`` and
-    sorted again, so the result is canonical, with the input's index dtype.
+    sorted again, so the result is canonical, with the input's index dtype. The rows are built
+    on numba's threads where ``parallel`` (default: from :data:`PARALLEL_MIN_NNZ` nonzeros),
+    each row by one thread, so the result does not depend on it.
 
     Returns
     -------
     tuple of numpy.ndarray
         ``(indptr, indices, data)``, new arrays.
     """
+    perm = perm.astype(indptr.dtype, copy=False)
     out_indptr = np.empty_like(indptr)
+    out_indptr[0] = 0
+    np.cumsum(np.diff(indptr)[perm], out=out_indptr[1:])
     out_indices = np.empty_like(indices)
     out_data = np.empty_like(data)
-    _permuted_csr(indptr, indices, data, perm.astype(indptr.dtype, copy=False),
-                  inverse.astype(indices.dtype, copy=False), out_indptr, out_indices, out_data)
+    if parallel is None:
+        parallel = indices.shape[0] >= PARALLEL_MIN_NNZ
+    build = permuted_rows_parallel if parallel else permuted_rows_serial
+    build(indptr, indices, data, perm, inverse.astype(indices.dtype, copy=False), out_indptr,
+          out_indices, out_data)
     return out_indptr, out_indices, out_data
 
 
