@@ -658,7 +658,9 @@ class MultiVectorProgram:
     ``arrays``: the CSR arrays on the device (``indptr``, ``indices``, ``data``);
     ``host_indptr``: the row pointer on the host, which the long-row pieces (uploaded here) and
     the few-columns group size come from; ``notes``: a list that gets a line for each measured
-    choice (:meth:`run`), the decision's notes. Not safe to run from two threads at once (see
+    choice (:meth:`run`), the decision's notes. The current GPU's L2 cache size
+    (``cache_bytes``; 0 under the simulator, where nothing is timed) sets the tiles of the
+    tiled programs (:func:`tile_width`). Not safe to run from two threads at once (see
     :meth:`Launch.fire <autospmv.kernels.cuda.launch.Launch.fire>`): the caller holds a lock.
     """
 
