@@ -81,17 +81,18 @@ def copy_bandwidth(cp) -> float:
     return 2 * a.nbytes / statistics.median(times[2:])
 
 
-def product_bytes(A, itemsize: int) -> int:
-    """The product's fewest bytes: values, column indices, row pointer, x and y once."""
-    m, n = A.shape
+def product_bytes(shape: tuple[int, int], nnz: int, itemsize: int) -> int:
+    """The fewest bytes of the product of a CSR matrix of ``shape`` and ``nnz`` entries: values,
+    column indices, row pointer, x and y once."""
+    m, n = shape
     index = 4
-    return A.nnz * (itemsize + index) + (m + 1) * index + (m + n) * itemsize
+    return nnz * (itemsize + index) + (m + 1) * index + (m + n) * itemsize
 
 
 def floor_seconds(A, itemsize: int, bandwidth: float) -> float:
     """One cg iteration's fewest bytes over the copy bandwidth: the product
     (:func:`product_bytes`) plus ten vector passes."""
-    return (product_bytes(A, itemsize) + 10 * A.shape[0] * itemsize) / bandwidth
+    return (product_bytes(A.shape, A.nnz, itemsize) + 10 * A.shape[0] * itemsize) / bandwidth
 
 
 GMRES_RESTART = 30
@@ -108,8 +109,7 @@ def gmres_floor_seconds(n: int, nnz: int, itemsize: int, columns: int, bandwidth
     the end of each cycle (x += V y, the residual) and cupyx's own extra passes are left out,
     so no gmres of these iterations can run faster; cupyx's solve time over this floor is the
     most any such gmres can gain on it."""
-    index = 4
-    product = nnz * (itemsize + index) + (n + 1) * index + 2 * n * itemsize
+    product = product_bytes((n, n), nnz, itemsize)
     full, last = divmod(columns, restart)
     passes = full * sum(2 * c + 5 for c in range(restart)) + sum(2 * c + 5 for c in range(last))
     return (columns * product + passes * n * itemsize) / bandwidth
@@ -122,9 +122,9 @@ def add_gmres_floors(results: dict) -> dict:
     for row in results.get("laplacians", []):
         itemsize = np.dtype(row["dtype"]).itemsize
         for solve in row["solves"]:
-            measured_by = solve.get("run", row.get("run"))  # a solve may name its own run
-            run = results["runs"][measured_by] if measured_by else results
             if solve["method"] == "gmres":
+                measured_by = solve.get("run", row.get("run"))  # a solve may name its own run
+                run = results["runs"][measured_by] if measured_by else results
                 solve["floor_seconds"] = gmres_floor_seconds(
                     row["n"], row["nnz"], itemsize, solve["iterations"], run["copy_bandwidth"])
     return results
@@ -139,7 +139,8 @@ def chained_copies_seconds(cp, A, itemsize: int) -> float:
     times, so that the chain and the floor differ by the waiting alone, not by the copy.
     Copies of tens of megabytes start and drain, which a single copy of a gigabyte hides."""
     n = A.shape[0]
-    passes = [b // 16 for b in (3 * n * itemsize, product_bytes(A, itemsize), 6 * n * itemsize)]
+    passes = [b // 16 for b in (3 * n * itemsize, product_bytes(A.shape, A.nnz, itemsize),
+                                6 * n * itemsize)]
     buffers = [(cp.ones(words, dtype=cp.float64), cp.empty(words, dtype=cp.float64))
                for words in passes]
     stream = cp.cuda.Stream(non_blocking=True)
