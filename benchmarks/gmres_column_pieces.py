@@ -60,7 +60,8 @@ def pieces(cp, op, n: int, dtype, basis: int, bandwidth: float) -> dict:
         machine.W[...] = cp.asarray(np.random.default_rng(1).standard_normal(machine.W.size),
                                     dtype)
         project = MultiStep(gmres.project, no_totals, RESTART + 2, 0)
-        subtract = MultiStep(gmres.subtract_projections, no_totals, RESTART + 2, 0)
+        subtract = MultiStep(gmres.subtract_projections, no_totals, RESTART + 2, 0,
+                             combines=True)
         scale = Step(gmres.scale, None, 0)
         stream, w, v = machine.stream, method.w, method.v
         out["product"] = graph_us(cp, stream, lambda: machine.product(v[basis - 1], w))

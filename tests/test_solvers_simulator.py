@@ -75,7 +75,8 @@ def steps():
 
 @pytest.mark.skipif(cuda.config.ENABLE_CUDASIM, reason="PTX needs the real numba-cuda")
 def test_every_step_compiles_to_ptx(dtype=np.float64):
-    """float64 vectors here (the GPU tests compile both dtypes on a real GPU)."""
+    """float64 vectors here, and float32 for the basis steps, whose kernel is another (the GPU
+    tests compile both dtypes on a real GPU)."""
     from numba import types as nt
     from numba.cuda import dispatcher
     from numba.np.numpy_support import from_dtype
@@ -86,12 +87,21 @@ def test_every_step_compiles_to_ptx(dtype=np.float64):
     float64, int64 = nt.Array(nt.float64, 1, "C"), nt.Array(nt.int64, 1, "C")
     argtypes = (vector, nt.int64, nt.int64, float64, int64, vector, *[nt.int64] * 6, float64,
                 nt.Array(nt.int32, 1, "C"))
+    single = nt.Array(nt.float32, 1, "C")
+    float32_argtypes = (single, nt.int64, nt.int64, float64, int64, single, *[nt.int64] * 6,
+                        float64, nt.Array(nt.int32, 1, "C"), nt.Array(nt.complex128, 1, "C"))
     current = dispatcher.get_current_device  # device functions read the compute capability
     dispatcher.get_current_device = lambda: types.SimpleNamespace(compute_capability=(9, 0))
     try:
         for step in steps():
-            kernel = cuda_multi_step(step) if isinstance(step, MultiStep) else cuda_step(step)
-            ptx, _ = cuda.compile_ptx(kernel.py_func, argtypes, cc=(9, 0))
+            if isinstance(step, MultiStep):
+                kernel = cuda_multi_step(step, np.dtype(dtype).itemsize)
+                ptx, _ = cuda.compile_ptx(kernel.py_func, argtypes + (vector,), cc=(9, 0))
+                assert ".visible .entry" in ptx, step.name
+                wide = cuda_multi_step(step, 4)  # float32's kernel reads 16 bytes a load
+                ptx, _ = cuda.compile_ptx(wide.py_func, float32_argtypes, cc=(9, 0))
+            else:
+                ptx, _ = cuda.compile_ptx(cuda_step(step).py_func, argtypes, cc=(9, 0))
             assert ".visible .entry" in ptx, step.name
     finally:
         dispatcher.get_current_device = current

@@ -75,3 +75,32 @@ def _preconditioned_without_branch(W, ld, i, D, value):
     (1) without a Jacobi M. The load is made either way (a load under a test keeps LLVM from
     vectorising the step's loop); the GPU's form spares the load and the product."""
     return value * D[i * (D.shape[0] != 1)]
+
+
+@dual
+def combination(W, ld, i, s, v0, coefficients, count):
+    """Element i of Σ_k a_k v_k over k < ``count`` (a from slot ``coefficients``; v_k at
+    offset ``v0 + k * ld``), four basis vectors at a time, so that four of their loads are in
+    flight at once. The offsets advance by additions, which keep unsigned offsets unsigned on
+    the CPU (:mod:`.steps`)."""
+    total0 = 0.0
+    total1 = 0.0
+    total2 = 0.0
+    total3 = 0.0
+    row = v0
+    k = 0
+    while k + 3 < count:
+        row1 = row + ld
+        row2 = row1 + ld
+        row3 = row2 + ld
+        total0 += s[coefficients + k] * W[row + i]
+        total1 += s[coefficients + k + 1] * W[row1 + i]
+        total2 += s[coefficients + k + 2] * W[row2 + i]
+        total3 += s[coefficients + k + 3] * W[row3 + i]
+        row = row3 + ld
+        k += 4
+    while k < count:
+        total0 += s[coefficients + k] * W[row + i]
+        row = row + ld
+        k += 1
+    return (total0 + total1) + (total2 + total3)

@@ -29,7 +29,7 @@ import math
 
 import numpy as np
 
-from .bodies import dot, preconditioned, residual
+from .bodies import combination, dot, preconditioned, residual
 from .dual import dual
 from .method import Method
 from .scalars import (FIRST_FREE_FLAG, FIRST_FREE_SCALAR, INNER_DONE, ITERATIONS, MAXITER,
@@ -116,7 +116,7 @@ columns (a Laplacian's, for one) through the second pass for no gain in accuracy
 
 
 @dual
-def project(W, ld, i, s, D, w, v0, count, unused, first, g):
+def project(W, ld, i, s, D, w, v0, count, unused, first, g, combined):
     """Element i of w, whose dot products with v_0 … v_{count−1} the step sums: on the column's
     first pass (``first`` 1) M w for a Jacobi M (stored), on the second w as it is."""
     wi = W[w + i]
@@ -127,40 +127,12 @@ def project(W, ld, i, s, D, w, v0, count, unused, first, g):
 
 
 @dual
-def subtract_projections(W, ld, i, s, D, w, v0, none, coefficients, count, g):
-    """w −= Σ_k h_k v_k over k < ``count`` (h from slot ``coefficients``); the step sums ‖w‖²."""
-    wi = W[w + i] - combination(W, ld, i, s, v0, coefficients, count)
+def subtract_projections(W, ld, i, s, D, w, v0, none, coefficients, count, g, combined):
+    """w −= Σ_k h_k v_k over k < ``count`` (h from slot ``coefficients``; the step forms the
+    sum, ``combined``); the step sums ‖w‖²."""
+    wi = W[w + i] - combined
     W[w + i] = wi
     return wi
-
-
-@dual
-def combination(W, ld, i, s, v0, coefficients, count):
-    """Element i of Σ_k a_k v_k over k < ``count`` (a from slot ``coefficients``; v_k at
-    offset ``v0 + k * ld``), four basis vectors at a time, so that four of their loads are in
-    flight at once. The offsets advance by additions, which keep unsigned offsets unsigned on
-    the CPU (:mod:`.steps`)."""
-    total0 = 0.0
-    total1 = 0.0
-    total2 = 0.0
-    total3 = 0.0
-    row = v0
-    k = 0
-    while k + 3 < count:
-        row1 = row + ld
-        row2 = row1 + ld
-        row3 = row2 + ld
-        total0 += s[coefficients + k] * W[row + i]
-        total1 += s[coefficients + k + 1] * W[row1 + i]
-        total2 += s[coefficients + k + 2] * W[row2 + i]
-        total3 += s[coefficients + k + 3] * W[row3 + i]
-        row = row3 + ld
-        k += 4
-    while k < count:
-        total0 += s[coefficients + k] * W[row + i]
-        row = row + ld
-        k += 1
-    return (total0 + total1) + (total2 + total3)
 
 
 def project_host(W, ld, n, s, D, w, v0, count, unused, first, g):
@@ -461,9 +433,11 @@ def gram_schmidt_steps(sums: int) -> tuple:
     """A column's Gram-Schmidt passes, for a restart of ``sums − 2``: project and subtract,
     then both again where :func:`subtracted` finds it needed."""
     return (MultiStep(project, projections, sums, COLUMN_SKIP, project_host),
-            MultiStep(subtract_projections, subtracted, sums, COLUMN_SKIP, norm_host),
+            MultiStep(subtract_projections, subtracted, sums, COLUMN_SKIP, norm_host,
+                      combines=True),
             MultiStep(project, reprojections, sums, SECOND_PASS_SKIP, project_host),
-            MultiStep(subtract_projections, orthogonalised, sums, SECOND_PASS_SKIP, norm_host))
+            MultiStep(subtract_projections, orthogonalised, sums, SECOND_PASS_SKIP, norm_host,
+                      combines=True))
 
 
 MAX_RESTART = 254

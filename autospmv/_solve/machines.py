@@ -279,11 +279,21 @@ class CudaMachine(Machine):
         from ..kernels.cuda.launch import Launch
 
         grid = self.grid if n else 1
-        if isinstance(step, MultiStep):  # a block per tile of w, at most the step grid
-            grid = max(1, min(grid, -(-n // (BLOCK * steps.PER_THREAD))))
         args = [self.W, np.int64(self.ld), np.int64(n), self.s, self.f, self.D,
                 *(np.int64(r) for r in rows), self.partials, self.tickets]
-        kernel = cuda_multi_step(step) if isinstance(step, MultiStep) else cuda_step(step)
+        if isinstance(step, MultiStep):  # a block per tile of w, at most the step grid
+            grid = max(1, min(grid, -(-n // steps.multi_tile(self.W.itemsize))))
+            wide = steps.wide_view(self.W)
+            if self.simulated:
+                # the simulator copies a kernel's NumPy arguments and writes each back after
+                # it, so a second view of W would undo the kernel's writes: it goes in as the
+                # simulator's device array over the same memory (no copy, no write-back)
+                from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+                wide = FakeCUDAArray(wide)
+            args.append(wide)
+        kernel = (cuda_multi_step(step, self.W.itemsize) if isinstance(step, MultiStep)
+                  else cuda_step(step))
         launch = Launch(kernel, grid, BLOCK, args, np.float64, overlaps_previous=steps.OVERLAP)
         if self.simulated:
             return lambda: launch.simulate(None, None)
@@ -404,7 +414,8 @@ def _rank_steps(step, sums: int):
         finish = step.finish
         if isinstance(step, MultiStep):
             keep = dual_of(_keep_all, f"keep_{step.sums}", SUMS=step.sums)
-            summing = MultiStep(step.body, keep, step.sums, step.skip)  # the body's sums
+            summing = MultiStep(step.body, keep, step.sums, step.skip,
+                                combines=step.combines)  # the body's sums
             apply = dual_of(_finish_all, f"all_reduced_{finish.__name__}", FINISH=finish,
                             SUMS=sums)
         else:

@@ -34,8 +34,6 @@ Both parts are :func:`~.dual.dual` functions, so one definition runs on both tar
   threads per multiprocessor, and each step's kernel is compiled with those launch bounds, so
   that its registers let them all be resident at once: in a grid-stride loop every block has
   an equal share, and blocks that had to wait for a second wave would double the step's time.
-  (A :class:`MultiStep`'s kernel takes 64 registers a thread as it is, which four blocks of
-  256 threads fit.)
 
 The generated kernels are named after their parts (``__qualname__``) and hold them as globals,
 so the compile cache tells them apart and sees changes to the parts' code
@@ -51,8 +49,10 @@ import threading
 from dataclasses import dataclass
 
 import numba
+import numpy as np
 from numba import prange
 
+from .bodies import combination
 from .dual import Dual, dual, retargeted
 from .scalars import STATE
 
@@ -226,12 +226,13 @@ def cuda_step(step: Step):
 
 
 def _cuda_function(template, step, finish: Dual, device_functions: list, bounded: bool,
-                   **names):
+                   suffix: str = "", **names):
     """``template`` with ``step``'s body, skip mask and ``finish`` bound, with ``names``, the
     names every step kernel reads (``cuda``, ``BLOCK``, the grid-dependency calls, ...), and
     the ``(name, template)`` pairs of ``device_functions`` compiled as device functions in
-    that order (each may call the ones before it); named after the step and compiled by
-    numba-cuda (once per step), with the launch bounds of the steps' grid where ``bounded``."""
+    that order (each may call the ones before it); named after the step (and ``suffix``) and
+    compiled by numba-cuda (once per step and template), with the launch bounds of the steps'
+    grid where ``bounded``."""
     def build():
         from numba import cuda, float64, int32
 
@@ -246,26 +247,32 @@ def _cuda_function(template, step, finish: Dual, device_functions: list, bounded
             bound[name] = cuda.jit(device=True)(retargeted(device_template, "cuda", **bound))
         function = retargeted(template, "cuda", BODY=step.body.on("cuda"),
                               FINISH=finish.on("cuda"), SKIP=step.skip, **bound)
-        function.__qualname__ = function.__name__ = step.name
+        function.__qualname__ = function.__name__ = step.name + suffix
         if cuda.config.ENABLE_CUDASIM or not bounded:
             return cuda.jit(function)
         return cuda.jit(function, launch_bounds=(BLOCK, BLOCKS_PER_SM))
 
-    return _memoised(("cuda", step), build)
+    return _memoised(("cuda", step, template), build)
 
 
 @dataclass(frozen=True)
 class MultiStep:
-    """A fused vector step that projects onto a basis: its body
-    ``body(W, ld, i, s, D, a, b, c, d, e, g) -> value`` forms (and stores) element i of a vector
-    w, and the step sums w's products with the ``c`` rows of the workspace from offset ``b``
-    (at ``b``, ``b + ld``, …) and w·w, ``c + 1`` sums in all (at most ``sums``), which its
-    finish ``finish(s, f, totals)`` reads in that order (GMRES's Gram-Schmidt passes: one sum
-    per basis vector and one for the norm; with ``c`` = 0 only the norm).
+    """A fused vector step against a basis: its body
+    ``body(W, ld, i, s, D, a, b, c, d, e, g, combined) -> value`` forms (and stores) element i
+    of a vector w, and the step sums w's products with the ``c`` rows of the workspace from
+    offset ``b`` (at ``b``, ``b + ld``, …) and w·w, ``c + 1`` sums in all (at most ``sums``),
+    which its finish ``finish(s, f, totals)`` reads in that order (GMRES's Gram-Schmidt passes:
+    one sum per basis vector and one for the norm; with ``c`` = 0 only the norm). A step that
+    ``combines`` hands its body element i of Σ_k s[d + k] · (row k from ``b``) over k < ``e``
+    (:func:`.bodies.combination`, in float64) as ``combined``; any other step, 0.
 
     On the GPU (:func:`cuda_multi_step`) each block forms a tile of w into shared memory, and
     its warps take the basis vectors in turn, each reading its vector's stretch of the tile in
-    whole lines: the basis is read once, coalesced, and no thread keeps a sum per vector."""
+    whole lines: the basis is read once, coalesced, and no thread keeps a sum per vector. In
+    float32 each thread takes four elements at a time and reads them from each basis vector as
+    one 16-byte value (:func:`wide_view`): one float32 a load leaves too few bytes in flight to
+    draw the memory's bandwidth. In float64 a thread takes one element at a time: loads of two
+    float64 a thread ran slower there."""
 
     body: Dual
     finish: Dual
@@ -273,15 +280,32 @@ class MultiStep:
     skip: int = 1
     host: object = dataclasses.field(default=None, compare=False)
     """What one CPU process runs instead of the body's loop, with the BLAS's vector products:
-    ``host(W, ld, n, s, D, a, b, c, d, e, g) -> totals`` (the arguments as the body's, the row
-    at offset ``u`` being ``W[u:u + n]``). Row by row, BLAS reads a basis of many vectors far
-    faster than a loop over elements that visits every vector at each element. It may reach the
-    finish's result another way (GMRES's runs SciPy's own Gram-Schmidt), so the ranks of
-    :mod:`autospmv.distributed`, whose sums are partial, run the body."""
+    ``host(W, ld, n, s, D, a, b, c, d, e, g) -> totals`` (the arguments as the body's but
+    ``combined``, the row at offset ``u`` being ``W[u:u + n]``). Row by row, BLAS reads a basis
+    of many vectors far faster than a loop over elements that visits every vector at each
+    element. It may reach the finish's result another way (GMRES's runs SciPy's own
+    Gram-Schmidt), so the ranks of :mod:`autospmv.distributed`, whose sums are partial, run
+    the body."""
+    combines: bool = False
 
     @property
     def name(self) -> str:
-        return f"multistep__{self.body.__name__}__{self.finish.__name__}__{self.sums}__{self.skip}"
+        combines = "__combines" if self.combines else ""
+        return (f"multistep__{self.body.__name__}__{self.finish.__name__}__{self.sums}__"
+                f"{self.skip}{combines}")
+
+
+def wide_view(W):
+    """The workspace ``W`` as a :class:`MultiStep`'s GPU kernel reads its basis: float32 viewed
+    as complex128, four elements a load (the rows start on whole loads: the machine's row
+    length and offsets are multiples of 64 elements); float64 as it is."""
+    return W.view(np.complex128) if W.itemsize == 4 else W
+
+
+def multi_tile(itemsize: int) -> int:
+    """The elements of w that a block of a :class:`MultiStep`'s kernel forms at a time: four
+    per thread in float32, one in float64."""
+    return BLOCK * (4 if itemsize == 4 else 1)
 
 
 def _cpu_multi_template(W, ld, n, s, f, D, a, b, c, d, e, g):
@@ -295,8 +319,11 @@ def _cpu_multi_template(W, ld, n, s, f, D, a, b, c, d, e, g):
         acc = partial[chunk]
         for j in range(start, end):
             i = INDEX(j)
+            combined = 0.0
+            if COMBINES:
+                combined = combination(W, INDEX(ld), i, s, INDEX(b), INDEX(d), INDEX(e))
             value = BODY(W, INDEX(ld), i, s, D, INDEX(a), INDEX(b), INDEX(c), INDEX(d),
-                         INDEX(e), INDEX(g))
+                         INDEX(e), INDEX(g), combined)
             row = INDEX(b)
             for k in range(c):
                 acc[k] += float(W[row + i]) * value
@@ -311,14 +338,50 @@ def _cpu_multi_template(W, ld, n, s, f, D, a, b, c, d, e, g):
 
 def cpu_multi_step(step: MultiStep, parallel: bool):
     """The numba CPU function of a :class:`MultiStep` (arguments as :func:`cpu_step`'s)."""
-    import numpy
-
     return _cpu_function(_cpu_multi_template, step, parallel, FINISH=step.finish,
-                         SUMS=step.sums, np=numpy,
+                         SUMS=step.sums, COMBINES=step.combines,
                          CHUNKS=numba.config.NUMBA_NUM_THREADS if parallel else 1)
 
 
-def _cuda_multi_template(W, ld, n, s, f, D, a, b, c, d, e, g, partials, tickets):
+def _cuda_multi_template(W, ld, n, s, f, D, a, b, c, d, e, g, partials, tickets, wide):
+    wait_for_previous()
+    release_dependents()
+    if f[STATE] & SKIP:
+        return
+    tid = cuda.threadIdx.x
+    lane = tid % 32
+    warp = tid // 32
+    block = cuda.blockIdx.x
+    blocks = cuda.gridDim.x
+    tile = cuda.shared.array(BLOCK, float64)
+    totals = cuda.shared.array(SUMS, float64)
+    for k in range(tid, c + 1, BLOCK):
+        totals[k] = 0.0
+    norm = 0.0
+    start = block * BLOCK
+    while start < n:
+        i = start + tid
+        value = 0.0
+        if i < n:
+            combined = 0.0
+            if COMBINES:
+                combined = combination(W, ld, i, s, b, d, e)
+            value = float(BODY(W, ld, i, s, D, a, b, c, d, e, g, combined))
+        tile[tid] = value
+        norm += value * value
+        if c > 0:
+            cuda.syncthreads()
+            width = min(BLOCK, n - start)
+            for k in range(warp, c, WARPS):
+                total = _tile_dot(W, b + k * ld + start, tile, width, lane, 1)
+                if lane == 0:
+                    totals[k] += total
+            cuda.syncthreads()
+        start += blocks * BLOCK
+    _publish(totals, norm, c, s, f, partials, tickets)
+
+
+def _cuda_wide_multi_template(W, ld, n, s, f, D, a, b, c, d, e, g, partials, tickets, wide):
     wait_for_previous()
     release_dependents()
     if f[STATE] & SKIP:
@@ -330,28 +393,62 @@ def _cuda_multi_template(W, ld, n, s, f, D, a, b, c, d, e, g, partials, tickets)
     blocks = cuda.gridDim.x
     tile = cuda.shared.array(TILE, float64)
     totals = cuda.shared.array(SUMS, float64)
-    warp_norms = cuda.shared.array(WARPS, float64)
-    last = cuda.shared.array(1, int32)
+    per = wide.itemsize // W.itemsize
     for k in range(tid, c + 1, BLOCK):
         totals[k] = 0.0
     norm = 0.0
-    start = block * TILE
-    while start < n:
-        for part in range(PER_THREAD):
-            i = start + part * BLOCK + tid
+    groups = n // per
+    start = block * BLOCK
+    while start < groups:
+        q = start + tid
+        combined = (0.0, 0.0, 0.0, 0.0)
+        if COMBINES and q < groups:
+            combined = _wide_combination(wide, b // per + q, ld // per, s, d, e, per)
+        for p in range(per):
             value = 0.0
-            if i < n:
-                value = float(BODY(W, ld, i, s, D, a, b, c, d, e, g))
-            tile[part * BLOCK + tid] = value
+            if q < groups:
+                value = float(BODY(W, ld, q * per + p, s, D, a, b, c, d, e, g, combined[p]))
+            tile[p * BLOCK + tid] = value
             norm += value * value
-        cuda.syncthreads()
-        width = min(TILE, n - start)
-        for k in range(warp, c, WARPS):
-            total = _tile_dot(W, b + k * ld + start, tile, width, lane)
+        if c > 0:
+            cuda.syncthreads()
+            width = min(BLOCK, groups - start)
+            for k in range(warp, c, WARPS):
+                total = _tile_dot(wide, (b + k * ld) // per + start, tile, width, lane, per)
+                if lane == 0:
+                    totals[k] += total
+            cuda.syncthreads()
+        start += blocks * BLOCK
+    if block == 0 and warp == 0 and groups * per < n:  # the last elements, fewer than per
+        i = groups * per + lane
+        value = 0.0
+        if i < n:
+            combined_last = 0.0
+            if COMBINES:
+                combined_last = combination(W, ld, i, s, b, d, e)
+            value = float(BODY(W, ld, i, s, D, a, b, c, d, e, g, combined_last))
+        norm += value * value
+        for k in range(c):
+            term = 0.0
+            if i < n:
+                term = float(W[b + k * ld + i]) * value
+            term = warp_sum(term)
             if lane == 0:
-                totals[k] += total
-        cuda.syncthreads()
-        start += blocks * TILE
+                totals[k] += term
+    _publish(totals, norm, c, s, f, partials, tickets)
+
+
+def _publish_template(totals, norm, c, s, f, partials, tickets):
+    """The end of a :class:`MultiStep`'s kernel: the block's ``c`` sums in ``totals`` (shared)
+    and the norm's terms ``norm`` (each thread's) into ``partials``; the block that finishes
+    last adds every block's, in a fixed order, and runs the step's finish on them."""
+    tid = cuda.threadIdx.x
+    lane = tid % 32
+    warp = tid // 32
+    block = cuda.blockIdx.x
+    blocks = cuda.gridDim.x
+    warp_norms = cuda.shared.array(WARPS, float64)
+    last = cuda.shared.array(1, int32)
     norm = warp_sum(norm)
     if lane == 0:
         warp_norms[warp] = norm
@@ -383,40 +480,133 @@ def _cuda_multi_template(W, ld, n, s, f, D, a, b, c, d, e, g, partials, tickets)
             totals[k] = total
     cuda.syncthreads()
     if tid == 0:
-        FINISH(s, f, totals)
+        STEP_FINISH(s, f, totals)
         tickets[0] = 0
 
 
-def _tile_dot_template(W, row, tile, width, lane):
-    """One warp's sum of ``W[row + j] * tile[j]`` over j < ``width`` (each lane four lines
-    apart at a time, then shuffles in a fixed order), returned to lane 0."""
+
+
+def _parts_template(load, per):
+    """The ``per`` elements of a 16-byte load (a complex128), in float64, padded to four: of
+    two float64 the real part and the imaginary; of four float32 the lower and upper halves of
+    the real part's bits, then of the imaginary's (the lower address in the lower half)."""
+    if per == 1:
+        return float64(load.real), 0.0, 0.0, 0.0
+    if per == 2:
+        return load.real, load.imag, 0.0, 0.0
+    real = load.real
+    imag = load.imag
+    return (float64(libdevice.int_as_float(libdevice.double2loint(real))),
+            float64(libdevice.int_as_float(libdevice.double2hiint(real))),
+            float64(libdevice.int_as_float(libdevice.double2loint(imag))),
+            float64(libdevice.int_as_float(libdevice.double2hiint(imag))))
+
+
+def _add_scaled_template(y0, y1, y2, y3, load, h, per):
+    """``(y0, y1, y2, y3)`` plus h times the load's elements (:func:`_parts_template`)."""
+    x0, x1, x2, x3 = _parts(load, per)
+    return y0 + h * x0, y1 + h * x1, y2 + h * x2, y3 + h * x3
+
+
+def _wide_combination_template(wide, row, ld, s, d, count, per):
+    """The elements of the load at ``row`` of Σ_k s[d + k] v_k over k < ``count`` (v_k
+    ``ld`` loads apart; padded to four as :func:`_parts_template`'s), four loads in flight."""
+    y0 = 0.0
+    y1 = 0.0
+    y2 = 0.0
+    y3 = 0.0
+    k = 0
+    while k + 3 < count:
+        load0 = wide[row]
+        load1 = wide[row + ld]
+        load2 = wide[row + 2 * ld]
+        load3 = wide[row + 3 * ld]
+        y0, y1, y2, y3 = _add_scaled(y0, y1, y2, y3, load0, s[d + k], per)
+        y0, y1, y2, y3 = _add_scaled(y0, y1, y2, y3, load1, s[d + k + 1], per)
+        y0, y1, y2, y3 = _add_scaled(y0, y1, y2, y3, load2, s[d + k + 2], per)
+        y0, y1, y2, y3 = _add_scaled(y0, y1, y2, y3, load3, s[d + k + 3], per)
+        row += 4 * ld
+        k += 4
+    while k < count:
+        y0, y1, y2, y3 = _add_scaled(y0, y1, y2, y3, wide[row], s[d + k], per)
+        row += ld
+        k += 1
+    return y0, y1, y2, y3
+
+
+def _group_dot_template(load, tile, j, per):
+    """The load's elements times the tile's group ``j`` (its element p at ``p * BLOCK + j``)."""
+    x0, x1, x2, x3 = _parts(load, per)
+    if per == 1:
+        return x0 * tile[j]
+    if per == 2:
+        return x0 * tile[j] + x1 * tile[BLOCK + j]
+    return (x0 * tile[j] + x1 * tile[BLOCK + j]) + (x2 * tile[2 * BLOCK + j]
+                                                   + x3 * tile[3 * BLOCK + j])
+
+
+def _tile_dot_template(wide, row, tile, width, lane, per):
+    """One warp's sum of the tile's ``width`` groups times the loads from ``row`` (each lane
+    four lines apart at a time, then shuffles in a fixed order), returned to lane 0."""
     t0 = 0.0
     t1 = 0.0
     t2 = 0.0
     t3 = 0.0
     j = lane
     while j + 96 < width:
-        t0 += float(W[row + j]) * tile[j]
-        t1 += float(W[row + j + 32]) * tile[j + 32]
-        t2 += float(W[row + j + 64]) * tile[j + 64]
-        t3 += float(W[row + j + 96]) * tile[j + 96]
+        load0 = wide[row + j]
+        load1 = wide[row + j + 32]
+        load2 = wide[row + j + 64]
+        load3 = wide[row + j + 96]
+        t0 += _group_dot(load0, tile, j, per)
+        t1 += _group_dot(load1, tile, j + 32, per)
+        t2 += _group_dot(load2, tile, j + 64, per)
+        t3 += _group_dot(load3, tile, j + 96, per)
         j += 128
     while j < width:
-        t0 += float(W[row + j]) * tile[j]
+        t0 += _group_dot(wide[row + j], tile, j, per)
         j += 32
     return warp_sum((t0 + t1) + (t2 + t3))
 
 
-PER_THREAD = 1
-"""Elements of w each thread of a :class:`MultiStep`'s block forms per tile (the tile:
-:data:`BLOCK` × this many). Short tiles give short vectors many blocks, and each warp's pass
-over a basis vector's stretch a short chain of loads."""
+class SimulatedBits:
+    """The moves of bits that :func:`_parts_template` takes from libdevice, for numba-cuda's
+    simulator (which runs a kernel as Python, where libdevice's functions do nothing)."""
+
+    @staticmethod
+    def double2loint(value):
+        return np.array([value], dtype=np.float64).view(np.uint32)[0]
+
+    @staticmethod
+    def double2hiint(value):
+        return np.array([value], dtype=np.float64).view(np.uint32)[1]
+
+    @staticmethod
+    def int_as_float(bits):
+        return np.array([bits], dtype=np.uint32).view(np.float32)[0]
 
 
-def cuda_multi_step(step: MultiStep):
-    """The numba-cuda kernel of a :class:`MultiStep` (arguments as :func:`cuda_step`'s;
-    ``partials`` holds ``step.sums`` float64 per block)."""
-    return _cuda_function(_cuda_multi_template, step, step.finish,
-                          [("_tile_dot", _tile_dot_template)], False,
-                          SUMS=step.sums, WARPS=BLOCK // 32, PER_THREAD=PER_THREAD,
-                          TILE=BLOCK * PER_THREAD)
+def cuda_multi_step(step: MultiStep, itemsize: int):
+    """The numba-cuda kernel of a :class:`MultiStep` for a workspace of ``itemsize``-byte
+    elements: arguments as :func:`cuda_step`'s (``partials`` holding ``step.sums`` float64 per
+    block), then :func:`wide_view` of the workspace; compiled with the launch bounds of the
+    steps' grid, as every step's kernel. In float64 a thread forms one element of a tile and
+    reads one element of a basis vector a load; in float32 four, 16 bytes a load."""
+    from numba import cuda
+    from numba.cuda import libdevice
+
+    if cuda.config.ENABLE_CUDASIM:
+        libdevice = SimulatedBits
+    wide = itemsize == 4
+    return _cuda_function(_cuda_wide_multi_template if wide else _cuda_multi_template, step,
+                          step.finish,
+                          [("_parts", _parts_template),
+                           ("_add_scaled", _add_scaled_template),
+                           ("_wide_combination", _wide_combination_template),
+                           ("_group_dot", _group_dot_template),
+                           ("_tile_dot", _tile_dot_template),
+                           ("_publish", _publish_template)], True,
+                          "__wide" if wide else "",
+                          SUMS=step.sums, WARPS=BLOCK // 32, TILE=multi_tile(itemsize),
+                          COMBINES=step.combines, STEP_FINISH=step.finish,
+                          libdevice=libdevice)
