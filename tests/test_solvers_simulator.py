@@ -39,6 +39,16 @@ def test_the_gpu_steps_give_the_cpu_iterates(simulated, case):
     assert record["difference"] <= 1e-12
 
 
+def test_the_float32_basis_steps_give_the_cpu_iterates(simulated):
+    """GMRES in float32, whose Gram-Schmidt kernels read four elements a load, against the
+    CPU's float32 solve."""
+    record = simulated["gmres-convection-jacobi-float32"]
+    assert record["device"] == "cuda"
+    assert record["info"] == [0, 0]
+    assert record["iterations"][0] == record["iterations"][1] > 0
+    assert record["difference"] <= 1e-5
+
+
 @pytest.mark.parametrize("kernel", ["csr_scalar", "ell", "jds"])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_the_product_with_its_dot_is_the_product_and_its_dot(simulated, kernel, dtype):
