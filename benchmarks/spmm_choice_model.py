@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from autospmv._decide.features.extract import features  # noqa: E402
-from autospmv.kernels.cuda import spmm as gpu_spmm  # noqa: E402
+from autospmv.kernels.cuda import spmm_programs  # noqa: E402
 from spmm import grown  # noqa: E402
 
 RUNS = ("grown", "grown_few", "grown_ends", "corpus")
@@ -44,8 +44,8 @@ DEPTHS = (2, 3, 4)
 
 def program_times(note: str, k: int) -> dict[str, float]:
     """{program: µs} of the untiled programs in a record's ``choice`` note
-    (:func:`gpu_spmm.timed_choice_note`)."""
-    names = {gpu_spmm.program_name(p, k): p for p in gpu_spmm.PROGRAMS}
+    (:func:`spmm_programs.timed_choice_note`)."""
+    names = {spmm_programs.program_name(p, k): p for p in spmm_programs.PROGRAMS}
     body = note.split(" run ", 1)[1].rsplit(", timed", 1)[0]
     first, rest = body.split(" (", 1)
     fastest, others = rest.split(" µs; ", 1)

@@ -56,7 +56,7 @@ empty rows."""
 
 TILED = [(program, 16, name, 37) for program in ("column_pairs", "column_quads")
          for name in ("dense_row_among_short_40x150", "rect_37x13", "all_rows_empty_9x11")]
-"""The tiled programs (:data:`autospmv.kernels.cuda.spmm.TILED`, which only a timed first product
-picks, where X outgrows the L2 cache or has more than 64 columns): tiles of 16 columns of 37, the
-last of five (a lone last column), on a row longer than a piece (a piece launch per tile), a
-rectangular shape and empty rows."""
+"""The tiled programs (:data:`autospmv.kernels.cuda.spmm_programs.TILED`, which only a timed
+first product picks, where X outgrows the L2 cache or has more than 64 columns): tiles of 16
+columns of 37, the last of five (a lone last column), on a row longer than a piece (a piece
+launch per tile), a rectangular shape and empty rows."""

@@ -97,17 +97,18 @@ def program_case(A, dtype, rng, k: int, program: str, tile: int = 0) -> dict:
     from numba import cuda
 
     from autospmv._support.validation import canonicalize
-    from autospmv.kernels.cuda import spmm
+    from autospmv.kernels.cuda import spmm_programs
 
     A = canonicalize(A)
     m, n = A.shape
     arrays = {name: cuda.to_device(getattr(A, name)) for name in ("indptr", "indices", "data")}
-    pieces = tuple(cuda.to_device(a) for a in spmm.long_row_pieces(A.indptr))
+    pieces = tuple(cuda.to_device(a) for a in spmm_programs.long_row_pieces(A.indptr))
     X = block(rng, n, k, dtype)
     x = cuda.to_device(X.reshape(n * k))
     y = cuda.device_array(m * k, dtype=dtype)
-    steps = spmm.launches(A.shape, arrays, pieces, spmm.few_columns_group(A.shape, A.indptr),
-                          k, dtype, dtype, program, tile)
+    steps = spmm_programs.launches(A.shape, arrays, pieces,
+                                   spmm_programs.few_columns_group(A.shape, A.indptr), k, dtype,
+                                   dtype, program, tile)
     for step in steps:
         step.closure(dtype, dtype)(x, y)
     return {"error": relative_error(y.copy_to_host().reshape(m, k), reference(A, X)),

@@ -184,7 +184,7 @@ def test_lobpcg_finds_scipys_eigenvalues(rng):
 
 
 def test_long_row_pieces():
-    from autospmv.kernels.cuda.spmm import long_row_pieces
+    from autospmv.kernels.cuda.spmm_programs import long_row_pieces
 
     lengths = [0, 3, 9, 4, 0, 10, 1]
     indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
@@ -204,7 +204,8 @@ def test_few_columns_group_follows_the_pieces_not_the_long_rows():
 
     from autospmv import _registry as registry
     from autospmv.formats.base import RowStructure
-    from autospmv.kernels.cuda.spmm import PIECE, few_columns_group, long_row_pieces
+    from autospmv.kernels.cuda.spmm import PIECE
+    from autospmv.kernels.cuda.spmm_programs import few_columns_group, long_row_pieces
 
     n = 20_000
     dense = np.arange(3)
@@ -309,7 +310,7 @@ def test_column_counts_above_4_keep_the_fastest_program_and_say_so(name, rng):
     """For k > FEW_COLUMNS the first product times the many-columns kernel, the column-pairs
     kernel and, up to MEASURED_UP_TO, the few-columns kernel in passes; every product is right
     whichever is kept, and the choice is noted once per column count."""
-    from autospmv.kernels.cuda.spmm import FEW_COLUMNS, MEASURED_UP_TO
+    from autospmv.kernels.cuda.spmm_programs import FEW_COLUMNS, MEASURED_UP_TO
 
     A = matrix(name, np.float64)
     op = autospmv.prepare(A, device="cuda")
@@ -334,7 +335,7 @@ def test_x_beyond_the_cache_times_the_tiled_programs(dtype, rng):
     product of k columns also times the column pairs and quads in tiles of X's columns; the
     product is SciPy's whichever is kept, and each tiled program, run on its own, is SciPy's
     too."""
-    from autospmv.kernels.cuda import spmm
+    from autospmv.kernels.cuda import spmm_programs
 
     A = matrix("huge_row_among_short_300x3000", dtype)  # a row launch and a piece launch
     op = autospmv.prepare(A, device="cuda", order="keep")
@@ -342,17 +343,17 @@ def test_x_beyond_the_cache_times_the_tiled_programs(dtype, rng):
     op @ block(rng, A.shape[1], 2).astype(dtype)  # sets up the multi-vector product
     multi = op._runner.multi
     multi.cache_bytes = 24 * A.shape[1] * np.dtype(dtype).itemsize
-    tile = spmm.tile_width(k, A.shape[1], np.dtype(dtype).itemsize, multi.cache_bytes)
+    tile = spmm_programs.tile_width(k, A.shape[1], np.dtype(dtype).itemsize, multi.cache_bytes)
     assert tile == 16
     X = block(rng, A.shape[1], k).astype(dtype)
     assert_close(op @ X, reference(A, X), dtype)
     line = next(line for line in op.explain().splitlines()
                 if f"multi-vector products of {k} columns" in line)
-    for name in spmm.TILED:
-        assert f"{spmm.ONE_PASS[name].name} in tiles of {tile} columns" in line
+    for name in spmm_programs.TILED:
+        assert f"{spmm_programs.ONE_PASS[name].name} in tiles of {tile} columns" in line
     cupy = pytest.importorskip("cupy")
     x = cupy.asarray(X)
-    for name in spmm.TILED:
+    for name in spmm_programs.TILED:
         y = cupy.full((A.shape[0], k), np.nan, dtype=dtype)
         _, fires = multi._build(k, x.dtype, y.dtype, (name, tile))
         for fire in fires:

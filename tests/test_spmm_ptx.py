@@ -13,7 +13,7 @@ if cuda.config.ENABLE_CUDASIM:
     pytest.skip("PTX compilation needs the real numba-cuda, not its simulator",
                 allow_module_level=True)
 
-from autospmv.kernels.cuda import spmm  # noqa: E402
+from autospmv.kernels.cuda import spmm, spmm_programs  # noqa: E402
 from autospmv._support.validation import canonicalize  # noqa: E402
 from matrices import FAMILY, compiled_ptx  # noqa: E402
 
@@ -27,15 +27,15 @@ def host_launches(name: str, values, vectors, k: int, index=np.int32, program="m
     A = canonicalize(FAMILY[name]().astype(values))
     arrays = {"indptr": A.indptr.astype(index), "indices": A.indices.astype(index),
               "data": A.data}
-    pieces = spmm.long_row_pieces(arrays["indptr"])
-    steps = spmm.launches(A.shape, arrays, pieces, 4, k, vectors, vectors, program, tile)
+    pieces = spmm_programs.long_row_pieces(arrays["indptr"])
+    steps = spmm_programs.launches(A.shape, arrays, pieces, 4, k, vectors, vectors, program, tile)
     return A, pieces, steps
 
 
 KERNELS = [(3, "many_columns", "spmm_few_columns_kernel"),
            (6, "eight_columns", "spmm_eight_columns_kernel"),
            *[(40, name, program.kernel.py_func.__name__)
-             for name, program in spmm.ONE_PASS.items()]]
+             for name, program in spmm_programs.ONE_PASS.items()]]
 """(k, program, the kernel it runs): k ≤ FEW_COLUMNS runs the few-columns kernel whatever the
 program."""
 
@@ -67,7 +67,7 @@ def test_passes_run_the_few_columns_kernel_on_windows_of_four(k, firsts):
                                         np.float64, k, program="passes")
     assert len(launches) == 2 * len(firsts), "a row launch and a piece launch per pass"
     assert [step.first for step in launches] == sorted(firsts * 2)
-    widths = [min(spmm.FEW_COLUMNS, k - first) for first in sorted(firsts * 2)]
+    widths = [min(spmm_programs.FEW_COLUMNS, k - first) for first in sorted(firsts * 2)]
     assert [int(step.launch.args[6]) for step in launches] == widths
     assert all(int(step.launch.args[5]) == k for step in launches), "rows k apart"
     assert [int(step.launch.args[-1]) for step in launches] == [0, 1] * len(firsts)
@@ -79,7 +79,8 @@ def test_a_matrix_without_long_rows_has_one_launch():
     _, pieces, launches = host_launches("poisson2d_169", np.float64, np.float64, 16)
     assert pieces[0].size == 0 and len(launches) == 1
     launch = launches[0].launch
-    assert launch.grid * launch.block >= 169 * spmm.lanes_per_row(16, spmm.COLUMNS_PER_LANE)
+    lanes = spmm_programs.lanes_per_row(16, spmm_programs.COLUMNS_PER_LANE)
+    assert launch.grid * launch.block >= 169 * lanes
 
 
 @pytest.mark.parametrize("k, lanes", [(5, 2), (8, 2), (9, 4), (16, 4), (17, 8), (64, 16),
@@ -90,19 +91,19 @@ def test_many_columns_groups_cover_the_columns(k, lanes):
     assert 1 << int(log_group) == lanes
 
 
-@pytest.mark.parametrize("program", spmm.ONE_PASS)
+@pytest.mark.parametrize("program", spmm_programs.ONE_PASS)
 @pytest.mark.parametrize("k", [5, 8, 9, 16, 17, 64, 65, 200])
 def test_one_pass_groups_give_a_lane_its_columns(program, k):
     """The lanes per row: the smallest power of two from 2 to 32 whose lanes cover k columns
     at the program's columns a lane, or 32 (then the lanes cover the columns in passes)."""
-    per_lane = spmm.ONE_PASS[program].columns_per_lane
+    per_lane = spmm_programs.ONE_PASS[program].columns_per_lane
     _, _, launches = host_launches("poisson2d_169", np.float64, np.float64, k, program=program)
     lanes = 1 << int(launches[0].launch.args[7])
     assert 2 <= lanes <= 32 and launches[0].launch.grid * launches[0].launch.block >= 169 * lanes
     assert lanes == 32 or (lanes * per_lane >= k and (lanes == 2 or lanes * per_lane < 2 * k))
 
 
-@pytest.mark.parametrize("program", spmm.TILED)
+@pytest.mark.parametrize("program", spmm_programs.TILED)
 @pytest.mark.parametrize("k, tile, widths", [(128, 64, [64, 64]), (100, 32, [32, 32, 32, 4]),
                                              (40, 64, [40])])
 def test_tiles_run_the_program_on_windows_of_columns(program, k, tile, widths):
@@ -114,7 +115,8 @@ def test_tiles_run_the_program_on_windows_of_columns(program, k, tile, widths):
     assert [step.first for step in launches] == firsts
     assert all(int(step.launch.args[5]) == k for step in launches), "rows k apart"
     assert [int(step.launch.args[6]) for step in launches] == [w for w in widths for _ in (0, 1)]
-    lanes = spmm.lanes_per_row(min(tile, k), spmm.ONE_PASS[program].columns_per_lane)
+    per_lane = spmm_programs.ONE_PASS[program].columns_per_lane
+    lanes = spmm_programs.lanes_per_row(min(tile, k), per_lane)
     assert all(1 << int(step.launch.args[7]) == lanes for step in launches)
     assert [int(step.launch.args[-1]) for step in launches] == [0, 1] * len(widths)
 
@@ -133,27 +135,28 @@ MiB = 1 << 20
     (64, 4_000_000, 8, 0)])   # a tile of 16 columns (512 MB) does not fit: no tiles
 def test_tile_width_fits_the_cache(k, n, itemsize, width):
     cache = 50 * MiB
-    assert spmm.tile_width(k, n, itemsize, cache) == width
+    assert spmm_programs.tile_width(k, n, itemsize, cache) == width
     if width:
         assert n * width * itemsize <= cache
-        assert cache < n * 2 * width * itemsize or width == spmm.MAX_TILE
+        assert cache < n * 2 * width * itemsize or width == spmm_programs.MAX_TILE
 
 
 def test_programs_add_the_tiled_programs_only_where_x_outgrows_the_cache():
-    untiled = spmm.programs_for(128)
-    assert untiled == [(name, 0) for name in spmm.ONE_PASS]
-    tiled = spmm.programs_for(128, 175_000, 4, 50 * MiB)
+    untiled = spmm_programs.programs_for(128)
+    assert untiled == [(name, 0) for name in spmm_programs.ONE_PASS]
+    tiled = spmm_programs.programs_for(128, 175_000, 4, 50 * MiB)
     assert tiled[:len(untiled)] == untiled
-    assert tiled[len(untiled):] == [(name, 64) for name in spmm.TILED]
-    assert spmm.programs_for(64, 1_000, 4, 50 * MiB) == untiled
-    assert spmm.programs_for(65, 1_000, 4, 50 * MiB)[len(untiled):] == [
-        (name, 64) for name in spmm.TILED]
-    assert [name for name, _ in spmm.programs_for(8)] == list(spmm.PROGRAMS)
+    assert tiled[len(untiled):] == [(name, 64) for name in spmm_programs.TILED]
+    assert spmm_programs.programs_for(64, 1_000, 4, 50 * MiB) == untiled
+    assert spmm_programs.programs_for(65, 1_000, 4, 50 * MiB)[len(untiled):] == [
+        (name, 64) for name in spmm_programs.TILED]
+    assert [name for name, _ in spmm_programs.programs_for(8)] == list(spmm_programs.PROGRAMS)
 
 
 def test_the_timed_choice_note_names_the_tiles():
     key = (128, np.dtype(np.float32), np.dtype(np.float32))
-    note = spmm.timed_choice_note(key, {("column_pairs", 0): 30.0, ("column_pairs", 64): 25.0})
+    times = {("column_pairs", 0): 30.0, ("column_pairs", 64): 25.0}
+    note = spmm_programs.timed_choice_note(key, times)
     assert ("run the column-pairs kernel in tiles of 64 columns (25 µs; the column-pairs "
             "kernel 30 µs)") in note
 

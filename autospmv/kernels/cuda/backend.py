@@ -21,9 +21,9 @@ float64 matrix) the same kernels run compiled for those vector types, accumulati
 (:meth:`autospmv.kernels.cuda.launch.DeviceProgram.for_vectors`), compiled at the first such
 product; host vectors of each dtype get their own pair of staging buffers.
 
-Multi-vector products (``A @ X`` for a 2-D X, :mod:`.spmm`) follow the same rules for streams,
-dtypes and threads. A device X (CuPy, PyTorch, numba) is read in place when row-major; a host X
-is copied to and from device buffers made for the call.
+Multi-vector products (``A @ X`` for a 2-D X, :mod:`.spmm_programs`) follow the same rules for
+streams, dtypes and threads. A device X (CuPy, PyTorch, numba) is read in place when row-major; a
+host X is copied to and from device buffers made for the call.
 
 Threads: any number of threads may call one operator. The staging buffers of host vectors and
 the launches' parameter buffers belong to the operator, so a lock serialises what uses them: a
@@ -350,8 +350,8 @@ class CudaBackend:
             staged_y.copy_to_host(y)
 
     def set_up_multi(self, matrix_csr, notes: list | None = None) -> tuple[str, tuple]:
-        """Set up :attr:`multi` (:mod:`.spmm`) on A's CSR arrays on the device: the format's own
-        for a CSR kernel, else those of ``matrix_csr()`` (a host CSR, uploaded, or a
+        """Set up :attr:`multi` (:mod:`.spmm_programs`) on A's CSR arrays on the device: the
+        format's own for a CSR kernel, else those of ``matrix_csr()`` (a host CSR, uploaded, or a
         :class:`~autospmv.formats.base.DeviceCSR`, used in place). Returns the decision's note and
         the host arrays it keeps (none); the choices timed at later products go to ``notes``."""
         if self._csr_arrays is not None:
@@ -363,7 +363,7 @@ class CudaBackend:
             host_indptr = csr.host_indptr if isinstance(csr, DeviceCSR) else csr.indptr
             arrays = upload(CSRFormat(csr.shape, csr.indptr, csr.indices, csr.data))
             where = f"CSR arrays besides the {self._format_name} format"
-        from .spmm import RULE, MultiVectorProgram  # (imported at the first one)
+        from .spmm_programs import RULE, MultiVectorProgram  # (imported at the first one)
 
         multi = MultiVectorProgram(self.shape, arrays, host_indptr, notes)
         held = {device_pointer(a) for a in self.program.arrays.values() if a.size}

@@ -70,8 +70,8 @@ def specializations() -> list[tuple]:
     from .backend import VECTOR_DTYPES
     from . import conversions, feature_passes
     from .launch import Launch
-    from .spmm import (FEW_COLUMNS, few_columns_group, launches, long_row_pieces,
-                       programs_for)
+    from .spmm_programs import (FEW_COLUMNS, few_columns_group, launches, long_row_pieces,
+                                programs_for)
 
     found = {}
 
