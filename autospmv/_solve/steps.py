@@ -34,6 +34,8 @@ Both parts are :func:`~.dual.dual` functions, so one definition runs on both tar
   threads per multiprocessor, and each step's kernel is compiled with those launch bounds, so
   that its registers let them all be resident at once: in a grid-stride loop every block has
   an equal share, and blocks that had to wait for a second wave would double the step's time.
+  (A :class:`MultiStep`'s kernel is compiled without them: held to them, its float64 projection
+  ran far slower.)
 
 The generated kernels are named after their parts (``__qualname__``) and hold them as globals,
 so the compile cache tells them apart and sees changes to the parts' code
@@ -373,7 +375,7 @@ def _cuda_multi_template(W, ld, n, s, f, D, a, b, c, d, e, g, partials, tickets,
             cuda.syncthreads()
             width = min(BLOCK, n - start)
             for k in range(warp, c, WARPS):
-                total = _tile_dot(W, b + k * ld + start, tile, width, lane, 1)
+                total = _element_tile_dot(W, b + k * ld + start, tile, width, lane)
                 if lane == 0:
                     totals[k] += total
             cuda.syncthreads()
@@ -490,8 +492,6 @@ def _parts_template(load, per):
     """The ``per`` elements of a 16-byte load (a complex128), in float64, padded to four: of
     two float64 the real part and the imaginary; of four float32 the lower and upper halves of
     the real part's bits, then of the imaginary's (the lower address in the lower half)."""
-    if per == 1:
-        return float64(load.real), 0.0, 0.0, 0.0
     if per == 2:
         return load.real, load.imag, 0.0, 0.0
     real = load.real
@@ -537,8 +537,6 @@ def _wide_combination_template(wide, row, ld, s, d, count, per):
 def _group_dot_template(load, tile, j, per):
     """The load's elements times the tile's group ``j`` (its element p at ``p * BLOCK + j``)."""
     x0, x1, x2, x3 = _parts(load, per)
-    if per == 1:
-        return x0 * tile[j]
     if per == 2:
         return x0 * tile[j] + x1 * tile[BLOCK + j]
     return (x0 * tile[j] + x1 * tile[BLOCK + j]) + (x2 * tile[2 * BLOCK + j]
@@ -569,6 +567,27 @@ def _tile_dot_template(wide, row, tile, width, lane, per):
     return warp_sum((t0 + t1) + (t2 + t3))
 
 
+def _element_tile_dot_template(W, row, tile, width, lane):
+    """One warp's sum of ``W[row + j] * tile[j]`` over j < ``width`` (each lane four lines
+    apart at a time, then shuffles in a fixed order), returned to lane 0: the float64 form of
+    :func:`_tile_dot_template`, one element a load."""
+    t0 = 0.0
+    t1 = 0.0
+    t2 = 0.0
+    t3 = 0.0
+    j = lane
+    while j + 96 < width:
+        t0 += float(W[row + j]) * tile[j]
+        t1 += float(W[row + j + 32]) * tile[j + 32]
+        t2 += float(W[row + j + 64]) * tile[j + 64]
+        t3 += float(W[row + j + 96]) * tile[j + 96]
+        j += 128
+    while j < width:
+        t0 += float(W[row + j]) * tile[j]
+        j += 32
+    return warp_sum((t0 + t1) + (t2 + t3))
+
+
 class SimulatedBits:
     """The moves of bits that :func:`_parts_template` takes from libdevice, for numba-cuda's
     simulator (which runs a kernel as Python, where libdevice's functions do nothing)."""
@@ -589,9 +608,8 @@ class SimulatedBits:
 def cuda_multi_step(step: MultiStep, itemsize: int):
     """The numba-cuda kernel of a :class:`MultiStep` for a workspace of ``itemsize``-byte
     elements: arguments as :func:`cuda_step`'s (``partials`` holding ``step.sums`` float64 per
-    block), then :func:`wide_view` of the workspace; compiled with the launch bounds of the
-    steps' grid, as every step's kernel. In float64 a thread forms one element of a tile and
-    reads one element of a basis vector a load; in float32 four, 16 bytes a load."""
+    block), then :func:`wide_view` of the workspace. In float64 a thread forms one element of a
+    tile and reads one element of a basis vector a load; in float32 four, 16 bytes a load."""
     from numba import cuda
     from numba.cuda import libdevice
 
@@ -605,7 +623,8 @@ def cuda_multi_step(step: MultiStep, itemsize: int):
                            ("_wide_combination", _wide_combination_template),
                            ("_group_dot", _group_dot_template),
                            ("_tile_dot", _tile_dot_template),
-                           ("_publish", _publish_template)], True,
+                           ("_element_tile_dot", _element_tile_dot_template),
+                           ("_publish", _publish_template)], False,
                           "__wide" if wide else "",
                           SUMS=step.sums, WARPS=BLOCK // 32, TILE=multi_tile(itemsize),
                           COMBINES=step.combines, STEP_FINISH=step.finish,
