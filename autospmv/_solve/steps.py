@@ -254,7 +254,7 @@ def _cuda_function(template, step, finish: Dual, device_functions: list, bounded
             return cuda.jit(function)
         return cuda.jit(function, launch_bounds=(BLOCK, BLOCKS_PER_SM))
 
-    return _memoised(("cuda", step, template), build)
+    return _memoised(("cuda", step, template, suffix), build)
 
 
 @dataclass(frozen=True)
@@ -304,10 +304,15 @@ def wide_view(W):
     return W.view(np.complex128) if W.itemsize == 4 else W
 
 
+def elements_per_thread(itemsize: int) -> int:
+    """The elements of w that a thread of a :class:`MultiStep`'s kernel takes at a time: four
+    in float32 (one load of :func:`wide_view`), one in float64."""
+    return 4 if itemsize == 4 else 1
+
+
 def multi_tile(itemsize: int) -> int:
-    """The elements of w that a block of a :class:`MultiStep`'s kernel forms at a time: four
-    per thread in float32, one in float64."""
-    return BLOCK * (4 if itemsize == 4 else 1)
+    """The elements of w that a block of a :class:`MultiStep`'s kernel forms at a time."""
+    return BLOCK * elements_per_thread(itemsize)
 
 
 def _cpu_multi_template(W, ld, n, s, f, D, a, b, c, d, e, g):
@@ -355,80 +360,45 @@ def _cuda_multi_template(W, ld, n, s, f, D, a, b, c, d, e, g, partials, tickets,
     warp = tid // 32
     block = cuda.blockIdx.x
     blocks = cuda.gridDim.x
-    tile = cuda.shared.array(BLOCK, float64)
-    totals = cuda.shared.array(SUMS, float64)
-    for k in range(tid, c + 1, BLOCK):
-        totals[k] = 0.0
-    norm = 0.0
-    start = block * BLOCK
-    while start < n:
-        i = start + tid
-        value = 0.0
-        if i < n:
-            combined = 0.0
-            if COMBINES:
-                combined = combination(W, ld, i, s, b, d, e)
-            value = float(BODY(W, ld, i, s, D, a, b, c, d, e, g, combined))
-        tile[tid] = value
-        norm += value * value
-        if c > 0:
-            cuda.syncthreads()
-            width = min(BLOCK, n - start)
-            for k in range(warp, c, WARPS):
-                total = _element_tile_dot(W, b + k * ld + start, tile, width, lane)
-                if lane == 0:
-                    totals[k] += total
-            cuda.syncthreads()
-        start += blocks * BLOCK
-    _publish(totals, norm, c, s, f, partials, tickets)
-
-
-def _cuda_wide_multi_template(W, ld, n, s, f, D, a, b, c, d, e, g, partials, tickets, wide):
-    wait_for_previous()
-    release_dependents()
-    if f[STATE] & SKIP:
-        return
-    tid = cuda.threadIdx.x
-    lane = tid % 32
-    warp = tid // 32
-    block = cuda.blockIdx.x
-    blocks = cuda.gridDim.x
     tile = cuda.shared.array(TILE, float64)
     totals = cuda.shared.array(SUMS, float64)
-    per = wide.itemsize // W.itemsize
     for k in range(tid, c + 1, BLOCK):
         totals[k] = 0.0
     norm = 0.0
-    groups = n // per
+    groups = n // PER  # of PER elements, one group a thread at a time
     start = block * BLOCK
     while start < groups:
         q = start + tid
-        combined = (0.0, 0.0, 0.0, 0.0)
-        if COMBINES and q < groups:
-            combined = _wide_combination(wide, b // per + q, ld // per, s, d, e, per)
-        for p in range(per):
-            value = 0.0
-            if q < groups:
-                value = float(BODY(W, ld, q * per + p, s, D, a, b, c, d, e, g, combined[p]))
-            tile[p * BLOCK + tid] = value
+        if PER == 1:
+            value = _element(W, ld, q, n, s, D, a, b, c, d, e, g)
+            tile[tid] = value
             norm += value * value
+        else:
+            sums = (0.0, 0.0, 0.0, 0.0)
+            if COMBINES and q < groups:
+                sums = _wide_combination(wide, b // PER + q, ld // PER, s, d, e, PER)
+            for p in range(PER):
+                value = 0.0
+                if q < groups:
+                    value = float(BODY(W, ld, q * PER + p, s, D, a, b, c, d, e, g, sums[p]))
+                tile[p * BLOCK + tid] = value
+                norm += value * value
         if c > 0:
             cuda.syncthreads()
             width = min(BLOCK, groups - start)
             for k in range(warp, c, WARPS):
-                total = _tile_dot(wide, (b + k * ld) // per + start, tile, width, lane, per)
+                row = (b + k * ld) // PER + start
+                if PER == 1:
+                    total = _element_tile_dot(W, row, tile, width, lane)
+                else:
+                    total = _tile_dot(wide, row, tile, width, lane, PER)
                 if lane == 0:
                     totals[k] += total
             cuda.syncthreads()
         start += blocks * BLOCK
-    if block == 0 and warp == 0 and groups * per < n:  # the last elements, fewer than per
-        i = groups * per + lane
-        value = 0.0
-        if i < n:
-            combined_last = 0.0
-            if COMBINES:
-                combined_last = combination(W, ld, i, s, b, d, e)
-            value = float(BODY(W, ld, i, s, D, a, b, c, d, e, g, combined_last))
+    if PER > 1 and block == 0 and warp == 0 and groups * PER < n:  # the last, fewer than PER
+        i = groups * PER + lane
+        value = _element(W, ld, i, n, s, D, a, b, c, d, e, g)
         norm += value * value
         for k in range(c):
             term = 0.0
@@ -438,6 +408,17 @@ def _cuda_wide_multi_template(W, ld, n, s, f, D, a, b, c, d, e, g, partials, tic
             if lane == 0:
                 totals[k] += term
     _publish(totals, norm, c, s, f, partials, tickets)
+
+
+def _element_template(W, ld, i, n, s, D, a, b, c, d, e, g):
+    """Element i of w as the step's body forms it (0 from n on), handed the combination where
+    the step combines."""
+    if i >= n:
+        return 0.0
+    combined = 0.0
+    if COMBINES:
+        combined = combination(W, ld, i, s, b, d, e)
+    return float(STEP_BODY(W, ld, i, s, D, a, b, c, d, e, g, combined))
 
 
 def _publish_template(totals, norm, c, s, f, partials, tickets):
@@ -615,17 +596,18 @@ def cuda_multi_step(step: MultiStep, itemsize: int):
 
     if cuda.config.ENABLE_CUDASIM:
         libdevice = SimulatedBits
-    wide = itemsize == 4
-    return _cuda_function(_cuda_wide_multi_template if wide else _cuda_multi_template, step,
-                          step.finish,
+    per = elements_per_thread(itemsize)
+    return _cuda_function(_cuda_multi_template, step, step.finish,
                           [("_parts", _parts_template),
                            ("_add_scaled", _add_scaled_template),
                            ("_wide_combination", _wide_combination_template),
                            ("_group_dot", _group_dot_template),
                            ("_tile_dot", _tile_dot_template),
                            ("_element_tile_dot", _element_tile_dot_template),
+                           ("_element", _element_template),
                            ("_publish", _publish_template)], False,
-                          "__wide" if wide else "",
+                          "__wide" if per > 1 else "", PER=per,
                           SUMS=step.sums, WARPS=BLOCK // 32, TILE=multi_tile(itemsize),
-                          COMBINES=step.combines, STEP_FINISH=step.finish,
+                          COMBINES=step.combines, STEP_BODY=step.body,
+                          STEP_FINISH=step.finish,
                           libdevice=libdevice)
