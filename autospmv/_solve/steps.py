@@ -301,7 +301,7 @@ def wide_view(W):
     """The workspace ``W`` as a :class:`MultiStep`'s GPU kernel reads its basis: float32 viewed
     as complex128, four elements a load (the rows start on whole loads: the machine's row
     length and offsets are multiples of 64 elements); float64 as it is."""
-    return W.view(np.complex128) if W.itemsize == 4 else W
+    return W.view(np.complex128) if elements_per_thread(W.itemsize) > 1 else W
 
 
 def elements_per_thread(itemsize: int) -> int:
@@ -376,7 +376,7 @@ def _cuda_multi_template(W, ld, n, s, f, D, a, b, c, d, e, g, partials, tickets,
         else:
             sums = (0.0, 0.0, 0.0, 0.0)
             if COMBINES and q < groups:
-                sums = _wide_combination(wide, b // PER + q, ld // PER, s, d, e, PER)
+                sums = _wide_combination(wide, b // PER + q, ld // PER, s, d, e)
             for p in range(PER):
                 value = 0.0
                 if q < groups:
@@ -391,7 +391,7 @@ def _cuda_multi_template(W, ld, n, s, f, D, a, b, c, d, e, g, partials, tickets,
                 if PER == 1:
                     total = _element_tile_dot(W, row, tile, width, lane)
                 else:
-                    total = _tile_dot(wide, row, tile, width, lane, PER)
+                    total = _tile_dot(wide, row, tile, width, lane)
                 if lane == 0:
                     totals[k] += total
             cuda.syncthreads()
@@ -467,14 +467,10 @@ def _publish_template(totals, norm, c, s, f, partials, tickets):
         tickets[0] = 0
 
 
-
-
-def _parts_template(load, per):
-    """The ``per`` elements of a 16-byte load (a complex128), in float64, padded to four: of
-    two float64 the real part and the imaginary; of four float32 the lower and upper halves of
-    the real part's bits, then of the imaginary's (the lower address in the lower half)."""
-    if per == 2:
-        return load.real, load.imag, 0.0, 0.0
+def _parts_template(load):
+    """The four float32 of a 16-byte load (a complex128), in float64: the lower and upper
+    halves of the real part's bits, then of the imaginary's (the lower address in the lower
+    half)."""
     real = load.real
     imag = load.imag
     return (float64(libdevice.int_as_float(libdevice.double2loint(real))),
@@ -483,15 +479,15 @@ def _parts_template(load, per):
             float64(libdevice.int_as_float(libdevice.double2hiint(imag))))
 
 
-def _add_scaled_template(y0, y1, y2, y3, load, h, per):
+def _add_scaled_template(y0, y1, y2, y3, load, h):
     """``(y0, y1, y2, y3)`` plus h times the load's elements (:func:`_parts_template`)."""
-    x0, x1, x2, x3 = _parts(load, per)
+    x0, x1, x2, x3 = _parts(load)
     return y0 + h * x0, y1 + h * x1, y2 + h * x2, y3 + h * x3
 
 
-def _wide_combination_template(wide, row, ld, s, d, count, per):
-    """The elements of the load at ``row`` of Σ_k s[d + k] v_k over k < ``count`` (v_k
-    ``ld`` loads apart; padded to four as :func:`_parts_template`'s), four loads in flight."""
+def _wide_combination_template(wide, row, ld, s, d, count):
+    """The four elements of the load at ``row`` of Σ_k s[d + k] v_k over k < ``count`` (v_k
+    ``ld`` loads apart), four loads in flight."""
     y0 = 0.0
     y1 = 0.0
     y2 = 0.0
@@ -502,29 +498,27 @@ def _wide_combination_template(wide, row, ld, s, d, count, per):
         load1 = wide[row + ld]
         load2 = wide[row + 2 * ld]
         load3 = wide[row + 3 * ld]
-        y0, y1, y2, y3 = _add_scaled(y0, y1, y2, y3, load0, s[d + k], per)
-        y0, y1, y2, y3 = _add_scaled(y0, y1, y2, y3, load1, s[d + k + 1], per)
-        y0, y1, y2, y3 = _add_scaled(y0, y1, y2, y3, load2, s[d + k + 2], per)
-        y0, y1, y2, y3 = _add_scaled(y0, y1, y2, y3, load3, s[d + k + 3], per)
+        y0, y1, y2, y3 = _add_scaled(y0, y1, y2, y3, load0, s[d + k])
+        y0, y1, y2, y3 = _add_scaled(y0, y1, y2, y3, load1, s[d + k + 1])
+        y0, y1, y2, y3 = _add_scaled(y0, y1, y2, y3, load2, s[d + k + 2])
+        y0, y1, y2, y3 = _add_scaled(y0, y1, y2, y3, load3, s[d + k + 3])
         row += 4 * ld
         k += 4
     while k < count:
-        y0, y1, y2, y3 = _add_scaled(y0, y1, y2, y3, wide[row], s[d + k], per)
+        y0, y1, y2, y3 = _add_scaled(y0, y1, y2, y3, wide[row], s[d + k])
         row += ld
         k += 1
     return y0, y1, y2, y3
 
 
-def _group_dot_template(load, tile, j, per):
+def _group_dot_template(load, tile, j):
     """The load's elements times the tile's group ``j`` (its element p at ``p * BLOCK + j``)."""
-    x0, x1, x2, x3 = _parts(load, per)
-    if per == 2:
-        return x0 * tile[j] + x1 * tile[BLOCK + j]
+    x0, x1, x2, x3 = _parts(load)
     return (x0 * tile[j] + x1 * tile[BLOCK + j]) + (x2 * tile[2 * BLOCK + j]
                                                    + x3 * tile[3 * BLOCK + j])
 
 
-def _tile_dot_template(wide, row, tile, width, lane, per):
+def _tile_dot_template(wide, row, tile, width, lane):
     """One warp's sum of the tile's ``width`` groups times the loads from ``row`` (each lane
     four lines apart at a time, then shuffles in a fixed order), returned to lane 0."""
     t0 = 0.0
@@ -537,13 +531,13 @@ def _tile_dot_template(wide, row, tile, width, lane, per):
         load1 = wide[row + j + 32]
         load2 = wide[row + j + 64]
         load3 = wide[row + j + 96]
-        t0 += _group_dot(load0, tile, j, per)
-        t1 += _group_dot(load1, tile, j + 32, per)
-        t2 += _group_dot(load2, tile, j + 64, per)
-        t3 += _group_dot(load3, tile, j + 96, per)
+        t0 += _group_dot(load0, tile, j)
+        t1 += _group_dot(load1, tile, j + 32)
+        t2 += _group_dot(load2, tile, j + 64)
+        t3 += _group_dot(load3, tile, j + 96)
         j += 128
     while j < width:
-        t0 += _group_dot(wide[row + j], tile, j, per)
+        t0 += _group_dot(wide[row + j], tile, j)
         j += 32
     return warp_sum((t0 + t1) + (t2 + t3))
 
