@@ -543,19 +543,43 @@ def _tile_dot_template(wide, row, tile, width, lane):
 
 
 def _element_tile_dot_template(W, row, tile, width, lane):
-    """One warp's sum of ``W[row + j] * tile[j]`` over j < ``width`` (each lane four lines
-    apart at a time, then shuffles in a fixed order), returned to lane 0: the float64 form of
-    :func:`_tile_dot_template`, one element a load."""
+    """One warp's sum of ``W[row + j] * tile[j]`` over j < ``width`` (each lane's loads of a
+    whole tile, eight, in flight at once; of a shorter one four, then one at a time; then
+    shuffles in a fixed order), returned to lane 0: the float64 form of
+    :func:`_tile_dot_template`, one element a load. With four loads in flight where eight
+    could be, the pass reads the basis below the memory's bandwidth."""
     t0 = 0.0
     t1 = 0.0
     t2 = 0.0
     t3 = 0.0
     j = lane
+    while j + 224 < width:
+        load0 = W[row + j]
+        load1 = W[row + j + 32]
+        load2 = W[row + j + 64]
+        load3 = W[row + j + 96]
+        load4 = W[row + j + 128]
+        load5 = W[row + j + 160]
+        load6 = W[row + j + 192]
+        load7 = W[row + j + 224]
+        t0 += float(load0) * tile[j]
+        t1 += float(load1) * tile[j + 32]
+        t2 += float(load2) * tile[j + 64]
+        t3 += float(load3) * tile[j + 96]
+        t0 += float(load4) * tile[j + 128]
+        t1 += float(load5) * tile[j + 160]
+        t2 += float(load6) * tile[j + 192]
+        t3 += float(load7) * tile[j + 224]
+        j += 256
     while j + 96 < width:
-        t0 += float(W[row + j]) * tile[j]
-        t1 += float(W[row + j + 32]) * tile[j + 32]
-        t2 += float(W[row + j + 64]) * tile[j + 64]
-        t3 += float(W[row + j + 96]) * tile[j + 96]
+        load0 = W[row + j]
+        load1 = W[row + j + 32]
+        load2 = W[row + j + 64]
+        load3 = W[row + j + 96]
+        t0 += float(load0) * tile[j]
+        t1 += float(load1) * tile[j + 32]
+        t2 += float(load2) * tile[j + 64]
+        t3 += float(load3) * tile[j + 96]
         j += 128
     while j < width:
         t0 += float(W[row + j]) * tile[j]
