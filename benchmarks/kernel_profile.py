@@ -27,6 +27,11 @@ built on the same uploaded arrays: an A/B of versions of a kernel in one process
     PYTHONPATH=. python benchmarks/kernel_profile.py --matrices .matrices \\
         --dtypes float32,float64 --variants csr5:sigma=8,12,16,24,32 --out results.json
 
+``--at-random`` numbers each grown copy at random (one random symmetric permutation of the
+block-diagonal copies, seeded by the matrix's name: :func:`autospmv.training.corpus.grow_permuted`),
+as graph and unstructured-mesh data often arrive: the summary's selection score is then the
+default operator's on such matrices, whose order it keeps.
+
 Counters (Nsight Compute) for the same launches: ``--once`` runs every configuration exactly once
 with no timing, for ``ncu --kernel-name regex:_kernel --csv ... python benchmarks/kernel_profile.py
 --once ...``.
@@ -134,6 +139,9 @@ def main(argv=None):
     parser.add_argument("--grown", default=",".join(DEFAULT_GROWN),
                         help="names of the matrices to grow (comma-separated; 'all' for every one)")
     parser.add_argument("--grown-nnz", type=float, default=20e6)
+    parser.add_argument("--at-random", action="store_true",
+                        help="number each grown matrix at random (a random symmetric "
+                             "permutation of its copies)")
     parser.add_argument("--no-large", action="store_true", help="skip the generated matrices")
     parser.add_argument("--large-nnz", type=float, default=20e6)
     parser.add_argument("--dtypes", default="float32,float64")
@@ -178,7 +186,10 @@ def main(argv=None):
                 continue
             A = sp.load_npz(path)
             k = max(1, round(args.grown_nnz / max(A.nnz, 1)))
-            yield f"{path.stem}_x{k}", "grown", corpus.grow(A, k)
+            if args.at_random:
+                yield f"{path.stem}_p{k}", "grown at random", corpus.grow_permuted(A, k, path.stem)
+            else:
+                yield f"{path.stem}_x{k}", "grown", corpus.grow(A, k)
         if not args.no_large:
             yield from ((name, "large", A) for name, A in gpu.large_matrices(args.large_nnz))
 

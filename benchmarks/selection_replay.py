@@ -39,12 +39,16 @@ from autospmv._support.validation import canonicalize  # noqa: E402
 
 
 def rebuild(name: str, group: str, folder: Path, large_nnz: float):
-    """The benchmark's matrix ``name`` (``<file>_x<k>`` grown, or a generated family)."""
+    """The benchmark's matrix ``name`` (``<file>_x<k>`` grown, ``<file>_p<k>`` grown and
+    numbered at random, or a generated family)."""
     from autospmv.training import corpus
 
     if group == "grown":
         stem, k = name.rsplit("_x", 1)
         return corpus.grow(sp.load_npz(folder / f"{stem}.npz"), int(k))
+    if group == "grown at random":
+        stem, k = name.rsplit("_p", 1)
+        return corpus.grow_permuted(sp.load_npz(folder / f"{stem}.npz"), int(k), stem)
     return dict(gpu.large_matrices(large_nnz))[name]
 
 
