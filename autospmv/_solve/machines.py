@@ -283,15 +283,7 @@ class CudaMachine(Machine):
                 *(np.int64(r) for r in rows), self.partials, self.tickets]
         if isinstance(step, MultiStep):  # a block per tile of w, at most the step grid
             grid = max(1, min(grid, -(-n // steps.multi_tile(self.W.itemsize))))
-            wide = steps.wide_view(self.W)
-            if self.simulated:
-                # the simulator copies a kernel's NumPy arguments and writes each back after
-                # it, so a second view of W would undo the kernel's writes: it goes in as the
-                # simulator's device array over the same memory (no copy, no write-back)
-                from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
-
-                wide = FakeCUDAArray(wide)
-            args.append(wide)
+            args.append(steps.wide_view(self.W))
         kernel = (cuda_multi_step(step, self.W.itemsize) if isinstance(step, MultiStep)
                   else cuda_step(step))
         launch = Launch(kernel, grid, BLOCK, args, np.float64, overlaps_previous=steps.OVERLAP)

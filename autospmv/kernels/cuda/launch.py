@@ -227,8 +227,15 @@ class Launch:
         return launch_kernel
 
     def simulate(self, x, y, stream=0) -> None:
-        """Run under the CUDA simulator, through the dispatcher, with device arrays x and y."""
-        values = [x if a is X else y if a is Y else a for a in self.args]
+        """Run under the CUDA simulator, through the dispatcher, with device arrays x and y.
+        NumPy arguments go in as the simulator's device arrays over the same memory, as the
+        GPU would use them: given NumPy arrays, the simulator runs the kernel on copies and
+        writes each back after it, so that of two arguments viewing one buffer the later
+        write-back would undo the kernel's writes through the other."""
+        from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+        values = [x if a is X else y if a is Y
+                  else FakeCUDAArray(a) if isinstance(a, np.ndarray) else a for a in self.args]
         self.dispatcher[self.grid, self.block](*values)
 
 
