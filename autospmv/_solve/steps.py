@@ -587,33 +587,13 @@ def _element_tile_dot_template(W, row, tile, width, lane):
     return warp_sum((t0 + t1) + (t2 + t3))
 
 
-class SimulatedBits:
-    """The moves of bits that :func:`_parts_template` takes from libdevice, for numba-cuda's
-    simulator (which runs a kernel as Python, where libdevice's functions do nothing)."""
-
-    @staticmethod
-    def double2loint(value):
-        return np.array([value], dtype=np.float64).view(np.uint32)[0]
-
-    @staticmethod
-    def double2hiint(value):
-        return np.array([value], dtype=np.float64).view(np.uint32)[1]
-
-    @staticmethod
-    def int_as_float(bits):
-        return np.array([bits], dtype=np.uint32).view(np.float32)[0]
-
-
 def cuda_multi_step(step: MultiStep, itemsize: int):
     """The numba-cuda kernel of a :class:`MultiStep` for a workspace of ``itemsize``-byte
     elements: arguments as :func:`cuda_step`'s (``partials`` holding ``step.sums`` float64 per
     block), then :func:`wide_view` of the workspace. In float64 a thread forms one element of a
     tile and reads one element of a basis vector a load; in float32 four, 16 bytes a load."""
-    from numba import cuda
     from numba.cuda import libdevice
 
-    if cuda.config.ENABLE_CUDASIM:
-        libdevice = SimulatedBits
     per = elements_per_thread(itemsize)
     return _cuda_function(_cuda_multi_template, step, step.finish,
                           [("_parts", _parts_template),

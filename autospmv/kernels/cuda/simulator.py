@@ -10,6 +10,10 @@ barrier around an exchange of values, which is what :func:`install` adds to the 
 caller's own value, as ``__shfl_*_sync`` does for out-of-range source lanes; in a ballot they
 count as false.
 
+Nor does it run libdevice, whose functions are stubs there: :func:`install` gives the moves of
+bits between a float64 and its two 32-bit halves, and from 32 bits to a float32, that the
+float32 Gram-Schmidt passes of :mod:`autospmv._solve.steps` take from it.
+
 The simulator's device arrays also lack ``__cuda_array_interface__``, which autospmv uses to tell
 device vectors from host vectors; :func:`install` adds it.
 
@@ -114,10 +118,26 @@ def _array_interface(self) -> dict:
             "version": 3}
 
 
+def double2loint(value):
+    """libdevice's lower 32 bits of a float64."""
+    return np.array([value], dtype=np.float64).view(np.uint32)[0]
+
+
+def double2hiint(value):
+    """libdevice's upper 32 bits of a float64."""
+    return np.array([value], dtype=np.float64).view(np.uint32)[1]
+
+
+def int_as_float(bits):
+    """libdevice's float32 of 32 bits."""
+    return np.array([bits], dtype=np.uint32).view(np.float32)[0]
+
+
 def install() -> None:
-    """Add the shuffles and the ballot above to the simulator's fake ``cuda`` module, the CUDA
-    array interface to its device arrays so that they are recognised like real ones, and the
-    locked :func:`shared_array` (idempotent)."""
+    """Add the shuffles and the ballot above to the simulator's fake ``cuda`` module, the moves
+    of bits above to libdevice, the CUDA array interface to its device arrays so that they are
+    recognised like real ones, and the locked :func:`shared_array` (idempotent)."""
+    from numba.cuda import libdevice
     from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
     from numba.cuda.simulator.kernelapi import FakeCUDAModule, FakeCUDAShared
 
@@ -125,6 +145,8 @@ def install() -> None:
     for function in (shfl_down_sync, shfl_up_sync, shfl_xor_sync, shfl_sync, ballot_sync,
                      syncwarp):
         setattr(FakeCUDAModule, function.__name__, function)
+    for function in (double2loint, double2hiint, int_as_float):
+        setattr(libdevice, function.__name__, function)
     FakeCUDAArray.__cuda_array_interface__ = property(_array_interface)
     if FakeCUDAShared.array is not shared_array:
         _SIMULATOR_SHARED_ARRAY = FakeCUDAShared.array
