@@ -21,12 +21,12 @@ from matrices import (  # noqa: E402
     TINY_PARAMETER_CASES, TOLERANCE, conversion_refused, parameter_case_name,
 )
 
-# The simulator's worker process compiles every kernel (minutes on two cores).
+# The simulator's worker process runs every kernel (about 20 s on two cores).
 pytestmark = pytest.mark.slow
 
 WORKER = pathlib.Path(__file__).with_name("cuda_simulator_worker.py")
 TIMEOUT_S = 900
-"""The worker takes two to four minutes on two cores; the limit only stops a hang."""
+"""The worker takes about 20 s on two cores; the limit only stops a hang."""
 
 CASES = [*TINY, *TINY_EXTRA_CASES]
 

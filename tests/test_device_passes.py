@@ -30,7 +30,7 @@ from simulator_run import run_simulator_worker  # noqa: E402
 WORKER = pathlib.Path(__file__).with_name("device_passes_simulator_worker.py")
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 TIMEOUT_S = 900
-"""The worker takes about two minutes on two cores; the limit only stops a hang."""
+"""The worker takes about a minute on two cores; the limit only stops a hang."""
 
 
 def _case_names() -> list[str]:
@@ -47,9 +47,7 @@ def _case_names() -> list[str]:
 
 @pytest.fixture(scope="module")
 def simulated():
-    # The passes' kernels mostly contend for atomics, which run slower at the short switch
-    # interval that speeds up the other workers' barriers (simulator_run.SWITCH_INTERVAL_S).
-    return run_simulator_worker(WORKER, TIMEOUT_S, switch_interval_s=None)
+    return run_simulator_worker(WORKER, TIMEOUT_S)
 
 
 @pytest.mark.slow

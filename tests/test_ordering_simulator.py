@@ -24,8 +24,7 @@ pytestmark = pytest.mark.slow
 
 WORKER = pathlib.Path(__file__).with_name("ordering_simulator_worker.py")
 TIMEOUT_S = 900
-"""The worker takes about two minutes on a loaded two-core machine; the limit only stops a
-hang."""
+"""The worker takes about 10 s on two cores; the limit only stops a hang."""
 
 CASES = ["host_x", "device_x", "device_x64", "device_out", "device_block", "host_block",
          "transpose_device_x"]

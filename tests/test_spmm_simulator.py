@@ -19,12 +19,12 @@ from simulator_run import run_simulator_worker  # noqa: E402
 from matrices import TOLERANCE  # noqa: E402
 from spmm_cases import CASES, EIGHT, KERNELS, ONE_PASS, PASSES, TILED  # noqa: E402
 
-# The simulator's worker process compiles every kernel (minutes on two cores).
+# The simulator's worker process runs every kernel (about 35 s on two cores).
 pytestmark = pytest.mark.slow
 
 WORKER = pathlib.Path(__file__).with_name("spmm_simulator_worker.py")
 TIMEOUT_S = 600
-"""The worker takes about two minutes on two cores; the limit only stops a hang."""
+"""The worker takes about 35 s on two cores; the limit only stops a hang."""
 
 DTYPES = ["float32", "float64"]
 

@@ -1,57 +1,140 @@
-"""Warp shuffles and ballots for numba-cuda's CUDA simulator, so every kernel runs unchanged
-under it.
+"""What autospmv adds to numba-cuda's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``) so that every
+kernel runs unchanged, and quickly, under it. :func:`install` adds all of it.
 
-The simulator (``NUMBA_ENABLE_CUDASIM=1``) executes each CUDA thread as a Python thread but
-implements no warp-level primitives. autospmv's kernels only use them in *warp-uniform* code: every
-live thread of a block reaches the same sequence of shuffles and ballots (threads without work
-carry a zero instead of returning early). Under that discipline a shuffle or a ballot is a block
-barrier around an exchange of values, which is what :func:`install` adds to the simulator's fake
-``cuda`` module. Lanes outside the warp, or lanes whose thread has already exited, read back the
+**Blocks as greenlets.** The simulator runs each CUDA thread of a block as a Python thread it
+creates for the block, and a manager that polls them for arrival at a barrier in a loop holding
+the GIL: creating the threads and handing the GIL between them take most of a simulated
+kernel's time. :func:`install` runs a block's threads as greenlets on the launching thread
+instead (:func:`_run_block`), one at a time in the order of their indices: each runs until it
+reaches a barrier or returns, then the next; when every live thread waits at the barrier, they
+go on past it in the same order. A thread that has returned no longer takes part in barriers,
+as on a GPU. The order is fixed, as a GPU's is not, and threads change only at barriers, so a
+kernel whose threads wait for each other outside barriers (none here do) would wait forever.
+
+**Warp shuffles and ballots.** The simulator implements no warp-level primitives. autospmv's
+kernels only use them in *warp-uniform* code: every live thread of a block reaches the same
+sequence of shuffles and ballots (threads without work carry a zero instead of returning
+early). Under that discipline a shuffle or a ballot is a block barrier around an exchange of
+values. Lanes outside the warp, or lanes whose thread has already returned, read back the
 caller's own value, as ``__shfl_*_sync`` does for out-of-range source lanes; in a ballot they
 count as false.
 
-Nor does it run libdevice, whose functions are stubs there: :func:`install` gives the moves of
-bits between a float64 and its two 32-bit halves, and from 32 bits to a float32, that the
-float32 Gram-Schmidt passes of :mod:`autospmv._solve.steps` take from it.
+**libdevice's moves of bits**, whose functions are stubs there: between a float64 and its two
+32-bit halves, and from 32 bits to a float32, which the float32 Gram-Schmidt passes of
+:mod:`autospmv._solve.steps` take from it.
 
-The simulator's device arrays also lack ``__cuda_array_interface__``, which autospmv uses to tell
-device vectors from host vectors; :func:`install` adds it.
-
-Its ``cuda.shared.array`` allocates a block's array at the first call from a source line, but
-looks the line up and stores the new array without a lock: threads that reach the line together
-(after a barrier, as every kernel here does) can each allocate one, and the writes of all but
-the last are lost to the threads that read the last. :func:`install` replaces it with the same
-allocation under a lock.
+**The CUDA array interface** on the simulator's device arrays, which autospmv uses to tell
+device vectors from host vectors.
 """
 
 from __future__ import annotations
 
-import sys
-import threading
+import functools
+from collections import namedtuple
 
 import numpy as np
-from numba.core import types
-from numba.np import numpy_support
 
 from .. import WARP
 
-_SHARED_LOCK = threading.Lock()
-_SIMULATOR_SHARED_ARRAY = None  # the simulator's own cuda.shared.array, kept by install()
+try:
+    import greenlet
+except ImportError as exc:  # pragma: no cover - the test extra installs it
+    raise ImportError("autospmv runs numba-cuda's CUDA simulator with greenlet: pip install "
+                      "greenlet (autospmv's test extra has it)") from exc
+
+Dim3 = namedtuple("Dim3", "x y z")
+"""A thread's or block's index, as the simulator's ``cuda.threadIdx`` and ``cuda.blockIdx``."""
+
+
+class SimulatedThread(greenlet.greenlet):
+    """One CUDA thread of a simulated block, run by :func:`_run_block`: its indices, its block's
+    manager (the simulator's, which holds the block's state and the shuffles' boards) and its
+    barriers."""
+
+    def __init__(self, run, manager, block_idx: Dim3, index: int):
+        super().__init__(run)
+        self.manager = manager
+        self.blockIdx = block_idx
+        self.thread_id = index
+        width, height, _ = manager._block_dim
+        self.threadIdx = Dim3(index % width, index // width % height, index // (width * height))
+
+    def syncthreads(self) -> None:
+        """Wait at the block's barrier: hand the turn back to :func:`_run_block`."""
+        self.parent.switch()
+
+    def _vote(self, value, reduce):
+        state = self.manager.block_state
+        state[self.threadIdx] = value
+        self.syncthreads()
+        result = reduce(state)
+        self.syncthreads()
+        return result
+
+    def syncthreads_count(self, value) -> int:
+        return int(self._vote(value, np.count_nonzero))
+
+    def syncthreads_and(self, value) -> int:
+        return 1 if self._vote(value, np.all) else 0
+
+    def syncthreads_or(self, value) -> int:
+        return 1 if self._vote(value, np.any) else 0
+
+
+def _current() -> SimulatedThread:
+    return greenlet.getcurrent()
+
+
+def _run_block(manager, grid_point, *args) -> None:
+    """``BlockManager.run``: run the block's threads as :class:`SimulatedThread` greenlets, in
+    turns from barrier to barrier (see the module's docstring), and raise the first exception
+    one of them raises, naming the thread as the simulator does."""
+    block_idx = Dim3(*grid_point)
+    kernel = functools.partial(manager._f, *args)
+    live = [SimulatedThread(kernel, manager, block_idx, index)
+            for index in range(int(manager.block_state.size))]
+    while live:
+        waiting = []
+        for thread in live:
+            try:
+                thread.switch()
+            except Exception as exc:
+                raise type(exc)(f"tid={list(thread.threadIdx)} ctaid={list(block_idx)}: {exc}"
+                                ).with_traceback(exc.__traceback__) from None
+            if thread.dead:
+                _leave_boards(manager, thread.thread_id)
+            else:
+                waiting.append(thread)
+        live = waiting
+
+
+def _warp_board(manager, thread_id: int) -> list:
+    """The board on which the warp of ``thread_id`` posts its values, a slot a lane."""
+    boards = manager.__dict__.setdefault("warp_boards", {})
+    warp = thread_id // WARP
+    board = boards.get(warp)
+    if board is None:
+        board = boards[warp] = [None] * WARP
+    return board
+
+
+def _leave_boards(manager, thread_id: int) -> None:
+    """A returned thread's slot is empty (its lane reads as not live)."""
+    boards = manager.__dict__.get("warp_boards")
+    if boards and thread_id // WARP in boards:
+        boards[thread_id // WARP][thread_id % WARP] = None
 
 
 def _warp_values(value) -> tuple[int, list]:
     """``(lane, values)``: the calling thread's lane and the value every lane of its warp posted
     (None for a lane without a live thread), after a block barrier on both sides."""
-    thread = threading.current_thread()
-    board = thread._manager.__dict__.setdefault("_warp_board", {})
-    me = thread.thread_id
-    board[me] = value
+    thread = _current()
+    board = _warp_board(thread.manager, thread.thread_id)
+    lane = thread.thread_id % WARP
+    board[lane] = value
     thread.syncthreads()
-    lane = me % WARP
-    values = [board.get(me - lane + other) for other in range(WARP)]
+    values = list(board)
     thread.syncthreads()
-    # A thread that exits leaves its last value behind: clear the board for the next exchange.
-    board.pop(me, None)
     return lane, values
 
 
@@ -91,23 +174,7 @@ def ballot_sync(self, mask, predicate):
 
 
 def syncwarp(self, mask=0xFFFFFFFF):
-    threading.current_thread().syncthreads()
-
-
-def shared_array(self, shape, dtype, alignment=None):
-    """``cuda.shared.array``: one array per block and source line, allocated under a lock;
-    dynamic shared memory (``shape`` 0) and alignments go to the simulator's own allocator."""
-    if shape == 0 or alignment is not None:
-        return _SIMULATOR_SHARED_ARRAY(self, shape, dtype, alignment)
-    caller = sys._getframe(1)
-    line = (caller.f_code.co_filename, caller.f_lineno)
-    with _SHARED_LOCK:
-        array = self._allocations.get(line)
-        if array is None:
-            if isinstance(dtype, types.Type):
-                dtype = numpy_support.as_dtype(dtype)
-            array = self._allocations[line] = np.empty(shape, dtype)
-    return array
+    _current().syncthreads()
 
 
 def _array_interface(self) -> dict:
@@ -134,20 +201,28 @@ def int_as_float(bits):
 
 
 def install() -> None:
-    """Add the shuffles and the ballot above to the simulator's fake ``cuda`` module, the moves
-    of bits above to libdevice, the CUDA array interface to its device arrays so that they are
-    recognised like real ones, and the locked :func:`shared_array` (idempotent)."""
+    """Run blocks as greenlets, and add the shuffles and the ballot above to the simulator's
+    fake ``cuda`` module, the moves of bits above to libdevice, and the CUDA array interface to
+    its device arrays so that they are recognised like real ones (idempotent)."""
     from numba.cuda import libdevice
     from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
-    from numba.cuda.simulator.kernelapi import FakeCUDAModule, FakeCUDAShared
+    from numba.cuda.simulator.kernel import BlockManager
+    from numba.cuda.simulator.kernelapi import FakeCUDAModule, GridGroup
 
-    global _SIMULATOR_SHARED_ARRAY
+    BlockManager.run = _run_block
+    # The simulator's cuda module asks the current OS thread for its indices and barriers; the
+    # thread is now the running greenlet.
+    FakeCUDAModule.threadIdx = property(lambda self: _current().threadIdx)
+    FakeCUDAModule.blockIdx = property(lambda self: _current().blockIdx)
+    FakeCUDAModule.laneid = property(lambda self: _current().thread_id % WARP)
+    FakeCUDAModule.syncthreads = lambda self: _current().syncthreads()
+    FakeCUDAModule.syncthreads_count = lambda self, value: _current().syncthreads_count(value)
+    FakeCUDAModule.syncthreads_and = lambda self, value: _current().syncthreads_and(value)
+    FakeCUDAModule.syncthreads_or = lambda self, value: _current().syncthreads_or(value)
+    GridGroup.sync = lambda self: _current().syncthreads()
     for function in (shfl_down_sync, shfl_up_sync, shfl_xor_sync, shfl_sync, ballot_sync,
                      syncwarp):
         setattr(FakeCUDAModule, function.__name__, function)
     for function in (double2loint, double2hiint, int_as_float):
         setattr(libdevice, function.__name__, function)
     FakeCUDAArray.__cuda_array_interface__ = property(_array_interface)
-    if FakeCUDAShared.array is not shared_array:
-        _SIMULATOR_SHARED_ARRAY = FakeCUDAShared.array
-        FakeCUDAShared.array = shared_array
