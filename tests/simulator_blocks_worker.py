@@ -52,6 +52,25 @@ def odd_threads_return_first(out):
 
 
 @cuda.jit
+def reads_without_a_barrier(out):
+    """After each of two barriers, every thread writes its slot and reads the next thread's
+    slot with no barrier between: out[0] and out[1] count the reads that saw the write."""
+    i = cuda.threadIdx.x
+    first = cuda.shared.array(THREADS, float64)
+    second = cuda.shared.array(THREADS, float64)
+    first[i] = 0.0
+    second[i] = 0.0
+    cuda.syncthreads()
+    first[i] = 1.0
+    seen_first = first[(i + 1) % THREADS]
+    cuda.syncthreads()
+    second[i] = 1.0
+    seen_second = second[(i + 1) % THREADS]
+    cuda.atomic.add(out, 0, seen_first)
+    cuda.atomic.add(out, 1, seen_second)
+
+
+@cuda.jit
 def votes(out):
     i = cuda.threadIdx.x
     count = cuda.syncthreads_count(i < 10)
@@ -109,6 +128,10 @@ def main() -> dict:
     out = np.zeros(1)
     odd_threads_return_first[1, THREADS](out)
     results["even_sum"] = out.tolist()
+
+    out = np.zeros(2)
+    reads_without_a_barrier[1, THREADS](out)
+    results["reads_without_a_barrier"] = out.tolist()
 
     out = np.zeros(4)
     votes[1, THREADS](out)

@@ -13,6 +13,7 @@ pytest.importorskip("numba.cuda")
 from simulator_run import run_simulator_worker  # noqa: E402
 
 WORKER = pathlib.Path(__file__).with_name("simulator_blocks_worker.py")
+THREADS = 64
 
 
 @pytest.fixture(scope="module")
@@ -26,6 +27,13 @@ def test_threads_that_reach_a_shared_array_together_share_it(simulated):
 
 def test_threads_that_return_leave_the_barrier_to_the_others(simulated):
     assert simulated["even_sum"] == [32.0]
+
+
+def test_a_read_without_a_barrier_sees_the_write_stale_in_one_direction(simulated):
+    """Turns alternate direction at each barrier: the next thread has written before the reader
+    after one barrier (but for the wrapped-around last thread's read), and after the other not
+    (but for the last thread's read of the first)."""
+    assert sorted(simulated["reads_without_a_barrier"]) == [1.0, THREADS - 1.0]
 
 
 def test_barrier_votes_count_every_thread(simulated):

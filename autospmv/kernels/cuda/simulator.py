@@ -5,11 +5,13 @@ kernel runs unchanged, and quickly, under it. :func:`install` adds all of it.
 creates for the block, and a manager that polls them for arrival at a barrier in a loop holding
 the GIL: creating the threads and handing the GIL between them take most of a simulated
 kernel's time. :func:`install` runs a block's threads as greenlets on the launching thread
-instead (:func:`_run_block`), one at a time in the order of their indices: each runs until it
-reaches a barrier or returns, then the next; when every live thread waits at the barrier, they
-go on past it in the same order. A thread that has returned no longer takes part in barriers,
-as on a GPU. The order is fixed, as a GPU's is not, and threads change only at barriers, so a
-kernel whose threads wait for each other outside barriers (none here do) would wait forever.
+instead (:func:`_run_block`), one at a time: each runs until it reaches a barrier or returns,
+then the next; when every live thread waits at the barrier, they go on past it. The first turns
+go in the order of the threads' indices, and the turns after each barrier in the reverse of the
+turns before, so that a thread that reads what another writes without a barrier between them
+reads it stale in one direction or the other. A thread that has returned no longer takes part
+in barriers, as on a GPU. Threads change only at barriers, so a kernel whose threads wait for
+each other outside barriers (none here do) would wait forever.
 
 **Warp shuffles and ballots.** The simulator implements no warp-level primitives. autospmv's
 kernels only use them in *warp-uniform* code: every live thread of a block reaches the same
@@ -48,14 +50,16 @@ Dim3 = namedtuple("Dim3", "x y z")
 
 class SimulatedThread(greenlet.greenlet):
     """One CUDA thread of a simulated block, run by :func:`_run_block`: its indices, its block's
-    manager (the simulator's, which holds the block's state and the shuffles' boards) and its
-    barriers."""
+    manager (the simulator's, which holds the block's state for the votes), the board on which
+    its warp exchanges values (a slot a lane), and its barriers."""
 
-    def __init__(self, run, manager, block_idx: Dim3, index: int):
+    def __init__(self, run, manager, block_idx: Dim3, index: int, warp_board: list):
         super().__init__(run)
         self.manager = manager
         self.blockIdx = block_idx
         self.thread_id = index
+        self.lane = index % WARP
+        self.warp_board = warp_board
         width, height, _ = manager._block_dim
         self.threadIdx = Dim3(index % width, index // width % height, index // (width * height))
 
@@ -91,8 +95,10 @@ def _run_block(manager, grid_point, *args) -> None:
     one of them raises, naming the thread as the simulator does."""
     block_idx = Dim3(*grid_point)
     kernel = functools.partial(manager._f, *args)
-    live = [SimulatedThread(kernel, manager, block_idx, index)
-            for index in range(int(manager.block_state.size))]
+    size = int(manager.block_state.size)
+    boards = [[None] * WARP for _ in range(-(-size // WARP))]
+    live = [SimulatedThread(kernel, manager, block_idx, index, boards[index // WARP])
+            for index in range(size)]
     while live:
         waiting = []
         for thread in live:
@@ -102,40 +108,21 @@ def _run_block(manager, grid_point, *args) -> None:
                 raise type(exc)(f"tid={list(thread.threadIdx)} ctaid={list(block_idx)}: {exc}"
                                 ).with_traceback(exc.__traceback__) from None
             if thread.dead:
-                _leave_boards(manager, thread.thread_id)
+                thread.warp_board[thread.lane] = None  # its lane reads as not live
             else:
                 waiting.append(thread)
-        live = waiting
-
-
-def _warp_board(manager, thread_id: int) -> list:
-    """The board on which the warp of ``thread_id`` posts its values, a slot a lane."""
-    boards = manager.__dict__.setdefault("warp_boards", {})
-    warp = thread_id // WARP
-    board = boards.get(warp)
-    if board is None:
-        board = boards[warp] = [None] * WARP
-    return board
-
-
-def _leave_boards(manager, thread_id: int) -> None:
-    """A returned thread's slot is empty (its lane reads as not live)."""
-    boards = manager.__dict__.get("warp_boards")
-    if boards and thread_id // WARP in boards:
-        boards[thread_id // WARP][thread_id % WARP] = None
+        live = waiting[::-1]
 
 
 def _warp_values(value) -> tuple[int, list]:
     """``(lane, values)``: the calling thread's lane and the value every lane of its warp posted
     (None for a lane without a live thread), after a block barrier on both sides."""
     thread = _current()
-    board = _warp_board(thread.manager, thread.thread_id)
-    lane = thread.thread_id % WARP
-    board[lane] = value
+    thread.warp_board[thread.lane] = value
     thread.syncthreads()
-    values = list(board)
+    values = list(thread.warp_board)
     thread.syncthreads()
-    return lane, values
+    return thread.lane, values
 
 
 def _exchange(value, source_lane):
@@ -214,7 +201,7 @@ def install() -> None:
     # thread is now the running greenlet.
     FakeCUDAModule.threadIdx = property(lambda self: _current().threadIdx)
     FakeCUDAModule.blockIdx = property(lambda self: _current().blockIdx)
-    FakeCUDAModule.laneid = property(lambda self: _current().thread_id % WARP)
+    FakeCUDAModule.laneid = property(lambda self: _current().lane)
     FakeCUDAModule.syncthreads = lambda self: _current().syncthreads()
     FakeCUDAModule.syncthreads_count = lambda self, value: _current().syncthreads_count(value)
     FakeCUDAModule.syncthreads_and = lambda self, value: _current().syncthreads_and(value)
