@@ -28,6 +28,6 @@ def jit(function=None, **options):
 
 
 if _cuda.config.ENABLE_CUDASIM:
-    from .simulator import install as _install_simulator_shuffles
+    from .simulator import install as _install_simulator_additions
 
-    _install_simulator_shuffles()
+    _install_simulator_additions()
