@@ -6,8 +6,9 @@ both sides).
 
 SciPy runs in a process of its own that never imports autospmv (so numba's threads and the
 OpenMP settings autospmv makes cannot slow it down), on the same problems; each solve runs
-``--repeats`` times after one warm-up (compilation excluded). The table gives the medians and
-the spread. Run from the repository root::
+``--repeats`` times after one warm-up (compilation excluded), SciPy's and autospmv's solves in
+turn, one at a time, so that a change in a shared machine's load falls on both sides alike. The
+table gives the medians and the spread. Run from the repository root::
 
     PYTHONPATH=. python benchmarks/solvers_cpu.py --out results.json
     PYTHONPATH=. python benchmarks/solvers_cpu.py --sizes 1e5,1e6,5e6 --methods cg,gmres \
@@ -62,26 +63,29 @@ def problems(args):
                 yield method, A, b, dict(rtol=1e-8, maxiter=maxiter, **extra)
 
 
-def timings(run, repeats):
+def timed(run) -> float:
+    started = time.perf_counter()
     run()
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - started)
-    return times
+    return time.perf_counter() - started
 
 
 def scipy_side(args):
+    """Serve SciPy's solves of :func:`problems` to :func:`main`: each line read names a
+    problem's index and ``warm`` or ``time``; ``warm`` solves it once and answers its info and
+    residual, ``time`` answers the seconds of one more solve."""
     import scipy.sparse.linalg as spla
 
-    rows = []
-    for method, A, b, kwargs in problems(args):
+    cases = list(problems(args))
+    for line in sys.stdin:
+        index, what = line.split()
+        method, A, b, kwargs = cases[int(index)]
         solver = getattr(spla, method)
-        x, info = solver(A, b, **kwargs)
-        rows.append({"seconds": timings(lambda: solver(A, b, **kwargs), args.repeats),
-                     "info": int(info), "residual": float(np.linalg.norm(A @ x - b))})
-    print(json.dumps(rows))
+        if what == "warm":
+            x, info = solver(A, b, **kwargs)
+            answer = {"info": int(info), "residual": float(np.linalg.norm(A @ x - b))}
+        else:
+            answer = {"seconds": timed(lambda: solver(A, b, **kwargs))}
+        print(json.dumps(answer), flush=True)
 
 
 def renumbered_counts(args) -> list[dict]:
@@ -133,19 +137,28 @@ def main(argv=None):
                                         "scipy": scipy.__version__, "dims": args.dims,
                                         "renumberings": args.renumberings, "rows": rows}))
         return None
-    theirs = json.loads(subprocess.run(
+    scipy_process = subprocess.Popen(
         [sys.executable, __file__, "--scipy-side", "--sizes", args.sizes, "--methods",
-         args.methods, "--dtypes", args.dtypes, "--dims", str(args.dims), "--repeats",
-         str(args.repeats), "--maxiter", str(args.maxiter)],
-        check=True, capture_output=True, text=True).stdout)
+         args.methods, "--dtypes", args.dtypes, "--dims", str(args.dims), "--maxiter",
+         str(args.maxiter)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def ask_scipy(index: int, what: str) -> dict:
+        scipy_process.stdin.write(f"{index} {what}\n")
+        scipy_process.stdin.flush()
+        return json.loads(scipy_process.stdout.readline())
+
     import autospmv
 
     rows = []
-    for (method, A, b, kwargs), scipy_row in zip(problems(args), theirs):
+    for index, (method, A, b, kwargs) in enumerate(problems(args)):
         op = autospmv.prepare(A, device="cpu")
         solver = getattr(autospmv, method)
         x, info = solver(op, b, **kwargs)
-        ours = timings(lambda: solver(op, b, **kwargs), args.repeats)
+        scipy_row = ask_scipy(index, "warm")
+        scipy_row["seconds"], ours = [], []
+        for _ in range(args.repeats):
+            scipy_row["seconds"].append(ask_scipy(index, "time")["seconds"])
+            ours.append(timed(lambda: solver(op, b, **kwargs)))
         row = {"method": method, "dtype": str(A.dtype), "n": A.shape[0], "nnz": int(A.nnz),
                "kernel": op.kernel,
                "threads": op.threads, "iterations": op.last_solve["iterations"], "info": info,
@@ -159,6 +172,8 @@ def main(argv=None):
               f"{statistics.median(scipy_row['seconds']) * 1e3:9.2f} ms "
               f"[{min(scipy_row['seconds']) * 1e3:.2f}-{max(scipy_row['seconds']) * 1e3:.2f}]"
               f"  {ratio:.2f}x", flush=True)
+    scipy_process.stdin.close()
+    scipy_process.wait()
     out = {"machine": platform.processor() or platform.machine(), "cores": os.cpu_count(),
            "date": datetime.date.today().isoformat(), "scipy": scipy.__version__,
            "autospmv": autospmv.__version__, "dims": args.dims, "rows": rows}
