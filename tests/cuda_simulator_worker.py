@@ -102,9 +102,8 @@ def nan_case(kernel: str, dtype, A, rng, params=None) -> dict:
 def mixed_case(kernel: str, dtype, A, rng, params=None) -> dict:
     """x of the other dtype than the matrix's: the result must be float64 (numpy.result_type
     of float32 and float64), accumulated in float64, so its error is measured against
-    float64's tolerance. With the tuned parameters, x on the host and on the device, with and
-    without ``out=``; with other parameters (the kernel's other paths), a device x into
-    ``out=`` only, to keep the simulator's time down."""
+    float64's tolerance: x on the host and on the device, with and without ``out=``, with the
+    tuned parameters and with the others (the kernel's other paths)."""
     from numba import cuda
 
     op = autospmv.prepare(A, kernel=kernel, device="cuda", params=params)
@@ -112,7 +111,7 @@ def mixed_case(kernel: str, dtype, A, rng, params=None) -> dict:
     x = random_vector(rng, A.shape[1], other)
     out = cuda.device_array(A.shape[0], dtype=np.float64)
     op.matvec(cuda.to_device(x), out=out)
-    results = [out] if params else [out, op @ x, op @ cuda.to_device(x)]
+    results = [out, op @ x, op @ cuda.to_device(x)]
     for result in results:
         if result.dtype != np.float64:
             raise TypeError(f"{np.dtype(dtype)} A times {np.dtype(other)} x gave {result.dtype}")
