@@ -48,8 +48,9 @@ def test_simulated_rcm_order_matches_scipy(simulated, kernel, dtype, case):
     assert result["error"] <= tolerance, f"relative error {result['error']:.3g}"
 
 
+@pytest.mark.parametrize("method", ["cg", "bicgstab", "gmres", "minres"])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_simulated_solve_in_rcm_order(simulated, dtype):
-    result = simulated[f"cg/{dtype}/solve"]
+def test_simulated_solve_in_rcm_order(simulated, dtype, method):
+    result = simulated[f"{method}/{dtype}/solve"]
     assert result["exception"] is None, result["exception"]
     assert result["error"] <= (1e-4 if dtype == "float32" else 1e-8)
