@@ -8,6 +8,7 @@ import json
 
 import numpy as np
 import scipy.sparse
+import scipy.sparse.linalg
 
 import autospmv
 from solver_cases import problems, right_hand_side
@@ -81,4 +82,24 @@ for method, name, A in problems(3):
                 "difference": float(np.linalg.norm(np.asarray(x_gpu, np.float64) - x_cpu)
                                     / np.linalg.norm(x_cpu)),
                 "device": gpu.last_solve["device"]})
+for method, name, A in problems(3):
+    # M as an autospmv operator (its product runs in the iteration) and as a SciPy
+    # LinearOperator (called on the host, the iteration then runs eagerly): the inverse diagonal.
+    options = {"restart": 4} if method == "gmres" else {}
+    b = right_hand_side(A.shape[0])
+    inverse_diagonal = scipy.sparse.diags(1.0 / A.diagonal()).tocsr()
+    for kind in ("operator", "linear_operator"):
+        solves = []
+        for device in ("cuda", "cpu"):
+            op = autospmv.prepare(A, device=device)
+            M = (autospmv.prepare(inverse_diagonal, device=device) if kind == "operator"
+                 else scipy.sparse.linalg.aslinearoperator(inverse_diagonal))
+            x, info = getattr(autospmv, method)(op, b, rtol=1e-8, M=M, **options)
+            solves.append((np.asarray(x, np.float64), int(info), op.last_solve))
+        (x_gpu, info_gpu, gpu), (x_cpu, info_cpu, cpu) = solves
+        records.append({
+            "case": f"{method}-{name}-{kind}", "info": [info_gpu, info_cpu],
+            "iterations": [gpu["iterations"], cpu["iterations"]],
+            "difference": float(np.linalg.norm(x_gpu - x_cpu) / np.linalg.norm(x_cpu)),
+            "device": gpu["device"]})
 print(json.dumps(records))

@@ -39,6 +39,19 @@ def test_the_gpu_steps_give_the_cpu_iterates(simulated, case):
     assert record["difference"] <= 1e-12
 
 
+@pytest.mark.parametrize("kind", ["operator", "linear_operator"])
+@pytest.mark.parametrize("problem", PROBLEMS)
+def test_an_operator_as_m_gives_the_cpu_iterates(simulated, problem, kind):
+    """M as an autospmv operator (its product in the iteration) and as a SciPy LinearOperator
+    (called on the host, the iteration eager): the inverse diagonal, against the CPU's solve
+    with the same M."""
+    record = simulated[f"{problem}-{kind}"]
+    assert record["device"] == "cuda"
+    assert record["info"] == [0, 0]
+    assert record["iterations"][0] == record["iterations"][1] > 0
+    assert record["difference"] <= 1e-12
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_the_float32_steps_give_the_cpu_iterates(simulated, case):
     """Each solve in float32 (GMRES's Gram-Schmidt kernels read four elements a load there)
