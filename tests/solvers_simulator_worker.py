@@ -102,4 +102,25 @@ for method, name, A in problems(3):
             "iterations": [gpu["iterations"], cpu["iterations"]],
             "difference": float(np.linalg.norm(x_gpu - x_cpu) / np.linalg.norm(x_cpu)),
             "device": gpu["device"]})
+for method, name, A in problems(3):
+    # A callback: the iteration syncs at each step and calls it with the iterate.
+    options = {"restart": 4} if method == "gmres" else {}
+    b = right_hand_side(A.shape[0])
+    solves = []
+    for device in ("cuda", "cpu"):
+        op = autospmv.prepare(A, device=device)
+        iterates = []
+        x, info = getattr(autospmv, method)(
+            op, b, rtol=1e-8, callback=lambda xk: iterates.append(np.array(xk, np.float64)),
+            **options)
+        solves.append((np.asarray(x, np.float64), int(info), op.last_solve, iterates))
+    (x_gpu, info_gpu, gpu, calls_gpu), (x_cpu, info_cpu, cpu, calls_cpu) = solves
+    records.append({
+        "case": f"{method}-{name}-callback", "info": [info_gpu, info_cpu],
+        "iterations": [gpu["iterations"], cpu["iterations"]],
+        "calls": [len(calls_gpu), len(calls_cpu)],
+        "iterates_difference": max((float(np.linalg.norm(g - c) / np.linalg.norm(c))
+                                    for g, c in zip(calls_gpu, calls_cpu)), default=0.0),
+        "difference": float(np.linalg.norm(x_gpu - x_cpu) / np.linalg.norm(x_cpu)),
+        "device": gpu["device"]})
 print(json.dumps(records))

@@ -52,6 +52,19 @@ def test_an_operator_as_m_gives_the_cpu_iterates(simulated, problem, kind):
     assert record["difference"] <= 1e-12
 
 
+@pytest.mark.parametrize("problem", PROBLEMS)
+def test_a_callback_sees_the_cpu_iterates(simulated, problem):
+    """With a callback the GPU iteration syncs at each step (gmres: each restart cycle) and
+    hands it the iterate: as many calls as the CPU's solve makes, with the same iterates."""
+    record = simulated[f"{problem}-callback"]
+    assert record["device"] == "cuda"
+    assert record["info"] == [0, 0]
+    assert record["iterations"][0] == record["iterations"][1] > 0
+    assert record["calls"][0] == record["calls"][1] > 0
+    assert record["iterates_difference"] <= 1e-12
+    assert record["difference"] <= 1e-12
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_the_float32_steps_give_the_cpu_iterates(simulated, case):
     """Each solve in float32 (GMRES's Gram-Schmidt kernels read four elements a load there)
