@@ -86,22 +86,24 @@ for method, name, A in problems(3):
     # M as an autospmv operator (its product runs in the iteration) and as a SciPy
     # LinearOperator (called on the host, the iteration then runs eagerly): the inverse diagonal.
     options = {"restart": 4} if method == "gmres" else {}
-    b = right_hand_side(A.shape[0])
-    inverse_diagonal = scipy.sparse.diags(1.0 / A.diagonal()).tocsr()
-    for kind in ("operator", "linear_operator"):
-        solves = []
-        for device in ("cuda", "cpu"):
-            op = autospmv.prepare(A, device=device)
-            M = (autospmv.prepare(inverse_diagonal, device=device) if kind == "operator"
-                 else scipy.sparse.linalg.aslinearoperator(inverse_diagonal))
-            x, info = getattr(autospmv, method)(op, b, rtol=1e-8, M=M, **options)
-            solves.append((np.asarray(x, np.float64), int(info), op.last_solve))
-        (x_gpu, info_gpu, gpu), (x_cpu, info_cpu, cpu) = solves
-        records.append({
-            "case": f"{method}-{name}-{kind}", "info": [info_gpu, info_cpu],
-            "iterations": [gpu["iterations"], cpu["iterations"]],
-            "difference": float(np.linalg.norm(x_gpu - x_cpu) / np.linalg.norm(x_cpu)),
-            "device": gpu["device"]})
+    for dtype, rtol, suffix in ((np.float64, 1e-8, ""), (np.float32, 1e-5, "-float32")):
+        A_typed = A.astype(dtype)
+        b = right_hand_side(A.shape[0]).astype(dtype)
+        inverse_diagonal = scipy.sparse.diags(1.0 / A.diagonal()).tocsr().astype(dtype)
+        for kind in ("operator", "linear_operator"):
+            solves = []
+            for device in ("cuda", "cpu"):
+                op = autospmv.prepare(A_typed, device=device)
+                M = (autospmv.prepare(inverse_diagonal, device=device) if kind == "operator"
+                     else scipy.sparse.linalg.aslinearoperator(inverse_diagonal))
+                x, info = getattr(autospmv, method)(op, b, rtol=rtol, M=M, **options)
+                solves.append((np.asarray(x, np.float64), int(info), op.last_solve))
+            (x_gpu, info_gpu, gpu), (x_cpu, info_cpu, cpu) = solves
+            records.append({
+                "case": f"{method}-{name}-{kind}{suffix}", "info": [info_gpu, info_cpu],
+                "iterations": [gpu["iterations"], cpu["iterations"]],
+                "difference": float(np.linalg.norm(x_gpu - x_cpu) / np.linalg.norm(x_cpu)),
+                "device": gpu["device"]})
 for method, name, A in problems(3):
     # A callback: the iteration syncs at each step and calls it with the iterate.
     options = {"restart": 4} if method == "gmres" else {}

@@ -39,17 +39,18 @@ def test_the_gpu_steps_give_the_cpu_iterates(simulated, case):
     assert record["difference"] <= 1e-12
 
 
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("kind", ["operator", "linear_operator"])
 @pytest.mark.parametrize("problem", PROBLEMS)
-def test_an_operator_as_m_gives_the_cpu_iterates(simulated, problem, kind):
+def test_an_operator_as_m_gives_the_cpu_iterates(simulated, problem, kind, dtype):
     """M as an autospmv operator (its product in the iteration) and as a SciPy LinearOperator
     (called on the host, the iteration eager): the inverse diagonal, against the CPU's solve
     with the same M."""
-    record = simulated[f"{problem}-{kind}"]
+    record = simulated[f"{problem}-{kind}" + ("-float32" if dtype == "float32" else "")]
     assert record["device"] == "cuda"
     assert record["info"] == [0, 0]
     assert record["iterations"][0] == record["iterations"][1] > 0
-    assert record["difference"] <= 1e-12
+    assert record["difference"] <= (1e-5 if dtype == "float32" else 1e-12)
 
 
 @pytest.mark.parametrize("problem", PROBLEMS)
