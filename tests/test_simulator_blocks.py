@@ -4,7 +4,10 @@ and shared arrays the kernels rely on."""
 
 from __future__ import annotations
 
+import os
 import pathlib
+import subprocess
+import sys
 
 import pytest
 
@@ -53,3 +56,18 @@ def test_a_failing_thread_is_named_and_stops_the_launch(simulated):
     assert "tid=[5, 0, 0] ctaid=[1, 0, 0]" in simulated["failure"]
     assert "out of bounds" in simulated["failure"] or "index" in simulated["failure"]
 
+
+def test_without_greenlet_the_simulated_gpu_names_what_to_install():
+    """The simulated CUDA kernels need greenlet; without it, importing them says so, and the
+    CPU path keeps working."""
+    code = ("import sys; sys.modules['greenlet'] = None\n"
+            "import numpy as np, scipy.sparse as sp, autospmv\n"
+            "op = autospmv.prepare(sp.identity(5, format='csr'), device='cpu')\n"
+            "assert (op @ np.ones(5) == 1).all()\n"
+            "import autospmv.kernels.cuda\n")
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, cwd=pathlib.Path(__file__).resolve().parent.parent,
+                          timeout=300)
+    assert done.returncode != 0
+    assert "ImportError" in done.stderr and "pip install greenlet" in done.stderr
