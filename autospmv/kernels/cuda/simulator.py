@@ -40,7 +40,7 @@ from .. import WARP
 
 try:
     import greenlet
-except ImportError as exc:  # pragma: no cover - the test extra installs it
+except ImportError as exc:
     raise ImportError("autospmv runs numba-cuda's CUDA simulator with greenlet: pip install "
                       "greenlet (autospmv's test extra has it)") from exc
 
