@@ -48,6 +48,34 @@ def product_with_dot_case(kernel, A, dtype, case=None):
             "others_untouched": bool(sums[0] == 0 and sums[1] == 0)}
 
 
+def solved_both_ways(case, method, A, b, rtol=1e-8, M_on=lambda device: None, kernel=None,
+                     callback=False) -> dict:
+    """``method`` on the simulated GPU (with ``kernel`` where given) and on the CPU, with the M
+    that ``M_on(device)`` gives: the two solves' info, iteration counts, and how far apart the
+    returned x are; with ``callback``, also how many calls each made and how far apart the
+    iterates it was given are."""
+    options = {"restart": 4} if method == "gmres" else {}
+    solves = {}
+    for device in ("cuda", "cpu"):
+        op = autospmv.prepare(A, device=device, kernel=kernel if device == "cuda" else None)
+        iterates = []
+        if callback:
+            options["callback"] = lambda xk: iterates.append(np.array(xk, np.float64))
+        x, info = getattr(autospmv, method)(op, b, rtol=rtol, M=M_on(device), **options)
+        solves[device] = (np.asarray(x, np.float64), int(info), op.last_solve, iterates)
+    (x_gpu, info_gpu, gpu, calls_gpu), (x_cpu, info_cpu, cpu, calls_cpu) = solves.values()
+    record = {"case": case, "info": [info_gpu, info_cpu],
+              "iterations": [gpu["iterations"], cpu["iterations"]],
+              "difference": float(np.linalg.norm(x_gpu - x_cpu) / np.linalg.norm(x_cpu)),
+              "device": gpu["device"]}
+    if callback:
+        record["calls"] = [len(calls_gpu), len(calls_cpu)]
+        pairs = zip(calls_gpu, calls_cpu)
+        record["iterates_difference"] = max(
+            (float(np.linalg.norm(g - c) / np.linalg.norm(c)) for g, c in pairs), default=0.0)
+    return record
+
+
 records = []
 laplacian_matrix = problems(3)[0][2]
 for kernel in FUSED_KERNELS:
@@ -57,72 +85,26 @@ long_matrix = scipy.sparse.diags([-1.0, 2.0, -1.0], [-1, 0, 1], shape=(LONG_ROWS
                                   format="csr")
 for kernel in FUSED_KERNELS[:3]:
     records.append(product_with_dot_case(kernel, long_matrix, np.float64, f"dot-{kernel}-long"))
-b = right_hand_side(laplacian_matrix.shape[0])
-fused = autospmv.prepare(laplacian_matrix, kernel="ell", device="cuda")
-cpu = autospmv.prepare(laplacian_matrix, device="cpu")
-x_fused, info_fused = autospmv.cg(fused, b, rtol=1e-8)
-x_cpu, info_cpu = autospmv.cg(cpu, b, rtol=1e-8)
-records.append({"case": "cg-laplacian-None-ell", "info": [int(info_fused), int(info_cpu)],
-                "iterations": [fused.last_solve["iterations"], cpu.last_solve["iterations"]],
-                "difference": float(np.linalg.norm(x_fused - x_cpu) / np.linalg.norm(x_cpu)),
-                "device": fused.last_solve["device"]})
+records.append(solved_both_ways("cg-laplacian-None-ell", "cg", laplacian_matrix,
+                                right_hand_side(laplacian_matrix.shape[0]), kernel="ell"))
 for method, name, A in problems(3):
-    options = {"restart": 4} if method == "gmres" else {}
     for dtype, rtol, suffix in ((np.float64, 1e-8, ""), (np.float32, 1e-5, "-float32")):
         A_typed = A.astype(dtype)
         b = right_hand_side(A.shape[0]).astype(dtype)
         for M in PRECONDITIONERS:
-            gpu = autospmv.prepare(A_typed, device="cuda")
-            cpu = autospmv.prepare(A_typed, device="cpu")
-            x_gpu, info_gpu = getattr(autospmv, method)(gpu, b, rtol=rtol, M=M, **options)
-            x_cpu, info_cpu = getattr(autospmv, method)(cpu, b, rtol=rtol, M=M, **options)
-            records.append({
-                "case": f"{method}-{name}-{M}{suffix}", "info": [int(info_gpu), int(info_cpu)],
-                "iterations": [gpu.last_solve["iterations"], cpu.last_solve["iterations"]],
-                "difference": float(np.linalg.norm(np.asarray(x_gpu, np.float64) - x_cpu)
-                                    / np.linalg.norm(x_cpu)),
-                "device": gpu.last_solve["device"]})
-for method, name, A in problems(3):
-    # M as an autospmv operator (its product runs in the iteration) and as a SciPy
-    # LinearOperator (called on the host, the iteration then runs eagerly): the inverse diagonal.
-    options = {"restart": 4} if method == "gmres" else {}
-    for dtype, rtol, suffix in ((np.float64, 1e-8, ""), (np.float32, 1e-5, "-float32")):
-        A_typed = A.astype(dtype)
-        b = right_hand_side(A.shape[0]).astype(dtype)
+            records.append(solved_both_ways(f"{method}-{name}-{M}{suffix}", method, A_typed, b,
+                                            rtol, lambda device, M=M: M))
+        # M as an autospmv operator (its product runs in the iteration) and as a SciPy
+        # LinearOperator (called on the host, the iteration then runs eagerly): the inverse
+        # diagonal.
         inverse_diagonal = scipy.sparse.diags(1.0 / A.diagonal()).tocsr().astype(dtype)
-        for kind in ("operator", "linear_operator"):
-            solves = []
-            for device in ("cuda", "cpu"):
-                op = autospmv.prepare(A_typed, device=device)
-                M = (autospmv.prepare(inverse_diagonal, device=device) if kind == "operator"
-                     else scipy.sparse.linalg.aslinearoperator(inverse_diagonal))
-                x, info = getattr(autospmv, method)(op, b, rtol=rtol, M=M, **options)
-                solves.append((np.asarray(x, np.float64), int(info), op.last_solve))
-            (x_gpu, info_gpu, gpu), (x_cpu, info_cpu, cpu) = solves
-            records.append({
-                "case": f"{method}-{name}-{kind}{suffix}", "info": [info_gpu, info_cpu],
-                "iterations": [gpu["iterations"], cpu["iterations"]],
-                "difference": float(np.linalg.norm(x_gpu - x_cpu) / np.linalg.norm(x_cpu)),
-                "device": gpu["device"]})
-for method, name, A in problems(3):
+        records.append(solved_both_ways(
+            f"{method}-{name}-operator{suffix}", method, A_typed, b, rtol,
+            lambda device: autospmv.prepare(inverse_diagonal, device=device)))
+        records.append(solved_both_ways(
+            f"{method}-{name}-linear_operator{suffix}", method, A_typed, b, rtol,
+            lambda device: scipy.sparse.linalg.aslinearoperator(inverse_diagonal)))
     # A callback: the iteration syncs at each step and calls it with the iterate.
-    options = {"restart": 4} if method == "gmres" else {}
-    b = right_hand_side(A.shape[0])
-    solves = []
-    for device in ("cuda", "cpu"):
-        op = autospmv.prepare(A, device=device)
-        iterates = []
-        x, info = getattr(autospmv, method)(
-            op, b, rtol=1e-8, callback=lambda xk: iterates.append(np.array(xk, np.float64)),
-            **options)
-        solves.append((np.asarray(x, np.float64), int(info), op.last_solve, iterates))
-    (x_gpu, info_gpu, gpu, calls_gpu), (x_cpu, info_cpu, cpu, calls_cpu) = solves
-    records.append({
-        "case": f"{method}-{name}-callback", "info": [info_gpu, info_cpu],
-        "iterations": [gpu["iterations"], cpu["iterations"]],
-        "calls": [len(calls_gpu), len(calls_cpu)],
-        "iterates_difference": max((float(np.linalg.norm(g - c) / np.linalg.norm(c))
-                                    for g, c in zip(calls_gpu, calls_cpu)), default=0.0),
-        "difference": float(np.linalg.norm(x_gpu - x_cpu) / np.linalg.norm(x_cpu)),
-        "device": gpu["device"]})
+    records.append(solved_both_ways(f"{method}-{name}-callback", method, A,
+                                    right_hand_side(A.shape[0]), callback=True))
 print(json.dumps(records))
