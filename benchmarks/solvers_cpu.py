@@ -71,14 +71,17 @@ def timed(run) -> float:
 
 def scipy_side(args):
     """Serve SciPy's solves of :func:`problems` to :func:`main`: each line read names a
-    problem's index and ``warm`` or ``time``; ``warm`` solves it once and answers its info and
-    residual, ``time`` answers the seconds of one more solve."""
+    problem's index (never a smaller one than the line before) and ``warm`` or ``time``;
+    ``warm`` solves it once and answers its info and residual, ``time`` answers the seconds of
+    one more solve. Only the problem asked for is built and held."""
     import scipy.sparse.linalg as spla
 
-    cases = list(problems(args))
+    cases = enumerate(problems(args))
+    index = -1
     for line in sys.stdin:
-        index, what = line.split()
-        method, A, b, kwargs = cases[int(index)]
+        wanted, what = line.split()
+        while index < int(wanted):
+            index, (method, A, b, kwargs) = next(cases)
         solver = getattr(spla, method)
         if what == "warm":
             x, info = solver(A, b, **kwargs)
