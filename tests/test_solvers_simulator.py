@@ -14,7 +14,7 @@ from simulator_run import run_simulator_worker
 
 cuda = pytest.importorskip("numba.cuda")
 
-# The simulator's worker process runs every solver step (about 30 s on two cores).
+# The simulator's worker process runs every solver step (about 45 s on two cores).
 pytestmark = pytest.mark.slow
 
 WORKER = pathlib.Path(__file__).with_name("solvers_simulator_worker.py")
