@@ -5,8 +5,9 @@ hand: ``PYTHONPATH=. python tests/ordering_simulator_worker.py``).
 Output (stdout): ``{"kernel/dtype/case": {"error": float | null, "exception": str | null}}``:
 for every kernel and both dtypes, ``op @ x`` with a host x and with a numba device x (also into
 ``out=``, and a float64 device x for a float32 matrix), a device block ``X`` (k = 3) and the
-transpose of a device x, each against SciPy in float64; besides, ``method/dtype/solve`` solves
-a system in the permuted order with each solver. Timings go to stderr.
+transpose of a device x, each against SciPy in float64; ``bfs/dtype/device_x``: the same
+product of an operator in the bfs order (the automatic kernel); besides,
+``method/dtype/solve`` solves a system in the permuted order with each solver. Timings go to stderr.
 """
 
 from __future__ import annotations
@@ -96,6 +97,14 @@ def main() -> None:
                  lambda: (op.T @ cuda.to_device(x64)).copy_to_host(), reference(A.T, x64))
             print(f"{kernel}/{dtype_name}: {time.perf_counter() - started:.1f} s",
                   file=sys.stderr)
+        key = f"bfs/{dtype_name}/device_x"
+        try:
+            op = autospmv.prepare(A, device="cuda", order="bfs")
+            assert op.order == "bfs", op.order
+            results[key] = {"error": relative_error((op @ cuda.to_device(x)).copy_to_host(),
+                                                    reference(A, x)), "exception": None}
+        except Exception:  # noqa: BLE001
+            results[key] = {"error": None, "exception": traceback.format_exc()}
         spd = (A @ A.T + SHIFT * sp.eye(n)).tocsr().astype(dtype)
         b = rng.standard_normal(n)
         for method in SOLVERS:

@@ -51,17 +51,22 @@ SQUARE = {
 }
 
 
+ORDERS = ["rcm", "bfs"]
+"""The orders that renumber."""
+
+
+@pytest.mark.parametrize("order", ORDERS)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("name", list(SQUARE))
-def test_every_kernel_in_rcm_order_matches_scipy(device, name, kernel, dtype, rng):
+def test_every_kernel_in_every_order_matches_scipy(device, name, kernel, dtype, order, rng):
     A = SQUARE[name]().astype(dtype)
     try:
-        op = autospmv.prepare(A, kernel=kernel, device=device, order="rcm")
+        op = autospmv.prepare(A, kernel=kernel, device=device, order=order)
     except autospmv.FormatTooLargeError:
         pytest.skip(f"{kernel} refuses {name}")
     n = A.shape[0]
-    assert op.order == "rcm" and sorted(op.permutation) == list(range(n))
+    assert op.order == order and sorted(op.permutation) == list(range(n))
     tolerance = TOLERANCE[np.dtype(dtype)]
     x = rng.standard_normal(n).astype(dtype)
     assert relative_error(op @ x, reference(A, x)) <= tolerance
@@ -78,12 +83,13 @@ def test_every_kernel_in_rcm_order_matches_scipy(device, name, kernel, dtype, rn
     np.testing.assert_array_equal(op.diagonal(), A.diagonal())
 
 
+@pytest.mark.parametrize("order", ORDERS)
 @pytest.mark.parametrize("kernel", KERNELS)
-def test_pickled_operator_keeps_its_order(kernel, rng):
+def test_pickled_operator_keeps_its_order(kernel, order, rng):
     A = numbered_at_random(grid_laplacian(10))
-    op = autospmv.prepare(A, kernel=kernel, device="cpu", order="rcm")
+    op = autospmv.prepare(A, kernel=kernel, device="cpu", order=order)
     again = pickle.loads(pickle.dumps(op))
-    assert again.order == "rcm" and again.kernel == kernel
+    assert again.order == order and again.kernel == kernel
     np.testing.assert_array_equal(again.permutation, op.permutation)
     x = rng.standard_normal(A.shape[0])
     assert relative_error(again @ x, reference(A, x)) <= 1e-12
@@ -102,13 +108,14 @@ def test_in_own_order_is_the_permuted_matrix(rng):
     assert keep.in_own_order() is keep and keep.permutation is None
 
 
-def test_explain_and_repr_name_the_order():
+@pytest.mark.parametrize("order", ORDERS)
+def test_explain_and_repr_name_the_order(order):
     A = numbered_at_random(grid_laplacian(10))
-    op = autospmv.prepare(A, device="cpu", order="rcm")
+    op = autospmv.prepare(A, device="cpu", order=order)
     text = op.explain()
-    assert "order rcm" in text and "bandwidth" in text and "x sectors" in text
-    assert "order=rcm" in repr(op)
-    assert op.decision.order == "rcm"
+    assert f"order {order}" in text and "bandwidth" in text and "x sectors" in text
+    assert f"order={order}" in repr(op)
+    assert op.decision.order == order
     assert {"x_sectors_per_nnz_warp_before", "x_sectors_per_nnz_warp_after", "bandwidth_before",
             "bandwidth_after", "profile_before", "profile_after"} <= set(
         op.decision.order_features)
@@ -126,10 +133,12 @@ def test_rectangular_matrices_keep_their_order(device, order, rng):
     assert "order kept" in op.explain()
 
 
-def test_rcm_of_a_rectangular_matrix_is_refused():
+@pytest.mark.parametrize("order", ORDERS)
+def test_renumbering_a_rectangular_matrix_is_refused(order):
     A = sp.random(30, 50, density=0.1, format="csr", random_state=2)
-    with pytest.raises(ValueError, match="square"):
-        autospmv.prepare(A, device="cpu", order="rcm")
+    with pytest.raises(ValueError, match=f"order='{order}' renumbers .* square matrix; A is "
+                                         "30x50"):
+        autospmv.prepare(A, device="cpu", order=order)
 
 
 @pytest.mark.parametrize("order", ["RCM", "reverse", None, 1])
@@ -138,16 +147,18 @@ def test_unknown_order_is_refused(order):
         autospmv.prepare(sp.eye(4, format="csr"), device="cpu", order=order)
 
 
-def test_background_refuses_rcm():
-    with pytest.raises(ValueError, match="order='rcm'"):
-        autospmv.prepare(sp.eye(4, format="csr"), device="cpu", background=True, order="rcm")
+@pytest.mark.parametrize("order", ORDERS)
+def test_background_refuses_an_order(order):
+    with pytest.raises(ValueError, match=f"order='{order}'"):
+        autospmv.prepare(sp.eye(4, format="csr"), device="cpu", background=True, order=order)
 
 
 def test_auto_without_a_hint_computes_nothing(monkeypatch):
     def refused(*args, **kwargs):
         raise AssertionError("computed without a products= hint")
 
-    monkeypatch.setattr(ordering, "rcm", refused)
+    for order in ORDERS:
+        monkeypatch.setitem(ordering.COMPUTE, order, refused)
     monkeypatch.setattr(ordering, "x_locality", refused)
     op = autospmv.prepare(numbered_at_random(grid_laplacian(10)), device="cpu")
     assert op.order == "keep" and "without a products= hint" in op.explain()
@@ -156,11 +167,11 @@ def test_auto_without_a_hint_computes_nothing(monkeypatch):
 def test_auto_reorders_a_large_matrix_numbered_at_random_when_it_pays():
     A = numbered_at_random(grid_laplacian(300))  # 9·10⁴ rows
     choice, ordered = ordering.choose_order(A, "auto", 10**7, "cpu")
-    assert choice.order == "rcm" and "chosen by the cost rule" in choice.reason
+    assert choice.order == "bfs" and "chosen by the cost rule" in choice.reason
     assert ordered.nnz == A.nnz and choice.features["x_sectors_per_nnz_warp_after"] < \
         choice.features["x_sectors_per_nnz_warp_before"]
     choice, ordered = ordering.choose_order(A, "auto", 10, "cpu")
-    assert choice.kept and ordered is A and "less than RCM's estimated" in choice.reason
+    assert choice.kept and ordered is A and "less than the bfs order's estimated" in choice.reason
 
 
 def test_auto_for_the_solvers_weighs_the_product_without_the_gathers():
@@ -170,7 +181,7 @@ def test_auto_for_the_solvers_weighs_the_product_without_the_gathers():
     choice, ordered = ordering.choose_order(A, "auto", 10**9, "cuda")
     assert choice.kept and "after the gathers of x and y" in choice.reason
     choice, ordered = ordering.choose_order(A, "auto", 10**9, "cuda", gathers=False)
-    assert choice.order == "rcm" and "chosen by the cost rule" in choice.reason
+    assert choice.order == "bfs" and "chosen by the cost rule" in choice.reason
     assert "products in the stored order (inside the solvers)" in choice.reason
     assert ordered.nnz == A.nnz
 
@@ -179,7 +190,7 @@ def test_an_operator_for_the_solvers_times_the_product_in_its_stored_order(rng):
     A = numbered_at_random(grid_laplacian(300))
     op = autospmv.prepare(A, device="cpu", products=10**7, solver=True)
     timed = next(note for note in op.decision.notes if note.startswith("order: timed"))
-    assert "rcm without the gathers, as inside the solvers" in timed
+    assert "bfs without the gathers, as inside the solvers" in timed
     x = rng.standard_normal(A.shape[0])
     assert relative_error(op @ x, reference(A, x)) <= 1e-12
 
@@ -206,8 +217,9 @@ def test_the_solvers_prepare_a_matrix_for_their_own_order(monkeypatch, rng):
 
 
 @pytest.mark.parametrize("gathers", [True, False])
-def test_auto_does_not_compute_rcm_for_a_matrix_already_in_a_good_order(monkeypatch, gathers):
-    monkeypatch.setattr(ordering, "rcm", lambda *a: pytest.fail("RCM computed"))
+def test_auto_computes_no_order_for_a_matrix_already_in_a_good_order(monkeypatch, gathers):
+    for order in ORDERS:
+        monkeypatch.setitem(ordering.COMPUTE, order, lambda *a: pytest.fail("an order computed"))
     A = grid_laplacian(300)
     choice, ordered = ordering.choose_order(A, "auto", 10**9, "cuda", gathers=gathers)
     assert choice.kept and ordered is A and "ideal order" in choice.reason
@@ -278,7 +290,7 @@ def test_solvers_in_the_permuted_order_match_the_kept_order(method, M, rng):
     b = rng.standard_normal(A.shape[0])
     x0 = rng.standard_normal(A.shape[0])
     results = []
-    for order in ("keep", "rcm"):
+    for order in ("keep", *ORDERS):
         op = autospmv.prepare(A, device="cpu", order=order)
         precondition = (autospmv.prepare(sp.diags(1 / A.diagonal(), format="csr"),
                                          device="cpu") if M == "operator" else M)
@@ -292,7 +304,8 @@ def test_solvers_in_the_permuted_order_match_the_kept_order(method, M, rng):
         if seen:  # callbacks see x in the caller's order
             assert np.linalg.norm(A @ seen[-1] - b) <= 1e-8 * np.linalg.norm(b)
         results.append(x)
-    assert relative_error(results[1], results[0]) <= 1e-6
+    for result in results[1:]:
+        assert relative_error(result, results[0]) <= 1e-6
 
 
 def test_solver_preparing_a_matrix_itself(rng):
@@ -341,3 +354,125 @@ def test_an_iteration_of_your_own_in_the_stored_order_gives_a_s_own_result():
         w = A @ w
         w /= np.linalg.norm(w)
     assert relative_error(v[inverse], w) <= 1e-12
+
+
+def walked_by_the_description(A) -> list[int]:
+    """The order of :mod:`autospmv.kernels.cpu.ordering`'s module docstring, in plain Python."""
+    n = A.shape[0]
+    degree = np.diff(A.indptr)
+    visited = [False] * n
+    walk = []
+    for start in sorted(range(n), key=lambda v: (degree[v], v)):
+        if visited[start]:
+            continue
+        visited[start] = True
+        walk.append(start)
+        head = len(walk) - 1
+        while head < len(walk):
+            v = walk[head]
+            head += 1
+            reached = []
+            for w in A.indices[A.indptr[v]:A.indptr[v + 1]]:
+                if not visited[w]:
+                    visited[w] = True
+                    reached.append(int(w))
+            walk += sorted(reached, key=lambda w: degree[w])  # stable: ties as stored
+    return walk[::-1]
+
+
+def star_with_extra_edges(n: int = 400) -> sp.csr_matrix:
+    """Vertex 0 joined to every other (one vertex reaches many more than the insertion sort's
+    limit at once), plus random edges that give the leaves different degrees."""
+    star = sp.csr_matrix((np.ones(n - 1), (np.zeros(n - 1, int), np.arange(1, n))), shape=(n, n))
+    extra = sp.random(n, n, density=3 / n, format="csr", random_state=8)
+    A = (star + star.T + extra).tocsr()
+    A.sort_indices()
+    return A
+
+
+WALKED = {
+    "grid_at_random": lambda: numbered_at_random(grid_laplacian(20)),
+    "nonsymmetric": lambda: sp.random(300, 300, density=0.01, format="csr", random_state=4),
+    "empty_rows": with_empty_rows,
+    "components": lambda: numbered_at_random(sp.block_diag(
+        [grid_laplacian(6), sp.eye(5), grid_laplacian(4), sp.csr_matrix((7, 7))]).tocsr(), 2),
+    "star": star_with_extra_edges,
+    "unsorted_columns": lambda: unsorted(numbered_at_random(grid_laplacian(9), 3)),
+}
+
+
+def unsorted(A) -> sp.csr_matrix:
+    """A with the columns of each row in reverse order (the same matrix, stored otherwise)."""
+    B = A.copy()
+    for r in range(B.shape[0]):
+        a, b = B.indptr[r], B.indptr[r + 1]
+        B.indices[a:b] = B.indices[a:b][::-1].copy()
+        B.data[a:b] = B.data[a:b][::-1].copy()
+    B.has_sorted_indices = False
+    return B
+
+
+@pytest.mark.parametrize("index", [np.int32, np.int64])
+@pytest.mark.parametrize("name", list(WALKED))
+def test_the_bfs_order_is_the_walk_its_description_gives(name, index):
+    from autospmv.kernels.cpu.ordering import INSERTION_SORT_MAX, rows_rcm
+
+    A = WALKED[name]()
+    if name == "star":
+        assert np.diff(A.indptr)[0] > INSERTION_SORT_MAX  # the argsort branch runs
+    perm = rows_rcm(A.indptr.astype(index), A.indices.astype(index), A.shape[0])
+    assert perm.dtype == np.int64
+    assert perm.tolist() == walked_by_the_description(A)
+    assert sorted(perm.tolist()) == list(range(A.shape[0]))
+
+
+@pytest.mark.parametrize("n", [0, 1, 5])
+def test_the_bfs_order_of_a_matrix_without_nonzeros(n):
+    from autospmv.kernels.cpu.ordering import rows_rcm
+
+    A = sp.csr_matrix((n, n))
+    assert rows_rcm(A.indptr, A.indices, n).tolist() == list(range(n))[::-1]
+
+
+def test_the_bfs_order_narrows_a_grid_numbered_at_random_as_rcm_does():
+    side = 60
+    A = numbered_at_random(grid_laplacian(side))
+    features = {}
+    for order in ORDERS:
+        perm = ordering.COMPUTE[order](A).astype(A.indptr.dtype)
+        B = ordering.apply_order(A, perm, ordering.inverse_of(perm))
+        features[order] = ordering.order_features(B)
+    assert ordering.bandwidth_and_profile(A)[0] > side * side / 2
+    assert features["bfs"]["bandwidth"] <= side + 2  # a corner start: one diagonal per level
+    assert features["bfs"]["x_sectors_per_nnz_warp"] <= \
+        1.1 * features["rcm"]["x_sectors_per_nnz_warp"]
+
+
+@pytest.mark.parametrize("order", ORDERS)
+def test_an_order_of_a_gpu_matrix_is_computed_from_its_column_indices(order):
+    from autospmv.formats.base import DeviceCSR
+
+    A = numbered_at_random(grid_laplacian(12))
+    stand_in = DeviceCSR(A.shape, A.indptr, A.indices, A.data, A.indptr.copy(), np)
+    np.testing.assert_array_equal(ordering.COMPUTE[order](stand_in),
+                                  ordering.COMPUTE[order](A))
+
+
+@pytest.mark.requires_gpu
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_cupy_matrix_is_renumbered_on_the_gpu(order, dtype, rng):
+    cupy = pytest.importorskip("cupy")
+    import cupyx.scipy.sparse as cusp
+
+    A = numbered_at_random(grid_laplacian(30)).astype(dtype)
+    op = autospmv.prepare(cusp.csr_matrix(A), device="cuda", order=order)
+    assert op.order == order and sorted(op.permutation) == list(range(A.shape[0]))
+    x = rng.standard_normal(A.shape[0])
+    y = op @ cupy.asarray(x)
+    assert isinstance(y, cupy.ndarray)
+    assert relative_error(cupy.asnumpy(y), reference(A, x)) <= 1e-12
+    auto = autospmv.prepare(cusp.csr_matrix(A), device="cuda", products=10**9, solver=True)
+    assert auto.order in ("keep", "bfs")
+    assert relative_error(cupy.asnumpy(auto @ cupy.asarray(x)), reference(A, x)) <= 1e-12
+

@@ -54,3 +54,10 @@ def test_simulated_solve_in_rcm_order(simulated, dtype, method):
     result = simulated[f"{method}/{dtype}/solve"]
     assert result["exception"] is None, result["exception"]
     assert result["error"] <= (1e-4 if dtype == "float32" else 1e-8)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_simulated_bfs_order_matches_scipy(simulated, dtype):
+    result = simulated[f"bfs/{dtype}/device_x"]
+    assert result["exception"] is None, result["exception"]
+    assert result["error"] <= TOLERANCE[np.dtype(dtype)], f"relative error {result['error']:.3g}"

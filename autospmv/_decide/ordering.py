@@ -1,5 +1,5 @@
 """The order of the rows and columns as part of the decision: keep A's own, or renumber a square
-A by reverse Cuthill–McKee (RCM) and run ``P A Pᵀ``.
+A by a bandwidth-reducing order and run ``P A Pᵀ``.
 
 Why: SpMV gathers x by column index. A matrix numbered at random (graph or mesh data as they
 arrive) makes every entry of a warp read its own 32-byte sector of x, where a bandwidth-reducing
@@ -8,9 +8,14 @@ The operator applies the order inside itself (:mod:`autospmv.kernels.cpu.permute
 :mod:`autospmv.kernels.cuda.permute`), so the caller never sees it.
 
 The candidates (:data:`ORDERS`): ``"keep"``; ``"rcm"``, SciPy's
-``scipy.sparse.csgraph.reverse_cuthill_mckee`` on the structure of A + Aᵀ. ``"auto"`` chooses
-between them by a cost rule over features of x's locality (:func:`choose_order`); no trained
-labels decide the order yet.
+``scipy.sparse.csgraph.reverse_cuthill_mckee`` on the structure of A + Aᵀ; ``"bfs"``, reverse
+Cuthill–McKee over the graph of A's rows (:func:`autospmv.kernels.cpu.ordering.rows_rcm`, a
+breadth-first walk in numba that needs no A + Aᵀ): for a structurally symmetric A the same kind
+of order (a start of least degree, neighbours by degree), for any square A one that places the
+columns each row reads next to it. Its x locality matches RCM's on the shared matrices numbered
+at random, at a third to a fifth of RCM's cost, so it is the order ``"auto"`` computes.
+``"auto"`` chooses between keeping the order and ``"bfs"`` by a cost rule over features of x's
+locality (:func:`choose_order`); no trained labels decide the order yet.
 
 The features (:func:`order_features`): ``x_sectors_per_nnz_warp`` (the 32-byte sectors of x that
 32 consecutive rows read, per nonzero; sampled, :func:`autospmv._decide.features.sampling.x_locality`,
@@ -31,10 +36,14 @@ costs nothing:
 
 1. Without a hint, or for a non-square matrix, the order is kept at once (no feature is read).
 2. With one, the sampled x locality is read and compared with the best any order could reach
-   for these row lengths (:func:`sector_floor`): if even that would not pay for RCM, or would
-   gain less than :data:`MIN_FLOOR_GAIN` of a product, the order is kept without computing RCM.
-3. Otherwise RCM is computed, the permuted matrix built and its locality read; the order is
-   used when the rule, with the locality measured after and the cost measured, says it pays.
+   for these row lengths (:func:`sector_floor`): if even that would not pay for the order, or
+   would gain less than :data:`MIN_FLOOR_GAIN` of a product, the order is kept without
+   computing one.
+3. Otherwise the order is computed, the permuted matrix built and its locality read; the order
+   is used when the rule, with the locality measured after and the cost measured, says it pays.
+
+Both orders are computed on the host: a matrix on the GPU sends its column indices there once
+(nnz integers) and is renumbered on its device.
 """
 
 from __future__ import annotations
@@ -45,10 +54,11 @@ import time
 import numpy as np
 
 from ..formats.base import DeviceCSR
+from ..kernels.cpu.ordering import rows_rcm
 from ..kernels.cpu.permute import permuted_csr
 from .features.sampling import x_locality
 
-ORDERS = ("auto", "keep", "rcm")
+ORDERS = ("auto", "keep", "rcm", "bfs")
 """The values of ``prepare(A, order=...)``."""
 
 SECTOR_BYTES = 32
@@ -61,9 +71,12 @@ BYTES_PER_SECOND = {"cuda": 3.0e12, "cpu": 2.0e10}
 LATENCY_SECONDS = {"cuda": 5e-6, "cpu": 1e-6}
 """The shortest product the rule assumes (a launch, a thread pool's wake-up)."""
 
-RCM_SECONDS_PER_NNZ = 1.5e-7
-"""SciPy's ``reverse_cuthill_mckee`` of A + Aᵀ per nonzero of A, with the symmetrisation:
-about 1.1e-7 s on a loaded 2-core x86 machine for a 2.4·10⁶-nonzero mesh, rounded up."""
+ORDER_SECONDS_PER_NNZ = {"rcm": 2e-7, "bfs": 1e-7}
+"""Computing each order per nonzero of A on the host. ``"rcm"``: SciPy's
+``reverse_cuthill_mckee`` of A + Aᵀ with the symmetrisation, 0.2–1.8e-7 s on a 2-core x86
+machine for the shared square matrices grown to 10⁷ nonzeros and numbered at random.
+``"bfs"`` (:func:`autospmv.kernels.cpu.ordering.rows_rcm`): 0.04–0.9e-7 s on the same; both
+rounded up to the slowest."""
 
 PERMUTE_SECONDS_PER_NNZ = 5e-8
 """Building ``P A Pᵀ`` (:func:`autospmv.kernels.cpu.permute.permuted_csr`) per nonzero: about
@@ -77,7 +90,7 @@ on a GPU), so ``prepare`` then times the product in both orders and keeps the fa
 
 MIN_FLOOR_GAIN = 0.15
 """Step 2's threshold: the gain the best conceivable order would bring, relative to a product,
-below which RCM is not computed (a matrix as given by a mesh generator or a solver's assembly
+below which no order is computed (a matrix as given by a mesh generator or a solver's assembly
 is close to banded already)."""
 
 
@@ -93,7 +106,7 @@ class OrderChoice:
     """The order an operator runs in, and why."""
 
     order: str
-    """``"keep"`` or ``"rcm"``."""
+    """``"keep"``, ``"rcm"`` or ``"bfs"``."""
     reason: str
     """One line for ``explain()``."""
     perm: np.ndarray | None = None
@@ -141,9 +154,9 @@ def permutation_seconds(csr, device: str) -> float:
     return max(2 * LATENCY_SECONDS[device], traffic / BYTES_PER_SECOND[device])
 
 
-def ordering_seconds(nnz: int) -> float:
-    """The rule's estimate of computing RCM and building ``P A Pᵀ`` on the host."""
-    return nnz * (RCM_SECONDS_PER_NNZ + PERMUTE_SECONDS_PER_NNZ)
+def ordering_seconds(nnz: int, order: str = "bfs") -> float:
+    """The rule's estimate of computing ``order`` and building ``P A Pᵀ`` on the host."""
+    return nnz * (ORDER_SECONDS_PER_NNZ[order] + PERMUTE_SECONDS_PER_NNZ)
 
 
 def bandwidth_and_profile(csr) -> tuple[float, float]:
@@ -174,6 +187,15 @@ def order_features(csr, suffix: str = "") -> dict:
             "bandwidth" + suffix: bandwidth, "profile" + suffix: profile}
 
 
+def host_structure(csr) -> tuple[np.ndarray, np.ndarray]:
+    """The row pointer and column indices of a canonical host matrix, or of a
+    :class:`~autospmv.formats.base.DeviceCSR` (its column indices copied to the host)."""
+    if isinstance(csr, DeviceCSR):
+        indices = csr.xp.asnumpy(csr.indices) if csr.on_gpu else np.asarray(csr.indices)
+        return csr.host_indptr, indices
+    return csr.indptr, csr.indices
+
+
 def rcm(csr) -> np.ndarray:
     """SciPy's reverse Cuthill–McKee order of the structure of A + Aᵀ (a square canonical
     host matrix, or a :class:`~autospmv.formats.base.DeviceCSR`, whose column indices are
@@ -181,16 +203,25 @@ def rcm(csr) -> np.ndarray:
     from scipy.sparse import csr_matrix
     from scipy.sparse.csgraph import reverse_cuthill_mckee
 
-    if isinstance(csr, DeviceCSR):
-        indices = csr.xp.asnumpy(csr.indices) if csr.on_gpu else np.asarray(csr.indices)
-        indptr = csr.host_indptr
-    else:
-        indices, indptr = csr.indices, csr.indptr
+    indptr, indices = host_structure(csr)
     structure = csr_matrix((np.ones(indices.shape[0], dtype=np.int8), indices, indptr),
                            shape=csr.shape)
     # SciPy returns a reversed view; a copy has positive strides even where NumPy calls a
     # one-element view contiguous (numba-cuda's upload refuses a negative stride there)
     return reverse_cuthill_mckee(structure, symmetric_mode=False).copy()
+
+
+def bfs(csr) -> np.ndarray:
+    """Reverse Cuthill–McKee order of the graph of A's rows
+    (:func:`autospmv.kernels.cpu.ordering.rows_rcm`) of a square canonical host matrix, or of a
+    :class:`~autospmv.formats.base.DeviceCSR` (its column indices copied to the host):
+    ``perm``, the old index of each new row."""
+    indptr, indices = host_structure(csr)
+    return rows_rcm(indptr, indices, csr.shape[0])
+
+
+COMPUTE = {"rcm": rcm, "bfs": bfs}
+"""The function that computes each order's ``perm``."""
 
 
 def inverse_of(perm: np.ndarray) -> np.ndarray:
@@ -214,28 +245,31 @@ def choose_order(csr, order: str, products: int | None, device: str, permute=app
                  gathers: bool = True):
     """The order for a canonical matrix and ``prepare``'s ``order=``: ``(OrderChoice, the
     matrix in that order)`` (``csr`` itself when kept). See the module docstring for "auto";
-    ``"rcm"`` on a non-square matrix raises ValueError. ``csr``: a canonical host matrix, or a
-    :class:`~autospmv.formats.base.DeviceCSR`, which ``permute(csr, perm, inverse)`` (the
-    caller's) renumbers on its device. ``gathers``: whether the products pay the gathers of x
-    and y (in the caller's order), or run in the stored order (inside the solvers)."""
+    ``"rcm"`` or ``"bfs"`` on a non-square matrix raises ValueError. ``csr``: a canonical host
+    matrix, or a :class:`~autospmv.formats.base.DeviceCSR`, which ``permute(csr, perm,
+    inverse)`` (the caller's) renumbers on its device. ``gathers``: whether the products pay
+    the gathers of x and y (in the caller's order), or run in the stored order (inside the
+    solvers)."""
     m, n = csr.shape
     if order == "keep":
         return OrderChoice("keep", "order kept (order='keep')"), csr
     if m != n:
-        if order == "rcm":
-            raise ValueError(f"order='rcm' renumbers the rows and columns of a square matrix; "
-                             f"A is {m}x{n} (use order='keep' or 'auto', which keeps the order "
-                             "of a rectangular matrix)")
+        if order != "auto":
+            raise ValueError(f"order={order!r} renumbers the rows and columns of a square "
+                             f"matrix; A is {m}x{n} (use order='keep' or 'auto', which keeps "
+                             "the order of a rectangular matrix)")
         return OrderChoice("keep", f"order kept: A is {m}x{n}, and only a square matrix is "
                            "renumbered"), csr
     started = time.perf_counter()
     permuting = permutation_seconds(csr, device) if gathers else 0.0
     counted = "products" if gathers else "products in the stored order (inside the solvers)"
     structure = csr.structure() if isinstance(csr, DeviceCSR) else csr
+    computed = "bfs" if order == "auto" else order
+    features = {}
     if order == "auto":
         if products is None:
             return OrderChoice("keep", "order kept: without a products= hint, renumbering "
-                               "(which costs about as much as 10⁴ products on a GPU) is not "
+                               "(which costs about as much as 10³–10⁴ products on a GPU) is not "
                                "considered"), csr
         if not csr.nnz:
             return OrderChoice("keep", "order kept: A has no nonzeros"), csr
@@ -244,7 +278,7 @@ def choose_order(csr, order: str, products: int | None, device: str, permute=app
         floor = min(before, sector_floor(csr.nnz, m, itemsize))
         now = product_seconds(csr, before, device)
         best = now - product_seconds(csr, floor, device) - permuting
-        estimate = ordering_seconds(csr.nnz)
+        estimate = ordering_seconds(csr.nnz, computed)
         features = {"x_sectors_per_nnz_warp_before": before, "x_sectors_floor": floor}
         if best < MIN_FLOOR_GAIN * now or products * best <= estimate:
             why = (f"even an ideal order ({floor:.3g} x sectors per nonzero against "
@@ -252,12 +286,11 @@ def choose_order(csr, order: str, products: int | None, device: str, permute=app
                    f"{' after the gathers of x and y around it' if gathers else ''}, less than "
                    f"{MIN_FLOOR_GAIN:.0%}" if best < MIN_FLOOR_GAIN * now else
                    f"even an ideal order would gain at most {products:,} {counted} × "
-                   f"{best * 1e6:.3g} µs = {products * best:.3g} s, less than RCM's estimated "
-                   f"{estimate:.3g} s")
+                   f"{best * 1e6:.3g} µs = {products * best:.3g} s, less than the "
+                   f"{computed} order's estimated {estimate:.3g} s")
             return OrderChoice("keep", f"order kept by the cost rule: {why}", features=features,
                                seconds=time.perf_counter() - started), csr
-    features = {} if order == "rcm" else features
-    perm = rcm(csr).astype(structure.indptr.dtype, copy=False)
+    perm = COMPUTE[computed](csr).astype(structure.indptr.dtype, copy=False)
     inverse = inverse_of(perm)
     ordered = permute(csr, perm, inverse)
     seconds = time.perf_counter() - started
@@ -267,20 +300,20 @@ def choose_order(csr, order: str, products: int | None, device: str, permute=app
     summary = (f"x sectors per nonzero {before:.3g} → {after:.3g}, bandwidth "
                f"{features['bandwidth_before']:,.0f} → {features['bandwidth_after']:,.0f}, "
                f"profile {features['profile_before']:,.1f} → {features['profile_after']:,.1f}; "
-               f"RCM and permuting A took {seconds:.3g} s")
-    if order == "rcm":
-        return OrderChoice("rcm", f"order rcm (order='rcm'): {summary}", perm, inverse,
+               f"computing the order and permuting A took {seconds:.3g} s")
+    if order != "auto":
+        return OrderChoice(order, f"order {order} (order={order!r}): {summary}", perm, inverse,
                            features, seconds), ordered
     now = product_seconds(csr, before, device)
     gain = now - product_seconds(ordered, after, device) - permuting
     seconds = time.perf_counter() - started  # the order's features are part of its cost
     if gain >= MIN_RELATIVE_GAIN * now and products * gain > seconds:
         return OrderChoice(
-            "rcm", f"order rcm, chosen by the cost rule: {products:,} {counted} × "
+            computed, f"order {computed}, chosen by the cost rule: {products:,} {counted} × "
             f"{gain * 1e6:.3g} µs gained ({gain / now:.0%} of a product) exceed its cost; "
             f"{summary}", perm, inverse, features, time.perf_counter() - started,
             kept_matrix=csr), ordered
     return OrderChoice(
-        "keep", f"order kept by the cost rule: RCM would gain {products:,} {counted} × "
-        f"{gain * 1e6:.3g} µs ({gain / now:.0%} of a product), not enough for its cost; "
-        f"{summary}", features=features, seconds=time.perf_counter() - started), csr
+        "keep", f"order kept by the cost rule: the {computed} order would gain {products:,} "
+        f"{counted} × {gain * 1e6:.3g} µs ({gain / now:.0%} of a product), not enough for its "
+        f"cost; {summary}", features=features, seconds=time.perf_counter() - started), csr

@@ -82,9 +82,10 @@ class Decision:
         For a model with a cost model: each kernel's estimated µs per product (the leaf's
         corrected estimates where the tree corrects them); empty otherwise. The workload hint
         (``prepare(A, products=...)``) weighs the chosen kernel's estimate.
-    order : {"keep", "rcm"}, optional
-        The order of rows and columns the kernel runs in: ``"keep"`` (A's own) or ``"rcm"``
-        (reverse Cuthill–McKee); the kernel was chosen for A in that order.
+    order : {"keep", "rcm", "bfs"}, optional
+        The order of rows and columns the kernel runs in: ``"keep"`` (A's own), ``"rcm"`` or
+        ``"bfs"`` (:func:`autospmv.prepare`'s ``order=``); the kernel was chosen for A in that
+        order.
     order_reason : str, optional
         Why that order (the cost rule's figures, the features before and after); empty for a
         decision made without considering the order (:func:`autospmv.select`).

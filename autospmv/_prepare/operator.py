@@ -80,9 +80,10 @@ class SpMVOperator(LinearOperator):
         device memory only, and the host copy is released after the upload).
     threads : int or None
         On the CPU, the most threads a product uses.
-    order : {"keep", "rcm"}
+    order : {"keep", "rcm", "bfs"}
         The order of rows and columns the matrix is stored and multiplied in: ``"keep"``, A's
-        own; ``"rcm"``, reverse Cuthill–McKee.
+        own; ``"rcm"``, SciPy's reverse Cuthill–McKee; ``"bfs"``, reverse Cuthill–McKee over
+        the graph of A's rows (see :func:`autospmv.prepare`).
     permutation : numpy.ndarray or None
         None when the order is kept, else ``perm`` such that the operator stores ``P A Pᵀ``
         with ``(P A Pᵀ)[i, j] = A[perm[i], perm[j]]``.
@@ -220,7 +221,8 @@ class SpMVOperator(LinearOperator):
 
     @property
     def order(self) -> str:
-        """The order of rows and columns the matrix is stored in: ``"keep"`` or ``"rcm"``."""
+        """The order of rows and columns the matrix is stored in: ``"keep"``, ``"rcm"`` or
+        ``"bfs"``."""
         return "keep" if self.permutation is None else self.decision.order
 
     def _apply_order(self, perm: np.ndarray, inverse: np.ndarray, decision: Decision) -> None:

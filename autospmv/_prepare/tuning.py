@@ -122,16 +122,17 @@ def faster_order(in_order: SpMVOperator, kept: SpMVOperator, gathers: bool = Tru
 
     x = np.full(kept.shape[1], 0.5, dtype=kept.dtype)
     started = time.perf_counter()
+    name = in_order.order
     timings = Bench(kept.device, x, kept.shape[0], TimingOptions(**TUNE_TIMING)).time_all(
-        {"rcm": in_order if gathers else in_order.in_own_order(), "keep": kept})
+        {name: in_order if gathers else in_order.in_own_order(), "keep": kept})
     times = {k: t["b2b"]["median"] for k, t in timings.items() if isinstance(t, dict)}
-    if "rcm" not in times:
+    if name not in times:
         best = "keep"
     else:
         best = min(times, key=times.get)
-    op = in_order if best == "rcm" else kept
+    op = in_order if best == name else kept
     measured = ", ".join(f"{k} {t:.3g} µs" for k, t in times.items())
-    how = "" if gathers else "; rcm without the gathers, as inside the solvers"
+    how = "" if gathers else f"; {name} without the gathers, as inside the solvers"
     op.decision.notes.append(
         f"order: timed back to back in both orders ({measured}{how}, in "
         f"{(time.perf_counter() - started) * 1e3:.0f} ms); kept the {best} order")
