@@ -476,3 +476,33 @@ def test_a_cupy_matrix_is_renumbered_on_the_gpu(order, dtype, rng):
     assert auto.order in ("keep", "bfs")
     assert relative_error(cupy.asnumpy(auto @ cupy.asarray(x)), reference(A, x)) <= 1e-12
 
+
+def test_the_cpu_rule_prices_an_x_beyond_the_cache_by_its_misses(monkeypatch):
+    A = numbered_at_random(grid_laplacian(40))
+    x_bytes = A.shape[1] * 8
+    gpu = ordering.product_seconds(A, 1.0, "cuda")
+    monkeypatch.setattr(ordering, "cpu_cache_bytes", lambda: 64 * x_bytes)
+    in_cache = ordering.product_seconds(A, 1.0, "cpu")
+    assert ordering.cpu_miss_seconds(x_bytes) == 0.0
+    monkeypatch.setattr(ordering, "cpu_cache_bytes", lambda: x_bytes)  # half of x misses
+    assert ordering.cpu_miss_seconds(x_bytes) == pytest.approx(
+        ordering.CPU_MISS_SECONDS * (1 - ordering.CPU_CACHE_SHARE))
+    beyond = ordering.product_seconds(A, 1.0, "cpu")
+    assert beyond == pytest.approx(in_cache + A.nnz * ordering.cpu_miss_seconds(x_bytes))
+    assert ordering.product_seconds(A, 1.0, "cuda") == gpu  # the GPU's rule has no cache term
+
+
+def test_the_cpu_cache_is_the_largest_level_linux_describes(tmp_path):
+    from autospmv._support import devices
+
+    for index, (level, kind, size) in enumerate([(1, "Data", "32K"), (1, "Instruction", "64K"),
+                                                 (2, "Unified", "1024K"), (3, "Unified", "32M"),
+                                                 (4, "Unified", "unreadable")]):
+        folder = tmp_path / f"index{index}"
+        folder.mkdir()
+        (folder / "level").write_text(f"{level}\n")
+        (folder / "type").write_text(f"{kind}\n")
+        (folder / "size").write_text(f"{size}\n")
+    assert devices.cpu_cache_bytes(str(tmp_path)) == 32 << 20
+    assert devices.cpu_cache_bytes(str(tmp_path / "nowhere")) == devices.DEFAULT_CPU_CACHE_BYTES
+    assert devices.cpu_cache_bytes() > 0

@@ -25,7 +25,9 @@ well under a millisecond), and, once an order is computed, the ``bandwidth`` (la
 The cost rule (:func:`product_seconds`): a product moves the matrix's bytes (values, column
 indices, row pointers), writes y, and reads x in 32-byte sectors, ``nnz × x_sectors_per_nnz_warp``
 of them; it takes those bytes over :data:`BYTES_PER_SECOND` of the device, but never less than
-:data:`LATENCY_SECONDS`. The gain of an order per product is the difference of the two times
+:data:`LATENCY_SECONDS`. On the CPU a sector of x read from memory rather than the cache costs
+:data:`CPU_MISS_SECONDS` more (a core waits for it): a sector misses with the chance that x's
+bytes exceed :data:`CPU_CACHE_SHARE` of the last-level cache (:func:`cpu_miss_seconds`). The gain of an order per product is the difference of the two times
 less the two gathers of x and y (:func:`permutation_seconds`), which a product in the caller's
 order pays and a solver's iteration does not (the solvers iterate in the stored order and
 permute b and x once per solve: ``gathers=False``); over the expected products (the
@@ -53,6 +55,7 @@ import time
 
 import numpy as np
 
+from .._support.devices import cpu_cache_bytes
 from ..formats.base import DeviceCSR
 from ..kernels.cpu.ordering import rows_rcm
 from ..kernels.cpu.permute import permuted_csr
@@ -70,6 +73,17 @@ BYTES_PER_SECOND = {"cuda": 3.0e12, "cpu": 2.0e10}
 
 LATENCY_SECONDS = {"cuda": 5e-6, "cpu": 1e-6}
 """The shortest product the rule assumes (a launch, a thread pool's wake-up)."""
+
+CPU_MISS_SECONDS = 8e-9
+"""What a sector of x read from memory costs the CPU beyond its bytes (a core waits for it).
+Fitted, with :data:`CPU_CACHE_SHARE`, to the product of six shared matrices grown to 10⁷
+nonzeros and numbered at random less the same product in the bfs order, per sector saved, on a
+2-core AMD EPYC with 32 MiB of L3: 5.0 and 6.6 ns with x of 23 and 30 MB, 0.6–1.7 ns with x of
+4–17 MB but for one of 15 MB (3.5 ns); a sector's bytes at :data:`BYTES_PER_SECOND` take
+1.6 ns. The rule gives 3.8 and 5.1 ns for the first two, 1.6 ns for the rest."""
+
+CPU_CACHE_SHARE = 0.5
+"""The part of the last-level cache that holds x while the matrix streams through it."""
 
 ORDER_SECONDS_PER_NNZ = {"rcm": 2e-7, "bfs": 1e-7}
 """Computing each order per nonzero of A on the host. ``"rcm"``: SciPy's
@@ -136,14 +150,25 @@ def sector_floor(nnz: int, rows: int, itemsize: int) -> float:
     return (32 + 2 * length) / (per_sector * 32 * length)
 
 
+def cpu_miss_seconds(x_bytes: int) -> float:
+    """The rule's extra time of a sector of an x of ``x_bytes`` on the CPU: the chance that it
+    is not in :data:`CPU_CACHE_SHARE` of the last-level cache (a uniform spread of reads),
+    times :data:`CPU_MISS_SECONDS`."""
+    cached = CPU_CACHE_SHARE * cpu_cache_bytes()
+    return CPU_MISS_SECONDS * max(0.0, 1.0 - cached / x_bytes) if x_bytes else 0.0
+
+
 def product_seconds(csr, sectors_per_nnz: float, device: str) -> float:
     """The cost rule's time of one product (see the module docstring)."""
-    m = csr.shape[0]
+    m, n = csr.shape
     itemsize = np.dtype(csr.dtype).itemsize
     index = 4 if csr.nnz < 2**31 else 8
     traffic = (csr.nnz * (itemsize + index) + m * (index + itemsize)
                + csr.nnz * sectors_per_nnz * SECTOR_BYTES)
-    return max(LATENCY_SECONDS[device], traffic / BYTES_PER_SECOND[device])
+    seconds = traffic / BYTES_PER_SECOND[device]
+    if device == "cpu":
+        seconds += csr.nnz * sectors_per_nnz * cpu_miss_seconds(n * itemsize)
+    return max(LATENCY_SECONDS[device], seconds)
 
 
 def permutation_seconds(csr, device: str) -> float:

@@ -1,4 +1,5 @@
-"""Devices: their names, whether CUDA is usable, the device used automatically, the GPU's size.
+"""Devices: their names, whether CUDA is usable, the device used automatically, the GPU's size,
+the CPU's last-level cache.
 
 The one place that answers these questions for the rest of autospmv. It is the ground floor of
 the package: it imports no other autospmv module, so every module may import it without forming
@@ -25,6 +26,35 @@ CUDA_WARPS_IN_FLIGHT = 4096
 """Warps a large GPU runs at once, as the CUDA choosers count them: an H100/H200 holds 132 SMs ×
 64 = 8448; the choosers' quality is flat over a wide range of this value, so one number serves
 every large GPU."""
+
+
+DEFAULT_CPU_CACHE_BYTES = 32 << 20
+"""The last-level cache assumed where the operating system does not report one."""
+
+
+CPU_CACHE_FOLDER = "/sys/devices/system/cpu/cpu0/cache"
+"""Where Linux describes CPU 0's caches, one ``index*`` folder each."""
+
+
+@functools.cache
+def cpu_cache_bytes(folder: str = CPU_CACHE_FOLDER) -> int:
+    """The CPU's largest data cache in bytes (the last level, shared by the cores), as Linux
+    describes it in ``folder`` (the highest level listed); else
+    :data:`DEFAULT_CPU_CACHE_BYTES`."""
+    import pathlib
+
+    best = (0, 0)
+    for index in pathlib.Path(folder).glob("index*"):
+        try:
+            level = int((index / "level").read_text())
+            text = (index / "size").read_text().strip().upper()
+            kind = (index / "type").read_text().strip()
+            size = int(text.rstrip("KMG")) << {"K": 10, "M": 20, "G": 30}.get(text[-1:], 0)
+        except (OSError, ValueError):
+            continue
+        if kind != "Instruction":
+            best = max(best, (level, size))
+    return best[1] or DEFAULT_CPU_CACHE_BYTES
 
 
 def check_device(device) -> str | None:
