@@ -2,7 +2,9 @@
 
 Each shared matrix (``.npz`` files of the folders given) is grown block-diagonally to about
 ``--grown-nnz`` nonzeros and numbered at random (one random symmetric permutation). For float32
-and float64, back to back (CUDA events around ``--products`` products of a CuPy x):
+and float64, back to back (CUDA events around ``--products`` products of a CuPy x; on the CPU
+the operators of a matrix take turns, one product each, and each figure is the median of its
+products' own times, so that a shared machine's load falls on all of them alike):
 
 * ``keep``: today's automatic operator, ``prepare(A, order="keep")``;
 * ``auto``: ``prepare(A, order="auto", products=--hint)``, and the order it chose;
@@ -11,12 +13,15 @@ and float64, back to back (CUDA events around ``--products`` products of a CuPy 
   runs), so ``rcm`` less this is the cost of the two gathers, beside ``copy``: one copy of
   x, the GPU's time of a vector pass (repeated in a CUDA graph, so that no launch from the
   host bounds it; back to back on the CPU);
+* ``bfs``, ``bfs_in_own_order``: the same for ``prepare(A, order="bfs")`` (reverse
+  Cuthill–McKee over the graph of A's rows, the order "auto" computes);
 * ``cusparse``: SciPy's RCM, then cupyx's CSR product in RCM order, alone (``cusparse_in_order``)
   and with the two permutations of x and y by CuPy indexing (``cusparse``);
 * the grown matrix as given (not renumbered): ``keep`` against ``auto`` with the hint.
 
-Each row has the products' µs, every ``prepare``'s seconds, the ordering's one-time cost
-(``prepare`` with the order chosen less ``prepare`` keeping it), the gain per product and the
+Each row has the products' µs, every ``prepare``'s seconds, each order's one-time cost
+(``prepare`` with the order less ``prepare`` keeping it; ``ordering_cost_s`` and the keys
+without a prefix are RCM's, ``bfs_...`` the bfs order's), the gain per product and the
 break-even product count, and whether the hint's products pay for the order. On symmetric
 matrices (or symmetrised ones), shifted to be positive definite as ``solvers_gpu.py`` does,
 ``autospmv.cg`` runs ``--cg-iterations`` iterations (rtol=0) on the operator kept and the
@@ -37,6 +42,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import platform
 import sys
 import time
@@ -100,7 +106,14 @@ class Device:
         if self.cp is not None:
             props = self.cp.cuda.runtime.getDeviceProperties(self.cp.cuda.Device().id)
             return props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
-        return f"CPU {platform.processor() or platform.machine()}"
+        model = platform.processor() or platform.machine()
+        try:
+            with open("/proc/cpuinfo") as info:
+                model = next(line.split(":", 1)[1].strip() for line in info
+                             if line.startswith("model name"))
+        except (OSError, StopIteration):
+            pass
+        return f"CPU {model}, {len(os.sched_getaffinity(0))} cores"
 
     def sync(self) -> None:
         if self.cp is not None:
@@ -124,6 +137,24 @@ class Device:
             run()
         return (time.perf_counter() - started) * 1e6 / products
 
+    def each_back_to_back(self, runs: dict, products: int) -> dict:
+        """µs per call of each of ``runs`` (label: callable), ``products`` calls each. On the
+        GPU one after another (:meth:`back_to_back`); on the CPU in turns, one call of each per
+        turn, each call timed by itself, and the median of each's calls: a shared machine's
+        change of load then falls on every label alike, and a burst on a few calls only."""
+        if self.cp is not None:
+            return {label: self.back_to_back(run, products) for label, run in runs.items()}
+        for run in runs.values():
+            run()
+            run()
+        times = {label: [] for label in runs}
+        for _ in range(products):
+            for label, run in runs.items():
+                started = time.perf_counter()
+                run()
+                times[label].append(time.perf_counter() - started)
+        return {label: float(np.median(t)) * 1e6 for label, t in times.items()}
+
     def pass_us(self, run) -> float:
         """µs per call of ``run()`` as the device runs it: on the GPU captured in a CUDA graph
         and replayed (:func:`solvers_gpu.graph_us`), so that the host's launches do not bound a
@@ -142,9 +173,10 @@ def prepared(device: Device, A, **options):
     return op, time.perf_counter() - started
 
 
-def product_us(device: Device, op, x, products: int) -> float:
+def product(device: Device, op, x):
+    """A callable running ``op.matvec(x, out=...)`` into one result vector."""
     out = device.xp.empty(op.shape[0], dtype=np.result_type(op.dtype, x.dtype))
-    return device.back_to_back(lambda: op.matvec(x, out=out), products)
+    return lambda: op.matvec(x, out=out)
 
 
 def baseline_us(device: Device, A, perm, x, products: int) -> tuple[float, float]:
@@ -164,16 +196,29 @@ def baseline_us(device: Device, A, perm, x, products: int) -> tuple[float, float
     return in_order, permuted
 
 
-def cg_us(device: Device, op, iterations: int) -> float:
-    """µs per iteration of ``autospmv.cg`` on ``op`` (rtol=0: every iteration runs)."""
-    b = device.xp.ones(op.shape[0], dtype=op.dtype)
-    autospmv.cg(op, b, rtol=0.0, maxiter=2)  # builds the workspace (and captures a graph)
-    device.sync()
-    started = time.perf_counter()
-    autospmv.cg(op, b, rtol=0.0, maxiter=iterations)
-    device.sync()
-    done = op.last_solve["iterations"] or iterations
-    return (time.perf_counter() - started) * 1e6 / done
+CG_TURNS = 5
+"""On the CPU, the solves of :func:`cg_us` split into this many turns per operator."""
+
+
+def cg_us(device: Device, ops: dict, iterations: int) -> dict:
+    """µs per iteration of ``autospmv.cg`` on each of ``ops`` (label: operator; rtol=0: every
+    iteration runs): on the GPU one solve of ``iterations`` each, one operator after another;
+    on the CPU :data:`CG_TURNS` solves of a share of them each, the operators in turns, and the
+    median of each's turns (as :meth:`Device.each_back_to_back`)."""
+    turns = 1 if device.cp is not None else CG_TURNS
+    b = {label: device.xp.ones(op.shape[0], dtype=op.dtype) for label, op in ops.items()}
+    for label, op in ops.items():
+        autospmv.cg(op, b[label], rtol=0.0, maxiter=2)  # the workspace (and a CUDA graph)
+    times = {label: [] for label in ops}
+    for _ in range(turns):
+        for label, op in ops.items():
+            device.sync()
+            started = time.perf_counter()
+            autospmv.cg(op, b[label], rtol=0.0, maxiter=max(1, iterations // turns))
+            device.sync()
+            done = op.last_solve["iterations"] or max(1, iterations // turns)
+            times[label].append((time.perf_counter() - started) * 1e6 / done)
+    return {label: float(np.median(t)) for label, t in times.items()}
 
 
 def geomean(values) -> float | None:
@@ -198,28 +243,27 @@ def measure_matrix(device: Device, name: str, A, args) -> list[dict]:
                "scipy_rcm_s": scipy_rcm_s}
         Rd, Gd = R.astype(dtype), G.astype(dtype)
         x = device.xp.asarray(rng.standard_normal(R.shape[0]).astype(dtype))
-        for label, options in (("keep", {"order": "keep"}),
-                               ("auto", {"order": "auto", "products": args.hint}),
-                               ("rcm", {"order": "rcm"})):
-            op, seconds = prepared(device, Rd, **options)
+        runs = {}
+        for label, matrix, options in (
+                ("keep", Rd, {"order": "keep"}),
+                ("auto", Rd, {"order": "auto", "products": args.hint}),
+                ("rcm", Rd, {"order": "rcm"}), ("bfs", Rd, {"order": "bfs"}),
+                ("given_keep", Gd, {"order": "keep"}),
+                ("given_auto", Gd, {"order": "auto", "products": args.hint})):
+            op, seconds = prepared(device, matrix, **options)
             row[f"{label}_prepare_s"] = seconds
             row[f"{label}_order"] = op.order
-            row[f"{label}_us"] = product_us(device, op, x, args.products)
-            if label == "rcm":
-                row["rcm_in_own_order_us"] = product_us(device, op.in_own_order(), x,
-                                                        args.products)
+            runs[label] = product(device, op, x)
+            if label in ("rcm", "bfs"):
+                runs[f"{label}_in_own_order"] = product(device, op.in_own_order(), x)
             del op
+        for label, us in device.each_back_to_back(runs, args.products).items():
+            row[f"{label}_us"] = us
+        del runs
         copy = device.xp.empty_like(x)
         row["copy_us"] = device.pass_us(lambda: copy.__setitem__(Ellipsis, x))
         row["cusparse_in_order_us"], row["cusparse_us"] = baseline_us(
             device, Rd, perm, x, args.products)
-        for label, options in (("given_keep", {"order": "keep"}),
-                               ("given_auto", {"order": "auto", "products": args.hint})):
-            op, seconds = prepared(device, Gd, **options)
-            row[f"{label}_prepare_s"] = seconds
-            row[f"{label}_order"] = op.order
-            row[f"{label}_us"] = product_us(device, op, x, args.products)
-            del op
         gain_us = row["keep_us"] - row["rcm_us"]
         cost_s = row["rcm_prepare_s"] - row["keep_prepare_s"]
         row["speedup_rcm"] = row["keep_us"] / row["rcm_us"]
@@ -231,22 +275,33 @@ def measure_matrix(device: Device, name: str, A, args) -> list[dict]:
         row["gain_per_product_us"] = gain_us
         row["break_even_products"] = cost_s * 1e6 / gain_us if gain_us > 0 else None
         row["hint_pays"] = bool(gain_us > 0 and args.hint * gain_us * 1e-6 >= cost_s)
+        bfs_gain_us = row["keep_us"] - row["bfs_us"]
+        bfs_cost_s = row["bfs_prepare_s"] - row["keep_prepare_s"]
+        row["speedup_bfs"] = row["keep_us"] / row["bfs_us"]
+        row["speedup_bfs_in_own_order"] = row["keep_us"] / row["bfs_in_own_order_us"]
+        row["bfs_ordering_cost_s"] = bfs_cost_s
+        row["bfs_gain_per_product_us"] = bfs_gain_us
+        row["bfs_break_even_products"] = (bfs_cost_s * 1e6 / bfs_gain_us if bfs_gain_us > 0
+                                          else None)
         if args.cg_iterations:
             S = at_random(grown(spd_copy(A), args.grown_nnz)).astype(dtype)
+            ops = {}
             for label, options in (("keep", {"order": "keep"}),
                                    ("auto", {"order": "auto", "products": args.hint,
                                              "solver": True})):
-                op, _ = prepared(device, S, **options)
-                row[f"cg_{label}_order"] = op.order
-                row[f"cg_{label}_us_per_iteration"] = cg_us(device, op, args.cg_iterations)
-                del op
+                ops[label], _ = prepared(device, S, **options)
+                row[f"cg_{label}_order"] = ops[label].order
+            for label, us in cg_us(device, ops, args.cg_iterations).items():
+                row[f"cg_{label}_us_per_iteration"] = us
+            del ops
             row["cg_speedup_auto"] = (row["cg_keep_us_per_iteration"]
                                       / row["cg_auto_us_per_iteration"])
         log(f"  {row['dtype']}: keep {row['keep_us']:.1f} µs, auto ({row['auto_order']}) "
             f"{row['auto_us']:.1f}, rcm {row['rcm_us']:.1f} ({row['rcm_in_own_order_us']:.1f} in "
-            f"its own order; a copy of x {row['copy_us']:.1f}), cuSPARSE in RCM order "
+            f"its own order), bfs {row['bfs_us']:.1f} ({row['bfs_in_own_order_us']:.1f}; "
+            f"ordering {bfs_cost_s:.2f} s); a copy of x {row['copy_us']:.1f}; cuSPARSE in RCM order "
             f"{row['cusparse_in_order_us']:.1f} (+ permutations {row['cusparse_us']:.1f}); "
-            f"as given: auto/keep {row['given_auto_over_keep']:.3f}; ordering "
+            f"as given: auto/keep {row['given_auto_over_keep']:.3f}; RCM ordering "
             f"{cost_s:.2f} s, break-even {row['break_even_products'] or float('nan'):.0f} "
             f"products" + (f"; cg µs/iteration keep {row['cg_keep_us_per_iteration']:.1f}, "
                            f"auto {row['cg_auto_us_per_iteration']:.1f}"
@@ -263,6 +318,12 @@ def summary(rows) -> dict:
             "geomean_speedup_auto": geomean(r["speedup_auto"] for r in these),
             "geomean_speedup_rcm": geomean(r["speedup_rcm"] for r in these),
             "geomean_speedup_in_own_order": geomean(r["speedup_in_own_order"] for r in these),
+            "geomean_speedup_bfs": geomean(r["speedup_bfs"] for r in these),
+            "geomean_speedup_bfs_in_own_order": geomean(r["speedup_bfs_in_own_order"]
+                                                        for r in these),
+            "geomean_rcm_over_bfs_ordering_cost": geomean(
+                r["ordering_cost_s"] / r["bfs_ordering_cost_s"] for r in these
+                if r["bfs_ordering_cost_s"] > 0 and r["ordering_cost_s"] > 0),
             "geomean_gathers_over_copy": geomean(r["gathers_us"] / r["copy_us"]
                                                  for r in these),
             "geomean_cg_speedup_auto": geomean(r.get("cg_speedup_auto") for r in these),
