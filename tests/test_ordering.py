@@ -506,3 +506,36 @@ def test_the_cpu_cache_is_the_largest_level_linux_describes(tmp_path):
     assert devices.cpu_cache_bytes(str(tmp_path)) == 32 << 20
     assert devices.cpu_cache_bytes(str(tmp_path / "nowhere")) == devices.DEFAULT_CPU_CACHE_BYTES
     assert devices.cpu_cache_bytes() > 0
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+@pytest.mark.parametrize("share", [0.0, 1e12])  # always the scatter, always the gather
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_both_forms_of_a_permutation_give_src_at_perm(monkeypatch, share, parallel, dtype, rng):
+    from autospmv.kernels.cpu import permute
+
+    monkeypatch.setattr(permute, "SCATTER_CACHE_SHARE", share)
+    m = 70_000  # above the threads' threshold
+    perm = rng.permutation(m).astype(np.int32)
+    src = rng.standard_normal(m).astype(dtype)
+    dst = np.full(m, np.nan, dtype=dtype)
+    permute.permute(perm, ordering.inverse_of(perm), src, dst, parallel)
+    np.testing.assert_array_equal(dst, src[perm])
+    block = rng.standard_normal((m, 3)).astype(dtype)  # rows: always gathered
+    rows = np.empty_like(block)
+    permute.permute(perm, ordering.inverse_of(perm), block, rows, parallel)
+    np.testing.assert_array_equal(rows, block[perm])
+
+
+@pytest.mark.parametrize("share", [0.0, 1e12])
+def test_an_operator_in_another_order_by_either_form_matches_scipy(monkeypatch, share, rng):
+    from autospmv.kernels.cpu import permute
+
+    monkeypatch.setattr(permute, "SCATTER_CACHE_SHARE", share)
+    A = numbered_at_random(grid_laplacian(300))  # 9·10⁴ rows: the threads' gathers
+    op = autospmv.prepare(A, device="cpu", order="bfs")
+    x = rng.standard_normal(A.shape[0])
+    assert relative_error(op @ x, reference(A, x)) <= 1e-12
+    assert relative_error(op.rmatvec(x), reference(A.T.tocsr(), x)) <= 1e-12
+    x32 = x.astype(np.float32)
+    assert relative_error(op @ x32, reference(A, x32)) <= 1e-12

@@ -2,10 +2,19 @@
 order an operator's matrix is stored in, and the permuted copy of a CSR matrix.
 
 An operator whose matrix runs in another order (``P A Pᵀ``, :mod:`autospmv._decide.ordering`)
-computes ``y = A @ x`` as ``x_p[i] = x[perm[i]]``, ``y_p = (P A Pᵀ) @ x_p``,
-``y[i] = y_p[inverse[i]]``: two gathers, each writing its result in order (one pass over the
-vector each), around the kernel's own product. :class:`PermutedCpuBackend` wraps the CPU
-backend of the permuted matrix with them; its workspaces are allocated once per dtype.
+computes ``y = A @ x`` as ``x_p = x[perm]``, ``y_p = (P A Pᵀ) @ x_p``, ``y = y_p[inverse]``:
+two permutations of a vector (one pass over it each) around the kernel's own product.
+:class:`PermutedCpuBackend` wraps the CPU backend of the permuted matrix with them; its
+workspaces are allocated once per dtype.
+
+A permutation ``dst = src[perm]`` runs in one of two forms that give the same vector
+(:func:`permute`): the gather ``dst[i] = src[perm[i]]`` (reads scattered, writes in order) or the
+scatter ``dst[inverse[j]] = src[j]`` (reads in order, writes scattered). A core waits for a
+scattered read that misses the cache but not for a scattered write, so for a vector larger than
+:data:`SCATTER_CACHE_SHARE` of the last-level cache the scatter is faster: 7.4 against 11.3 ms for
+3.7·10⁶ float64 elements, 4.6 against 5.7 ms in float32, 2.5 against 3.5 ms for 2·10⁶ float64;
+and slower within it (1.6 against 1.2 ms for 2·10⁶ float32, 8 MB), on two threads of a 2-core
+AMD EPYC with 32 MiB of L3.
 """
 
 from __future__ import annotations
@@ -15,6 +24,7 @@ import threading
 import numba
 import numpy as np
 
+from ..._support.devices import cpu_cache_bytes
 from ..._support.jit import specialisations
 
 PARALLEL_MIN_ROWS = 1 << 16
@@ -26,6 +36,11 @@ def _gather(index, src, dst):
         dst[i] = src[index[i]]
 
 
+def _scatter(index, src, dst):
+    for j in numba.prange(src.shape[0]):
+        dst[index[j]] = src[j]
+
+
 def _gather_rows(index, src, dst):
     for i in numba.prange(dst.shape[0]):
         row = index[i]
@@ -34,6 +49,7 @@ def _gather_rows(index, src, dst):
 
 
 gather_serial, gather_parallel = specialisations(_gather)
+scatter_serial, scatter_parallel = specialisations(_scatter)
 gather_rows_serial, gather_rows_parallel = specialisations(_gather_rows)
 
 
@@ -44,6 +60,23 @@ def gather(index: np.ndarray, src: np.ndarray, dst: np.ndarray, parallel: bool =
         (gather_rows_parallel if parallel else gather_rows_serial)(index, src, dst)
     else:
         (gather_parallel if parallel else gather_serial)(index, src, dst)
+
+
+SCATTER_CACHE_SHARE = 0.25
+"""A vector of more bytes than this part of the last-level cache is permuted by the scatter
+form (see the module docstring)."""
+
+
+def permute(perm: np.ndarray, inverse: np.ndarray, src: np.ndarray, dst: np.ndarray,
+            parallel: bool = False) -> None:
+    """``dst = src[perm]`` (``inverse`` is perm's inverse), rows of 2-D arrays or elements of
+    vectors, in the faster of the two forms of the module docstring: a vector larger than
+    :data:`SCATTER_CACHE_SHARE` of the last-level cache by the scatter, anything else by the
+    gather. On numba's threads when ``parallel``; the result is the same either way."""
+    if dst.ndim == 1 and dst.nbytes > SCATTER_CACHE_SHARE * cpu_cache_bytes():
+        (scatter_parallel if parallel else scatter_serial)(inverse, src, dst)
+    else:
+        gather(perm, src, dst, parallel)
 
 
 INSERTION_SORT_MAX = 32
@@ -152,9 +185,9 @@ class PermutedCpuBackend:
                 x_p, y_p = work
             else:
                 x_p, y_p = np.empty(n, x.dtype), np.empty(m, y.dtype)
-            gather(self.perm, x, x_p, self._parallel)
+            permute(self.perm, self.inverse, x, x_p, self._parallel)
             run(x_p, y_p)
-            gather(self.inverse, y_p, y, self._parallel)
+            permute(self.inverse, self.perm, y_p, y, self._parallel)
         finally:
             if own:
                 self._lock.release()

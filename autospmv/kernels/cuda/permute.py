@@ -25,6 +25,7 @@ from numba import cuda
 
 from ..._support.validation import result_dtype
 from ..cpu.permute import gather as host_gather
+from ..cpu.permute import permute as host_permute
 from . import jit
 from .backend import VECTOR_DTYPES, _empty_like_input, _row_major, stream_of
 from .launch import SIMULATOR, X, Y, Launch, device_pointer
@@ -115,9 +116,9 @@ class PermutedCudaBackend:
             return
         x_p = np.empty_like(x)
         y_p = np.empty_like(y)
-        host_gather(self.perm, x, x_p)
+        host_permute(self.perm, self.inverse, x, x_p)
         self.inner.host_matvec(x_p, y_p)
-        host_gather(self.inverse, y_p, y)
+        host_permute(self.inverse, self.perm, y_p, y)
 
     def set_up_multi(self, matrix_csr, notes: list | None = None) -> tuple[str, tuple]:
         return self.inner.set_up_multi(matrix_csr, notes)
