@@ -19,9 +19,9 @@ The walk, in full (so that it is reproducible from this description):
 3. The visiting order reversed is ``perm``: row i of ``P A Pᵀ`` is row ``perm[i]`` of A.
 
 The cost is O(n + nnz) besides the sorts of each vertex's newly reached neighbours (by insertion
-up to :data:`INSERTION_SORT_MAX` of them, else a stable ``argsort``); it is sequential (a
-breadth-first walk in this order is), and its reads of the visited flags and degrees follow the
-columns.
+up to :data:`INSERTION_SORT_MAX` of them, else a stable ``argsort``, on their degrees read once
+as they are queued); it is sequential (a breadth-first walk in this order is), and its reads of
+the visited flags and degrees follow the columns.
 """
 
 from __future__ import annotations
@@ -56,23 +56,23 @@ def _vertices_by_degree(degree):
 
 
 @njit(cache=True)
-def _sort_by_degree(queue, first, last, degree):
-    """Sort ``queue[first:last]`` by degree, stably (equal degrees keep their order)."""
+def _sort_by_degree(queue, keys, first, last):
+    """Sort ``queue[first:last]`` by ``keys[first:last]`` (their degrees, read once as they
+    were queued), stably: equal degrees keep their order."""
     if last - first <= INSERTION_SORT_MAX:
         for a in range(first + 1, last):
             w = queue[a]
-            d = degree[w]
+            d = keys[a]
             b = a - 1
-            while b >= first and degree[queue[b]] > d:
+            while b >= first and keys[b] > d:
                 queue[b + 1] = queue[b]
+                keys[b + 1] = keys[b]
                 b -= 1
             queue[b + 1] = w
+            keys[b + 1] = d
     else:
         part = queue[first:last].copy()
-        keys = np.empty(last - first, np.int64)
-        for a in range(last - first):
-            keys[a] = degree[part[a]]
-        ranked = np.argsort(keys, kind="mergesort")
+        ranked = np.argsort(keys[first:last], kind="mergesort")
         for a in range(last - first):
             queue[first + a] = part[ranked[a]]
 
@@ -84,6 +84,7 @@ def _rows_rcm(indptr, indices, n):
         degree[v] = indptr[v + 1] - indptr[v]
     starts = _vertices_by_degree(degree)
     queue = np.empty(n, np.int64)
+    keys = np.empty(n, np.int64)  # the degree of queue[i], read when it was queued
     visited = np.zeros(n, np.bool_)
     head = 0
     tail = 0
@@ -104,8 +105,9 @@ def _rows_rcm(indptr, indices, n):
                 if not visited[w]:
                     visited[w] = True
                     queue[tail] = w
+                    keys[tail] = indptr[w + 1] - indptr[w]
                     tail += 1
-            _sort_by_degree(queue, first, tail, degree)
+            _sort_by_degree(queue, keys, first, tail)
     return queue[::-1].copy()
 
 
