@@ -205,6 +205,24 @@ def test_keywords_reach_both_blocks(client, kernel):
     check_product(op, A, np.float64)
 
 
+@pytest.mark.parametrize("order", ["rcm", "bfs"])
+def test_each_rank_renumbers_its_owned_block(client, order):
+    # A band numbered at random: each rank's owned (square) block renumbered by the order, its
+    # ghost block (rectangular) in its own order; products and cg as SciPy's.
+    A = band(600, offsets=(1, 2, 9))
+    p = np.random.default_rng(4).permutation(600)
+    A = sp.csr_matrix(A[p][:, p])
+    op = prepare(A, client, order=order)
+    assert [part.decision.order for part in op.parts] == [order] * 2
+    assert all(part.ghost_decision.order == "keep" for part in op.parts)
+    check_product(op, A, np.float64)
+    b = np.random.default_rng(5).standard_normal(600)
+    x_ref, info_ref, iterations = scipy_iterations(spla.cg, A, b, rtol=1e-10)
+    x, info = adist.cg(op, b, rtol=1e-10)
+    assert info == info_ref == 0 and op.last_solve["iterations"] == iterations
+    np.testing.assert_allclose(x, x_ref, rtol=1e-8, atol=1e-12)
+
+
 def test_distributed_vectors_stay_on_the_workers(client):
     A = band(500)
     op = prepare(A, client)
