@@ -47,6 +47,7 @@ SQUARE = {
     "grid_at_random": lambda: numbered_at_random(grid_laplacian(12)),
     "empty_rows": with_empty_rows,
     "no_nonzeros": lambda: sp.csr_matrix((20, 20)),
+    "empty_0x0": lambda: sp.csr_matrix((0, 0)),
     "one_by_one": lambda: sp.csr_matrix(np.array([[3.0]])),
 }
 

@@ -228,6 +228,8 @@ def rcm(csr) -> np.ndarray:
     from scipy.sparse import csr_matrix
     from scipy.sparse.csgraph import reverse_cuthill_mckee
 
+    if csr.shape[0] == 0:  # SciPy's reduces over the rows, and fails on none
+        return np.empty(0, dtype=np.int64)
     indptr, indices = host_structure(csr)
     structure = csr_matrix((np.ones(indices.shape[0], dtype=np.int8), indices, indptr),
                            shape=csr.shape)
