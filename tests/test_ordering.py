@@ -466,6 +466,8 @@ def test_a_cupy_matrix_is_renumbered_on_the_gpu(order, dtype, rng):
     cupy = pytest.importorskip("cupy")
     import cupyx.scipy.sparse as cusp
 
+    empty = autospmv.prepare(cusp.csr_matrix((0, 0), dtype=dtype), device="cuda", order=order)
+    assert empty.order == order and empty.shape == (0, 0)
     A = numbered_at_random(grid_laplacian(30)).astype(dtype)
     op = autospmv.prepare(cusp.csr_matrix(A), device="cuda", order=order)
     assert op.order == order and sorted(op.permutation) == list(range(A.shape[0]))
