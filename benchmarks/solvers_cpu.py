@@ -14,6 +14,11 @@ table gives the medians and the spread. Run from the repository root::
     PYTHONPATH=. python benchmarks/solvers_cpu.py --sizes 1e5,1e6,5e6 --methods cg,gmres \
         --dtypes float64,float32 --out results.json
 
+``--at-random`` numbers every problem at random (one symmetric permutation, P A Pᵀ and P b, the
+same on both sides), as graph and mesh data often arrive, and prepares autospmv's operator as its
+solvers prepare a matrix they are given (``products=`` the iteration limit, ``solver=True``: the
+order is part of the decision); ``prepare``'s seconds are recorded beside the solves.
+
 ``--renumberings K`` times nothing: it counts SciPy's iterations on each problem as given and in
 K random symmetric renumberings (P A Pᵀ and P b, the same problem with its sums taken in other
 orders), next to autospmv's count: how far rounding alone moves SciPy's own count.
@@ -56,6 +61,9 @@ def problems(args):
         for dtype in args.dtypes.split(","):
             P = laplacian(size, args.dims)
             b = np.random.default_rng(0).standard_normal(P.shape[0]).astype(dtype)
+            if args.at_random:
+                p = np.random.default_rng(1).permutation(P.shape[0])
+                P, b = P[p][:, p].tocsr(), b[p]
             for method in args.methods.split(","):
                 A = (P if method in ("cg", "minres") else convection(P)).astype(dtype)
                 extra = {"restart": 30} if method == "gmres" else {}
@@ -125,6 +133,8 @@ def main(argv=None):
                         help="the Laplacians' grid dimension")
     parser.add_argument("--repeats", type=int, default=5, help="timed solves per solver")
     parser.add_argument("--maxiter", type=int, default=400, help="iteration limit")
+    parser.add_argument("--at-random", action="store_true",
+                        help="number the problems at random (see the module docstring)")
     parser.add_argument("--renumberings", type=int, default=0,
                         help="count SciPy's iterations in this many random renumberings "
                              "instead of timing")
@@ -143,7 +153,7 @@ def main(argv=None):
     scipy_process = subprocess.Popen(
         [sys.executable, __file__, "--scipy-side", "--sizes", args.sizes, "--methods",
          args.methods, "--dtypes", args.dtypes, "--dims", str(args.dims), "--maxiter",
-         str(args.maxiter)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+         str(args.maxiter)] + (["--at-random"] if args.at_random else []), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
     def ask_scipy(index: int, what: str) -> dict:
         scipy_process.stdin.write(f"{index} {what}\n")
@@ -151,10 +161,19 @@ def main(argv=None):
         return json.loads(scipy_process.stdout.readline())
 
     import autospmv
+    from autospmv._solve.driver import HINT_ITERATIONS
+    from autospmv.distributed._solvers import METHODS
 
     rows = []
     for index, (method, A, b, kwargs) in enumerate(problems(args)):
-        op = autospmv.prepare(A, device="cpu")
+        started = time.perf_counter()
+        if args.at_random:  # the hint the solvers prepare a matrix they are given with
+            products = (min(kwargs["maxiter"], HINT_ITERATIONS)
+                        * METHODS[method].products_per_iteration)
+            op = autospmv.prepare(A, device="cpu", products=products, solver=True)
+        else:
+            op = autospmv.prepare(A, device="cpu")
+        prepare_s = time.perf_counter() - started
         solver = getattr(autospmv, method)
         x, info = solver(op, b, **kwargs)
         scipy_row = ask_scipy(index, "warm")
@@ -163,7 +182,7 @@ def main(argv=None):
             scipy_row["seconds"].append(ask_scipy(index, "time")["seconds"])
             ours.append(timed(lambda: solver(op, b, **kwargs)))
         row = {"method": method, "dtype": str(A.dtype), "n": A.shape[0], "nnz": int(A.nnz),
-               "kernel": op.kernel,
+               "kernel": op.kernel, "order": op.order, "prepare_s": prepare_s,
                "threads": op.threads, "iterations": op.last_solve["iterations"], "info": info,
                "residual": float(np.linalg.norm(A @ x - b)), "seconds": ours,
                "scipy": scipy_row}
@@ -179,7 +198,8 @@ def main(argv=None):
     scipy_process.wait()
     out = {"machine": platform.processor() or platform.machine(), "cores": os.cpu_count(),
            "date": datetime.date.today().isoformat(), "scipy": scipy.__version__,
-           "autospmv": autospmv.__version__, "dims": args.dims, "rows": rows}
+           "autospmv": autospmv.__version__, "dims": args.dims, "at_random": args.at_random,
+           "rows": rows}
     args.out.write_text(json.dumps(out, indent=1))
 
 
