@@ -250,7 +250,8 @@ def test_the_permuted_copy_is_canonical():
 def test_the_permuted_copy_is_scipys_on_threads_or_not(parallel, index):
     """Rows short enough for insertion sort and longer ones, empty rows, both index widths;
     on numba's threads or not, the same arrays as SciPy's P A Pᵀ."""
-    from autospmv.kernels.cpu.permute import INSERTION_SORT_MAX, permuted_csr
+    from autospmv.kernels.cpu.permute import permuted_csr
+    from autospmv.kernels.cpu.sorting import INSERTION_SORT_MAX
 
     rng = np.random.default_rng(6)
     m = 3000
@@ -416,7 +417,8 @@ def unsorted(A) -> sp.csr_matrix:
 @pytest.mark.parametrize("index", [np.int32, np.int64])
 @pytest.mark.parametrize("name", list(WALKED))
 def test_the_bfs_order_is_the_walk_its_description_gives(name, index):
-    from autospmv.kernels.cpu.ordering import INSERTION_SORT_MAX, rows_rcm
+    from autospmv.kernels.cpu.ordering import rows_rcm
+    from autospmv.kernels.cpu.sorting import INSERTION_SORT_MAX
 
     A = WALKED[name]()
     if name == "star":

@@ -13,15 +13,15 @@ The walk, in full (so that it is reproducible from this description):
    first; a counting sort, O(n)) give the starts.
 2. The first unvisited vertex of that list starts a breadth-first walk. Each vertex taken from
    the queue appends its unvisited neighbours to the queue, in order of degree (ties: the order
-   of the row's columns as stored, ascending in a canonical matrix). When the queue empties and vertices remain, the next start
-   is again the first unvisited vertex of the sorted list: each weakly reachable part gets its
-   own walk, from a vertex of least degree.
+   of the row's columns as stored, ascending in a canonical matrix). When the queue empties and
+   vertices remain, the next start is again the first unvisited vertex of the sorted list: each
+   weakly reachable part gets its own walk, from a vertex of least degree.
 3. The visiting order reversed is ``perm``: row i of ``P A Pᵀ`` is row ``perm[i]`` of A.
 
-The cost is O(n + nnz) besides the sorts of each vertex's newly reached neighbours (by insertion
-up to :data:`INSERTION_SORT_MAX` of them, else a stable ``argsort``, on their degrees read once
-as they are queued); it is sequential (a breadth-first walk in this order is), and its reads of
-the visited flags and degrees follow the columns.
+The cost is O(n + nnz) besides the sorts of each vertex's newly reached neighbours
+(:func:`.sorting.sort_run`, on their degrees read once as they are queued); it is sequential (a
+breadth-first walk in this order is), and its reads of the visited flags and degrees follow the
+columns.
 """
 
 from __future__ import annotations
@@ -29,11 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..._support.jit import njit
-
-INSERTION_SORT_MAX = 32
-"""Most newly reached neighbours of one vertex sorted by insertion; more by a stable argsort
-(a dense row reaching a million vertices at once must not cost a million squared)."""
-
+from .sorting import sort_run
 
 @njit(cache=True)
 def _vertices_by_degree(degree):
@@ -53,28 +49,6 @@ def _vertices_by_degree(degree):
         ordered[start[degree[v]]] = v
         start[degree[v]] += 1
     return ordered
-
-
-@njit(cache=True)
-def _sort_by_degree(queue, keys, first, last):
-    """Sort ``queue[first:last]`` by ``keys[first:last]`` (their degrees, read once as they
-    were queued), stably: equal degrees keep their order."""
-    if last - first <= INSERTION_SORT_MAX:
-        for a in range(first + 1, last):
-            w = queue[a]
-            d = keys[a]
-            b = a - 1
-            while b >= first and keys[b] > d:
-                queue[b + 1] = queue[b]
-                keys[b + 1] = keys[b]
-                b -= 1
-            queue[b + 1] = w
-            keys[b + 1] = d
-    else:
-        part = queue[first:last].copy()
-        ranked = np.argsort(keys[first:last], kind="mergesort")
-        for a in range(last - first):
-            queue[first + a] = part[ranked[a]]
 
 
 @njit(cache=True)
@@ -107,7 +81,7 @@ def _rows_rcm(indptr, indices, n):
                     queue[tail] = w
                     keys[tail] = indptr[w + 1] - indptr[w]
                     tail += 1
-            _sort_by_degree(queue, keys, first, tail)
+            sort_run(keys, queue, first, tail)
     return queue[::-1].copy()
 
 

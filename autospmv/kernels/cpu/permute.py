@@ -26,6 +26,7 @@ import numpy as np
 
 from ..._support.devices import cpu_cache_bytes
 from ..._support.jit import specialisations
+from .sorting import sort_run
 
 PARALLEL_MIN_ROWS = 1 << 16
 """Shortest vector whose gathers run on the product's threads (shorter ones run serially)."""
@@ -79,11 +80,6 @@ def permute(perm: np.ndarray, inverse: np.ndarray, src: np.ndarray, dst: np.ndar
         gather(perm, src, dst, parallel)
 
 
-INSERTION_SORT_MAX = 32
-"""Rows of at most this many entries are sorted by insertion in :func:`permuted_csr`; longer
-ones by ``argsort``."""
-
-
 def _permuted_rows(indptr, indices, data, perm, inverse, out_indptr, out_indices, out_data):
     # Row i of the result (its place in out_indptr already known) is A's row perm[i], each
     # column renumbered and the row sorted again; rows are independent.
@@ -92,27 +88,10 @@ def _permuted_rows(indptr, indices, data, perm, inverse, out_indptr, out_indices
         start = out_indptr[i]
         length = indptr[row + 1] - indptr[row]
         source = indptr[row]
-        if length > INSERTION_SORT_MAX:
-            columns = np.empty(length, out_indices.dtype)
-            for k in range(length):
-                columns[k] = inverse[indices[source + k]]
-            order = np.argsort(columns)
-            for k in range(length):
-                out_indices[start + k] = columns[order[k]]
-                out_data[start + k] = data[source + order[k]]
-            continue
         for k in range(length):
             out_indices[start + k] = inverse[indices[source + k]]
             out_data[start + k] = data[source + k]
-        for a in range(start + 1, start + length):
-            column, value = out_indices[a], out_data[a]
-            b = a - 1
-            while b >= start and out_indices[b] > column:
-                out_indices[b + 1] = out_indices[b]
-                out_data[b + 1] = out_data[b]
-                b -= 1
-            out_indices[b + 1] = column
-            out_data[b + 1] = value
+        sort_run(out_indices, out_data, start, start + length)
 
 
 permuted_rows_serial, permuted_rows_parallel = specialisations(_permuted_rows)
