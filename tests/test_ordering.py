@@ -526,8 +526,8 @@ def test_both_forms_of_a_permutation_give_src_at_perm(monkeypatch, share, parall
     dst = np.full(m, np.nan, dtype=dtype)
     permute.permute(perm, ordering.inverse_of(perm), src, dst, parallel)
     np.testing.assert_array_equal(dst, src[perm])
-    block = rng.standard_normal((m, 3)).astype(dtype)  # rows: always gathered
-    rows = np.empty_like(block)
+    block = rng.standard_normal((m, 3)).astype(dtype)
+    rows = np.full_like(block, np.nan)
     permute.permute(perm, ordering.inverse_of(perm), block, rows, parallel)
     np.testing.assert_array_equal(rows, block[perm])
 
@@ -544,3 +544,5 @@ def test_an_operator_in_another_order_by_either_form_matches_scipy(monkeypatch, 
     assert relative_error(op.rmatvec(x), reference(A.T.tocsr(), x)) <= 1e-12
     x32 = x.astype(np.float32)
     assert relative_error(op @ x32, reference(A, x32)) <= 1e-12
+    X = rng.standard_normal((A.shape[0], 4))
+    assert relative_error(op @ X, A @ X) <= 1e-12

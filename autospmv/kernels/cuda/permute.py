@@ -24,7 +24,6 @@ import numpy as np
 from numba import cuda
 
 from ..._support.validation import result_dtype
-from ..cpu.permute import gather as host_gather
 from ..cpu.permute import permute as host_permute
 from . import jit
 from .backend import VECTOR_DTYPES, _empty_like_input, _row_major, stream_of
@@ -126,9 +125,9 @@ class PermutedCudaBackend:
     def host_matmat(self, X: np.ndarray, Y: np.ndarray) -> None:
         X_p = np.empty_like(X)
         Y_p = np.empty_like(Y)
-        host_gather(self.perm, X, X_p)
+        host_permute(self.perm, self.inverse, X, X_p)
         self.inner.host_matmat(X_p, Y_p)
-        host_gather(self.inverse, Y_p, Y)
+        host_permute(self.inverse, self.perm, Y_p, Y)
 
     def device_matvec(self, x, out):
         """``A @ x`` in the caller's order for a CUDA array x (None for anything else): x
