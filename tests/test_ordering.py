@@ -546,3 +546,21 @@ def test_an_operator_in_another_order_by_either_form_matches_scipy(monkeypatch, 
     assert relative_error(op @ x32, reference(A, x32)) <= 1e-12
     X = rng.standard_normal((A.shape[0], 4))
     assert relative_error(op @ X, A @ X) <= 1e-12
+
+
+@pytest.mark.parametrize("order", ORDERS)
+def test_measuring_the_candidates_times_them_in_the_order_chosen(order, rng):
+    from pathlib import Path
+
+    model = Path(__file__).resolve().parent.parent / "models" / \
+        "cuda-nvidia-h100-80gb-hbm3-float64.json"  # a tree to take candidates from on the CPU
+    A = numbered_at_random(grid_laplacian(40))
+    op = autospmv.prepare(A, device="cpu", model=str(model), tune="measure", order=order)
+    assert op.order == order and op.decision.tuning["kept"] == op.kernel
+    assert len(op.decision.tuning["times_us"]) >= 2  # candidates were built and timed
+    p = op.permutation
+    predicted = autospmv.select(A[p][:, p], device="cpu", model=str(model))
+    assert op.decision.tuning["predicted"] == predicted.kernel  # decided in the order chosen
+    x = rng.standard_normal(A.shape[0])
+    assert relative_error(op @ x, reference(A, x)) <= 1e-12
+    assert relative_error(op.T @ x, reference(A.T.tocsr(), x)) <= 1e-12
