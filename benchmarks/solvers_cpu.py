@@ -153,7 +153,8 @@ def main(argv=None):
     scipy_process = subprocess.Popen(
         [sys.executable, __file__, "--scipy-side", "--sizes", args.sizes, "--methods",
          args.methods, "--dtypes", args.dtypes, "--dims", str(args.dims), "--maxiter",
-         str(args.maxiter)] + (["--at-random"] if args.at_random else []), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+         str(args.maxiter)] + (["--at-random"] if args.at_random else []),
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
     def ask_scipy(index: int, what: str) -> dict:
         scipy_process.stdin.write(f"{index} {what}\n")

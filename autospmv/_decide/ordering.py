@@ -13,7 +13,8 @@ Cuthill–McKee over the graph of A's rows (:func:`autospmv.kernels.cpu.ordering
 breadth-first walk in numba that needs no A + Aᵀ): for a structurally symmetric A the same kind
 of order (a start of least degree, neighbours by degree), for any square A one that places the
 columns each row reads next to it. Its x locality matches RCM's on the shared matrices numbered
-at random, at a third to a fifth of RCM's cost, so it is the order ``"auto"`` computes.
+at random (within 0.91–1.17), at a third of RCM's cost in geometric mean (1.3–5.5× less), so it
+is the order ``"auto"`` computes.
 ``"auto"`` chooses between keeping the order and ``"bfs"`` by a cost rule over features of x's
 locality (:func:`choose_order`); no trained labels decide the order yet.
 
@@ -22,19 +23,19 @@ The features (:func:`order_features`): ``x_sectors_per_nnz_warp`` (the 32-byte s
 well under a millisecond), and, once an order is computed, the ``bandwidth`` (largest
 ``|i - j|``) and ``profile`` (mean over rows of ``i - min j`` where positive) before and after.
 
-The cost rule (:func:`product_seconds`): a product moves the matrix's bytes (values, column
-indices, row pointers), writes y, and reads x in 32-byte sectors, ``nnz × x_sectors_per_nnz_warp``
-of them; it takes those bytes over :data:`BYTES_PER_SECOND` of the device, but never less than
+The cost rule (:func:`product_seconds`): a product moves the matrix's bytes (values, column indices,
+row pointers), writes y, and reads x in 32-byte sectors, ``nnz × x_sectors_per_nnz_warp`` of them;
+it takes those bytes over :data:`BYTES_PER_SECOND` of the device, but never less than
 :data:`LATENCY_SECONDS`. On the CPU a sector of x read from memory rather than the cache costs
-:data:`CPU_MISS_SECONDS` more (a core waits for it): a sector misses with the chance that x's
-bytes exceed :data:`CPU_CACHE_SHARE` of the last-level cache (:func:`cpu_miss_seconds`). The gain of an order per product is the difference of the two times
-less the two gathers of x and y (:func:`permutation_seconds`), which a product in the caller's
-order pays and a solver's iteration does not (the solvers iterate in the stored order and
-permute b and x once per solve: ``gathers=False``); over the expected products (the
-``products=`` hint, or a solver's iterations) it must exceed what the order costs to compute
-and apply (:func:`ordering_seconds`, estimated from nnz), and be at least
-:data:`MIN_RELATIVE_GAIN` of a product. "auto" decides in two steps, so that the common case
-costs nothing:
+:data:`CPU_MISS_SECONDS` more (a core waits for it): a sector misses with the chance that x's bytes
+exceed :data:`CPU_CACHE_SHARE` of the last-level cache (:func:`cpu_miss_seconds`). The gain of an
+order per product is the difference of the two times less the two gathers of x and y
+(:func:`permutation_seconds`), which a product in the caller's order pays and a solver's iteration
+does not (the solvers iterate in the stored order and permute b and x once per solve:
+``gathers=False``); over the expected products (the ``products=`` hint, or a solver's iterations) it
+must exceed what the order costs to compute and apply (:func:`ordering_seconds`, estimated from
+nnz), and be at least :data:`MIN_RELATIVE_GAIN` of a product. "auto" decides in two steps, so that
+the common case costs nothing:
 
 1. Without a hint, or for a non-square matrix, the order is kept at once (no feature is read).
 2. With one, the sampled x locality is read and compared with the best any order could reach

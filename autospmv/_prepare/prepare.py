@@ -114,8 +114,8 @@ def prepare(A, *, kernel: str | None = None, device: str | None = None, model=No
         reverse Cuthill–McKee (SciPy's, on the structure of A + Aᵀ); ``"bfs"``, reverse
         Cuthill–McKee over the graph of A's rows (a breadth-first walk from a vertex of least
         degree, neighbours by degree, computed by autospmv without forming A + Aᵀ: as good an
-        order for the product at a third to a fifth of SciPy's cost; the order ``"auto"``
-        computes). A bandwidth-reducing order gathers x from nearby addresses when A is
+        order for the product at a third of SciPy's cost in geometric mean; the order
+        ``"auto"`` computes). A bandwidth-reducing order gathers x from nearby addresses when A is
         numbered at random (graph or mesh data as they arrive): products of such matrices run
         about twice as fast on a GPU and three times on a CPU in the order they are stored in
         (geometric means on the shared matrices; inside the solvers), less in A's own order,
