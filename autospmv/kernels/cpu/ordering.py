@@ -31,6 +31,7 @@ import numpy as np
 from ..._support.jit import njit
 from .sorting import sort_run
 
+
 @njit(cache=True)
 def _vertices_by_degree(degree):
     """The vertices sorted by degree, ties by index: a counting sort."""
