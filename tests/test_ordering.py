@@ -489,7 +489,7 @@ def test_the_cpu_rule_prices_an_x_beyond_the_cache_by_its_misses(monkeypatch):
     monkeypatch.setattr(ordering, "cpu_cache_bytes", lambda: 64 * x_bytes)
     in_cache = ordering.product_seconds(A, 1.0, "cpu")
     assert ordering.cpu_miss_seconds(x_bytes) == 0.0
-    monkeypatch.setattr(ordering, "cpu_cache_bytes", lambda: x_bytes)  # half of x misses
+    monkeypatch.setattr(ordering, "cpu_cache_bytes", lambda: x_bytes)  # x outgrows its share
     assert ordering.cpu_miss_seconds(x_bytes) == pytest.approx(
         ordering.CPU_MISS_SECONDS * (1 - ordering.CPU_CACHE_SHARE))
     beyond = ordering.product_seconds(A, 1.0, "cpu")

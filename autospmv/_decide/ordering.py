@@ -77,14 +77,20 @@ LATENCY_SECONDS = {"cuda": 5e-6, "cpu": 1e-6}
 
 CPU_MISS_SECONDS = 8e-9
 """What a sector of x read from memory costs the CPU beyond its bytes (a core waits for it).
-Fitted, with :data:`CPU_CACHE_SHARE`, to the product of six shared matrices grown to 10⁷
-nonzeros and numbered at random less the same product in the bfs order, per sector saved, on a
-2-core AMD EPYC with 32 MiB of L3: 5.0 and 6.6 ns with x of 23 and 30 MB, 0.6–1.7 ns with x of
-4–17 MB but for one of 15 MB (3.5 ns); a sector's bytes at :data:`BYTES_PER_SECOND` take
-1.6 ns. The rule gives 3.8 and 5.1 ns for the first two, 1.6 ns for the rest."""
+Measured as the product of a shared matrix grown to 10⁷ nonzeros and numbered at random less
+the same product in the bfs order, per sector saved, on a 2-core AMD EPYC with 32 MiB of L3:
+5.0 and 6.6 ns with x of 23 and 30 MB, 0.6–1.7 ns with x of 4–17 MB in one run, but up to 4 ns
+at 13–17 MB in another: the cache a product keeps depends on what else the machine runs (one
+matrix's product in random order took 16 ms in one run, 35 ms in another). A sector's bytes at
+:data:`BYTES_PER_SECOND` take 1.6 ns."""
 
-CPU_CACHE_SHARE = 0.5
-"""The part of the last-level cache that holds x while the matrix streams through it."""
+CPU_CACHE_SHARE = 0.25
+"""The part of the last-level cache the rule counts on to hold x while the matrix streams
+through it. With :data:`CPU_MISS_SECONDS`, chosen on the 21 square shared matrices grown to 10⁷
+nonzeros and numbered at random, in both dtypes (2-core AMD EPYC, 32 MiB of L3): the rule then
+predicts a gain of at least :data:`MIN_RELATIVE_GAIN` wherever the bfs order measured one (37 of
+42 products; with half the cache it missed 4, which measured 1.4–2.0× faster renumbered), and
+the timing that follows a chosen order (``prepare``) discards the 5 it predicts wrongly."""
 
 ORDER_SECONDS_PER_NNZ = {"rcm": 2e-7, "bfs": 1e-7}
 """Computing each order per nonzero of A on the host. ``"rcm"``: SciPy's
