@@ -117,7 +117,7 @@ def prepare(A, *, kernel: str | None = None, device: str | None = None, model=No
         order for the product at a third of SciPy's cost in geometric mean; the order
         ``"auto"`` computes). A bandwidth-reducing order gathers x from nearby addresses when A is
         numbered at random (graph or mesh data as they arrive): products of such matrices run
-        about twice as fast on a GPU and three times on a CPU in the order they are stored in
+        about twice as fast on a GPU and two to three times on a CPU in the order they are stored in
         (geometric means on the shared matrices; inside the solvers), less in A's own order,
         which gathers x and y around each product. The order is applied
         inside the operator: every product takes and returns vectors in A's own order. Only a
