@@ -162,15 +162,13 @@ def main(argv=None):
         return json.loads(scipy_process.stdout.readline())
 
     import autospmv
-    from autospmv._solve.driver import HINT_ITERATIONS
-    from autospmv.distributed._solvers import METHODS
+    from autospmv._solve.driver import METHODS, hint_products
 
     rows = []
     for index, (method, A, b, kwargs) in enumerate(problems(args)):
         started = time.perf_counter()
         if args.at_random:  # the hint the solvers prepare a matrix they are given with
-            products = (min(kwargs["maxiter"], HINT_ITERATIONS)
-                        * METHODS[method].products_per_iteration)
+            products = hint_products(METHODS[method], kwargs["maxiter"])
             op = autospmv.prepare(A, device="cpu", products=products, solver=True)
         else:
             op = autospmv.prepare(A, device="cpu")

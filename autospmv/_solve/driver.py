@@ -29,7 +29,11 @@ import numpy as np
 
 from .._prepare.prepare import prepare
 from .._prepare.operator import SpMVOperator
+from .bicgstab import BiCGSTAB
+from .cg import CG
+from .gmres import GMRES
 from .machines import CpuMachine, CudaMachine
+from .minres import MINRES
 from .scalars import ERROR, ERRORS, INFO, ITERATIONS, MAXITER, TOL
 from .steps import host_norm
 
@@ -38,7 +42,11 @@ REPLAY_ITERATIONS = 16
 
 HINT_ITERATIONS = 1000
 """The iterations a solve is expected to take when it prepares A itself: with the method's
-products per iteration, the ``products=`` workload hint it prepares A with (at most maxiter)."""
+products per iteration, the ``products=`` workload hint it prepares A with (at most maxiter;
+:func:`hint_products`)."""
+
+METHODS = {"cg": CG, "bicgstab": BiCGSTAB, "gmres": GMRES, "minres": MINRES}
+"""Each method's class by its SciPy name."""
 
 
 @dataclasses.dataclass
@@ -62,6 +70,12 @@ class Problem:
     takes the solve's vectors back to the caller's order (``x[inverse]``); else None."""
 
 
+def hint_products(method, maxiter: int) -> int:
+    """The ``products=`` workload hint a solve of ``method`` (a class of :data:`METHODS`) with
+    ``maxiter`` iterations prepares a matrix it is given with."""
+    return min(maxiter, HINT_ITERATIONS) * method.products_per_iteration
+
+
 def solve(method, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None,
           callback=None, options=None):
     """Run ``method`` (a class of :mod:`.cg`, :mod:`.bicgstab`, :mod:`.gmres`, :mod:`.minres`);
@@ -72,7 +86,7 @@ def solve(method, A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None,
         b = np.asarray(b)
     n_b = _length(b, "b")
     maxiter = method.default_maxiter(n_b) if maxiter is None else _count(maxiter, "maxiter")
-    op = _operator(A, kind, min(maxiter, HINT_ITERATIONS) * method.products_per_iteration)
+    op = _operator(A, kind, hint_products(method, maxiter))
     m, n = op.shape
     if m != n:
         raise ValueError(f"the solvers need a square matrix; A is {m}x{n}")

@@ -27,14 +27,10 @@ import numpy as np
 
 from .._solve.bicgstab import BiCGSTAB
 from .._solve.cg import CG
-from .._solve.driver import solve_on_rank
-from .._solve.gmres import GMRES
-from .._solve.minres import MINRES
+from .._solve.driver import METHODS, solve_on_rank
 from ._comm import SelfComm
 from ._tasks import naming_lost_workers, on_workers
 from ._vector import DistributedVector
-
-METHODS = {"cg": CG, "bicgstab": BiCGSTAB, "gmres": GMRES, "minres": MINRES}
 
 
 def cg_on(rank, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter):
@@ -92,8 +88,8 @@ class LocalRank:
 
 
 def _solve(method, op, b, x0, rtol, atol, maxiter, options=None):
-    """Run ``method`` (a name of :data:`METHODS`) on all ranks; ``(x, info)`` with x of b's
-    kind, and ``op.last_solve = {"iterations", "info"}``."""
+    """Run ``method`` (a name of :data:`autospmv._solve.driver.METHODS`) on all ranks;
+    ``(x, info)`` with x of b's kind, and ``op.last_solve = {"iterations", "info"}``."""
     m, n = op.shape
     if m != n:
         raise ValueError(f"the solvers need a square operator; this one is {m}x{n}")
