@@ -235,8 +235,6 @@ def rcm(csr) -> np.ndarray:
     from scipy.sparse import csr_matrix
     from scipy.sparse.csgraph import reverse_cuthill_mckee
 
-    if csr.shape[0] == 0:  # SciPy's reduces over the rows, and fails on none
-        return np.empty(0, dtype=np.int64)
     indptr, indices = host_structure(csr)
     structure = csr_matrix((np.ones(indices.shape[0], dtype=np.int8), indices, indptr),
                            shape=csr.shape)
@@ -324,9 +322,13 @@ def choose_order(csr, order: str, products: int | None, device: str, permute=app
                    f"{computed} order's estimated {estimate:.3g} s")
             return OrderChoice("keep", f"order kept by the cost rule: {why}", features=features,
                                seconds=time.perf_counter() - started), csr
-    perm = COMPUTE[computed](csr).astype(structure.indptr.dtype, copy=False)
-    inverse = inverse_of(perm)
-    ordered = permute(csr, perm, inverse)
+    if m:
+        perm = COMPUTE[computed](csr).astype(structure.indptr.dtype, copy=False)
+        inverse = inverse_of(perm)
+        ordered = permute(csr, perm, inverse)
+    else:  # nothing to renumber (SciPy's RCM reduces over the rows and fails on none)
+        perm = inverse = np.empty(0, dtype=structure.indptr.dtype)
+        ordered = csr
     seconds = time.perf_counter() - started
     features.update(order_features(csr, "_before"))
     features.update(order_features(ordered, "_after"))

@@ -185,8 +185,6 @@ def permuted_device_csr(csr: DeviceCSR, perm, inverse) -> DeviceCSR:
     renumbered by ``inverse``), computed on the GPU with CuPy's sparse indexing: the
     operator's matrix in the order :mod:`autospmv._decide.ordering` chose (``inverse`` is
     implied by ``perm``)."""
-    if csr.shape[0] == 0:  # nothing to renumber (and CuPy's indexing of no rows is not needed)
-        return csr
     xp = csr.xp
     index = xp.asarray(perm)
     return canonical_device_csr(csr.sparse()[index][:, index])
