@@ -79,9 +79,8 @@ CPU_MISS_SECONDS = 8e-9
 """What a sector of x read from memory costs the CPU beyond its bytes (a core waits for it).
 Measured as the product of a shared matrix grown to 10⁷ nonzeros and numbered at random less
 the same product in the bfs order, per sector saved, on a 2-core AMD EPYC with 32 MiB of L3:
-5.0 and 6.6 ns with x of 23 and 30 MB, 0.6–1.7 ns with x of 4–17 MB in one run, but up to 4 ns
-at 13–17 MB in another: the cache a product keeps depends on what else the machine runs (one
-matrix's product in random order took 16 ms in one run, 35 ms in another). A sector's bytes at
+5.0 and 6.6 ns with x of 23 and 30 MB, 0.6–4 ns with x of 4–17 MB, where the share of the cache
+a product keeps depends on what else the machine runs. A sector's bytes at
 :data:`BYTES_PER_SECOND` take 1.6 ns."""
 
 CPU_CACHE_SHARE = 0.25
