@@ -179,8 +179,19 @@ def _leaf_value_len(d):
 
 INVALID = [
     (lambda d: d.__setitem__("format", "sklearn-pickle"), "not an autospmv tree model"),
-    (lambda d: d.__setitem__("schema_version", 6), "unsupported schema_version 6"),
+    (lambda d: d.__setitem__("schema_version", 7), "unsupported schema_version 7"),
     (lambda d: d.pop("classes"), "the model has no 'classes' entry"),
+    (lambda d: d.__setitem__("order_rule", {"bytes_per_second": 1e12, "latency_seconds": 5e-6}),
+     "the model's order_rule needs schema_version 6"),
+    (lambda d: d.update(schema_version=6, order_rule={"bytes_per_second": 0,
+                                                      "latency_seconds": 5e-6}),
+     "the order rule's bytes_per_second must be finite and positive"),
+    (lambda d: d.update(schema_version=6, order_rule={"latency_seconds": 5e-6}),
+     "the order rule has no 'bytes_per_second'"),
+    (lambda d: d.update(schema_version=6, order_rule={"bytes_per_second": 1e12,
+                                                      "latency_seconds": 5e-6, "speed": 1}),
+     "the order rule has unknown entries: speed"),
+    (lambda d: d.update(schema_version=6, order_rule=[1]), "the order rule must be a JSON object"),
     (lambda d: d.__setitem__("feature_names", "row_max"), "feature_names must be a non-empty"),
     (lambda d: d.__setitem__("feature_names", []), "feature_names must be a non-empty"),
     (lambda d: d["feature_names"].__setitem__(1, "row_max"), "feature_names contains duplicates"),
@@ -529,3 +540,18 @@ def test_only_the_features_read_are_required_when_asked(doc):
         model.evaluate({k: v for k, v in partial.items() if k != missing}, only_read=True)
     with pytest.raises(ValueError, match=f"not finite: {missing}"):
         model.evaluate(dict(partial, **{missing: float("nan")}), only_read=True)
+
+
+def test_an_order_rule_round_trips_in_schema_version_6(fitted):
+    from autospmv._decide.model.order_rule import OrderRule
+
+    _, model = fitted
+    rule = OrderRule(bytes_per_second=2.5e12, latency_seconds=4e-6,
+                     permutation_bytes_per_second=1.5e12, labels=84)
+    with_rule = TreeModel.from_dict({**model.to_dict(), "schema_version": 6,
+                                     "order_rule": rule.to_dict()}, **KNOWN)
+    doc = json.loads(with_rule.to_json())
+    assert doc["schema_version"] == 6 and doc["order_rule"]["labels"] == 84
+    assert TreeModel.from_dict(doc, **KNOWN).order_rule == rule
+    assert "order_rule" not in model.to_dict() and model.schema_version < 6
+    assert "fitted to 84 labelled products" in rule.describe()

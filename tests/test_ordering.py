@@ -168,7 +168,7 @@ def test_auto_without_a_hint_computes_nothing(monkeypatch):
 def test_auto_reorders_a_large_matrix_numbered_at_random_when_it_pays():
     A = numbered_at_random(grid_laplacian(300))  # 9·10⁴ rows
     choice, ordered = ordering.choose_order(A, "auto", 10**7, "cpu")
-    assert choice.order == "bfs" and "chosen by the cost rule" in choice.reason
+    assert choice.order == "bfs" and "chosen by the built-in cost rule" in choice.reason
     assert ordered.nnz == A.nnz and choice.features["x_sectors_per_nnz_warp_after"] < \
         choice.features["x_sectors_per_nnz_warp_before"]
     choice, ordered = ordering.choose_order(A, "auto", 10, "cpu")
@@ -182,7 +182,7 @@ def test_auto_for_the_solvers_weighs_the_product_without_the_gathers():
     choice, ordered = ordering.choose_order(A, "auto", 10**9, "cuda")
     assert choice.kept and "after the gathers of x and y" in choice.reason
     choice, ordered = ordering.choose_order(A, "auto", 10**9, "cuda", gathers=False)
-    assert choice.order == "bfs" and "chosen by the cost rule" in choice.reason
+    assert choice.order == "bfs" and "chosen by the built-in cost rule" in choice.reason
     assert "products in the stored order (inside the solvers)" in choice.reason
     assert ordered.nnz == A.nnz
 
@@ -564,3 +564,35 @@ def test_measuring_the_candidates_times_them_in_the_order_chosen(order, rng):
     x = rng.standard_normal(A.shape[0])
     assert relative_error(op @ x, reference(A, x)) <= 1e-12
     assert relative_error(op.T @ x, reference(A.T.tocsr(), x)) <= 1e-12
+
+
+def test_a_fitted_rule_decides_and_explain_names_it():
+    from autospmv._decide.model.order_rule import OrderRule
+
+    A = numbered_at_random(grid_laplacian(300))
+    # a device slower than the built-in rule's GPU, with cheap gathers: the caller's order
+    # gains on this grid, where the built-in rule (whose 5 µs launch bounds the product at
+    # this size) keeps the order
+    fast_gathers = OrderRule(bytes_per_second=3.0e11, latency_seconds=5e-7,
+                             permutation_bytes_per_second=3.0e14, labels=40)
+    choice, _ = ordering.choose_order(A, "auto", 10**9, "cuda", rule=fast_gathers)
+    assert choice.order == "bfs"
+    assert "chosen by the cost rule fitted to 40 labelled products" in choice.reason
+    built_in, _ = ordering.choose_order(A, "auto", 10**9, "cuda")
+    assert built_in.kept and "the built-in cost rule" in built_in.reason
+
+
+def test_prepare_reads_the_order_rule_of_the_model_that_decides(tmp_path):
+    from autospmv._decide.model.lookup import find_model, load_model
+    from autospmv._decide.model.order_rule import OrderRule
+
+    shipped = find_model("cuda", dtype="float64")
+    model = load_model(shipped.path)
+    model.order_rule = OrderRule(bytes_per_second=1e9, latency_seconds=1e-6, labels=7)
+    path = tmp_path / "model.json"
+    model.to_json(path)
+    assert ordering.rule_for("cuda", str(path), np.float64) == model.order_rule
+    assert ordering.rule_for("cpu", None, np.float64) == ordering.BUILT_IN_RULES["cpu"]
+    A = numbered_at_random(grid_laplacian(40))
+    op = autospmv.prepare(A, device="cpu", model=str(path), products=10**9)
+    assert "fitted to 7 labelled products" in op.explain()

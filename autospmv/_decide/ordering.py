@@ -16,7 +16,7 @@ columns each row reads next to it. Its x locality matches RCM's on the shared ma
 at random (within 0.91–1.17), at a third of RCM's cost in geometric mean (1.3–5.5× less), so it
 is the order ``"auto"`` computes.
 ``"auto"`` chooses between keeping the order and ``"bfs"`` by a cost rule over features of x's
-locality (:func:`choose_order`); no trained labels decide the order yet.
+locality (:func:`choose_order`), whose constants order labels timed on the device fit.
 
 The features (:func:`order_features`): ``x_sectors_per_nnz_warp`` (the 32-byte sectors of x that
 32 consecutive rows read, per nonzero; sampled, :func:`autospmv._decide.features.sampling.x_locality`,
@@ -25,11 +25,13 @@ well under a millisecond), and, once an order is computed, the ``bandwidth`` (la
 
 The cost rule (:func:`product_seconds`): a product moves the matrix's bytes (values, column indices,
 row pointers), writes y, and reads x in 32-byte sectors, ``nnz × x_sectors_per_nnz_warp`` of them;
-it takes those bytes over :data:`BYTES_PER_SECOND` of the device, but never less than
-:data:`LATENCY_SECONDS`. On the CPU a sector of x read from memory rather than the cache costs
-:data:`CPU_MISS_SECONDS` more (a core waits for it): a sector misses with the chance that x's bytes
-exceed :data:`CPU_CACHE_SHARE` of the last-level cache (:func:`cpu_miss_seconds`). The gain of an
-order per product is the difference of the two times less the two gathers of x and y
+it takes those bytes over the rule's bandwidth, but never less than its latency. On the CPU a sector
+of x read from memory rather than the cache costs the rule's ``miss_seconds`` more (a core waits for
+it): a sector misses with the chance that x's bytes exceed the rule's ``cache_share`` of the
+last-level cache (:func:`cpu_miss_seconds`). The constants (:class:`OrderRule`) are the built-in
+ones (:data:`BUILT_IN_RULES`), or those fitted to order labels timed on the device
+(:mod:`training.order_labels`) where the model file for the device and dtype carries them. The gain
+of an order per product is the difference of the two times less the two gathers of x and y
 (:func:`permutation_seconds`), which a product in the caller's order pays and a solver's iteration
 does not (the solvers iterate in the stored order and permute b and x once per solve:
 ``gathers=False``); over the expected products (the ``products=`` hint, or a solver's iterations) it
@@ -61,6 +63,8 @@ from ..formats.base import DeviceCSR
 from ..kernels.cpu.ordering import rows_rcm
 from ..kernels.cpu.permute import permuted_csr
 from .features.sampling import x_locality
+from .model.lookup import find_model
+from .model.order_rule import OrderRule
 
 ORDERS = ("auto", "keep", "rcm", "bfs")
 """The values of ``prepare(A, order=...)``."""
@@ -68,28 +72,29 @@ ORDERS = ("auto", "keep", "rcm", "bfs")
 SECTOR_BYTES = 32
 """The GPU's unit of a gather from memory (and a cache line's quarter on the CPU)."""
 
-BYTES_PER_SECOND = {"cuda": 3.0e12, "cpu": 2.0e10}
-"""The bandwidth the cost rule assumes for a product's traffic: about two thirds of an H200's
-(4.8 TB/s), and a few cores' share of a server's."""
-
-LATENCY_SECONDS = {"cuda": 5e-6, "cpu": 1e-6}
-"""The shortest product the rule assumes (a launch, a thread pool's wake-up)."""
-
 CPU_MISS_SECONDS = 8e-9
-"""What a sector of x read from memory costs the CPU beyond its bytes (a core waits for it).
-Measured as the product of a shared matrix grown to 10⁷ nonzeros and numbered at random less
-the same product in the bfs order, per sector saved, on a 2-core AMD EPYC with 32 MiB of L3:
-5.0 and 6.6 ns with x of 23 and 30 MB, 0.6–4 ns with x of 4–17 MB, where the share of the cache
-a product keeps depends on what else the machine runs. A sector's bytes at
-:data:`BYTES_PER_SECOND` take 1.6 ns."""
+"""What a sector of x read from memory costs the CPU beyond its bytes (a core waits for it), in
+the built-in CPU rule. Measured as the product of a shared matrix grown to 10⁷ nonzeros and
+numbered at random less the same product in the bfs order, per sector saved, on a 2-core AMD
+EPYC with 32 MiB of L3: 5.0 and 6.6 ns with x of 23 and 30 MB, 0.6–4 ns with x of 4–17 MB, where
+the share of the cache a product keeps depends on what else the machine runs. A sector's bytes
+at the rule's bandwidth take 1.6 ns."""
 
 CPU_CACHE_SHARE = 0.25
-"""The part of the last-level cache the rule counts on to hold x while the matrix streams
-through it. With :data:`CPU_MISS_SECONDS`, chosen on the 21 square shared matrices grown to 10⁷
-nonzeros and numbered at random, in both dtypes (2-core AMD EPYC, 32 MiB of L3): the rule then
-predicts a gain of at least :data:`MIN_RELATIVE_GAIN` wherever the bfs order measured one (37 of
-42 products; with half the cache it missed 4, which measured 1.4–2.0× faster renumbered), and
-the timing that follows a chosen order (``prepare``) discards the 5 it predicts wrongly."""
+"""The part of the last-level cache the built-in CPU rule counts on to hold x while the matrix
+streams through it. With :data:`CPU_MISS_SECONDS`, chosen on the 21 square shared matrices grown
+to 10⁷ nonzeros and numbered at random, in both dtypes (2-core AMD EPYC, 32 MiB of L3): the rule
+then predicts a gain of at least :data:`MIN_RELATIVE_GAIN` wherever the bfs order measured one
+(37 of 42 products; with half the cache it missed 4, which measured 1.4–2.0× faster renumbered),
+and the timing that follows a chosen order (``prepare``) discards the 5 it predicts wrongly."""
+
+
+BUILT_IN_RULES = {"cuda": OrderRule(bytes_per_second=3.0e12, latency_seconds=5e-6),
+                  "cpu": OrderRule(bytes_per_second=2.0e10, latency_seconds=1e-6,
+                                   miss_seconds=CPU_MISS_SECONDS, cache_share=CPU_CACHE_SHARE)}
+"""The rule without order labels: on the GPU about two thirds of an H200's bandwidth (4.8 TB/s)
+and a launch's 5 µs; on the CPU a few cores' share of a server's bandwidth, a thread pool's
+wake-up and :data:`CPU_MISS_SECONDS`."""
 
 ORDER_SECONDS_PER_NNZ = {"rcm": 2e-7, "bfs": 1e-7}
 """Computing each order per nonzero of A on the host. ``"rcm"``: SciPy's
@@ -112,6 +117,16 @@ MIN_FLOOR_GAIN = 0.15
 """Step 2's threshold: the gain the best conceivable order would bring, relative to a product,
 below which no order is computed (a matrix as given by a mesh generator or a solver's assembly
 is close to banded already)."""
+
+
+def rule_for(device: str, model=None, dtype=None) -> OrderRule:
+    """The cost rule's constants for ``device`` and a matrix of ``dtype``: those fitted to the
+    device's order labels where the model that decides there (``model=`` as
+    :func:`autospmv.prepare` takes it, else :func:`~autospmv._decide.model.lookup.find_model`'s)
+    carries them, else the built-in ones."""
+    choice = find_model(device, model, dtype)
+    fitted = choice.model.order_rule if choice is not None else None
+    return fitted or BUILT_IN_RULES[device]
 
 
 def check_order(order) -> str:
@@ -156,33 +171,52 @@ def sector_floor(nnz: int, rows: int, itemsize: int) -> float:
     return (32 + 2 * length) / (per_sector * 32 * length)
 
 
-def cpu_miss_seconds(x_bytes: int) -> float:
-    """The rule's extra time of a sector of an x of ``x_bytes`` on the CPU: the chance that it
-    is not in :data:`CPU_CACHE_SHARE` of the last-level cache (a uniform spread of reads),
-    times :data:`CPU_MISS_SECONDS`."""
-    cached = CPU_CACHE_SHARE * cpu_cache_bytes()
-    return CPU_MISS_SECONDS * max(0.0, 1.0 - cached / x_bytes) if x_bytes else 0.0
+def miss_chance(x_bytes: int, cache_share: float = CPU_CACHE_SHARE) -> float:
+    """The chance that a sector of an x of ``x_bytes`` is not in ``cache_share`` of the CPU's
+    last-level cache (a uniform spread of reads)."""
+    cached = cache_share * cpu_cache_bytes()
+    return max(0.0, 1.0 - cached / x_bytes) if x_bytes else 0.0
 
 
-def product_seconds(csr, sectors_per_nnz: float, device: str) -> float:
-    """The cost rule's time of one product (see the module docstring)."""
-    m, n = csr.shape
+def cpu_miss_seconds(x_bytes: int, rule: OrderRule | None = None) -> float:
+    """The rule's extra time of a sector of an x of ``x_bytes`` on the CPU:
+    :func:`miss_chance` times the rule's ``miss_seconds``."""
+    rule = rule or BUILT_IN_RULES["cpu"]
+    return rule.miss_seconds * miss_chance(x_bytes, rule.cache_share)
+
+
+def product_traffic(csr, sectors_per_nnz: float) -> tuple[float, float]:
+    """``(bytes, x sectors)`` of one product: the matrix's values and column indices, the row
+    pointer and y, and the sectors of x it gathers."""
+    m = csr.shape[0]
     itemsize = np.dtype(csr.dtype).itemsize
     index = 4 if csr.nnz < 2**31 else 8
-    traffic = (csr.nnz * (itemsize + index) + m * (index + itemsize)
-               + csr.nnz * sectors_per_nnz * SECTOR_BYTES)
-    seconds = traffic / BYTES_PER_SECOND[device]
-    if device == "cpu":
-        seconds += csr.nnz * sectors_per_nnz * cpu_miss_seconds(n * itemsize)
-    return max(LATENCY_SECONDS[device], seconds)
+    sectors = csr.nnz * sectors_per_nnz
+    return csr.nnz * (itemsize + index) + m * (index + itemsize) + sectors * SECTOR_BYTES, sectors
 
 
-def permutation_seconds(csr, device: str) -> float:
-    """The rule's time of the two gathers around a product in the caller's order: each reads
-    an index and a scattered element (a sector) and writes an element, per row."""
-    itemsize = np.dtype(csr.dtype).itemsize
-    traffic = 2 * csr.shape[0] * (4 + SECTOR_BYTES + itemsize)
-    return max(2 * LATENCY_SECONDS[device], traffic / BYTES_PER_SECOND[device])
+def product_seconds(csr, sectors_per_nnz: float, device: str,
+                    rule: OrderRule | None = None) -> float:
+    """The cost rule's time of one product (see the module docstring), with ``rule``'s
+    constants (None: the device's built-in ones)."""
+    rule = rule or BUILT_IN_RULES[device]
+    traffic, sectors = product_traffic(csr, sectors_per_nnz)
+    seconds = traffic / rule.bytes_per_second
+    if rule.miss_seconds:
+        seconds += sectors * cpu_miss_seconds(csr.shape[1] * np.dtype(csr.dtype).itemsize, rule)
+    return max(rule.latency_seconds, seconds)
+
+
+def permutation_traffic(csr) -> float:
+    """The bytes of the two gathers around a product in the caller's order: each reads an index
+    and a scattered element (a sector) and writes an element, per row."""
+    return 2 * csr.shape[0] * (4 + SECTOR_BYTES + np.dtype(csr.dtype).itemsize)
+
+
+def permutation_seconds(csr, device: str, rule: OrderRule | None = None) -> float:
+    """The rule's time of the two gathers around a product in the caller's order."""
+    rule = rule or BUILT_IN_RULES[device]
+    return max(2 * rule.latency_seconds, permutation_traffic(csr) / rule.gather_bytes_per_second)
 
 
 def ordering_seconds(nnz: int, order: str = "bfs") -> float:
@@ -273,14 +307,15 @@ def apply_order(csr, perm: np.ndarray, inverse: np.ndarray):
 
 
 def choose_order(csr, order: str, products: int | None, device: str, permute=apply_order,
-                 gathers: bool = True):
+                 gathers: bool = True, model=None, rule: OrderRule | None = None):
     """The order for a canonical matrix and ``prepare``'s ``order=``: ``(OrderChoice, the
     matrix in that order)`` (``csr`` itself when kept). See the module docstring for "auto";
     ``"rcm"`` or ``"bfs"`` on a non-square matrix raises ValueError. ``csr``: a canonical host
     matrix, or a :class:`~autospmv.formats.base.DeviceCSR`, which ``permute(csr, perm,
     inverse)`` (the caller's) renumbers on its device. ``gathers``: whether the products pay
     the gathers of x and y (in the caller's order), or run in the stored order (inside the
-    solvers)."""
+    solvers). ``rule``: the cost rule's constants (None: :func:`rule_for` the device, ``model``
+    and A's dtype, read only where "auto" weighs a hint)."""
     m, n = csr.shape
     if order == "keep":
         return OrderChoice("keep", "order kept (order='keep')"), csr
@@ -292,7 +327,10 @@ def choose_order(csr, order: str, products: int | None, device: str, permute=app
         return OrderChoice("keep", f"order kept: A is {m}x{n}, and only a square matrix is "
                            "renumbered"), csr
     started = time.perf_counter()
-    permuting = permutation_seconds(csr, device) if gathers else 0.0
+    if order == "auto" and products is not None:
+        rule = rule or rule_for(device, model, csr.dtype)
+    rule = rule or BUILT_IN_RULES[device]
+    permuting = permutation_seconds(csr, device, rule) if gathers else 0.0
     counted = "products" if gathers else "products in the stored order (inside the solvers)"
     structure = csr.structure() if isinstance(csr, DeviceCSR) else csr
     computed = "bfs" if order == "auto" else order
@@ -307,8 +345,8 @@ def choose_order(csr, order: str, products: int | None, device: str, permute=app
         before = float(x_locality(structure))
         itemsize = np.dtype(csr.dtype).itemsize
         floor = min(before, sector_floor(csr.nnz, m, itemsize))
-        now = product_seconds(csr, before, device)
-        best = now - product_seconds(csr, floor, device) - permuting
+        now = product_seconds(csr, before, device, rule)
+        best = now - product_seconds(csr, floor, device, rule) - permuting
         estimate = ordering_seconds(csr.nnz, computed)
         features = {"x_sectors_per_nnz_warp_before": before, "x_sectors_floor": floor}
         if best < MIN_FLOOR_GAIN * now or products * best <= estimate:
@@ -319,7 +357,7 @@ def choose_order(csr, order: str, products: int | None, device: str, permute=app
                    f"even an ideal order would gain at most {products:,} {counted} × "
                    f"{best * 1e6:.3g} µs = {products * best:.3g} s, less than the "
                    f"{computed} order's estimated {estimate:.3g} s")
-            return OrderChoice("keep", f"order kept by the cost rule: {why}", features=features,
+            return OrderChoice("keep", f"order kept by {rule.describe()}: {why}", features=features,
                                seconds=time.perf_counter() - started), csr
     if m:
         perm = COMPUTE[computed](csr).astype(structure.indptr.dtype, copy=False)
@@ -339,16 +377,16 @@ def choose_order(csr, order: str, products: int | None, device: str, permute=app
     if order != "auto":
         return OrderChoice(order, f"order {order} (order={order!r}): {summary}", perm, inverse,
                            features, seconds), ordered
-    now = product_seconds(csr, before, device)
-    gain = now - product_seconds(ordered, after, device) - permuting
+    now = product_seconds(csr, before, device, rule)
+    gain = now - product_seconds(ordered, after, device, rule) - permuting
     seconds = time.perf_counter() - started  # the order's features are part of its cost
     if gain >= MIN_RELATIVE_GAIN * now and products * gain > seconds:
         return OrderChoice(
-            computed, f"order {computed}, chosen by the cost rule: {products:,} {counted} × "
+            computed, f"order {computed}, chosen by {rule.describe()}: {products:,} {counted} × "
             f"{gain * 1e6:.3g} µs gained ({gain / now:.0%} of a product) exceed its cost; "
             f"{summary}", perm, inverse, features, time.perf_counter() - started,
             kept_matrix=csr), ordered
     return OrderChoice(
-        "keep", f"order kept by the cost rule: the {computed} order would gain {products:,} "
+        "keep", f"order kept by {rule.describe()}: the {computed} order would gain {products:,} "
         f"{counted} × {gain * 1e6:.3g} µs ({gain / now:.0%} of a product), not enough for its "
         f"cost; {summary}", features=features, seconds=time.perf_counter() - started), csr

@@ -60,7 +60,7 @@ class Input:
 
 def canonical_input(A, device: str | None, *, order: str = "keep", products: int | None = None,
                     runs: bool = True, host_only: str | None = None,
-                    gathers: bool = True) -> Input:
+                    gathers: bool = True, model=None) -> Input:
     """A canonicalised (on the device for a GPU matrix, :func:`canonical_device_csr`; else
     :func:`canonicalize`), in the order ``order=`` chooses for ``products`` products
     (:func:`choose_order`; renumbered on the device for a GPU matrix), with the device it runs
@@ -68,8 +68,8 @@ def canonical_input(A, device: str | None, *, order: str = "keep", products: int
 
     ``runs=False`` (for :func:`select`): the device is only decided for, so it need not be
     present, and nothing is uploaded. ``host_only``: an option that needs a host matrix (e.g.
-    ``"tune='measure'"``), for the ValueError a GPU matrix then raises. ``gathers``: as
-    :func:`choose_order`'s."""
+    ``"tune='measure'"``), for the ValueError a GPU matrix then raises. ``gathers`` and
+    ``model`` (whose fitted order rule "auto" weighs with): as :func:`choose_order`'s."""
     if is_device_matrix(A):
         if host_only:
             raise ValueError(f"{host_only} needs a host (SciPy) matrix")
@@ -78,11 +78,12 @@ def canonical_input(A, device: str | None, *, order: str = "keep", products: int
                              "None), or pass a SciPy matrix for device='cpu'")
         device = devices.resolve_device("cuda") if runs else "cuda"
         choice, csr = choose_order(canonical_device_csr(A), order, products, device,
-                                   permute=permuted_device_csr, gathers=gathers)
+                                   permute=permuted_device_csr, gathers=gathers, model=model)
         return Input(csr, device, choice, source=A if choice.kept else csr.sparse())
     device = devices.resolve_device(device) if runs else devices.target_device(device)
     canonical = canonicalize(A)
-    choice, csr = choose_order(canonical, order, products, device, gathers=gathers)
+    choice, csr = choose_order(canonical, order, products, device, gathers=gathers,
+                               model=model)
     return Input(csr, device, choice, borrowed=choice.kept and borrows(A, canonical),
                  uploaded=upload_for(csr, device) if runs else None)
 

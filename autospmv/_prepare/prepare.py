@@ -189,7 +189,7 @@ def prepare(A, *, kernel: str | None = None, device: str | None = None, model=No
                          f"kernel=, tune=, products= or order={order!r}")
     started = time.perf_counter()
     given = canonical_input(A, device, order=order, products=products, gathers=not solver,
-                            host_only=("tune='measure'" if tune else "background=True"
+                            model=model, host_only=("tune='measure'" if tune else "background=True"
                                        if background else None))
     refused = None
     if background:

@@ -1,6 +1,6 @@
 """The file format of a trained tree: JSON, validated when read.
 
-File layout (``schema_version`` 1 to 5)::
+File layout (``schema_version`` 1 to 6)::
 
     {
       "format": "autospmv-tree",
@@ -29,6 +29,9 @@ File layout (``schema_version`` 1 to 5)::
       "defaults": {"bands": [...]},           # version 3, optional: a default kernel per size
                                               # band
                                               (autospmv._decide.model.default_policy.DefaultPolicy)
+      "order_rule": {"bytes_per_second": 2.9e12, ...},  # version 6, optional: the order's cost
+                                              # rule fitted to order labels
+                                              (autospmv._decide.model.order_rule.OrderRule)
       "provenance": {...}                     # free-form: device, versions, date, data hash, scores
     }
 
@@ -40,8 +43,10 @@ replaces only when the tree's margin for it reaches the band's calibrated thresh
 (:mod:`autospmv._decide.model.default_policy`). Version 4 added the cost model's ``x_sectors``
 regressor and ``regimes``, any number of further coefficient tables (a file without
 ``x_sectors`` in its regressors reads as a coefficient 0 for it). Version 5 added the cost
-model's ``row_length`` regressor (likewise 0 where a file's regressors lack it). An autospmv
-refuses a file of a version it does not know, rather than ignoring entries it would not
+model's ``row_length`` regressor (likewise 0 where a file's regressors lack it). Version 6 added
+``order_rule``: the constants of the cost rule that decides a matrix's order
+(:mod:`autospmv._decide.ordering`), fitted to products timed in each order on the device. An
+autospmv refuses a file of a version it does not know, rather than ignoring entries it would not
 understand.
 """
 
@@ -56,11 +61,12 @@ import numpy as np
 from .check import LEAF, LEAF_FEATURE
 from .cost_model import CostModel
 from .default_policy import DefaultPolicy
+from .order_rule import OrderRule
 
 FORMAT = "autospmv-tree"
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """The newest file layout this autospmv reads and writes (see the module docstring)."""
-SCHEMA_VERSIONS = (1, 2, 3, 4, 5)
+SCHEMA_VERSIONS = (1, 2, 3, 4, 5, 6)
 """The layouts it reads."""
 
 LOADER_ERRORS = (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError,
@@ -94,6 +100,8 @@ def document(model) -> dict:
         doc["ranking"] = model.ranking
     if model.defaults is not None:
         doc["defaults"] = model.defaults.to_dict()
+    if model.order_rule is not None:
+        doc["order_rule"] = model.order_rule.to_dict()
     doc["provenance"] = model.provenance
     return doc
 
@@ -134,9 +142,15 @@ def read_document(doc, known_kernels=None) -> dict:
             raise ValueError(f"the model's defaults need schema_version 3; the file says "
                              f"{version}")
         defaults = DefaultPolicy.from_dict(defaults, known_kernels)
+    order_rule = doc.get("order_rule")
+    if order_rule is not None:
+        if version < 6:
+            raise ValueError(f"the model's order_rule needs schema_version 6; the file says "
+                             f"{version}")
+        order_rule = OrderRule.from_dict(order_rule)
     return dict(feature_names=doc["feature_names"], classes=doc["classes"], tree=doc["tree"],
                 provenance=doc.get("provenance"), cost_model=cost_model,
-                ranking=doc.get("ranking", "value"), defaults=defaults)
+                ranking=doc.get("ranking", "value"), defaults=defaults, order_rule=order_rule)
 
 
 MAX_MODEL_BYTES = 64 << 20

@@ -43,6 +43,7 @@ from .check import LEAF, LEAF_FEATURE, check_tree, default_feature_names
 from .cost_model import CostModel
 from .default_policy import DefaultPolicy, Override, margins
 from .file import LOADER_ERRORS, document, read_document, read_json
+from .order_rule import OrderRule
 from .store import write_atomically
 
 RANKINGS = ("value", "correction")
@@ -101,8 +102,8 @@ class TreeModel:
 
     def __init__(self, feature_names, classes, tree: Mapping, provenance: Mapping | None = None,
                  *, cost_model: CostModel | None = None, ranking: str = "value",
-                 defaults: DefaultPolicy | None = None, known_features=None,
-                 known_kernels=None):
+                 defaults: DefaultPolicy | None = None, order_rule: OrderRule | None = None,
+                 known_features=None, known_kernels=None):
         if ranking not in RANKINGS:
             raise ValueError(f"unknown ranking {ranking!r}; expected one of {', '.join(RANKINGS)}")
         if ranking == "correction":
@@ -126,6 +127,8 @@ class TreeModel:
         self.ranking = ranking
         self.defaults = defaults
         """The default kernel per size band, or None: the tree's first choice always stands."""
+        self.order_rule = order_rule
+        """The order's cost rule fitted on this model's device, or None: the built-in rule."""
         self.feature_names: tuple[str, ...] = tuple(feature_names)
         self.classes: tuple[str, ...] = tuple(classes)
         self.provenance: dict = dict(provenance or {})
@@ -142,7 +145,8 @@ class TreeModel:
     @classmethod
     def from_sklearn(cls, clf, feature_names, provenance: Mapping | None = None, *,
                      cost_model: CostModel | None = None, ranking: str = "value",
-                     defaults: DefaultPolicy | None = None, known_features=None,
+                     defaults: DefaultPolicy | None = None,
+                     order_rule: OrderRule | None = None, known_features=None,
                      known_kernels=None) -> "TreeModel":
         """Export a fitted single-output ``DecisionTreeClassifier`` trained on features in the
         order of ``feature_names``, with kernel names as class labels (``est_<kernel>`` names
@@ -169,8 +173,8 @@ class TreeModel:
         }
         classes = [str(c) for c in clf.classes_]
         return cls(list(feature_names), classes, arrays, provenance, cost_model=cost_model,
-                   ranking=ranking, defaults=defaults, known_features=known_features,
-                   known_kernels=known_kernels)
+                   ranking=ranking, defaults=defaults, order_rule=order_rule,
+                   known_features=known_features, known_kernels=known_kernels)
 
     def to_dict(self) -> dict:
         """The JSON document as Python objects (floats keep their exact values; see
@@ -357,11 +361,13 @@ class TreeModel:
 
     @property
     def schema_version(self) -> int:
-        """The oldest file layout that holds this model: 5 with a cost model that reads
-        ``row_length``, 4 with one that reads ``x_sectors`` or has more than two size regimes,
-        3 with defaults, 2 with a cost model of two size regimes, else 1 (readable by every
-        autospmv that reads model files)."""
+        """The oldest file layout that holds this model: 6 with an order rule, 5 with a cost model that
+        reads ``row_length``, 4 with one that reads ``x_sectors`` or has more than two size regimes,
+        3 with defaults, 2 with a cost model of two size regimes, else 1 (readable by every autospmv
+        that reads model files)."""
         cost = self.cost_model
+        if self.order_rule is not None:
+            return 6
         if cost is not None and cost.uses("row_length"):
             return 5
         if cost is not None and (cost.uses("x_sectors") or len(cost.regimes) > 1):
