@@ -12,6 +12,10 @@
                                         [--holdout FILE]
     python -m autospmv.training retrain [--device cuda|cpu] [--budget-minutes N]
                                         [--dtype float64] [--fresh]
+    python -m autospmv.training label-orders --matrices DIR ... --out order-labels.jsonl
+                                        [--device cuda] [--dtype float64]
+                                        [--grown-nnz 1e6 1e7] [--limit N]
+    python -m autospmv.training fit-orders order-labels.jsonl [...] [--model model.json ...]
 
 ``retrain`` labels a corpus sized for this machine's device within the time budget (default
 15 minutes on a GPU with the ``default`` corpus, 30 minutes on the CPU with ``small``), trains,
@@ -23,6 +27,10 @@ reason is printed. The labels are kept in the same per-user folder
 (``labels/<device>-<dtype>.jsonl``), so an interrupted retrain continues where it stopped;
 ``--fresh`` deletes them first and starts over. Labels timed with other options (``--quick``)
 are refused rather than mixed in.
+``label-orders`` times the product in A's own order and in the bfs order on the square matrices
+of ``--matrices``, as given and numbered at random; ``fit-orders`` fits the order's cost rule to
+those labels, prints how its decisions meet them (and the built-in rule's), and with
+``--model`` writes it into model files (:mod:`training.order_labels`).
 ``--matrices`` defaults to the folders in ``$AUTOSPMV_MATRICES`` (separated by ``os.pathsep``).
 Label files are JSON lines, gzip-compressed when their name ends in ``.gz``.
 Data goes to files or stdout, progress to stderr.
@@ -171,6 +179,32 @@ def _parser(prog: str = "python -m autospmv.training") -> argparse.ArgumentParse
     p.add_argument("--no-probe", dest="probe", action="store_false",
                    help="on the CPU, label the whole corpus without first checking on a few "
                         "matrices whether any kernel beats the built-in rule here")
+
+    p = commands.add_parser("label-orders", help="time the product in each order",
+                            description="Time the product in A's own order and in the bfs "
+                                        "order on the square matrices of --matrices, as given "
+                                        "and numbered at random (resumed if the file exists).")
+    p.add_argument("--matrices", nargs="+", default=_default_folders(), metavar="DIR",
+                   help="folders of .npz/.mtx files (default: $AUTOSPMV_MATRICES)")
+    p.add_argument("--device", choices=("cuda", "cpu"), default=None,
+                   help="default: cuda when a GPU is usable")
+    p.add_argument("--dtype", choices=("float64", "float32"), default="float64",
+                   help="value type of the matrices timed (default: %(default)s)")
+    p.add_argument("--grown-nnz", nargs="+", type=bounded(float, 1, 1e10), default=[1e6],
+                   help="sizes each matrix is grown to block-diagonally (default: %(default)s)")
+    p.add_argument("--limit", type=bounded(int, 1, 100_000), default=None,
+                   help="at most this many files, spread over sizes (default: all)")
+    p.add_argument("--quick", action="store_true", help="short, noisy timings (smoke tests)")
+    p.add_argument("--out", required=True,
+                   help="JSON-lines file (resumed if it exists; its folder must exist)")
+
+    p = commands.add_parser("fit-orders", help="fit the order's cost rule to order labels",
+                            description="Fit the order's cost rule to order label files, print "
+                                        "how it meets them, and with --model write it into "
+                                        "model files.")
+    p.add_argument("labels", nargs="+", help="order label files (one device and dtype)")
+    p.add_argument("--model", nargs="+", default=[], metavar="FILE",
+                   help="model files to write the fitted rule into (rewritten in place)")
     return parser
 
 
@@ -401,6 +435,24 @@ def main(argv=None, prog: str = "python -m autospmv.training") -> int:
                   file=sys.stderr)
         elif args.command == "rechoose":
             _rechoose(args)
+        elif args.command == "label-orders":
+            from autospmv._tools.cli_checks import output_path
+            from .order_labels import label_orders
+            from .timing import QUICK
+
+            output_path(args.out, "--out")
+            with exit_on_sigterm():
+                label_orders(args.matrices, args.out, args.device or _default_device(),
+                             dtype=args.dtype, grown_nnz=args.grown_nnz, limit=args.limit,
+                             options=QUICK if args.quick else None)
+        elif args.command == "fit-orders":
+            from .order_labels import fit_order_rule, write_rule
+
+            rule, report = fit_order_rule(args.labels)
+            print(report)
+            for path in args.model:
+                write_rule(path, rule, args.labels)
+                print(f"wrote the fitted order rule into {path}", file=sys.stderr)
         else:
             with exit_on_sigterm():
                 _retrain(args)

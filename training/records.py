@@ -106,13 +106,14 @@ def _compressed(path) -> bool:
     return Path(path).suffix == ".gz"
 
 
-def read_records(path) -> list[dict]:
+def read_records(path, schema: str = SCHEMA) -> list[dict]:
     """All records of a labels file (JSON lines, plain or gzip-compressed such as
-    ``labels.jsonl.gz``); a final line without newline is ignored."""
-    return _parse(_decode(path)[0], path)
+    ``labels.jsonl.gz``) of ``schema`` (the kernel labels', or the order labels' of
+    :mod:`training.order_labels`); a final line without newline is ignored."""
+    return _parse(_decode(path)[0], path, schema)
 
 
-def _parse(text: str, path) -> list[dict]:
+def _parse(text: str, path, schema: str = SCHEMA) -> list[dict]:
     """The records of the complete lines of ``text``, read from ``path``."""
     records = []
     for number, line in enumerate(text.split("\n")[:-1], start=1):
@@ -123,10 +124,10 @@ def _parse(text: str, path) -> list[dict]:
         except ValueError as err:
             raise ValueError(f"line {number} of {path} is not valid JSON ({err}); remove it "
                              "to continue") from None
-        if not isinstance(record, dict) or record.get("schema") != SCHEMA:
+        if not isinstance(record, dict) or record.get("schema") != schema:
             raise ValueError(f"line {number} of {path} is not an autospmv label record "
-                             f"(expected schema {SCHEMA!r})")
-        records.append(_with_launches(record))
+                             f"(expected schema {schema!r})")
+        records.append(_with_launches(record) if schema == SCHEMA else record)
     return records
 
 
@@ -150,7 +151,7 @@ def _with_launches(record: dict) -> dict:
 
 
 def resume_records(path: Path, device: str, dtype: str, timing: dict | None = None,
-            machine: str | None = None) -> set[str]:
+            machine: str | None = None, schema: str = SCHEMA) -> set[str]:
     """Names already labelled in ``path`` (created empty if missing), after dropping an
     unfinished last line (or, in a gzip file, an unfinished last member). Records of another
     device or dtype, of another ``machine`` (the GPU's or CPU's name, as
@@ -167,7 +168,7 @@ def resume_records(path: Path, device: str, dtype: str, timing: dict | None = No
                          "says otherwise; name compressed label files *.gz and plain ones "
                          "anything else")
     text, intact = _decode(path)
-    records = _parse(text, path)
+    records = _parse(text, path, schema)
     if not intact or (text and not text.endswith("\n")):
         rewrite_records(path, text[:text.rfind("\n") + 1])
     for record in records:

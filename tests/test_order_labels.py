@@ -1,0 +1,118 @@
+"""Order labels (:mod:`training.order_labels`): records of the product timed in each order on
+the CPU, the rule fitted to them, and the command line that writes it into a model file."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from autospmv._decide import ordering
+from autospmv._decide.model.lookup import find_model, load_model
+from autospmv._decide.model.order_rule import OrderRule
+from training import order_labels
+from training.records import read_records
+from training.timing import QUICK
+
+
+def laplacian(side: int) -> sp.csr_matrix:
+    eye = sp.eye(side)
+    line = sp.diags([-1.0, 2.05, -1.0], [-1, 0, 1], shape=(side, side))
+    return (sp.kron(eye, line) + sp.kron(line, eye)).tocsr()
+
+
+@pytest.fixture
+def folder(tmp_path):
+    folder = tmp_path / "matrices"
+    folder.mkdir()
+    sp.save_npz(folder / "grid.npz", laplacian(40))
+    sp.save_npz(folder / "wide.npz", sp.random(30, 60, density=0.5, format="csr",
+                                               random_state=0))  # not square: left out
+    return folder
+
+
+def test_cases_grow_square_matrices_in_both_numberings(folder):
+    cases = order_labels.cases([folder], grown_nnz=(2e4,))
+    assert [c.numbering for c in cases] == ["given", "at_random"]
+    given, at_random = (c.load() for c in cases)
+    assert given.shape == at_random.shape and given.nnz == at_random.nnz
+    assert cases[0].copies == round(2e4 / laplacian(40).nnz)
+    assert (given != at_random).nnz  # renumbered
+    assert np.allclose(np.sort(given.data), np.sort(at_random.data))
+
+
+def test_labels_are_written_resumed_and_read_back(folder, tmp_path):
+    out = tmp_path / "orders.jsonl"
+    order_labels.label_orders([folder], out, "cpu", grown_nnz=(2e4,), options=QUICK,
+                              progress=None)
+    records = read_records(out, order_labels.SCHEMA)
+    assert [r["numbering"] for r in records] == ["given", "at_random"]
+    for record in records:
+        assert set(record["times"]) == set(order_labels.TIMED)
+        assert all(t["b2b_us"] > 0 for t in record["times"].values())
+        assert record["features"]["x_sectors_per_nnz_warp_after"] > 0
+    at_random = records[1]["features"]
+    assert at_random["bandwidth_after"] < at_random["bandwidth_before"]
+    before = out.read_text()
+    order_labels.label_orders([folder], out, "cpu", grown_nnz=(2e4,), options=QUICK,
+                              progress=None)
+    assert out.read_text() == before  # nothing labelled twice
+    with pytest.raises(ValueError, match="float32 labels|holds float64"):
+        order_labels.label_orders([folder], out, "cpu", dtype="float32", grown_nnz=(2e4,),
+                                  options=QUICK, progress=None)
+
+
+def synthetic_records(bandwidth: float, gather_bandwidth: float, count: int = 8) -> list:
+    """Records whose times follow the GPU rule exactly with these bandwidths."""
+    rule = OrderRule(bytes_per_second=bandwidth, latency_seconds=0.0,
+                     permutation_bytes_per_second=gather_bandwidth)
+    records = []
+    for i in range(count):
+        m = 1_000_000 * (i + 1)
+        nnz = 5 * m
+        before, after = 1.0 - 0.05 * i, 0.2 + 0.02 * i
+        layout = order_labels._Layout((m, m), nnz, np.dtype("float64"))
+        keep = ordering.product_seconds(layout, before, "cuda", rule)
+        own = ordering.product_seconds(layout, after, "cuda", rule)
+        gathers = ordering.permutation_seconds(layout, "cuda", rule)
+        records.append({
+            "schema": order_labels.SCHEMA, "name": f"m{i}", "shape": [m, m], "nnz": nnz,
+            "dtype": "float64", "device": {"device": "cuda", "name": "test"},
+            "features": {"x_sectors_per_nnz_warp_before": before,
+                         "x_sectors_per_nnz_warp_after": after},
+            "times": {"keep": {"b2b_us": keep * 1e6}, "bfs_own": {"b2b_us": own * 1e6},
+                      "bfs": {"b2b_us": (own + gathers) * 1e6}}})
+    return records
+
+
+def test_the_fit_recovers_the_bandwidths_the_times_follow():
+    rule, fit = order_labels.fit_rule(synthetic_records(2.5e12, 1.0e12), "cuda")
+    assert rule.bytes_per_second == pytest.approx(2.5e12, rel=1e-6)
+    assert rule.permutation_bytes_per_second == pytest.approx(1.0e12, rel=1e-6)
+    assert fit["median_error"] < 1e-6 and rule.labels == 16
+    counts = order_labels.agreement(synthetic_records(2.5e12, 1.0e12), "cuda", rule)
+    assert all(c["agree"] == c["cases"] for c in counts.values())
+
+
+def test_the_fit_refuses_products_too_short_to_weigh():
+    short = synthetic_records(1e15, 1e15)
+    with pytest.raises(ValueError, match="the fit needs 4 or more"):
+        order_labels.fit_rule(short, "cuda")
+
+
+def test_fit_orders_writes_the_rule_into_a_model_file(tmp_path, capsys):
+    from training.__main__ import main
+
+    labels = tmp_path / "orders.jsonl"
+    labels.write_text("".join(json.dumps(r) + "\n" for r in synthetic_records(2e12, 8e11)))
+    model_path = tmp_path / "model.json"
+    load_model(find_model("cuda", dtype="float64").path).to_json(model_path)
+    assert main(["fit-orders", str(labels), "--model", str(model_path)]) == 0
+    out = capsys.readouterr().out
+    assert "fitted to 16 products" in out and "built-in rule against the labels" in out
+    written = json.loads(model_path.read_text())
+    assert written["schema_version"] == 6
+    assert written["order_rule"]["bytes_per_second"] == pytest.approx(2e12, rel=1e-6)
+    assert load_model(model_path).order_rule.labels == 16
