@@ -112,7 +112,29 @@ def test_fit_orders_writes_the_rule_into_a_model_file(tmp_path, capsys):
     assert main(["fit-orders", str(labels), "--model", str(model_path)]) == 0
     out = capsys.readouterr().out
     assert "fitted to 16 products" in out and "built-in rule against the labels" in out
+    assert "guard passed" in out
     written = json.loads(model_path.read_text())
     assert written["schema_version"] == 6
     assert written["order_rule"]["bytes_per_second"] == pytest.approx(2e12, rel=1e-6)
     assert load_model(model_path).order_rule.labels == 16
+
+
+def test_a_rule_that_decides_worse_than_the_built_in_one_is_not_written(tmp_path, capsys,
+                                                                         monkeypatch):
+    from training.__main__ import main
+
+    records = synthetic_records(2.5e12, 1.0e12)
+    blind = OrderRule(bytes_per_second=1e15, latency_seconds=5e-6)  # sees no gain anywhere
+    passed, reason = order_labels.guard(records, "cuda", blind)
+    assert not passed and "the built-in rule stays" in reason
+    labels = tmp_path / "orders.jsonl"
+    labels.write_text("".join(json.dumps(r) + "\n" for r in records))
+    model_path = tmp_path / "model.json"
+    load_model(find_model("cuda", dtype="float64").path).to_json(model_path)
+    before = model_path.read_text()
+    monkeypatch.setattr(order_labels, "fit_rule", lambda records, device: (blind, {
+        "products": 16, "gathers": 0, "median_error": 0.5, "gathers_median_error": None}))
+    assert main(["fit-orders", str(labels), "--model", str(model_path)]) == 0
+    captured = capsys.readouterr()
+    assert "guard failed" in captured.out and "left " in captured.err
+    assert model_path.read_text() == before

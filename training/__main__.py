@@ -201,7 +201,8 @@ def _parser(prog: str = "python -m autospmv.training") -> argparse.ArgumentParse
     p = commands.add_parser("fit-orders", help="fit the order's cost rule to order labels",
                             description="Fit the order's cost rule to order label files, print "
                                         "how it meets them, and with --model write it into "
-                                        "model files.")
+                                        "model files, unless it decides worse than the built-in "
+                                        "rule on the same labels.")
     p.add_argument("labels", nargs="+", help="order label files (one device and dtype)")
     p.add_argument("--model", nargs="+", default=[], metavar="FILE",
                    help="model files to write the fitted rule into (rewritten in place)")
@@ -448,11 +449,14 @@ def main(argv=None, prog: str = "python -m autospmv.training") -> int:
         elif args.command == "fit-orders":
             from .order_labels import fit_order_rule, write_rule
 
-            rule, report = fit_order_rule(args.labels)
-            print(report)
-            for path in args.model:
-                write_rule(path, rule, args.labels)
+            fit = fit_order_rule(args.labels)
+            print(fit.report)
+            for path in args.model if fit.passed else ():
+                write_rule(path, fit.rule, args.labels)
                 print(f"wrote the fitted order rule into {path}", file=sys.stderr)
+            if args.model and not fit.passed:
+                print(f"left {', '.join(args.model)} as they were: {fit.reason}",
+                      file=sys.stderr)
         else:
             with exit_on_sigterm():
                 _retrain(args)

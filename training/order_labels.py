@@ -22,9 +22,10 @@ them where the rule runs:
   (:func:`fit_rule`), and :func:`agreement` counts how often the fitted rule, and the built-in
   one, predict a gain of at least
   :data:`~autospmv._decide.ordering.MIN_RELATIVE_GAIN` of a product where the labels measured one.
-* ``python -m autospmv.training fit-orders`` prints both and, with ``--model``, writes the fitted rule
-  into model files (``order_rule``, schema version 6), where ``prepare(A, products=...)`` then
-  reads it for that device and dtype (:func:`autospmv._decide.ordering.rule_for`).
+* ``python -m autospmv.training fit-orders`` prints both and, with ``--model``, writes the fitted
+  rule into model files (``order_rule``, schema version 6), where ``prepare(A, products=...)``
+  then reads it for that device and dtype (:func:`autospmv._decide.ordering.rule_for`), unless
+  it decides worse than the built-in rule on the same labels (:func:`guard`).
 
 Products that take less than :data:`FIT_MIN_SECONDS` are left out of the fit: a launch or a
 thread pool's wake-up bounds them, not bytes.
@@ -311,9 +312,37 @@ def agreement(records, device: str, rule: OrderRule) -> dict:
     return out
 
 
-def fit_order_rule(paths, device: str | None = None) -> tuple[OrderRule, str]:
-    """Fit the rule to the order label files ``paths`` (one device and dtype) and describe the
-    fit against the built-in rule: ``(rule, report text)``."""
+@dataclasses.dataclass
+class Fit:
+    """What :func:`fit_order_rule` returns."""
+
+    rule: OrderRule
+    report: str
+    """The fit and how its decisions, and the built-in rule's, meet the labels."""
+    passed: bool
+    """Whether the fitted rule's decisions disagree with the labels no more often than the
+    built-in rule's (:func:`guard`): only then is it written into a model."""
+    reason: str
+
+
+def guard(records, device: str, rule: OrderRule) -> tuple[bool, str]:
+    """Whether ``rule`` decides at least as well as the device's built-in rule on ``records``:
+    its missed and wrong decisions (:func:`agreement`, both ways of running the products)
+    number no more than the built-in rule's."""
+    def errors(candidate):
+        return sum(c["missed"] + c["wrong"] for c in agreement(records, device, candidate).values())
+
+    fitted, built_in = errors(rule), errors(ordering.BUILT_IN_RULES[device])
+    if fitted <= built_in:
+        return True, (f"the fitted rule disagrees with the labels {fitted} times, the built-in "
+                      f"rule {built_in} times")
+    return False, (f"the fitted rule disagrees with the labels {fitted} times, more than the "
+                   f"built-in rule's {built_in}: the built-in rule stays")
+
+
+def fit_order_rule(paths, device: str | None = None) -> Fit:
+    """Fit the rule to the order label files ``paths`` (one device and dtype), describe the
+    fit against the built-in rule and apply :func:`guard`."""
     records = [r for path in paths for r in read_records(Path(path), SCHEMA)]
     if not records:
         raise ValueError("the order label files hold no records")
@@ -342,7 +371,9 @@ def fit_order_rule(paths, device: str | None = None) -> tuple[OrderRule, str]:
                      f"{ordering.MIN_RELATIVE_GAIN:.0%} of a product): " + "; ".join(
                          f"{way} order {c['agree']}/{c['cases']} agree, {c['missed']} missed, "
                          f"{c['wrong']} wrong" for way, c in counts.items()))
-    return rule, "\n".join(lines)
+    passed, reason = guard(records, device, rule)
+    lines.append(("guard passed: " if passed else "guard failed: ") + reason)
+    return Fit(rule, "\n".join(lines), passed, reason)
 
 
 def write_rule(model_path, rule: OrderRule, label_paths=()) -> None:
