@@ -16,8 +16,9 @@ them where the rule runs:
   (:class:`training.timing.Bench`, with its contention check): the product in A's own order,
   the renumbered product in the caller's order (with its gathers), and the renumbered product
   in its stored order (``op.in_own_order()``, as the solvers run it). The record
-  (:data:`SCHEMA`) keeps the times, the kernels, the order's features before and after
-  (:func:`autospmv._decide.ordering.order_features`) and what computing the order cost.
+  (:data:`SCHEMA`) keeps the times, the kernels, the order's features before and after and what
+  computing the order and renumbering A cost, as :func:`autospmv._decide.ordering.choose_order`
+  gives them.
 * :func:`fit_order_rule` fits the rule's constants to those records by relative least squares
   (:func:`fit_rule`), and :func:`agreement` counts how often the fitted rule, and the built-in
   one, predict a gain of at least
@@ -121,11 +122,7 @@ def order_record(case: Case, A: sp.csr_matrix, device: str, options: TimingOptio
     csr = canonicalize(A)
     m = csr.shape[0]
     x = np.random.default_rng(0).standard_normal(m).astype(csr.dtype)
-    started = time.perf_counter()
-    perm = ordering.bfs(csr).astype(csr.indptr.dtype, copy=False)
-    inverse = ordering.inverse_of(perm)
-    ordered = ordering.apply_order(csr, perm, inverse)
-    ordering_seconds = time.perf_counter() - started
+    choice, _ = ordering.choose_order(csr, "bfs", None, device)  # the order as prepare takes it
     keep = autospmv.prepare(csr, device=device, order="keep")
     bfs = autospmv.prepare(csr, device=device, order="bfs")
     ops = {"keep": keep, "bfs": bfs, "bfs_own": bfs.in_own_order()}
@@ -141,12 +138,10 @@ def order_record(case: Case, A: sp.csr_matrix, device: str, options: TimingOptio
     if failed:
         key, err = next(iter(failed.items()))
         raise RuntimeError(f"{case.name}: timing the {key} product failed: {err!r}")
-    features = ordering.order_features(csr, "_before")
-    features.update(ordering.order_features(ordered, "_after"))
     return {
         "schema": SCHEMA, "name": case.name, "source": case.source, "copies": case.copies,
         "numbering": case.numbering, "shape": list(csr.shape), "nnz": int(csr.nnz),
-        "dtype": csr.dtype.name, "features": features, "ordering_seconds": ordering_seconds,
+        "dtype": csr.dtype.name, "features": choice.features, "ordering_seconds": choice.seconds,
         "kernels": {key: op.kernel for key, op in ops.items()},
         "times": {key: {"b2b_us": timings[key]["b2b"]["median"],
                         "per_call_us": timings[key]["per_call"]["median"]} for key in TIMED},

@@ -88,7 +88,6 @@ then predicts a gain of at least :data:`MIN_RELATIVE_GAIN` wherever the bfs orde
 (37 of 42 products; with half the cache it missed 4, which measured 1.4–2.0× faster renumbered),
 and the timing that follows a chosen order (``prepare``) discards the 5 it predicts wrongly."""
 
-
 BUILT_IN_RULES = {"cuda": OrderRule(bytes_per_second=3.0e12, latency_seconds=5e-6),
                   "cpu": OrderRule(bytes_per_second=2.0e10, latency_seconds=1e-6,
                                    miss_seconds=CPU_MISS_SECONDS, cache_share=CPU_CACHE_SHARE)}
