@@ -17,7 +17,11 @@ products' own times, so that a shared machine's load falls on all of them alike)
   Cuthill–McKee over the graph of A's rows, the order "auto" computes);
 * ``cusparse``: SciPy's RCM, then cupyx's CSR product in RCM order, alone (``cusparse_in_order``)
   and with the two permutations of x and y by CuPy indexing (``cusparse``);
-* the grown matrix as given (not renumbered): ``keep`` against ``auto`` with the hint.
+* the grown matrix as given (not renumbered): ``keep``, ``keep_hint`` (the order kept, with the
+  same hint, whose kernel tuning "auto" runs too: the operator a hint gave before orders were
+  decided) and ``auto`` with the hint; ``given_auto_over_today`` is ``auto`` over
+  ``keep_hint``, what the order's decision costs or gains on a matrix already in a good order,
+  and ``given_prepare_over_today`` the same for ``prepare``'s time.
 
 Each row has the products' µs, every ``prepare``'s seconds, each order's one-time cost
 (``prepare`` with the order less ``prepare`` keeping it; ``ordering_cost_s`` and the keys
@@ -249,6 +253,7 @@ def measure_matrix(device: Device, name: str, A, args) -> list[dict]:
                 ("auto", Rd, {"order": "auto", "products": args.hint}),
                 ("rcm", Rd, {"order": "rcm"}), ("bfs", Rd, {"order": "bfs"}),
                 ("given_keep", Gd, {"order": "keep"}),
+                ("given_keep_hint", Gd, {"order": "keep", "products": args.hint}),
                 ("given_auto", Gd, {"order": "auto", "products": args.hint})):
             op, seconds = prepared(device, matrix, **options)
             row[f"{label}_prepare_s"] = seconds
@@ -271,6 +276,9 @@ def measure_matrix(device: Device, name: str, A, args) -> list[dict]:
         row["speedup_in_own_order"] = row["keep_us"] / row["rcm_in_own_order_us"]
         row["gathers_us"] = row["rcm_us"] - row["rcm_in_own_order_us"]
         row["given_auto_over_keep"] = row["given_auto_us"] / row["given_keep_us"]
+        row["given_auto_over_today"] = row["given_auto_us"] / row["given_keep_hint_us"]
+        row["given_prepare_over_today"] = (row["given_auto_prepare_s"]
+                                           / row["given_keep_hint_prepare_s"])
         row["ordering_cost_s"] = cost_s
         row["gain_per_product_us"] = gain_us
         row["break_even_products"] = cost_s * 1e6 / gain_us if gain_us > 0 else None
@@ -302,7 +310,9 @@ def measure_matrix(device: Device, name: str, A, args) -> list[dict]:
             f"ordering {bfs_cost_s:.2f} s); a copy of x {row['copy_us']:.1f}; cuSPARSE in RCM "
             "order "
             f"{row['cusparse_in_order_us']:.1f} (+ permutations {row['cusparse_us']:.1f}); "
-            f"as given: auto/keep {row['given_auto_over_keep']:.3f}; RCM ordering "
+            f"as given: auto/keep {row['given_auto_over_keep']:.3f}, auto/keep with the hint "
+            f"{row['given_auto_over_today']:.3f} (prepare "
+            f"{row['given_prepare_over_today']:.2f}×); RCM ordering "
             f"{cost_s:.2f} s, break-even {row['break_even_products'] or float('nan'):.0f} "
             f"products" + (f"; cg µs/iteration keep {row['cg_keep_us_per_iteration']:.1f}, "
                            f"auto {row['cg_auto_us_per_iteration']:.1f}"
@@ -328,6 +338,10 @@ def summary(rows) -> dict:
             "geomean_gathers_over_copy": geomean(r["gathers_us"] / r["copy_us"]
                                                  for r in these),
             "geomean_cg_speedup_auto": geomean(r.get("cg_speedup_auto") for r in these),
+            "worst_given_auto_over_today": max((r["given_auto_over_today"] for r in these),
+                                               default=None),
+            "geomean_given_prepare_over_today": geomean(r["given_prepare_over_today"]
+                                                        for r in these),
             "worst_given_auto_over_keep": max((r["given_auto_over_keep"] for r in these),
                                               default=None),
             "matrices_where_hint_pays": sum(r["hint_pays"] for r in these),
