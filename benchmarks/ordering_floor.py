@@ -11,8 +11,8 @@ matrices grown to ``--grown-nnz`` nonzeros and numbered at random (as
 * ``caller_us``: the operator in the bfs order, in A's order (its two gathers included);
 * ``own_us``: the same operator's product in its stored order (``op.in_own_order()``);
 * ``gather_us`` and ``scatter_us``: one permutation of x alone, as a gather (``dst[i] =
-  src[perm[i]]``: scattered reads) and as a scatter (``dst[inverse[j]] = src[j]``: scattered
-  writes); ``copy_us``: a copy of x;
+  src[perm[i]]``: scattered reads; the operator's own kernel) and as a scatter
+  (``dst[inverse[j]] = src[j]``: scattered writes); ``copy_us``: a copy of x;
 * ``floor_caller_us`` = ``own_us`` + 2 × the faster permutation, and ``ceiling_caller`` =
   ``keep_us / floor_caller_us``: the most a product in the caller's order can gain from the
   order on this device.
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from pathlib import Path
@@ -35,29 +34,18 @@ import numpy as np
 from numba import cuda
 
 import autospmv
-from benchmarks.ordering import at_random, grown, shared_matrices
+from autospmv.kernels.cuda.permute import BLOCK, gather_kernel
+from benchmarks.ordering import Device, at_random, geomean, grown, shared_matrices
 from benchmarks.solvers_gpu import graph_us
-
-BLOCK = 256
 
 
 @cuda.jit
 def scatter_kernel(index, src, dst):
+    """``dst[index[j]] = src[j]``: the permutation with its writes scattered (the operator's
+    own :func:`autospmv.kernels.cuda.permute.gather_kernel` scatters its reads)."""
     j = cuda.grid(1)
     if j < src.shape[0]:
         dst[index[j]] = src[j]
-
-
-@cuda.jit
-def gather_kernel(index, src, dst):
-    i = cuda.grid(1)
-    if i < dst.shape[0]:
-        dst[i] = src[index[i]]
-
-
-def geomean(values) -> float:
-    values = list(values)
-    return math.exp(sum(map(math.log, values)) / len(values))
 
 
 def measure(cp, stream, name: str, R, dtype) -> dict:
@@ -103,11 +91,9 @@ def main(argv=None) -> None:
     parser.add_argument("--limit", type=int, default=10, help="matrices at most")
     parser.add_argument("--out", required=True, help="JSON file of the results")
     args = parser.parse_args(argv)
-    import cupy as cp
-
+    device = Device("cuda")
+    cp = device.cp
     stream = cp.cuda.Stream(non_blocking=True)
-    props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
-    device = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
     rows = []
     for name, A in shared_matrices(args.matrices, args.limit):
         R = at_random(grown(A, args.grown_nnz))
@@ -121,7 +107,8 @@ def main(argv=None) -> None:
     summary = {dtype: {key: geomean(r[key] for r in rows if r["dtype"] == dtype)
                        for key in ("speedup_caller", "speedup_own", "ceiling_caller")}
                for dtype in ("float32", "float64")}
-    Path(args.out).write_text(json.dumps({"device": device, "args": vars(args), "rows": rows,
+    Path(args.out).write_text(json.dumps({"device": device.describe(), "args": vars(args),
+                                          "rows": rows,
                                           "summary": summary}, indent=1))
     print(json.dumps(summary, indent=1), file=sys.stderr)
 

@@ -12,22 +12,17 @@ import scipy.sparse as sp
 from autospmv._decide import ordering
 from autospmv._decide.model.lookup import find_model, load_model
 from autospmv._decide.model.order_rule import OrderRule
+from matrices import poisson2d
 from training import order_labels
 from training.records import read_records
 from training.timing import QUICK
-
-
-def laplacian(side: int) -> sp.csr_matrix:
-    eye = sp.eye(side)
-    line = sp.diags([-1.0, 2.05, -1.0], [-1, 0, 1], shape=(side, side))
-    return (sp.kron(eye, line) + sp.kron(line, eye)).tocsr()
 
 
 @pytest.fixture
 def folder(tmp_path):
     folder = tmp_path / "matrices"
     folder.mkdir()
-    sp.save_npz(folder / "grid.npz", laplacian(40))
+    sp.save_npz(folder / "grid.npz", poisson2d(40))
     sp.save_npz(folder / "wide.npz", sp.random(30, 60, density=0.5, format="csr",
                                                random_state=0))  # not square: left out
     return folder
@@ -38,7 +33,7 @@ def test_cases_grow_square_matrices_in_both_numberings(folder):
     assert [c.numbering for c in cases] == ["given", "at_random"]
     given, at_random = (c.load() for c in cases)
     assert given.shape == at_random.shape and given.nnz == at_random.nnz
-    assert cases[0].copies == round(2e4 / laplacian(40).nnz)
+    assert cases[0].copies == round(2e4 / poisson2d(40).nnz)
     assert (given != at_random).nnz  # renumbered
     assert np.allclose(np.sort(given.data), np.sort(at_random.data))
 

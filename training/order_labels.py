@@ -268,15 +268,16 @@ def fit_rule(records, device: str) -> tuple[OrderRule, dict]:
 
 def predicted_gains(record: dict, device: str, rule: OrderRule) -> dict:
     """The rule's gain per product of the bfs order, relative to a product in A's own order:
-    ``{"caller": ..., "stored": ...}`` (with and without the gathers)."""
+    ``{"caller": ..., "stored": ...}`` (with and without the gathers;
+    :func:`autospmv._decide.ordering.gain_per_product`)."""
     layout = _layout(record)
-    features = record["features"]
-    before = ordering.product_seconds(layout, features["x_sectors_per_nnz_warp_before"],
-                                      device, rule)
-    after = ordering.product_seconds(layout, features["x_sectors_per_nnz_warp_after"],
-                                     device, rule)
-    gathers = ordering.permutation_seconds(layout, device, rule)
-    return {"caller": (before - after - gathers) / before, "stored": (before - after) / before}
+    before = record["features"]["x_sectors_per_nnz_warp_before"]
+    after = record["features"]["x_sectors_per_nnz_warp_after"]
+    out = {}
+    for way, gathers in (("caller", True), ("stored", False)):
+        gain, now = ordering.gain_per_product(layout, before, after, device, rule, gathers)
+        out[way] = gain / now
+    return out
 
 
 def measured_gains(record: dict) -> dict:

@@ -218,6 +218,18 @@ def permutation_seconds(csr, device: str, rule: OrderRule | None = None) -> floa
     return max(2 * rule.latency_seconds, permutation_traffic(csr) / rule.gather_bytes_per_second)
 
 
+def gain_per_product(csr, before: float, after: float, device: str,
+                     rule: OrderRule | None = None, gathers: bool = True) -> tuple[float, float]:
+    """``(gain, now)``: the rule's time ``now`` of a product at ``before`` x sectors per nonzero,
+    and what an order that gives ``after`` gains on it, less the two gathers of a product in the
+    caller's order where ``gathers``."""
+    now = product_seconds(csr, before, device, rule)
+    gain = now - product_seconds(csr, after, device, rule)
+    if gathers:
+        gain -= permutation_seconds(csr, device, rule)
+    return gain, now
+
+
 def ordering_seconds(nnz: int, order: str = "bfs") -> float:
     """The rule's estimate of computing ``order`` and building ``P A Pᵀ`` on the host."""
     return nnz * (ORDER_SECONDS_PER_NNZ[order] + PERMUTE_SECONDS_PER_NNZ)
@@ -329,7 +341,6 @@ def choose_order(csr, order: str, products: int | None, device: str, permute=app
     if order == "auto" and products is not None:
         rule = rule or rule_for(device, model, csr.dtype)
     rule = rule or BUILT_IN_RULES[device]
-    permuting = permutation_seconds(csr, device, rule) if gathers else 0.0
     counted = "products" if gathers else "products in the stored order (inside the solvers)"
     structure = csr.structure() if isinstance(csr, DeviceCSR) else csr
     computed = "bfs" if order == "auto" else order
@@ -344,8 +355,7 @@ def choose_order(csr, order: str, products: int | None, device: str, permute=app
         before = float(x_locality(structure))
         itemsize = np.dtype(csr.dtype).itemsize
         floor = min(before, sector_floor(csr.nnz, m, itemsize))
-        now = product_seconds(csr, before, device, rule)
-        best = now - product_seconds(csr, floor, device, rule) - permuting
+        best, now = gain_per_product(csr, before, floor, device, rule, gathers)
         estimate = ordering_seconds(csr.nnz, computed)
         features = {"x_sectors_per_nnz_warp_before": before, "x_sectors_floor": floor}
         if best < MIN_FLOOR_GAIN * now or products * best <= estimate:
@@ -376,8 +386,7 @@ def choose_order(csr, order: str, products: int | None, device: str, permute=app
     if order != "auto":
         return OrderChoice(order, f"order {order} (order={order!r}): {summary}", perm, inverse,
                            features, seconds), ordered
-    now = product_seconds(csr, before, device, rule)
-    gain = now - product_seconds(ordered, after, device, rule) - permuting
+    gain, now = gain_per_product(csr, before, after, device, rule, gathers)
     seconds = time.perf_counter() - started  # the order's features are part of its cost
     if gain >= MIN_RELATIVE_GAIN * now and products * gain > seconds:
         return OrderChoice(

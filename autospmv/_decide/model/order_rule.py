@@ -31,12 +31,8 @@ class OrderRule:
     labels: int = 0
     """How many labelled products the constants were fitted to; 0 for the built-in ones."""
 
-    FIELDS = ("bytes_per_second", "latency_seconds", "miss_seconds", "cache_share",
-              "permutation_bytes_per_second", "labels")
-
     def __post_init__(self):
-        for name in self.FIELDS:
-            value = getattr(self, name)
+        for name, value in dataclasses.asdict(self).items():
             if value is None and name == "permutation_bytes_per_second":
                 continue
             if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -64,17 +60,18 @@ class OrderRule:
 
     def to_dict(self) -> dict:
         """The model file's ``order_rule`` entry."""
-        return {name: getattr(self, name) for name in self.FIELDS}
+        return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, doc) -> "OrderRule":
         """A rule from a model file's ``order_rule`` entry; ValueError for a malformed one."""
         if not isinstance(doc, Mapping):
             raise ValueError(f"the order rule must be a JSON object; found {type(doc).__name__}")
-        unknown = sorted(set(doc) - set(cls.FIELDS))
+        names = [field.name for field in dataclasses.fields(cls)]
+        unknown = sorted(set(doc) - set(names))
         if unknown:
             raise ValueError(f"the order rule has unknown entries: {', '.join(unknown)}")
         for name in ("bytes_per_second", "latency_seconds"):
             if name not in doc:
                 raise ValueError(f"the order rule has no {name!r}")
-        return cls(**{name: doc[name] for name in cls.FIELDS if name in doc})
+        return cls(**{name: doc[name] for name in names if name in doc})

@@ -361,10 +361,10 @@ class TreeModel:
 
     @property
     def schema_version(self) -> int:
-        """The oldest file layout that holds this model: 6 with an order rule, 5 with a cost model that
-        reads ``row_length``, 4 with one that reads ``x_sectors`` or has more than two size regimes,
-        3 with defaults, 2 with a cost model of two size regimes, else 1 (readable by every autospmv
-        that reads model files)."""
+        """The oldest file layout that holds this model: 6 with an order rule, 5 with a cost
+        model that reads ``row_length``, 4 with one that reads ``x_sectors`` or has more than two
+        size regimes, 3 with defaults, 2 with a cost model of two size regimes, else 1 (readable
+        by every autospmv that reads model files)."""
         cost = self.cost_model
         if self.order_rule is not None:
             return 6
