@@ -3,6 +3,7 @@ the CPU, the rule fitted to them, and the command line that writes it into a mod
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -59,15 +60,19 @@ def test_labels_are_written_resumed_and_read_back(folder, tmp_path):
                                   options=QUICK, progress=None)
 
 
-def synthetic_records(bandwidth: float, gather_bandwidth: float, count: int = 8) -> list:
-    """Records whose times follow the GPU rule exactly with these bandwidths."""
-    rule = OrderRule(bytes_per_second=bandwidth, latency_seconds=0.0,
+def synthetic_records(bandwidth: float, gather_bandwidth: float, count: int = 8,
+                      window: float = 0.0) -> list:
+    """Records whose times follow the GPU rule exactly with these bandwidths and x window:
+    every other matrix as given (its rows reach 200 columns before the order and 300 after),
+    the others numbered at random (reaching most of x before)."""
+    rule = OrderRule(bytes_per_second=bandwidth, latency_seconds=0.0, window_bytes=window,
                      permutation_bytes_per_second=gather_bandwidth)
     records = []
     for i in range(count):
         m = 1_000_000 * (i + 1)
         nnz = 5 * m
-        before, after = 1.0 - 0.05 * i, 0.2 + 0.02 * i
+        before = ordering.Locality(1.0 - 0.05 * i, 0.7 * m if i % 2 else 200.0)
+        after = ordering.Locality(0.2 + 0.02 * i, 300.0)
         layout = order_labels._Layout((m, m), nnz, np.dtype("float64"))
         keep = ordering.product_seconds(layout, before, "cuda", rule)
         own = ordering.product_seconds(layout, after, "cuda", rule)
@@ -75,8 +80,10 @@ def synthetic_records(bandwidth: float, gather_bandwidth: float, count: int = 8)
         records.append({
             "schema": order_labels.SCHEMA, "name": f"m{i}", "shape": [m, m], "nnz": nnz,
             "dtype": "float64", "device": {"device": "cuda", "name": "test"},
-            "features": {"x_sectors_per_nnz_warp_before": before,
-                         "x_sectors_per_nnz_warp_after": after},
+            "features": {"x_sectors_per_nnz_warp_before": before.sectors_per_nnz,
+                         "x_reach_before": before.reach,
+                         "x_sectors_per_nnz_warp_after": after.sectors_per_nnz,
+                         "x_reach_after": after.reach},
             "times": {"keep": {"b2b_us": keep * 1e6}, "bfs_own": {"b2b_us": own * 1e6},
                       "bfs": {"b2b_us": (own + gathers) * 1e6}}})
     return records
@@ -89,6 +96,27 @@ def test_the_fit_recovers_the_bandwidths_the_times_follow():
     assert fit["median_error"] < 1e-6 and rule.labels == 16
     counts = order_labels.agreement(synthetic_records(2.5e12, 1.0e12), "cuda", rule)
     assert all(c["agree"] == c["cases"] for c in counts.values())
+
+
+def test_the_fit_finds_the_x_window_the_times_follow():
+    # As given, the rows' x stays in a 256 KiB window and the order gains nothing; the rule
+    # without a window would see gains there.
+    records = synthetic_records(2.5e12, 1.0e12, window=256 << 10)
+    rule, fit = order_labels.fit_rule(records, "cuda")
+    assert rule.window_bytes == 256 << 10 and fit["median_error"] < 1e-6
+    assert rule.bytes_per_second == pytest.approx(2.5e12, rel=1e-6)
+    assert order_labels.disagreements(records, "cuda", rule) == 0
+    blind_to_the_window = dataclasses.replace(rule, window_bytes=0)
+    counts = order_labels.agreement(records, "cuda", blind_to_the_window)
+    assert counts["stored"]["wrong"] == 4  # the four matrices as given
+
+
+def test_records_without_a_reach_read_all_of_x_as_the_window():
+    records = synthetic_records(2.5e12, 1.0e12)
+    for record in records:
+        del record["features"]["x_reach_before"], record["features"]["x_reach_after"]
+    rule, fit = order_labels.fit_rule(records, "cuda")
+    assert rule.bytes_per_second == pytest.approx(2.5e12, rel=1e-6) and rule.window_bytes == 0
 
 
 def test_the_fit_refuses_products_too_short_to_weigh():
@@ -118,7 +146,7 @@ def test_a_rule_that_decides_worse_than_the_built_in_one_is_not_written(tmp_path
                                                                          monkeypatch):
     from training.__main__ import main
 
-    records = synthetic_records(2.5e12, 1.0e12)
+    records = synthetic_records(2.5e12, 3.0e12, window=ordering.GPU_WINDOW_BYTES)
     blind = OrderRule(bytes_per_second=1e15, latency_seconds=5e-6)  # sees no gain anywhere
     passed, reason = order_labels.guard(records, "cuda", blind)
     assert not passed and "the built-in rule stays" in reason

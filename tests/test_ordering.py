@@ -8,6 +8,7 @@ GPU gathers under numba-cuda's simulator.
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 
 import numpy as np
@@ -178,7 +179,7 @@ def test_auto_reorders_a_large_matrix_numbered_at_random_when_it_pays():
 def test_auto_for_the_solvers_weighs_the_product_without_the_gathers():
     # On a GPU the two gathers around a product in A's own order eat the gain of RCM on this
     # grid; the solvers, iterating in the stored order, keep the gain.
-    A = numbered_at_random(grid_laplacian(300))
+    A = numbered_at_random(grid_laplacian(400))
     built_in = ordering.BUILT_IN_RULES["cuda"]  # not the rule a local GPU's model may carry
     choice, ordered = ordering.choose_order(A, "auto", 10**9, "cuda", rule=built_in)
     assert choice.kept and "after the gathers of x and y" in choice.reason
@@ -488,16 +489,53 @@ def test_a_cupy_matrix_is_renumbered_on_the_gpu(order, dtype, rng):
 def test_the_cpu_rule_prices_an_x_beyond_the_cache_by_its_misses(monkeypatch):
     A = numbered_at_random(grid_laplacian(40))
     x_bytes = A.shape[1] * 8
-    gpu = ordering.product_seconds(A, 1.0, "cuda")
+    everywhere = ordering.Locality(1.0)  # reads all of x
+    cpu = dataclasses.replace(ordering.BUILT_IN_RULES["cpu"], window_bytes=0)
+    gpu = ordering.product_seconds(A, everywhere, "cuda")
     monkeypatch.setattr(ordering, "cpu_cache_bytes", lambda: 64 * x_bytes)
-    in_cache = ordering.product_seconds(A, 1.0, "cpu")
+    in_cache = ordering.product_seconds(A, everywhere, "cpu", cpu)
     assert ordering.cpu_miss_seconds(x_bytes) == 0.0
     monkeypatch.setattr(ordering, "cpu_cache_bytes", lambda: x_bytes)  # x outgrows its share
     assert ordering.cpu_miss_seconds(x_bytes) == pytest.approx(
         ordering.CPU_MISS_SECONDS * (1 - ordering.CPU_CACHE_SHARE))
-    beyond = ordering.product_seconds(A, 1.0, "cpu")
+    beyond = ordering.product_seconds(A, everywhere, "cpu", cpu)
     assert beyond == pytest.approx(in_cache + A.nnz * ordering.cpu_miss_seconds(x_bytes))
-    assert ordering.product_seconds(A, 1.0, "cuda") == gpu  # the GPU's rule has no cache term
+    assert ordering.product_seconds(A, everywhere, "cuda") == gpu  # no cache term on the GPU
+
+
+def test_sectors_within_the_rules_x_window_cost_nothing():
+    A = numbered_at_random(grid_laplacian(400))
+    rule = dataclasses.replace(ordering.BUILT_IN_RULES["cuda"], latency_seconds=0.0)
+    x_bytes = A.shape[1] * 8
+    stream = ordering.product_seconds(A, ordering.Locality(0.0), "cuda", rule)
+    near = ordering.Locality(1.0, reach=rule.window_bytes / 8 / 2 - 1)  # fits the window
+    assert ordering.window_miss(A, near.reach, rule) == 0.0
+    assert ordering.product_seconds(A, near, "cuda", rule) == stream
+    far = ordering.Locality(1.0, reach=10 * A.shape[1])  # all of x, the most a window spans
+    assert ordering.window_bytes(A, far.reach) == x_bytes
+    share = 1 - rule.window_bytes / x_bytes
+    assert ordering.window_miss(A, far.reach, rule) == pytest.approx(share)
+    assert ordering.product_seconds(A, far, "cuda", rule) == pytest.approx(
+        stream + A.nnz * share * ordering.SECTOR_BYTES / rule.bytes_per_second)
+    assert ordering.product_seconds(A, ordering.Locality(1.0), "cuda", rule) == pytest.approx(
+        ordering.product_seconds(A, far, "cuda", rule))  # no reach: all of x
+
+
+def test_auto_keeps_without_computing_an_order_where_the_rows_reach_little_of_x(monkeypatch):
+    # Numbered at random within blocks of 400 rows: x's sectors scatter within each block, which
+    # the caches hold, so no order can gain and none is computed.
+    blocks = sp.block_diag([numbered_at_random(grid_laplacian(20), seed) for seed in range(400)],
+                           format="csr")
+    blocks.sort_indices()
+    refused = lambda *args, **kwargs: pytest.fail("an order was computed")  # noqa: E731
+    monkeypatch.setitem(ordering.COMPUTE, "bfs", refused)
+    for device in ("cuda", "cpu"):
+        choice, kept = ordering.choose_order(blocks, "auto", 10**9, device,
+                                             rule=ordering.BUILT_IN_RULES[device])
+        assert choice.kept and kept is blocks and "even an ideal order" in choice.reason
+        assert choice.features["x_reach_before"] < 400
+        assert choice.features["x_sectors_per_nnz_warp_before"] > 2 * choice.features[
+            "x_sectors_floor"]
 
 
 def test_the_cpu_cache_is_the_largest_level_linux_describes(tmp_path):

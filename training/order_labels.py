@@ -71,7 +71,11 @@ FIT_MIN_SECONDS = {"cuda": 2e-5, "cpu": 2e-4}
 """Shortest product (back to back) the fit takes: shorter ones are bound by launches."""
 
 CACHE_SHARES = (0.125, 0.25, 0.5, 1.0)
-"""The CPU rule's cache shares :func:`fit_rule` tries (the one fitting best is kept)."""
+"""The CPU rule's cache shares :func:`fit_rule` tries."""
+
+WINDOWS = (0, 16 << 10, 32 << 10, 64 << 10, 128 << 10, 256 << 10, 512 << 10, 1 << 20, 4 << 20)
+"""The rule's ``window_bytes`` :func:`fit_rule` tries (0: every sector of x costs its
+bytes)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,20 +195,24 @@ class _Layout:
     dtype: np.dtype
 
 
-def observations(records) -> list[dict]:
-    """The products of ``records`` as the rule sees them: per product its bytes, x sectors,
-    x's bytes and time (back to back, seconds), and per record the time of its two gathers
-    (the caller's order less the stored order)."""
+def observations(records, window: float = 0.0) -> list[dict]:
+    """The products of ``records`` as a rule with ``window_bytes`` = ``window`` sees them: per
+    product its bytes, the x sectors that cost their bytes
+    (:func:`autospmv._decide.ordering.window_miss`), its x window's bytes and its time (back to
+    back, seconds), and per record the time of its two gathers (the caller's order less the
+    stored order)."""
+    sizes = OrderRule(bytes_per_second=1.0, latency_seconds=0.0, window_bytes=window)
     out = []
     for record in records:
         layout = _layout(record)
-        x_bytes = layout.shape[1] * layout.dtype.itemsize
         features, times = record["features"], record["times"]
-        for key, locality in (("keep", "x_sectors_per_nnz_warp_before"),
-                              ("bfs_own", "x_sectors_per_nnz_warp_after")):
-            traffic, sectors = ordering.product_traffic(layout, features[locality])
+        for key, suffix in (("keep", "_before"), ("bfs_own", "_after")):
+            locality = ordering.locality_of(features, suffix)
+            costly = locality.sectors_per_nnz * ordering.window_miss(layout, locality.reach, sizes)
+            traffic, sectors = ordering.product_traffic(layout, costly)
             out.append({"kind": "product", "bytes": traffic, "sectors": sectors,
-                        "x_bytes": x_bytes, "seconds": times[key]["b2b_us"] * 1e-6})
+                        "x_bytes": ordering.window_bytes(layout, locality.reach),
+                        "seconds": times[key]["b2b_us"] * 1e-6})
         out.append({"kind": "gathers", "bytes": ordering.permutation_traffic(layout),
                     "seconds": (times["bfs"]["b2b_us"] - times["bfs_own"]["b2b_us"]) * 1e-6})
     return out
@@ -219,50 +227,66 @@ def _relative_fit(columns: np.ndarray, seconds: np.ndarray) -> tuple[np.ndarray,
     return coefficients, float(np.median(error)) if error.size else math.inf
 
 
+def _gather_rate(records, device: str) -> tuple[float | None, float | None, int]:
+    """The gathers' bandwidth fitted to ``records`` (None with fewer than two gathers of at
+    least a quarter of :data:`FIT_MIN_SECONDS`), its median relative error, and how many
+    records it saw."""
+    gathers = [o for o in observations(records) if o["kind"] == "gathers"
+               and o["seconds"] >= FIT_MIN_SECONDS[device] / 4]
+    if len(gathers) < 2:
+        return None, None, len(gathers)
+    seconds = np.array([o["seconds"] for o in gathers])
+    traffic = np.array([[o["bytes"]] for o in gathers], dtype=np.float64)
+    coefficients, error = _relative_fit(traffic, seconds)
+    return (float(1.0 / coefficients[0]) if coefficients[0] > 0 else None), error, len(gathers)
+
+
 def fit_rule(records, device: str) -> tuple[OrderRule, dict]:
     """The rule's constants fitted to ``records`` of one device and dtype, and what the fit
-    saw: ``(rule, {"products", "gathers", "median_error", "gathers_median_error"})``. Without
-    enough products above :data:`FIT_MIN_SECONDS`, ValueError."""
+    saw: ``(rule, {"products", "gathers", "median_error", "gathers_median_error"})``.
+
+    For each x window of :data:`WINDOWS` (and on the CPU each cache share of
+    :data:`CACHE_SHARES`) the bandwidth (and the CPU's price of a missed sector) are fitted by
+    :func:`_relative_fit` to the products of at least :data:`FIT_MIN_SECONDS`; the candidate
+    kept is the one whose decisions disagree least with the labels (:func:`disagreements`),
+    then the one that fits their times best. Without enough products, or where no bandwidth
+    fits, ValueError."""
     built_in = ordering.BUILT_IN_RULES[device]
-    seen = observations(records)
-    products = [o for o in seen if o["kind"] == "product"
-                and o["seconds"] >= FIT_MIN_SECONDS[device]]
-    if len(products) < 4:
-        raise ValueError(f"{len(products)} labelled products take at least "
-                         f"{FIT_MIN_SECONDS[device] * 1e6:.0f} µs; the fit needs 4 or more "
-                         "(label larger matrices: --grown-nnz)")
-    seconds = np.array([o["seconds"] for o in products])
-    traffic = np.array([o["bytes"] for o in products], dtype=np.float64)
+    gather_rate, gather_error, gathers = _gather_rate(records, device)
     best = None
-    for share in (CACHE_SHARES if device == "cpu" else (None,)):
-        if share is None:
-            columns = traffic[:, None]
-        else:
-            misses = np.array([o["sectors"] * ordering.miss_chance(o["x_bytes"], share)
-                               for o in products])
-            columns = np.column_stack([traffic, misses])
-        coefficients, error = _relative_fit(columns, seconds)
-        if coefficients[0] > 0 and (best is None or error < best[2]):
-            best = (share, coefficients, error)
+    for window in WINDOWS:
+        products = [o for o in observations(records, window) if o["kind"] == "product"
+                    and o["seconds"] >= FIT_MIN_SECONDS[device]]
+        if len(products) < 4:
+            raise ValueError(f"{len(products)} labelled products take at least "
+                             f"{FIT_MIN_SECONDS[device] * 1e6:.0f} µs; the fit needs 4 or more "
+                             "(label larger matrices: --grown-nnz)")
+        seconds = np.array([o["seconds"] for o in products])
+        traffic = np.array([o["bytes"] for o in products], dtype=np.float64)
+        for share in (CACHE_SHARES if device == "cpu" else (None,)):
+            if share is None:
+                columns = traffic[:, None]
+            else:
+                misses = np.array([o["sectors"] * ordering.miss_chance(o["x_bytes"], share)
+                                   for o in products])
+                columns = np.column_stack([traffic, misses])
+            coefficients, error = _relative_fit(columns, seconds)
+            if coefficients[0] <= 0:
+                continue
+            rule = OrderRule(bytes_per_second=float(1.0 / coefficients[0]),
+                             latency_seconds=built_in.latency_seconds,
+                             miss_seconds=float(coefficients[1]) if share is not None else 0.0,
+                             cache_share=share if share is not None else 0.0,
+                             window_bytes=float(window),
+                             permutation_bytes_per_second=gather_rate, labels=len(products))
+            score = (disagreements(records, device, rule), error)
+            if best is None or score < best[0]:
+                best = (score, rule)
     if best is None:
         raise ValueError("the labelled products do not grow with their bytes; no bandwidth "
                          "fits them")
-    share, coefficients, error = best
-    gathers = [o for o in seen if o["kind"] == "gathers"
-               and o["seconds"] >= FIT_MIN_SECONDS[device] / 4]
-    gather_rate, gather_error = None, None
-    if len(gathers) >= 2:
-        g_seconds = np.array([o["seconds"] for o in gathers])
-        g_bytes = np.array([[o["bytes"]] for o in gathers], dtype=np.float64)
-        g_coefficients, gather_error = _relative_fit(g_bytes, g_seconds)
-        if g_coefficients[0] > 0:
-            gather_rate = float(1.0 / g_coefficients[0])
-    rule = OrderRule(bytes_per_second=float(1.0 / coefficients[0]),
-                     latency_seconds=built_in.latency_seconds,
-                     miss_seconds=float(coefficients[1]) if share is not None else 0.0,
-                     cache_share=share if share is not None else 0.0,
-                     permutation_bytes_per_second=gather_rate, labels=len(products))
-    return rule, {"products": len(products), "gathers": len(gathers), "median_error": error,
+    (_, error), rule = best
+    return rule, {"products": rule.labels, "gathers": gathers, "median_error": error,
                   "gathers_median_error": gather_error}
 
 
@@ -271,8 +295,8 @@ def predicted_gains(record: dict, device: str, rule: OrderRule) -> dict:
     ``{"caller": ..., "stored": ...}`` (with and without the gathers;
     :func:`autospmv._decide.ordering.gain_per_product`)."""
     layout = _layout(record)
-    before = record["features"]["x_sectors_per_nnz_warp_before"]
-    after = record["features"]["x_sectors_per_nnz_warp_after"]
+    before = ordering.locality_of(record["features"], "_before")
+    after = ordering.locality_of(record["features"], "_after")
     out = {}
     for way, gathers in (("caller", True), ("stored", False)):
         gain, now = ordering.gain_per_product(layout, before, after, device, rule, gathers)
@@ -306,6 +330,12 @@ def agreement(records, device: str, rule: OrderRule) -> dict:
     return out
 
 
+def disagreements(records, device: str, rule: OrderRule) -> int:
+    """How many of ``rule``'s decisions the labels contradict (:func:`agreement`'s missed and
+    wrong, both ways of running the products)."""
+    return sum(c["missed"] + c["wrong"] for c in agreement(records, device, rule).values())
+
+
 @dataclasses.dataclass
 class Fit:
     """What :func:`fit_order_rule` returns."""
@@ -323,10 +353,8 @@ def guard(records, device: str, rule: OrderRule) -> tuple[bool, str]:
     """Whether ``rule`` decides at least as well as the device's built-in rule on ``records``:
     its missed and wrong decisions (:func:`agreement`, both ways of running the products)
     number no more than the built-in rule's."""
-    def errors(candidate):
-        return sum(c["missed"] + c["wrong"] for c in agreement(records, device, candidate).values())
-
-    fitted, built_in = errors(rule), errors(ordering.BUILT_IN_RULES[device])
+    fitted = disagreements(records, device, rule)
+    built_in = disagreements(records, device, ordering.BUILT_IN_RULES[device])
     if fitted <= built_in:
         return True, (f"the fitted rule disagrees with the labels {fitted} times, the built-in "
                       f"rule {built_in} times")
@@ -351,6 +379,8 @@ def fit_order_rule(paths, device: str | None = None) -> Fit:
     lines = [f"order labels: {len(records)} matrices ({dtype}, {records[0]['device'].get('name')})",
              f"fitted to {fit['products']} products: {rule.bytes_per_second / 1e9:.4g} GB/s "
              f"(built-in {built_in.bytes_per_second / 1e9:.4g})"
+             + f", x window {rule.window_bytes / 1024:g} KiB (built-in "
+               f"{built_in.window_bytes / 1024:g})"
              + (f", {rule.miss_seconds * 1e9:.3g} ns a missed sector with {rule.cache_share:g} "
                 f"of the cache (built-in {built_in.miss_seconds * 1e9:.3g} ns, "
                 f"{built_in.cache_share:g})" if device == "cpu" else "")

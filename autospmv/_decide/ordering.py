@@ -18,17 +18,25 @@ is the order ``"auto"`` computes.
 ``"auto"`` chooses between keeping the order and ``"bfs"`` by a cost rule over features of x's
 locality (:func:`choose_order`), whose constants order labels timed on the device fit.
 
-The features (:func:`order_features`): ``x_sectors_per_nnz_warp`` (the 32-byte sectors of x that
-32 consecutive rows read, per nonzero; sampled, :func:`autospmv._decide.features.sampling.x_locality`,
-well under a millisecond), and, once an order is computed, the ``bandwidth`` (largest
-``|i - j|``) and ``profile`` (mean over rows of ``i - min j`` where positive) before and after.
+The features (:func:`order_features`): ``x_sectors_per_nnz_warp`` (the 32-byte sectors of x
+that 32 consecutive rows read, per nonzero; sampled,
+:func:`autospmv._decide.features.sampling.x_locality`, well under a millisecond), ``x_reach``
+(how far from its row a row's columns lie, 90 % of them; the same sample,
+:func:`autospmv._decide.features.sampling.x_reach`), and, once an order is computed, the
+``bandwidth`` (largest ``|i - j|``) and ``profile`` (mean over rows of ``i - min j`` where
+positive) before and after.
 
 The cost rule (:func:`product_seconds`): a product moves the matrix's bytes (values, column indices,
-row pointers), writes y, and reads x in 32-byte sectors, ``nnz × x_sectors_per_nnz_warp`` of them;
-it takes those bytes over the rule's bandwidth, but never less than its latency. On the CPU a sector
-of x read from memory rather than the cache costs the rule's ``miss_seconds`` more (a core waits for
-it): a sector misses with the chance that x's bytes exceed the rule's ``cache_share`` of the
-last-level cache (:func:`cpu_miss_seconds`). The constants (:class:`OrderRule`) are the built-in
+row pointers), writes y, and reads x in 32-byte sectors, ``nnz × x_sectors_per_nnz_warp`` of them.
+The rows computed together read x within their reach, a window of about ``2 × x_reach`` columns; the
+share of that window beyond the rule's ``window_bytes`` (the caches nearest the cores) is the share
+of the sectors that cost their bytes (:func:`window_miss`): a matrix whose rows read x near their
+own index gathers from the cache however those few columns are numbered, so an order gains it
+nothing. The product takes its bytes over the rule's bandwidth, but never less than its latency. On
+the CPU a sector read from memory rather than the last-level cache costs the rule's
+``miss_seconds`` more (a core waits for it): of the sectors that cost, a share misses with the
+chance that the window's bytes exceed the rule's ``cache_share`` of the last-level cache
+(:func:`cpu_miss_seconds`). The constants (:class:`OrderRule`) are the built-in
 ones (:data:`BUILT_IN_RULES`), or those fitted to order labels timed on the device
 (:mod:`training.order_labels`) where the model file for the device and dtype carries them. The gain
 of an order per product is the difference of the two times less the two gathers of x and y
@@ -40,10 +48,10 @@ nnz), and be at least :data:`MIN_RELATIVE_GAIN` of a product. "auto" decides in 
 the common case costs nothing:
 
 1. Without a hint, or for a non-square matrix, the order is kept at once (no feature is read).
-2. With one, the sampled x locality is read and compared with the best any order could reach
-   for these row lengths (:func:`sector_floor`): if even that would not pay for the order, or
-   would gain less than :data:`MIN_FLOOR_GAIN` of a product, the order is kept without
-   computing one.
+2. With one, the sampled x locality and reach are read and compared with the best any order
+   could reach for these row lengths (:func:`sector_floor`, and a reach of one mean row length):
+   if even that would not pay for the order, or would gain less than :data:`MIN_FLOOR_GAIN` of a
+   product, the order is kept without computing one.
 3. Otherwise the order is computed, the permuted matrix built and its locality read; the order
    is used when the rule, with the locality measured after and the cost measured, says it pays.
 
@@ -55,6 +63,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from typing import NamedTuple
 
 import numpy as np
 
@@ -62,7 +71,7 @@ from .._support.devices import cpu_cache_bytes
 from ..formats.base import DeviceCSR
 from ..kernels.cpu.ordering import rows_rcm
 from ..kernels.cpu.permute import permuted_csr
-from .features.sampling import x_locality
+from .features.sampling import x_locality, x_reach
 from .model.lookup import find_model
 from .model.order_rule import OrderRule
 
@@ -88,12 +97,27 @@ then predicts a gain of at least :data:`MIN_RELATIVE_GAIN` wherever the bfs orde
 (37 of 42 products; with half the cache it missed 4, which measured 1.4–2.0× faster renumbered),
 and the timing that follows a chosen order (``prepare``) discards the 5 it predicts wrongly."""
 
-BUILT_IN_RULES = {"cuda": OrderRule(bytes_per_second=3.0e12, latency_seconds=5e-6),
+GPU_WINDOW_BYTES = 256 * 1024
+"""The built-in GPU rule's ``window_bytes``: an SM's combined L1 cache and shared memory on an
+H100 or H200. On the order labels of eight shared matrices grown to 10⁷ nonzeros (H200) the
+product as given, whose rows reach 30–5,100 columns (a window of at most 80 KB in float64),
+ran as fast in the bfs order (0.98–1.13 of A's own order, 16 products); numbered at random
+(a window of all of x, 0.66–16 MB) it ran 1.5–2.7× faster in the bfs order."""
+
+CPU_WINDOW_BYTES = 32 * 1024
+"""The built-in CPU rule's ``window_bytes``: a core's L1 data cache. On the same matrices as
+given, on a 2-core AMD EPYC, only fe_4elt2, whose rows reach 5,100 columns (80 KB in float64),
+ran faster in the bfs order (1.3×); the rest reach at most 1,240 columns (20 KB) and ran within
+0.94–1.05."""
+
+BUILT_IN_RULES = {"cuda": OrderRule(bytes_per_second=3.0e12, latency_seconds=5e-6,
+                                    window_bytes=GPU_WINDOW_BYTES),
                   "cpu": OrderRule(bytes_per_second=2.0e10, latency_seconds=1e-6,
-                                   miss_seconds=CPU_MISS_SECONDS, cache_share=CPU_CACHE_SHARE)}
-"""The rule without order labels: on the GPU about two thirds of an H200's bandwidth (4.8 TB/s)
-and a launch's 5 µs; on the CPU a few cores' share of a server's bandwidth, a thread pool's
-wake-up and :data:`CPU_MISS_SECONDS`."""
+                                   miss_seconds=CPU_MISS_SECONDS, cache_share=CPU_CACHE_SHARE,
+                                   window_bytes=CPU_WINDOW_BYTES)}
+"""The rule without order labels: on the GPU about two thirds of an H200's bandwidth (4.8 TB/s),
+a launch's 5 µs and :data:`GPU_WINDOW_BYTES`; on the CPU a few cores' share of a server's
+bandwidth, a thread pool's wake-up, :data:`CPU_MISS_SECONDS` and :data:`CPU_WINDOW_BYTES`."""
 
 ORDER_SECONDS_PER_NNZ = {"rcm": 2e-7, "bfs": 1e-7}
 """Computing each order per nonzero of A on the host. ``"rcm"``: SciPy's
@@ -170,6 +194,32 @@ def sector_floor(nnz: int, rows: int, itemsize: int) -> float:
     return (32 + 2 * length) / (per_sector * 32 * length)
 
 
+class Locality(NamedTuple):
+    """How a product reads x: ``sectors_per_nnz`` (``x_sectors_per_nnz_warp``) and ``reach``
+    (``x_reach``, in columns; None: x as a whole, the window of a matrix whose reach is not
+    known)."""
+
+    sectors_per_nnz: float
+    reach: float | None = None
+
+
+def window_bytes(csr, reach: float | None) -> float:
+    """The bytes of x that rows within ``reach`` columns of each other read: ``2 × reach + 1``
+    columns, at most all of x."""
+    n = csr.shape[1]
+    columns = n if reach is None else min(n, 2 * reach + 1)
+    return columns * np.dtype(csr.dtype).itemsize
+
+
+def window_miss(csr, reach: float | None, rule: OrderRule) -> float:
+    """The share of a product's x sectors that cost their bytes: the share of its x window
+    (:func:`window_bytes`) beyond the rule's ``window_bytes`` (all of them where that is 0)."""
+    window = window_bytes(csr, reach)
+    if not rule.window_bytes:
+        return 1.0
+    return max(0.0, 1.0 - rule.window_bytes / window) if window else 0.0
+
+
 def miss_chance(x_bytes: int, cache_share: float = CPU_CACHE_SHARE) -> float:
     """The chance that a sector of an x of ``x_bytes`` is not in ``cache_share`` of the CPU's
     last-level cache (a uniform spread of reads)."""
@@ -177,9 +227,9 @@ def miss_chance(x_bytes: int, cache_share: float = CPU_CACHE_SHARE) -> float:
     return max(0.0, 1.0 - cached / x_bytes) if x_bytes else 0.0
 
 
-def cpu_miss_seconds(x_bytes: int, rule: OrderRule | None = None) -> float:
-    """The rule's extra time of a sector of an x of ``x_bytes`` on the CPU:
-    :func:`miss_chance` times the rule's ``miss_seconds``."""
+def cpu_miss_seconds(x_bytes: float, rule: OrderRule | None = None) -> float:
+    """The rule's extra time of a sector of x on the CPU, read within ``x_bytes`` of x (its
+    window): :func:`miss_chance` times the rule's ``miss_seconds``."""
     rule = rule or BUILT_IN_RULES["cpu"]
     return rule.miss_seconds * miss_chance(x_bytes, rule.cache_share)
 
@@ -194,15 +244,16 @@ def product_traffic(csr, sectors_per_nnz: float) -> tuple[float, float]:
     return csr.nnz * (itemsize + index) + m * (index + itemsize) + sectors * SECTOR_BYTES, sectors
 
 
-def product_seconds(csr, sectors_per_nnz: float, device: str,
+def product_seconds(csr, locality: Locality, device: str,
                     rule: OrderRule | None = None) -> float:
-    """The cost rule's time of one product (see the module docstring), with ``rule``'s
-    constants (None: the device's built-in ones)."""
+    """The cost rule's time of one product that reads x with ``locality`` (see the module
+    docstring), with ``rule``'s constants (None: the device's built-in ones)."""
     rule = rule or BUILT_IN_RULES[device]
-    traffic, sectors = product_traffic(csr, sectors_per_nnz)
+    costly = locality.sectors_per_nnz * window_miss(csr, locality.reach, rule)
+    traffic, sectors = product_traffic(csr, costly)
     seconds = traffic / rule.bytes_per_second
     if rule.miss_seconds:
-        seconds += sectors * cpu_miss_seconds(csr.shape[1] * np.dtype(csr.dtype).itemsize, rule)
+        seconds += sectors * cpu_miss_seconds(window_bytes(csr, locality.reach), rule)
     return max(rule.latency_seconds, seconds)
 
 
@@ -218,11 +269,11 @@ def permutation_seconds(csr, device: str, rule: OrderRule | None = None) -> floa
     return max(2 * rule.latency_seconds, permutation_traffic(csr) / rule.gather_bytes_per_second)
 
 
-def gain_per_product(csr, before: float, after: float, device: str,
+def gain_per_product(csr, before: Locality, after: Locality, device: str,
                      rule: OrderRule | None = None, gathers: bool = True) -> tuple[float, float]:
-    """``(gain, now)``: the rule's time ``now`` of a product at ``before`` x sectors per nonzero,
-    and what an order that gives ``after`` gains on it, less the two gathers of a product in the
-    caller's order where ``gathers``."""
+    """``(gain, now)``: the rule's time ``now`` of a product that reads x with locality
+    ``before``, and what an order that gives ``after`` gains on it, less the two gathers of a
+    product in the caller's order where ``gathers``."""
     now = product_seconds(csr, before, device, rule)
     gain = now - product_seconds(csr, after, device, rule)
     if gathers:
@@ -260,7 +311,14 @@ def order_features(csr, suffix: str = "") -> dict:
     bandwidth, profile = bandwidth_and_profile(csr)
     structure = csr.structure() if isinstance(csr, DeviceCSR) else csr
     return {"x_sectors_per_nnz_warp" + suffix: float(x_locality(structure)),
+            "x_reach" + suffix: x_reach(structure),
             "bandwidth" + suffix: bandwidth, "profile" + suffix: profile}
+
+
+def locality_of(features: dict, suffix: str) -> Locality:
+    """The :class:`Locality` in an order's features (``..._before``, ``..._after``; a reach
+    missing from them counts as all of x)."""
+    return Locality(features["x_sectors_per_nnz_warp" + suffix], features.get("x_reach" + suffix))
 
 
 def host_structure(csr) -> tuple[np.ndarray, np.ndarray]:
@@ -352,15 +410,20 @@ def choose_order(csr, order: str, products: int | None, device: str, permute=app
                                "considered"), csr
         if not csr.nnz:
             return OrderChoice("keep", "order kept: A has no nonzeros"), csr
-        before = float(x_locality(structure))
+        before = Locality(float(x_locality(structure)), x_reach(structure))
         itemsize = np.dtype(csr.dtype).itemsize
-        floor = min(before, sector_floor(csr.nnz, m, itemsize))
+        floor = Locality(min(before.sectors_per_nnz, sector_floor(csr.nnz, m, itemsize)),
+                         min(before.reach, csr.nnz / m))
         best, now = gain_per_product(csr, before, floor, device, rule, gathers)
         estimate = ordering_seconds(csr.nnz, computed)
-        features = {"x_sectors_per_nnz_warp_before": before, "x_sectors_floor": floor}
+        features = {"x_sectors_per_nnz_warp_before": before.sectors_per_nnz,
+                    "x_reach_before": before.reach, "x_sectors_floor": floor.sectors_per_nnz,
+                    "x_reach_floor": floor.reach}
         if best < MIN_FLOOR_GAIN * now or products * best <= estimate:
-            why = (f"even an ideal order ({floor:.3g} x sectors per nonzero against "
-                   f"{before:.3g} now) would gain {max(best, 0) / now:.0%} of a product"
+            why = (f"even an ideal order ({floor.sectors_per_nnz:.3g} x sectors per nonzero "
+                   f"within {floor.reach:,.0f} columns of the row, against "
+                   f"{before.sectors_per_nnz:.3g} within {before.reach:,.0f} now) would gain "
+                   f"{max(best, 0) / now:.0%} of a product"
                    f"{' after the gathers of x and y around it' if gathers else ''}, less than "
                    f"{MIN_FLOOR_GAIN:.0%}" if best < MIN_FLOOR_GAIN * now else
                    f"even an ideal order would gain at most {products:,} {counted} × "
@@ -378,8 +441,10 @@ def choose_order(csr, order: str, products: int | None, device: str, permute=app
     seconds = time.perf_counter() - started
     features.update(order_features(csr, "_before"))
     features.update(order_features(ordered, "_after"))
-    before, after = features["x_sectors_per_nnz_warp_before"], features["x_sectors_per_nnz_warp_after"]
-    summary = (f"x sectors per nonzero {before:.3g} → {after:.3g}, bandwidth "
+    before, after = locality_of(features, "_before"), locality_of(features, "_after")
+    summary = (f"x sectors per nonzero {before.sectors_per_nnz:.3g} → "
+               f"{after.sectors_per_nnz:.3g}, reach {before.reach:,.0f} → {after.reach:,.0f} "
+               f"columns, bandwidth "
                f"{features['bandwidth_before']:,.0f} → {features['bandwidth_after']:,.0f}, "
                f"profile {features['profile_before']:,.1f} → {features['profile_after']:,.1f}; "
                f"computing the order and permuting A took {seconds:.3g} s")

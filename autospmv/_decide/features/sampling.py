@@ -4,7 +4,8 @@ The rows are cut into windows of ``WINDOW_ROWS`` = 32 consecutive rows (whole wa
 block rows), the windows into as many equal strata of consecutive windows as windows are
 wanted, and one window per stratum is drawn by a fixed hash of (``SAMPLE_SEED``, stratum): the
 same windows for the same matrix, on the host and on the GPU. :func:`x_locality` reads a small
-sample of this kind for a parameter chooser (CSR5's tile height).
+sample of this kind for a parameter chooser (CSR5's tile height) and the order's cost rule,
+:func:`x_reach` the same sample for the rule.
 """
 
 from __future__ import annotations
@@ -55,6 +56,38 @@ def x_locality(csr) -> float:
     positions, offsets = window_positions(csr.indptr, windows, m)
     indices = (csr if matrix is None else matrix).indices[positions]
     return safe_ratio(window_sectors(indices, offsets, shift), positions.size, 0.0)
+
+
+REACH_QUANTILE = 0.9
+"""The share of a sample's entries that lie within :func:`x_reach` columns of their row."""
+
+
+def x_reach(csr) -> float:
+    """How far from its row a row's columns reach: the :data:`REACH_QUANTILE` quantile of
+    ``|j - i|`` over the entries of the windows :func:`x_locality` samples (all of them for a
+    small matrix). The x a band of consecutive rows reads lies within about twice this many
+    columns, so it tells whether that part of x stays in a core's cache while the band is
+    computed (a matrix as given by a mesh generator or an assembly: tens to thousands of
+    columns) or spreads over all of x (numbered at random: a large share of n). ``csr``: a
+    canonical host matrix, or the :class:`autospmv.formats.base.RowStructure` of a matrix on
+    the GPU, whose sampled column indices are then copied to the host (well under a
+    millisecond either way)."""
+    m = csr.shape[0]
+    nnz = int(csr.nnz)
+    if m == 0 or nnz == 0:
+        return 0.0
+    rows = math.ceil(SAMPLE_TARGET_NNZ * m / nnz)
+    windows = drawn_windows(-(-m // WINDOW_ROWS), sampled_windows(m, nnz, rows))
+    indptr = np.asarray(csr.indptr)
+    positions, _ = window_positions(indptr, windows, m)
+    matrix = getattr(csr, "device_matrix", None)
+    if matrix is not None and not isinstance(matrix.indices, np.ndarray):
+        indices = to_host(matrix.indices[matrix.xp.asarray(positions)])
+    else:
+        indices = (csr if matrix is None else matrix).indices[positions]
+    rows_of = np.searchsorted(indptr, positions, side="right") - 1
+    distance = np.abs(indices.astype(np.int64) - rows_of)
+    return float(np.quantile(distance, REACH_QUANTILE))
 
 
 def sector_shift_and_narrow(csr) -> tuple[int, int]:

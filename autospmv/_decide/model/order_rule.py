@@ -25,6 +25,12 @@ class OrderRule:
     on the GPU, whose many warps hide a miss)."""
     cache_share: float = 0.0
     """The part of the last-level cache counted on to hold x (with ``miss_seconds``)."""
+    window_bytes: float = 0.0
+    """The bytes of x around the rows being computed that the caches nearest the cores hold:
+    a product whose x window (the columns within its rows' reach,
+    :func:`autospmv._decide.ordering.window_miss`) fits them reads its sectors of x from there
+    and pays nothing for them; a wider window pays for the share of its sectors beyond them.
+    0: every sector costs its bytes."""
     permutation_bytes_per_second: float | None = None
     """The bandwidth of the two gathers around a product in the caller's order; None: that
     of the product."""
