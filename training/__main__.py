@@ -16,6 +16,7 @@
                                         [--device cuda] [--dtype float64]
                                         [--grown-nnz 1e6 1e7] [--limit N]
     python -m autospmv.training fit-orders order-labels.jsonl [...] [--model model.json ...]
+    python -m autospmv.training label-spmm --matrices DIR ... --out spmm-labels.jsonl
 
 ``retrain`` labels a corpus sized for this machine's device within the time budget (default
 15 minutes on a GPU with the ``default`` corpus, 30 minutes on the CPU with ``small``), trains,
@@ -31,6 +32,8 @@ are refused rather than mixed in.
 of ``--matrices``, as given and numbered at random; ``fit-orders`` fits the order's cost rule to
 those labels, prints how its decisions meet them (and the built-in rule's), and with
 ``--model`` writes it into model files (:mod:`training.order_labels`).
+``label-spmm`` checks and times every multi-vector program for a few column counts on the GPU
+(:mod:`training.spmm_labels`).
 ``--matrices`` defaults to the folders in ``$AUTOSPMV_MATRICES`` (separated by ``os.pathsep``).
 Label files are JSON lines, gzip-compressed when their name ends in ``.gz``.
 Data goes to files or stdout, progress to stderr.
@@ -195,6 +198,23 @@ def _parser(prog: str = "python -m autospmv.training") -> argparse.ArgumentParse
     p.add_argument("--limit", type=bounded(int, 1, 100_000), default=None,
                    help="at most this many files, spread over sizes (default: all)")
     p.add_argument("--quick", action="store_true", help="short, noisy timings (smoke tests)")
+    p.add_argument("--out", required=True,
+                   help="JSON-lines file (resumed if it exists; its folder must exist)")
+
+    p = commands.add_parser("label-spmm", help="time every multi-vector program on the GPU",
+                            description="Check and time every multi-vector (SpMM) program for "
+                                        "each --columns on the matrices of --matrices grown to "
+                                        "--grown-nnz (resumed if the file exists); needs a GPU.")
+    p.add_argument("--matrices", nargs="+", default=_default_folders(), metavar="DIR",
+                   help="folders of .npz/.mtx files (default: $AUTOSPMV_MATRICES)")
+    p.add_argument("--dtype", choices=("float64", "float32"), default="float64",
+                   help="value type of the matrices and X (default: %(default)s)")
+    p.add_argument("--grown-nnz", nargs="+", type=bounded(float, 1, 1e10), default=[4e6],
+                   help="sizes each matrix is grown to block-diagonally (default: %(default)s)")
+    p.add_argument("--columns", nargs="+", type=bounded(int, 5, 4096), default=None,
+                   help="column counts of X, each above 4 (default: 8 16 32 64)")
+    p.add_argument("--limit", type=bounded(int, 1, 100_000), default=None,
+                   help="at most this many files, spread over sizes (default: all)")
     p.add_argument("--out", required=True,
                    help="JSON-lines file (resumed if it exists; its folder must exist)")
 
@@ -446,6 +466,14 @@ def main(argv=None, prog: str = "python -m autospmv.training") -> int:
                 label_orders(args.matrices, args.out, args.device or _default_device(),
                              dtype=args.dtype, grown_nnz=args.grown_nnz, limit=args.limit,
                              options=QUICK if args.quick else None)
+        elif args.command == "label-spmm":
+            from autospmv._tools.cli_checks import output_path
+            from .spmm_labels import COLUMNS, label_spmm
+
+            output_path(args.out, "--out")
+            with exit_on_sigterm():
+                label_spmm(args.matrices, args.out, dtype=args.dtype, grown_nnz=args.grown_nnz,
+                           columns=tuple(args.columns or COLUMNS), limit=args.limit)
         elif args.command == "fit-orders":
             from .order_labels import fit_order_rule, write_rule
 
