@@ -60,3 +60,8 @@ TILED = [(program, 16, name, 37) for program in ("column_pairs", "column_quads")
 first product picks, where X outgrows the L2 cache or has more than 64 columns): tiles of 16
 columns of 37, the last of five (a lone last column), on a row longer than a piece (a piece
 launch per tile), a rectangular shape and empty rows."""
+
+RULE_CASES = ((6, "the few-columns kernel in 2 passes"),
+              (16, "the column-pairs kernel of eight nonzeros a step"))
+"""Column counts of the SpMM rule's cases (``rule_case`` of the simulator's worker) and the
+program its rule names for them."""

@@ -17,7 +17,8 @@ few-columns kernel in passes of four columns on the cases of :data:`spmm_cases.P
 ``program/dtype/matrix/k=K`` the eight-columns kernel on those of :data:`spmm_cases.EIGHT` and
 the other one-pass programs on those of :data:`spmm_cases.ONE_PASS`, and
 ``program/tiles_of_T/dtype/matrix/k=K`` the tiled programs on those of
-:data:`spmm_cases.TILED`.
+:data:`spmm_cases.TILED`, and ``rule/dtype/k=K`` an operator whose model names a program
+(:data:`spmm_cases.RULE_CASES`).
 Timings go to stderr.
 """
 
@@ -39,7 +40,7 @@ import numpy as np  # noqa: E402
 
 import autospmv  # noqa: E402
 from matrices import TINY, nonfinite_error, reference, relative_error  # noqa: E402
-from spmm_cases import CASES, EIGHT, KERNELS, ONE_PASS, PASSES, TILED  # noqa: E402
+from spmm_cases import CASES, EIGHT, KERNELS, ONE_PASS, PASSES, RULE_CASES, TILED  # noqa: E402
 
 DTYPES = {"float32": np.float32, "float64": np.float64}
 
@@ -115,6 +116,23 @@ def program_case(A, dtype, rng, k: int, program: str, tile: int = 0) -> dict:
             "exception": None}
 
 
+def rule_case(A, dtype, rng, k: int) -> dict:
+    """A product of k columns through an operator whose model carries an SpMM rule: nothing is
+    timed under the simulator, so the rule's program runs (the passes up to 8 columns, the
+    column pairs of eight nonzeros a step beyond), noted in the decision."""
+    from autospmv._decide.model.spmm_rule import SpmmChoice, SpmmRule
+
+    rule = SpmmRule((SpmmChoice(8, 1e9, "passes", "column_quads"),
+                     SpmmChoice(64, None, "column_pairs_wide_step", "column_pairs_wide_step")),
+                    labels=12)
+    op = autospmv.prepare(A, kernel="csr_vector", device="cuda")
+    op._spmm_rule = lambda: rule
+    X = block(rng, A.shape[1], k, dtype)
+    Y = op @ X
+    notes = [n for n in op.decision.notes if "picked by the SpMM rule fitted to 12" in n]
+    return {"error": relative_error(Y, reference(A, X)), "exception": None, "notes": notes}
+
+
 def run(results: dict, key: str, case) -> None:
     try:
         results[key] = case()
@@ -155,6 +173,9 @@ def main() -> dict:
             A = TINY[name]().astype(dtype)
             run(results, f"{program}/tiles_of_{tile}/{dtype_name}/{name}/k={k}",
                 lambda: program_case(A, dtype, rng, k, program, tile))
+        for k, _ in RULE_CASES:
+            A = TINY["power_law_48"]().astype(dtype)
+            run(results, f"rule/{dtype_name}/k={k}", lambda: rule_case(A, dtype, rng, k))
     return results
 
 

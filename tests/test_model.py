@@ -179,7 +179,28 @@ def _leaf_value_len(d):
 
 INVALID = [
     (lambda d: d.__setitem__("format", "sklearn-pickle"), "not an autospmv tree model"),
-    (lambda d: d.__setitem__("schema_version", 7), "unsupported schema_version 7"),
+    (lambda d: d.__setitem__("schema_version", 8), "unsupported schema_version 8"),
+    (lambda d: d.__setitem__("spmm_rule", {"choices": [{"columns": 16, "threshold": None,
+                                                        "below": "column_pairs",
+                                                        "above": "column_pairs"}]}),
+     "the model's spmm_rule needs schema_version 7"),
+    (lambda d: d.update(schema_version=7, spmm_rule={"choices": []}),
+     "an SpMM rule needs at least one choice"),
+    (lambda d: d.update(schema_version=7, spmm_rule={"choices": [{
+        "columns": 16, "threshold": None, "below": "column_pairs", "above": "warp_magic"}]}),
+     "unknown program 'warp_magic'"),
+    (lambda d: d.update(schema_version=7, spmm_rule={"choices": [{
+        "columns": 16, "threshold": 4.0, "below": "passes", "above": "column_pairs"}]}),
+     "names passes for 16 columns; it runs at most 8"),
+    (lambda d: d.update(schema_version=7, spmm_rule={"choices": [{
+        "columns": 16, "threshold": None, "below": "many_columns@tiled",
+        "above": "many_columns"}]}), "unknown program 'many_columns@tiled'"),
+    (lambda d: d.update(schema_version=7, spmm_rule={"choices": [
+        {"columns": 16, "threshold": None, "below": "column_pairs", "above": "column_pairs"},
+        {"columns": 8, "threshold": None, "below": "column_pairs", "above": "column_pairs"}]}),
+     "column counts must ascend"),
+    (lambda d: d.update(schema_version=7, spmm_rule={"choices": [{"columns": 16}]}),
+     "an SpMM choice has the entries"),
     (lambda d: d.pop("classes"), "the model has no 'classes' entry"),
     (lambda d: d.__setitem__("order_rule", {"bytes_per_second": 1e12, "latency_seconds": 5e-6}),
      "the model's order_rule needs schema_version 6"),
@@ -555,3 +576,24 @@ def test_an_order_rule_round_trips_in_schema_version_6(fitted):
     assert TreeModel.from_dict(doc, **KNOWN).order_rule == rule
     assert "order_rule" not in model.to_dict() and model.schema_version < 6
     assert "fitted to 84 labelled products" in rule.describe()
+
+
+def test_an_spmm_rule_round_trips_in_schema_version_7(fitted):
+    from autospmv._decide.model.spmm_rule import SpmmChoice, SpmmRule
+
+    _, model = fitted
+    rule = SpmmRule((SpmmChoice(8, 30.0, "column_pairs", "column_pairs_wide_step"),
+                     SpmmChoice(64, None, "column_quads@tiled", "column_quads@tiled")), labels=64)
+    with_rule = TreeModel.from_dict({**model.to_dict(), "schema_version": 7,
+                                     "spmm_rule": rule.to_dict()}, **KNOWN)
+    doc = json.loads(with_rule.to_json())
+    assert doc["schema_version"] == 7 and doc["spmm_rule"]["labels"] == 64
+    assert TreeModel.from_dict(doc, **KNOWN).spmm_rule == rule
+    assert "spmm_rule" not in model.to_dict() and model.schema_version < 7
+    assert rule.describe() == "the SpMM rule fitted to 64 labelled products"
+    # the band of the fewest labelled columns at least k; the last band beyond them
+    assert rule.program_for(4, 10.0) is None  # the few-columns kernel serves k <= 4
+    assert rule.program_for(6, 10.0) == ("column_pairs", False)
+    assert rule.program_for(8, 30.0) == ("column_pairs_wide_step", False)
+    assert rule.program_for(9, 10.0) == ("column_quads", True)
+    assert rule.program_for(500, 10.0) == ("column_quads", True)

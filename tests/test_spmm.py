@@ -405,3 +405,34 @@ def test_device_blocks_from_every_source_of_csr_arrays(kernel, rng):
     on_device = autospmv.prepare(csp.csr_matrix(A), kernel=kernel, device="cuda")
     for op in (fresh, transposed_first, on_device):
         assert_close(cupy.asnumpy(op @ cupy.asarray(X)), reference(A, X), np.float64)
+
+
+@pytest.mark.requires_gpu
+def test_a_first_product_captured_in_a_cuda_graph_runs_the_models_program(rng):
+    """Where the first product of k columns is captured into a CUDA graph, nothing can be
+    timed: the program the model's SpMM rule names runs, noted, and replaying the graph gives
+    SciPy's product."""
+    import cupy
+
+    from autospmv._decide.model.spmm_rule import SpmmChoice, SpmmRule
+
+    A = matrix("poisson2d_169", np.float64)
+    op = autospmv.prepare(A, kernel="csr_vector", device="cuda")
+    rule = SpmmRule((SpmmChoice(64, None, "column_pairs_wide_step", "column_pairs_wide_step"),),
+                    labels=3)
+    op._spmm_rule = lambda: rule
+    X = cupy.asarray(block(rng, A.shape[1], 16))
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        op.matvec(X[:, 0].copy())  # the operator's one-vector product loaded outside
+        stream.begin_capture(mode=cupy.cuda.runtime.streamCaptureModeRelaxed)
+        Y = op @ X
+        graph = stream.end_capture()
+        graph.launch(stream)
+        stream.synchronize()
+    assert_close(cupy.asnumpy(Y), reference(A, cupy.asnumpy(X)), np.float64)
+    lines = [line for line in op.explain().splitlines()
+             if "multi-vector products of 16 columns" in line]
+    assert len(lines) == 1 and "the column-pairs kernel of eight nonzeros a step" in lines[0]
+    assert "picked by the SpMM rule fitted to 3 labelled products" in lines[0]
+    assert "captured into a CUDA graph" in lines[0]

@@ -100,3 +100,98 @@ def test_every_program_is_checked_and_timed_on_a_gpu(folder, tmp_path, dtype):
     assert all(json.loads(line)["schema"] == spmm_labels.SCHEMA for line in before.splitlines())
     assert np.isfinite([t for r in records for c in r["columns"].values()
                         for t in c["times"].values()]).all()
+
+
+def timed(times: dict, row_mean: float, name: str = "m", dtype: str = "float64") -> dict:
+    """A record for the fit: one matrix's programs' µs per column count."""
+    return {"name": name, "dtype": dtype, "device": {"name": "test"},
+            "features": {"row_mean": row_mean},
+            "columns": {str(k): {"times": t} for k, t in times.items()}}
+
+
+def test_the_fit_splits_by_row_length_where_two_programs_lose_less_than_one():
+    records = []
+    for i in range(8):  # short rows: the quads win; long rows: the wide step wins
+        short = i < 4
+        records.append(timed({16: {"many_columns": 10.0,
+                                   "column_quads": 5.0 if short else 9.0,
+                                   "column_pairs_wide_step": 8.0 if short else 4.0},
+                              64: {"many_columns": 20.0, "column_pairs": 11.0,
+                                   "column_pairs@64": 10.0}},
+                             row_mean=3.0 + i if short else 40.0 + i, name=f"m{i}"))
+    fit = spmm_labels.fit_spmm_rule(records)
+    sixteen, sixty_four = fit.rule.choices
+    assert (sixteen.columns, sixteen.below, sixteen.above) == (16, "column_quads",
+                                                               "column_pairs_wide_step")
+    assert 6.0 < sixteen.threshold < 40.0
+    assert sixty_four.threshold is None and sixty_four.above == "column_pairs@tiled"
+    assert fit.passed and fit.rule.labels == 16
+    evaluation = spmm_labels.evaluate(records)
+    assert evaluation[16]["fitted"] == pytest.approx(1.0)
+    assert evaluation[16]["held_out"] == pytest.approx(1.0)
+    assert evaluation[16]["many_columns"] < 0.6
+    assert fit.rule.program_for(12, 3.0) == ("column_quads", False)
+    assert fit.rule.program_for(100, 3.0) == ("column_pairs", True)
+
+
+def test_a_rule_that_loses_to_the_many_columns_kernel_held_out_is_not_written():
+    # each matrix's winner is its own: fitted to the others, the rule picks a loser
+    records = [timed({16: {"many_columns": 1.2, "column_quads": 1.0 if i % 2 else 3.0,
+                           "column_pairs": 3.0 if i % 2 else 1.0}}, row_mean=5.0, name=f"m{i}")
+               for i in range(2)]
+    fit = spmm_labels.fit_spmm_rule(records)
+    assert not fit.passed and "k=16" in fit.reason
+
+
+def test_the_fit_refuses_records_of_two_dtypes():
+    records = [timed({16: {"many_columns": 1.0}}, 5.0),
+               timed({16: {"many_columns": 1.0}}, 5.0, dtype="float32")]
+    with pytest.raises(ValueError, match="mix devices or dtypes"):
+        spmm_labels.fit_spmm_rule(records)
+
+
+def test_the_benchmarks_timed_choices_read_as_records(tmp_path, capsys):
+    from autospmv.kernels.cuda.spmm_programs import timed_choice_note
+    from training.__main__ import main
+
+    def record(name, nnz, rows, k, dtype, times):
+        key = (k, np.dtype(dtype), np.dtype(dtype))
+        return {"matrix": name, "nnz": nnz, "shape": [rows, rows], "dtype": dtype, "k": k,
+                "choice": timed_choice_note(key, times)}
+
+    eight = {("many_columns", 0): 9.0, ("column_pairs", 0): 5.0,
+             ("column_pairs_wide_step", 0): 6.0, ("column_quads", 0): 7.0,
+             ("passes", 0): 8.0, ("eight_columns", 0): 4.5}
+    wide = {("many_columns", 0): 30.0, ("column_pairs", 0): 20.0,
+            ("column_pairs_wide_step", 0): 25.0, ("column_quads", 0): 26.0,
+            ("column_pairs", 32): 18.0, ("column_quads", 32): 27.0}
+    old = {("many_columns", 0): 9.0, ("column_pairs", 0): 5.0}  # fewer programs: left out
+    records = [record(f"m{i}", 1000 * (i + 1), 100, 8, "float64", eight) for i in range(4)]
+    records += [record(f"m{i}", 1000 * (i + 1), 100, 64, "float64", wide) for i in range(4)]
+    records += [record("m0", 1000, 100, 16, "float64", old),
+                record("m0", 1000, 100, 8, "float32", eight),
+                {"matrix": "m9", "nnz": 10, "shape": [5, 5], "dtype": "float64", "k": 1,
+                 "choice": None}]
+    path = tmp_path / "spmm.json"
+    path.write_text(json.dumps({"runs": {"a": {"device": {"gpu": "NVIDIA Test"},
+                                               "records": records}}}))
+    read = spmm_labels.benchmark_records(path, "float64")
+    assert len(read) == 4 and {r["device"]["name"] for r in read} == {"NVIDIA Test"}
+    assert set(read[0]["columns"]) == {"8", "64"}  # merged over the records of one matrix
+    assert read[0]["columns"]["64"]["times"]["column_pairs@32"] == 18.0
+    assert read[1]["features"]["row_mean"] == 20.0
+    with pytest.raises(ValueError, match="no float32 records|no float16"):
+        spmm_labels.benchmark_records(path, "float16")
+    model = tmp_path / "model.json"
+    from autospmv._decide.model.lookup import find_model, load_model
+
+    load_model(find_model("cuda", dtype="float64").path).to_json(model)
+    assert main(["fit-spmm", "--benchmark", str(path), "--dtype", "float64",
+                 "--model", str(model)]) == 0
+    out = capsys.readouterr().out
+    assert "k=8: eight_columns" in out and "k=64: column_pairs@tiled" in out
+    written = json.loads(model.read_text())
+    assert written["schema_version"] == 7 and written["spmm_rule"]["labels"] == 8
+    assert written["provenance"]["spmm_labels"][0]["file"] == "spmm.json"
+    assert main(["fit-spmm", "--model", str(model)]) == 2  # neither labels nor --benchmark
+    assert "one of them" in capsys.readouterr().err

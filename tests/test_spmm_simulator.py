@@ -17,7 +17,8 @@ pytest.importorskip("numba.cuda")
 
 from simulator_run import run_simulator_worker  # noqa: E402
 from matrices import TOLERANCE  # noqa: E402
-from spmm_cases import CASES, EIGHT, KERNELS, ONE_PASS, PASSES, TILED  # noqa: E402
+from spmm_cases import (CASES, EIGHT, KERNELS, ONE_PASS, PASSES, RULE_CASES,  # noqa: E402
+                        TILED)
 
 # The simulator's worker process runs every kernel (about 35 s on two cores).
 pytestmark = pytest.mark.slow
@@ -78,3 +79,14 @@ def test_simulated_spmm_eight_columns_matches_scipy(simulated, dtype, matrix, k)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_simulated_spmm_tiled_programs_match_scipy(simulated, dtype, program, tile, matrix, k):
     check(simulated[f"{program}/tiles_of_{tile}/{dtype}/{matrix}/k={k}"], dtype)
+
+
+@pytest.mark.parametrize("k, program", RULE_CASES, ids=[f"k{k}" for k, _ in RULE_CASES])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_simulated_spmm_runs_the_rules_program_where_nothing_is_timed(simulated, dtype, k,
+                                                                      program):
+    result = simulated[f"rule/{dtype}/k={k}"]
+    check(result, dtype)
+    note, = result["notes"]
+    assert f"multi-vector products of {k} columns" in note and f"run {program}, picked" in note
+    assert "nothing is timed under numba-cuda's simulator" in note

@@ -17,6 +17,10 @@
                                         [--grown-nnz 1e6 1e7] [--limit N]
     python -m autospmv.training fit-orders order-labels.jsonl [...] [--model model.json ...]
     python -m autospmv.training label-spmm --matrices DIR ... --out spmm-labels.jsonl
+                                        [--dtype float64] [--grown-nnz 4e6]
+                                        [--columns 8 16 32 64] [--limit N]
+    python -m autospmv.training fit-spmm spmm-labels.jsonl [...] [--model model.json ...]
+    python -m autospmv.training fit-spmm --benchmark spmm-h200.json --dtype float32 [--model ...]
 
 ``retrain`` labels a corpus sized for this machine's device within the time budget (default
 15 minutes on a GPU with the ``default`` corpus, 30 minutes on the CPU with ``small``), trains,
@@ -32,8 +36,9 @@ are refused rather than mixed in.
 of ``--matrices``, as given and numbered at random; ``fit-orders`` fits the order's cost rule to
 those labels, prints how its decisions meet them (and the built-in rule's), and with
 ``--model`` writes it into model files (:mod:`training.order_labels`).
-``label-spmm`` checks and times every multi-vector program for a few column counts on the GPU
-(:mod:`training.spmm_labels`).
+``label-spmm`` checks and times every multi-vector program for a few column counts on the GPU;
+``fit-spmm`` fits the program each band of column counts runs where none can be timed, and with
+``--model`` writes it into model files (:mod:`training.spmm_labels`).
 ``--matrices`` defaults to the folders in ``$AUTOSPMV_MATRICES`` (separated by ``os.pathsep``).
 Label files are JSON lines, gzip-compressed when their name ends in ``.gz``.
 Data goes to files or stdout, progress to stderr.
@@ -217,6 +222,22 @@ def _parser(prog: str = "python -m autospmv.training") -> argparse.ArgumentParse
                    help="at most this many files, spread over sizes (default: all)")
     p.add_argument("--out", required=True,
                    help="JSON-lines file (resumed if it exists; its folder must exist)")
+
+    p = commands.add_parser("fit-spmm", help="fit the multi-vector program rule to SpMM labels",
+                            description="Fit the program each multi-vector product runs where "
+                                        "none can be timed to SpMM label files, print how it "
+                                        "meets them, and with --model write it into model "
+                                        "files, unless held-out matrices show it losing to the "
+                                        "many-columns kernel alone.")
+    p.add_argument("labels", nargs="*", help="SpMM label files (one device and dtype)")
+    p.add_argument("--benchmark", metavar="FILE",
+                   help="instead of label files: the SpMM benchmark's results file "
+                        "(benchmarks/spmm.py), whose records list the programs the first "
+                        "product timed")
+    p.add_argument("--dtype", choices=("float64", "float32"), default=None,
+                   help="with --benchmark: the dtype whose records are fitted")
+    p.add_argument("--model", nargs="+", default=[], metavar="FILE",
+                   help="model files to write the fitted rule into (rewritten in place)")
 
     p = commands.add_parser("fit-orders", help="fit the order's cost rule to order labels",
                             description="Fit the order's cost rule to order label files, print "
@@ -474,6 +495,24 @@ def main(argv=None, prog: str = "python -m autospmv.training") -> int:
             with exit_on_sigterm():
                 label_spmm(args.matrices, args.out, dtype=args.dtype, grown_nnz=args.grown_nnz,
                            columns=tuple(args.columns or COLUMNS), limit=args.limit)
+        elif args.command == "fit-spmm":
+            from .spmm_labels import (benchmark_records, fit_spmm_rule, read_labels,
+                                      write_rule as write_spmm_rule)
+
+            if bool(args.labels) == bool(args.benchmark):
+                raise ValueError("give SpMM label files or --benchmark FILE (one of them)")
+            if args.benchmark and not args.dtype:
+                raise ValueError("--benchmark needs --dtype")
+            sources = args.labels or [args.benchmark]
+            fit = fit_spmm_rule(read_labels(args.labels) if args.labels else
+                                benchmark_records(args.benchmark, args.dtype))
+            print(fit.report)
+            for path in args.model if fit.passed else ():
+                write_spmm_rule(path, fit.rule, sources)
+                print(f"wrote the fitted SpMM rule into {path}", file=sys.stderr)
+            if args.model and not fit.passed:
+                print(f"left {', '.join(args.model)} as they were: {fit.reason}",
+                      file=sys.stderr)
         elif args.command == "fit-orders":
             from .order_labels import fit_order_rule, write_rule
 

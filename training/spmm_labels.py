@@ -13,8 +13,16 @@ block-diagonally to each ``grown_nnz`` (:func:`training.corpus.grow`) and each c
 * every program's time per product, back to back (:func:`.spmm_programs.time_programs`: the
   least of interleaved batches on one stream), twice: the record keeps the lesser of the two
   times of each program and their largest ratio (``spread``), so that a contended run shows;
-* the matrix's row-length features (:func:`row_features`), from which a rule of which program
-  to run (a per-band choice) can be fitted.
+* the matrix's row-length features (:func:`row_features`).
+
+:func:`fit_spmm_rule` fits to them, per labelled column count, the program to run, or two
+programs either side of a mean row length (:func:`fit_choice`), and reports how the rule does
+against the best program on each matrix, fitted to all of them and to the others only (held
+out), beside the many-columns kernel alone; ``python -m autospmv.training fit-spmm`` prints that
+and with ``--model`` writes the rule into model files (``spmm_rule``, schema version 7) where it
+beats the many-columns kernel on held-out matrices at every column count. The operator runs the
+rule's program where the first product of k columns cannot time the programs (a CUDA graph
+being captured: :mod:`autospmv._decide.model.spmm_rule`).
 
 Records are JSON lines of schema :data:`SCHEMA`, resumable like the kernel labels. A GPU is
 required: the programs are CUDA kernels.
@@ -27,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import math
 import sys
 import time
 from pathlib import Path
@@ -35,10 +44,11 @@ import numpy as np
 import scipy.sparse as sp
 
 import autospmv
+from autospmv._decide.model.spmm_rule import SpmmChoice, SpmmRule
 from autospmv._support.timing import relative_error, release_device_memory
 from autospmv._support.validation import canonicalize
 from .corpus import folder_entries, grow, load_file, size_tag
-from .records import append_record, resume_records
+from .records import append_record, read_records, resume_records
 from .timing import TOLERANCE, device_info, require_real_gpu
 
 SCHEMA = "spmm-labels-1"
@@ -50,6 +60,9 @@ range, and three powers of two up to the widest untiled product on most matrices
 
 MIN_NNZ = 1000
 """Smallest matrix labelled (before growing)."""
+
+MIN_SIDE = 3
+"""Fewest matrices on each side of a fitted choice's threshold (:func:`fit_choice`)."""
 
 ROUNDS, BATCH = 5, 10
 """Each timing pass: the least of this many interleaved batches of this many products per
@@ -190,3 +203,204 @@ def label_spmm(folders, out, *, dtype: str = "float64", grown_nnz=(4e6,), column
                   f"{record['nnz']:,} nonzeros; fastest {best}", file=progress, flush=True)
     return out
 
+
+
+def _band_key(key: str) -> str:
+    """A record's program key as a rule names it: a tile's width (which depends on X's size and
+    the GPU's L2 cache) as ``@tiled``."""
+    return key.split("@")[0] + "@tiled" if "@" in key else key
+
+
+def _time_of(times: dict, key: str) -> float | None:
+    """A record's time for a rule's program key: a tiled program where the record timed one,
+    else the same program untiled (what runs where X needs no tiles); None if neither."""
+    if key.endswith("@tiled"):
+        tiled = [t for k, t in times.items() if _band_key(k) == key]
+        return tiled[0] if tiled else times.get(key.split("@")[0])
+    return times.get(key)
+
+
+def _regret(rows, key: str) -> float:
+    """Σ log(t(key) / t(best)) over ``rows`` (each ``(row_mean, times)``); inf where a row lacks
+    the program."""
+    total = 0.0
+    for _, times in rows:
+        t = _time_of(times, key)
+        if t is None:
+            return math.inf
+        total += math.log(t / min(times.values()))
+    return total
+
+
+def fit_choice(rows, min_side: int = MIN_SIDE) -> dict:
+    """The choice for one column count fitted to ``rows`` (``(row_mean, times)`` per matrix):
+    ``{"threshold": t or None, "below": key, "above": key}``, the programs that lose least
+    (:func:`_regret`) on the matrices whose mean row length is below and at least ``t``; the
+    threshold (a midpoint between two matrices' row means, each side at least ``min_side``
+    matrices) only where two programs lose less than one."""
+    keys = sorted({_band_key(k) for _, times in rows for k in times})
+    def best(subset):
+        return min(keys, key=lambda key: (_regret(subset, key), key))
+
+    single = best(rows)
+    choice = {"threshold": None, "below": single, "above": single}
+    score = _regret(rows, single)
+    ordered = sorted(rows, key=lambda row: row[0])
+    for i in range(min_side, len(ordered) - min_side + 1):
+        if ordered[i - 1][0] == ordered[i][0]:
+            continue
+        low, high = ordered[:i], ordered[i:]
+        below, above = best(low), best(high)
+        split = _regret(low, below) + _regret(high, above)
+        if below != above and split < score - 1e-12:
+            score = split
+            choice = {"threshold": (ordered[i - 1][0] + ordered[i][0]) / 2, "below": below,
+                      "above": above}
+    return choice
+
+
+def pick(choice: dict, row_mean: float) -> str:
+    """The program key ``choice`` (:func:`fit_choice`) runs for a matrix of this mean row
+    length."""
+    threshold = choice["threshold"]
+    return choice["below"] if threshold is not None and row_mean < threshold else choice["above"]
+
+
+def evaluate(records) -> dict:
+    """Per column count, the geometric mean over the matrices of t(best) / t(program) for: the
+    choice fitted to all of them (``fitted``), the choice fitted to the others, matrix by
+    matrix (``held_out``: how it does on a matrix it did not see), and the many-columns kernel
+    alone (``many_columns``: what a product runs where nothing was timed); with the fitted
+    choice (``choice``) and the matrices' count."""
+    out = {}
+    for k in sorted({int(k) for r in records for k in r["columns"]}):
+        rows = [(r["features"]["row_mean"], r["columns"][str(k)]["times"])
+                for r in records if str(k) in r["columns"]]
+        choice = fit_choice(rows)
+
+        def share(key_of):
+            logs = [math.log(min(times.values()) / _time_of(times, key_of(i, mean)))
+                    for i, (mean, times) in enumerate(rows)]
+            return math.exp(sum(logs) / len(logs))
+
+        held = [fit_choice(rows[:i] + rows[i + 1:]) if len(rows) > 1 else choice
+                for i in range(len(rows))]
+        out[k] = {"matrices": len(rows), "choice": choice,
+                  "fitted": share(lambda i, mean: pick(choice, mean)),
+                  "held_out": share(lambda i, mean: pick(held[i], mean)),
+                  "many_columns": share(lambda i, mean: "many_columns")}
+    return out
+
+
+def report(records) -> str:
+    """:func:`evaluate` as lines of text."""
+    lines = [f"SpMM timings: {len(records)} matrices ({records[0]['dtype']}, "
+             f"{records[0]['device'].get('name')})"]
+    for k, e in evaluate(records).items():
+        c = e["choice"]
+        rule = (c["above"] if c["threshold"] is None else
+                f"{c['below']} below a mean row length of {c['threshold']:.3g}, else {c['above']}")
+        lines.append(f"k={k}: {rule}; of the best program's speed (geomean over {e['matrices']} "
+                     f"matrices): fitted {e['fitted']:.3f}, held out {e['held_out']:.3f}, "
+                     f"the many-columns kernel alone {e['many_columns']:.3f}")
+    return "\n".join(lines)
+
+
+@dataclasses.dataclass
+class Fit:
+    """What :func:`fit_spmm_rule` returns."""
+
+    rule: SpmmRule
+    report: str
+    passed: bool
+    """Whether the rule, fitted to the other matrices, beats the many-columns kernel alone on
+    the held-out matrix in geometric mean at every column count (:func:`evaluate`): only then is
+    it written into a model."""
+    reason: str
+
+
+def read_labels(paths) -> list[dict]:
+    """The records of the SpMM label files ``paths`` (one device and dtype), or ValueError."""
+    records = [r for path in paths for r in read_records(Path(path), SCHEMA)]
+    if not records:
+        raise ValueError("the SpMM label files hold no records")
+    return records
+
+
+def benchmark_records(path, dtype: str) -> list[dict]:
+    """Records for :func:`fit_spmm_rule` from the SpMM benchmark's results file
+    (``benchmarks/spmm.py``): the times of every program that the first product of k columns
+    timed and kept the fastest of, as each record's ``choice`` lists them (three interleaved
+    batches of three products each: shorter than the labels' timings, so noisier), for the
+    records of ``dtype``; a matrix's column counts from every run of the file are merged. Runs
+    that timed fewer programs than this autospmv has for k are left out."""
+    import json
+    import re
+
+    from autospmv.kernels.cuda.spmm_programs import PROGRAMS, TILED, program_name, programs_for
+
+    doc = json.loads(Path(path).read_text())
+    runs = doc["runs"].values() if "runs" in doc else [doc]
+    merged = {}
+    note = re.compile(r"multi-vector products of (\d+) columns \((\w+) X, \w+ Y\) run (.+) "
+                      r"\(([^;]+) µs; (.+)\), timed at the first one$")
+    for run in runs:
+        for record in run["records"]:
+            match = note.match(record.get("choice") or "")
+            if record["dtype"] != dtype or match is None:
+                continue
+            k = int(match.group(1))
+            names = {program_name(p, k): p for p in PROGRAMS}
+            names.update({program_name(p, k, tile): program_key((p, tile))
+                          for p in TILED for tile in range(1, k + 1)})
+            listed = [(match.group(3), match.group(4))] + [
+                tuple(part.rsplit(" ", 2)[:2]) for part in match.group(5).split(", ")]
+            times = {names[name]: float(value) for name, value in listed}
+            untiled = {program_key(c) for c in programs_for(k) if not c[1]}
+            if not untiled <= set(times):
+                continue
+            key = (record["matrix"], record["nnz"])
+            entry = merged.setdefault(key, {
+                "name": f"{record['matrix']}@{size_tag(record['nnz'])}", "source": str(path),
+                "shape": record["shape"], "nnz": record["nnz"], "dtype": dtype,
+                "device": {"name": run["device"].get("gpu", "")},
+                "features": {"row_mean": record["nnz"] / max(record["shape"][0], 1)},
+                "columns": {}})
+            entry["columns"][str(k)] = {"times": times}
+    if not merged:
+        raise ValueError(f"{path} has no {dtype} records with timed programs")
+    return list(merged.values())
+
+
+def fit_spmm_rule(records) -> Fit:
+    """Fit the SpMM rule to ``records`` (:func:`read_labels` or :func:`benchmark_records`; one
+    device and dtype): a choice per labelled column count (:func:`fit_choice`), evaluated and
+    guarded as :class:`Fit` says."""
+    kinds = {(r["device"].get("name"), r["dtype"]) for r in records}
+    if len(kinds) > 1:
+        raise ValueError("the SpMM records mix devices or dtypes: "
+                         + ", ".join(f"{d} {t}" for d, t in sorted(kinds)))
+    evaluation = evaluate(records)
+    choices = tuple(SpmmChoice(k, e["choice"]["threshold"], e["choice"]["below"],
+                               e["choice"]["above"]) for k, e in evaluation.items())
+    rule = SpmmRule(choices, labels=sum(e["matrices"] for e in evaluation.values()))
+    losing = [k for k, e in evaluation.items() if e["held_out"] < e["many_columns"]]
+    passed = not losing
+    reason = ("held out, the rule beats the many-columns kernel alone at every column count"
+              if passed else "held out, the rule loses to the many-columns kernel alone at "
+              + ", ".join(f"k={k}" for k in losing))
+    return Fit(rule, report(records) + ("\nguard passed: " if passed else "\nguard failed: ")
+               + reason, passed, reason)
+
+
+def write_rule(model_path, rule: SpmmRule, label_paths=()) -> None:
+    """Put ``rule`` into the model file ``model_path`` (rewritten atomically, as schema version
+    7), with the files it was fitted to (label files, or the benchmark's results) in the
+    provenance (``spmm_labels``: name and SHA-256 of each)."""
+    from autospmv._decide.model.tree import TreeModel
+    from .train import file_digest
+
+    model = TreeModel.load(model_path)
+    model.spmm_rule = rule
+    model.provenance["spmm_labels"] = [file_digest(path) for path in label_paths]
+    model.to_json(model_path)

@@ -14,6 +14,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .. import _registry as registry
+from .._decide.model.lookup import find_model
 from .._decide.selection import Decision, decide
 from .._support.cache import compile_timer
 from .._support.threads import check_threads
@@ -696,12 +697,14 @@ class SpMVOperator(LinearOperator):
         format holds them; for any other format they are taken from the host CSR the operator
         keeps, or rebuilt from its format (:meth:`_matrix_csr`) and kept from then on, counted
         in :attr:`memory`. The rule and where the arrays came from go to the decision's notes
-        (``op.explain()``), for the backend the operator runs on."""
+        (``op.explain()``), for the backend the operator runs on. On the GPU the model's SpMM rule
+        (:meth:`_spmm_rule`) picks the program of a product whose first one cannot time them."""
         if backend.multi is not None:
             return
         with _MULTI_VECTOR_SET_UP:
             if backend.multi is None:
-                note, arrays = backend.set_up_multi(self._matrix_csr, self.decision.notes)
+                note, arrays = backend.set_up_multi(self._matrix_csr, self.decision.notes,
+                                                    self._spmm_rule())
                 if backend is not self._runner:  # switched away from: released with it
                     return
                 extra = sum(a.nbytes for a in arrays if not any(
@@ -709,6 +712,15 @@ class SpMVOperator(LinearOperator):
                 self._host_nbytes += extra
                 self.decision.notes.append(
                     f"{note}; {extra:,} bytes more kept on the host for it" if extra else note)
+
+    def _spmm_rule(self):
+        """The SpMM rule of the model :func:`~autospmv._decide.model.lookup.find_model` finds for
+        the GPU and this operator's dtype (:mod:`autospmv._decide.model.spmm_rule`), or None (on
+        the CPU, or without one)."""
+        if self.device != "cuda":
+            return None
+        choice = find_model("cuda", None, self.dtype)
+        return choice.model.spmm_rule if choice is not None else None
 
     def _matrix_csr(self):
         """A as CSR (valid, not necessarily with sorted columns), for a backend whose format is

@@ -1,6 +1,6 @@
 """The file format of a trained tree: JSON, validated when read.
 
-File layout (``schema_version`` 1 to 6)::
+File layout (``schema_version`` 1 to 7)::
 
     {
       "format": "autospmv-tree",
@@ -32,6 +32,9 @@ File layout (``schema_version`` 1 to 6)::
       "order_rule": {"bytes_per_second": 2.9e12, ...},  # version 6, optional: the order's cost
                                               # rule fitted to order labels
                                               (autospmv._decide.model.order_rule.OrderRule)
+      "spmm_rule": {"choices": [...], ...},   # version 7, optional: the multi-vector program
+                                              # per band of column counts
+                                              (autospmv._decide.model.spmm_rule.SpmmRule)
       "provenance": {...}                     # free-form: device, versions, date, data hash, scores
     }
 
@@ -45,7 +48,9 @@ regressor and ``regimes``, any number of further coefficient tables (a file with
 ``x_sectors`` in its regressors reads as a coefficient 0 for it). Version 5 added the cost
 model's ``row_length`` regressor (likewise 0 where a file's regressors lack it). Version 6 added
 ``order_rule``: the constants of the cost rule that decides a matrix's order
-(:mod:`autospmv._decide.ordering`), fitted to products timed in each order on the device. An
+(:mod:`autospmv._decide.ordering`), fitted to products timed in each order on the device.
+Version 7 added ``spmm_rule``: the multi-vector program a product of k columns runs where none
+can be timed, per band of column counts, fitted to the programs' times on the device. An
 autospmv refuses a file of a version it does not know, rather than ignoring entries it would not
 understand.
 """
@@ -62,11 +67,12 @@ from .check import LEAF, LEAF_FEATURE
 from .cost_model import CostModel
 from .default_policy import DefaultPolicy
 from .order_rule import OrderRule
+from .spmm_rule import SpmmRule
 
 FORMAT = "autospmv-tree"
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 """The newest file layout this autospmv reads and writes (see the module docstring)."""
-SCHEMA_VERSIONS = (1, 2, 3, 4, 5, 6)
+SCHEMA_VERSIONS = (1, 2, 3, 4, 5, 6, 7)
 """The layouts it reads."""
 
 LOADER_ERRORS = (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError,
@@ -102,6 +108,8 @@ def document(model) -> dict:
         doc["defaults"] = model.defaults.to_dict()
     if model.order_rule is not None:
         doc["order_rule"] = model.order_rule.to_dict()
+    if model.spmm_rule is not None:
+        doc["spmm_rule"] = model.spmm_rule.to_dict()
     doc["provenance"] = model.provenance
     return doc
 
@@ -148,9 +156,16 @@ def read_document(doc, known_kernels=None) -> dict:
             raise ValueError(f"the model's order_rule needs schema_version 6; the file says "
                              f"{version}")
         order_rule = OrderRule.from_dict(order_rule)
+    spmm_rule = doc.get("spmm_rule")
+    if spmm_rule is not None:
+        if version < 7:
+            raise ValueError(f"the model's spmm_rule needs schema_version 7; the file says "
+                             f"{version}")
+        spmm_rule = SpmmRule.from_dict(spmm_rule)
     return dict(feature_names=doc["feature_names"], classes=doc["classes"], tree=doc["tree"],
                 provenance=doc.get("provenance"), cost_model=cost_model,
-                ranking=doc.get("ranking", "value"), defaults=defaults, order_rule=order_rule)
+                ranking=doc.get("ranking", "value"), defaults=defaults, order_rule=order_rule,
+                spmm_rule=spmm_rule)
 
 
 MAX_MODEL_BYTES = 64 << 20

@@ -44,6 +44,7 @@ from .cost_model import CostModel
 from .default_policy import DefaultPolicy, Override, margins
 from .file import LOADER_ERRORS, document, read_document, read_json
 from .order_rule import OrderRule
+from .spmm_rule import SpmmRule
 from .store import write_atomically
 
 RANKINGS = ("value", "correction")
@@ -103,7 +104,7 @@ class TreeModel:
     def __init__(self, feature_names, classes, tree: Mapping, provenance: Mapping | None = None,
                  *, cost_model: CostModel | None = None, ranking: str = "value",
                  defaults: DefaultPolicy | None = None, order_rule: OrderRule | None = None,
-                 known_features=None, known_kernels=None):
+                 spmm_rule: SpmmRule | None = None, known_features=None, known_kernels=None):
         if ranking not in RANKINGS:
             raise ValueError(f"unknown ranking {ranking!r}; expected one of {', '.join(RANKINGS)}")
         if ranking == "correction":
@@ -129,6 +130,10 @@ class TreeModel:
         """The default kernel per size band, or None: the tree's first choice always stands."""
         self.order_rule = order_rule
         """The order's cost rule fitted on this model's device, or None: the built-in rule."""
+        self.spmm_rule = spmm_rule
+        """The multi-vector program per band of column counts fitted on this model's device, or
+        None: where the first product of k columns cannot time the programs, the many-columns
+        kernel runs."""
         self.feature_names: tuple[str, ...] = tuple(feature_names)
         self.classes: tuple[str, ...] = tuple(classes)
         self.provenance: dict = dict(provenance or {})
@@ -361,11 +366,14 @@ class TreeModel:
 
     @property
     def schema_version(self) -> int:
-        """The oldest file layout that holds this model: 6 with an order rule, 5 with a cost
+        """The oldest file layout that holds this model: 7 with an SpMM rule, 6 with an order
+        rule, 5 with a cost
         model that reads ``row_length``, 4 with one that reads ``x_sectors`` or has more than two
         size regimes, 3 with defaults, 2 with a cost model of two size regimes, else 1 (readable
         by every autospmv that reads model files)."""
         cost = self.cost_model
+        if self.spmm_rule is not None:
+            return 7
         if self.order_rule is not None:
             return 6
         if cost is not None and cost.uses("row_length"):

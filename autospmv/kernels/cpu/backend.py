@@ -43,10 +43,12 @@ class CpuBackend:
         if y.shape[0]:
             self._run(x, y)
 
-    def set_up_multi(self, matrix_csr, notes: list | None = None) -> tuple[str, tuple]:
+    def set_up_multi(self, matrix_csr, notes: list | None = None, spmm_rule=None
+                     ) -> tuple[str, tuple]:
         """Set up :attr:`multi` on A's CSR arrays: the format's own for a CSR kernel, else
         those of ``matrix_csr()``. Returns the decision's note and the arrays it runs on
-        (``notes`` is for the GPU's choices made at later products: none here)."""
+        (``notes`` and ``spmm_rule`` are for the GPU's choices made at later products: none
+        here)."""
         fmt = self._format
         if isinstance(fmt, CSRFormat):
             where = "the format's own"

@@ -190,8 +190,9 @@ class PermutedCpuBackend:
         if y.shape[0]:
             self._through(self.inner.host_rmatvec, z, y)
 
-    def set_up_multi(self, matrix_csr, notes: list | None = None) -> tuple[str, tuple]:
-        return self.inner.set_up_multi(matrix_csr, notes)
+    def set_up_multi(self, matrix_csr, notes: list | None = None, spmm_rule=None
+                     ) -> tuple[str, tuple]:
+        return self.inner.set_up_multi(matrix_csr, notes, spmm_rule)
 
     def host_matmat(self, X: np.ndarray, Y: np.ndarray) -> None:
         """Y = A @ X for C-contiguous X and Y: the rows of X gathered into the matrix's order

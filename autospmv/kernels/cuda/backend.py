@@ -349,11 +349,13 @@ class CudaBackend:
             program.run(x_arg, y_arg, 0)
             staged_y.copy_to_host(y)
 
-    def set_up_multi(self, matrix_csr, notes: list | None = None) -> tuple[str, tuple]:
+    def set_up_multi(self, matrix_csr, notes: list | None = None, spmm_rule=None
+                     ) -> tuple[str, tuple]:
         """Set up :attr:`multi` (:mod:`.spmm_programs`) on A's CSR arrays on the device: the
         format's own for a CSR kernel, else those of ``matrix_csr()`` (a host CSR, uploaded, or a
         :class:`~autospmv.formats.base.DeviceCSR`, used in place). Returns the decision's note and
-        the host arrays it keeps (none); the choices timed at later products go to ``notes``."""
+        the host arrays it keeps (none); the choices timed or picked (by ``spmm_rule``, the
+        model's, where nothing can be timed) at later products go to ``notes``."""
         if self._csr_arrays is not None:
             arrays = self._csr_arrays
             host_indptr = arrays["indptr"].copy_to_host()
@@ -365,7 +367,7 @@ class CudaBackend:
             where = f"CSR arrays besides the {self._format_name} format"
         from .spmm_programs import RULE, MultiVectorProgram  # (imported at the first one)
 
-        multi = MultiVectorProgram(self.shape, arrays, host_indptr, notes)
+        multi = MultiVectorProgram(self.shape, arrays, host_indptr, notes, spmm_rule)
         held = {device_pointer(a) for a in self.program.arrays.values() if a.size}
         self._multi_nbytes = multi.nbytes + sum(a.nbytes for a in arrays.values()
                                                 if a.size and device_pointer(a) not in held)

@@ -119,8 +119,9 @@ class PermutedCudaBackend:
         self.inner.host_matvec(x_p, y_p)
         host_permute(self.inverse, self.perm, y_p, y)
 
-    def set_up_multi(self, matrix_csr, notes: list | None = None) -> tuple[str, tuple]:
-        return self.inner.set_up_multi(matrix_csr, notes)
+    def set_up_multi(self, matrix_csr, notes: list | None = None, spmm_rule=None
+                     ) -> tuple[str, tuple]:
+        return self.inner.set_up_multi(matrix_csr, notes, spmm_rule)
 
     def host_matmat(self, X: np.ndarray, Y: np.ndarray) -> None:
         X_p = np.empty_like(X)

@@ -272,7 +272,9 @@ class MultiVectorProgram:
     ``arrays``: the CSR arrays on the device (``indptr``, ``indices``, ``data``);
     ``host_indptr``: the row pointer on the host, which the long-row pieces (uploaded here) and
     the few-columns group size come from; ``notes``: a list that gets a line for each measured
-    choice (:meth:`run`), the decision's notes. The current GPU's L2 cache size
+    or picked choice (:meth:`run`), the decision's notes; ``rule``: the model's
+    :class:`~autospmv._decide.model.spmm_rule.SpmmRule` (or None), whose program runs where the
+    programs cannot be timed. The current GPU's L2 cache size
     (``cache_bytes``; 0 under the simulator, where nothing is timed) sets the tiles of the
     tiled programs (:func:`tile_width`). Not safe to run from two threads at once (see
     :meth:`Launch.fire <autospmv.kernels.cuda.launch.Launch.fire>`): the caller holds a lock.
@@ -283,8 +285,11 @@ class MultiVectorProgram:
     parameter buffers, and their closures); the oldest gives way beyond this."""
 
     def __init__(self, shape: tuple[int, int], arrays: dict, host_indptr: np.ndarray,
-                 notes: list | None = None):
+                 notes: list | None = None, rule=None):
         self.shape = shape
+        self.rule = rule
+        rows = len(host_indptr) - 1
+        self.row_mean = float(host_indptr[-1]) / rows if rows > 0 else 0.0
         self.arrays = arrays
         pieces = long_row_pieces(host_indptr)
         self.pieces = tuple(_to_device(a) for a in pieces)
@@ -305,27 +310,53 @@ class MultiVectorProgram:
         For k > :data:`FEW_COLUMNS` on a GPU, the first product of k columns (and dtypes)
         times the programs of :func:`programs_for` (:func:`time_programs`, on this X and Y:
         it waits for the stream) and keeps the fastest for every later product, noting their
-        times; where it cannot time (the stream is being captured into a graph), it keeps the
-        many-columns kernel."""
+        times. Where it cannot time (the stream is being captured into a graph; under the
+        simulator) it runs the rule's program for k and A's mean row length
+        (:meth:`picked`), noted, and without a rule the many-columns kernel."""
         key = (k, np.dtype(x_dtype), np.dtype(y_dtype))
         program = self._programs.get(key)
         if program is None:
             program = self._build(k, x_dtype, y_dtype, ("many_columns", 0))
-            if k > FEW_COLUMNS and not SIMULATOR:
+            if k > FEW_COLUMNS:
                 candidates = programs_for(k, self.shape[1], np.dtype(x_dtype).itemsize,
                                           self.cache_bytes)
-                built = [program] + [self._build(k, x_dtype, y_dtype, candidate)
-                                     for candidate in candidates[1:]]
-                times = time_programs(built, x, y, stream)
+                times, built = None, None
+                if not SIMULATOR:
+                    built = [program] + [self._build(k, x_dtype, y_dtype, candidate)
+                                         for candidate in candidates[1:]]
+                    times = time_programs(built, x, y, stream)
                 if times is not None:
                     timed = dict(zip(candidates, times))
                     self.notes.append(timed_choice_note(key, timed))
                     program = built[candidates.index(min(timed, key=timed.get))]
+                elif (picked := self.picked(k, candidates)) is not None:
+                    program = (built[candidates.index(picked)] if built is not None else
+                               self._build(k, x_dtype, y_dtype, picked))
+                    why = ("nothing is timed under numba-cuda's simulator" if SIMULATOR else
+                           "the stream was being captured into a CUDA graph, so nothing could "
+                           "be timed")
+                    self.notes.append(
+                        f"multi-vector products of {k} columns ({key[1]} X, {key[2]} Y) run "
+                        f"{program_name(picked[0], k, picked[1])}, picked by "
+                        f"{self.rule.describe()} for a mean row length of {self.row_mean:.3g} "
+                        f"({why})")
             if len(self._programs) >= self.PROGRAMS:
                 self._programs.pop(next(iter(self._programs)))
             self._programs[key] = program
         for fire in program[1]:
             fire(x, y, stream)
+
+    def picked(self, k: int, candidates: list[tuple[str, int]]) -> tuple[str, int] | None:
+        """The rule's program for k columns as one of ``candidates`` (:func:`programs_for`;
+        a tiled program untiled where X needs no tiles), or None without a rule or where the
+        rule has none for k."""
+        wanted = self.rule.program_for(k, self.row_mean) if self.rule is not None else None
+        if wanted is None:
+            return None
+        name, tiled = wanted
+        tiles = [c for c in candidates if c[0] == name and c[1]] if tiled else []
+        candidate = tiles[0] if tiles else (name, 0)
+        return candidate if candidate in candidates else None
 
     def _build(self, k: int, x_dtype, y_dtype, candidate: tuple[str, int]) -> tuple:
         """The loaded launches of :func:`launches` for ``candidate`` (a program and its tile
