@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
 import sys
 from pathlib import Path
 
@@ -31,8 +30,8 @@ sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from autospmv._decide.features.extract import features  # noqa: E402
-from autospmv.kernels.cuda import spmm_programs  # noqa: E402
 from spmm import grown  # noqa: E402
+from training.spmm_labels import choice_note_times  # noqa: E402
 
 RUNS = ("grown", "grown_few", "grown_ends", "corpus")
 """The runs of grown matrices (about 4·10⁶ nonzeros each) whose records time the programs."""
@@ -42,16 +41,11 @@ PROGRAMS = ("many_columns", "column_pairs", "column_pairs_wide_step", "column_qu
 DEPTHS = (2, 3, 4)
 
 
-def program_times(note: str, k: int) -> dict[str, float]:
+def program_times(note: str) -> dict[str, float]:
     """{program: µs} of the untiled programs in a record's ``choice`` note
-    (:func:`spmm_programs.timed_choice_note`)."""
-    names = {spmm_programs.program_name(p, k): p for p in spmm_programs.PROGRAMS}
-    body = note.split(" run ", 1)[1].rsplit(", timed", 1)[0]
-    first, rest = body.split(" (", 1)
-    fastest, others = rest.split(" µs; ", 1)
-    parts = [(first, fastest)] + [re.fullmatch(r"(.*) ([0-9.e+]+) µs\)?", part).groups()
-                                  for part in others.rstrip(")").split(", ")]
-    return {names[name]: float(value) for name, value in parts if name in names}
+    (:func:`training.spmm_labels.choice_note_times`)."""
+    _, _, times = choice_note_times(note)
+    return {key: t for key, t in times.items() if "@" not in key}
 
 
 def geomean(values) -> float:
@@ -97,7 +91,7 @@ def main() -> None:
         A, _ = grown(sp.csr_matrix(sp.load_npz(path)), 4e6, 8e9)
         matrix_features[name] = features(A.astype(np.float64))
     for dtype in ("float32", "float64"):
-        rows = [(r["matrix"], r["k"], program_times(r["choice"], r["k"])) for r in records
+        rows = [(r["matrix"], r["k"], program_times(r["choice"])) for r in records
                 if r["dtype"] == dtype]
         rows = [row for row in rows if all(p in row[2] for p in PROGRAMS)]
         print(f"{dtype}: {len(rows)} products of {len({m for m, _, _ in rows})} matrices, "

@@ -327,35 +327,52 @@ def read_labels(paths) -> list[dict]:
     return records
 
 
+CHOICE_NOTE = (r"multi-vector products of (\d+) columns \((\w+) X, \w+ Y\) run (.+) "
+               r"\(([^;]+) µs; (.+)\), timed at the first one$")
+"""The form of the note the first product of k columns writes
+(:func:`autospmv.kernels.cuda.spmm_programs.timed_choice_note`)."""
+
+
+def choice_note_times(note: str) -> tuple[int, str, dict[str, float]] | None:
+    """``(k, X's dtype, {program key: µs})`` from the note the first product of k columns
+    writes on the programs it timed (:func:`program_key` names them); None for another note."""
+    import re
+
+    from autospmv.kernels.cuda.spmm_programs import PROGRAMS, TILED, program_name
+
+    match = re.match(CHOICE_NOTE, note or "")
+    if match is None:
+        return None
+    k = int(match.group(1))
+    names = {program_name(p, k): p for p in PROGRAMS}
+    names.update({program_name(p, k, tile): program_key((p, tile))
+                  for p in TILED for tile in range(1, k + 1)})
+    listed = [(match.group(3), match.group(4))] + [
+        tuple(part.rsplit(" ", 2)[:2]) for part in match.group(5).split(", ")]
+    return k, match.group(2), {names[name]: float(value) for name, value in listed}
+
+
 def benchmark_records(path, dtype: str) -> list[dict]:
     """Records for :func:`fit_spmm_rule` from the SpMM benchmark's results file
     (``benchmarks/spmm.py``): the times of every program that the first product of k columns
-    timed and kept the fastest of, as each record's ``choice`` lists them (three interleaved
-    batches of three products each: shorter than the labels' timings, so noisier), for the
-    records of ``dtype``; a matrix's column counts from every run of the file are merged. Runs
-    that timed fewer programs than this autospmv has for k are left out."""
+    timed and kept the fastest of, as each record's ``choice`` note lists them
+    (:func:`choice_note_times`; three interleaved batches of three products each: shorter than
+    the labels' timings, so noisier), for the records of ``dtype``; a matrix's column counts
+    from every run of the file are merged. Runs that timed fewer programs than this autospmv
+    has for k are left out."""
     import json
-    import re
 
-    from autospmv.kernels.cuda.spmm_programs import PROGRAMS, TILED, program_name, programs_for
+    from autospmv.kernels.cuda.spmm_programs import programs_for
 
     doc = json.loads(Path(path).read_text())
     runs = doc["runs"].values() if "runs" in doc else [doc]
     merged = {}
-    note = re.compile(r"multi-vector products of (\d+) columns \((\w+) X, \w+ Y\) run (.+) "
-                      r"\(([^;]+) µs; (.+)\), timed at the first one$")
     for run in runs:
         for record in run["records"]:
-            match = note.match(record.get("choice") or "")
-            if record["dtype"] != dtype or match is None:
+            timed = choice_note_times(record.get("choice"))
+            if record["dtype"] != dtype or timed is None:
                 continue
-            k = int(match.group(1))
-            names = {program_name(p, k): p for p in PROGRAMS}
-            names.update({program_name(p, k, tile): program_key((p, tile))
-                          for p in TILED for tile in range(1, k + 1)})
-            listed = [(match.group(3), match.group(4))] + [
-                tuple(part.rsplit(" ", 2)[:2]) for part in match.group(5).split(", ")]
-            times = {names[name]: float(value) for name, value in listed}
+            k, _, times = timed
             untiled = {program_key(c) for c in programs_for(k) if not c[1]}
             if not untiled <= set(times):
                 continue
