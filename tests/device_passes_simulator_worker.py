@@ -28,7 +28,7 @@ sys.path[:0] = [str(pathlib.Path(__file__).resolve().parent.parent)]
 import numpy as np  # noqa: E402
 
 from autospmv._decide.features import extract as features_module  # noqa: E402
-from autospmv._decide.features.sampling import x_locality  # noqa: E402
+from autospmv._decide.features.sampling import x_locality, x_reach  # noqa: E402
 from autospmv._support.validation import canonicalize  # noqa: E402
 from autospmv.formats.base import DeviceCSR  # noqa: E402
 from device_passes_cases import (  # noqa: E402
@@ -90,7 +90,9 @@ def main() -> None:
                 continue
 
             def locality(csr=csr):
-                host, device = x_locality(csr), x_locality(on_device(csr).structure())
+                structure = on_device(csr).structure()
+                host = (x_locality(csr), x_reach(csr))
+                device = (x_locality(structure), x_reach(structure))
                 return None if host == device else f"{host} on the host, {device} on the device"
 
             run_case(out, f"x_locality/{name}/{tag}", locality)

@@ -102,7 +102,7 @@ def test_numpy_arrays_run_the_kernels_only_in_the_simulator():
 @pytest.mark.requires_gpu
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_features_of_an_uploaded_matrix_are_the_host_features(dtype):
-    from autospmv._decide.features.sampling import x_locality
+    from autospmv._decide.features.sampling import x_locality, x_reach
     from autospmv._prepare.device_input import upload_csr
 
     pytest.importorskip("cupy")
@@ -118,6 +118,7 @@ def test_features_of_an_uploaded_matrix_are_the_host_features(dtype):
         for a, b in zip(lengths, host_lengths):
             np.testing.assert_array_equal(a, b)
         assert x_locality(uploaded.structure()) == x_locality(csr)
+        assert x_reach(uploaded.structure()) == x_reach(csr)
 
 
 FIRST_DECISION = """

@@ -638,3 +638,17 @@ def test_prepare_reads_the_order_rule_of_the_model_that_decides(tmp_path):
     A = numbered_at_random(grid_laplacian(40))
     op = autospmv.prepare(A, device="cpu", model=str(path), products=10**9)
     assert "fitted to 7 labelled products" in op.explain()
+
+
+def test_the_reach_is_how_far_from_its_row_a_row_reads_x():
+    from autospmv._decide.features.sampling import x_reach
+    from autospmv._support.validation import canonicalize
+
+    grid = canonicalize(grid_laplacian(30))  # columns i, i ± 1 and i ± 30: 2 of 5 at 30
+    assert x_reach(grid) == 30.0
+    assert x_reach(canonicalize(numbered_at_random(grid_laplacian(30)))) > 200
+    assert x_reach(canonicalize(sp.identity(50, format="csr"))) == 0.0
+    assert x_reach(canonicalize(sp.csr_matrix((7, 7)))) == 0.0
+    wide = canonicalize(sp.csr_matrix(np.ones((3, 1000))))  # row i reads every column
+    assert x_reach(wide) == pytest.approx(np.quantile(
+        np.abs(np.arange(1000)[None, :] - np.arange(3)[:, None]), 0.9))
