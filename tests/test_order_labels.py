@@ -98,17 +98,28 @@ def test_the_fit_recovers_the_bandwidths_the_times_follow():
     assert all(c["agree"] == c["cases"] for c in counts.values())
 
 
-def test_the_fit_finds_the_x_window_the_times_follow():
+def test_the_fit_keeps_the_smallest_x_window_that_decides_as_the_labels():
     # As given, the rows' x stays in a 256 KiB window and the order gains nothing; the rule
-    # without a window would see gains there.
+    # without a window sees gains there. Of the windows that decide as the labels, the
+    # smallest is kept.
     records = synthetic_records(2.5e12, 1.0e12, window=256 << 10)
     rule, fit = order_labels.fit_rule(records, "cuda")
-    assert rule.window_bytes == 256 << 10 and fit["median_error"] < 1e-6
-    assert rule.bytes_per_second == pytest.approx(2.5e12, rel=1e-6)
-    assert order_labels.disagreements(records, "cuda", rule) == 0
+    assert rule.window_bytes > 0 and order_labels.disagreements(records, "cuda", rule) == 0
+    smaller = [w for w in order_labels.WINDOWS if w < rule.window_bytes]
+    for window in smaller:
+        candidate = dataclasses.replace(rule, window_bytes=window)
+        assert order_labels.disagreements(records, "cuda", candidate) > 0
     blind_to_the_window = dataclasses.replace(rule, window_bytes=0)
     counts = order_labels.agreement(records, "cuda", blind_to_the_window)
     assert counts["stored"]["wrong"] == 4  # the four matrices as given
+
+
+def test_the_fit_recovers_the_bandwidth_with_the_window_the_times_follow(monkeypatch):
+    monkeypatch.setattr(order_labels, "WINDOWS", (256 << 10,))
+    rule, fit = order_labels.fit_rule(synthetic_records(2.5e12, 1.0e12, window=256 << 10),
+                                      "cuda")
+    assert rule.window_bytes == 256 << 10 and fit["median_error"] < 1e-6
+    assert rule.bytes_per_second == pytest.approx(2.5e12, rel=1e-6)
 
 
 def test_records_without_a_reach_read_all_of_x_as_the_window():

@@ -249,8 +249,10 @@ def fit_rule(records, device: str) -> tuple[OrderRule, dict]:
     :data:`CACHE_SHARES`) the bandwidth (and the CPU's price of a missed sector) are fitted by
     :func:`_relative_fit` to the products of at least :data:`FIT_MIN_SECONDS`; the candidate
     kept is the one whose decisions disagree least with the labels (:func:`disagreements`),
-    then the one that fits their times best. Without enough products, or where no bandwidth
-    fits, ValueError."""
+    then the one of the smallest window (which renumbers where a larger one would not: a
+    wrong renumbering costs only the order, which ``prepare``'s timing of both orders then
+    discards, where a wrong keep loses the gain unseen), then the one that fits their times
+    best. Without enough products, or where no bandwidth fits, ValueError."""
     built_in = ordering.BUILT_IN_RULES[device]
     gather_rate, gather_error, gathers = _gather_rate(records, device)
     best = None
@@ -279,13 +281,13 @@ def fit_rule(records, device: str) -> tuple[OrderRule, dict]:
                              cache_share=share if share is not None else 0.0,
                              window_bytes=float(window),
                              permutation_bytes_per_second=gather_rate, labels=len(products))
-            score = (disagreements(records, device, rule), error)
+            score = (disagreements(records, device, rule), window, error)
             if best is None or score < best[0]:
                 best = (score, rule)
     if best is None:
         raise ValueError("the labelled products do not grow with their bytes; no bandwidth "
                          "fits them")
-    (_, error), rule = best
+    (_, _, error), rule = best
     return rule, {"products": rule.labels, "gathers": gathers, "median_error": error,
                   "gathers_median_error": gather_error}
 
