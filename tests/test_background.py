@@ -251,8 +251,8 @@ def test_a_2d_product_runs_on_the_backend_it_set_up_when_the_switch_lands_betwee
     finished, switch.finished = switch.finished, None  # not ready yet, as the product begins
     set_up = CpuBackend.set_up_multi
 
-    def set_up_then_finish(self, matrix_csr, notes=None):
-        note = set_up(self, matrix_csr, notes)
+    def set_up_then_finish(self, matrix_csr, notes=None, spmm_rule=None):
+        note = set_up(self, matrix_csr, notes, spmm_rule)
         switch.finished = finished  # the thread is done from here on
         return note
 
