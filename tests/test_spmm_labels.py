@@ -195,3 +195,36 @@ def test_the_benchmarks_timed_choices_read_as_records(tmp_path, capsys):
     assert written["provenance"]["spmm_labels"][0]["file"] == "spmm.json"
     assert main(["fit-spmm", "--model", str(model)]) == 2  # neither labels nor --benchmark
     assert "one of them" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda r: r.pop("columns"), "lacks what the SpMM fit reads"),
+    (lambda r: r["features"].update(row_mean=-1.0), "a finite mean row length"),
+    (lambda r: r["columns"].update({"3": {"times": {"many_columns": 1.0}}}), "above 4"),
+    (lambda r: r["columns"]["16"]["times"].update(column_pairs=-1.0), "positive times"),
+    (lambda r: r["columns"]["16"]["times"].update(warp_magic=1.0), "unknown program"),
+    (lambda r: r["columns"]["16"].update(times={}), "the programs' times at k=16"),
+    (lambda r: r.update(dtype="float16"), "float32 or float64"),
+])
+def test_damaged_label_records_are_refused_with_a_reason(tmp_path, damage, message):
+    from training.records import append_record
+
+    record = timed({16: {"many_columns": 2.0, "column_pairs": 1.0}}, row_mean=5.0)
+    record.update(schema=spmm_labels.SCHEMA, device={"device": "cuda", "name": "test"})
+    damage(record)
+    path = tmp_path / "spmm.jsonl"
+    append_record(path, record)
+    with pytest.raises(ValueError, match=message):
+        spmm_labels.read_labels([path])
+
+
+def test_a_file_that_is_not_the_benchmarks_is_refused(tmp_path):
+    path = tmp_path / "other.json"
+    path.write_text(json.dumps({"runs": {"a": {"device": {}}}}))
+    with pytest.raises(ValueError, match="not a results file of benchmarks/spmm.py"):
+        spmm_labels.benchmark_records(path, "float64")
+    path.write_text(json.dumps({"records": [{"dtype": "float64", "choice": (
+        "multi-vector products of 8 columns (float64 X, float64 Y) run the many-columns kernel "
+        "(1 µs; the column-pairs kernel 2 µs), timed at the first one")}]}))
+    with pytest.raises(ValueError, match="no float64 records with timed programs"):
+        spmm_labels.benchmark_records(path, "float64")  # too few programs: left out

@@ -319,9 +319,45 @@ class Fit:
     reason: str
 
 
+def check_record(record, where: str) -> dict:
+    """``record`` if it holds what the fit reads (a dtype, a device's name, a finite mean row
+    length, and per column count above 4 the positive µs of programs a rule may name), else
+    ValueError naming ``where`` it came from."""
+    from autospmv._decide.model.spmm_rule import check_program
+
+    try:
+        if record["dtype"] not in ("float32", "float64") or not isinstance(record["device"],
+                                                                           dict):
+            raise ValueError("a dtype of float32 or float64 and a device")
+        mean = record["features"]["row_mean"]
+        if isinstance(mean, bool) or not isinstance(mean, (int, float)) or not (
+                math.isfinite(mean) and mean >= 0):
+            raise ValueError(f"a finite mean row length (found {mean!r})")
+        if not isinstance(record["columns"], dict) or not record["columns"]:
+            raise ValueError("timed column counts")
+        for k, columns in record["columns"].items():
+            if not str(k).isdigit() or int(k) <= 4:
+                raise ValueError(f"column counts above 4 (found {k!r})")
+            times = columns["times"]
+            if not isinstance(times, dict) or not times:
+                raise ValueError(f"the programs' times at k={k}")
+            for key, value in times.items():
+                check_program(_band_key(str(key)))
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+                        math.isfinite(value) and value > 0):
+                    raise ValueError(f"positive times (found {value!r} for {key} at k={k})")
+    except (KeyError, TypeError, AttributeError) as err:
+        raise ValueError(f"{where}: a record lacks what the SpMM fit reads ({err!r})") from None
+    except ValueError as err:
+        raise ValueError(f"{where}: a record needs {err}") from None
+    return record
+
+
 def read_labels(paths) -> list[dict]:
-    """The records of the SpMM label files ``paths`` (one device and dtype), or ValueError."""
-    records = [r for path in paths for r in read_records(Path(path), SCHEMA)]
+    """The records of the SpMM label files ``paths`` (one device and dtype), checked
+    (:func:`check_record`), or ValueError."""
+    records = [check_record(r, str(path)) for path in paths
+               for r in read_records(Path(path), SCHEMA)]
     if not records:
         raise ValueError("the SpMM label files hold no records")
     return records
@@ -365,28 +401,33 @@ def benchmark_records(path, dtype: str) -> list[dict]:
     from autospmv.kernels.cuda.spmm_programs import programs_for
 
     doc = json.loads(Path(path).read_text())
-    runs = doc["runs"].values() if "runs" in doc else [doc]
+    try:
+        runs = list(doc["runs"].values()) if "runs" in doc else [doc]
+        records = [(run, record) for run in runs for record in run["records"]]
+    except (KeyError, TypeError, AttributeError):
+        raise ValueError(f"{path} is not a results file of benchmarks/spmm.py (no runs with "
+                         "records)") from None
     merged = {}
-    for run in runs:
-        for record in run["records"]:
+    for run, record in records:
+        try:
             timed = choice_note_times(record.get("choice"))
             if record["dtype"] != dtype or timed is None:
                 continue
             k, _, times = timed
-            untiled = {program_key(c) for c in programs_for(k) if not c[1]}
-            if not untiled <= set(times):
+            if not {program_key(c) for c in programs_for(k) if not c[1]} <= set(times):
                 continue
-            key = (record["matrix"], record["nnz"])
-            entry = merged.setdefault(key, {
+            entry = merged.setdefault((record["matrix"], record["nnz"]), {
                 "name": f"{record['matrix']}@{size_tag(record['nnz'])}", "source": str(path),
                 "shape": record["shape"], "nnz": record["nnz"], "dtype": dtype,
                 "device": {"name": run["device"].get("gpu", "")},
                 "features": {"row_mean": record["nnz"] / max(record["shape"][0], 1)},
                 "columns": {}})
-            entry["columns"][str(k)] = {"times": times}
+        except (KeyError, TypeError, AttributeError, IndexError) as err:
+            raise ValueError(f"{path}: a record of the benchmark lacks {err!r}") from None
+        entry["columns"][str(k)] = {"times": times}
     if not merged:
         raise ValueError(f"{path} has no {dtype} records with timed programs")
-    return list(merged.values())
+    return [check_record(entry, str(path)) for entry in merged.values()]
 
 
 def fit_spmm_rule(records) -> Fit:
