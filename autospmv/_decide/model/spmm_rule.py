@@ -47,7 +47,8 @@ class SpmmChoice:
 
     def __post_init__(self):
         if isinstance(self.columns, bool) or not isinstance(self.columns, int) or self.columns < 5:
-            raise ValueError(f"an SpMM choice is for 5 columns or more; found {self.columns!r}")
+            raise ValueError(f"an SpMM choice's columns must be a whole number of at least 5; "
+                             f"found {self.columns!r}")
         if self.threshold is not None and (
                 isinstance(self.threshold, bool) or not isinstance(self.threshold, (int, float))
                 or not math.isfinite(self.threshold) or self.threshold < 0):
