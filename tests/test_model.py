@@ -205,7 +205,7 @@ INVALID = [
         "columns": 16.0, "threshold": None, "below": "column_pairs", "above": "column_pairs"}]}),
      "columns must be a whole number of at least 5"),
     (lambda d: d.update(schema_version=7, spmm_rule={"choices": [{
-        "columns": 16, "threshold": float("inf"), "below": "column_pairs",
+        "columns": 16, "threshold": -1.0, "below": "column_pairs",
         "above": "column_pairs"}]}), "threshold must be a non-negative number or null"),
     (lambda d: d.pop("classes"), "the model has no 'classes' entry"),
     (lambda d: d.__setitem__("order_rule", {"bytes_per_second": 1e12, "latency_seconds": 5e-6}),
