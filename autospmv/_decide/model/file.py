@@ -144,28 +144,28 @@ def read_document(doc, known_kernels=None) -> dict:
         if cost_model.uses("row_length") and version < 5:
             raise ValueError("the cost model's row_length needs schema_version 5; "
                              f"the file says {version}")
-    defaults = doc.get("defaults")
-    if defaults is not None:
-        if version < 3:
-            raise ValueError(f"the model's defaults need schema_version 3; the file says "
-                             f"{version}")
-        defaults = DefaultPolicy.from_dict(defaults, known_kernels)
-    order_rule = doc.get("order_rule")
-    if order_rule is not None:
-        if version < 6:
-            raise ValueError(f"the model's order_rule needs schema_version 6; the file says "
-                             f"{version}")
-        order_rule = OrderRule.from_dict(order_rule)
-    spmm_rule = doc.get("spmm_rule")
-    if spmm_rule is not None:
-        if version < 7:
-            raise ValueError(f"the model's spmm_rule needs schema_version 7; the file says "
-                             f"{version}")
-        spmm_rule = SpmmRule.from_dict(spmm_rule)
+    defaults = _optional(doc, "defaults", version, 3,
+                         lambda entry: DefaultPolicy.from_dict(entry, known_kernels))
+    order_rule = _optional(doc, "order_rule", version, 6, OrderRule.from_dict)
+    spmm_rule = _optional(doc, "spmm_rule", version, 7, SpmmRule.from_dict)
     return dict(feature_names=doc["feature_names"], classes=doc["classes"], tree=doc["tree"],
                 provenance=doc.get("provenance"), cost_model=cost_model,
                 ranking=doc.get("ranking", "value"), defaults=defaults, order_rule=order_rule,
                 spmm_rule=spmm_rule)
+
+
+def _optional(doc: Mapping, key: str, version: int, since: int, read):
+    """The optional entry ``key`` of a document of schema ``version`` read by ``read``, or
+    None where the document has none; ValueError where it has one but its version is older
+    than ``since``, the version that added it."""
+    entry = doc.get(key)
+    if entry is None:
+        return None
+    if version < since:
+        noun = "need" if key.endswith("s") else "needs"
+        raise ValueError(f"the model's {key} {noun} schema_version {since}; the file says "
+                         f"{version}")
+    return read(entry)
 
 
 MAX_MODEL_BYTES = 64 << 20
