@@ -89,8 +89,9 @@ RULE = (f"multi-vector products (A @ X, X of k columns) run on A's CSR arrays: f
         f"to k = {MEASURED_UP_TO} the first kernel's split with up to {EIGHT_COLUMNS} sums, "
         f"and the first kernel in passes of {FEW_COLUMNS} columns; where X outgrows the L2 "
         f"cache or has more than {MAX_TILE} columns, the column pairs and quads in tiles of "
-        f"X's columns that fit it, of at most {MAX_TILE}; rows "
-        f"longer than {PIECE} nonzeros are split among groups")
+        f"X's columns that fit it, of at most {MAX_TILE} (where the first product cannot be "
+        f"timed, in a CUDA graph being captured, the program the model's SpMM rule names, "
+        f"else the first of these); rows longer than {PIECE} nonzeros are split among groups")
 """The rule :class:`MultiVectorProgram` follows, as the decision notes it."""
 
 
