@@ -127,9 +127,10 @@ machine for the shared square matrices grown to 10⁷ nonzeros and numbered at r
 rounded up to the slowest."""
 
 PERMUTE_SECONDS_PER_NNZ = 5e-8
-"""Building ``P A Pᵀ`` (:func:`autospmv.kernels.cpu.permute.permuted_csr`) per nonzero: about
-4.5e-8 s on the same machine's two threads for a 5·10⁶-nonzero mesh numbered at random (8e-8
-on one; its reads of A's rows follow the permutation), rounded up; less with more cores."""
+"""Building ``P A Pᵀ`` (:func:`autospmv.kernels.cpu.permute.permuted_csr`) per nonzero:
+1.7–3.9e-8 s on the same machine's two threads for five shared matrices grown to 10⁷ nonzeros
+and numbered at random (its reads of A's renumbered columns are scattered), rounded up; less
+with more cores."""
 
 MIN_RELATIVE_GAIN = 0.05
 """The least gain per product, relative to a product in A's own order, that the rule must
