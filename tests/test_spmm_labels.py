@@ -228,3 +228,13 @@ def test_a_file_that_is_not_the_benchmarks_is_refused(tmp_path):
         "(1 µs; the column-pairs kernel 2 µs), timed at the first one")}]}))
     with pytest.raises(ValueError, match="no float64 records with timed programs"):
         spmm_labels.benchmark_records(path, "float64")  # too few programs: left out
+
+
+def test_the_rule_names_the_programs_the_gpu_runs():
+    from autospmv._decide.model import spmm_rule
+    from autospmv.kernels.cuda import spmm_programs
+
+    assert spmm_rule.PROGRAMS == spmm_programs.PROGRAMS
+    assert spmm_rule.TILED == spmm_programs.TILED
+    assert spmm_rule.FEW_COLUMN_PROGRAMS == {"passes": spmm_programs.MEASURED_UP_TO,
+                                             "eight_columns": spmm_programs.EIGHT_COLUMNS}
