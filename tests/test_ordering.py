@@ -652,3 +652,29 @@ def test_the_reach_is_how_far_from_its_row_a_row_reads_x():
     wide = canonicalize(sp.csr_matrix(np.ones((3, 1000))))  # row i reads every column
     assert x_reach(wide) == pytest.approx(np.quantile(
         np.abs(np.arange(1000)[None, :] - np.arange(3)[:, None]), 0.9))
+
+
+def test_orders_timed_close_together_are_timed_again(monkeypatch):
+    from autospmv._prepare import tuning
+    from autospmv._support import timing
+
+    A = numbered_at_random(grid_laplacian(30))
+    renumbered = autospmv.prepare(A, device="cpu", order="bfs")
+    kept = autospmv.prepare(A, device="cpu", order="keep")
+    plans = []
+
+    class Scripted:  # each timing of both orders gives the next of the script's medians
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def time_all(self, ops):
+            times = plans.pop(0)
+            return {key: {"b2b": {"median": times[key]}} for key in ops}
+
+    monkeypatch.setattr(timing, "Bench", Scripted)
+    plans[:] = [{"bfs": 10.0, "keep": 9.8}, {"bfs": 9.0, "keep": 9.9}]  # a disturbed first
+    assert tuning.faster_order(renumbered, kept) is renumbered and not plans
+    assert "the least of 2 timings each" in renumbered.decision.notes[-1]
+    plans[:] = [{"bfs": 20.0, "keep": 10.0}, {"bfs": 1.0, "keep": 10.0}]  # far apart: once
+    assert tuning.faster_order(renumbered, kept) is kept and len(plans) == 1
+    assert "timings each" not in kept.decision.notes[-1]
