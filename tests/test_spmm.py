@@ -424,7 +424,7 @@ def test_a_first_product_captured_in_a_cuda_graph_runs_the_models_program(rng):
     X = cupy.asarray(block(rng, A.shape[1], 16))
     stream = cupy.cuda.Stream(non_blocking=True)
     with stream:
-        op.matvec(X[:, 0].copy())  # the operator's one-vector product loaded outside
+        op @ cupy.asarray(block(rng, A.shape[1], 4))  # sets the multi-vector product up outside
         stream.begin_capture(mode=cupy.cuda.runtime.streamCaptureModeRelaxed)
         Y = op @ X
         graph = stream.end_capture()
