@@ -275,6 +275,24 @@ def folder_entries(folder, max_nnz: int | None = None) -> list[Entry]:
     return entries
 
 
+def files_by_size(folders, min_nnz: int, limit: int | None = None, square: bool = False
+                  ) -> list[tuple[Entry, int]]:
+    """``(entry, nnz)`` of the files of ``folders`` (:func:`folder_entries`) whose matrix has
+    at least ``min_nnz`` nonzeros (and is square where ``square``), from the smallest; with
+    ``limit``, at most that many, spread evenly over the sizes."""
+    files = []
+    for folder in folders:
+        for entry in folder_entries(folder):
+            A = entry.load()
+            if A.nnz >= min_nnz and (not square or A.shape[0] == A.shape[1]):
+                files.append((entry, A.nnz))
+    files.sort(key=lambda item: item[1])
+    if limit is not None and limit < len(files):
+        step = len(files) / max(limit, 1)
+        files = [files[int(i * step)] for i in range(limit)]
+    return files
+
+
 def grow(A: sp.spmatrix, copies: int) -> sp.csr_matrix:
     """``kron(I_copies, A)``: A's structure repeated down the diagonal, a larger matrix with the
     same row lengths and the same column locality."""

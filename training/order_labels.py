@@ -50,7 +50,7 @@ from autospmv._decide import ordering
 from autospmv._decide.model.order_rule import OrderRule
 from autospmv._support.timing import TimingOptions, relative_error, release_device_memory
 from autospmv._support.validation import canonicalize
-from .corpus import folder_entries, grow, grow_permuted, load_file, size_tag
+from .corpus import files_by_size, grow, grow_permuted, load_file, size_tag
 from .records import append_record, read_records, resume_records
 from .timing import TOLERANCE, Bench, device_info
 
@@ -95,21 +95,11 @@ class Case:
 
 
 def cases(folders, grown_nnz=(1e6,), limit: int | None = None) -> list[Case]:
-    """The square matrices of ``folders`` (:func:`training.corpus.folder_entries`) of at least
+    """The square matrices of ``folders`` (:func:`training.corpus.files_by_size`) of at least
     :data:`MIN_NNZ` nonzeros, each grown to each of ``grown_nnz`` (at least as given) in each
     numbering; ``limit``: at most this many files, spread over sizes."""
-    files = []
-    for folder in folders:
-        for entry in folder_entries(folder):
-            A = entry.load()
-            if A.shape[0] == A.shape[1] and A.nnz >= MIN_NNZ:
-                files.append((entry, A.nnz))
-    files.sort(key=lambda item: item[1])
-    if limit is not None and limit < len(files):
-        step = len(files) / max(limit, 1)
-        files = [files[int(i * step)] for i in range(limit)]
     out = []
-    for entry, nnz in files:
+    for entry, nnz in files_by_size(folders, MIN_NNZ, limit, square=True):
         for target in grown_nnz:
             copies = max(1, round(target / nnz))
             for numbering in NUMBERINGS:

@@ -47,7 +47,7 @@ import autospmv
 from autospmv._decide.model.spmm_rule import SpmmChoice, SpmmRule
 from autospmv._support.timing import relative_error, release_device_memory
 from autospmv._support.validation import canonicalize
-from .corpus import folder_entries, grow, load_file, size_tag
+from .corpus import files_by_size, grow, load_file, size_tag
 from .records import append_record, read_records, resume_records
 from .timing import TOLERANCE, device_info, require_real_gpu
 
@@ -82,22 +82,12 @@ class Case:
 
 
 def cases(folders, grown_nnz=(4e6,), limit: int | None = None) -> list[Case]:
-    """The matrices of ``folders`` (:func:`training.corpus.folder_entries`) of at least
+    """The matrices of ``folders`` (:func:`training.corpus.files_by_size`) of at least
     :data:`MIN_NNZ` nonzeros, each grown to each of ``grown_nnz`` (at least as given);
     ``limit``: at most this many files, spread over sizes."""
-    files = []
-    for folder in folders:
-        for entry in folder_entries(folder):
-            A = entry.load()
-            if A.nnz >= MIN_NNZ:
-                files.append((entry, A.nnz))
-    files.sort(key=lambda item: item[1])
-    if limit is not None and limit < len(files):
-        step = len(files) / max(limit, 1)
-        files = [files[int(i * step)] for i in range(limit)]
     return [Case(f"{entry.name}@{size_tag(max(1, round(target / nnz)) * nnz)}", entry.source,
                  max(1, round(target / nnz)))
-            for entry, nnz in files for target in grown_nnz]
+            for entry, nnz in files_by_size(folders, MIN_NNZ, limit) for target in grown_nnz]
 
 
 def row_features(csr) -> dict:
