@@ -496,8 +496,8 @@ def main(argv=None, prog: str = "python -m autospmv.training") -> int:
                 label_spmm(args.matrices, args.out, dtype=args.dtype, grown_nnz=args.grown_nnz,
                            columns=tuple(args.columns or COLUMNS), limit=args.limit)
         elif args.command == "fit-spmm":
-            from .spmm_labels import (benchmark_records, fit_spmm_rule, read_labels,
-                                      write_rule as write_spmm_rule)
+            from .fitted_rules import write_fit
+            from .spmm_labels import benchmark_records, fit_spmm_rule, read_labels
 
             if bool(args.labels) == bool(args.benchmark):
                 raise ValueError("give SpMM label files or --benchmark FILE (one of them)")
@@ -507,23 +507,14 @@ def main(argv=None, prog: str = "python -m autospmv.training") -> int:
             fit = fit_spmm_rule(read_labels(args.labels) if args.labels else
                                 benchmark_records(args.benchmark, args.dtype))
             print(fit.report)
-            for path in args.model if fit.passed else ():
-                write_spmm_rule(path, fit.rule, sources)
-                print(f"wrote the fitted SpMM rule into {path}", file=sys.stderr)
-            if args.model and not fit.passed:
-                print(f"left {', '.join(args.model)} as they were: {fit.reason}",
-                      file=sys.stderr)
+            write_fit(fit, args.model, "spmm_rule", "spmm_labels", sources, "SpMM rule")
         elif args.command == "fit-orders":
-            from .order_labels import fit_order_rule, write_rule
+            from .fitted_rules import write_fit
+            from .order_labels import fit_order_rule
 
             fit = fit_order_rule(args.labels)
             print(fit.report)
-            for path in args.model if fit.passed else ():
-                write_rule(path, fit.rule, args.labels)
-                print(f"wrote the fitted order rule into {path}", file=sys.stderr)
-            if args.model and not fit.passed:
-                print(f"left {', '.join(args.model)} as they were: {fit.reason}",
-                      file=sys.stderr)
+            write_fit(fit, args.model, "order_rule", "order_labels", args.labels, "order rule")
         else:
             with exit_on_sigterm():
                 _retrain(args)

@@ -51,6 +51,7 @@ from autospmv._decide.model.order_rule import OrderRule
 from autospmv._support.timing import TimingOptions, relative_error, release_device_memory
 from autospmv._support.validation import canonicalize
 from .corpus import files_by_size, grow, grow_permuted, load_file, size_tag
+from .fitted_rules import Fit
 from .records import append_record, read_records, resume_records
 from .timing import TOLERANCE, Bench, device_info
 
@@ -328,19 +329,6 @@ def disagreements(records, device: str, rule: OrderRule) -> int:
     return sum(c["missed"] + c["wrong"] for c in agreement(records, device, rule).values())
 
 
-@dataclasses.dataclass
-class Fit:
-    """What :func:`fit_order_rule` returns."""
-
-    rule: OrderRule
-    report: str
-    """The fit and how its decisions, and the built-in rule's, meet the labels."""
-    passed: bool
-    """Whether the fitted rule's decisions disagree with the labels no more often than the
-    built-in rule's (:func:`guard`): only then is it written into a model."""
-    reason: str
-
-
 def guard(records, device: str, rule: OrderRule) -> tuple[bool, str]:
     """Whether ``rule`` decides at least as well as the device's built-in rule on ``records``:
     its missed and wrong decisions (:func:`agreement`, both ways of running the products)
@@ -390,16 +378,3 @@ def fit_order_rule(paths, device: str | None = None) -> Fit:
     passed, reason = guard(records, device, rule)
     lines.append(("guard passed: " if passed else "guard failed: ") + reason)
     return Fit(rule, "\n".join(lines), passed, reason)
-
-
-def write_rule(model_path, rule: OrderRule, label_paths=()) -> None:
-    """Put ``rule`` into the model file ``model_path`` (rewritten atomically, as schema
-    version 6), with the order label files it was fitted to in the provenance
-    (``order_labels``: name and SHA-256 of each)."""
-    from autospmv._decide.model.tree import TreeModel
-    from .train import file_digest
-
-    model = TreeModel.load(model_path)
-    model.order_rule = rule
-    model.provenance["order_labels"] = [file_digest(path) for path in label_paths]
-    model.to_json(model_path)

@@ -48,6 +48,7 @@ from autospmv._decide.model.spmm_rule import SpmmChoice, SpmmRule
 from autospmv._support.timing import relative_error, release_device_memory
 from autospmv._support.validation import canonicalize
 from .corpus import files_by_size, grow, load_file, size_tag
+from .fitted_rules import Fit
 from .records import append_record, read_records, resume_records
 from .timing import TOLERANCE, device_info, require_real_gpu
 
@@ -298,19 +299,6 @@ def report(records) -> str:
     return "\n".join(lines)
 
 
-@dataclasses.dataclass
-class Fit:
-    """What :func:`fit_spmm_rule` returns."""
-
-    rule: SpmmRule
-    report: str
-    passed: bool
-    """Whether the rule, fitted to the other matrices, beats the many-columns kernel alone on
-    the held-out matrix in geometric mean at every column count (:func:`evaluate`): only then is
-    it written into a model."""
-    reason: str
-
-
 def check_record(record, where: str) -> dict:
     """``record`` if it holds what the fit reads (a dtype, a device's name, a finite mean row
     length, and per column count above 4 the positive µs of programs a rule may name), else
@@ -424,8 +412,10 @@ def benchmark_records(path, dtype: str) -> list[dict]:
 
 def fit_spmm_rule(records) -> Fit:
     """Fit the SpMM rule to ``records`` (:func:`read_labels` or :func:`benchmark_records`; one
-    device and dtype): a choice per labelled column count (:func:`fit_choice`), evaluated and
-    guarded as :class:`Fit` says."""
+    device and dtype): a choice per labelled column count (:func:`fit_choice`), evaluated
+    (:func:`evaluate`) and guarded: the guard passes where the rule, fitted to the other
+    matrices, beats the many-columns kernel alone on the held-out matrix in geometric mean at
+    every column count."""
     kinds = {(r["device"].get("name"), r["dtype"]) for r in records}
     if len(kinds) > 1:
         raise ValueError("the SpMM records mix devices or dtypes: "
@@ -441,16 +431,3 @@ def fit_spmm_rule(records) -> Fit:
               + ", ".join(f"k={k}" for k in losing))
     return Fit(rule, report(records) + ("\nguard passed: " if passed else "\nguard failed: ")
                + reason, passed, reason)
-
-
-def write_rule(model_path, rule: SpmmRule, label_paths=()) -> None:
-    """Put ``rule`` into the model file ``model_path`` (rewritten atomically, as schema version
-    7), with the files it was fitted to (label files, or the benchmark's results) in the
-    provenance (``spmm_labels``: name and SHA-256 of each)."""
-    from autospmv._decide.model.tree import TreeModel
-    from .train import file_digest
-
-    model = TreeModel.load(model_path)
-    model.spmm_rule = rule
-    model.provenance["spmm_labels"] = [file_digest(path) for path in label_paths]
-    model.to_json(model_path)
