@@ -31,6 +31,18 @@ SAMPLE_TOLERANCE = 0.02
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
+def small_sample(csr) -> np.ndarray | None:
+    """The windows (ascending numbers) :func:`x_locality` and :func:`x_reach` read: about
+    :data:`SAMPLE_TARGET_NNZ` nonzeros' worth drawn as for the features (:func:`drawn_windows`),
+    every window of a smaller matrix; None for a matrix without rows or nonzeros."""
+    m = csr.shape[0]
+    nnz = int(csr.nnz)
+    if m == 0 or nnz == 0:
+        return None
+    rows = math.ceil(SAMPLE_TARGET_NNZ * m / nnz)
+    return drawn_windows(-(-m // WINDOW_ROWS), sampled_windows(m, nnz, rows))
+
+
 def x_locality(csr) -> float:
     """``x_sectors_per_nnz_warp`` (see the module doc) estimated from about
     :data:`SAMPLE_TARGET_NNZ` nonzeros whatever the matrix's size: the locality of x for a
@@ -42,12 +54,10 @@ def x_locality(csr) -> float:
     value is the feature's. ``csr``: a canonical host matrix, or the
     :class:`autospmv.formats.base.RowStructure` of a matrix on the GPU, whose sampled windows are
     then counted there (:func:`autospmv._decide.features.device_scan.window_counters`)."""
-    m, n = csr.shape
-    nnz = int(csr.nnz)
-    if m == 0 or nnz == 0:
+    windows = small_sample(csr)
+    if windows is None:
         return 0.0
-    rows = math.ceil(SAMPLE_TARGET_NNZ * m / nnz)
-    windows = drawn_windows(-(-m // WINDOW_ROWS), sampled_windows(m, nnz, rows))
+    m = csr.shape[0]
     shift, narrow = sector_shift_and_narrow(csr)
     matrix = getattr(csr, "device_matrix", None)
     if matrix is not None and device_scan.runs_kernels(matrix):
@@ -72,14 +82,11 @@ def x_reach(csr) -> float:
     canonical host matrix, or the :class:`autospmv.formats.base.RowStructure` of a matrix on
     the GPU, whose sampled column indices are then copied to the host (well under a
     millisecond either way)."""
-    m = csr.shape[0]
-    nnz = int(csr.nnz)
-    if m == 0 or nnz == 0:
+    windows = small_sample(csr)
+    if windows is None:
         return 0.0
-    rows = math.ceil(SAMPLE_TARGET_NNZ * m / nnz)
-    windows = drawn_windows(-(-m // WINDOW_ROWS), sampled_windows(m, nnz, rows))
     indptr = np.asarray(csr.indptr)
-    positions, _ = window_positions(indptr, windows, m)
+    positions, _ = window_positions(indptr, windows, csr.shape[0])
     matrix = getattr(csr, "device_matrix", None)
     if matrix is not None and not isinstance(matrix.indices, np.ndarray):
         indices = to_host(matrix.indices[matrix.xp.asarray(positions)])
