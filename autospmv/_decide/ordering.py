@@ -305,14 +305,21 @@ def bandwidth_and_profile(csr) -> tuple[float, float]:
     return bandwidth, float(xp.maximum(below, 0).sum()) / m
 
 
-def order_features(csr, suffix: str = "") -> dict:
+def sampled_locality(structure) -> Locality:
+    """The sampled :class:`Locality` of a canonical host matrix or of the
+    :class:`~autospmv.formats.base.RowStructure` of one on the GPU."""
+    return Locality(float(x_locality(structure)), x_reach(structure))
+
+
+def order_features(csr, suffix: str = "", locality: Locality | None = None) -> dict:
     """The order's features of a canonical matrix (host, or a
     :class:`~autospmv.formats.base.DeviceCSR`; see the module docstring), names ending in
-    ``suffix``."""
+    ``suffix``; ``locality``: its :func:`sampled_locality` where already read."""
     bandwidth, profile = bandwidth_and_profile(csr)
     structure = csr.structure() if isinstance(csr, DeviceCSR) else csr
-    return {"x_sectors_per_nnz_warp" + suffix: float(x_locality(structure)),
-            "x_reach" + suffix: x_reach(structure),
+    locality = locality or sampled_locality(structure)
+    return {"x_sectors_per_nnz_warp" + suffix: locality.sectors_per_nnz,
+            "x_reach" + suffix: locality.reach,
             "bandwidth" + suffix: bandwidth, "profile" + suffix: profile}
 
 
@@ -403,7 +410,7 @@ def choose_order(csr, order: str, products: int | None, device: str, permute=app
     counted = "products" if gathers else "products in the stored order (inside the solvers)"
     structure = csr.structure() if isinstance(csr, DeviceCSR) else csr
     computed = "bfs" if order == "auto" else order
-    features = {}
+    features, before = {}, None
     if order == "auto":
         if products is None:
             return OrderChoice("keep", "order kept: without a products= hint, renumbering "
@@ -411,7 +418,7 @@ def choose_order(csr, order: str, products: int | None, device: str, permute=app
                                "considered"), csr
         if not csr.nnz:
             return OrderChoice("keep", "order kept: A has no nonzeros"), csr
-        before = Locality(float(x_locality(structure)), x_reach(structure))
+        before = sampled_locality(structure)
         itemsize = np.dtype(csr.dtype).itemsize
         floor = Locality(min(before.sectors_per_nnz, sector_floor(csr.nnz, m, itemsize)),
                          min(before.reach, csr.nnz / m))
@@ -440,7 +447,7 @@ def choose_order(csr, order: str, products: int | None, device: str, permute=app
         perm = inverse = np.empty(0, dtype=structure.indptr.dtype)
         ordered = csr
     seconds = time.perf_counter() - started
-    features.update(order_features(csr, "_before"))
+    features.update(order_features(csr, "_before", before))
     features.update(order_features(ordered, "_after"))
     before, after = locality_of(features, "_before"), locality_of(features, "_after")
     summary = (f"x sectors per nonzero {before.sectors_per_nnz:.3g} → "
