@@ -355,7 +355,7 @@ def test_x_beyond_the_cache_times_the_tiled_programs(dtype, rng):
     x = cupy.asarray(X)
     for name in spmm_programs.TILED:
         y = cupy.full((A.shape[0], k), np.nan, dtype=dtype)
-        _, fires = multi._build(k, x.dtype, y.dtype, (name, tile))
+        _, fires = multi.build(k, x.dtype, y.dtype, (name, tile))
         for fire in fires:
             fire(x.data.ptr, y.data.ptr, cupy.cuda.get_current_stream().ptr)
         assert_close(cupy.asnumpy(y), reference(A, X), dtype)

@@ -127,7 +127,7 @@ def _time_columns(op, csr, k: int, dtype) -> dict:
     op @ X  # sets the multi-vector product up (its own first-product timing included)
     multi = op._runner.multi
     candidates = programs_for(k, n, np.dtype(dtype).itemsize, multi.cache_bytes)
-    built = [multi._build(k, dtype, dtype, candidate) for candidate in candidates]
+    built = [multi.build(k, dtype, dtype, candidate) for candidate in candidates]
     Y = cupy.empty((m, k), dtype=dtype)
     stream = cupy.cuda.get_current_stream().ptr
     x_ptr, y_ptr = X.data.ptr, Y.data.ptr

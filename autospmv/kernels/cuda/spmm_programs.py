@@ -317,13 +317,13 @@ class MultiVectorProgram:
         key = (k, np.dtype(x_dtype), np.dtype(y_dtype))
         program = self._programs.get(key)
         if program is None:
-            program = self._build(k, x_dtype, y_dtype, ("many_columns", 0))
+            program = self.build(k, x_dtype, y_dtype, ("many_columns", 0))
             if k > FEW_COLUMNS:
                 candidates = programs_for(k, self.shape[1], np.dtype(x_dtype).itemsize,
                                           self.cache_bytes)
                 times, built = None, None
                 if not SIMULATOR:
-                    built = [program] + [self._build(k, x_dtype, y_dtype, candidate)
+                    built = [program] + [self.build(k, x_dtype, y_dtype, candidate)
                                          for candidate in candidates[1:]]
                     times = time_programs(built, x, y, stream)
                 if times is not None:
@@ -332,7 +332,7 @@ class MultiVectorProgram:
                     program = built[candidates.index(min(timed, key=timed.get))]
                 elif (picked := self.picked(k, candidates)) is not None:
                     program = (built[candidates.index(picked)] if built is not None else
-                               self._build(k, x_dtype, y_dtype, picked))
+                               self.build(k, x_dtype, y_dtype, picked))
                     why = ("nothing is timed under numba-cuda's simulator" if SIMULATOR else
                            "the stream was being captured into a CUDA graph, so nothing could "
                            "be timed")
@@ -359,7 +359,7 @@ class MultiVectorProgram:
         candidate = tiles[0] if tiles else (name, 0)
         return candidate if candidate in candidates else None
 
-    def _build(self, k: int, x_dtype, y_dtype, candidate: tuple[str, int]) -> tuple:
+    def build(self, k: int, x_dtype, y_dtype, candidate: tuple[str, int]) -> tuple:
         """The loaded launches of :func:`launches` for ``candidate`` (a program and its tile
         width, 0 for none) and their closures. The launches are kept with the closures: a
         closure of Launch.fire holds only the address of its launch's parameter buffer, which
