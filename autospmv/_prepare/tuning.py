@@ -146,9 +146,8 @@ def faster_order(in_order: SpMVOperator, kept: SpMVOperator, gathers: bool = Tru
 ORDER_TIMINGS = 2
 """Most timings of the two orders by :func:`faster_order`: where the first leaves them within
 :data:`ORDER_CLOSE` of each other, they are timed again (up to this many times in all) and each
-keeps its least, so that one disturbed batch on a shared machine does not decide (a 2-core
-machine timed one order 11.2 ms where it took 9.0–9.4 ms in three other timings, and kept the
-other order)."""
+keeps its least, so that one disturbed batch on a shared machine, which can add a fifth to a
+product's time, does not decide."""
 
 ORDER_CLOSE = 0.10
 """How close (relative to the faster) two orders' times are for :func:`faster_order` to time
