@@ -59,9 +59,7 @@ def measure(cp, stream, name: str, R, dtype) -> dict:
     ordered = autospmv.prepare(Rd, device="cuda", order="bfs")
     prepare_s = time.perf_counter() - started
     own = ordered.in_own_order()
-    perm = cp.asarray(ordered.permutation)
-    inverse = cp.empty_like(perm)
-    inverse[perm] = cp.arange(n, dtype=perm.dtype)
+    perm, inverse = ordered.order_arrays(cp)  # the device copies the operator gathers with
     moved = cp.empty_like(x)
     blocks = -(-n // BLOCK)
     on = cuda.external_stream(stream.ptr)
