@@ -149,3 +149,21 @@ def test_csr_vector_carries_its_launch_bounds(dtype):
     ptx = compiled_ptx(launch, CC)
     assert re.search(rf"\.maxntid\s+{cuda_csr.BLOCK}\b", ptx)
     assert re.search(rf"\.minnctapersm\s+{cuda_csr.BLOCKS_PER_SM}\b", ptx)
+
+
+@pytest.mark.parametrize("symmetric", [True, False], ids=["symmetric", "with_transpose"])
+@pytest.mark.parametrize("index", [np.int32, np.int64])
+def test_the_walk_of_the_bfs_order_compiles(index, symmetric):
+    """Every kernel of the bfs order's walk on the GPU, for both index dtypes, with Aᵀ's
+    structure and without (a symmetric A)."""
+    from autospmv.kernels.cuda.ordering import DeviceWalk
+
+    A = canonicalize(FAMILY["power_law_500"]())
+    indptr, indices = A.indptr.astype(index), A.indices.astype(index)
+    transposed = (None, None) if symmetric else (indptr, indices)
+    walk = DeviceWalk(indptr, indices, *transposed, A.shape[0], np)
+    assert set(walk.launches) == {"degree", "hook", "jump", "least", "claim", "count", "scan",
+                                  "place"}
+    for name, launch in walk.launches.items():
+        assert launch.block % 32 == 0 and launch.grid >= 1
+        assert ".entry" in compiled_ptx(launch, CC), name

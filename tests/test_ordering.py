@@ -18,30 +18,10 @@ import scipy.sparse as sp
 import autospmv
 from autospmv._decide import ordering
 from matrices import TOLERANCE, reference, relative_error
+from ordering_cases import (WALKED, grid_laplacian, numbered_at_random, walked_by_the_description,
+                            with_empty_rows)
 
 KERNELS = list(autospmv.KERNELS)
-
-
-def grid_laplacian(side: int, shift: float = 0.05) -> sp.csr_matrix:
-    """The 5-point Laplacian of a side × side grid, shifted to be definite."""
-    eye = sp.eye(side)
-    line = sp.diags([-1.0, 2.0 + shift / 2, -1.0], [-1, 0, 1], shape=(side, side))
-    return (sp.kron(eye, line) + sp.kron(line, eye)).tocsr()
-
-
-def numbered_at_random(A, seed: int = 0) -> sp.csr_matrix:
-    """A with its rows and columns renumbered by one random permutation."""
-    p = np.random.default_rng(seed).permutation(A.shape[0])
-    B = A[p][:, p].tocsr()
-    B.sort_indices()
-    return B
-
-
-def with_empty_rows(n: int = 120) -> sp.csr_matrix:
-    A = sp.random(n, n, density=0.05, format="lil", random_state=3)
-    A[::7, :] = 0
-    A[5, :] = np.arange(n) + 1.0  # one long row
-    return A.tocsr()
 
 
 SQUARE = {
@@ -362,62 +342,6 @@ def test_an_iteration_of_your_own_in_the_stored_order_gives_a_s_own_result():
     assert relative_error(v[inverse], w) <= 1e-12
 
 
-def walked_by_the_description(A) -> list[int]:
-    """The order of :mod:`autospmv.kernels.cpu.ordering`'s module docstring, in plain Python."""
-    n = A.shape[0]
-    degree = np.diff(A.indptr)
-    visited = [False] * n
-    walk = []
-    for start in sorted(range(n), key=lambda v: (degree[v], v)):
-        if visited[start]:
-            continue
-        visited[start] = True
-        walk.append(start)
-        head = len(walk) - 1
-        while head < len(walk):
-            v = walk[head]
-            head += 1
-            reached = []
-            for w in A.indices[A.indptr[v]:A.indptr[v + 1]]:
-                if not visited[w]:
-                    visited[w] = True
-                    reached.append(int(w))
-            walk += sorted(reached, key=lambda w: degree[w])  # stable: ties as stored
-    return walk[::-1]
-
-
-def star_with_extra_edges(n: int = 400) -> sp.csr_matrix:
-    """Vertex 0 joined to every other (one vertex reaches many more than the insertion sort's
-    limit at once), plus random edges that give the leaves different degrees."""
-    star = sp.csr_matrix((np.ones(n - 1), (np.zeros(n - 1, int), np.arange(1, n))), shape=(n, n))
-    extra = sp.random(n, n, density=3 / n, format="csr", random_state=8)
-    A = (star + star.T + extra).tocsr()
-    A.sort_indices()
-    return A
-
-
-WALKED = {
-    "grid_at_random": lambda: numbered_at_random(grid_laplacian(20)),
-    "nonsymmetric": lambda: sp.random(300, 300, density=0.01, format="csr", random_state=4),
-    "empty_rows": with_empty_rows,
-    "components": lambda: numbered_at_random(sp.block_diag(
-        [grid_laplacian(6), sp.eye(5), grid_laplacian(4), sp.csr_matrix((7, 7))]).tocsr(), 2),
-    "star": star_with_extra_edges,
-    "unsorted_columns": lambda: unsorted(numbered_at_random(grid_laplacian(9), 3)),
-}
-
-
-def unsorted(A) -> sp.csr_matrix:
-    """A with the columns of each row in reverse order (the same matrix, stored otherwise)."""
-    B = A.copy()
-    for r in range(B.shape[0]):
-        a, b = B.indptr[r], B.indptr[r + 1]
-        B.indices[a:b] = B.indices[a:b][::-1].copy()
-        B.data[a:b] = B.data[a:b][::-1].copy()
-    B.has_sorted_indices = False
-    return B
-
-
 @pytest.mark.parametrize("index", [np.int32, np.int64])
 @pytest.mark.parametrize("name", list(WALKED))
 def test_the_bfs_order_is_the_walk_its_description_gives(name, index):
@@ -484,6 +408,27 @@ def test_a_cupy_matrix_is_renumbered_on_the_gpu(order, dtype, rng):
     auto = autospmv.prepare(cusp.csr_matrix(A), device="cuda", products=10**9, solver=True)
     assert auto.order in ("keep", "bfs")
     assert relative_error(cupy.asnumpy(auto @ cupy.asarray(x)), reference(A, x)) <= 1e-12
+
+
+@pytest.mark.requires_gpu
+@pytest.mark.parametrize("name", [name for name in WALKED if name != "unsorted_columns"])
+def test_the_bfs_order_of_a_cupy_matrix_is_walked_on_the_gpu(name):
+    """On a real GPU, as in the simulator (``test_device_order.py``): the host's walk of the
+    graph of A + Aᵀ, with nothing of A's structure copied to the host."""
+    pytest.importorskip("cupy")
+    import cupyx.scipy.sparse as cusp
+
+    from autospmv._prepare.device_input import canonical_device_csr
+
+    A = WALKED[name]()
+    A.sort_indices()
+    pattern = sp.csr_matrix((np.ones(A.nnz), A.indices, A.indptr), shape=A.shape)
+    both = (pattern + pattern.T).tocsr()
+    both.sort_indices()
+    device = canonical_device_csr(cusp.csr_matrix(A))
+    perm = ordering.bfs_on_device(device)
+    assert perm is not None and isinstance(perm, np.ndarray)
+    assert perm.tolist() == walked_by_the_description(both)
 
 
 def test_the_cpu_rule_prices_an_x_beyond_the_cache_by_its_misses(monkeypatch):

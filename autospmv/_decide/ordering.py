@@ -55,8 +55,10 @@ the common case costs nothing:
 3. Otherwise the order is computed, the permuted matrix built and its locality read; the order
    is used when the rule, with the locality measured after and the cost measured, says it pays.
 
-Both orders are computed on the host: a matrix on the GPU sends its column indices there once
-(nnz integers) and is renumbered on its device.
+A matrix on the GPU is renumbered on its device, and its bfs order walked there
+(:func:`bfs_on_device`) unless the walk would take many levels of a few vertices each; SciPy's
+RCM, and a walk the device gives up, run on the host on its column indices copied there once
+(nnz integers). The estimate of an order's cost (:func:`ordering_seconds`) is the host's.
 """
 
 from __future__ import annotations
@@ -68,9 +70,10 @@ from typing import NamedTuple
 import numpy as np
 
 from .._support.devices import cpu_cache_bytes
-from ..formats.base import DeviceCSR
+from ..formats.base import DeviceCSR, to_host
 from ..kernels.cpu.ordering import rows_rcm
 from ..kernels.cpu.permute import permuted_csr
+from .features.device_scan import runs_kernels
 from .features.sampling import x_locality, x_reach
 from .model.lookup import find_model
 from .model.order_rule import OrderRule
@@ -356,10 +359,43 @@ def rcm(csr) -> np.ndarray:
 def bfs(csr) -> np.ndarray:
     """Reverse Cuthill–McKee order of the graph of A's rows
     (:func:`autospmv.kernels.cpu.ordering.rows_rcm`) of a square canonical host matrix, or of a
-    :class:`~autospmv.formats.base.DeviceCSR` (its column indices copied to the host):
-    ``perm``, the old index of each new row."""
+    :class:`~autospmv.formats.base.DeviceCSR`, walked there (:func:`bfs_on_device`) unless its
+    walk would take too long, then on the host (its column indices copied there): ``perm``,
+    the old index of each new row, on the host."""
+    if isinstance(csr, DeviceCSR) and runs_kernels(csr):
+        perm = bfs_on_device(csr)
+        if perm is not None:
+            return perm
     indptr, indices = host_structure(csr)
     return rows_rcm(indptr, indices, csr.shape[0])
+
+
+DEVICE_STEP_SECONDS = 2e-5
+"""A pass of the walk on the GPU (:mod:`autospmv.kernels.cuda.ordering`: four kernels a level,
+queued back to back), estimated from a launch's few microseconds each."""
+
+MIN_DEVICE_STEPS = 1000
+"""The fewest passes a walk on the GPU is allowed before the host takes over."""
+
+
+def bfs_on_device(csr) -> np.ndarray | None:
+    """The bfs order of a :class:`~autospmv.formats.base.DeviceCSR` walked on its device
+    (:func:`autospmv.kernels.cuda.ordering.rows_rcm_on_device`: over A + Aᵀ, the host's order
+    where A's structure is symmetric), or None where the walk would take more passes than half
+    the host's estimated time (:data:`ORDER_SECONDS_PER_NNZ`) allows at
+    :data:`DEVICE_STEP_SECONDS` each (at least :data:`MIN_DEVICE_STEPS`): a graph whose levels
+    hold a few vertices each, which the host walks in O(n + nnz)."""
+    from ..kernels.cuda.ordering import rows_rcm_on_device
+
+    xp, n = csr.xp, csr.shape[0]
+    t_indptr, t_indices = csr.transposed_structure()
+    if bool(xp.array_equal(t_indptr, csr.indptr)) and bool(xp.array_equal(t_indices,
+                                                                           csr.indices)):
+        t_indptr = t_indices = None  # symmetric: the rows are the columns
+    budget = ORDER_SECONDS_PER_NNZ["bfs"] * csr.nnz / (2 * DEVICE_STEP_SECONDS)
+    perm = rows_rcm_on_device(csr.indptr, csr.indices, t_indptr, t_indices, n, xp,
+                              max(MIN_DEVICE_STEPS, int(budget)))
+    return None if perm is None else to_host(perm)
 
 
 COMPUTE = {"rcm": rcm, "bfs": bfs}

@@ -99,6 +99,18 @@ class DeviceCSR:
         return sp.csr_matrix((to_host(self.data), to_host(self.indices), self.host_indptr),
                              shape=self.shape)
 
+    def transposed_structure(self):
+        """The row pointer and column indices of Aᵀ (rows sorted), arrays of ``xp``: computed
+        on the GPU by cuSPARSE's transpose, or by SciPy's for NumPy arrays."""
+        if self.on_gpu:
+            transposed = self.sparse().T.tocsr()
+        else:
+            transposed = sp.csr_matrix((self.data, self.indices, self.host_indptr),
+                                       shape=self.shape).T.tocsr()
+        if not transposed.has_sorted_indices:
+            transposed.sort_indices()
+        return transposed.indptr, transposed.indices
+
     def sparse(self):
         """The same matrix as a ``cupyx.scipy.sparse.csr_matrix`` on these arrays (no copy)."""
         import cupyx.scipy.sparse as cusp

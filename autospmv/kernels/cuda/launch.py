@@ -243,12 +243,20 @@ def launch_once(kernel, threads: int, block: int, args: list, xp) -> None:
     """``kernel`` on ``threads`` threads in blocks of ``block``, queued on the current stream of
     the array module ``xp`` (CuPy), or run by numba-cuda's simulator (on NumPy arrays): the
     launch of a pass that runs once per matrix (the feature passes, the conversions)."""
-    step = Launch(kernel, -(-threads // block), block, args, np.float64)
+    repeatable_launch(Launch(kernel, -(-threads // block), block, args, np.float64), xp)()
+
+
+def repeatable_launch(step: Launch, xp):
+    """``run()``, which queues ``step`` (a :class:`Launch` without vector slots) on the current
+    stream of the array module ``xp`` (CuPy), or runs it in numba-cuda's simulator (on NumPy
+    arrays): for a pass queued many times over the same arrays, each time for a few
+    microseconds of host time (the steps of a walk that the device drives through arrays of
+    its own)."""
     if SIMULATOR:
-        step.simulate(None, None)
-    else:
-        step.load(0, 0)
-        step.fire()(0, 0, xp.cuda.get_current_stream().ptr)
+        return lambda: step.simulate(None, None)
+    step.load(0, 0)
+    fire = step.fire()
+    return lambda: fire(0, 0, xp.cuda.get_current_stream().ptr)
 
 
 class ZeroY:
