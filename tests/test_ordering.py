@@ -103,6 +103,9 @@ def test_explain_and_repr_name_the_order(order):
         op.decision.order_features)
     assert op.decision.order_features["bandwidth_after"] < op.decision.order_features[
         "bandwidth_before"]
+    assert op.decision.order_seconds > 0
+    kept = autospmv.prepare(A, device="cpu", order="keep")
+    assert kept.decision.order_seconds == 0.0
 
 
 @pytest.mark.parametrize("order", ["auto", "keep"])

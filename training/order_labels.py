@@ -17,8 +17,8 @@ them where the rule runs:
   the renumbered product in the caller's order (with its gathers), and the renumbered product
   in its stored order (``op.in_own_order()``, as the solvers run it). The record
   (:data:`SCHEMA`) keeps the times, the kernels, the order's features before and after and what
-  computing the order and renumbering A cost, as :func:`autospmv._decide.ordering.choose_order`
-  gives them.
+  computing the order and renumbering A cost, as the bfs operator's decision records them
+  (``order_features``, ``order_seconds``).
 * :func:`fit_order_rule` fits the rule's constants to those records by relative least squares
   (:func:`fit_rule`), and :func:`agreement` counts how often the fitted rule, and the built-in
   one, predict a gain of at least
@@ -115,7 +115,6 @@ def order_record(case: Case, A: sp.csr_matrix, device: str, options: TimingOptio
     csr = canonicalize(A)
     m = csr.shape[0]
     x = np.random.default_rng(0).standard_normal(m).astype(csr.dtype)
-    choice, _ = ordering.choose_order(csr, "bfs", None, device)  # the order as prepare takes it
     keep = autospmv.prepare(csr, device=device, order="keep")
     bfs = autospmv.prepare(csr, device=device, order="bfs")
     ops = {"keep": keep, "bfs": bfs, "bfs_own": bfs.in_own_order()}
@@ -134,7 +133,8 @@ def order_record(case: Case, A: sp.csr_matrix, device: str, options: TimingOptio
     return {
         "schema": SCHEMA, "name": case.name, "source": case.source, "copies": case.copies,
         "numbering": case.numbering, "shape": list(csr.shape), "nnz": int(csr.nnz),
-        "dtype": csr.dtype.name, "features": choice.features, "ordering_seconds": choice.seconds,
+        "dtype": csr.dtype.name, "features": bfs.decision.order_features,
+        "ordering_seconds": bfs.decision.order_seconds,
         "kernels": {key: op.kernel for key, op in ops.items()},
         "times": {key: {"b2b_us": timings[key]["b2b"]["median"],
                         "per_call_us": timings[key]["per_call"]["median"]} for key in TIMED},

@@ -91,6 +91,9 @@ class Decision:
         decision made without considering the order (:func:`autospmv.select`).
     order_features : dict of str to float, optional
         The features the order's rule read (``x_sectors_per_nnz_warp_before``, ...).
+    order_seconds : float, optional
+        Seconds spent choosing the order: computing it, renumbering A and reading the
+        features (0 where the order is kept at once).
 
     Examples
     --------
@@ -115,6 +118,7 @@ class Decision:
     order: str = "keep"
     order_reason: str = ""
     order_features: dict[str, float] = dataclasses.field(default_factory=dict)
+    order_seconds: float = 0.0
 
     def explain(self) -> str:
         """A readable account of the decision.

@@ -220,6 +220,7 @@ def _record_order(decision: Decision, choice: OrderChoice) -> None:
     decision.order = choice.order
     decision.order_reason = choice.reason
     decision.order_features = dict(choice.features)
+    decision.order_seconds = choice.seconds
 
 
 def _confirmed(op: SpMVOperator, given: Input, kernel, model, params, threads,
