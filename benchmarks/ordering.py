@@ -15,6 +15,9 @@ products' own times, so that a shared machine's load falls on all of them alike)
   host bounds it; back to back on the CPU);
 * ``bfs``, ``bfs_in_own_order``: the same for ``prepare(A, order="bfs")`` (reverse
   Cuthill–McKee over the graph of A's rows, the order "auto" computes);
+* on a GPU, ``device_keep`` and ``device_bfs``: the same for the matrix given as a CuPy matrix,
+  whose bfs order is walked on the GPU (``device_bfs_ordering_cost_s``: its ``prepare`` less
+  ``device_keep``'s, beside ``bfs_ordering_cost_s``, the host's walk of the host matrix);
 * ``cusparse``: SciPy's RCM, then cupyx's CSR product in RCM order, alone (``cusparse_in_order``)
   and with the two permutations of x and y by CuPy indexing (``cusparse``);
 * the grown matrix as given (not renumbered): ``keep``, ``keep_hint`` (the order kept, with the
@@ -248,13 +251,20 @@ def measure_matrix(device: Device, name: str, A, args) -> list[dict]:
         Rd, Gd = R.astype(dtype), G.astype(dtype)
         x = device.xp.asarray(rng.standard_normal(R.shape[0]).astype(dtype))
         runs = {}
-        for label, matrix, options in (
-                ("keep", Rd, {"order": "keep"}),
-                ("auto", Rd, {"order": "auto", "products": args.hint}),
-                ("rcm", Rd, {"order": "rcm"}), ("bfs", Rd, {"order": "bfs"}),
-                ("given_keep", Gd, {"order": "keep"}),
-                ("given_keep_hint", Gd, {"order": "keep", "products": args.hint}),
-                ("given_auto", Gd, {"order": "auto", "products": args.hint})):
+        preparations = [
+            ("keep", Rd, {"order": "keep"}),
+            ("auto", Rd, {"order": "auto", "products": args.hint}),
+            ("rcm", Rd, {"order": "rcm"}), ("bfs", Rd, {"order": "bfs"}),
+            ("given_keep", Gd, {"order": "keep"}),
+            ("given_keep_hint", Gd, {"order": "keep", "products": args.hint}),
+            ("given_auto", Gd, {"order": "auto", "products": args.hint})]
+        if device.cp is not None:
+            import cupyx.scipy.sparse as cusp
+
+            on_gpu = cusp.csr_matrix(Rd)
+            preparations += [("device_keep", on_gpu, {"order": "keep"}),
+                             ("device_bfs", on_gpu, {"order": "bfs"})]
+        for label, matrix, options in preparations:
             op, seconds = prepared(device, matrix, **options)
             row[f"{label}_prepare_s"] = seconds
             row[f"{label}_order"] = op.order
@@ -291,6 +301,13 @@ def measure_matrix(device: Device, name: str, A, args) -> list[dict]:
         row["bfs_gain_per_product_us"] = bfs_gain_us
         row["bfs_break_even_products"] = (bfs_cost_s * 1e6 / bfs_gain_us if bfs_gain_us > 0
                                           else None)
+        if device.cp is not None:
+            row["speedup_device_bfs"] = row["keep_us"] / row["device_bfs_us"]
+            row["device_bfs_ordering_cost_s"] = (row["device_bfs_prepare_s"]
+                                                 - row["device_keep_prepare_s"])
+            log(f"  {row['dtype']}: the bfs order of the CuPy matrix walked on the GPU: "
+                f"{row['device_bfs_ordering_cost_s']:.3f} s (the host's walk "
+                f"{bfs_cost_s:.3f} s), its product {row['device_bfs_us']:.1f} µs")
         if args.cg_iterations:
             S = at_random(grown(spd_copy(A), args.grown_nnz)).astype(dtype)
             ops = {}
@@ -335,6 +352,9 @@ def summary(rows) -> dict:
             "geomean_rcm_over_bfs_ordering_cost": geomean(
                 r["ordering_cost_s"] / r["bfs_ordering_cost_s"] for r in these
                 if r["bfs_ordering_cost_s"] > 0 and r["ordering_cost_s"] > 0),
+            "geomean_host_over_device_bfs_ordering_cost": geomean(
+                r["bfs_ordering_cost_s"] / r["device_bfs_ordering_cost_s"] for r in these
+                if r.get("device_bfs_ordering_cost_s", 0) > 0 and r["bfs_ordering_cost_s"] > 0),
             "geomean_gathers_over_copy": geomean(r["gathers_us"] / r["copy_us"]
                                                  for r in these),
             "geomean_cg_speedup_auto": geomean(r.get("cg_speedup_auto") for r in these),
