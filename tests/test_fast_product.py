@@ -104,7 +104,7 @@ def test_without_out_the_result_is_allocated_each_time(monkeypatch):
         return allocate
 
     monkeypatch.setattr(remembered, "allocator", allocator)
-    monkeypatch.setattr(backend, "_empty_like_input",
+    monkeypatch.setattr(backend, "empty_like_input",
                         lambda x, m, dtype: allocator(x, m, dtype)()[0])
     be = fake_backend()
     x = Vector(10, 1000)

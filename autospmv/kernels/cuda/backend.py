@@ -134,7 +134,7 @@ def stream_of(x) -> int:
     return 0
 
 
-def _row_major(X, cai: dict) -> tuple:
+def row_major(X, cai: dict) -> tuple:
     """``(X, its interface)`` for a 2-D device array X with interface ``cai``: X itself when
     row-major (C-contiguous), else a row-major copy made by its library (CuPy, PyTorch);
     ValueError for other kinds (numba), which have no such copy."""
@@ -157,7 +157,7 @@ def _row_major(X, cai: dict) -> tuple:
     raise ValueError(f"X must be row-major (C-contiguous); got strides {tuple(strides)}")
 
 
-def _empty_like_input(x, shape, dtype: np.dtype):
+def empty_like_input(x, shape, dtype: np.dtype):
     """A device array of ``shape`` (an int for a vector) of the same kind as x (CuPy, PyTorch,
     else numba)."""
     module = type(x).__module__.split(".")[0]
@@ -413,8 +413,8 @@ class CudaBackend:
         if x_dtype not in VECTOR_DTYPES:
             raise TypeError(unsupported_vector(x_dtype, "X"))
         y_dtype = self._y_dtypes[x_dtype]
-        X, cai = _row_major(X, cai)
-        Y = _empty_like_input(X, (m, k), y_dtype)
+        X, cai = row_major(X, cai)
+        Y = empty_like_input(X, (m, k), y_dtype)
         if m and k:
             x_ptr = cai["data"][0]
             if n and self.device is not None and device_ordinal(x_ptr) != self.device:
@@ -468,7 +468,7 @@ class CudaBackend:
         x_ptr, x_dtype = checked
         y_dtype = self._y_dtypes[x_dtype]
         if out is None:
-            y = _empty_like_input(x, m, y_dtype)
+            y = empty_like_input(x, m, y_dtype)
             y_ptr = device_pointer(y)
         else:
             y = out

@@ -26,7 +26,7 @@ from numba import cuda
 from ..._support.validation import result_dtype
 from ..cpu.permute import permute as host_permute
 from . import jit
-from .backend import VECTOR_DTYPES, _empty_like_input, _row_major, stream_of
+from .backend import VECTOR_DTYPES, empty_like_input, row_major, stream_of
 from .launch import SIMULATOR, X, Y, Launch, device_pointer
 
 BLOCK = 256
@@ -148,8 +148,8 @@ class PermutedCudaBackend:
             key = (module, x_dtype, stream)
             work = self._workspaces.get(key)
             if work is None:
-                x_p = _empty_like_input(x, n, x_dtype)
-                y_p = _empty_like_input(x, m, y_dtype)
+                x_p = empty_like_input(x, n, x_dtype)
+                y_p = empty_like_input(x, m, y_dtype)
                 work = self._workspaces[key] = (x_p, y_p, device_pointer(x_p),
                                                 device_pointer(y_p))
             x_p, y_p, xp_ptr, yp_ptr = work
@@ -182,8 +182,8 @@ class PermutedCudaBackend:
             return inner.device_matmat(X)  # refused there, with its message
         k = shape[1]
         y_dtype = result_dtype(inner.dtype, x_dtype)
-        X, cai = _row_major(X, cai)
-        X_p = _empty_like_input(X, (n, k), x_dtype)
+        X, cai = row_major(X, cai)
+        X_p = empty_like_input(X, (n, k), x_dtype)
         if n and k:
             stream = 0 if SIMULATOR else stream_of(X)
             with self._lock:
@@ -193,7 +193,7 @@ class PermutedCudaBackend:
             else:
                 to_matrix(cai["data"][0], device_pointer(X_p), stream)
         Y_p = inner.device_matmat(X_p)
-        Y = _empty_like_input(X, (m, k), y_dtype)
+        Y = empty_like_input(X, (m, k), y_dtype)
         if m and k:
             with self._lock:
                 back = self._gather("inverse", y_dtype, y_dtype, k)
