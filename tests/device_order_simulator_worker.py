@@ -22,7 +22,6 @@ os.environ["NUMBA_ENABLE_CUDASIM"] = "1"  # before anything imports numba
 import json  # noqa: E402
 import pathlib  # noqa: E402
 import sys  # noqa: E402
-import time  # noqa: E402
 
 sys.path[:0] = [str(pathlib.Path(__file__).resolve().parent.parent)]
 
@@ -36,6 +35,7 @@ from autospmv.kernels.cpu.ordering import rows_rcm  # noqa: E402
 from autospmv.kernels.cuda.ordering import (CHECK_EVERY, INSERTION_SORT_MAX,  # noqa: E402
                                            rows_rcm_on_device)
 from ordering_cases import WALKED, numbered_at_random, walked_by_the_description  # noqa: E402
+from worker_cases import run_case  # noqa: E402
 
 CASES = [name for name in WALKED if name != "unsorted_columns"]
 """The walked matrices (a matrix on the GPU is canonical: its rows are sorted)."""
@@ -67,15 +67,6 @@ def walk(A, index, symmetric: bool, max_steps: int = 1000):
                               None if symmetric else T.indptr.astype(index),
                               None if symmetric else T.indices.astype(index), A.shape[0], np,
                               max_steps)
-
-
-def run_case(out: dict, name: str, check) -> None:
-    started = time.perf_counter()
-    try:
-        out[name] = {"diff": check()}
-    except Exception as exc:  # noqa: BLE001 - reported to the test
-        out[name] = {"diff": f"{type(exc).__name__}: {exc}"}
-    print(f"{name}: {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
 
 
 def main() -> None:

@@ -21,7 +21,6 @@ os.environ["NUMBA_ENABLE_CUDASIM"] = "1"  # before anything imports numba
 import json  # noqa: E402
 import pathlib  # noqa: E402
 import sys  # noqa: E402
-import time  # noqa: E402
 
 sys.path[:0] = [str(pathlib.Path(__file__).resolve().parent.parent)]
 
@@ -35,6 +34,7 @@ from device_passes_cases import (  # noqa: E402
                                  LOCALITY, NEEDED, SAMPLE_ROWS, SAMPLED, SIMULATED_FAMILY,
                                  )
 from matrices import FAMILY  # noqa: E402
+from worker_cases import run_case  # noqa: E402
 
 def on_device(csr) -> DeviceCSR:
     return DeviceCSR(csr.shape, csr.indptr, csr.indices, csr.data, csr.indptr.copy(), np)
@@ -55,15 +55,6 @@ def difference(expected: tuple, got: tuple, subset: bool = False) -> str | None:
         if a.dtype != b.dtype or not np.array_equal(a, b):
             return f"row-length {name} differ: {a} ({a.dtype}) against {b} ({b.dtype})"
     return None
-
-
-def run_case(out: dict, name: str, check) -> None:
-    started = time.perf_counter()
-    try:
-        out[name] = {"diff": check()}
-    except Exception as exc:  # noqa: BLE001 - reported to the test
-        out[name] = {"diff": f"{type(exc).__name__}: {exc}"}
-    print(f"{name}: {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
 
 
 def features_both_ways(csr, sample_rows=None, needed=None):
