@@ -69,5 +69,5 @@ def test_a_walk_the_gpu_gives_up_is_the_hosts(simulated):
     assert_same(simulated, "the_host_walks_what_the_device_gives_up")
 
 
-def test_prepares_choice_of_a_gpu_matrix_walks_there(simulated):
+def test_prepares_choice_of_a_gpu_matrix_walks_there_and_says_so(simulated):
     assert_same(simulated, "prepare_s_choice_walks_on_the_device")

@@ -359,13 +359,9 @@ def rcm(csr) -> np.ndarray:
 def bfs(csr) -> np.ndarray:
     """Reverse Cuthill–McKee order of the graph of A's rows
     (:func:`autospmv.kernels.cpu.ordering.rows_rcm`) of a square canonical host matrix, or of a
-    :class:`~autospmv.formats.base.DeviceCSR`, walked there (:func:`bfs_on_device`) unless its
-    walk would take too long, then on the host (its column indices copied there): ``perm``,
-    the old index of each new row, on the host."""
-    if isinstance(csr, DeviceCSR) and runs_kernels(csr):
-        perm = bfs_on_device(csr)
-        if perm is not None:
-            return perm
+    :class:`~autospmv.formats.base.DeviceCSR` (its column indices copied to the host; see
+    :func:`bfs_on_device` for the walk on its device): ``perm``, the old index of each new
+    row."""
     indptr, indices = host_structure(csr)
     return rows_rcm(indptr, indices, csr.shape[0])
 
@@ -399,7 +395,20 @@ def bfs_on_device(csr) -> np.ndarray | None:
 
 
 COMPUTE = {"rcm": rcm, "bfs": bfs}
-"""The function that computes each order's ``perm``."""
+"""The function that computes each order's ``perm`` on the host."""
+
+
+def computed_order(csr, order: str) -> tuple[np.ndarray, str]:
+    """``(perm, where it was computed)`` of ``order`` for a square canonical matrix: the bfs
+    order of a :class:`~autospmv.formats.base.DeviceCSR` walked on its device where the walk
+    takes few enough levels (:func:`bfs_on_device`), everything else on the host
+    (:data:`COMPUTE`)."""
+    if order == "bfs" and isinstance(csr, DeviceCSR) and runs_kernels(csr):
+        perm = bfs_on_device(csr)
+        if perm is not None:
+            return perm, "on the GPU"
+        return COMPUTE[order](csr), "on the host (its walk on the GPU would take too many levels)"
+    return COMPUTE[order](csr), "on the host"
 
 
 def inverse_of(perm: np.ndarray) -> np.ndarray:
@@ -476,12 +485,13 @@ def choose_order(csr, order: str, products: int | None, device: str, permute=app
             return OrderChoice("keep", f"order kept by {rule.describe()}: {why}", features=features,
                                seconds=time.perf_counter() - started), csr
     if m:
-        perm = COMPUTE[computed](csr).astype(structure.indptr.dtype, copy=False)
+        perm, where = computed_order(csr, computed)
+        perm = perm.astype(structure.indptr.dtype, copy=False)
         inverse = inverse_of(perm)
         ordered = permute(csr, perm, inverse)
     else:  # nothing to renumber (SciPy's RCM reduces over the rows and fails on none)
         perm = inverse = np.empty(0, dtype=structure.indptr.dtype)
-        ordered = csr
+        ordered, where = csr, "on the host"
     seconds = time.perf_counter() - started
     features.update(order_features(csr, "_before", before))
     features.update(order_features(ordered, "_after"))
@@ -491,7 +501,7 @@ def choose_order(csr, order: str, products: int | None, device: str, permute=app
                f"columns, bandwidth "
                f"{features['bandwidth_before']:,.0f} → {features['bandwidth_after']:,.0f}, "
                f"profile {features['profile_before']:,.1f} → {features['profile_after']:,.1f}; "
-               f"computing the order and permuting A took {seconds:.3g} s")
+               f"computing the order ({where}) and permuting A took {seconds:.3g} s")
     if order != "auto":
         return OrderChoice(order, f"order {order} (order={order!r}): {summary}", perm, inverse,
                            features, seconds), ordered
