@@ -130,6 +130,25 @@ def main() -> None:
                 np.asarray(want))).indices.astype(np.int64))
 
     run_case(out, "prepare_s_choice_walks_on_the_device", chosen)
+    def refused(wrong):
+        """The walk made to return ``wrong`` (no permutation) must raise, not renumber A."""
+        from autospmv.kernels.cuda import ordering as walk_module
+
+        saved = walk_module.rows_rcm_on_device
+        walk_module.rows_rcm_on_device = lambda *args: np.asarray(wrong, np.int64)
+        try:
+            ordering.bfs_on_device(on_device(canonicalize(WALKED["components"]())))
+        except RuntimeError as exc:
+            return None if "no permutation" in str(exc) else f"RuntimeError: {exc}"
+        finally:
+            walk_module.rows_rcm_on_device = saved
+        return "no error"
+
+    n = canonicalize(WALKED["components"]()).shape[0]
+    for name, wrong in {"repeated": [0] * n, "short": list(range(n - 1)),
+                        "beyond": list(range(1, n + 1)), "negative": [-1] + list(range(1, n))
+                        }.items():
+        run_case(out, f"refused/{name}", lambda wrong=wrong: refused(wrong))
     print(json.dumps(out))
 
 

@@ -71,3 +71,8 @@ def test_a_walk_the_gpu_gives_up_is_the_hosts(simulated):
 
 def test_prepares_choice_of_a_gpu_matrix_walks_there_and_says_so(simulated):
     assert_same(simulated, "prepare_s_choice_walks_on_the_device")
+
+
+@pytest.mark.parametrize("wrong", ["repeated", "short", "beyond", "negative"])
+def test_a_walk_that_gives_no_permutation_raises(simulated, wrong):
+    assert_same(simulated, f"refused/{wrong}")

@@ -380,7 +380,8 @@ def bfs_on_device(csr) -> np.ndarray | None:
     where A's structure is symmetric), or None where the walk would take more passes than half
     the host's estimated time (:data:`ORDER_SECONDS_PER_NNZ`) allows at
     :data:`DEVICE_STEP_SECONDS` each (at least :data:`MIN_DEVICE_STEPS`): a graph whose levels
-    hold a few vertices each, which the host walks in O(n + nnz)."""
+    hold a few vertices each, which the host walks in O(n + nnz). Any permutation renumbers A
+    into a matrix with the same products; one that is not a permutation raises RuntimeError."""
     from ..kernels.cuda.ordering import rows_rcm_on_device
 
     xp, n = csr.xp, csr.shape[0]
@@ -391,7 +392,12 @@ def bfs_on_device(csr) -> np.ndarray | None:
     budget = ORDER_SECONDS_PER_NNZ["bfs"] * csr.nnz / (2 * DEVICE_STEP_SECONDS)
     perm = rows_rcm_on_device(csr.indptr, csr.indices, t_indptr, t_indices, n, xp,
                               max(MIN_DEVICE_STEPS, int(budget)))
-    return None if perm is None else to_host(perm)
+    if perm is None:
+        return None
+    perm = to_host(perm)
+    if not is_permutation(perm, n):
+        raise RuntimeError(f"the bfs walk on the GPU returned no permutation of {n} rows")
+    return perm
 
 
 COMPUTE = {"rcm": rcm, "bfs": bfs}
@@ -409,6 +415,17 @@ def computed_order(csr, order: str) -> tuple[np.ndarray, str]:
             return perm, "on the GPU"
         return COMPUTE[order](csr), "on the host (its walk on the GPU would take too many levels)"
     return COMPUTE[order](csr), "on the host"
+
+
+def is_permutation(perm: np.ndarray, n: int) -> bool:
+    """Whether the host array ``perm`` holds each of ``0 .. n-1`` once."""
+    if perm.shape != (n,):
+        return False
+    if not n:
+        return True
+    if perm.min() < 0 or perm.max() >= n:
+        return False
+    return int(np.bincount(perm, minlength=n).max()) == 1
 
 
 def inverse_of(perm: np.ndarray) -> np.ndarray:
