@@ -623,6 +623,13 @@ def test_orders_timed_close_together_are_timed_again(monkeypatch):
     plans[:] = [{"bfs": 10.0, "keep": 9.8}, {"bfs": 9.0, "keep": 9.9}]  # a disturbed first
     assert tuning.faster_order(renumbered, kept) is renumbered and not plans
     assert "the least of 2 timings each" in renumbered.decision.notes[-1]
-    plans[:] = [{"bfs": 20.0, "keep": 10.0}, {"bfs": 1.0, "keep": 10.0}]  # far apart: once
-    assert tuning.faster_order(renumbered, kept) is kept and len(plans) == 1
-    assert "timings each" not in kept.decision.notes[-1]
+    plans[:] = [{"bfs": 10.0, "keep": 20.0}, {"bfs": 30.0, "keep": 10.0}]  # far apart: once
+    assert tuning.faster_order(renumbered, kept) is renumbered and len(plans) == 1
+    assert "timings each" not in renumbered.decision.notes[-1]
+    # A's own order faster, against the rule's choice: timed again, even far apart
+    plans[:] = [{"bfs": 20.0, "keep": 10.0}, {"bfs": 8.0, "keep": 10.0}]
+    assert tuning.faster_order(renumbered, kept) is renumbered and not plans
+    assert "the least of 2 timings each" in renumbered.decision.notes[-1]
+    plans[:] = [{"bfs": 20.0, "keep": 10.0}, {"bfs": 19.0, "keep": 10.0}, {"bfs": 1.0}]
+    assert tuning.faster_order(renumbered, kept) is kept and len(plans) == 1  # at most twice
+    assert "the least of 2 timings each" in kept.decision.notes[-1]

@@ -126,7 +126,7 @@ def faster_order(in_order: SpMVOperator, kept: SpMVOperator, gathers: bool = Tru
     bench = Bench(kept.device, x, kept.shape[0], TimingOptions(**TUNE_TIMING))
     ops = {name: in_order if gathers else in_order.in_own_order(), "keep": kept}
     times, rounds = {}, 0
-    while rounds < ORDER_TIMINGS and (rounds == 0 or _close(times)):
+    while rounds < ORDER_TIMINGS and (rounds == 0 or _unsettled(times, name)):
         timings = bench.time_all(ops)
         for key, timing in timings.items():
             if isinstance(timing, dict):
@@ -145,21 +145,23 @@ def faster_order(in_order: SpMVOperator, kept: SpMVOperator, gathers: bool = Tru
 
 ORDER_TIMINGS = 2
 """Most timings of the two orders by :func:`faster_order`: where the first leaves them within
-:data:`ORDER_CLOSE` of each other, they are timed again (up to this many times in all) and each
-keeps its least, so that one disturbed batch on a shared machine, which can add a fifth to a
-product's time, does not decide."""
+:data:`ORDER_CLOSE` of each other, or has A's own order faster against the cost rule's choice,
+they are timed again (up to this many times in all) and each keeps its least, so that one
+disturbed batch on a shared machine, which can add a fifth to a product's time or more, does
+not decide alone against the rule."""
 
 ORDER_CLOSE = 0.10
 """How close (relative to the faster) two orders' times are for :func:`faster_order` to time
 them again."""
 
 
-def _close(times: dict) -> bool:
-    """Whether both orders were timed and lie within :data:`ORDER_CLOSE` of each other."""
+def _unsettled(times: dict, name: str) -> bool:
+    """Whether both orders were timed and lie within :data:`ORDER_CLOSE` of each other, or A's
+    own order (``"keep"``) timed faster than the order ``name`` the cost rule chose."""
     if len(times) < 2:
         return False
     low, high = sorted(times.values())
-    return high <= (1 + ORDER_CLOSE) * low
+    return high <= (1 + ORDER_CLOSE) * low or times["keep"] < times[name]
 
 
 def _simulated(device: str) -> bool:
