@@ -130,6 +130,17 @@ def main() -> None:
                 np.asarray(want))).indices.astype(np.int64))
 
     run_case(out, "prepare_s_choice_walks_on_the_device", chosen)
+
+    def host_matrix_walked_on_its_copy():
+        choice, ordered = ordering.choose_order(A, "bfs", None, "cuda", walk_on=on_device(A))
+        want = walked_by_the_description(structure_of_a_plus_at(A))
+        if "computing the order (on the GPU)" not in choice.reason:
+            return f"the reason does not say the order was walked on the GPU: {choice.reason}"
+        if not isinstance(ordered, sp.csr_matrix):
+            return f"a host matrix renumbered into a {type(ordered).__name__}"
+        return differs(choice.perm.astype(np.int64), want)
+
+    run_case(out, "a_host_matrix_walked_on_its_copy_on_the_device", host_matrix_walked_on_its_copy)
     def refused(wrong):
         """The walk made to return ``wrong`` (no permutation) must raise, not renumber A."""
         from autospmv.kernels.cuda import ordering as walk_module

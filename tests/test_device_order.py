@@ -73,6 +73,10 @@ def test_prepares_choice_of_a_gpu_matrix_walks_there_and_says_so(simulated):
     assert_same(simulated, "prepare_s_choice_walks_on_the_device")
 
 
+def test_a_host_matrix_for_the_gpu_is_walked_on_its_copy_there(simulated):
+    assert_same(simulated, "a_host_matrix_walked_on_its_copy_on_the_device")
+
+
 @pytest.mark.parametrize("wrong", ["repeated", "short", "beyond", "negative"])
 def test_a_walk_that_gives_no_permutation_raises(simulated, wrong):
     assert_same(simulated, f"refused/{wrong}")

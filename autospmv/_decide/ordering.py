@@ -404,13 +404,14 @@ COMPUTE = {"rcm": rcm, "bfs": bfs}
 """The function that computes each order's ``perm`` on the host."""
 
 
-def computed_order(csr, order: str) -> tuple[np.ndarray, str]:
+def computed_order(csr, order: str, walk_on=None) -> tuple[np.ndarray, str]:
     """``(perm, where it was computed)`` of ``order`` for a square canonical matrix: the bfs
-    order of a :class:`~autospmv.formats.base.DeviceCSR` walked on its device where the walk
-    takes few enough levels (:func:`bfs_on_device`), everything else on the host
-    (:data:`COMPUTE`)."""
-    if order == "bfs" and isinstance(csr, DeviceCSR) and runs_kernels(csr):
-        perm = bfs_on_device(csr)
+    order of a :class:`~autospmv.formats.base.DeviceCSR` (``csr``, or ``walk_on``: a host
+    matrix's copy on the GPU) walked on its device where the walk takes few enough levels
+    (:func:`bfs_on_device`), everything else on the host (:data:`COMPUTE`)."""
+    on_device = walk_on if walk_on is not None else csr
+    if order == "bfs" and isinstance(on_device, DeviceCSR) and runs_kernels(on_device):
+        perm = bfs_on_device(on_device)
         if perm is not None:
             return perm, "on the GPU"
         return COMPUTE[order](csr), "on the host (its walk on the GPU would take too many levels)"
@@ -446,7 +447,8 @@ def apply_order(csr, perm: np.ndarray, inverse: np.ndarray):
 
 
 def choose_order(csr, order: str, products: int | None, device: str, permute=apply_order,
-                 gathers: bool = True, model=None, rule: OrderRule | None = None):
+                 gathers: bool = True, model=None, rule: OrderRule | None = None,
+                 walk_on=None):
     """The order for a canonical matrix and ``prepare``'s ``order=``: ``(OrderChoice, the
     matrix in that order)`` (``csr`` itself when kept). See the module docstring for "auto";
     ``"rcm"`` or ``"bfs"`` on a non-square matrix raises ValueError. ``csr``: a canonical host
@@ -454,7 +456,9 @@ def choose_order(csr, order: str, products: int | None, device: str, permute=app
     inverse)`` (the caller's) renumbers on its device. ``gathers``: whether the products pay
     the gathers of x and y (in the caller's order), or run in the stored order (inside the
     solvers). ``rule``: the cost rule's constants (None: :func:`rule_for` the device, ``model``
-    and A's dtype, read only where "auto" weighs a hint)."""
+    and A's dtype, read only where "auto" weighs a hint). ``walk_on``: a host ``csr``'s copy
+    on the GPU (a :class:`~autospmv.formats.base.DeviceCSR`), where its bfs order is walked
+    (:func:`computed_order`); the host matrix is renumbered on the host."""
     m, n = csr.shape
     if order == "keep":
         return OrderChoice("keep", "order kept (order='keep')"), csr
@@ -502,7 +506,7 @@ def choose_order(csr, order: str, products: int | None, device: str, permute=app
             return OrderChoice("keep", f"order kept by {rule.describe()}: {why}", features=features,
                                seconds=time.perf_counter() - started), csr
     if m:
-        perm, where = computed_order(csr, computed)
+        perm, where = computed_order(csr, computed, walk_on)
         perm = perm.astype(structure.indptr.dtype, copy=False)
         inverse = inverse_of(perm)
         ordered = permute(csr, perm, inverse)

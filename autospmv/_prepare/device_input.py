@@ -64,7 +64,8 @@ def canonical_input(A, device: str | None, *, order: str = "keep", products: int
     """A canonicalised (on the device for a GPU matrix, :func:`canonical_device_csr`; else
     :func:`canonicalize`), in the order ``order=`` chooses for ``products`` products
     (:func:`choose_order`; renumbered on the device for a GPU matrix), with the device it runs
-    on and, for host input on the GPU, uploaded once (:func:`upload_for`).
+    on and, for host input on the GPU, uploaded (:func:`upload_for`): once, and where it is
+    renumbered, once more in its new order (its bfs order is walked on the first copy).
 
     ``runs=False`` (for :func:`select`): the device is only decided for, so it need not be
     present, and nothing is uploaded. ``host_only``: an option that needs a host matrix (e.g.
@@ -82,10 +83,13 @@ def canonical_input(A, device: str | None, *, order: str = "keep", products: int
         return Input(csr, device, choice, source=A if choice.kept else csr.sparse())
     device = devices.resolve_device(device) if runs else devices.target_device(device)
     canonical = canonicalize(A)
+    given = upload_for(canonical, device) if runs else None  # where its bfs order is walked
     choice, csr = choose_order(canonical, order, products, device, gathers=gathers,
-                               model=model)
+                               model=model, walk_on=given)
+    if runs and not choice.kept:
+        given = upload_for(csr, device)  # the matrix in its new order
     return Input(csr, device, choice, borrowed=choice.kept and borrows(A, canonical),
-                 uploaded=upload_for(csr, device) if runs else None)
+                 uploaded=given)
 
 
 def is_device_matrix(A) -> bool:
