@@ -34,7 +34,8 @@ from autospmv.formats.base import DeviceCSR  # noqa: E402
 from autospmv.kernels.cpu.ordering import rows_rcm  # noqa: E402
 from autospmv.kernels.cuda.ordering import (CHECK_EVERY, INSERTION_SORT_MAX,  # noqa: E402
                                            rows_rcm_on_device)
-from ordering_cases import WALKED, numbered_at_random, walked_by_the_description  # noqa: E402
+from ordering_cases import (WALKED, numbered_at_random, structure_of_a_plus_at,  # noqa: E402
+                            walked_by_the_description)
 from worker_cases import run_case  # noqa: E402
 
 CASES = [name for name in WALKED if name != "unsorted_columns"]
@@ -43,11 +44,6 @@ CASES = [name for name in WALKED if name != "unsorted_columns"]
 
 def on_device(csr) -> DeviceCSR:
     return DeviceCSR(csr.shape, csr.indptr, csr.indices, csr.data, csr.indptr.copy(), np)
-
-
-def structure_of_a_plus_at(A) -> sp.csr_matrix:
-    pattern = sp.csr_matrix((np.ones(A.nnz), A.indices, A.indptr), shape=A.shape)
-    return canonicalize(pattern + pattern.T)
 
 
 def differs(got, want) -> str | None:

@@ -83,3 +83,12 @@ def unsorted(A) -> sp.csr_matrix:
         B.data[a:b] = B.data[a:b][::-1].copy()
     B.has_sorted_indices = False
     return B
+
+
+def structure_of_a_plus_at(A) -> sp.csr_matrix:
+    """The structure of A + Aᵀ (ones where either has an entry; rows sorted): the graph the
+    bfs order's walk on the GPU walks."""
+    pattern = sp.csr_matrix((np.ones(A.nnz), A.indices, A.indptr), shape=A.shape)
+    both = (pattern + pattern.T).tocsr()
+    both.sort_indices()
+    return both
