@@ -83,13 +83,13 @@ def canonical_input(A, device: str | None, *, order: str = "keep", products: int
         return Input(csr, device, choice, source=A if choice.kept else csr.sparse())
     device = devices.resolve_device(device) if runs else devices.target_device(device)
     canonical = canonicalize(A)
-    given = upload_for(canonical, device) if runs else None  # where its bfs order is walked
+    uploaded = upload_for(canonical, device) if runs else None  # its bfs order walked there
     choice, csr = choose_order(canonical, order, products, device, gathers=gathers,
-                               model=model, walk_on=given)
+                               model=model, walk_on=uploaded)
     if runs and not choice.kept:
-        given = upload_for(csr, device)  # the matrix in its new order
+        uploaded = upload_for(csr, device)  # the matrix in its new order
     return Input(csr, device, choice, borrowed=choice.kept and borrows(A, canonical),
-                 uploaded=given)
+                 uploaded=uploaded)
 
 
 def is_device_matrix(A) -> bool:

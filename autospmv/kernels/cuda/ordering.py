@@ -41,6 +41,7 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda, int64
 
+from ...formats.base import to_host
 from . import jit
 from .launch import Launch, repeatable_launch
 
@@ -317,7 +318,7 @@ class DeviceWalk:
             for _ in range(CHECK_EVERY):
                 for name in ("claim", "count", "scan", "place"):
                     run[name]()
-            state = [int(v) for v in (self.state.get() if xp is not np else self.state)]
+            state = [int(v) for v in to_host(self.state)]
             if state[HI] == n:
                 break
             if state[LO] == state[HI]:
