@@ -117,11 +117,10 @@ def permuted_csr(indptr, indices, data, perm, inverse, parallel: bool | None = N
     """The arrays of ``P A Pᵀ`` for a canonical square CSR matrix (sorted columns, no
     duplicates): row i is A's row ``perm[i]`` with each column j renumbered ``inverse[j]`` and
     sorted again, so the result is canonical, with the input's index dtype. A's rows are read
-    in order and written to their new places (a scatter of rows: 1.0–2.4× faster than reading
-    A's rows in the new order on the shared matrices grown to 10⁷ nonzeros and numbered at
-    random, 0.18–0.32 s on two threads of a 2-core AMD EPYC). The rows are built on numba's
-    threads where ``parallel`` (default: from :data:`PARALLEL_MIN_NNZ` nonzeros), each row by
-    one thread, so the result does not depend on it.
+    in order and written to their new places (a scatter of rows, whose writes a core does not
+    wait for, where reading A's rows in the new order would wait on each). The rows are built
+    on numba's threads where ``parallel`` (default: from :data:`PARALLEL_MIN_NNZ` nonzeros),
+    each row by one thread, so the result does not depend on it.
 
     Returns
     -------
