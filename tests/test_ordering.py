@@ -159,6 +159,39 @@ def test_auto_reorders_a_large_matrix_numbered_at_random_when_it_pays():
     assert choice.kept and ordered is A and "less than the bfs order's estimated" in choice.reason
 
 
+def test_auto_weighs_an_order_walked_on_the_gpu_at_the_walks_own_cost(monkeypatch):
+    # Between the walk on the GPU's estimated cost and the host's, a products= hint pays for the
+    # one order and not for the other: "auto" computes the order only where it is walked on the
+    # GPU. (Inside the solvers, without the gathers around each product, which on a GPU eat the
+    # gain at this size.)
+    from autospmv.formats.base import DeviceCSR
+
+    A = numbered_at_random(grid_laplacian(400))
+    monkeypatch.setattr(ordering, "runs_kernels", lambda csr: True)
+    monkeypatch.setattr(ordering, "bfs_on_device", lambda csr: ordering.bfs(A))
+    built_in = ordering.BUILT_IN_RULES["cuda"]  # not the rule a local GPU's model may carry
+    on_gpu = DeviceCSR(A.shape, A.indptr, A.indices, A.data, A.indptr, np)
+    choice, _ = ordering.choose_order(A, "auto", 1, "cuda", gathers=False,
+                                       rule=built_in, walk_on=on_gpu)
+    walked = ordering.ordering_seconds(A.nnz, "bfs", walked_on_gpu=True)
+    host = ordering.ordering_seconds(A.nnz, "bfs")
+    assert choice.kept and f"estimated {walked:.3g} s (walked on the GPU)" in choice.reason
+    features = choice.features
+    best, _ = ordering.gain_per_product(
+        A, ordering.Locality(features["x_sectors_per_nnz_warp_before"],
+                             features["x_reach_before"]),
+        ordering.Locality(features["x_sectors_floor"], features["x_reach_floor"]), "cuda",
+        gathers=False)
+    products = int(1.2 * walked / best) + 1
+    assert walked < products * best < host
+    host_choice, ordered = ordering.choose_order(A, "auto", products, "cuda",
+                                                     gathers=False, rule=built_in)
+    assert host_choice.kept and ordered is A and f"estimated {host:.3g} s" in host_choice.reason
+    choice, _ = ordering.choose_order(A, "auto", products, "cuda", gathers=False,
+                                       rule=built_in, walk_on=on_gpu)
+    assert "computing the order (on the GPU)" in choice.reason
+
+
 def test_auto_for_the_solvers_weighs_the_product_without_the_gathers():
     # On a GPU the two gathers around a product in A's own order eat the gain of RCM on this
     # grid; the solvers, iterating in the stored order, keep the gain.

@@ -58,7 +58,8 @@ the common case costs nothing:
 A matrix on the GPU is renumbered on its device, and its bfs order walked there
 (:func:`bfs_on_device`) unless the walk would take many levels of a few vertices each; SciPy's
 RCM, and a walk the device gives up, run on the host on its column indices copied there once
-(nnz integers). The estimate of an order's cost (:func:`ordering_seconds`) is the host's.
+(nnz integers). The estimate of an order's cost (:func:`ordering_seconds`) is that of the walk
+and the renumbering where they will run.
 """
 
 from __future__ import annotations
@@ -134,6 +135,18 @@ PERMUTE_SECONDS_PER_NNZ = 5e-8
 1.7–3.9e-8 s on the same machine's two threads for five shared matrices grown to 10⁷ nonzeros
 and numbered at random (its reads of A's renumbered columns are scattered), rounded up; less
 with more cores."""
+
+GPU_WALK_SECONDS = (0.02, 1e-8)
+"""The bfs walk on the GPU (:func:`bfs_on_device`): a fixed part (the launches of the parts'
+labelling passes and of the levels, a few microseconds each) and a part per nonzero of A (the
+transposed structure, the passes over A). With :data:`GPU_PERMUTE_SECONDS_PER_NNZ` they add up
+to 0.17 s at 10⁷ nonzeros: the order of a CuPy matrix cost 0.024–0.145 s on an H100 for the 42
+shared and corpus matrices grown to 10⁷ nonzeros and numbered at random, its features
+included, against 0.09–1.1 s for the host's walk and renumbering of the 21 shared ones."""
+
+GPU_PERMUTE_SECONDS_PER_NNZ = 5e-9
+"""Building ``P A Pᵀ`` on the GPU (``autospmv._prepare.device_input.permuted_device_csr``, a
+few passes over A at the GPU's bandwidth) per nonzero."""
 
 MIN_RELATIVE_GAIN = 0.05
 """The least gain per product, relative to a product in A's own order, that the rule must
@@ -285,9 +298,19 @@ def gain_per_product(csr, before: Locality, after: Locality, device: str,
     return gain, now
 
 
-def ordering_seconds(nnz: int, order: str = "bfs") -> float:
-    """The rule's estimate of computing ``order`` and building ``P A Pᵀ`` on the host."""
-    return nnz * (ORDER_SECONDS_PER_NNZ[order] + PERMUTE_SECONDS_PER_NNZ)
+def ordering_seconds(nnz: int, order: str = "bfs", walked_on_gpu: bool = False,
+                     permuted_on_gpu: bool = False) -> float:
+    """The rule's estimate of computing ``order`` (walked on the GPU where ``walked_on_gpu``:
+    :data:`GPU_WALK_SECONDS`; else on the host: :data:`ORDER_SECONDS_PER_NNZ`) and building
+    ``P A Pᵀ`` (on the GPU where ``permuted_on_gpu``: :data:`GPU_PERMUTE_SECONDS_PER_NNZ`; else
+    on the host: :data:`PERMUTE_SECONDS_PER_NNZ`)."""
+    if walked_on_gpu:
+        fixed, per_nnz = GPU_WALK_SECONDS
+        walk = fixed + nnz * per_nnz
+    else:
+        walk = nnz * ORDER_SECONDS_PER_NNZ[order]
+    return walk + nnz * (GPU_PERMUTE_SECONDS_PER_NNZ if permuted_on_gpu
+                         else PERMUTE_SECONDS_PER_NNZ)
 
 
 def bandwidth_and_profile(csr) -> tuple[float, float]:
@@ -404,13 +427,19 @@ COMPUTE = {"rcm": rcm, "bfs": bfs}
 """The function that computes each order's ``perm`` on the host."""
 
 
+def walks_on_gpu(order: str, csr) -> bool:
+    """Whether ``order`` of ``csr`` is walked on its GPU (:func:`computed_order`): the bfs order
+    of a :class:`~autospmv.formats.base.DeviceCSR` whose arrays the kernels run on."""
+    return order == "bfs" and isinstance(csr, DeviceCSR) and runs_kernels(csr)
+
+
 def computed_order(csr, order: str, walk_on=None) -> tuple[np.ndarray, str]:
     """``(perm, where it was computed)`` of ``order`` for a square canonical matrix: the bfs
     order of a :class:`~autospmv.formats.base.DeviceCSR` (``csr``, or ``walk_on``: a host
     matrix's copy on the GPU) walked on its device where the walk takes few enough levels
     (:func:`bfs_on_device`), everything else on the host (:data:`COMPUTE`)."""
     on_device = walk_on if walk_on is not None else csr
-    if order == "bfs" and isinstance(on_device, DeviceCSR) and runs_kernels(on_device):
+    if walks_on_gpu(order, on_device):
         perm = bfs_on_device(on_device)
         if perm is not None:
             return perm, "on the GPU"
@@ -489,7 +518,9 @@ def choose_order(csr, order: str, products: int | None, device: str, permute=app
         floor = Locality(min(before.sectors_per_nnz, sector_floor(csr.nnz, m, itemsize)),
                          min(before.reach, csr.nnz / m))
         best, now = gain_per_product(csr, before, floor, device, rule, gathers)
-        estimate = ordering_seconds(csr.nnz, computed)
+        walked_on_gpu = walks_on_gpu(computed, walk_on if walk_on is not None else csr)
+        estimate = ordering_seconds(csr.nnz, computed, walked_on_gpu,
+                                    isinstance(csr, DeviceCSR))
         features = {"x_sectors_per_nnz_warp_before": before.sectors_per_nnz,
                     "x_reach_before": before.reach, "x_sectors_floor": floor.sectors_per_nnz,
                     "x_reach_floor": floor.reach}
@@ -502,7 +533,8 @@ def choose_order(csr, order: str, products: int | None, device: str, permute=app
                    f"{MIN_FLOOR_GAIN:.0%}" if best < MIN_FLOOR_GAIN * now else
                    f"even an ideal order would gain at most {products:,} {counted} × "
                    f"{best * 1e6:.3g} µs = {products * best:.3g} s, less than the "
-                   f"{computed} order's estimated {estimate:.3g} s")
+                   f"{computed} order's estimated {estimate:.3g} s"
+                   f"{' (walked on the GPU)' if walked_on_gpu else ''}")
             return OrderChoice("keep", f"order kept by {rule.describe()}: {why}", features=features,
                                seconds=time.perf_counter() - started), csr
     if m:
