@@ -13,9 +13,15 @@ levels the walk queues before its last vertex is placed; the device reads its bo
 lowered to their minimum, the label of the larger label's vertex too, then each label
 replaced by its label's label, until an edge-wise pass changes nothing). On the GPU a pass sees
 the updates of the threads before it, so it takes at most about as many. For comparison, the
-host's walk of the same matrix on this machine (``rows_rcm``, compiled before the clock).
+host's walk of the same matrix on this machine (``rows_rcm``, compiled before the clock), and
+with ``--gpu`` the walk on the GPU of the matrix uploaded there (``bfs_on_device``, the median
+of ``--repeats`` walks after one that compiles its kernels): ``device_walk_s`` against nnz and
+levels is what the estimate of a walk on the GPU (``DEVICE_ORDER_SECONDS``) is fitted to.
+``--grown-nnz`` takes several sizes.
 
     PYTHONPATH=. python benchmarks/walk_steps.py .matrices/shared --out walk-steps.json
+    PYTHONPATH=. python benchmarks/walk_steps.py .matrices/shared --gpu \
+        --grown-nnz 1e5 1e6 1e7 --out walk-steps-gpu.json
 
 Results go to ``--out`` (JSON), progress to stderr. About two minutes on two cores.
 """
@@ -23,6 +29,7 @@ Results go to ``--out`` (JSON), progress to stderr. About two minutes on two cor
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import platform
 import sys
@@ -90,18 +97,48 @@ def parts_and_levels(S) -> tuple[int, int]:
         levels += 1
 
 
+def device_walk_seconds(R, repeats: int) -> float:
+    """The median time of the bfs walk on the GPU of ``R`` uploaded there, its order checked
+    against the host walk of A + Aᵀ; NaN where the walk gives up (the host would walk)."""
+    import cupy
+
+    from autospmv._decide.ordering import bfs_on_device
+    from autospmv._prepare.device_input import upload_csr
+
+    on_gpu = upload_csr(R)
+    times = []
+    for _ in range(repeats):
+        cupy.cuda.Device().synchronize()
+        started = time.perf_counter()
+        perm = bfs_on_device(on_gpu)
+        cupy.cuda.Device().synchronize()
+        times.append(time.perf_counter() - started)
+        if perm is None:
+            return float("nan")
+    S = structure_of_a_plus_at(R)
+    if not np.array_equal(perm, rows_rcm(S.indptr, S.indices, S.shape[0])):
+        raise AssertionError("the walk on the GPU differs from the host's walk of A + Aᵀ")
+    return float(np.median(times))
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("matrices", nargs="+", help="folders of .npz matrices")
-    parser.add_argument("--grown-nnz", type=float, default=1e7)
+    parser.add_argument("--grown-nnz", type=float, nargs="+", default=[1e7],
+                        help="the sizes each matrix is grown to")
+    parser.add_argument("--gpu", action="store_true", help="time the walk on the GPU too")
+    parser.add_argument("--repeats", type=int, default=3, help="walks on the GPU timed")
     parser.add_argument("--limit", type=int, default=21, help="matrices at most")
     parser.add_argument("--out", required=True, help="JSON file of the results")
     args = parser.parse_args(argv)
     small = canonicalize(sp.random(50, 50, density=0.1, format="csr", random_state=0))
     rows_rcm(small.indptr, small.indices, 50)  # compiled before the clock
+    if args.gpu:
+        device_walk_seconds(small, 1)  # compiled before the clock
     rows = []
-    for name, A in shared_matrices(args.matrices, args.limit):
-        R = canonicalize(at_random(grown(A, args.grown_nnz)))
+    for (name, A), nnz in itertools.product(shared_matrices(args.matrices, args.limit),
+                                            args.grown_nnz):
+        R = canonicalize(at_random(grown(A, nnz)))
         started = time.perf_counter()
         rows_rcm(R.indptr, R.indices, R.shape[0])
         host_s = time.perf_counter() - started
@@ -110,15 +147,23 @@ def main(argv=None) -> None:
         row = {"matrix": name, "rows": R.shape[0], "nnz": int(R.nnz), "parts": parts,
                "levels": levels, "labelling_passes": labelling_passes(S),
                "host_walk_s": host_s}
-        log(f"{name}: {row['rows']:,} rows, {parts:,} parts, {levels} levels, "
-            f"{row['labelling_passes']} labelling passes; the host's walk {host_s:.3f} s")
+        if args.gpu:
+            row["device_walk_s"] = device_walk_seconds(R, args.repeats)
+        log(f"{name}: {row['rows']:,} rows, {row['nnz']:,} nonzeros, {parts:,} parts, "
+            f"{levels} levels, {row['labelling_passes']} labelling passes; the host's walk "
+            f"{host_s:.3f} s" + (f", on the GPU {row['device_walk_s']:.4f} s" if args.gpu else ""))
         rows.append(row)
+    keys = ("levels", "labelling_passes", "host_walk_s") + (("device_walk_s",) if args.gpu else ())
     out = {"machine": platform.machine(), "processor": platform.processor(),
            "date": time.strftime("%Y-%m-%d"), "grown_nnz": args.grown_nnz,
            "command": " ".join(["benchmarks/walk_steps.py", *(argv or sys.argv[1:])]),
            "rows": rows,
-           "summary": {key: [min(r[key] for r in rows), max(r[key] for r in rows)]
-                       for key in ("levels", "labelling_passes", "host_walk_s")}}
+           "summary": {key: [min(values), max(values)] for key in keys
+                       if (values := [r[key] for r in rows if r[key] == r[key]])}}
+    if args.gpu:
+        import cupy
+
+        out["device"] = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
 
 
