@@ -33,9 +33,12 @@ break-even product count, and whether the hint's products pay for the order. On 
 matrices (or symmetrised ones), shifted to be positive definite as ``solvers_gpu.py`` does,
 ``autospmv.cg`` runs ``--cg-iterations`` iterations (rtol=0) on the operator kept and the
 operator of "auto" prepared for the solvers (``solver=True``, as the solvers prepare a matrix
-they are given): the µs per iteration. The summary has the geometric means the acceptance
-reads. Results go to ``--out`` (JSON naming the GPU, written after every matrix), progress to
-stderr.
+they are given): the µs per iteration. Beside them, the product of the operator kept and of
+"auto"'s in its stored order, back to back: ``cg_ceiling`` is the iteration kept over the same
+iteration with the one product replaced by the other, the most an order can gain cg whose
+vector updates (the same in any order) stay as they are. The summary has the geometric means
+the acceptance reads. Results go to ``--out`` (JSON naming the GPU, written after every
+matrix), progress to stderr.
 
     PYTHONPATH=. python benchmarks/ordering.py .matrices/shared --out ordering-h200.json
     PYTHONPATH=. python benchmarks/ordering.py .matrices/shared --device cpu \\
@@ -318,9 +321,19 @@ def measure_matrix(device: Device, name: str, A, args) -> list[dict]:
                 row[f"cg_{label}_order"] = ops[label].order
             for label, us in cg_us(device, ops, args.cg_iterations).items():
                 row[f"cg_{label}_us_per_iteration"] = us
+            b = device.xp.asarray(rng.standard_normal(S.shape[0]).astype(dtype))
+            products = device.each_back_to_back(
+                {"keep": product(device, ops["keep"], b),
+                 "auto_in_own_order": product(device, ops["auto"].in_own_order(), b)},
+                args.products)
             del ops
+            row["cg_keep_product_us"] = products["keep"]
+            row["cg_auto_product_in_own_order_us"] = products["auto_in_own_order"]
             row["cg_speedup_auto"] = (row["cg_keep_us_per_iteration"]
                                       / row["cg_auto_us_per_iteration"])
+            row["cg_ceiling"] = row["cg_keep_us_per_iteration"] / (
+                row["cg_keep_us_per_iteration"] - products["keep"]
+                + products["auto_in_own_order"])
         log(f"  {row['dtype']}: keep {row['keep_us']:.1f} µs, auto ({row['auto_order']}) "
             f"{row['auto_us']:.1f}, rcm {row['rcm_us']:.1f} ({row['rcm_in_own_order_us']:.1f} in "
             f"its own order), bfs {row['bfs_us']:.1f} ({row['bfs_in_own_order_us']:.1f}; "
@@ -358,6 +371,7 @@ def summary(rows) -> dict:
             "geomean_gathers_over_copy": geomean(r["gathers_us"] / r["copy_us"]
                                                  for r in these),
             "geomean_cg_speedup_auto": geomean(r.get("cg_speedup_auto") for r in these),
+            "geomean_cg_ceiling": geomean(r.get("cg_ceiling") for r in these),
             "worst_given_auto_over_today": max((r["given_auto_over_today"] for r in these),
                                                default=None),
             "geomean_given_prepare_over_today": geomean(r["given_prepare_over_today"]
