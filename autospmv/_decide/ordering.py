@@ -136,17 +136,19 @@ PERMUTE_SECONDS_PER_NNZ = 5e-8
 and numbered at random (its reads of A's renumbered columns are scattered), rounded up; less
 with more cores."""
 
-GPU_WALK_SECONDS = (0.02, 1e-8)
+GPU_WALK_SECONDS = (0.025, 3e-9)
 """The bfs walk on the GPU (:func:`bfs_on_device`): a fixed part (the launches of the parts'
 labelling passes and of the levels, a few microseconds each) and a part per nonzero of A (the
-transposed structure, the passes over A). With :data:`GPU_PERMUTE_SECONDS_PER_NNZ` they add up
-to 0.17 s at 10⁷ nonzeros: the order of a CuPy matrix cost 0.024–0.145 s on an H100 for the 42
-shared and corpus matrices grown to 10⁷ nonzeros and numbered at random, its features
-included, against 0.09–1.1 s for the host's walk and renumbering of the 21 shared ones."""
+transposed structure, the passes over A). On an H200 the walk of ten shared matrices grown to
+10⁵, 10⁶ and 10⁷ nonzeros and numbered at random took 0.004–0.015 s, 0.007–0.025 s and
+0.013–0.043 s (5–98 levels), rounded up to the slowest at each size."""
 
-GPU_PERMUTE_SECONDS_PER_NNZ = 5e-9
-"""Building ``P A Pᵀ`` on the GPU (``autospmv._prepare.device_input.permuted_device_csr``, a
-few passes over A at the GPU's bandwidth) per nonzero."""
+GPU_PERMUTE_SECONDS_PER_NNZ = 1e-8
+"""Building ``P A Pᵀ`` on the GPU (``autospmv._prepare.device_input.permuted_device_csr``) and
+reading the renumbered matrix's features, per nonzero: with the walk, the order of a CuPy matrix
+of 10⁷ nonzeros cost ``prepare`` 0.025–0.154 s on an H200 (21 shared and 21 corpus matrices
+grown to 10⁷ nonzeros and numbered at random, but for the first, which compiled the kernels),
+which the two estimates' 0.155 s cover."""
 
 MIN_RELATIVE_GAIN = 0.05
 """The least gain per product, relative to a product in A's own order, that the rule must
