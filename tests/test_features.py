@@ -301,6 +301,26 @@ def test_sampled_estimates_within_tolerance():
     assert tiny == features(A, sample_rows=3 * WINDOW_ROWS)
 
 
+@pytest.mark.parametrize("shape, mean_row", [((1000, 800), 8), ((50_000, 50_000), 5),
+                                             ((3, 5), 2), ((70_001, 100), 5)])
+def test_the_rows_of_sampled_windows_are_those_of_their_entries(shape, mean_row):
+    # Empty rows (about 0.7 % of those with 5 a row on average), a last window cut short.
+    from autospmv._decide.features import sampling
+
+    rng = np.random.default_rng(1)
+    lengths = rng.poisson(mean_row, shape[0])
+    rows = np.repeat(np.arange(shape[0]), lengths)
+    A = canonicalize(sp.csr_matrix((np.ones(rows.size), (rows, rng.integers(0, shape[1],
+                                                                              rows.size))),
+                                   shape=shape))
+    total = -(-shape[0] // WINDOW_ROWS)
+    for count in (1, 5, total):
+        windows = sampling.drawn_windows(total, min(count, total))
+        positions, _ = sampling.window_positions(A.indptr, windows, shape[0])
+        np.testing.assert_array_equal(sampling.window_rows(A.indptr, windows, shape[0]),
+                                      np.searchsorted(A.indptr, positions, side="right") - 1)
+
+
 def test_parallel_scan_equals_serial(monkeypatch):
     A = structured_matrix()[:60_000]  # ~1M entries
     serial = [features(A), features(A, sample_rows=A.shape[0])]

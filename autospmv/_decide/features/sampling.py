@@ -92,9 +92,17 @@ def x_reach(csr) -> float:
         indices = to_host(matrix.indices[matrix.xp.asarray(positions)])
     else:
         indices = (csr if matrix is None else matrix).indices[positions]
-    rows_of = np.searchsorted(indptr, positions, side="right") - 1
-    distance = np.abs(indices.astype(np.int64) - rows_of)
+    distance = np.abs(indices.astype(np.int64) - window_rows(indptr, windows, csr.shape[0]))
     return float(np.quantile(distance, REACH_QUANTILE))
+
+
+def window_rows(indptr: np.ndarray, windows: np.ndarray, m: int) -> np.ndarray:
+    """The row of each entry of some windows, in :func:`window_positions`' order (window after
+    window, row after row): each row of the windows repeated for its entries. O(rows and
+    entries of those windows)."""
+    rows = (windows[:, None] * WINDOW_ROWS + np.arange(WINDOW_ROWS)).ravel()
+    rows = rows[rows < m]
+    return np.repeat(rows, indptr[rows + 1] - indptr[rows])
 
 
 def sector_shift_and_narrow(csr) -> tuple[int, int]:
