@@ -36,9 +36,11 @@ operator of "auto" prepared for the solvers (``solver=True``, as the solvers pre
 they are given): the µs per iteration. Beside them, the product of the operator kept and of
 "auto"'s in its stored order, back to back: ``cg_ceiling`` is the iteration kept over the same
 iteration with the one product replaced by the other, the most an order can gain cg whose
-vector updates (the same in any order) stay as they are. The summary has the geometric means
-the acceptance reads. Results go to ``--out`` (JSON naming the GPU, written after every
-matrix), progress to stderr.
+vector updates (the same in any order) stay as they are: a GPU's figure (there the products
+and the solves run alone on the device); on a shared CPU the products, timed in turns, and the
+solves see different loads, and the kept product can time longer than the kept iteration.
+The summary has the geometric means the acceptance reads. Results go to ``--out`` (JSON naming
+the GPU, written after every matrix), progress to stderr.
 
     PYTHONPATH=. python benchmarks/ordering.py .matrices/shared --out ordering-h200.json
     PYTHONPATH=. python benchmarks/ordering.py .matrices/shared --device cpu \\
