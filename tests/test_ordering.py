@@ -160,10 +160,10 @@ def test_auto_reorders_a_large_matrix_numbered_at_random_when_it_pays():
 
 
 def test_auto_weighs_an_order_walked_on_the_gpu_at_the_walks_own_cost(monkeypatch):
-    # Between the walk on the GPU's estimated cost and the host's, a products= hint pays for the
-    # one order and not for the other: "auto" computes the order only where it is walked on the
-    # GPU. (Inside the solvers, without the gathers around each product, which on a GPU eat the
-    # gain at this size.)
+    # Between the estimated cost of the walk and the renumbering on the GPU and the host's, a
+    # products= hint pays for the one order and not for the other: "auto" computes the order
+    # only where it is walked on the GPU. (Inside the solvers, without the gathers around each
+    # product, which on a GPU eat the gain at this size.)
     from autospmv.formats.base import DeviceCSR
 
     A = numbered_at_random(grid_laplacian(400))
@@ -173,7 +173,7 @@ def test_auto_weighs_an_order_walked_on_the_gpu_at_the_walks_own_cost(monkeypatc
     on_gpu = DeviceCSR(A.shape, A.indptr, A.indices, A.data, A.indptr, np)
     choice, _ = ordering.choose_order(A, "auto", 1, "cuda", gathers=False,
                                        rule=built_in, walk_on=on_gpu)
-    walked = ordering.ordering_seconds(A.nnz, "bfs", walked_on_gpu=True)
+    walked = ordering.ordering_seconds(A.nnz, "bfs", walked_on_gpu=True, permuted_on_gpu=True)
     host = ordering.ordering_seconds(A.nnz, "bfs")
     assert choice.kept and f"estimated {walked:.3g} s (walked on the GPU)" in choice.reason
     features = choice.features
@@ -444,6 +444,69 @@ def test_a_cupy_matrix_is_renumbered_on_the_gpu(order, dtype, rng):
     auto = autospmv.prepare(cusp.csr_matrix(A), device="cuda", products=10**9, solver=True)
     assert auto.order in ("keep", "bfs")
     assert relative_error(cupy.asnumpy(auto @ cupy.asarray(x)), reference(A, x)) <= 1e-12
+
+
+@pytest.mark.parametrize("order", ORDERS)
+def test_the_renumbered_copy_of_an_uploaded_host_matrix_becomes_the_operators(order,
+                                                                             monkeypatch):
+    """A host matrix uploaded for the GPU is renumbered on its copy there, which the operator
+    then converts from, and the host matrix in the new order is that copy's (NumPy arrays stand
+    in for the GPU's: the plumbing, not the GPU's work)."""
+    from autospmv._prepare import device_input
+    from autospmv.formats.base import DeviceCSR
+
+    def stand_in(csr):
+        return DeviceCSR(csr.shape, csr.indptr, csr.indices, csr.data, csr.indptr.copy(), np)
+
+    A = numbered_at_random(grid_laplacian(12))
+    uploaded, renumbered = stand_in(A), []
+
+    def permuted_stand_in(csr, perm, inverse):
+        assert csr is uploaded, "renumbered something other than the uploaded copy"
+        renumbered.append(stand_in(ordering.apply_order(csr.to_host(), perm, inverse)))
+        return renumbered[-1]
+
+    monkeypatch.setattr(device_input, "upload_for", lambda csr, device: uploaded)
+    monkeypatch.setattr(device_input, "permuted_device_csr", permuted_stand_in)
+    given = device_input.canonical_input(A, "cpu", order=order)
+    assert given.order.order == order and len(renumbered) == 1
+    assert given.uploaded is renumbered[0]
+    want = ordering.apply_order(A, given.order.perm, given.order.inverse)
+    assert isinstance(given.csr, sp.csr_matrix) and given.csr.has_canonical_format
+    assert (given.csr != want).nnz == 0 and given.csr.dtype == want.dtype
+    assert not given.borrowed and given.order.seconds > 0
+
+
+@pytest.mark.requires_gpu
+@pytest.mark.parametrize("order", ORDERS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_host_matrix_for_the_gpu_is_renumbered_on_its_copy_there(order, dtype, monkeypatch,
+                                                                  rng):
+    """prepare() of a host matrix in another order uploads it once and builds the operator from
+    the copy renumbered on the GPU; the products match SciPy's in the caller's order."""
+    cupy = pytest.importorskip("cupy")
+    import autospmv._prepare.operator
+    from autospmv._prepare import device_input
+
+    def no_second_upload(csr):
+        raise AssertionError("the matrix in its new order was uploaded again")
+
+    A = numbered_at_random(grid_laplacian(30)).astype(dtype)
+    uploads = []
+    upload = device_input.upload_for
+    monkeypatch.setattr(device_input, "upload_for",
+                        lambda csr, device: uploads.append(csr) or upload(csr, device))
+    monkeypatch.setattr(autospmv._prepare.operator, "upload_csr", no_second_upload)
+    op = autospmv.prepare(A, device="cuda", order=order)
+    assert op.order == order and len(uploads) == 1
+    x = rng.standard_normal(A.shape[0])
+    assert relative_error(op @ x, reference(A, x)) <= TOLERANCE[np.dtype(dtype)]
+    assert relative_error(cupy.asnumpy(op @ cupy.asarray(x)),
+                          reference(A, x)) <= TOLERANCE[np.dtype(dtype)]
+    in_own_order = op.in_own_order()
+    want = ordering.apply_order(A, np.asarray(op.permutation),
+                                ordering.inverse_of(np.asarray(op.permutation)))
+    assert relative_error(in_own_order @ x, reference(want, x)) <= TOLERANCE[np.dtype(dtype)]
 
 
 @pytest.mark.requires_gpu

@@ -489,7 +489,8 @@ def choose_order(csr, order: str, products: int | None, device: str, permute=app
     solvers). ``rule``: the cost rule's constants (None: :func:`rule_for` the device, ``model``
     and A's dtype, read only where "auto" weighs a hint). ``walk_on``: a host ``csr``'s copy
     on the GPU (a :class:`~autospmv.formats.base.DeviceCSR`), where its bfs order is walked
-    (:func:`computed_order`); the host matrix is renumbered on the host."""
+    (:func:`computed_order`) and where ``permute`` renumbers it, as "auto" estimates (the
+    matrix in its new order is then the copy's, a DeviceCSR)."""
     m, n = csr.shape
     if order == "keep":
         return OrderChoice("keep", "order kept (order='keep')"), csr
@@ -522,7 +523,7 @@ def choose_order(csr, order: str, products: int | None, device: str, permute=app
         best, now = gain_per_product(csr, before, floor, device, rule, gathers)
         walked_on_gpu = walks_on_gpu(computed, walk_on if walk_on is not None else csr)
         estimate = ordering_seconds(csr.nnz, computed, walked_on_gpu,
-                                    isinstance(csr, DeviceCSR))
+                                    isinstance(csr, DeviceCSR) or walk_on is not None)
         features = {"x_sectors_per_nnz_warp_before": before.sectors_per_nnz,
                     "x_reach_before": before.reach, "x_sectors_floor": floor.sectors_per_nnz,
                     "x_reach_floor": floor.reach}

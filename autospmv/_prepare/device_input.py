@@ -31,8 +31,9 @@ CSR tensors on a CUDA device. Their nonzeros never travel to the host:
 from __future__ import annotations
 
 import dataclasses
+import time
 
-from .._decide.ordering import OrderChoice, choose_order
+from .._decide.ordering import OrderChoice, apply_order, choose_order
 from .._support import devices
 from .._support.validation import borrows, canonicalize, index_dtype, value_dtype
 from ..formats.base import DeviceCSR
@@ -64,8 +65,10 @@ def canonical_input(A, device: str | None, *, order: str = "keep", products: int
     """A canonicalised (on the device for a GPU matrix, :func:`canonical_device_csr`; else
     :func:`canonicalize`), in the order ``order=`` chooses for ``products`` products
     (:func:`choose_order`; renumbered on the device for a GPU matrix), with the device it runs
-    on and, for host input on the GPU, uploaded (:func:`upload_for`): once, and where it is
-    renumbered, once more in its new order (its bfs order is walked on the first copy).
+    on and, for host input on the GPU, uploaded once (:func:`upload_for`): where it is
+    renumbered, its order is walked and its copy renumbered there (:func:`renumbering_of`), and
+    the host matrix in the new order is copied back from it (``DeviceCSR.to_host``; the copy's time
+    counts in the order's seconds).
 
     ``runs=False`` (for :func:`select`): the device is only decided for, so it need not be
     present, and nothing is uploaded. ``host_only``: an option that needs a host matrix (e.g.
@@ -83,11 +86,15 @@ def canonical_input(A, device: str | None, *, order: str = "keep", products: int
         return Input(csr, device, choice, source=A if choice.kept else csr.sparse())
     device = devices.resolve_device(device) if runs else devices.target_device(device)
     canonical = canonicalize(A)
-    uploaded = upload_for(canonical, device) if runs else None  # its bfs order walked there
-    choice, csr = choose_order(canonical, order, products, device, gathers=gathers,
-                               model=model, walk_on=uploaded)
-    if runs and not choice.kept:
-        uploaded = upload_for(csr, device)  # the matrix in its new order
+    uploaded = upload_for(canonical, device) if runs else None
+    choice, csr = choose_order(canonical, order, products, device,
+                               permute=renumbering_of(uploaded), gathers=gathers, model=model,
+                               walk_on=uploaded)
+    if isinstance(csr, DeviceCSR):  # renumbered on the uploaded copy
+        started = time.perf_counter()
+        uploaded, csr = csr, csr.to_host()
+        choice = dataclasses.replace(choice, seconds=choice.seconds + time.perf_counter()
+                                     - started)
     return Input(csr, device, choice, borrowed=choice.kept and borrows(A, canonical),
                  uploaded=uploaded)
 
@@ -173,6 +180,17 @@ def upload_for(csr, device: str) -> DeviceCSR | None:
     if device != "cuda" or devices.cuda_simulator():
         return None
     return upload_csr(csr)
+
+
+def renumbering_of(uploaded: DeviceCSR | None):
+    """:func:`choose_order`'s ``permute`` for a host matrix whose copy on the GPU is
+    ``uploaded``: ``P A Pᵀ`` built there from the copy (:func:`permuted_device_csr`), a few
+    passes at the GPU's bandwidth where the host's renumbering scatters reads over the whole
+    matrix and the result would be uploaded again; the host's own renumbering where nothing
+    was uploaded."""
+    if uploaded is None:
+        return apply_order
+    return lambda csr, perm, inverse: permuted_device_csr(uploaded, perm, inverse)
 
 
 def transposed(A):

@@ -95,9 +95,11 @@ class DeviceCSR:
         return row, xp.arange(self.nnz, dtype=np.int64) - self.indptr[row].astype(np.int64)
 
     def to_host(self) -> sp.csr_matrix:
-        """The same matrix on the host (a copy of its indices and values)."""
-        return sp.csr_matrix((to_host(self.data), to_host(self.indices), self.host_indptr),
-                             shape=self.shape)
+        """The same matrix on the host (a copy of its indices and values), canonical as it is."""
+        host = sp.csr_matrix((to_host(self.data), to_host(self.indices), self.host_indptr),
+                             shape=self.shape, copy=False)
+        host.has_sorted_indices = host.has_canonical_format = True
+        return host
 
     def transposed_structure(self):
         """The row pointer and column indices of Aᵀ (rows sorted), arrays of ``xp``: computed
