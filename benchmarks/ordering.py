@@ -24,12 +24,14 @@ products' own times, so that a shared machine's load falls on all of them alike)
   same hint, whose kernel tuning "auto" runs too: the operator a hint gave before orders were
   decided) and ``auto`` with the hint; ``given_auto_over_today`` is ``auto`` over
   ``keep_hint``, what the order's decision costs or gains on a matrix already in a good order,
-  and ``given_prepare_over_today`` the same for ``prepare``'s time.
+  and ``given_prepare_over_today`` the same for ``prepare``'s time (the faster of two
+  ``prepare`` calls each, the second pair in the other order).
 
-Each row has the products' µs, every ``prepare``'s seconds, each order's one-time cost
-(``prepare`` with the order less ``prepare`` keeping it; ``ordering_cost_s`` and the keys
-without a prefix are RCM's, ``bfs_...`` the bfs order's), the gain per product and the
-break-even product count, and whether the hint's products pay for the order. On symmetric
+Each row has the products' µs, every ``prepare``'s seconds and the kernel it chose, each
+order's one-time cost (``prepare`` with the order less ``prepare`` keeping it;
+``ordering_cost_s`` and the keys without a prefix are RCM's, ``bfs_...`` the bfs order's),
+the gain per product and the break-even product count, and whether the hint's products pay for
+the order. On symmetric
 matrices (or symmetrised ones), shifted to be positive definite as ``solvers_gpu.py`` does,
 ``autospmv.cg`` runs ``--cg-iterations`` iterations (rtol=0) on the operator kept and the
 operator of "auto" prepared for the solvers (``solver=True``, as the solvers prepare a matrix
@@ -273,10 +275,16 @@ def measure_matrix(device: Device, name: str, A, args) -> list[dict]:
             op, seconds = prepared(device, matrix, **options)
             row[f"{label}_prepare_s"] = seconds
             row[f"{label}_order"] = op.order
+            row[f"{label}_kernel"] = op.kernel
             runs[label] = product(device, op, x)
             if label in ("rcm", "bfs"):
                 runs[f"{label}_in_own_order"] = product(device, op.in_own_order(), x)
             del op
+        for label, matrix, options in reversed(preparations):  # again, in the other order
+            if label in ("given_keep_hint", "given_auto"):
+                op, seconds = prepared(device, matrix, **options)
+                row[f"{label}_prepare_s"] = min(row[f"{label}_prepare_s"], seconds)
+                del op
         for label, us in device.each_back_to_back(runs, args.products).items():
             row[f"{label}_us"] = us
         del runs
