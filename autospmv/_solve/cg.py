@@ -95,9 +95,9 @@ def next_after_product(s, f, rz, unused):
 RESIDUAL = Step(residual, begin)
 RESIDUAL_KEPT = Step(residual, keep)
 BEGIN_AFTER_PRODUCT = Step(dot, begin_after_product)
-DIRECTION = Step(direction)
-UPDATE = Step(update, next_iteration)
-UPDATE_KEPT = Step(update, keep)
+DIRECTION = Step(direction, held=SCALARS)
+UPDATE = Step(update, next_iteration, held=SCALARS)
+UPDATE_KEPT = Step(update, keep, held=SCALARS)
 NEXT_AFTER_PRODUCT = Step(dot, next_after_product)
 
 

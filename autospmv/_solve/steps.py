@@ -28,8 +28,10 @@ Both parts are :func:`~.dual.dual` functions, so one definition runs on both tar
 * on the GPU, :func:`cuda_step` compiles a numba-cuda kernel: a grid-stride loop, a sum per
   block, and the last block to finish adds the blocks' sums in a fixed order and calls finish
   (:func:`autospmv.kernels.cuda.grid_sum.grid_sums`: a ticket taken with an atomic after each
-  block has published its sums). The sums never leave the device and are the same from run to
-  run (no floating-point atomics); the ticket is set back to 0 for the next step. The grid is
+  block has published its sums). A step that names the scalars its body reads
+  (:attr:`Step.held`) hands the body a copy of them in registers. The sums never leave the
+  device and are the same from run to run (no floating-point atomics); the ticket is set back
+  to 0 for the next step. The grid is
   one wave, :data:`~autospmv.kernels.cuda.grid_sum.BLOCKS_PER_SM` blocks of :data:`BLOCK`
   threads per multiprocessor, and each step's kernel is compiled with those launch bounds, so
   that its registers let them all be resident at once: in a grid-stride loop every block has
@@ -92,6 +94,12 @@ class Step:
     body: Dual
     finish: Dual | None = None
     skip: int = 1
+    held: int = 0
+    """The leading scalars ``s[0]`` … ``s[held - 1]``, which the body reads and never writes:
+    each GPU thread copies them into registers before its loop and hands the body that copy in
+    place of ``s``. Read from ``s`` itself they are loaded again for every element, and what
+    the body computes from them (cg's α = ρ / p·q) computed again, because the compiler cannot
+    tell ``s`` from the workspace the body stores to."""
     host: object = dataclasses.field(default=None, compare=False)
     """What one CPU process runs instead of the body's loop, with NumPy and the BLAS:
     ``host(W, ld, n, s, D, a, b, c, d, e, g)`` (the arguments as the body's, the row at offset
@@ -103,7 +111,8 @@ class Step:
     @property
     def name(self) -> str:
         finish = self.finish.__name__ if self.finish is not None else "none"
-        return f"step__{self.body.__name__}__{finish}__{self.skip}"
+        held = f"__held{self.held}" if self.held else ""
+        return f"step__{self.body.__name__}__{finish}__{self.skip}{held}"
 
 
 _COMPILED: dict = {}
@@ -203,11 +212,15 @@ def _cuda_template(W, ld, n, s, f, D, a, b, c, d, e, g, partials, tickets):
     tid = cuda.threadIdx.x
     block = cuda.blockIdx.x
     blocks = cuda.gridDim.x
+    held = cuda.local.array(HELD, float64)
+    for k in range(HELD):
+        held[k] = s[k]
+    scalars = held if HOLDS else s
     sum0 = 0.0
     sum1 = 0.0
     i = block * BLOCK + tid
     while i < n:
-        t0, t1 = BODY(W, ld, i, s, D, a, b, c, d, e, g)
+        t0, t1 = BODY(W, ld, i, scalars, D, a, b, c, d, e, g)
         sum0 += t0
         sum1 += t1
         i += blocks * BLOCK
@@ -224,7 +237,8 @@ def cuda_step(step: Step):
     lengths :func:`autospmv.kernels.cuda.grid_sum.workspace` gives for the grid, the tickets 0
     between steps)."""
     return _cuda_function(_cuda_template, step, step.finish or no_finish, [], True,
-                          REDUCES=step.finish is not None)
+                          REDUCES=step.finish is not None, HELD=max(step.held, 1),
+                          HOLDS=step.held > 0)
 
 
 def _cuda_function(template, step, finish: Dual, device_functions: list, bounded: bool,
