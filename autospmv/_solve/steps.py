@@ -99,7 +99,11 @@ class Step:
     each GPU thread copies them into registers before its loop and hands the body that copy in
     place of ``s``. Read from ``s`` itself they are loaded again for every element, and what
     the body computes from them (cg's α = ρ / p·q) computed again, because the compiler cannot
-    tell ``s`` from the workspace the body stores to."""
+    tell ``s`` from the workspace the body stores to. Only for a body that reads ``s`` at
+    constant slots and a short ``s``: a slot the caller passes (``s[slot]``) keeps the copy in
+    the thread's local memory, where copying it costs more than it saves (BiCGSTAB's and
+    MINRES's steps, with 9 and 27 scalars, ran their iterations 2–10 % and 6–32 % slower on
+    an H100: ``benchmarks/results/solver-held-scalars-h100.jsonl``)."""
     host: object = dataclasses.field(default=None, compare=False)
     """What one CPU process runs instead of the body's loop, with NumPy and the BLAS:
     ``host(W, ld, n, s, D, a, b, c, d, e, g)`` (the arguments as the body's, the row at offset
