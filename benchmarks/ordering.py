@@ -41,7 +41,8 @@ iteration with the one product replaced by the other, the most an order can gain
 vector updates (the same in any order) stay as they are: a GPU's figure (there the products
 and the solves run alone on the device); on a shared CPU the products, timed in turns, and the
 solves see different loads, and the kept product can time longer than the kept iteration.
-The summary has the geometric means the acceptance reads. Results go to ``--out`` (JSON naming
+A warm-up measures the first matrix grown to ``--warm-up-nnz`` once, unrecorded, so that the
+kernels' first uses fall in no row. The summary has the geometric means the acceptance reads. Results go to ``--out`` (JSON naming
 the GPU, written after every matrix), progress to stderr.
 
     PYTHONPATH=. python benchmarks/ordering.py .matrices/shared --out ordering-h200.json
@@ -394,6 +395,21 @@ def summary(rows) -> dict:
     return out
 
 
+WARM_UP_NNZ = 3e5
+"""The size of the warm-up's matrix: above the size from which the model decides (as it does
+for the run's matrices), small enough to take seconds."""
+
+
+def warm_up(device: Device, name: str, A, args) -> None:
+    """Every measurement of :func:`measure_matrix` once on ``A`` grown to ``--warm-up-nnz``
+    nonzeros, for a handful of products and cg iterations, not recorded: the first uses of the
+    kernels (compilation, loading, allocation) then fall in no row of the run."""
+    small = argparse.Namespace(**{**vars(args), "grown_nnz": args.warm_up_nnz, "products": 5,
+                                  "cg_iterations": min(args.cg_iterations, 5)})
+    log(f"warm-up on {name}:")
+    measure_matrix(device, name, A, small)
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("matrices", nargs="+", help="folders of .npz matrices")
@@ -407,11 +423,16 @@ def main(argv=None) -> None:
     parser.add_argument("--cg-iterations", type=int, default=200,
                         help="cg iterations timed (0: no cg)")
     parser.add_argument("--out", required=True, help="JSON file of the results")
+    parser.add_argument("--warm-up-nnz", type=float, default=WARM_UP_NNZ,
+                        help="grow the first matrix to this size and measure it once, "
+                             "unrecorded, before the run (0: no warm-up)")
     args = parser.parse_args(argv)
     device = Device(args.device)
     rows = []
     started = time.perf_counter()
-    for name, A in shared_matrices(args.matrices, args.limit):
+    for index, (name, A) in enumerate(shared_matrices(args.matrices, args.limit)):
+        if index == 0 and args.warm_up_nnz:
+            warm_up(device, name, A, args)
         rows += measure_matrix(device, name, A, args)
         result = {"device": device.describe(), "args": vars(args), "rows": rows,
                   "summary": summary(rows), "seconds": time.perf_counter() - started}
