@@ -31,19 +31,19 @@ Each row has the products' µs, every ``prepare``'s seconds and the kernel it ch
 order's one-time cost (``prepare`` with the order less ``prepare`` keeping it;
 ``ordering_cost_s`` and the keys without a prefix are RCM's, ``bfs_...`` the bfs order's),
 the gain per product and the break-even product count, and whether the hint's products pay for
-the order. On symmetric
-matrices (or symmetrised ones), shifted to be positive definite as ``solvers_gpu.py`` does,
-``autospmv.cg`` runs ``--cg-iterations`` iterations (rtol=0) on the operator kept and the
-operator of "auto" prepared for the solvers (``solver=True``, as the solvers prepare a matrix
-they are given): the µs per iteration. Beside them, the product of the operator kept and of
-"auto"'s in its stored order, back to back: ``cg_ceiling`` is the iteration kept over the same
-iteration with the one product replaced by the other, the most an order can gain cg whose
-vector updates (the same in any order) stay as they are: a GPU's figure (there the products
-and the solves run alone on the device); on a shared CPU the products, timed in turns, and the
-solves see different loads, and the kept product can time longer than the kept iteration.
+the order. On symmetric matrices (or symmetrised ones), shifted to be positive definite as
+``solvers_gpu.py`` does, ``autospmv.cg`` runs ``--cg-iterations`` iterations (rtol=0) on the
+operator kept and the operator of "auto" prepared for the solvers (``solver=True``, as the
+solvers prepare a matrix they are given): the µs per iteration. Beside them, the product of
+the operator kept and of "auto"'s in its stored order, back to back: ``cg_ceiling`` is the
+iteration kept over the same iteration with the one product replaced by the other, the most an
+order can gain cg whose vector updates (the same in any order) stay as they are: a GPU's
+figure (there the products and the solves run alone on the device); on a shared CPU the
+products, timed in turns, and the solves see different loads, and the kept product can time
+longer than the kept iteration.
 A warm-up measures the first matrix grown to ``--warm-up-nnz`` once, unrecorded, so that the
-kernels' first uses fall in no row. The summary has the geometric means the acceptance reads. Results go to ``--out`` (JSON naming
-the GPU, written after every matrix), progress to stderr.
+kernels' first uses fall in no row. The summary has the geometric means the acceptance reads.
+Results go to ``--out`` (JSON naming the GPU, written after every matrix), progress to stderr.
 
     PYTHONPATH=. python benchmarks/ordering.py .matrices/shared --out ordering-h200.json
     PYTHONPATH=. python benchmarks/ordering.py .matrices/shared --device cpu \\

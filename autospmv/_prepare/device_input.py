@@ -67,7 +67,7 @@ def canonical_input(A, device: str | None, *, order: str = "keep", products: int
     (:func:`choose_order`; renumbered on the device for a GPU matrix), with the device it runs
     on and, for host input on the GPU, uploaded once (:func:`upload_for`): where it is
     renumbered, its order is walked and its copy renumbered there (:func:`renumbering_of`), and
-    the host matrix in the new order is copied back from it (``DeviceCSR.to_host``; the copy's time
+    the host matrix in the new order is copied back from it (``DeviceCSR.to_host``; the copy
     counts in the order's seconds).
 
     ``runs=False`` (for :func:`select`): the device is only decided for, so it need not be

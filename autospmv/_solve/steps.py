@@ -31,9 +31,9 @@ Both parts are :func:`~.dual.dual` functions, so one definition runs on both tar
   block has published its sums). A step that names the scalars its body reads
   (:attr:`Step.held`) hands the body a copy of them in registers. The sums never leave the
   device and are the same from run to run (no floating-point atomics); the ticket is set back
-  to 0 for the next step. The grid is
-  one wave, :data:`~autospmv.kernels.cuda.grid_sum.BLOCKS_PER_SM` blocks of :data:`BLOCK`
-  threads per multiprocessor, and each step's kernel is compiled with those launch bounds, so
+  to 0 for the next step. The grid is one wave,
+  :data:`~autospmv.kernels.cuda.grid_sum.BLOCKS_PER_SM` blocks of :data:`BLOCK` threads per
+  multiprocessor, and each step's kernel is compiled with those launch bounds, so
   that its registers let them all be resident at once: in a grid-stride loop every block has
   an equal share, and blocks that had to wait for a second wave would double the step's time.
   (A :class:`MultiStep`'s kernel is compiled without them: held to them, its float64 projection
