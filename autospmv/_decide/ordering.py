@@ -143,12 +143,15 @@ transposed structure, the passes over A). On an H200 the walk of ten shared matr
 10⁵, 10⁶ and 10⁷ nonzeros and numbered at random took 0.004–0.015 s, 0.007–0.025 s and
 0.013–0.043 s (5–98 levels), rounded up to the slowest at each size."""
 
-GPU_PERMUTE_SECONDS_PER_NNZ = 1e-8
+GPU_PERMUTE_SECONDS_PER_NNZ = 1.1e-8
 """Building ``P A Pᵀ`` on the GPU (``autospmv._prepare.device_input.permuted_device_csr``) and
-reading the renumbered matrix's features, per nonzero: with the walk, the order of a CuPy matrix
-of 10⁷ nonzeros cost ``prepare`` 0.025–0.154 s on an H200 (21 shared and 21 corpus matrices
-grown to 10⁷ nonzeros and numbered at random, but for the first, which compiled the kernels),
-which the two estimates' 0.155 s cover."""
+reading the renumbered matrix's features, per nonzero (for a host matrix, its copy renumbered
+there and copied back): with the walk, the order of a CuPy matrix of 10⁷ nonzeros cost
+``prepare`` 0.025–0.154 s on an H200 and 0.02–0.09 s on an H100, and that of a host matrix
+0.04–0.16 s on the H100 (21 shared and 21 corpus matrices grown to 10⁷ nonzeros and numbered at
+random, but for the first, which compiled the kernels), which the two estimates' 0.165 s
+cover."""
+
 
 MIN_RELATIVE_GAIN = 0.05
 """The least gain per product, relative to a product in A's own order, that the rule must
