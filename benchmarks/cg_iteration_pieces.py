@@ -37,14 +37,7 @@ from autospmv._solve.machines import CudaMachine
 from autospmv._solve.scalars import MAXITER, TOL
 from autospmv.kernels.cuda import grid_sum
 from benchmarks.solvers_gpu import (chained_copies_seconds, copy_bandwidth, floor_seconds,
-                                    graph_us, laplacian, timed)
-
-
-def solve_us(cp, op, b, iterations: int = 320) -> float:
-    """µs per iteration of ``autospmv.cg(op, b, rtol=0, maxiter=iterations)``
-    (:func:`benchmarks.solvers_gpu.timed`: the median of five solves after one)."""
-    seconds, _ = timed(cp, lambda: autospmv.cg(op, b, rtol=0.0, maxiter=iterations))
-    return seconds * 1e6 / iterations
+                                    graph_us, laplacian, solver_iteration_us)
 
 
 def pieces(cp, op, n: int, dtype) -> dict:
@@ -107,7 +100,7 @@ def main(argv=None) -> None:
                         op = autospmv.prepare(Ad, device="cuda")
                         row = dict(base, kernel=op.kernel, blocks_per_sm=blocks,
                                    **pieces(cp, op, n, dtype),
-                                   solve_iteration=solve_us(cp, op, b))
+                                   solve_iteration=solver_iteration_us(cp, op, b, "cg", 320))
                     finally:
                         grid_sum.BLOCKS_PER_SM = shipped
                     print(json.dumps(row), flush=True)

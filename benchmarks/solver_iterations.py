@@ -2,7 +2,7 @@
 for a fixed number of iterations (rtol=0) on one operator prepared for solving
 (``prepare(A, solver=True)``: the model's kernel, not timed candidates, so that runs of two
 trees multiply by the same kernel), CUDA events around whole solves, the median of
-five after one (:func:`benchmarks.solvers_gpu.timed`).
+five after one (:func:`benchmarks.solvers_gpu.solver_iteration_us`).
 
 For comparing two trees of the solvers' steps on one machine: run it once per tree with a
 ``--tag`` naming it, and the rows (JSON lines naming the GPU, the matrix, the dtype, the kernel
@@ -23,17 +23,10 @@ import numpy as np
 import autospmv
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from solvers_gpu import laplacian, timed  # noqa: E402  (beside this script)
+from solvers_gpu import laplacian, solver_iteration_us  # noqa: E402  (beside this script)
 
 SOLVERS = ("cg", "bicgstab", "minres")
 CASES = "2:5e6,3:5e6,2:2e7"
-
-
-def iteration_us(cp, op, b, solver: str, iterations: int) -> float:
-    """µs per iteration of ``autospmv.<solver>(op, b, rtol=0, maxiter=iterations)``."""
-    solve = getattr(autospmv, solver)
-    seconds, _ = timed(cp, lambda: solve(op, b, rtol=0.0, maxiter=iterations))
-    return seconds * 1e6 / iterations
 
 
 def main(argv=None) -> None:
@@ -57,7 +50,7 @@ def main(argv=None) -> None:
                 b = cp.asarray(rng.standard_normal(A.shape[0]).astype(dtype))
                 row = {"tag": args.tag, "device": device, "matrix": f"laplacian{dims}d-{nnz}",
                        "nnz": int(A.nnz), "dtype": np.dtype(dtype).name, "kernel": op.kernel,
-                       **{solver: iteration_us(cp, op, b, solver, args.iterations)
+                       **{solver: solver_iteration_us(cp, op, b, solver, args.iterations)
                           for solver in SOLVERS}}
                 out.write(json.dumps(row) + "\n")
                 print(json.dumps(row), flush=True)

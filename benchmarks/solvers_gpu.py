@@ -230,6 +230,14 @@ def scipy_iterations(name, A, b, rtol, maxiter):
     return len(count), int(info), float(np.linalg.norm(A @ x - b))
 
 
+def solver_iteration_us(cp, op, b, solver: str, iterations: int) -> float:
+    """µs per iteration of ``autospmv.<solver>(op, b, rtol=0, maxiter=iterations)`` (:func:`timed`:
+    the median of five solves after one)."""
+    solve = getattr(autospmv, solver)
+    seconds, _ = timed(cp, lambda: solve(op, b, rtol=0.0, maxiter=iterations))
+    return seconds * 1e6 / iterations
+
+
 def per_iteration(cp, cusparse, A, op, b, dtype, iterations):
     """Seconds per cg iteration: autospmv, cupyx + cuSPARSE, cupyx + the operator."""
     import cupyx.scipy.sparse.linalg as cla
