@@ -39,6 +39,14 @@ REAL_MATRICES = ("young1c", "rajat19", "bp_1200", "netscience", "hangGlider_2")
 """Small real matrices (≤ 15k nonzeros) with short, regular, and very long rows."""
 
 
+def numpy_device_csr(csr):
+    """A canonical host CSR as a :class:`autospmv.formats.base.DeviceCSR` whose arrays are its
+    NumPy arrays: the stand-in for a matrix on the GPU that the device code paths accept."""
+    from autospmv.formats.base import DeviceCSR
+
+    return DeviceCSR(csr.shape, csr.indptr, csr.indices, csr.data, csr.indptr.copy(), np)
+
+
 def _rng(seed: int) -> np.random.Generator:
     return np.random.default_rng(seed)
 

@@ -8,7 +8,7 @@ import dataclasses
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from matrices import ALL, from_row_lengths, poisson2d
+from matrices import ALL, from_row_lengths, numpy_device_csr, poisson2d
 
 import autospmv
 from autospmv._decide import choosers
@@ -131,10 +131,8 @@ def test_x_locality_is_the_feature_on_a_small_matrix_and_close_on_a_large_one(dt
 
 
 def test_x_locality_of_a_matrix_on_the_device_reads_its_sampled_indices():
-    from autospmv.formats.base import DeviceCSR
-
     csr = scattered(5, 40_000)
-    device = DeviceCSR(csr.shape, csr.indptr, csr.indices, csr.data, csr.indptr.copy(), np)
+    device = numpy_device_csr(csr)
     structure = device.structure()
     assert structure.device_matrix is device
     assert x_locality(structure) == x_locality(csr)

@@ -18,7 +18,7 @@ from autospmv.formats.base import DeviceCSR, FormatTooLargeError
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 from conversions_cases import CASES, widths  # noqa: E402
-from matrices import FAMILY, power_law  # noqa: E402
+from matrices import FAMILY, numpy_device_csr, power_law  # noqa: E402
 from simulator_run import run_simulator_worker  # noqa: E402
 
 WORKER = pathlib.Path(__file__).with_name("conversions_simulator_worker.py")
@@ -61,7 +61,7 @@ def test_every_launch_has_a_shipped_cubin(monkeypatch):
     for dtype in (np.float32, np.float64):
         csr = canonicalize(power_law(300, 200, 1.6, 1).astype(dtype))
         assert csr.indices.dtype == np.int32
-        stand_in = DeviceCSR(csr.shape, csr.indptr, csr.indices, csr.data, csr.indptr.copy(), np)
+        stand_in = numpy_device_csr(csr)
         conversions.split_at_width(stand_in, 2, int(np.diff(csr.indptr).max()))
         conversions.split_at_width(stand_in, 2, 2)  # the branch without a COO part (recorded)
         conversions.nonzero_rows(stand_in, csr.indices.dtype)

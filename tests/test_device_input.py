@@ -16,18 +16,13 @@ from autospmv._support import threads as cpu_threads
 from autospmv import _registry as registry
 from autospmv._prepare.device_input import is_device_matrix
 from autospmv._decide.features.sampling import SAMPLE_THRESHOLD
-from autospmv.formats.base import DeviceCSR
 from autospmv.formats.base import FormatTooLargeError
 from autospmv._support.validation import canonicalize
 from autospmv.formats.csr import CSRFormat
-from matrices import (FAMILY, TOLERANCE, power_law, random_matrix,
+from matrices import (FAMILY, TOLERANCE, numpy_device_csr, power_law, random_matrix,
                       random_vector, reference, relative_error)
 
 DTYPES = [np.float32, np.float64]
-
-
-def _numpy_device_csr(csr) -> DeviceCSR:
-    return DeviceCSR(csr.shape, csr.indptr, csr.indices, csr.data, csr.indptr.copy(), np)
 
 
 def _convert_both(kernel, csr):
@@ -36,9 +31,9 @@ def _convert_both(kernel, csr):
         host = registry.get(kernel).convert(csr, params)
     except FormatTooLargeError:
         with pytest.raises(FormatTooLargeError):
-            registry.get(kernel).convert(_numpy_device_csr(csr), params)
+            registry.get(kernel).convert(numpy_device_csr(csr), params)
         return None, None
-    return host, registry.get(kernel).convert(_numpy_device_csr(csr), params)
+    return host, registry.get(kernel).convert(numpy_device_csr(csr), params)
 
 
 @pytest.mark.parametrize("name", sorted(FAMILY))
@@ -285,7 +280,7 @@ def test_csr_from_format_inverts_the_device_conversion(kernel, name):
     """A format's to_device_csr(from_device_csr(...)) gives back the CSR, for every format (with
     NumPy standing in for CuPy, the same array code)."""
     A = canonicalize(FAMILY[name]())
-    csr = DeviceCSR(A.shape, A.indptr, A.indices, A.data, A.indptr, np)
+    csr = numpy_device_csr(A)
     params = registry.choose_params(kernel, A, "cuda")
     try:
         fmt = registry.get(kernel).convert(csr, params)
@@ -302,7 +297,7 @@ def _features_both_ways(csr, device):
 
     host, host_lengths = canonical_features_and_lengths(csr, device=device)
     split, split_lengths = canonical_features_and_lengths(csr, device=device,
-                                                          uploaded=_numpy_device_csr(csr))
+                                                          uploaded=numpy_device_csr(csr))
     assert split == host
     for a, b in zip(split_lengths, host_lengths):
         np.testing.assert_array_equal(a, b)
@@ -375,7 +370,7 @@ def test_device_features_are_the_host_features(threaded, monkeypatch):
             host, host_lengths = features_module.canonical_features_and_lengths(csr,
                                                                                 device=device)
             got, lengths = features_module.canonical_features_and_lengths(
-                _numpy_device_csr(csr), device=device)
+                numpy_device_csr(csr), device=device)
             assert got == host
             for a, b in zip(lengths, host_lengths):
                 np.testing.assert_array_equal(a, b)
@@ -462,8 +457,8 @@ def test_features_leave_out_the_passes_a_caller_does_not_read(needed, sampled, i
     results = [
         features_module.canonical_features_and_lengths(csr, device="cuda", needed=needed),
         features_module.canonical_features_and_lengths(
-            csr, device="cuda", uploaded=_numpy_device_csr(csr), needed=needed),
-        features_module.canonical_features_and_lengths(_numpy_device_csr(csr), device="cuda",
+            csr, device="cuda", uploaded=numpy_device_csr(csr), needed=needed),
+        features_module.canonical_features_and_lengths(numpy_device_csr(csr), device="cuda",
                                                        needed=needed),
     ]
     for got, lengths in results:

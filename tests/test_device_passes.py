@@ -23,8 +23,7 @@ pytest.importorskip("numba.cuda")
 from autospmv._decide.features import device_scan as device_passes, scan as feature_scan  # noqa: E402
 from autospmv._decide.features import extract as features_module  # noqa: E402
 from autospmv._support.validation import canonicalize  # noqa: E402
-from autospmv.formats.base import DeviceCSR  # noqa: E402
-from matrices import FAMILY, power_law  # noqa: E402
+from matrices import FAMILY, numpy_device_csr, power_law  # noqa: E402
 from simulator_run import run_simulator_worker  # noqa: E402
 
 WORKER = pathlib.Path(__file__).with_name("device_passes_simulator_worker.py")
@@ -85,7 +84,7 @@ def test_the_shipped_kernels_cover_every_launch_of_the_passes(monkeypatch):
 
     monkeypatch.setattr(device_passes, "launcher", recording_launcher)
     csr = canonicalize(power_law(300, 200, 1.6, 1))
-    stand_in = DeviceCSR(csr.shape, csr.indptr, csr.indices, csr.data, csr.indptr.copy(), np)
+    stand_in = numpy_device_csr(csr)
     selected = np.ones(-(-csr.shape[0] // 32), np.uint8)
     device_passes.scan(stand_in, selected, 3, 2)
     shipped = {(kernel.py_func.__name__, argtypes) for kernel, argtypes in shipped_launches()}
@@ -95,7 +94,7 @@ def test_the_shipped_kernels_cover_every_launch_of_the_passes(monkeypatch):
 
 def test_numpy_arrays_run_the_kernels_only_in_the_simulator():
     csr = canonicalize(FAMILY["odd_33x33"]())
-    stand_in = DeviceCSR(csr.shape, csr.indptr, csr.indices, csr.data, csr.indptr.copy(), np)
+    stand_in = numpy_device_csr(csr)
     assert not device_passes.runs_kernels(stand_in)  # this process does not simulate
 
 

@@ -9,11 +9,11 @@ import pathlib
 import numpy as np
 import pytest
 import toy_format
-from matrices import FAMILY, TINY, TOLERANCE, random_vector, reference, relative_error
+from matrices import (FAMILY, TINY, TOLERANCE, numpy_device_csr, random_vector, reference,
+                      relative_error)
 from simulator_run import run_simulator_worker
 
 import autospmv
-from autospmv.formats.base import DeviceCSR
 from autospmv._support.validation import canonicalize
 
 WORKER = pathlib.Path(__file__).with_name("new_format_simulator_worker.py")
@@ -43,7 +43,7 @@ def test_the_new_format_converts_on_the_device_through_the_base_class(toy, name)
     """With NumPy standing in for CuPy: the base class builds the format from a matrix on the
     device (a host round trip) and rebuilds the CSR from it, with nothing in the format file."""
     A = canonicalize(TINY[name]())
-    device = DeviceCSR(A.shape, A.indptr, A.indices, A.data, A.indptr.copy(), np)
+    device = numpy_device_csr(A)
     fmt = toy.convert(device, {})
     host = toy.convert(A, {})
     for key, value in host.arrays().items():

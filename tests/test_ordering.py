@@ -17,7 +17,7 @@ import scipy.sparse as sp
 
 import autospmv
 from autospmv._decide import ordering
-from matrices import TOLERANCE, reference, relative_error
+from matrices import TOLERANCE, numpy_device_csr, reference, relative_error
 from ordering_cases import (WALKED, grid_laplacian, numbered_at_random, structure_of_a_plus_at,
                             walked_by_the_description, with_empty_rows)
 
@@ -164,13 +164,11 @@ def test_auto_weighs_an_order_walked_on_the_gpu_at_the_walks_own_cost(monkeypatc
     # products= hint pays for the one order and not for the other: "auto" computes the order
     # only where it is walked on the GPU. (Inside the solvers, without the gathers around each
     # product, which on a GPU eat the gain at this size.)
-    from autospmv.formats.base import DeviceCSR
-
     A = numbered_at_random(grid_laplacian(400))
     monkeypatch.setattr(ordering, "runs_kernels", lambda csr: True)
     monkeypatch.setattr(ordering, "bfs_on_device", lambda csr: ordering.bfs(A))
     built_in = ordering.BUILT_IN_RULES["cuda"]  # not the rule a local GPU's model may carry
-    on_gpu = DeviceCSR(A.shape, A.indptr, A.indices, A.data, A.indptr, np)
+    on_gpu = numpy_device_csr(A)
     choice, _ = ordering.choose_order(A, "auto", 1, "cuda", gathers=False,
                                        rule=built_in, walk_on=on_gpu)
     walked = ordering.ordering_seconds(A.nnz, "bfs", walked_on_gpu=True, permuted_on_gpu=True)
@@ -417,10 +415,8 @@ def test_the_bfs_order_narrows_a_grid_numbered_at_random_as_rcm_does():
 
 @pytest.mark.parametrize("order", ORDERS)
 def test_an_order_of_a_gpu_matrix_is_computed_from_its_column_indices(order):
-    from autospmv.formats.base import DeviceCSR
-
     A = numbered_at_random(grid_laplacian(12))
-    stand_in = DeviceCSR(A.shape, A.indptr, A.indices, A.data, A.indptr.copy(), np)
+    stand_in = numpy_device_csr(A)
     np.testing.assert_array_equal(ordering.COMPUTE[order](stand_in),
                                   ordering.COMPUTE[order](A))
 
@@ -453,17 +449,13 @@ def test_the_renumbered_copy_of_an_uploaded_host_matrix_becomes_the_operators(or
     then converts from, and the host matrix in the new order is that copy's (NumPy arrays stand
     in for the GPU's: the plumbing, not the GPU's work)."""
     from autospmv._prepare import device_input
-    from autospmv.formats.base import DeviceCSR
-
-    def stand_in(csr):
-        return DeviceCSR(csr.shape, csr.indptr, csr.indices, csr.data, csr.indptr.copy(), np)
 
     A = numbered_at_random(grid_laplacian(12))
-    uploaded, renumbered = stand_in(A), []
+    uploaded, renumbered = numpy_device_csr(A), []
 
     def permuted_stand_in(csr, perm, inverse):
         assert csr is uploaded, "renumbered something other than the uploaded copy"
-        renumbered.append(stand_in(ordering.apply_order(csr.to_host(), perm, inverse)))
+        renumbered.append(numpy_device_csr(ordering.apply_order(csr.to_host(), perm, inverse)))
         return renumbered[-1]
 
     monkeypatch.setattr(device_input, "upload_for", lambda csr, device: uploaded)
