@@ -102,8 +102,7 @@ class Step:
     tell ``s`` from the workspace the body stores to. Only for a body that reads ``s`` at
     constant slots and a short ``s``: a slot the caller passes (``s[slot]``) keeps the copy in
     the thread's local memory, where copying it costs more than it saves (BiCGSTAB's and
-    MINRES's steps, with 9 and 27 scalars, ran their iterations 2–10 % and 6–32 % slower on
-    an H100: ``benchmarks/results/solver-held-scalars-h100.jsonl``)."""
+    MINRES's steps, with 9 and 27 scalars, run slower holding them)."""
     host: object = dataclasses.field(default=None, compare=False)
     """What one CPU process runs instead of the body's loop, with NumPy and the BLAS:
     ``host(W, ld, n, s, D, a, b, c, d, e, g)`` (the arguments as the body's, the row at offset
