@@ -232,7 +232,8 @@ FUSED_ROWS_PER_THREAD = 2
 a summing kernel (:data:`.grid_sum.BLOCKS_PER_SM` blocks per multiprocessor, each thread taking
 rows a grid apart). A product of more rows runs faster on its own grid of many waves (a thread
 per row, which keeps more gathers in flight) followed by a dot pass than on one wave that
-forms its dot."""
+forms its dot, and than on its own grid forming its dot, where every block waits through the
+fence and ticket of :mod:`.grid_sum` and the last block adds thousands of blocks' sums."""
 
 
 class CudaBackend:
