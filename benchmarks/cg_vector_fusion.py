@@ -1,14 +1,15 @@
-"""What cg's vector work costs as one kernel with grid barriers against three kernels.
+"""What cg's vector work costs as one kernel with grid barriers against a kernel per pass.
 
 Between two products, cg (:mod:`autospmv._solve.cg`) runs three passes, each a kernel that
 waits for the one before: the dot product p·q (α = ρ / p·q), the update (x += α p, r −= α q,
-ρ' = r·r) and the direction (p = r + β p, β = ρ' / ρ). Each pass ends its kernel only once its
-last block has added the blocks' sums, and the next begins with a grid that fills the
-multiprocessors again. One kernel can run the three in turn, each block waiting for the others
-at a barrier where a sum must be complete: its grid is one wave (every block resident at once,
-which a barrier needs), each block adds the blocks' sums itself, in the order the separate
-passes' last block uses, so α and β are the same bits in every block and as in the separate
-passes, and q, x, r and p come back from L2 in the passes after the first where they fit.
+ρ' = r·r) and the direction (p = r + β p, β = ρ' / ρ); where the product forms p·q, the last
+two. A summing pass ends its kernel only once its last block has added the blocks' sums, and
+the next pass begins with a grid that fills the multiprocessors again. One kernel can run the
+passes in turn, each block waiting for the others at a barrier where a sum must be complete:
+its grid is one wave (every block resident at once, which a barrier needs), each block adds
+the blocks' sums itself, in the order the separate passes' last block uses, so α and β are the
+same bits in every block and as in the separate passes, and q, x, r and p come back from L2 in
+the passes after the first where they fit.
 
 This benchmark times both forms on vectors of a Laplacian's length (CUDA graphs of 32 copies,
 CuPy stream capture, as ``solvers_gpu.graph_us``), checks that they leave the same x, r, p and
@@ -41,8 +42,10 @@ BLOCKS_PER_SM = 4
 BLOCKS_PER_SM`), held resident by its launch bounds."""
 
 RHO, ALPHA, BETA = 0, 1, 2
-LENGTHS = {"3-D Laplacian of 5e6 nonzeros": 704_969, "2-D Laplacian of 5e6 nonzeros": 1_000_000,
-           "2-D Laplacian of 2e7 nonzeros": 4_000_000}
+LENGTHS = {"2-D Laplacian of 1e6 nonzeros": 199_809, "3-D Laplacian of 5e6 nonzeros": 704_969,
+           "2-D Laplacian of 5e6 nonzeros": 1_000_000, "2-D Laplacian of 2e7 nonzeros": 4_000_000}
+"""Vector lengths of ``benchmarks/solvers_gpu.py``'s Laplacians: at 10⁶ nonzeros the product
+forms p·q (two passes remain), above it a pass of its own does (three)."""
 
 
 @jit(launch_bounds=(THREADS, BLOCKS_PER_SM))
@@ -112,8 +115,9 @@ sums through holds them."""
 
 
 @jit(launch_bounds=(THREADS, BLOCKS_PER_SM))
-def fused_passes(x, r, p, q, s, partials, barrier):
-    """The three passes of the module docstring in one kernel of one wave."""
+def fused_passes(x, r, p, q, s, partials, barrier, with_dot):
+    """The passes of the module docstring in one kernel of one wave: all three ``with_dot``,
+    else the update and the direction, with α taken from ``s`` (where the product forms p·q)."""
     per_warp = cuda.shared.array(PER_WARP, float64)
     shared_total = cuda.shared.array(1, float64)
     tid = cuda.threadIdx.x
@@ -123,26 +127,28 @@ def fused_passes(x, r, p, q, s, partials, barrier):
     n = x.shape[0]
     second = -(-blocks // SECOND) * SECOND
     rho = s[RHO]  # read by every block before the last barrier, after which block 0 writes it
-    # p·q
-    term = 0.0
-    i = start
-    while i < n:
-        term += float64(p[i]) * float64(q[i])
-        i += stride
-    total, unused = block_sums(float64(term), 0.0, per_warp)
-    if tid == 0:
-        partials[cuda.blockIdx.x] = total
-    grid_barrier(barrier)
-    value = 0.0
-    j = tid
-    while j < blocks:
-        value += partials[j]
-        j += cuda.blockDim.x
-    total, unused = block_sums(value, 0.0, per_warp)
-    if tid == 0:
-        shared_total[0] = total
-    cuda.syncthreads()
-    alpha_64 = rho / shared_total[0]
+    if with_dot:  # p·q
+        term = 0.0
+        i = start
+        while i < n:
+            term += float64(p[i]) * float64(q[i])
+            i += stride
+        total, unused = block_sums(float64(term), 0.0, per_warp)
+        if tid == 0:
+            partials[cuda.blockIdx.x] = total
+        grid_barrier(barrier)
+        value = 0.0
+        j = tid
+        while j < blocks:
+            value += partials[j]
+            j += cuda.blockDim.x
+        total, unused = block_sums(value, 0.0, per_warp)
+        if tid == 0:
+            shared_total[0] = total
+        cuda.syncthreads()
+        alpha_64 = rho / shared_total[0]
+    else:
+        alpha_64 = s[ALPHA]
     alpha = x.dtype.type(alpha_64)
     # x += α p, r −= α q, r·r
     term = 0.0
@@ -197,33 +203,35 @@ class Vectors:
 
     def reset(self):
         self.d = {name: cuda.to_device(v) for name, v in self.host.items()}
-        self.s = cuda.to_device(np.array([self.rho, 0.0, 0.0]))
+        self.s = cuda.to_device(np.array([self.rho, 0.5, 0.0]))  # α for the two-pass form
 
-    def separate(self, stream=0):
+    def separate(self, stream=0, with_dot=True):
         d, grid = self.d, self.grid
-        dot_pass[grid, THREADS, stream](d["p"], d["q"], self.s, self.partials, self.tickets)
+        if with_dot:
+            dot_pass[grid, THREADS, stream](d["p"], d["q"], self.s, self.partials,
+                                            self.tickets)
         update_pass[grid, THREADS, stream](d["x"], d["r"], d["p"], d["q"], self.s,
                                            self.partials, self.tickets)
         direction_pass[grid, THREADS, stream](d["r"], d["p"], self.s)
 
-    def fused(self, stream=0):
+    def fused(self, stream=0, with_dot=True):
         d = self.d
         fused_passes[self.grid, THREADS, stream](d["x"], d["r"], d["p"], d["q"], self.s,
-                                                 self.fused_partials, self.barrier)
+                                                 self.fused_partials, self.barrier, with_dot)
 
     def state(self):
         return {**{name: v.copy_to_host() for name, v in self.d.items()},
                 "s": self.s.copy_to_host()}
 
 
-def compare(n: int, dtype, grid: int) -> dict:
+def compare(n: int, dtype, grid: int, with_dot: bool = True) -> dict:
     """One iteration of each form from the same vectors: the largest difference, relative to
     the separate passes' values, of x, r, p and the scalars (0: the same bits)."""
     vectors = Vectors(n, dtype, grid)
-    vectors.separate()
+    vectors.separate(with_dot=with_dot)
     separate = vectors.state()
     vectors.reset()
-    vectors.fused()
+    vectors.fused(with_dot=with_dot)
     fused = vectors.state()
     return {name: float(np.max(np.abs(fused[name].astype(np.float64) - separate[name])
                                / np.maximum(np.abs(separate[name]), 1e-300)))
@@ -238,13 +246,17 @@ def measure(cp, n: int, dtype, grid: int, copy_bandwidth: float) -> dict:
     stream = cp.cuda.Stream(non_blocking=True)
     on = cuda.external_stream(stream.ptr)
     itemsize = np.dtype(dtype).itemsize
-    separate_us = graph_us(cp, stream, lambda: vectors.separate(on))
-    fused_us = graph_us(cp, stream, lambda: vectors.fused(on))
-    return {"n": n, "dtype": np.dtype(dtype).name, "grid": grid,
-            "separate_us": separate_us, "fused_us": fused_us,
-            "separate_floor_us": 11 * n * itemsize / copy_bandwidth * 1e6,
-            "fused_floor_us": 7 * n * itemsize / copy_bandwidth * 1e6,
-            "differences": compare(n, dtype, grid)}
+    row = {"n": n, "dtype": np.dtype(dtype).name, "grid": grid}
+    for with_dot, form in ((True, "three"), (False, "two")):
+        row[f"{form}_separate_us"] = graph_us(cp, stream, lambda: vectors.separate(on, with_dot))
+        row[f"{form}_fused_us"] = graph_us(cp, stream, lambda: vectors.fused(on, with_dot))
+        row[f"{form}_differences"] = compare(n, dtype, grid, with_dot)
+    # the bytes: p·q reads 2 vectors, the update reads 4 and writes 2, the direction reads 2
+    # and writes 1; fused, each vector once each way
+    for form, separate, fused in (("three", 11, 7), ("two", 9, 7)):
+        row[f"{form}_separate_floor_us"] = separate * n * itemsize / copy_bandwidth * 1e6
+        row[f"{form}_fused_floor_us"] = fused * n * itemsize / copy_bandwidth * 1e6
+    return row
 
 
 def main(argv=None) -> None:
@@ -257,8 +269,9 @@ def main(argv=None) -> None:
     grid = BLOCKS_PER_SM * multiprocessors if not simulated else 1
     if args.check:  # the differences as JSON, by dtype
         n = 5000 if simulated else 1_000_003
-        print(json.dumps({np.dtype(dtype).name: compare(n, dtype, grid)
-                          for dtype in (np.float32, np.float64)}))
+        print(json.dumps({f"{np.dtype(dtype).name}-{form}": compare(n, dtype, grid, with_dot)
+                          for dtype in (np.float32, np.float64)
+                          for with_dot, form in ((True, "three"), (False, "two"))}))
         return
     import cupy as cp
 
