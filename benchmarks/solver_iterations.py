@@ -36,13 +36,13 @@ def main(argv=None) -> None:
     parser.add_argument("--cases", default=CASES,
                         help="Laplacians as dimensions:nonzeros, comma-separated")
     parser.add_argument("--iterations", type=int, default=300)
-    parser.add_argument("--no-chain", action="store_true",
-                        help="run a chain's steps as kernels of their own (steps.CHAIN off)")
+    parser.add_argument("--chain", action="store_true",
+                        help="run each chain of steps as one kernel (steps.CHAIN on)")
     args = parser.parse_args(argv)
-    if args.no_chain:
+    if args.chain:
         from autospmv._solve import steps
 
-        steps.CHAIN = False
+        steps.CHAIN = True
     import cupy as cp
 
     device = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["name"].decode()

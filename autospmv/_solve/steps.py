@@ -337,7 +337,7 @@ CHAIN = False
 steps run as kernels of their own, one after another. The one kernel must find its whole grid
 resident at once (its blocks wait for each other), and whether it is faster is a GPU
 measurement (``benchmarks/cg_vector_fusion.py``, ``benchmarks/solver_iterations.py
---no-chain``); the simulator tests run it on one block."""
+--chain``); the simulator tests run it on one block."""
 
 
 @dataclass(frozen=True)
