@@ -141,12 +141,8 @@ class CG(Method):
                 links.insert(0, (DOT_KEPT, self.p, self.q))
             m.chain(links)
             return
-        z = self.z
-        m.step(DIRECTION, self.p, self.r, z)
+        m.step(DIRECTION, self.p, self.r, self.z)
         m.product(self.p, self.q, keep_dot=True)
-        if m.preconditioner_is_product:
-            m.step(UPDATE_KEPT, self.x, self.r, self.p, self.q)
-            m.precondition(self.r, self.z)
-            m.step(NEXT_AFTER_PRODUCT, self.r, self.z)
-        else:
-            m.step(UPDATE, self.x, self.r, self.p, self.q)
+        m.step(UPDATE_KEPT, self.x, self.r, self.p, self.q)
+        m.precondition(self.r, self.z)
+        m.step(NEXT_AFTER_PRODUCT, self.r, self.z)

@@ -292,13 +292,8 @@ class CudaMachine(Machine):
         args = [self.W, np.int64(self.ld), np.int64(self.n), self.s, self.f, self.D, *rows,
                 self.partials, self.tickets, self.barrier]
         grid = 1 if self.simulated or not self.n else self.grid
-        launch = Launch(cuda_chain(chain), grid, BLOCK, args, np.float64,
-                        overlaps_previous=steps.OVERLAP)
-        if self.simulated:
-            return lambda: launch.simulate(None, None)
-        launch.load(0, 0)
-        fire, stream = launch.fire(), self.stream.ptr
-        return lambda: fire(0, 0, stream)
+        return self._queued(Launch(cuda_chain(chain), grid, BLOCK, args, np.float64,
+                                   overlaps_previous=steps.OVERLAP))
 
     def product_keeps_dot(self) -> bool:
         return self._dot_product() is not None
@@ -333,7 +328,12 @@ class CudaMachine(Machine):
             args.append(steps.wide_view(self.W))
         kernel = (cuda_multi_step(step, self.W.itemsize) if isinstance(step, MultiStep)
                   else cuda_step(step))
-        launch = Launch(kernel, grid, BLOCK, args, np.float64, overlaps_previous=steps.OVERLAP)
+        return self._queued(Launch(kernel, grid, BLOCK, args, np.float64,
+                                   overlaps_previous=steps.OVERLAP))
+
+    def _queued(self, launch):
+        """``run()``, which queues ``launch`` on the machine's stream (runs it in the
+        simulator)."""
         if self.simulated:
             return lambda: launch.simulate(None, None)
         launch.load(0, 0)
@@ -408,14 +408,8 @@ class RankMachine:
             self.inner, CudaMachine) else np, out=self._totals)
         self.inner.step(finishing, n=0)
 
-    def product_keeps_dot(self) -> bool:
-        return False
-
-    def chain(self, links) -> None:
-        """:meth:`Machine.chain`, step by step: each step's sums are all-reduced before the
-        next."""
-        for step, *rows in links:
-            self.step(step, *rows)
+    product_keeps_dot = Machine.product_keeps_dot
+    chain = Machine.chain  # step by step: each step's sums all-reduced before the next
 
     def product(self, src: int, dst: int, keep_dot: bool = False) -> None:
         """:meth:`Machine.product` through ``rank.matvec``."""

@@ -290,14 +290,10 @@ def _cuda_kernel(template, parts, name: str, **links):
         from numba import cuda
 
         from ..kernels.cuda.grid_dependency import release_dependents, wait_for_previous
-        from ..kernels.cuda.grid_sum import BLOCKS_PER_SM
 
-        function = retargeted(template, "cuda", cuda=cuda, wait_for_previous=wait_for_previous,
-                              release_dependents=release_dependents, **links)
-        function.__qualname__ = function.__name__ = name
-        if cuda.config.ENABLE_CUDASIM:
-            return cuda.jit(function)
-        return cuda.jit(function, launch_bounds=(BLOCK, BLOCKS_PER_SM))
+        return _jit_kernel(retargeted(template, "cuda", cuda=cuda,
+                                      wait_for_previous=wait_for_previous,
+                                      release_dependents=release_dependents, **links), name)
 
     return _memoised(("cuda kernel", template, parts), build)
 
@@ -314,7 +310,7 @@ def _cuda_function(template, step, finish: Dual, device_functions: list, bounded
         from numba import cuda, float64, int32
 
         from ..kernels.cuda.grid_dependency import release_dependents, wait_for_previous
-        from ..kernels.cuda.grid_sum import BLOCKS_PER_SM, grid_sums, warp_sum
+        from ..kernels.cuda.grid_sum import grid_sums, warp_sum
 
         bound = dict(cuda=cuda, float64=float64, int32=int32, BLOCK=BLOCK,
                      wait_for_previous=wait_for_previous,
@@ -324,12 +320,23 @@ def _cuda_function(template, step, finish: Dual, device_functions: list, bounded
             bound[name] = cuda.jit(device=True)(retargeted(device_template, "cuda", **bound))
         function = retargeted(template, "cuda", BODY=step.body.on("cuda"),
                               FINISH=finish.on("cuda"), SKIP=step.skip, **bound)
-        function.__qualname__ = function.__name__ = step.name + suffix
-        if cuda.config.ENABLE_CUDASIM or not bounded:
-            return cuda.jit(function)
-        return cuda.jit(function, launch_bounds=(BLOCK, BLOCKS_PER_SM))
+        return _jit_kernel(function, step.name + suffix, bounded)
 
     return _memoised(("cuda", step, template, suffix), build)
+
+
+def _jit_kernel(function, name: str, bounded: bool = True):
+    """``function`` named ``name`` and compiled by numba-cuda as a kernel, with the launch
+    bounds of the steps' grid where ``bounded`` (never under the simulator, which takes
+    none)."""
+    from numba import cuda
+
+    from ..kernels.cuda.grid_sum import BLOCKS_PER_SM
+
+    function.__qualname__ = function.__name__ = name
+    if cuda.config.ENABLE_CUDASIM or not bounded:
+        return cuda.jit(function)
+    return cuda.jit(function, launch_bounds=(BLOCK, BLOCKS_PER_SM))
 
 
 CHAIN = False
