@@ -150,10 +150,8 @@ there and copied back): with the walk, the order of a CuPy matrix of 10⁷ nonze
 ``prepare`` 0.025–0.154 s on an H200 and 0.02–0.09 s on an H100, and that of a host matrix
 0.04–0.16 s on the H100 (21 shared and 21 corpus matrices grown to 10⁷ nonzeros and numbered at
 random, but for the first, which compiled the kernels), which the two estimates' 0.165 s
-cover. On a slower H100 (its device copy at 2.98 TB/s) the shared matrices' orders cost
-0.02–0.20 s and 0.04–0.29 s, above the estimate on power_grid (0.18–0.20 s and 0.27–0.29 s)
-and on netscience's host matrix in float64 (0.18 s)."""
-
+cover on those machines; on a slower one it is an underestimate for the slowest orders (the
+benchmarks page gives them)."""
 
 MIN_RELATIVE_GAIN = 0.05
 """The least gain per product, relative to a product in A's own order, that the rule must
