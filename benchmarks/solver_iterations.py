@@ -36,13 +36,7 @@ def main(argv=None) -> None:
     parser.add_argument("--cases", default=CASES,
                         help="Laplacians as dimensions:nonzeros, comma-separated")
     parser.add_argument("--iterations", type=int, default=300)
-    parser.add_argument("--chain", action="store_true",
-                        help="run each chain of steps as one kernel (steps.CHAIN on)")
     args = parser.parse_args(argv)
-    if args.chain:
-        from autospmv._solve import steps
-
-        steps.CHAIN = True
     import cupy as cp
 
     device = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["name"].decode()

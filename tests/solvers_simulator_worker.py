@@ -11,7 +11,6 @@ import scipy.sparse
 import scipy.sparse.linalg
 
 import autospmv
-from autospmv._solve import steps
 from solver_cases import problems, right_hand_side
 
 PRECONDITIONERS = (None, "jacobi")
@@ -88,18 +87,6 @@ for kernel in FUSED_KERNELS[:3]:
     records.append(product_with_dot_case(kernel, long_matrix, np.float64, f"dot-{kernel}-long"))
 records.append(solved_both_ways("cg-laplacian-None-ell", "cg", laplacian_matrix,
                                 right_hand_side(laplacian_matrix.shape[0]), kernel="ell"))
-# cg's p·q, update and direction as one kernel (steps.CHAIN): three steps after a product of
-# its own, two after ell's, which forms p·q.
-steps.CHAIN = True
-for dtype, rtol, suffix in ((np.float64, 1e-8, ""), (np.float32, 1e-5, "-float32")):
-    A_typed = laplacian_matrix.astype(dtype)
-    b = right_hand_side(A_typed.shape[0]).astype(dtype)
-    for M in PRECONDITIONERS:
-        records.append(solved_both_ways(f"chain-cg-laplacian-{M}{suffix}", "cg", A_typed, b,
-                                        rtol, lambda device, M=M: M))
-    records.append(solved_both_ways(f"chain-cg-laplacian-None-ell{suffix}", "cg", A_typed, b,
-                                    rtol, kernel="ell"))
-steps.CHAIN = False
 for method, name, A in problems(3):
     for dtype, rtol, suffix in ((np.float64, 1e-8, ""), (np.float32, 1e-5, "-float32")):
         A_typed = A.astype(dtype)

@@ -47,15 +47,6 @@ def test_the_gpu_steps_give_the_cpu_iterates(simulated, case):
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
-@pytest.mark.parametrize("case", ["chain-cg-laplacian-None", "chain-cg-laplacian-jacobi",
-                                  "chain-cg-laplacian-None-ell"])
-def test_cg_as_one_chain_gives_the_cpu_iterates(simulated, case, dtype):
-    """cg's p·q, update and direction as one kernel (``steps.CHAIN``), three steps after a
-    product of its own and two after ell's, which forms p·q."""
-    assert_the_cpu_iterates(simulated[case + ("-float32" if dtype == "float32" else "")], dtype)
-
-
-@pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("kind", ["operator", "linear_operator"])
 @pytest.mark.parametrize("problem", PROBLEMS)
 def test_an_operator_as_m_gives_the_cpu_iterates(simulated, problem, kind, dtype):
@@ -115,34 +106,6 @@ def steps():
             if isinstance(value, Step):
                 found[value.name] = value
     return [found[name] for name in sorted(found)]
-
-
-@pytest.mark.skipif(cuda.config.ENABLE_CUDASIM, reason="PTX needs the real numba-cuda")
-@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["float64", "float32"])
-def test_cgs_chains_compile_to_ptx(dtype):
-    """Both of cg's chains (p·q, update and direction; update and direction), whose kernel waits
-    for its whole grid where the simulator runs one block."""
-    from numba import types as nt
-    from numba.cuda import dispatcher
-    from numba.np.numpy_support import from_dtype
-
-    from autospmv._solve import cg
-    from autospmv._solve.steps import Chain, cuda_chain
-
-    vector = nt.Array(from_dtype(np.dtype(dtype)), 1, "C")
-    int32 = nt.Array(nt.int32, 1, "C")
-    argtypes = (vector, nt.int64, nt.int64, nt.Array(nt.float64, 1, "C"),
-                nt.Array(nt.int64, 1, "C"), vector, *[nt.int64] * 18,
-                nt.Array(nt.float64, 1, "C"), int32, int32)
-    current = dispatcher.get_current_device  # device functions read the compute capability
-    dispatcher.get_current_device = lambda: types.SimpleNamespace(compute_capability=(9, 0))
-    try:
-        for chain in (Chain((cg.DOT_KEPT, cg.UPDATE, cg.DIRECTION)),
-                      Chain((cg.UPDATE, cg.DIRECTION))):
-            ptx, _ = cuda.compile_ptx(cuda_chain(chain).py_func, argtypes, cc=(9, 0))
-            assert ".visible .entry" in ptx and "atom" in ptx, chain.name
-    finally:
-        dispatcher.get_current_device = current
 
 
 @pytest.mark.skipif(cuda.config.ENABLE_CUDASIM, reason="PTX needs the real numba-cuda")

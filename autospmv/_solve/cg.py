@@ -18,12 +18,6 @@ iteration k+1 is made at the end of iteration k; the iteration count and x are S
 Passes 2 and 3 are one on a GPU where the product's kernel owns whole rows: it forms p·q as it
 writes q (:meth:`.machines.Machine.product` with ``keep_dot``), and the update takes α as
 ρ / (p·q) from there.
-
-Without an operator M, the direction of iteration k+1 ends iteration k (the start makes the
-first), so that an iteration is the product and then one chain of the passes after it (p·q
-where the product does not form it, the update, the direction): a single kernel where
-:data:`.steps.CHAIN` is on (:class:`.steps.Chain`), the same passes one after another
-elsewhere. The direction does nothing once the update's finish has stopped the method.
 """
 
 from __future__ import annotations
@@ -105,7 +99,6 @@ DIRECTION = Step(direction, held=SCALARS)
 UPDATE = Step(update, next_iteration, held=SCALARS)
 UPDATE_KEPT = Step(update, keep, held=SCALARS)
 NEXT_AFTER_PRODUCT = Step(dot, next_after_product)
-DOT_KEPT = Step(dot, keep)
 
 
 class CG(Method):
@@ -125,24 +118,15 @@ class CG(Method):
             m.step(BEGIN_AFTER_PRODUCT, self.r, self.z)
         else:
             m.step(RESIDUAL, self.r, self.b, self.q, self.r)
-            m.step(DIRECTION, self.p, self.r, self.r)  # the first iteration's
 
     def iteration(self, eager: bool = False) -> None:
         m = self.m
-        if not m.preconditioner_is_product:
-            # The direction of the next iteration ends this one (the first is the start's), so
-            # that p·q, the update and the direction run as one chain after the product.
-            links = [(UPDATE, self.x, self.r, self.p, self.q),
-                     (DIRECTION, self.p, self.r, self.r)]
-            if m.product_keeps_dot():
-                m.product(self.p, self.q, keep_dot=True)
-            else:
-                m.product(self.p, self.q)
-                links.insert(0, (DOT_KEPT, self.p, self.q))
-            m.chain(links)
-            return
-        m.step(DIRECTION, self.p, self.r, self.z)
+        z = self.z if m.preconditioner_is_product else self.r
+        m.step(DIRECTION, self.p, self.r, z)
         m.product(self.p, self.q, keep_dot=True)
-        m.step(UPDATE_KEPT, self.x, self.r, self.p, self.q)
-        m.precondition(self.r, self.z)
-        m.step(NEXT_AFTER_PRODUCT, self.r, self.z)
+        if m.preconditioner_is_product:
+            m.step(UPDATE_KEPT, self.x, self.r, self.p, self.q)
+            m.precondition(self.r, self.z)
+            m.step(NEXT_AFTER_PRODUCT, self.r, self.z)
+        else:
+            m.step(UPDATE, self.x, self.r, self.p, self.q)

@@ -1,5 +1,5 @@
 """Where a solve runs: the workspace of its vectors and scalars, and the calls its iteration is
-written in (:meth:`step`, :meth:`chain`, :meth:`product`, :meth:`precondition`).
+written in (:meth:`step`, :meth:`product`, :meth:`precondition`).
 
 A method's iteration (:mod:`.cg`, :mod:`.bicgstab`, :mod:`.gmres`, :mod:`.minres`) is a short
 sequence of those calls, written once. :class:`CpuMachine` runs each call at once (numba loops
@@ -21,8 +21,8 @@ from .dual import dual
 from .bodies import dot
 from .scalars import FLAGS, KEPT, STATE, STOPPED, keep
 from . import steps
-from .steps import (BLOCK, MAX_LINKS, PARALLEL_FROM, Chain, MultiStep, Step, cpu_multi_step,
-                    cpu_step, cuda_chain, cuda_multi_step, cuda_step)
+from .steps import (BLOCK, PARALLEL_FROM, MultiStep, Step, cpu_multi_step, cpu_step,
+                    cuda_multi_step, cuda_step)
 
 KEPT_DOT = Step(dot, keep)
 """The product of two vectors into ``s[KEPT]`` (:meth:`Machine.product` with ``keep_dot``)."""
@@ -76,17 +76,6 @@ class Machine:
         self.op.matvec(self._views[src], out=self._views[dst])
         if keep_dot:
             self.step(KEPT_DOT, src, dst)
-
-    def product_keeps_dot(self) -> bool:
-        """Whether :meth:`product` with ``keep_dot`` forms the dot in the product's own kernel
-        (else a step does, which a method may chain to the steps after it)."""
-        return False
-
-    def chain(self, links) -> None:
-        """The steps of ``links`` (``(step, a, b, …)`` each, as :meth:`step` takes them) in
-        turn; :class:`CudaMachine` runs them as one kernel (:class:`.steps.Chain`)."""
-        for step, *rows in links:
-            self.step(step, *rows)
 
     def precondition(self, src, dst) -> None:
         """The vector at offset ``dst`` = M @ the one at ``src`` for an operator M (queued as
@@ -228,7 +217,6 @@ class CudaMachine(Machine):
             self.partials = xp.zeros(max(partials, max(2, partial_sums) * self.grid),
                                      dtype=np.float64)
             self.tickets = xp.zeros(tickets, dtype=np.int32)
-            self.barrier = xp.zeros(1, dtype=np.int32)
         self._views = {k * self.ld: self.W[k * self.ld:k * self.ld + n] for k in range(count)}
         self._launches = {}
         self._product_with_dot = None
@@ -268,36 +256,6 @@ class CudaMachine(Machine):
             fire = self._launches[key] = self._load(step, (a, b, c, d, e, g), n)
         fire()
 
-    def chain(self, links) -> None:
-        """:meth:`Machine.chain` as one kernel of one wave (:func:`.steps.cuda_chain`; one
-        block under numba-cuda's simulator, whose blocks run one after another and could not
-        wait for each other), or step by step where :data:`.steps.CHAIN` is off."""
-        if not steps.CHAIN:
-            super().chain(links)
-            return
-        key = ("chain", tuple((step, *rows) for step, *rows in links))
-        fire = self._launches.get(key)
-        if fire is None:
-            fire = self._launches[key] = self._load_chain(links)
-        fire()
-
-    def _load_chain(self, links):
-        from ..kernels.cuda.launch import Launch
-
-        chain = Chain(tuple(step for step, *_ in links))
-        rows = []
-        for k in range(MAX_LINKS):
-            given = tuple(links[k][1:]) if k < len(links) else ()
-            rows += [np.int64(r) for r in given + (0,) * (6 - len(given))]
-        args = [self.W, np.int64(self.ld), np.int64(self.n), self.s, self.f, self.D, *rows,
-                self.partials, self.tickets, self.barrier]
-        grid = 1 if self.simulated or not self.n else self.grid
-        return self._queued(Launch(cuda_chain(chain), grid, BLOCK, args, np.float64,
-                                   overlaps_previous=steps.OVERLAP))
-
-    def product_keeps_dot(self) -> bool:
-        return self._dot_product() is not None
-
     def product(self, src, dst, keep_dot: bool = False) -> None:
         """:meth:`Machine.product`; with ``keep_dot``, one launch where the operator's kernel
         owns whole rows (:meth:`autospmv.SpMVOperator.product_with_dot`): it forms
@@ -328,12 +286,7 @@ class CudaMachine(Machine):
             args.append(steps.wide_view(self.W))
         kernel = (cuda_multi_step(step, self.W.itemsize) if isinstance(step, MultiStep)
                   else cuda_step(step))
-        return self._queued(Launch(kernel, grid, BLOCK, args, np.float64,
-                                   overlaps_previous=steps.OVERLAP))
-
-    def _queued(self, launch):
-        """``run()``, which queues ``launch`` on the machine's stream (runs it in the
-        simulator)."""
+        launch = Launch(kernel, grid, BLOCK, args, np.float64, overlaps_previous=steps.OVERLAP)
         if self.simulated:
             return lambda: launch.simulate(None, None)
         launch.load(0, 0)
@@ -407,9 +360,6 @@ class RankMachine:
         self.rank.comm.allreduce(self._totals, self.inner.xp if isinstance(
             self.inner, CudaMachine) else np, out=self._totals)
         self.inner.step(finishing, n=0)
-
-    product_keeps_dot = Machine.product_keeps_dot
-    chain = Machine.chain  # step by step: each step's sums all-reduced before the next
 
     def product(self, src: int, dst: int, keep_dot: bool = False) -> None:
         """:meth:`Machine.product` through ``rank.matvec``."""

@@ -29,9 +29,7 @@ Both parts are :func:`~.dual.dual` functions, so one definition runs on both tar
   block, and the last block to finish adds the blocks' sums in a fixed order and calls finish
   (:func:`autospmv.kernels.cuda.grid_sum.grid_sums`: a ticket taken with an atomic after each
   block has published its sums). A step that names the scalars its body reads
-  (:attr:`Step.held`) hands the body a copy of them in registers. The kernel is the step's one
-  *link* (:func:`_cuda_link`); a :class:`Chain`'s kernel runs the links of several steps in
-  turn, every block waiting at each finish for the block that runs it. The sums never leave the
+  (:attr:`Step.held`) hands the body a copy of them in registers. The sums never leave the
   device and are the same from run to run (no floating-point atomics); the ticket is set back
   to 0 for the next step. The grid is one wave,
   :data:`~autospmv.kernels.cuda.grid_sum.BLOCKS_PER_SM` blocks of :data:`BLOCK` threads per
@@ -209,15 +207,14 @@ def host_subtract(y, x, a: float) -> None:
     _memoised("subtract", build)(y, x, a)
 
 
-def _cuda_link_template(W, ld, n, s, f, D, a, b, c, d, e, g, partials, tickets, barrier):
-    if f[STATE] & SKIP:  # in a chain, the same flags in every block (read after a release)
+def _cuda_template(W, ld, n, s, f, D, a, b, c, d, e, g, partials, tickets):
+    wait_for_previous()
+    release_dependents()
+    if f[STATE] & SKIP:
         return
     tid = cuda.threadIdx.x
     block = cuda.blockIdx.x
     blocks = cuda.gridDim.x
-    generation = 0
-    if WAITS and tid == 0:  # before this block's ticket, so before the release
-        generation = cuda.atomic.add(barrier, 0, 0)
     held = cuda.local.array(HELD, float64)
     for k in range(HELD):
         held[k] = s[k]
@@ -235,67 +232,16 @@ def _cuda_link_template(W, ld, n, s, f, D, a, b, c, d, e, g, partials, tickets, 
     last, sum0, sum1 = grid_sums(sum0, sum1, partials, tickets)
     if last:
         FINISH(s, f, sum0, sum1)
-        if WAITS:
-            cuda.threadfence()
-            cuda.atomic.add(barrier, 0, 1)  # the release
-    elif WAITS and tid == 0:
-        while cuda.atomic.add(barrier, 0, 0) == generation:
-            pass
-        cuda.threadfence()
-    if WAITS:
-        cuda.syncthreads()
-
-
-def _cuda_link(step: Step, waits: bool):
-    """``step``'s part of a kernel, a numba-cuda device function ``link(W, ld, n, s, f, D, a, …
-    g, partials, tickets, barrier)``: its loop over the elements, its sums and finish; where it
-    ``waits`` (a step of a :class:`Chain` with a step after it), every block then waits for the
-    finish, which the block that runs it releases through ``barrier`` (one int32 that only
-    grows)."""
-    def build():
-        from numba import cuda, float64
-
-        from ..kernels.cuda.grid_sum import grid_sums
-
-        link = retargeted(_cuda_link_template, "cuda", cuda=cuda, float64=float64, BLOCK=BLOCK,
-                          grid_sums=grid_sums, BODY=step.body.on("cuda"),
-                          FINISH=(step.finish or no_finish).on("cuda"), SKIP=step.skip,
-                          REDUCES=step.finish is not None, HELD=max(step.held, 1),
-                          HOLDS=step.held > 0, WAITS=waits and step.finish is not None)
-        link.__qualname__ = link.__name__ = f"link__{step.name}{'__waits' if waits else ''}"
-        return cuda.jit(device=True, inline=True)(link)
-
-    return _memoised(("cuda link", step, waits), build)
-
-
-def _cuda_template(W, ld, n, s, f, D, a, b, c, d, e, g, partials, tickets):
-    wait_for_previous()
-    release_dependents()
-    LINK(W, ld, n, s, f, D, a, b, c, d, e, g, partials, tickets, tickets)  # (no barrier)
 
 
 def cuda_step(step: Step):
     """The numba-cuda kernel ``kernel(W, ld, n, s, f, D, a, b, c, d, e, g, partials, tickets)``
     of ``step`` (blocks of :data:`BLOCK` threads; ``partials`` and ``tickets`` at least of the
     lengths :func:`autospmv.kernels.cuda.grid_sum.workspace` gives for the grid, the tickets 0
-    between steps): its one link (:func:`_cuda_link`)."""
-    return _cuda_kernel(_cuda_template, step, step.name, LINK=_cuda_link(step, False))
-
-
-def _cuda_kernel(template, parts, name: str, **links):
-    """The kernel of ``template`` calling ``links`` (by the names it reads them under), named
-    ``name`` and compiled with the launch bounds of the steps' grid (once per ``parts``: the
-    step or chain)."""
-    def build():
-        from numba import cuda
-
-        from ..kernels.cuda.grid_dependency import release_dependents, wait_for_previous
-
-        return _jit_kernel(retargeted(template, "cuda", cuda=cuda,
-                                      wait_for_previous=wait_for_previous,
-                                      release_dependents=release_dependents, **links), name)
-
-    return _memoised(("cuda kernel", template, parts), build)
+    between steps)."""
+    return _cuda_function(_cuda_template, step, step.finish or no_finish, [], True,
+                          REDUCES=step.finish is not None, HELD=max(step.held, 1),
+                          HOLDS=step.held > 0)
 
 
 def _cuda_function(template, step, finish: Dual, device_functions: list, bounded: bool,
@@ -310,7 +256,7 @@ def _cuda_function(template, step, finish: Dual, device_functions: list, bounded
         from numba import cuda, float64, int32
 
         from ..kernels.cuda.grid_dependency import release_dependents, wait_for_previous
-        from ..kernels.cuda.grid_sum import grid_sums, warp_sum
+        from ..kernels.cuda.grid_sum import BLOCKS_PER_SM, grid_sums, warp_sum
 
         bound = dict(cuda=cuda, float64=float64, int32=int32, BLOCK=BLOCK,
                      wait_for_previous=wait_for_previous,
@@ -320,91 +266,12 @@ def _cuda_function(template, step, finish: Dual, device_functions: list, bounded
             bound[name] = cuda.jit(device=True)(retargeted(device_template, "cuda", **bound))
         function = retargeted(template, "cuda", BODY=step.body.on("cuda"),
                               FINISH=finish.on("cuda"), SKIP=step.skip, **bound)
-        return _jit_kernel(function, step.name + suffix, bounded)
+        function.__qualname__ = function.__name__ = step.name + suffix
+        if cuda.config.ENABLE_CUDASIM or not bounded:
+            return cuda.jit(function)
+        return cuda.jit(function, launch_bounds=(BLOCK, BLOCKS_PER_SM))
 
     return _memoised(("cuda", step, template, suffix), build)
-
-
-def _jit_kernel(function, name: str, bounded: bool = True):
-    """``function`` named ``name`` and compiled by numba-cuda as a kernel, with the launch
-    bounds of the steps' grid where ``bounded`` (never under the simulator, which takes
-    none)."""
-    from numba import cuda
-
-    from ..kernels.cuda.grid_sum import BLOCKS_PER_SM
-
-    function.__qualname__ = function.__name__ = name
-    if cuda.config.ENABLE_CUDASIM or not bounded:
-        return cuda.jit(function)
-    return cuda.jit(function, launch_bounds=(BLOCK, BLOCKS_PER_SM))
-
-
-CHAIN = False
-"""Run a solver's chains (:class:`Chain`) as one GPU kernel each; otherwise (the default) their
-steps run as kernels of their own, one after another. The one kernel must find its whole grid
-resident at once (its blocks wait for each other), and whether it is faster is a GPU
-measurement (``benchmarks/cg_vector_fusion.py``, ``benchmarks/solver_iterations.py
---chain``); the simulator tests run it on one block."""
-
-
-@dataclass(frozen=True)
-class Chain:
-    """Steps that one GPU kernel runs in turn (:func:`cuda_chain`): after each step's sums,
-    the block that adds them runs the step's finish and then lets the others on, which wait
-    for it; the grid is one wave, every block resident at once. Every step but the last has a
-    finish (a step without one lets the next begin at once, so it may only be last), and each
-    reads element i of the vectors the steps before it wrote at element i, as every body
-    does. On the CPU and the ranks the steps run one after another."""
-
-    steps: tuple
-
-    def __post_init__(self):
-        if not 1 <= len(self.steps) <= MAX_LINKS:
-            raise ValueError(f"a chain has 1 to {MAX_LINKS} steps; got {len(self.steps)}")
-        if any(step.finish is None for step in self.steps[:-1]):
-            raise ValueError("only a chain's last step may lack a finish")
-
-    @property
-    def name(self) -> str:
-        return "chain__" + "__".join(step.name for step in self.steps)
-
-
-MAX_LINKS = 3
-"""The most steps of a :class:`Chain`."""
-
-
-def _cuda_no_link(W, ld, n, s, f, D, a, b, c, d, e, g, partials, tickets, barrier):
-    return
-
-
-def _cuda_chain_template(W, ld, n, s, f, D, a1, b1, c1, d1, e1, g1, a2, b2, c2, d2, e2, g2,
-                         a3, b3, c3, d3, e3, g3, partials, tickets, barrier):
-    wait_for_previous()
-    release_dependents()
-    LINK1(W, ld, n, s, f, D, a1, b1, c1, d1, e1, g1, partials, tickets, barrier)
-    LINK2(W, ld, n, s, f, D, a2, b2, c2, d2, e2, g2, partials, tickets, barrier)
-    LINK3(W, ld, n, s, f, D, a3, b3, c3, d3, e3, g3, partials, tickets, barrier)
-
-
-def cuda_chain(chain: Chain):
-    """The numba-cuda kernel ``kernel(W, ld, n, s, f, D, a1, … g1, a2, … g2, a3, … g3,
-    partials, tickets, barrier)`` of ``chain`` (the rows of each step; those of missing steps
-    anything; ``barrier``: one int32, any value), its steps' links (:func:`_cuda_link`) in
-    turn, all but the last waiting for their finish."""
-    last = len(chain.steps) - 1
-    links = {f"LINK{k + 1}": (_cuda_link(chain.steps[k], k < last) if k <= last
-                              else _cuda_no_link_function())
-             for k in range(MAX_LINKS)}
-    return _cuda_kernel(_cuda_chain_template, chain, chain.name, **links)
-
-
-def _cuda_no_link_function():
-    def build():
-        from numba import cuda
-
-        return cuda.jit(device=True, inline=True)(_cuda_no_link)
-
-    return _memoised("cuda no link", build)
 
 
 @dataclass(frozen=True)
