@@ -28,6 +28,7 @@ numba-cuda's simulator::
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 from pathlib import Path
@@ -38,6 +39,9 @@ from numba import float64, int32
 from autospmv._support.devices import numba_cuda
 from autospmv.kernels.cuda import jit
 from autospmv.kernels.cuda.grid_sum import BLOCKS_PER_SM, warp_sum
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from solvers_gpu import copy_bandwidth, graph_us  # noqa: E402  (beside this script)
 
 cuda = numba_cuda()  # (numba-cuda with NumPy 2.5 needs its compatibility step)
 
@@ -54,6 +58,7 @@ LENGTHS = {"2-D Laplacian of 1e6 nonzeros": 199_809, "3-D Laplacian of 1e6 nonze
            "2-D Laplacian of 5e6 nonzeros": 1_000_000, "3-D Laplacian of 5e6 nonzeros": 704_969}
 """Vector lengths of ``benchmarks/solvers_gpu.py``'s Laplacians."""
 BASES = (4, 16, 30)
+DTYPES = (np.float32, np.float64)
 
 
 @jit(device=True)
@@ -185,7 +190,7 @@ def check(multiprocessors: int) -> dict:
     n = 3001 if simulated else 1_000_003
     ld = -(-n // 64) * 64
     out = {}
-    for dtype in (np.float32, np.float64):
+    for dtype in DTYPES:
         for count in ((3, 9) if simulated else BASES):
             W = np.random.default_rng(count).standard_normal((count + 2) * ld).astype(dtype)
             slices = Slices(2 if simulated else grid_for(n, multiprocessors))
@@ -200,9 +205,6 @@ def check(multiprocessors: int) -> dict:
 def measure(cp, n: int, dtype, basis: int, bandwidth: float, multiprocessors: int) -> dict:
     """µs per projection of each form on a GMRES solve's own workspace, the floor of its bytes
     and the largest difference of the two forms' sums relative to the largest sum."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from solvers_gpu import graph_us  # (beside this script)
-
     import autospmv
     import scipy.sparse as sp
     from autospmv._solve import gmres
@@ -251,23 +253,15 @@ def main(argv=None) -> None:
         return
     import cupy as cp
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from solvers_gpu import copy_bandwidth
-
-    bandwidth = copy_bandwidth(cp)
     device = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["name"].decode()
-    rows = []
-    for name, n in LENGTHS.items():
-        for dtype in (np.float32, np.float64):
-            for basis in BASES:
-                row = {"vectors": name, **measure(cp, n, dtype, basis, bandwidth,
-                                                  multiprocessors)}
-                rows.append(row)
-                print(json.dumps(row), flush=True)
-                if args.out:  # after every row, so that a run cut short keeps what it measured
-                    args.out.write_text(json.dumps({"device": device,
-                                                    "copy_bandwidth": bandwidth,
-                                                    "rows": rows}, indent=1))
+    results = {"device": device, "copy_bandwidth": copy_bandwidth(cp), "rows": []}
+    for (name, n), dtype, basis in itertools.product(LENGTHS.items(), DTYPES, BASES):
+        row = {"vectors": name, **measure(cp, n, dtype, basis, results["copy_bandwidth"],
+                                          multiprocessors)}
+        results["rows"].append(row)
+        print(json.dumps(row), flush=True)
+        if args.out:  # after every row, so that a run cut short keeps what it measured
+            args.out.write_text(json.dumps(results, indent=1))
 
 
 if __name__ == "__main__":
