@@ -12,11 +12,16 @@ vectors, and replays it (:func:`benchmarks.solvers_gpu.graph_us`): µs per launc
 * ``product``, ``project``, ``subtract`` and ``scale``, each against ``*_floor``: its fewest
   bytes (the basis and w once; w twice more for the subtraction's write and the scale) at the
   device-to-device copy bandwidth measured in the same run;
+* ``column``: the column's launches in the solver's order as one graph (product, projection,
+  subtraction, the second pass's projection and subtraction, which skip as they do for a column
+  orthogonal after its first pass, and scale), and ``column_without_second_pass``: the same
+  without the two launches that skip (their difference is what those cost in the sequence);
 * ``solve_per_inner``: ``autospmv.gmres`` with rtol=0 and restart=30 per inner iteration
   (4 restart cycles, median of 3 solves), and ``cupyx_per_inner``: cupyx's gmres on the matrix
   in cuSPARSE, the same way.
 
-The passes time with finishes that do nothing (so that no column ends and no step is skipped).
+The passes time with finishes that do nothing (so that no column ends; only the second pass's
+launches in ``column`` skip).
 Results go to ``--out`` (JSON lines naming the GPU). Run from the repository root on a GPU::
 
     PYTHONPATH=. python benchmarks/gmres_column_pieces.py --out pieces.jsonl
@@ -34,6 +39,7 @@ import autospmv
 from autospmv._solve import gmres
 from autospmv._solve.dual import dual
 from autospmv._solve.machines import CudaMachine
+from autospmv._solve.scalars import ORTHOGONAL, STATE
 from autospmv._solve.steps import MultiStep, Step
 from benchmarks.solvers_gpu import (convection, copy_bandwidth, cupyx_call, graph_us, laplacian,
                                     timed)
@@ -70,6 +76,24 @@ def pieces(cp, op, n: int, dtype, basis: int, bandwidth: float) -> dict:
         out["subtract"] = graph_us(cp, stream,
                                    lambda: machine.step(subtract, w, v[0], 0, gmres.H, basis))
         out["scale"] = graph_us(cp, stream, lambda: machine.step(scale, v[basis], w))
+        # a whole column as the solver queues it, the second pass's two launches skipping (the
+        # column orthogonal after its first pass), and the same without them
+        machine.set_flags({STATE: ORTHOGONAL})
+        again = MultiStep(gmres.project, no_totals, RESTART + 2, gmres.SECOND_PASS_SKIP)
+        subtract_again = MultiStep(gmres.subtract_projections, no_totals, RESTART + 2,
+                                   gmres.SECOND_PASS_SKIP, combines=True)
+
+        def column(second_pass: bool):
+            machine.product(v[basis - 1], w)
+            machine.step(project, w, v[0], basis, 0, 0)
+            machine.step(subtract, w, v[0], 0, gmres.H, basis)
+            if second_pass:
+                machine.step(again, w, v[0], basis, 0, 0)
+                machine.step(subtract_again, w, v[0], 0, gmres.H, basis)
+            machine.step(scale, v[basis], w)
+
+        out["column"] = graph_us(cp, stream, lambda: column(True))
+        out["column_without_second_pass"] = graph_us(cp, stream, lambda: column(False))
     vector_us = n * np.dtype(dtype).itemsize / bandwidth * 1e6
     out.update(project_floor=(basis + 1) * vector_us, subtract_floor=(basis + 2) * vector_us,
                scale_floor=2 * vector_us)
