@@ -30,6 +30,8 @@ Results go to ``--out`` (JSON lines naming the GPU). Run from the repository roo
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import json
 from pathlib import Path
 
@@ -54,17 +56,25 @@ def no_totals(s, f, totals):
     return
 
 
-def pieces(cp, op, n: int, dtype, basis: int, bandwidth: float) -> dict:
-    """µs per launch of each pass of a column with ``basis`` basis vectors, and their floors."""
+@contextlib.contextmanager
+def gmres_workspace(cp, op, n: int, dtype):
+    """``(machine, method)``: the machine of a GMRES(RESTART) solve on ``op``, entered, its
+    workspace filled with random values, and the method on it."""
     options = {"restart": RESTART}
     machine = CudaMachine(op, n, dtype, gmres.GMRES.rows, gmres.GMRES.scalar_count(options),
                           None, workspace_rows=gmres.GMRES.workspace_rows(options),
                           partial_sums=gmres.GMRES.partial_sums(options))
-    out = {"grid": machine.grid}
     with machine:
         method = gmres.GMRES(machine, RESTART)
         machine.W[...] = cp.asarray(np.random.default_rng(1).standard_normal(machine.W.size),
                                     dtype)
+        yield machine, method
+
+
+def pieces(cp, op, n: int, dtype, basis: int, bandwidth: float) -> dict:
+    """µs per launch of each pass of a column with ``basis`` basis vectors, and their floors."""
+    with gmres_workspace(cp, op, n, dtype) as (machine, method):
+        out = {"grid": machine.grid}
         project = MultiStep(gmres.project, no_totals, RESTART + 2, 0)
         subtract = MultiStep(gmres.subtract_projections, no_totals, RESTART + 2, 0,
                              combines=True)
@@ -79,9 +89,8 @@ def pieces(cp, op, n: int, dtype, basis: int, bandwidth: float) -> dict:
         # a whole column as the solver queues it, the second pass's two launches skipping (the
         # column orthogonal after its first pass), and the same without them
         machine.set_flags({STATE: ORTHOGONAL})
-        again = MultiStep(gmres.project, no_totals, RESTART + 2, gmres.SECOND_PASS_SKIP)
-        subtract_again = MultiStep(gmres.subtract_projections, no_totals, RESTART + 2,
-                                   gmres.SECOND_PASS_SKIP, combines=True)
+        again = dataclasses.replace(project, skip=gmres.SECOND_PASS_SKIP)
+        subtract_again = dataclasses.replace(subtract, skip=gmres.SECOND_PASS_SKIP)
 
         def column(second_pass: bool):
             machine.product(v[basis - 1], w)

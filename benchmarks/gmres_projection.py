@@ -5,7 +5,7 @@ The projection sums w's dot products with the basis v_0 … v_{c−1} and w·w (
 column, :func:`autospmv._solve.gmres.project` as a :class:`autospmv._solve.steps.MultiStep`).
 The solver's pass forms a tile of w per block in shared memory, and its warps take the basis
 vectors in turn, each reading its vector's stretch of the tile. On vectors of a few 10⁵
-elements it takes two to four times its bytes' time (``gmres_column_pieces.py``): a block has
+elements it takes well above its bytes' time (``gmres_column_pieces.py``): a block has
 one or two tiles, and each tile waits for w, then for each of its warp's vectors in turn.
 
 The other form (:func:`project_by_slices`) gives each warp slices of 32 consecutive elements:
@@ -208,21 +208,13 @@ def measure(cp, n: int, dtype, basis: int, bandwidth: float, multiprocessors: in
     import autospmv
     import scipy.sparse as sp
     from autospmv._solve import gmres
-    from autospmv._solve.machines import CudaMachine
+    from gmres_column_pieces import RESTART, gmres_workspace  # (beside this script)
 
-    restart = 30
-    options = {"restart": restart}
     op = autospmv.prepare(sp.identity(n, dtype=dtype, format="csr"), device="cuda")
-    machine = CudaMachine(op, n, dtype, gmres.GMRES.rows, gmres.GMRES.scalar_count(options),
-                          None, workspace_rows=gmres.GMRES.workspace_rows(options),
-                          partial_sums=gmres.GMRES.partial_sums(options))
     row = {"n": n, "dtype": np.dtype(dtype).name, "basis": basis}
-    with machine:
-        method = gmres.GMRES(machine, restart)
-        machine.W[...] = cp.asarray(np.random.default_rng(1).standard_normal(machine.W.size),
-                                    dtype)
-        machine.set_flags({gmres.RESTART: restart, gmres.COLUMN: basis - 1})
-        project = gmres.gram_schmidt_steps(restart + 2)[0]
+    with gmres_workspace(cp, op, n, dtype) as (machine, method):
+        machine.set_flags({gmres.RESTART: RESTART, gmres.COLUMN: basis - 1})
+        project = gmres.gram_schmidt_steps(RESTART + 2)[0]
         w, v0, ld = method.w, method.v[0], machine.ld
         stream = machine.stream
         on = cuda.external_stream(stream.ptr)
@@ -233,7 +225,7 @@ def measure(cp, n: int, dtype, basis: int, bandwidth: float, multiprocessors: in
                                     lambda: slices.launch(machine.W, w, v0, ld, n, basis, on))
         stream.synchronize()
         s = machine.s.get()
-        h = gmres.H + (basis - 1) * (restart + 1)
+        h = gmres.H + (basis - 1) * (RESTART + 1)
         solver = np.append(s[h:h + basis], s[gmres.H0] ** 2)
         row["difference"] = float(np.max(np.abs(slices.sums(basis) - solver))
                                   / np.max(np.abs(solver)))
